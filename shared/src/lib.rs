@@ -1,0 +1,13 @@
+//! Shared building blocks of the agent task service.
+//!
+//! Layers stack one way, each module only using the ones above it:
+//! - [`protocol`]: wire types of the Lucid HTTP profile (tasks, statuses, events, error codes,
+//!   the `POST /tasks` request), serialized exactly as upstream clients expect;
+//! - [`token`]: access-token rules and the owner hash that is all a store ever keeps of a token;
+//! - [`store`]: the [`store::TaskStore`] contract with its two implementations,
+//!   [`store::MemoryStore`] (durability `process`) and [`store::RedisStore`] (durability `durable`,
+//!   Lua-scripted fenced leases).
+
+pub mod protocol;
+pub mod store;
+pub mod token;

@@ -1,0 +1,129 @@
+//! The profile's error codes, one enum, and the error body `{"error":{"code","message"?,"issues"?}}`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Every error code the Lucid profile puts on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    // Requests.
+    InvalidRequest,
+    InvalidInput,
+    InvalidOutput,
+    NotFound,
+    InternalError,
+    NotImplemented,
+    // Entrypoints.
+    EntrypointNotFound,
+    StreamNotSupported,
+    InvalidIdempotencyKey,
+    IdempotencyInProgress,
+    IdempotencyKeyConflict,
+    // Tasks.
+    TaskAccessRequired,
+    TaskNotFound,
+    SkillNotFound,
+    InvalidState,
+    TaskCapacityExhausted,
+    TaskTimeout,
+    TaskExecutionFailed,
+    TaskTerminalizationFailed,
+    DurableTaskStoreRequired,
+    // Payments and authorization.
+    AuthorizationFailed,
+    AuthRequired,
+    PaymentCapabilityUnsupported,
+    PaymentVerificationFailed,
+    SettlementFailed,
+    PolicyViolation,
+    // Cluster (ours): the store is unreachable, or a task ran out of attempts.
+    ServiceUnavailable,
+    TaskAttemptsExhausted,
+}
+
+impl ErrorCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidRequest => "invalid_request",
+            ErrorCode::InvalidInput => "invalid_input",
+            ErrorCode::InvalidOutput => "invalid_output",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::InternalError => "internal_error",
+            ErrorCode::NotImplemented => "not_implemented",
+            ErrorCode::EntrypointNotFound => "entrypoint_not_found",
+            ErrorCode::StreamNotSupported => "stream_not_supported",
+            ErrorCode::InvalidIdempotencyKey => "invalid_idempotency_key",
+            ErrorCode::IdempotencyInProgress => "idempotency_in_progress",
+            ErrorCode::IdempotencyKeyConflict => "idempotency_key_conflict",
+            ErrorCode::TaskAccessRequired => "task_access_required",
+            ErrorCode::TaskNotFound => "task_not_found",
+            ErrorCode::SkillNotFound => "skill_not_found",
+            ErrorCode::InvalidState => "invalid_state",
+            ErrorCode::TaskCapacityExhausted => "task_capacity_exhausted",
+            ErrorCode::TaskTimeout => "task_timeout",
+            ErrorCode::TaskExecutionFailed => "task_execution_failed",
+            ErrorCode::TaskTerminalizationFailed => "task_terminalization_failed",
+            ErrorCode::DurableTaskStoreRequired => "durable_task_store_required",
+            ErrorCode::AuthorizationFailed => "authorization_failed",
+            ErrorCode::AuthRequired => "auth_required",
+            ErrorCode::PaymentCapabilityUnsupported => "payment_capability_unsupported",
+            ErrorCode::PaymentVerificationFailed => "payment_verification_failed",
+            ErrorCode::SettlementFailed => "settlement_failed",
+            ErrorCode::PolicyViolation => "policy_violation",
+            ErrorCode::ServiceUnavailable => "service_unavailable",
+            ErrorCode::TaskAttemptsExhausted => "task_attempts_exhausted",
+        }
+    }
+}
+
+/// Inner error object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub code: ErrorCode,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issues: Option<Value>,
+}
+
+/// `{"error": {...}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorEnvelope {
+    pub error: ErrorBody,
+}
+
+impl ErrorEnvelope {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ErrorEnvelope {
+            error: ErrorBody {
+                code,
+                message: Some(message.into()),
+                issues: None,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip_through_serde_and_as_str() {
+        for code in [
+            ErrorCode::TaskAccessRequired,
+            ErrorCode::IdempotencyKeyConflict,
+            ErrorCode::DurableTaskStoreRequired,
+            ErrorCode::PaymentCapabilityUnsupported,
+        ] {
+            let text = serde_json::to_string(&code).unwrap_or_default();
+            assert_eq!(text, format!("\"{}\"", code.as_str()));
+        }
+        let body = ErrorEnvelope::new(ErrorCode::TaskNotFound, "Task \"x\" not found");
+        assert_eq!(
+            serde_json::to_string(&body).unwrap_or_default(),
+            r#"{"error":{"code":"task_not_found","message":"Task \"x\" not found"}}"#
+        );
+    }
+}

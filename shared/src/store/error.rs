@@ -1,0 +1,26 @@
+//! Errors a store reports. Callers map them to statuses: capacity -> 503
+//! `task_capacity_exhausted`, unavailable -> 503, duplicate -> 409/500 as fits the route.
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("A2A task capacity ({max}) is exhausted by active tasks")]
+    Capacity { max: u64 },
+    #[error("task {0:?} already exists")]
+    Duplicate(String),
+    #[error("task store unavailable: {0}")]
+    Unavailable(String),
+    #[error("task store returned data it cannot read: {0}")]
+    Corrupt(String),
+}
+
+impl From<redis::RedisError> for StoreError {
+    fn from(err: redis::RedisError) -> Self {
+        StoreError::Unavailable(err.to_string())
+    }
+}
+
+impl From<deadpool_redis::PoolError> for StoreError {
+    fn from(err: deadpool_redis::PoolError) -> Self {
+        StoreError::Unavailable(err.to_string())
+    }
+}

@@ -1,0 +1,146 @@
+//! The task-store contract and its two implementations.
+//!
+//! A task is `running` on the wire from creation until one terminal write. Inside `running`
+//! only the store sees the phase:
+//!
+//! ```text
+//! reserved (admission expires) -> queued -> prepared (claim, short lease)
+//!    -> active (lease renewed by heartbeat, hard run deadline) -> completed | failed | cancelled
+//! ```
+//!
+//! Every claim bumps a per-task fencing epoch. Renewals, activation, progress and fenced terminal
+//! writes carry a [`Lease`] (owner id + epoch) and are refused unless that lease is the task's
+//! current one and still live, so a worker that lost its lease can never land a write.
+//! Cancellation is the one unfenced transition.
+//!
+//! Time belongs to the store (Redis `TIME` in the Redis store), so callers pass durations.
+
+mod error;
+mod memory;
+pub mod redis;
+mod types;
+
+pub use error::StoreError;
+pub use memory::{Clock, MemoryStore, MemoryStoreConfig, SystemClock};
+pub use redis::{RedisStore, RedisStoreConfig};
+pub use types::*;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::protocol::{Task, TaskStatus};
+use crate::token::OwnerHash;
+
+/// What a store's acknowledgement is worth.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Lost when the process exits (the in-memory store).
+    Process,
+    /// Survives process and store restarts (Redis with AOF).
+    Durable,
+}
+
+#[async_trait]
+pub trait TaskStore: Send + Sync + 'static {
+    fn durability(&self) -> Durability;
+
+    /// Cancels reservations whose admission expired unclaimed, and claims taken before hand-off
+    /// whose lease expired (the upstream reaping rule). Returns how many tasks it cancelled.
+    async fn reap_expired_admissions(&self) -> Result<u64, StoreError>;
+
+    /// Stores a new task (status `running`) and publishes `statusUpdate running`.
+    /// Expired admissions are reaped before capacity is enforced.
+    async fn create(&self, new: NewTask) -> Result<Task, StoreError>;
+
+    async fn get(&self, task_id: &str) -> Result<Option<StoredTask>, StoreError>;
+
+    /// The owner's tasks, newest first, filtered and paged.
+    async fn list(&self, owner: &OwnerHash, query: &ListQuery) -> Result<TaskPage, StoreError>;
+
+    /// Claims a `running` task that has no live lease (reserved or queued): a `prepared` lease
+    /// with a new epoch. `None` when the task is missing, terminal or already claimed.
+    async fn claim_execution(
+        &self,
+        task_id: &str,
+        owner_id: &str,
+        lease_ttl: Duration,
+    ) -> Result<Option<Claim>, StoreError>;
+
+    /// Extends a live `prepared` claim. False when the lease is not current and live.
+    async fn renew_execution_claim(
+        &self,
+        lease: &Lease,
+        lease_ttl: Duration,
+    ) -> Result<bool, StoreError>;
+
+    /// Hands a prepared claim over to the ready queue (after, say, payment settled): the lease is
+    /// released and the task becomes `queued` for any worker. Fenced.
+    async fn hand_off(&self, lease: &Lease) -> Result<bool, StoreError>;
+
+    /// `prepared -> active`: counts an attempt, starts the run deadline. Fenced.
+    async fn activate_execution(
+        &self,
+        lease: &Lease,
+        lease_ttl: Duration,
+        max_run: Duration,
+    ) -> Result<Option<Activation>, StoreError>;
+
+    /// Moves the task to `next` if its status is one of `expected` and, when `fence` is given,
+    /// the fence is the task's current live lease. A terminal `next` releases any lease and
+    /// publishes the matching event (`resultUpdate`, `error` or `statusUpdate`).
+    async fn compare_and_set(
+        &self,
+        task_id: &str,
+        expected: &[TaskStatus],
+        next: Transition,
+        fence: Option<&Lease>,
+    ) -> Result<CasOutcome, StoreError>;
+
+    /// Appends a custom event (progress, stream output) to the task's event log and publishes it.
+    /// Fenced. Returns the event's sequence number, or `None` when the fence is stale.
+    async fn emit(&self, lease: &Lease, event: EventPayload) -> Result<Option<u64>, StoreError>;
+
+    /// Owner-isolated subscription: `None` for a missing task or another owner's task, which
+    /// callers must not be able to tell apart. Events with `seq > after_seq` still in the log are
+    /// replayed first; with `after_seq = None`, only events after the snapshot follow.
+    async fn subscribe(
+        &self,
+        task_id: &str,
+        owner: &OwnerHash,
+        after_seq: Option<u64>,
+    ) -> Result<Option<Subscription>, StoreError>;
+
+    // ----- what a cluster needs on top of the upstream contract -----
+
+    /// Waits up to `wait` for queued tasks of these entrypoints and claims up to `max` of them
+    /// (`prepared`, post hand-off). Returns early with what it claimed; empty after `wait`.
+    async fn take_next(
+        &self,
+        entrypoints: &[String],
+        owner_id: &str,
+        lease_ttl: Duration,
+        max: usize,
+        wait: Duration,
+    ) -> Result<Vec<Claim>, StoreError>;
+
+    /// Renews many live leases (prepared or active) in one round trip. Entry `i` says whether
+    /// `leases[i]` is still held.
+    async fn renew_leases(
+        &self,
+        leases: &[Lease],
+        lease_ttl: Duration,
+    ) -> Result<Vec<bool>, StoreError>;
+
+    /// Recovers up to `limit` tasks whose lease expired. Safe to run from every worker at once.
+    async fn recover_expired(&self, limit: usize) -> Result<RecoveryReport, StoreError>;
+
+    /// Tasks waiting in an entrypoint's ready queue.
+    async fn queue_depth(&self, entrypoint: &str) -> Result<u64, StoreError>;
+
+    /// Cluster-wide number of non-terminal tasks (what `max_tasks` bounds).
+    async fn live_count(&self) -> Result<u64, StoreError>;
+
+    /// Releases connections and background tasks; tasks themselves are left as they are.
+    async fn close(&self);
+}

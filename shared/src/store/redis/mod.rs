@@ -1,0 +1,3 @@
+//! RedisStore: placeholder being written.
+pub struct RedisStoreConfig;
+pub struct RedisStore;

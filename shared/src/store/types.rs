@@ -1,0 +1,294 @@
+//! Values that cross the [`super::TaskStore`] boundary.
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::time::Duration;
+
+use futures::Stream;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::protocol::{Task, TaskError, TaskEvent, TaskResult, TaskStatus};
+use crate::token::OwnerHash;
+
+/// Default cap on non-terminal tasks (upstream `maxTasks`).
+pub const DEFAULT_MAX_TASKS: u64 = 1_000;
+/// Terminal tasks are kept this long (upstream `retentionMs`).
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
+/// How many runs a task gets after losing active leases.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
+/// List page size when none is given, and the largest accepted.
+pub const DEFAULT_LIST_LIMIT: usize = 50;
+pub const MAX_LIST_LIMIT: usize = 1_000;
+
+/// Everything a worker needs to run a task: stored, never a closure, so any worker can run a
+/// recovered task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Invocation {
+    pub entrypoint: String,
+    pub input: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Value>,
+    /// W3C trace context (`traceparent`, `tracestate`) of the span that created the task.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub trace_context: BTreeMap<String, String>,
+}
+
+/// How a new task enters the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Straight into its entrypoint's ready queue (free tasks).
+    Queued,
+    /// Held for a paid admission; cancelled by reaping unless claimed within `ttl`.
+    Reserved { ttl: Duration },
+}
+
+#[derive(Debug, Clone)]
+pub struct NewTask {
+    pub task_id: String,
+    pub owner: OwnerHash,
+    pub invocation: Invocation,
+    pub admission: Admission,
+    /// Runs allowed before an abandoned task is failed instead of re-queued.
+    pub max_attempts: u32,
+}
+
+/// Where a `running` task is inside the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    Reserved,
+    Queued,
+    Prepared,
+    Active,
+    Terminal,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Reserved => "reserved",
+            Phase::Queued => "queued",
+            Phase::Prepared => "prepared",
+            Phase::Active => "active",
+            Phase::Terminal => "terminal",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Phase> {
+        [
+            Phase::Reserved,
+            Phase::Queued,
+            Phase::Prepared,
+            Phase::Active,
+            Phase::Terminal,
+        ]
+        .into_iter()
+        .find(|phase| phase.as_str() == text)
+    }
+}
+
+/// A worker's (or admitting gateway's) right to write a task: valid while it is the task's
+/// current lease and its deadline has not passed.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Lease {
+    pub task_id: String,
+    pub owner_id: String,
+    pub epoch: u64,
+    /// Store clock, milliseconds since the epoch.
+    pub expires_at_ms: u64,
+}
+
+/// The store's full view of a task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredTask {
+    pub task: Task,
+    pub owner: OwnerHash,
+    pub phase: Phase,
+    pub invocation: Invocation,
+    pub admission_expires_at_ms: Option<u64>,
+    pub lease: Option<Lease>,
+    /// Activations so far (the attempt number of the current or last run).
+    pub attempt: u32,
+    pub max_attempts: u32,
+    pub run_deadline_ms: Option<u64>,
+    /// Whether the task ever reached the ready queue (an expired claim goes back there instead
+    /// of being cancelled).
+    pub handed_off: bool,
+    /// Sequence number of the last event published for the task.
+    pub seq: u64,
+}
+
+/// A successful claim: the lease plus what the claimer needs to run the task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Claim {
+    pub lease: Lease,
+    pub owner: OwnerHash,
+    pub invocation: Invocation,
+    /// Activations before this claim (0 for a fresh task).
+    pub previous_attempts: u32,
+    pub max_attempts: u32,
+}
+
+/// A successful activation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Activation {
+    pub lease: Lease,
+    /// 1 for the first run, 2 after one recovery, ...
+    pub attempt: u32,
+    pub run_deadline_ms: u64,
+}
+
+/// The state a compare-and-set writes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transition {
+    pub status: TaskStatus,
+    pub result: Option<TaskResult>,
+    pub error: Option<TaskError>,
+}
+
+impl Transition {
+    pub fn completed(result: TaskResult) -> Self {
+        Transition {
+            status: TaskStatus::Completed,
+            result: Some(result),
+            error: None,
+        }
+    }
+
+    pub fn failed(error: TaskError) -> Self {
+        Transition {
+            status: TaskStatus::Failed,
+            result: None,
+            error: Some(error),
+        }
+    }
+
+    pub fn cancelled() -> Self {
+        Transition {
+            status: TaskStatus::Cancelled,
+            result: None,
+            error: None,
+        }
+    }
+}
+
+/// Why a compare-and-set did not apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rejection {
+    NotFound,
+    /// The status was not one of those expected.
+    Status,
+    /// The fence is not the current live lease.
+    Fenced,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum CasOutcome {
+    Applied(Task),
+    Rejected {
+        reason: Rejection,
+        current: Option<Task>,
+    },
+}
+
+impl CasOutcome {
+    pub fn applied(&self) -> Option<&Task> {
+        match self {
+            CasOutcome::Applied(task) => Some(task),
+            CasOutcome::Rejected { .. } => None,
+        }
+    }
+}
+
+/// A custom event a lease holder emits (progress, stream output): any SSE name and JSON data.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventPayload {
+    pub event: String,
+    pub data: Value,
+}
+
+impl From<TaskEvent> for EventPayload {
+    fn from(event: TaskEvent) -> Self {
+        EventPayload {
+            event: event.kind.as_str().to_owned(),
+            data: serde_json::to_value(event.data).unwrap_or(Value::Null),
+        }
+    }
+}
+
+/// One event of a task's log, numbered from 1 in publication order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredEvent {
+    pub seq: u64,
+    pub event: String,
+    pub data: Value,
+}
+
+pub type EventStream = Pin<Box<dyn Stream<Item = StoredEvent> + Send>>;
+
+/// A live, owner-checked view of one task.
+pub struct Subscription {
+    /// The task as it was once the subscription was live.
+    pub snapshot: Task,
+    /// Sequence number the snapshot reflects.
+    pub snapshot_seq: u64,
+    /// Events after `after_seq` up to the snapshot, when the caller asked for them and the
+    /// log still held them.
+    pub replay: Vec<StoredEvent>,
+    /// Events after the snapshot, in order, without gaps or duplicates. Ends when dropped.
+    pub events: EventStream,
+}
+
+/// Filters and paging of [`super::TaskStore::list`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ListQuery {
+    pub context_id: Option<String>,
+    /// Empty means every status.
+    pub statuses: Vec<TaskStatus>,
+    pub limit: Option<usize>,
+    pub offset: usize,
+}
+
+impl ListQuery {
+    pub fn effective_limit(&self) -> usize {
+        self.limit.unwrap_or(DEFAULT_LIST_LIMIT).min(MAX_LIST_LIMIT)
+    }
+
+    pub fn matches(&self, task: &Task) -> bool {
+        let context_ok = self
+            .context_id
+            .as_ref()
+            .is_none_or(|ctx| task.context_id.as_ref() == Some(ctx));
+        let status_ok = self.statuses.is_empty() || self.statuses.contains(&task.status);
+        context_ok && status_ok
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskPage {
+    pub tasks: Vec<Task>,
+    pub total: u64,
+    pub has_more: bool,
+}
+
+/// What one recovery sweep did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Expired claims and active leases put back in the ready queue.
+    pub requeued: Vec<String>,
+    /// Active tasks failed: past their run deadline (`task_timeout`) or out of attempts.
+    pub failed: Vec<String>,
+    /// Expired reservations and pre-hand-off claims cancelled (the upstream reaping rule).
+    pub cancelled: Vec<String>,
+}
+
+impl RecoveryReport {
+    pub fn is_empty(&self) -> bool {
+        self.requeued.is_empty() && self.failed.is_empty() && self.cancelled.is_empty()
+    }
+}
