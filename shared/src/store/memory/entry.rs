@@ -1,0 +1,99 @@
+//! One stored task with what only the memory store keeps beside it: its fencing epoch, event
+//! log, listeners and index keys.
+
+use std::collections::VecDeque;
+
+use super::subscriptions::Listeners;
+use crate::protocol::TaskStatus;
+use crate::store::{EventPayload, Lease, Phase, StoredEvent, StoredTask};
+
+/// A key of the `(ms, insertion order)` indexes.
+pub(super) type IndexKey = (u64, u64);
+
+/// A task as the memory store holds it.
+pub(super) struct Entry {
+    pub(super) stored: StoredTask,
+    pub(super) order: u64,
+    /// Fencing epoch of the latest claim; outlives the lease it was issued with.
+    pub(super) epoch: u64,
+    /// `max_run` of the last activation, for the timeout message.
+    pub(super) max_run_ms: u64,
+    pub(super) log: VecDeque<StoredEvent>,
+    pub(super) listeners: Listeners,
+    /// The keys this task currently holds in `State::due` and `State::terminal`.
+    pub(super) due_key: Option<IndexKey>,
+    pub(super) terminal_key: Option<IndexKey>,
+}
+
+impl Entry {
+    pub(super) fn due(&self) -> Option<IndexKey> {
+        let stored = &self.stored;
+        if stored.task.status.is_terminal() {
+            return None;
+        }
+        let deadline = match (&stored.lease, stored.phase) {
+            (Some(lease), _) => Some(lease.expires_at_ms),
+            (None, Phase::Reserved) => stored.admission_expires_at_ms,
+            (None, _) => None,
+        };
+        deadline.map(|ms| (ms, self.order))
+    }
+
+    pub(super) fn terminal(&self) -> Option<IndexKey> {
+        let task = &self.stored.task;
+        task.status
+            .is_terminal()
+            .then_some((task.updated_at.as_millis(), self.order))
+    }
+
+    /// Whether `lease` is this task's current lease and still live.
+    pub(super) fn holds(&self, lease: &Lease, now: u64) -> bool {
+        self.stored.task.status == TaskStatus::Running
+            && self.stored.lease.as_ref().is_some_and(|current| {
+                current.owner_id == lease.owner_id
+                    && current.epoch == lease.epoch
+                    && current.expires_at_ms > now
+            })
+    }
+
+    pub(super) fn has_live_lease(&self, now: u64) -> bool {
+        self.stored
+            .lease
+            .as_ref()
+            .is_some_and(|lease| lease.expires_at_ms > now)
+    }
+
+    pub(super) fn admission_expired(&self, now: u64) -> bool {
+        self.stored.phase == Phase::Reserved
+            && self
+                .stored
+                .admission_expires_at_ms
+                .is_some_and(|at| at <= now)
+    }
+
+    /// The upstream reaping rule: an unclaimed reservation, or a claim never handed off, whose
+    /// time ran out. Expired active leases are recovery's business, not reaping's.
+    pub(super) fn reapable(&self, now: u64) -> bool {
+        self.stored.task.status == TaskStatus::Running
+            && (self.admission_expired(now)
+                || (self.stored.phase == Phase::Prepared
+                    && !self.stored.handed_off
+                    && !self.has_live_lease(now)))
+    }
+
+    /// Numbers, logs and sends one event.
+    pub(super) fn publish(&mut self, payload: EventPayload, log_len: usize) -> u64 {
+        self.stored.seq += 1;
+        let event = StoredEvent {
+            seq: self.stored.seq,
+            event: payload.event,
+            data: payload.data,
+        };
+        self.listeners.publish(&event);
+        self.log.push_back(event);
+        while self.log.len() > log_len {
+            self.log.pop_front();
+        }
+        self.stored.seq
+    }
+}

@@ -1,0 +1,215 @@
+//! Behaviour only the memory store has (eviction, retention against a hand-moved clock,
+//! listener bookkeeping). Behaviour every store shares is in the conformance suite.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::json;
+
+use super::*;
+use crate::protocol::TaskResult;
+use crate::store::{Admission, Invocation, NewTask, Phase};
+use crate::token::AccessToken;
+
+#[derive(Default)]
+struct ManualClock(AtomicU64);
+
+impl ManualClock {
+    fn advance(&self, ms: u64) {
+        self.0.fetch_add(ms, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+fn store(max_tasks: u64, retention: Duration) -> (MemoryStore, Arc<ManualClock>) {
+    let clock = Arc::new(ManualClock(AtomicU64::new(1_000_000)));
+    let config = MemoryStoreConfig {
+        max_tasks,
+        retention,
+        ..MemoryStoreConfig::default()
+    };
+    (MemoryStore::with_clock(config, clock.clone()), clock)
+}
+
+fn owner() -> OwnerHash {
+    AccessToken::generate().owner_hash()
+}
+
+fn new_task(id: &str, owner: &OwnerHash, admission: Admission) -> NewTask {
+    NewTask {
+        task_id: id.to_owned(),
+        owner: owner.clone(),
+        invocation: Invocation {
+            entrypoint: "echo".into(),
+            input: json!({"id": id}),
+            context_id: None,
+            metadata: None,
+            trace_context: Default::default(),
+        },
+        admission,
+        max_attempts: 3,
+    }
+}
+
+async fn complete(store: &MemoryStore, id: &str) {
+    let outcome = store
+        .compare_and_set(
+            id,
+            &[TaskStatus::Running],
+            Transition::completed(TaskResult::output(json!(id))),
+            None,
+        )
+        .await;
+    assert!(matches!(outcome, Ok(CasOutcome::Applied(_))), "{outcome:?}");
+}
+
+async fn exists(store: &MemoryStore, id: &str) -> bool {
+    matches!(store.get(id).await, Ok(Some(_)))
+}
+
+#[tokio::test]
+async fn capacity_evicts_the_least_recently_updated_terminal_task_first() {
+    let (store, clock) = store(2, DEFAULT_RETENTION);
+    let me = owner();
+    for id in ["a", "b"] {
+        assert!(
+            store
+                .create(new_task(id, &me, Admission::Queued))
+                .await
+                .is_ok()
+        );
+        clock.advance(10);
+    }
+    // "b" finishes before "a": "b" is the older terminal task although created later.
+    complete(&store, "b").await;
+    clock.advance(10);
+    complete(&store, "a").await;
+    clock.advance(10);
+
+    assert!(
+        store
+            .create(new_task("c", &me, Admission::Queued))
+            .await
+            .is_ok()
+    );
+    assert!(
+        !exists(&store, "b").await,
+        "oldest-updated terminal task is evicted"
+    );
+    assert!(exists(&store, "a").await);
+
+    // Store full with one terminal and one live task: "a" goes next.
+    assert!(
+        store
+            .create(new_task("d", &me, Admission::Queued))
+            .await
+            .is_ok()
+    );
+    assert!(!exists(&store, "a").await);
+
+    // Only live tasks left: refused.
+    let refused = store.create(new_task("e", &me, Admission::Queued)).await;
+    assert!(
+        matches!(refused, Err(StoreError::Capacity { max: 2 })),
+        "{refused:?}"
+    );
+    assert_eq!(store.live_count().await.ok(), Some(2));
+}
+
+#[tokio::test]
+async fn terminal_tasks_are_purged_once_retention_has_passed() {
+    let (store, clock) = store(10, Duration::from_millis(1_000));
+    let me = owner();
+    for id in ["done", "live"] {
+        assert!(
+            store
+                .create(new_task(id, &me, Admission::Queued))
+                .await
+                .is_ok()
+        );
+    }
+    complete(&store, "done").await;
+
+    clock.advance(999);
+    assert!(
+        exists(&store, "done").await,
+        "kept until retention has passed"
+    );
+    clock.advance(1);
+    assert!(
+        !exists(&store, "done").await,
+        "purged at updated_at + retention"
+    );
+    assert!(
+        exists(&store, "live").await,
+        "running tasks are never purged"
+    );
+
+    let page = store.list(&me, &ListQuery::default()).await.ok();
+    assert_eq!(page.map(|page| page.total), Some(1));
+}
+
+#[tokio::test]
+async fn a_dropped_subscription_unregisters_its_listener() {
+    let (store, _clock) = store(10, DEFAULT_RETENTION);
+    let me = owner();
+    assert!(
+        store
+            .create(new_task("t", &me, Admission::Queued))
+            .await
+            .is_ok()
+    );
+    let listeners = |store: &MemoryStore| store.with_state(|state, _| state.listener_count("t"));
+
+    let first = store.subscribe("t", &me, None).await.ok().flatten();
+    let second = store.subscribe("t", &me, None).await.ok().flatten();
+    assert_eq!(listeners(&store), 2);
+    drop(first);
+    assert_eq!(listeners(&store), 1);
+
+    let mut second = second.map(|sub| sub.events);
+    store.close().await;
+    assert_eq!(listeners(&store), 0);
+    // Closing ends the stream rather than leaving it pending.
+    let next = match second.as_mut() {
+        Some(events) => tokio::time::timeout(Duration::from_secs(5), events.next()).await,
+        None => Ok(None),
+    };
+    assert!(matches!(next, Ok(None)), "{next:?}");
+}
+
+#[tokio::test]
+async fn a_claimed_task_expires_on_the_store_clock() {
+    let (store, clock) = store(10, DEFAULT_RETENTION);
+    let me = owner();
+    let ttl = Duration::from_millis(500);
+    let created = store
+        .create(new_task("t", &me, Admission::Reserved { ttl }))
+        .await;
+    assert!(created.is_ok());
+    let claim = store
+        .claim_execution("t", "w1", Duration::from_millis(100))
+        .await
+        .ok()
+        .flatten();
+    let Some(claim) = claim else {
+        panic!("claim failed");
+    };
+    assert_eq!(claim.lease.expires_at_ms, clock.now_ms() + 100);
+    clock.advance(100);
+    assert_eq!(store.hand_off(&claim.lease).await.ok(), Some(false));
+    assert_eq!(store.reap_expired_admissions().await.ok(), Some(1));
+    let task = store.get("t").await.ok().flatten();
+    assert_eq!(
+        task.as_ref().map(|t| t.task.status),
+        Some(TaskStatus::Cancelled)
+    );
+    assert_eq!(task.map(|t| t.phase), Some(Phase::Terminal));
+}
