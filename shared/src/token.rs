@@ -69,6 +69,11 @@ impl OwnerHash {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// All zeros: a placeholder no token hashes to (finding a preimage would break SHA-256).
+    pub fn nobody() -> Self {
+        OwnerHash("0".repeat(64))
+    }
 }
 
 impl fmt::Display for OwnerHash {

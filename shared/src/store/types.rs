@@ -96,6 +96,11 @@ impl Phase {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Lease {
     pub task_id: String,
+    /// The task's owner (hash of its access token) and entrypoint: a lease holder writes the
+    /// owner's index and the entrypoint's queue, so it carries their names.
+    pub task_owner: OwnerHash,
+    pub entrypoint: String,
+    /// The lease holder (a worker or an admitting gateway).
     pub owner_id: String,
     pub epoch: u64,
     /// Store clock, milliseconds since the epoch.

@@ -1,3 +1,234 @@
-//! RedisStore: placeholder being written.
-pub struct RedisStoreConfig;
-pub struct RedisStore;
+//! RedisStore: the durable task store of the cluster.
+//!
+//! - every transition is one Lua script (`shared/lua/`), timed by Redis `TIME`;
+//! - every key a script touches is declared in KEYS and carries the namespace hash tag
+//!   ([`keys`]);
+//! - leases are fenced by owner and a per-task epoch; their deadlines live in a sorted set that
+//!   the recovery sweep reads ([`TaskStore::recover_expired`]);
+//! - the live set counts non-terminal tasks exactly: only the scripts that finish a task remove
+//!   from it, once;
+//! - events are numbered per task, kept in a short log and published on a channel named from
+//!   the owner hash and task id ([`subscriber`]).
+//!
+//! Round trips: create 1; take 2 (peek, claim) for up to `max` tasks; activate 1; terminal
+//! write 1; heartbeat 1 per worker per tick whatever its number of leases.
+
+mod keys;
+mod pool;
+mod replies;
+mod scripts;
+mod subscriber;
+mod tasks;
+
+pub use keys::Keys;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
+
+use self::pool::Pool;
+use self::scripts::Scripts;
+use self::subscriber::Dispatcher;
+use super::{DEFAULT_MAX_TASKS, DEFAULT_RETENTION, StoreError};
+
+/// Settings of a [`RedisStore`].
+#[derive(Debug, Clone)]
+pub struct RedisStoreConfig {
+    pub url: String,
+    /// Hash tag of every key; clusters sharing one Redis use different namespaces.
+    pub namespace: String,
+    /// Cluster-wide cap on non-terminal tasks.
+    pub max_tasks: u64,
+    /// How long terminal tasks are kept.
+    pub retention: Duration,
+    /// Events kept per task for late subscribers and reconnects.
+    pub event_log_len: usize,
+    pub pool_size: usize,
+    /// Bound on connecting, waiting for a pooled connection and each reply.
+    pub timeout: Duration,
+}
+
+impl RedisStoreConfig {
+    pub fn new(url: impl Into<String>) -> Self {
+        RedisStoreConfig {
+            url: url.into(),
+            namespace: "tc".into(),
+            max_tasks: DEFAULT_MAX_TASKS,
+            retention: DEFAULT_RETENTION,
+            event_log_len: 64,
+            pool_size: 32,
+            timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+/// The durable store. Cheap to clone; clones share connections.
+#[derive(Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: RedisStoreConfig,
+    client: redis::Client,
+    pool: Pool,
+    keys: Keys,
+    scripts: Scripts,
+    dispatcher: Dispatcher,
+    /// Connections reserved for blocking reads (BLPOP on doorbells): a blocked connection
+    /// cannot carry other commands, so these never serve anything else.
+    blocking: Mutex<Vec<redis::aio::MultiplexedConnection>>,
+    shutdown: CancellationToken,
+}
+
+impl RedisStore {
+    /// Connects and checks that Redis answers.
+    pub async fn connect(config: RedisStoreConfig) -> Result<RedisStore, StoreError> {
+        let client = redis::Client::open(config.url.as_str())?;
+        let pool = pool::build(&config.url, config.pool_size, config.timeout)?;
+        let shutdown = CancellationToken::new();
+        let store = RedisStore {
+            inner: Arc::new(Inner {
+                keys: Keys::new(&config.namespace),
+                dispatcher: Dispatcher::start(client.clone(), shutdown.clone()),
+                scripts: Scripts::load(),
+                blocking: Mutex::new(Vec::new()),
+                config,
+                client,
+                pool,
+                shutdown,
+            }),
+        };
+        store.ping().await?;
+        Ok(store)
+    }
+
+    pub fn config(&self) -> &RedisStoreConfig {
+        &self.inner.config
+    }
+
+    pub fn keys(&self) -> &Keys {
+        &self.inner.keys
+    }
+
+    /// Round trip to Redis (readiness checks).
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        let mut cmd = redis::cmd("PING");
+        let _: String = self.query(&mut cmd).await?;
+        Ok(())
+    }
+
+    /// Runs one command on a pooled connection.
+    async fn query<T: redis::FromRedisValue>(
+        &self,
+        cmd: &mut redis::Cmd,
+    ) -> Result<T, StoreError> {
+        let mut conn = pool::get(&self.inner.pool).await?;
+        match cmd.query_async(&mut *conn).await {
+            Ok(value) => Ok(value),
+            Err(err) => {
+                pool::discard_if_broken(conn, &err);
+                Err(err.into())
+            }
+        }
+    }
+
+    /// Runs a pipeline on a pooled connection.
+    async fn pipe<T: redis::FromRedisValue>(
+        &self,
+        pipe: &redis::Pipeline,
+    ) -> Result<T, StoreError> {
+        let mut conn = pool::get(&self.inner.pool).await?;
+        match pipe.query_async(&mut *conn).await {
+            Ok(value) => Ok(value),
+            Err(err) => {
+                pool::discard_if_broken(conn, &err);
+                Err(err.into())
+            }
+        }
+    }
+
+    /// Runs a script invocation (EVALSHA, reloading on NOSCRIPT) on a pooled connection.
+    async fn eval<T: redis::FromRedisValue>(
+        &self,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<T, StoreError> {
+        let mut conn = pool::get(&self.inner.pool).await?;
+        match invocation.invoke_async(&mut *conn).await {
+            Ok(value) => Ok(value),
+            Err(err) => {
+                pool::discard_if_broken(conn, &err);
+                Err(err.into())
+            }
+        }
+    }
+
+    /// Blocks on the doorbells of `entrypoints` for up to `wait`; true when one rang.
+    async fn wait_for_doorbell(
+        &self,
+        entrypoints: &[String],
+        wait: Duration,
+    ) -> Result<bool, StoreError> {
+        let taken = self.inner.blocking.lock().await.pop();
+        let mut conn = match taken {
+            Some(conn) => conn,
+            None => {
+                // No response timeout here: the server holds the reply for `wait` on purpose;
+                // the client-side bound below is `wait` plus the usual timeout.
+                let config = redis::AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(self.inner.config.timeout))
+                    .set_response_timeout(None);
+                self.inner
+                    .client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?
+            }
+        };
+        let keys: Vec<String> = entrypoints.iter().map(|ep| self.inner.keys.wake(ep)).collect();
+        let seconds = wait.as_secs_f64().max(0.01);
+        let mut cmd = redis::cmd("BLPOP");
+        cmd.arg(&keys).arg(seconds);
+        let bound = wait + self.inner.config.timeout;
+        let reply: Result<Result<Option<(String, String)>, redis::RedisError>, _> =
+            tokio::time::timeout(bound, cmd.query_async(&mut conn)).await;
+        match reply {
+            Ok(Ok(rang)) => {
+                self.inner.blocking.lock().await.push(conn);
+                Ok(rang.is_some())
+            }
+            Ok(Err(err)) => Err(err.into()),
+            Err(_) => Err(StoreError::Unavailable("blocking read timed out".into())),
+        }
+    }
+
+    /// Listens for cancellations of tasks that `worker_id` holds: yields task ids.
+    pub async fn watch_cancellations(
+        &self,
+        worker_id: &str,
+    ) -> Result<tokio::sync::mpsc::UnboundedReceiver<String>, StoreError> {
+        let mut listener = self
+            .inner
+            .dispatcher
+            .listen(self.inner.keys.worker_channel(worker_id))
+            .await?;
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Some(signal) = listener.signals.recv().await {
+                if let subscriber::Signal::Message(id) = signal
+                    && tx.send(id).is_err()
+                {
+                    break;
+                }
+            }
+        });
+        Ok(rx)
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}

@@ -1,0 +1,23 @@
+-- finish_task(k, id, now, retention_ms): bookkeeping of every terminal transition, in one place
+-- so that no path can skip it. k holds the key names: task, events, leases, admissions, live,
+-- owner_index, owner_live, queue.
+-- Invariants: the task leaves the live set exactly once (SREM is idempotent and only terminal
+-- transitions call this), so SCARD(live) is the exact cluster-wide count of non-terminal tasks;
+-- the task and its event log expire after retention; the owner's index expires once the owner
+-- has no live task left, retention after its last task finished.
+local function finish_task(k, id, now, retention_ms)
+  redis.call('HSET', k.task, 'phase', 'terminal', 'updated', now)
+  redis.call('HDEL', k.task, 'lease_owner', 'lease_expires', 'admission_expires')
+  redis.call('ZREM', k.leases, id)
+  redis.call('ZREM', k.admissions, id)
+  redis.call('ZREM', k.queue, id)
+  if redis.call('SREM', k.live, id) == 1 then
+    local left = redis.call('DECR', k.owner_live)
+    if left <= 0 then
+      redis.call('DEL', k.owner_live)
+      redis.call('PEXPIRE', k.owner_index, retention_ms)
+    end
+  end
+  redis.call('PEXPIRE', k.task, retention_ms)
+  redis.call('PEXPIRE', k.events, retention_ms)
+end

@@ -1,0 +1,80 @@
+-- recover: settles tasks whose deadline passed; every worker runs it, so each case is re-checked
+-- here against the Redis clock and a task another sweep already settled is left alone.
+--   expired reservation, or expired claim taken before hand-off  -> cancelled (upstream reaping)
+--   expired claim after hand-off (nothing ran yet)               -> back to the ready queue
+--   expired active lease, run deadline passed                    -> failed, task_timeout
+--   expired active lease, attempts used up                       -> failed, task_attempts_exhausted
+--   expired active lease otherwise                               -> back to the queue
+-- Mode 'reap' only cancels (upstream reapExpiredAdmissions); 'recover' does everything.
+--
+-- KEYS[1] leases  KEYS[2] admissions  KEYS[3] live
+-- KEYS[4 ..] per task, 6 keys: task, events, owner_index, owner_live, queue, wake
+-- ARGV[1] mode  ARGV[2] retention ms  ARGV[3] event log length  ARGV[4] task channel prefix
+-- ARGV[5 ..] task ids, in the order of their keys
+-- Returns {requeued ids, failed ids, cancelled ids}
+
+-- @include "now_ms"
+-- @include "append_event"
+-- @include "finish_task"
+-- @include "enqueue"
+
+local leases, admissions, live = KEYS[1], KEYS[2], KEYS[3]
+local mode, retention, log_len, prefix = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local now = now_ms()
+local requeued, failed, cancelled = {}, {}, {}
+
+for i = 5, #ARGV do
+  local id = ARGV[i]
+  local base = 4 + (i - 5) * 6
+  local k = {
+    task = KEYS[base], events = KEYS[base + 1], owner_index = KEYS[base + 2],
+    owner_live = KEYS[base + 3], queue = KEYS[base + 4], leases = leases,
+    admissions = admissions, live = live,
+  }
+  local wake = KEYS[base + 5]
+  local f = redis.call('HMGET', k.task, 'status', 'phase', 'lease_expires', 'admission_expires',
+    'handed_off', 'attempt', 'max_attempts', 'run_deadline', 'run_ms', 'owner')
+  local status, phase = f[1], f[2]
+  local lease_due = f[3] and tonumber(f[3]) <= now
+  local admission_due = f[4] and tonumber(f[4]) <= now
+  local channel = prefix .. (f[10] or '') .. ':' .. id
+
+  local function settle(next_status, event, data)
+    redis.call('HSET', k.task, 'status', next_status)
+    finish_task(k, id, now, retention)
+    append_event(k.task, k.events, channel, event, data, log_len)
+  end
+
+  if status ~= 'running' then
+    -- Stale index entries of a finished or expired task.
+    redis.call('ZREM', leases, id)
+    redis.call('ZREM', admissions, id)
+  elseif (phase == 'reserved' and admission_due)
+      or (phase == 'prepared' and lease_due and f[5] ~= '1') then
+    settle('cancelled', 'statusUpdate',
+      '{"taskId":' .. cjson.encode(id) .. ',"status":"cancelled"}')
+    cancelled[#cancelled + 1] = id
+  elseif mode == 'recover' and phase == 'prepared' and lease_due then
+    enqueue(k.task, k.queue, wake, leases, id, now)
+    requeued[#requeued + 1] = id
+  elseif mode == 'recover' and phase == 'active' and lease_due then
+    local err = nil
+    if f[8] and tonumber(f[8]) <= now then
+      err = cjson.encode({code = 'task_timeout',
+        message = 'Task exceeded its ' .. (f[9] or '0') .. 'ms execution limit'})
+    elseif tonumber(f[6] or '0') >= tonumber(f[7] or '1') then
+      err = cjson.encode({code = 'task_attempts_exhausted',
+        message = 'Task was abandoned by its worker ' .. (f[6] or '0') .. ' times'})
+    end
+    if err then
+      redis.call('HSET', k.task, 'error', err)
+      settle('failed', 'error',
+        '{"taskId":' .. cjson.encode(id) .. ',"status":"failed","error":' .. err .. '}')
+      failed[#failed + 1] = id
+    else
+      enqueue(k.task, k.queue, wake, leases, id, now)
+      requeued[#requeued + 1] = id
+    end
+  end
+end
+return {requeued, failed, cancelled}

@@ -1,0 +1,34 @@
+-- renew: extends many leases of one holder in one call (the worker heartbeat). A lease is
+-- extended only while it is the task's current lease and still live; an expired lease is never
+-- revived.
+--
+-- KEYS[1] leases, KEYS[2 ..] task keys
+-- ARGV[1] lease ttl ms  ARGV[2] 'prepared' (only prepared claims) | 'any'
+-- ARGV[3 ..] per task: task id, holder id, epoch
+-- Returns one integer per task: the new deadline, or 0 when the lease is lost.
+
+-- @include "now_ms"
+-- @include "lease_is_live"
+
+local leases = KEYS[1]
+local ttl, only_prepared = tonumber(ARGV[1]), ARGV[2] == 'prepared'
+local now = now_ms()
+local out = {}
+for i = 2, #KEYS do
+  local task = KEYS[i]
+  local base = 3 + (i - 2) * 3
+  local id, holder, epoch = ARGV[base], ARGV[base + 1], ARGV[base + 2]
+  local ok = lease_is_live(task, holder, epoch, now)
+  if ok and only_prepared then
+    ok = redis.call('HGET', task, 'phase') == 'prepared'
+  end
+  if ok then
+    local expires = now + ttl
+    redis.call('HSET', task, 'lease_expires', expires)
+    redis.call('ZADD', leases, expires, id)
+    out[#out + 1] = expires
+  else
+    out[#out + 1] = 0
+  end
+end
+return out

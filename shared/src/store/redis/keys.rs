@@ -1,0 +1,86 @@
+//! Key and channel names, one function each. Every key carries the namespace as its hash tag
+//! (`{ns}`), so all of a namespace's keys live in one Redis Cluster slot and every script can
+//! declare all its keys in KEYS: moving to Cluster is a key-scheme change, not a rewrite.
+
+use crate::token::OwnerHash;
+
+#[derive(Debug, Clone)]
+pub struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    pub fn new(namespace: &str) -> Self {
+        Keys {
+            prefix: format!("{{{namespace}}}"),
+        }
+    }
+
+    /// Hash: one task's record and invocation payload.
+    pub fn task(&self, id: &str) -> String {
+        format!("{}:task:{id}", self.prefix)
+    }
+
+    /// List: the task's last events, `<seq>|<event>|<data>`.
+    pub fn events(&self, id: &str) -> String {
+        format!("{}:events:{id}", self.prefix)
+    }
+
+    /// Set: ids of every non-terminal task (its cardinality is what `max_tasks` bounds).
+    pub fn live(&self) -> String {
+        format!("{}:live", self.prefix)
+    }
+
+    /// Sorted set: the owner's task ids by creation time.
+    pub fn owner_index(&self, owner: &OwnerHash) -> String {
+        format!("{}:owner:{owner}", self.prefix)
+    }
+
+    /// Counter: the owner's non-terminal tasks (the index expires only when it reaches 0).
+    pub fn owner_live(&self, owner: &OwnerHash) -> String {
+        format!("{}:owner-live:{owner}", self.prefix)
+    }
+
+    /// Sorted set: an entrypoint's ready queue, by enqueue time.
+    pub fn queue(&self, entrypoint: &str) -> String {
+        format!("{}:queue:{entrypoint}", self.prefix)
+    }
+
+    /// List: doorbell that blocked workers of an entrypoint wait on.
+    pub fn wake(&self, entrypoint: &str) -> String {
+        format!("{}:wake:{entrypoint}", self.prefix)
+    }
+
+    /// Sorted set: task id by lease deadline.
+    pub fn leases(&self) -> String {
+        format!("{}:leases", self.prefix)
+    }
+
+    /// Sorted set: reserved task id by admission deadline.
+    pub fn admissions(&self) -> String {
+        format!("{}:admissions", self.prefix)
+    }
+
+    /// Pub/sub channel of one task, readable only by someone who knows the owner hash.
+    pub fn task_channel(&self, owner: &OwnerHash, id: &str) -> String {
+        format!("{}{owner}:{id}", self.task_channel_prefix())
+    }
+
+    pub fn task_channel_prefix(&self) -> String {
+        format!("{}:ch:", self.prefix)
+    }
+
+    /// Pub/sub channel on which a worker hears that one of its tasks was cancelled.
+    pub fn worker_channel(&self, worker_id: &str) -> String {
+        format!("{}{worker_id}", self.worker_channel_prefix())
+    }
+
+    pub fn worker_channel_prefix(&self) -> String {
+        format!("{}:worker:", self.prefix)
+    }
+
+    /// Pattern matching every key of the namespace (tests and operators use it to look for leaks).
+    pub fn all_pattern(&self) -> String {
+        format!("{}:*", self.prefix)
+    }
+}

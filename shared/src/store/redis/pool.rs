@@ -1,0 +1,61 @@
+//! Pooled Redis connections for ordinary commands and scripts.
+//!
+//! deadpool-redis creates the connections; the manager here only replaces its recycle step,
+//! which sends UNWATCH + PING on every checkout: one extra round trip per store operation,
+//! doubling the cost of the hot path. We never WATCH, and a broken connection is detected by
+//! the command that hits it and removed from the pool then ([`discard_if_broken`]).
+
+use std::time::Duration;
+
+use deadpool::managed::{self, Metrics, Object, RecycleResult};
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, RedisError};
+
+use crate::store::StoreError;
+
+pub struct Manager {
+    inner: deadpool_redis::Manager,
+}
+
+impl managed::Manager for Manager {
+    type Type = MultiplexedConnection;
+    type Error = RedisError;
+
+    async fn create(&self) -> Result<MultiplexedConnection, RedisError> {
+        managed::Manager::create(&self.inner).await
+    }
+
+    async fn recycle(&self, _: &mut MultiplexedConnection, _: &Metrics) -> RecycleResult<RedisError> {
+        Ok(())
+    }
+}
+
+pub type Pool = managed::Pool<Manager>;
+pub type Pooled = Object<Manager>;
+
+/// Builds the pool. `timeout` bounds connecting, waiting for a free connection and each reply,
+/// so an unreachable Redis fails requests fast instead of hanging them.
+pub fn build(url: &str, size: usize, timeout: Duration) -> Result<Pool, StoreError> {
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout));
+    let inner = deadpool_redis::Manager::new_with_config(url, config)?;
+    Pool::builder(Manager { inner })
+        .max_size(size)
+        .wait_timeout(Some(timeout))
+        .create_timeout(Some(timeout))
+        .runtime(deadpool::Runtime::Tokio1)
+        .build()
+        .map_err(|err| StoreError::Unavailable(err.to_string()))
+}
+
+/// Drops a connection from the pool when `err` says it can no longer be trusted.
+pub fn discard_if_broken(conn: Pooled, err: &RedisError) {
+    if err.is_io_error() || err.is_connection_dropped() || err.is_timeout() || err.is_unrecoverable_error() {
+        let _ = Object::take(conn);
+    }
+}
+
+pub async fn get(pool: &Pool) -> Result<Pooled, StoreError> {
+    pool.get().await.map_err(|err| StoreError::Unavailable(err.to_string()))
+}

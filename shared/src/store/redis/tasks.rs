@@ -1,0 +1,714 @@
+//! [`TaskStore`] for [`RedisStore`]: each method is one script call or one pipelined read,
+//! except where noted.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use redis::Value;
+
+use super::RedisStore;
+use super::replies::{self, TASK_FIELDS};
+use super::subscriber::{Listener, Signal};
+use crate::protocol::{Task, TaskEvent, TaskEventData, TaskStatus};
+use crate::store::{
+    Activation, Admission, CasOutcome, Claim, Durability, EventPayload, Lease, ListQuery,
+    NewTask, RecoveryReport, Rejection, StoreError, StoredEvent, StoredTask, Subscription,
+    TaskPage, TaskStore, Transition,
+};
+use crate::token::OwnerHash;
+
+fn ms(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn corrupt(what: &str) -> StoreError {
+    StoreError::Corrupt(what.to_owned())
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|err| StoreError::Corrupt(err.to_string()))
+}
+
+fn int(value: &Value) -> Result<u64, StoreError> {
+    redis::from_redis_value_ref(value).map_err(|err| StoreError::Corrupt(err.to_string()))
+}
+
+fn text(value: &Value) -> Result<String, StoreError> {
+    redis::from_redis_value_ref(value).map_err(|err| StoreError::Corrupt(err.to_string()))
+}
+
+impl RedisStore {
+    fn retention_ms(&self) -> u64 {
+        ms(self.inner.config.retention)
+    }
+
+    /// Runs `recover.lua` over the due ids in `mode` (`reap` or `recover`).
+    async fn settle_due(&self, mode: &str, limit: usize) -> Result<RecoveryReport, StoreError> {
+        let keys = &self.inner.keys;
+        let due: Vec<String> = self
+            .eval(
+                self.inner
+                    .scripts
+                    .due
+                    .key(keys.leases())
+                    .key(keys.admissions())
+                    .arg(limit.max(1)),
+            )
+            .await?;
+        self.settle(mode, &due).await
+    }
+
+    /// Settles the given tasks if their deadlines passed (re-checked inside the script).
+    async fn settle(&self, mode: &str, ids: &[String]) -> Result<RecoveryReport, StoreError> {
+        if ids.is_empty() {
+            return Ok(RecoveryReport::default());
+        }
+        let keys = &self.inner.keys;
+        // The script's per-task keys include the owner's index and the entrypoint's queue,
+        // so read both first (one pipelined round trip; recovery is the rare path).
+        let mut read = redis::pipe();
+        for id in ids {
+            read.cmd("HMGET").arg(keys.task(id)).arg("owner").arg("entrypoint");
+        }
+        let owners: Vec<(Option<String>, Option<String>)> = self.pipe(&read).await?;
+        let mut invocation = self.inner.scripts.recover.prepare_invoke();
+        invocation
+            .key(keys.leases())
+            .key(keys.admissions())
+            .key(keys.live())
+            .arg(mode)
+            .arg(self.retention_ms())
+            .arg(self.inner.config.event_log_len)
+            .arg(keys.task_channel_prefix());
+        for (id, (owner, entrypoint)) in ids.iter().zip(&owners) {
+            // A task that vanished meanwhile: the script only drops its stale index entries,
+            // so the owner keys it names are never touched.
+            let owner = owner
+                .as_deref()
+                .and_then(OwnerHash::from_hex)
+                .unwrap_or_else(OwnerHash::nobody);
+            let entrypoint = entrypoint.as_deref().unwrap_or_default();
+            invocation
+                .key(keys.task(id))
+                .key(keys.events(id))
+                .key(keys.owner_index(&owner))
+                .key(keys.owner_live(&owner))
+                .key(keys.queue(entrypoint))
+                .key(keys.wake(entrypoint))
+                .arg(id);
+        }
+        let (requeued, failed, cancelled): (Vec<String>, Vec<String>, Vec<String>) =
+            self.eval(&invocation).await?;
+        Ok(RecoveryReport {
+            requeued,
+            failed,
+            cancelled,
+        })
+    }
+
+    async fn owner_and_entrypoint(
+        &self,
+        task_id: &str,
+    ) -> Result<Option<(OwnerHash, String)>, StoreError> {
+        let mut cmd = redis::cmd("HMGET");
+        cmd.arg(self.inner.keys.task(task_id))
+            .arg("owner")
+            .arg("entrypoint");
+        let (owner, entrypoint): (Option<String>, Option<String>) = self.query(&mut cmd).await?;
+        Ok(owner
+            .as_deref()
+            .and_then(OwnerHash::from_hex)
+            .map(|owner| (owner, entrypoint.unwrap_or_default())))
+    }
+
+    /// Reads a task's event log entries with `seq > after`.
+    async fn events_after(&self, task_id: &str, after: u64) -> Result<Vec<StoredEvent>, StoreError> {
+        let mut cmd = redis::cmd("LRANGE");
+        cmd.arg(self.inner.keys.events(task_id)).arg(0).arg(-1);
+        let entries: Vec<String> = self.query(&mut cmd).await?;
+        let mut events = Vec::new();
+        for entry in entries {
+            let event = replies::event(&entry)?;
+            if event.seq > after {
+                events.push(event);
+            }
+        }
+        Ok(events)
+    }
+}
+
+#[async_trait]
+impl TaskStore for RedisStore {
+    fn durability(&self) -> Durability {
+        Durability::Durable
+    }
+
+    async fn reap_expired_admissions(&self) -> Result<u64, StoreError> {
+        let report = self.settle_due("reap", 1_000).await?;
+        Ok(report.cancelled.len() as u64)
+    }
+
+    async fn create(&self, new: NewTask) -> Result<Task, StoreError> {
+        let keys = &self.inner.keys;
+        let id = &new.task_id;
+        let entrypoint = &new.invocation.entrypoint;
+        let (mode, admission_ttl) = match new.admission {
+            Admission::Queued => ("queued", 0),
+            Admission::Reserved { ttl } => ("reserved", ms(ttl)),
+        };
+        let data = to_json(&TaskEventData {
+            task_id: id.clone(),
+            status: Some(TaskStatus::Running),
+            result: None,
+            error: None,
+        })?;
+        let invocation_json = to_json(&new.invocation)?;
+        for round in 0..2 {
+            let reply: Vec<Value> = self
+                .eval(
+                    self.inner
+                        .scripts
+                        .create
+                        .key(keys.task(id))
+                        .key(keys.events(id))
+                        .key(keys.live())
+                        .key(keys.owner_index(&new.owner))
+                        .key(keys.owner_live(&new.owner))
+                        .key(keys.queue(entrypoint))
+                        .key(keys.wake(entrypoint))
+                        .key(keys.admissions())
+                        .key(keys.leases())
+                        .arg(id)
+                        .arg(new.owner.as_str())
+                        .arg(new.invocation.context_id.as_deref().unwrap_or_default())
+                        .arg(&invocation_json)
+                        .arg(entrypoint)
+                        .arg(mode)
+                        .arg(admission_ttl)
+                        .arg(new.max_attempts)
+                        .arg(self.inner.config.max_tasks)
+                        .arg(&data)
+                        .arg(keys.task_channel(&new.owner, id))
+                        .arg(self.inner.config.event_log_len),
+                )
+                .await?;
+            match reply.as_slice() {
+                [ok, created] if int(ok)? == 1 => {
+                    let at = crate::protocol::Timestamp(int(created)?);
+                    return Ok(Task {
+                        task_id: id.clone(),
+                        status: TaskStatus::Running,
+                        context_id: new.invocation.context_id.clone(),
+                        created_at: at,
+                        updated_at: at,
+                        result: None,
+                        error: None,
+                    });
+                }
+                [_, reason] if text(reason)? == "DUPLICATE" => {
+                    return Err(StoreError::Duplicate(id.clone()));
+                }
+                [_, reason, due] if text(reason)? == "CAPACITY" => {
+                    // Reap what is due, then enforce capacity once more.
+                    if round == 0 && int(due)? > 0 && self.reap_expired_admissions().await? > 0 {
+                        continue;
+                    }
+                    return Err(StoreError::Capacity {
+                        max: self.inner.config.max_tasks,
+                    });
+                }
+                _ => return Err(corrupt("unexpected create reply")),
+            }
+        }
+        Err(StoreError::Capacity {
+            max: self.inner.config.max_tasks,
+        })
+    }
+
+    async fn get(&self, task_id: &str) -> Result<Option<StoredTask>, StoreError> {
+        let mut cmd = redis::cmd("HMGET");
+        cmd.arg(self.inner.keys.task(task_id)).arg(&TASK_FIELDS[..]);
+        let fields: Vec<Option<String>> = self.query(&mut cmd).await?;
+        replies::stored_task(task_id, &fields)
+    }
+
+    async fn list(&self, owner: &OwnerHash, query: &ListQuery) -> Result<TaskPage, StoreError> {
+        let keys = &self.inner.keys;
+        let index = keys.owner_index(owner);
+        let mut cmd = redis::cmd("ZRANGE");
+        cmd.arg(&index).arg(0).arg(-1).arg("REV");
+        let ids: Vec<String> = self.query(&mut cmd).await?;
+        if ids.is_empty() {
+            return Ok(TaskPage {
+                tasks: Vec::new(),
+                total: 0,
+                has_more: false,
+            });
+        }
+        // Newest first by creation time; the index score is the creation time.
+        let mut read = redis::pipe();
+        for id in &ids {
+            read.cmd("HMGET")
+                .arg(keys.task(id))
+                .arg(&["status", "context", "created", "updated", "result", "error", "owner"]);
+        }
+        let rows: Vec<Vec<Option<String>>> = self.pipe(&read).await?;
+        let mut matching = Vec::new();
+        let mut gone = Vec::new();
+        for (id, row) in ids.iter().zip(rows) {
+            let owned = row.get(6).and_then(|o| o.as_deref()) == Some(owner.as_str());
+            match replies::task_view(id, row.get(..6).unwrap_or_default())? {
+                Some(task) if owned => {
+                    if query.matches(&task) {
+                        matching.push(task);
+                    }
+                }
+                _ => gone.push(id.clone()),
+            }
+        }
+        if !gone.is_empty() {
+            // Tasks that expired after retention: drop them from the index.
+            let mut prune = redis::cmd("ZREM");
+            prune.arg(&index).arg(&gone);
+            let _: u64 = self.query(&mut prune).await?;
+        }
+        let total = matching.len();
+        let limit = query.effective_limit();
+        let tasks: Vec<Task> = matching.into_iter().skip(query.offset).take(limit).collect();
+        let has_more = query.offset.saturating_add(tasks.len()) < total;
+        Ok(TaskPage {
+            tasks,
+            total: total as u64,
+            has_more,
+        })
+    }
+
+    async fn claim_execution(
+        &self,
+        task_id: &str,
+        owner_id: &str,
+        lease_ttl: Duration,
+    ) -> Result<Option<Claim>, StoreError> {
+        let keys = &self.inner.keys;
+        let reply: Vec<Value> = self
+            .eval(
+                self.inner
+                    .scripts
+                    .claim
+                    .key(keys.task(task_id))
+                    .key(keys.leases())
+                    .key(keys.admissions())
+                    .arg(task_id)
+                    .arg(owner_id)
+                    .arg(ms(lease_ttl)),
+            )
+            .await?;
+        match reply.split_first() {
+            Some((ok, rest)) if int(ok)? == 1 => {
+                let mut values = vec![Value::BulkString(task_id.as_bytes().to_vec())];
+                values.extend_from_slice(rest);
+                Ok(Some(replies::claim(owner_id, &values)?))
+            }
+            Some((_, [reason])) => {
+                if text(reason)? == "EXPIRED" {
+                    self.settle("reap", &[task_id.to_owned()]).await?;
+                }
+                Ok(None)
+            }
+            _ => Err(corrupt("unexpected claim reply")),
+        }
+    }
+
+    async fn renew_execution_claim(
+        &self,
+        lease: &Lease,
+        lease_ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let renewed = renew(self, std::slice::from_ref(lease), lease_ttl, "prepared").await?;
+        Ok(renewed.first().copied().unwrap_or(false))
+    }
+
+    async fn hand_off(&self, lease: &Lease) -> Result<bool, StoreError> {
+        let keys = &self.inner.keys;
+        let done: u64 = self
+            .eval(
+                self.inner
+                    .scripts
+                    .hand_off
+                    .key(keys.task(&lease.task_id))
+                    .key(keys.leases())
+                    .key(keys.queue(&lease.entrypoint))
+                    .key(keys.wake(&lease.entrypoint))
+                    .arg(&lease.task_id)
+                    .arg(&lease.owner_id)
+                    .arg(lease.epoch),
+            )
+            .await?;
+        Ok(done == 1)
+    }
+
+    async fn activate_execution(
+        &self,
+        lease: &Lease,
+        lease_ttl: Duration,
+        max_run: Duration,
+    ) -> Result<Option<Activation>, StoreError> {
+        let keys = &self.inner.keys;
+        let reply: Option<(u64, u64, u64)> = self
+            .eval(
+                self.inner
+                    .scripts
+                    .activate
+                    .key(keys.task(&lease.task_id))
+                    .key(keys.leases())
+                    .arg(&lease.task_id)
+                    .arg(&lease.owner_id)
+                    .arg(lease.epoch)
+                    .arg(ms(lease_ttl))
+                    .arg(ms(max_run)),
+            )
+            .await?;
+        Ok(reply.map(|(attempt, expires, deadline)| Activation {
+            lease: Lease {
+                expires_at_ms: expires,
+                ..lease.clone()
+            },
+            attempt: u32::try_from(attempt).unwrap_or(u32::MAX),
+            run_deadline_ms: deadline,
+        }))
+    }
+
+    async fn compare_and_set(
+        &self,
+        task_id: &str,
+        expected: &[TaskStatus],
+        next: Transition,
+        fence: Option<&Lease>,
+    ) -> Result<CasOutcome, StoreError> {
+        let keys = &self.inner.keys;
+        let (owner, entrypoint) = match fence {
+            Some(lease) => (lease.task_owner.clone(), lease.entrypoint.clone()),
+            None => match self.owner_and_entrypoint(task_id).await? {
+                Some(found) => found,
+                None => {
+                    return Ok(CasOutcome::Rejected {
+                        reason: Rejection::NotFound,
+                        current: None,
+                    });
+                }
+            },
+        };
+        let expected_csv = expected.iter().fold(String::from(","), |mut acc, status| {
+            acc.push_str(status.as_str());
+            acc.push(',');
+            acc
+        });
+        let result_json = next.result.as_ref().map(to_json).transpose()?;
+        let error_json = next.error.as_ref().map(to_json).transpose()?;
+        let event = TaskEvent::for_transition(&Task {
+            task_id: task_id.to_owned(),
+            status: next.status,
+            context_id: None,
+            created_at: Default::default(),
+            updated_at: Default::default(),
+            result: next.result.clone(),
+            error: next.error.clone(),
+        });
+        let reply: Vec<Option<String>> = self
+            .eval(
+                self.inner
+                    .scripts
+                    .cas
+                    .key(keys.task(task_id))
+                    .key(keys.events(task_id))
+                    .key(keys.leases())
+                    .key(keys.admissions())
+                    .key(keys.live())
+                    .key(keys.owner_index(&owner))
+                    .key(keys.owner_live(&owner))
+                    .key(keys.queue(&entrypoint))
+                    .arg(task_id)
+                    .arg(owner.as_str())
+                    .arg(expected_csv)
+                    .arg(next.status.as_str())
+                    .arg(result_json.unwrap_or_default())
+                    .arg(error_json.unwrap_or_default())
+                    .arg(fence.map(|l| l.owner_id.as_str()).unwrap_or_default())
+                    .arg(fence.map(|l| l.epoch).unwrap_or_default())
+                    .arg(self.retention_ms())
+                    .arg(event.kind.as_str())
+                    .arg(to_json(&event.data)?)
+                    .arg(keys.task_channel(&owner, task_id))
+                    .arg(self.inner.config.event_log_len)
+                    .arg(keys.worker_channel_prefix()),
+            )
+            .await?;
+        let (head, view) = reply.split_at(reply.len().min(2));
+        let reason = head.get(1).cloned().flatten().unwrap_or_default();
+        let current = if view.len() == 6 {
+            replies::task_view(task_id, view)?
+        } else {
+            None
+        };
+        Ok(match (reason.as_str(), current) {
+            ("OK", Some(task)) => CasOutcome::Applied(task),
+            ("STATUS", current) => CasOutcome::Rejected {
+                reason: Rejection::Status,
+                current,
+            },
+            ("FENCED", current) => CasOutcome::Rejected {
+                reason: Rejection::Fenced,
+                current,
+            },
+            _ => CasOutcome::Rejected {
+                reason: Rejection::NotFound,
+                current: None,
+            },
+        })
+    }
+
+    async fn emit(&self, lease: &Lease, event: EventPayload) -> Result<Option<u64>, StoreError> {
+        let keys = &self.inner.keys;
+        let seq: Option<u64> = self
+            .eval(
+                self.inner
+                    .scripts
+                    .emit
+                    .key(keys.task(&lease.task_id))
+                    .key(keys.events(&lease.task_id))
+                    .arg(&lease.owner_id)
+                    .arg(lease.epoch)
+                    .arg(&event.event)
+                    .arg(to_json(&event.data)?)
+                    .arg(keys.task_channel(&lease.task_owner, &lease.task_id))
+                    .arg(self.inner.config.event_log_len),
+            )
+            .await?;
+        Ok(seq)
+    }
+
+    async fn subscribe(
+        &self,
+        task_id: &str,
+        owner: &OwnerHash,
+        after_seq: Option<u64>,
+    ) -> Result<Option<Subscription>, StoreError> {
+        let keys = &self.inner.keys;
+        // Listen first, then read: every event is either in the snapshot/log or arrives live.
+        let listener = self
+            .inner
+            .dispatcher
+            .listen(keys.task_channel(owner, task_id))
+            .await?;
+        let mut read = redis::pipe();
+        read.cmd("HMGET")
+            .arg(keys.task(task_id))
+            .arg(&["status", "context", "created", "updated", "result", "error", "owner", "seq"])
+            .cmd("LRANGE")
+            .arg(keys.events(task_id))
+            .arg(0)
+            .arg(-1);
+        let (row, log): (Vec<Option<String>>, Vec<String>) = self.pipe(&read).await?;
+        if row.get(6).and_then(|o| o.as_deref()) != Some(owner.as_str()) {
+            return Ok(None);
+        }
+        let Some(snapshot) = replies::task_view(task_id, row.get(..6).unwrap_or_default())? else {
+            return Ok(None);
+        };
+        let snapshot_seq: u64 = row
+            .get(7)
+            .and_then(|s| s.as_deref())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let mut replay = Vec::new();
+        if let Some(after) = after_seq {
+            for entry in &log {
+                let event = replies::event(entry)?;
+                if event.seq > after && event.seq <= snapshot_seq {
+                    replay.push(event);
+                }
+            }
+        }
+        let events = live_events(self.clone(), task_id.to_owned(), listener, snapshot_seq);
+        Ok(Some(Subscription {
+            snapshot,
+            snapshot_seq,
+            replay,
+            events,
+        }))
+    }
+
+    async fn take_next(
+        &self,
+        entrypoints: &[String],
+        owner_id: &str,
+        lease_ttl: Duration,
+        max: usize,
+        wait: Duration,
+    ) -> Result<Vec<Claim>, StoreError> {
+        if entrypoints.is_empty() || max == 0 {
+            return Ok(Vec::new());
+        }
+        let keys = &self.inner.keys;
+        let deadline = tokio::time::Instant::now() + wait;
+        // Peek more candidates than wanted: other workers race for the same queue heads.
+        let window = max.saturating_mul(2).max(4);
+        loop {
+            let mut peek = redis::pipe();
+            for entrypoint in entrypoints {
+                peek.cmd("ZRANGE")
+                    .arg(keys.queue(entrypoint))
+                    .arg(0)
+                    .arg(window - 1);
+            }
+            let heads: Vec<Vec<String>> = self.pipe(&peek).await?;
+            if heads.iter().any(|ids| !ids.is_empty()) {
+                let mut invocation = self.inner.scripts.take.prepare_invoke();
+                invocation.key(keys.leases());
+                for entrypoint in entrypoints {
+                    invocation.key(keys.queue(entrypoint));
+                }
+                invocation
+                    .arg(owner_id)
+                    .arg(ms(lease_ttl))
+                    .arg(max)
+                    .arg(entrypoints.len());
+                for (index, ids) in heads.iter().enumerate() {
+                    for id in ids {
+                        invocation.key(keys.task(id)).arg(index + 1).arg(id);
+                    }
+                }
+                let flat: Vec<Value> = self.eval(&invocation).await?;
+                let claims = flat
+                    .chunks(8)
+                    .map(|chunk| replies::claim(owner_id, chunk))
+                    .collect::<Result<Vec<_>, _>>()?;
+                if !claims.is_empty() {
+                    return Ok(claims);
+                }
+                // Every candidate went to someone else (or was stale): look again at once.
+                continue;
+            }
+            let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if remaining.is_zero() {
+                return Ok(Vec::new());
+            }
+            self.wait_for_doorbell(entrypoints, remaining).await?;
+            if tokio::time::Instant::now() >= deadline {
+                // One last look after the final wait, then give up.
+                let claims = Box::pin(self.take_next(entrypoints, owner_id, lease_ttl, max, Duration::ZERO)).await?;
+                return Ok(claims);
+            }
+        }
+    }
+
+    async fn renew_leases(
+        &self,
+        leases: &[Lease],
+        lease_ttl: Duration,
+    ) -> Result<Vec<bool>, StoreError> {
+        renew(self, leases, lease_ttl, "any").await
+    }
+
+    async fn recover_expired(&self, limit: usize) -> Result<RecoveryReport, StoreError> {
+        self.settle_due("recover", limit).await
+    }
+
+    async fn queue_depth(&self, entrypoint: &str) -> Result<u64, StoreError> {
+        let mut cmd = redis::cmd("ZCARD");
+        cmd.arg(self.inner.keys.queue(entrypoint));
+        self.query(&mut cmd).await
+    }
+
+    async fn live_count(&self) -> Result<u64, StoreError> {
+        let mut cmd = redis::cmd("SCARD");
+        cmd.arg(self.inner.keys.live());
+        self.query(&mut cmd).await
+    }
+
+    async fn close(&self) {
+        self.inner.shutdown.cancel();
+        self.inner.pool.close();
+    }
+}
+
+async fn renew(
+    store: &RedisStore,
+    leases: &[Lease],
+    lease_ttl: Duration,
+    phases: &str,
+) -> Result<Vec<bool>, StoreError> {
+    if leases.is_empty() {
+        return Ok(Vec::new());
+    }
+    let keys = &store.inner.keys;
+    let mut invocation = store.inner.scripts.renew.prepare_invoke();
+    invocation.key(keys.leases()).arg(ms(lease_ttl)).arg(phases);
+    for lease in leases {
+        invocation
+            .key(keys.task(&lease.task_id))
+            .arg(&lease.task_id)
+            .arg(&lease.owner_id)
+            .arg(lease.epoch);
+    }
+    let deadlines: Vec<u64> = store.eval(&invocation).await?;
+    Ok(deadlines.into_iter().map(|deadline| deadline > 0).collect())
+}
+
+/// Events after `from_seq`, in order and without gaps: live messages are checked against the
+/// last delivered sequence number, and a gap or a reconnect is filled from the task's log.
+fn live_events(
+    store: RedisStore,
+    task_id: String,
+    listener: Listener,
+    from_seq: u64,
+) -> crate::store::EventStream {
+    struct State {
+        store: RedisStore,
+        task_id: String,
+        listener: Listener,
+        last: u64,
+        ready: std::collections::VecDeque<StoredEvent>,
+    }
+    let state = State {
+        store,
+        task_id,
+        listener,
+        last: from_seq,
+        ready: Default::default(),
+    };
+    futures::stream::unfold(state, |mut state| async move {
+        loop {
+            if let Some(event) = state.ready.pop_front() {
+                if event.seq > state.last {
+                    state.last = event.seq;
+                    return Some((event, state));
+                }
+                continue;
+            }
+            let signal = state.listener.signals.recv().await?;
+            let fill = match signal {
+                Signal::Message(entry) => match replies::event(&entry) {
+                    Ok(event) if event.seq == state.last + 1 => {
+                        state.ready.push_back(event);
+                        false
+                    }
+                    Ok(event) => event.seq > state.last,
+                    Err(_) => true,
+                },
+                Signal::Resync => true,
+            };
+            if fill {
+                match state.store.events_after(&state.task_id, state.last).await {
+                    Ok(events) => state.ready.extend(events),
+                    Err(err) => {
+                        tracing::warn!(error = %err, "could not read a task's event log");
+                        return None;
+                    }
+                }
+            }
+        }
+    })
+    .boxed()
+}
