@@ -121,15 +121,12 @@ impl RedisStore {
     }
 
     /// Runs one command on a pooled connection.
-    async fn query<T: redis::FromRedisValue>(
-        &self,
-        cmd: &mut redis::Cmd,
-    ) -> Result<T, StoreError> {
+    async fn query<T: redis::FromRedisValue>(&self, cmd: &mut redis::Cmd) -> Result<T, StoreError> {
         let mut conn = pool::get(&self.inner.pool).await?;
         match cmd.query_async(&mut *conn).await {
             Ok(value) => Ok(value),
             Err(err) => {
-                pool::discard_if_broken(conn, &err);
+                pool::discard_if_broken(&self.inner.pool, conn, &err);
                 Err(err.into())
             }
         }
@@ -144,7 +141,7 @@ impl RedisStore {
         match pipe.query_async(&mut *conn).await {
             Ok(value) => Ok(value),
             Err(err) => {
-                pool::discard_if_broken(conn, &err);
+                pool::discard_if_broken(&self.inner.pool, conn, &err);
                 Err(err.into())
             }
         }
@@ -159,7 +156,7 @@ impl RedisStore {
         match invocation.invoke_async(&mut *conn).await {
             Ok(value) => Ok(value),
             Err(err) => {
-                pool::discard_if_broken(conn, &err);
+                pool::discard_if_broken(&self.inner.pool, conn, &err);
                 Err(err.into())
             }
         }
@@ -186,7 +183,10 @@ impl RedisStore {
                     .await?
             }
         };
-        let keys: Vec<String> = entrypoints.iter().map(|ep| self.inner.keys.wake(ep)).collect();
+        let keys: Vec<String> = entrypoints
+            .iter()
+            .map(|ep| self.inner.keys.wake(ep))
+            .collect();
         let seconds = wait.as_secs_f64().max(0.01);
         let mut cmd = redis::cmd("BLPOP");
         cmd.arg(&keys).arg(seconds);
@@ -198,7 +198,11 @@ impl RedisStore {
                 self.inner.blocking.lock().await.push(conn);
                 Ok(rang.is_some())
             }
-            Ok(Err(err)) => Err(err.into()),
+            Ok(Err(err)) => {
+                // The spares broke with this one (a Redis restart): open fresh ones next time.
+                self.inner.blocking.lock().await.clear();
+                Err(err.into())
+            }
             Err(_) => Err(StoreError::Unavailable("blocking read timed out".into())),
         }
     }

@@ -25,7 +25,11 @@ impl managed::Manager for Manager {
         managed::Manager::create(&self.inner).await
     }
 
-    async fn recycle(&self, _: &mut MultiplexedConnection, _: &Metrics) -> RecycleResult<RedisError> {
+    async fn recycle(
+        &self,
+        _: &mut MultiplexedConnection,
+        _: &Metrics,
+    ) -> RecycleResult<RedisError> {
         Ok(())
     }
 }
@@ -49,13 +53,22 @@ pub fn build(url: &str, size: usize, timeout: Duration) -> Result<Pool, StoreErr
         .map_err(|err| StoreError::Unavailable(err.to_string()))
 }
 
-/// Drops a connection from the pool when `err` says it can no longer be trusted.
-pub fn discard_if_broken(conn: Pooled, err: &RedisError) {
-    if err.is_io_error() || err.is_connection_dropped() || err.is_timeout() || err.is_unrecoverable_error() {
+/// Drops a connection from the pool when `err` says it can no longer be trusted, and with it
+/// every idle connection: they share its fate (a Redis restart breaks them all), and each
+/// would otherwise fail one more request before being found out.
+pub fn discard_if_broken(pool: &Pool, conn: Pooled, err: &RedisError) {
+    if err.is_io_error()
+        || err.is_connection_dropped()
+        || err.is_timeout()
+        || err.is_unrecoverable_error()
+    {
         let _ = Object::take(conn);
+        pool.retain(|_, _| false);
     }
 }
 
 pub async fn get(pool: &Pool) -> Result<Pooled, StoreError> {
-    pool.get().await.map_err(|err| StoreError::Unavailable(err.to_string()))
+    pool.get()
+        .await
+        .map_err(|err| StoreError::Unavailable(err.to_string()))
 }

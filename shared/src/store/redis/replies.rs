@@ -60,7 +60,8 @@ fn json<T: serde::de::DeserializeOwned>(
 }
 
 fn status(text: &str) -> Result<TaskStatus, StoreError> {
-    text.parse().map_err(|_| corrupt(format!("bad status {text:?}")))
+    text.parse()
+        .map_err(|_| corrupt(format!("bad status {text:?}")))
 }
 
 fn owner(text: &str) -> Result<OwnerHash, StoreError> {
@@ -91,7 +92,18 @@ pub fn stored_task(id: &str, f: &[Option<String>]) -> Result<Option<StoredTask>,
     if f.len() != TASK_FIELDS.len() {
         return Err(corrupt("task record has the wrong arity"));
     }
-    let Some(task) = task_view(id, &[f[0].clone(), f[3].clone(), f[4].clone(), f[5].clone(), f[6].clone(), f[7].clone()])? else {
+    let Some(task) = task_view(
+        id,
+        &[
+            f[0].clone(),
+            f[3].clone(),
+            f[4].clone(),
+            f[5].clone(),
+            f[6].clone(),
+            f[7].clone(),
+        ],
+    )?
+    else {
         return Ok(None);
     };
     let owner = owner(f[2].as_deref().unwrap_or_default())?;
@@ -101,7 +113,9 @@ pub fn stored_task(id: &str, f: &[Option<String>]) -> Result<Option<StoredTask>,
         .ok_or_else(|| corrupt("bad phase"))?;
     let invocation: Invocation =
         json(&f[8], "invocation")?.ok_or_else(|| corrupt("missing invocation"))?;
-    let entrypoint = f[18].clone().unwrap_or_else(|| invocation.entrypoint.clone());
+    let entrypoint = f[18]
+        .clone()
+        .unwrap_or_else(|| invocation.entrypoint.clone());
     let lease = match &f[10] {
         Some(holder) => Some(Lease {
             task_id: id.to_owned(),
@@ -131,7 +145,17 @@ pub fn stored_task(id: &str, f: &[Option<String>]) -> Result<Option<StoredTask>,
 /// A claim from 8 reply values: id, epoch, lease_expires, owner, invocation, attempt,
 /// max_attempts, entrypoint.
 pub fn claim(holder: &str, v: &[Value]) -> Result<Claim, StoreError> {
-    let [id, epoch, expires, task_owner, invocation, attempt, max_attempts, entrypoint] = v else {
+    let [
+        id,
+        epoch,
+        expires,
+        task_owner,
+        invocation,
+        attempt,
+        max_attempts,
+        entrypoint,
+    ] = v
+    else {
         return Err(corrupt("claim reply has the wrong arity"));
     };
     let id: String = redis::from_redis_value_ref(id).map_err(|e| corrupt(e.to_string()))?;
@@ -145,8 +169,8 @@ pub fn claim(holder: &str, v: &[Value]) -> Result<Claim, StoreError> {
         redis::from_redis_value_ref::<u64>(v).map_err(|e| corrupt(e.to_string()))
     };
     let task_owner = owner(&task_owner)?;
-    let invocation: Invocation = serde_json::from_str(&invocation)
-        .map_err(|err| corrupt(format!("invocation: {err}")))?;
+    let invocation: Invocation =
+        serde_json::from_str(&invocation).map_err(|err| corrupt(format!("invocation: {err}")))?;
     Ok(Claim {
         lease: Lease {
             task_id: id,

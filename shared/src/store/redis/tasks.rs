@@ -12,9 +12,9 @@ use super::replies::{self, TASK_FIELDS};
 use super::subscriber::{Listener, Signal};
 use crate::protocol::{Task, TaskEvent, TaskEventData, TaskStatus};
 use crate::store::{
-    Activation, Admission, CasOutcome, Claim, Durability, EventPayload, Lease, ListQuery,
-    NewTask, RecoveryReport, Rejection, StoreError, StoredEvent, StoredTask, Subscription,
-    TaskPage, TaskStore, Transition,
+    Activation, Admission, CasOutcome, Claim, Durability, EventPayload, Lease, ListQuery, NewTask,
+    RecoveryReport, Rejection, StoreError, StoredEvent, StoredTask, Subscription, TaskPage,
+    TaskStore, Transition,
 };
 use crate::token::OwnerHash;
 
@@ -69,7 +69,10 @@ impl RedisStore {
         // so read both first (one pipelined round trip; recovery is the rare path).
         let mut read = redis::pipe();
         for id in ids {
-            read.cmd("HMGET").arg(keys.task(id)).arg("owner").arg("entrypoint");
+            read.cmd("HMGET")
+                .arg(keys.task(id))
+                .arg("owner")
+                .arg("entrypoint");
         }
         let owners: Vec<(Option<String>, Option<String>)> = self.pipe(&read).await?;
         let mut invocation = self.inner.scripts.recover.prepare_invoke();
@@ -123,7 +126,11 @@ impl RedisStore {
     }
 
     /// Reads a task's event log entries with `seq > after`.
-    async fn events_after(&self, task_id: &str, after: u64) -> Result<Vec<StoredEvent>, StoreError> {
+    async fn events_after(
+        &self,
+        task_id: &str,
+        after: u64,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
         let mut cmd = redis::cmd("LRANGE");
         cmd.arg(self.inner.keys.events(task_id)).arg(0).arg(-1);
         let entries: Vec<String> = self.query(&mut cmd).await?;
@@ -249,9 +256,9 @@ impl TaskStore for RedisStore {
         // Newest first by creation time; the index score is the creation time.
         let mut read = redis::pipe();
         for id in &ids {
-            read.cmd("HMGET")
-                .arg(keys.task(id))
-                .arg(&["status", "context", "created", "updated", "result", "error", "owner"]);
+            read.cmd("HMGET").arg(keys.task(id)).arg(&[
+                "status", "context", "created", "updated", "result", "error", "owner",
+            ]);
         }
         let rows: Vec<Vec<Option<String>>> = self.pipe(&read).await?;
         let mut matching = Vec::new();
@@ -275,7 +282,11 @@ impl TaskStore for RedisStore {
         }
         let total = matching.len();
         let limit = query.effective_limit();
-        let tasks: Vec<Task> = matching.into_iter().skip(query.offset).take(limit).collect();
+        let tasks: Vec<Task> = matching
+            .into_iter()
+            .skip(query.offset)
+            .take(limit)
+            .collect();
         let has_more = query.offset.saturating_add(tasks.len()) < total;
         Ok(TaskPage {
             tasks,
@@ -504,7 +515,9 @@ impl TaskStore for RedisStore {
         let mut read = redis::pipe();
         read.cmd("HMGET")
             .arg(keys.task(task_id))
-            .arg(&["status", "context", "created", "updated", "result", "error", "owner", "seq"])
+            .arg(&[
+                "status", "context", "created", "updated", "result", "error", "owner", "seq",
+            ])
             .cmd("LRANGE")
             .arg(keys.events(task_id))
             .arg(0)
@@ -597,7 +610,9 @@ impl TaskStore for RedisStore {
             self.wait_for_doorbell(entrypoints, remaining).await?;
             if tokio::time::Instant::now() >= deadline {
                 // One last look after the final wait, then give up.
-                let claims = Box::pin(self.take_next(entrypoints, owner_id, lease_ttl, max, Duration::ZERO)).await?;
+                let claims =
+                    Box::pin(self.take_next(entrypoints, owner_id, lease_ttl, max, Duration::ZERO))
+                        .await?;
                 return Ok(claims);
             }
         }

@@ -1,0 +1,156 @@
+//! RedisStore against a real redis-server going away: scripts flushed or forgotten by a
+//! restart are reloaded (NOSCRIPT), acknowledged tasks survive a crash with AOF
+//! (`appendfsync always`), and subscribers miss nothing across a restart.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use harness::redis_server::{RedisOptions, RedisServer};
+use serde_json::json;
+use shared::protocol::{TaskResult, TaskStatus};
+use shared::store::{
+    Admission, Invocation, NewTask, RedisStore, RedisStoreConfig, StoreError, TaskStore, Transition,
+};
+use shared::token::{AccessToken, OwnerHash};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+const LEASE: Duration = Duration::from_secs(10);
+const RUN: Duration = Duration::from_secs(60);
+
+async fn store(server: &RedisServer) -> Result<RedisStore, StoreError> {
+    RedisStore::connect(RedisStoreConfig::new(server.url())).await
+}
+
+fn new_task(id: &str, owner: &OwnerHash) -> NewTask {
+    NewTask {
+        task_id: id.to_owned(),
+        owner: owner.clone(),
+        invocation: Invocation {
+            entrypoint: "echo".into(),
+            input: json!({ "id": id }),
+            context_id: None,
+            metadata: None,
+            trace_context: Default::default(),
+        },
+        admission: Admission::Queued,
+        max_attempts: 3,
+    }
+}
+
+/// The first request after a restart may meet a connection that broke with it (and purges the
+/// pool); the store must answer the ones after it.
+async fn until_reconnected<T, F, Fut>(mut op: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    let mut last = None;
+    for _ in 0..3 {
+        match op().await {
+            Ok(value) => return Ok(value),
+            Err(err) => last = Some(err),
+        }
+    }
+    Err(last.unwrap_or_else(|| StoreError::Unavailable("no attempt".into())))
+}
+
+/// Takes, activates and completes one task of `echo`; returns its id.
+async fn run_one(store: &RedisStore) -> Result<String, Box<dyn std::error::Error>> {
+    let claims = store
+        .take_next(&["echo".into()], "w1", LEASE, 1, Duration::from_secs(5))
+        .await?;
+    let claim = claims.first().ok_or("nothing to take")?;
+    let activation = store
+        .activate_execution(&claim.lease, LEASE, RUN)
+        .await?
+        .ok_or("activation refused")?;
+    let outcome = store
+        .compare_and_set(
+            &claim.lease.task_id,
+            &[TaskStatus::Running],
+            Transition::completed(TaskResult::output(claim.invocation.input.clone())),
+            Some(&activation.lease),
+        )
+        .await?;
+    outcome.applied().ok_or("completion refused")?;
+    Ok(claim.lease.task_id.clone())
+}
+
+#[tokio::test]
+async fn scripts_survive_script_flush() -> TestResult {
+    let server = RedisServer::start()?;
+    let store = store(&server).await?;
+    let owner = AccessToken::generate().owner_hash();
+    store.create(new_task("a", &owner)).await?;
+
+    let mut conn = server.client().await?;
+    let _: String = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut conn)
+        .await?;
+
+    store.create(new_task("b", &owner)).await?;
+    run_one(&store).await?;
+    run_one(&store).await?;
+    assert_eq!(store.live_count().await?, 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn acknowledged_tasks_survive_a_redis_crash_with_aof() -> TestResult {
+    let mut server = RedisServer::start_with(RedisOptions::default().with_aof(true))?;
+    let store = store(&server).await?;
+    let owner = AccessToken::generate().owner_hash();
+    let ids: Vec<String> = (0..200).map(|i| format!("task-{i}")).collect();
+    for id in &ids {
+        store.create(new_task(id, &owner)).await?;
+    }
+
+    server.kill()?; // SIGKILL: no shutdown, no final fsync
+    server.restart()?;
+
+    let live = until_reconnected(|| store.live_count()).await?;
+    assert_eq!(live, 200, "every acknowledged task is still live");
+    for id in &ids {
+        let task = store.get(id).await?.ok_or("acknowledged task lost")?;
+        assert_eq!(task.task.status, TaskStatus::Running);
+    }
+    // The restarted server has no scripts: EVALSHA gets NOSCRIPT and the store reloads them.
+    for _ in 0..200 {
+        run_one(&store).await?;
+    }
+    assert_eq!(store.live_count().await?, 0);
+    let page = store.list(&owner, &Default::default()).await?;
+    assert_eq!(page.total, 200);
+    assert!(page.tasks.iter().all(|t| t.status == TaskStatus::Completed));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_subscriber_misses_nothing_across_a_redis_restart() -> TestResult {
+    let mut server = RedisServer::start_with(RedisOptions::default().with_aof(true))?;
+    let store = store(&server).await?;
+    let token = AccessToken::generate();
+    let owner = token.owner_hash();
+    store.create(new_task("watched", &owner)).await?;
+    let mut subscription = store
+        .subscribe("watched", &owner, None)
+        .await?
+        .ok_or("own task not visible")?;
+    assert_eq!(subscription.snapshot.status, TaskStatus::Running);
+
+    server.kill()?;
+    server.restart()?;
+
+    until_reconnected(|| store.live_count()).await?;
+    let id = run_one(&store).await?;
+    assert_eq!(id, "watched");
+    let event = tokio::time::timeout(Duration::from_secs(10), subscription.events.next())
+        .await?
+        .ok_or("subscription ended")?;
+    assert_eq!(event.event, "resultUpdate");
+    assert_eq!(event.data["status"], "completed");
+    assert_eq!(event.seq, subscription.snapshot_seq + 1);
+    Ok(())
+}
