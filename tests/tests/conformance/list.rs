@@ -1,0 +1,129 @@
+//! `list`: one owner's tasks, newest first, filtered by context and status, paged.
+
+use std::time::Duration;
+
+use shared::protocol::TaskStatus;
+use shared::store::{Admission, ListQuery, MAX_LIST_LIMIT, TaskPage};
+
+use crate::support::{BoxError, Fx, Harness, TestResult, other_owner};
+
+/// Creates queued tasks `names` in order, each in a later millisecond than the one before (so
+/// "newest first" does not depend on how a store breaks ties); returns their ids.
+async fn create_in_order(
+    fx: &Fx,
+    names: &[&str],
+    context: impl Fn(usize) -> Option<String>,
+) -> Result<Vec<String>, BoxError> {
+    let mut ids = Vec::new();
+    for (n, name) in names.iter().enumerate() {
+        let mut new = fx.new_task(name, Admission::Queued);
+        new.invocation.context_id = context(n);
+        ids.push(fx.store.create(new).await?.task_id);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    Ok(ids)
+}
+
+fn ids(page: &TaskPage) -> Vec<String> {
+    page.tasks.iter().map(|task| task.task_id.clone()).collect()
+}
+
+fn newest_first(ids: &[String]) -> Vec<String> {
+    ids.iter().rev().cloned().collect()
+}
+
+pub async fn lists_the_owners_tasks_newest_first(h: &impl Harness) -> TestResult {
+    let fx = Fx::new(h).await?;
+    let created = create_in_order(&fx, &["a", "b", "c"], |_| None).await?;
+    let mut foreign = fx.new_task("foreign", Admission::Queued);
+    foreign.owner = other_owner();
+    fx.store.create(foreign).await?;
+
+    let page = fx.store.list(&fx.owner, &ListQuery::default()).await?;
+    assert_eq!(ids(&page), newest_first(&created));
+    assert_eq!((page.total, page.has_more), (3, false));
+    assert!(
+        page.tasks
+            .windows(2)
+            .all(|pair| pair[0].created_at > pair[1].created_at)
+    );
+    let stored = fx.stored(&created[0]).await?;
+    assert_eq!(page.tasks[2], stored.task);
+    Ok(())
+}
+
+pub async fn filters_by_context_and_status(h: &impl Harness) -> TestResult {
+    let fx = Fx::new(h).await?;
+    let names = ["a", "b", "c", "d", "e"];
+    // Contexts: a, c, e in ctx-1; b, d in ctx-2.
+    let created = create_in_order(&fx, &names, |n| Some(format!("ctx-{}", 1 + n % 2))).await?;
+    assert!(fx.cancel(&created[0]).await?.applied().is_some());
+    assert!(fx.cancel(&created[1]).await?.applied().is_some());
+
+    let query = |context: Option<&str>, statuses: &[TaskStatus]| ListQuery {
+        context_id: context.map(str::to_owned),
+        statuses: statuses.to_vec(),
+        ..ListQuery::default()
+    };
+    let cases = [
+        (query(Some("ctx-1"), &[]), vec![4, 2, 0]),
+        (query(Some("ctx-2"), &[]), vec![3, 1]),
+        (query(Some("ctx-3"), &[]), vec![]),
+        (query(None, &[TaskStatus::Cancelled]), vec![1, 0]),
+        (query(None, &[TaskStatus::Running]), vec![4, 3, 2]),
+        (
+            query(None, &[TaskStatus::Completed, TaskStatus::Cancelled]),
+            vec![1, 0],
+        ),
+        (query(Some("ctx-1"), &[TaskStatus::Running]), vec![4, 2]),
+        (query(None, &TaskStatus::ALL), vec![4, 3, 2, 1, 0]),
+    ];
+    for (query, expected) in cases {
+        let page = fx.store.list(&fx.owner, &query).await?;
+        let expected: Vec<_> = expected.iter().map(|&n| created[n].clone()).collect();
+        assert_eq!(ids(&page), expected, "{query:?}");
+        assert_eq!(page.total, expected.len() as u64, "{query:?}");
+        assert!(!page.has_more);
+    }
+    Ok(())
+}
+
+pub async fn pages_with_total_and_has_more(h: &impl Harness) -> TestResult {
+    let fx = Fx::new(h).await?;
+    let created = create_in_order(&fx, &["a", "b", "c", "d", "e"], |_| None).await?;
+    let order = newest_first(&created);
+    let page = |limit: Option<usize>, offset: usize| ListQuery {
+        limit,
+        offset,
+        ..ListQuery::default()
+    };
+    let cases = [
+        (page(Some(2), 0), 0..2, true),
+        (page(Some(2), 2), 2..4, true),
+        (page(Some(2), 4), 4..5, false),
+        (page(Some(2), 5), 5..5, false),
+        (page(Some(2), 50), 5..5, false),
+        (page(Some(0), 0), 0..0, true),
+        (page(None, 1), 1..5, false),
+        (page(Some(MAX_LIST_LIMIT * 10), 0), 0..5, false),
+    ];
+    for (query, range, has_more) in cases {
+        let result = fx.store.list(&fx.owner, &query).await?;
+        assert_eq!(ids(&result), order[range].to_vec(), "{query:?}");
+        assert_eq!((result.total, result.has_more), (5, has_more), "{query:?}");
+    }
+    Ok(())
+}
+
+pub async fn the_default_page_holds_fifty(h: &impl Harness) -> TestResult {
+    let fx = Fx::new(h).await?;
+    for n in 0..55 {
+        fx.queued(&format!("t{n}")).await?;
+    }
+    let page = fx.store.list(&fx.owner, &ListQuery::default()).await?;
+    assert_eq!(
+        (page.tasks.len(), page.total, page.has_more),
+        (50, 55, true)
+    );
+    Ok(())
+}

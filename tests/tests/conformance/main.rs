@@ -1,0 +1,145 @@
+//! The store conformance suite: one set of behaviours every [`TaskStore`] must show, run
+//! against each store through a [`Harness`] that builds it.
+//!
+//! - `support`: the `Harness` trait, `StoreCfg`, the per-test fixture and helpers;
+//! - one module per theme: `lifecycle`, `leases`, `capacity`, `subscriptions`, `recovery`,
+//!   `list`, `property`. Each test is `pub async fn name(h: &impl Harness) -> TestResult`.
+//!
+//! `conformance_tests!(module, harness_expr)` instantiates every test as a `#[tokio::test]`
+//! under `module::<theme>::<test>`, evaluating `harness_expr` once per test. A new test is
+//! added to its theme file and to the list in the macro (the compiler flags a test function
+//! left out of the list as dead code).
+
+mod capacity;
+mod leases;
+mod lifecycle;
+mod list;
+mod property;
+mod recovery;
+mod subscriptions;
+mod support;
+
+use std::sync::Arc;
+
+use shared::store::{MemoryStore, MemoryStoreConfig, TaskStore};
+
+use crate::support::{BoxError, Harness, StoreCfg};
+
+macro_rules! conformance_tests {
+    ($store:ident, $harness:expr) => {
+        conformance_tests!(@store $store, $harness;
+            lifecycle {
+                create_queues_a_running_task,
+                create_reserves_a_paid_task,
+                duplicate_ids_are_refused,
+                missing_tasks_read_as_none,
+                a_run_publishes_exactly_one_result_update,
+                a_failure_persists_its_error_and_publishes_it,
+                cancel_during_execution_wins_over_completion,
+                cancelling_a_queued_task_empties_its_queue_slot,
+                compare_and_set_checks_the_expected_status,
+                claiming_clears_the_admission_expiry,
+                claiming_an_expired_admission_cancels_it,
+                hand_off_releases_the_claim_to_the_queue,
+                a_failed_completion_leaves_the_task_recoverable,
+                take_next_wakes_when_a_task_is_queued,
+                take_next_honours_max_entrypoints_and_fifo,
+                terminal_tasks_vanish_after_retention,
+            }
+            leases {
+                fifty_concurrent_claimers_one_winner,
+                fifty_concurrent_takers_one_winner,
+                a_live_claim_blocks_other_claimers,
+                every_claim_gets_a_new_epoch,
+                an_expired_lease_is_dead,
+                stale_writes_are_fenced_after_recovery,
+                a_stale_prepared_claim_cannot_activate,
+                a_lease_fences_only_its_own_task,
+                heartbeat_keeps_a_prepared_claim_alive,
+                renewals_by_phase,
+                emit_numbers_events_while_the_lease_holds,
+            }
+            capacity {
+                a_third_live_task_exceeds_max_tasks_two,
+                terminal_tasks_never_block_creation,
+                reaping_happens_before_capacity_is_enforced,
+                an_expired_active_lease_keeps_its_slot,
+                finishing_a_task_frees_its_slot,
+            }
+            subscriptions {
+                owner_isolation_across_reads,
+                subscribe_then_snapshot_misses_nothing,
+                replay_resumes_after_a_sequence_number,
+                events_of_other_tasks_stay_out,
+                dropping_a_subscription_leaves_the_others,
+            }
+            recovery {
+                an_expired_claim_after_hand_off_is_requeued,
+                an_abandoned_run_is_retried_then_failed,
+                a_run_past_its_deadline_times_out,
+                expired_reservations_and_early_claims_are_cancelled,
+                reaping_spares_active_leases,
+                recovery_follows_deadlines_and_limit,
+                live_work_is_left_alone,
+                concurrent_sweeps_recover_each_task_once,
+            }
+            list {
+                lists_the_owners_tasks_newest_first,
+                filters_by_context_and_status,
+                pages_with_total_and_has_more,
+                the_default_page_holds_fifty,
+            }
+            property {
+                live_count_matches_the_tasks,
+            }
+        );
+    };
+    (@store $store:ident, $harness:expr; $($theme:ident { $($test:ident),* $(,)? })*) => {
+        mod $store {
+            $(
+                mod $theme {
+                    #[allow(unused_imports)]
+                    use crate::*;
+
+                    $(
+                        // Multi-threaded: the race tests need real parallelism, and the property
+                        // test blocks a worker thread on each case.
+                        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                        async fn $test() -> crate::support::TestResult {
+                            let harness = $harness;
+                            crate::$theme::$test(&harness).await
+                        }
+                    )*
+                }
+            )*
+        }
+    };
+}
+
+/// The in-memory store on the system clock.
+struct MemoryHarness;
+
+impl Harness for MemoryHarness {
+    async fn store(&self, cfg: StoreCfg) -> Result<Arc<dyn TaskStore>, BoxError> {
+        let config = MemoryStoreConfig {
+            max_tasks: cfg.max_tasks,
+            retention: cfg.retention,
+            ..MemoryStoreConfig::default()
+        };
+        Ok(Arc::new(MemoryStore::new(config)))
+    }
+}
+
+conformance_tests!(memory, MemoryHarness);
+
+// ----- Redis harness: to be added here -----
+//
+// A `RedisHarness` implementing `Harness` whose `store(cfg)` starts (or reuses) a private
+// server with `harness::redis_server::RedisServer::start()` and returns
+// `RedisStore::connect(RedisStoreConfig { .. max_tasks/retention from cfg .. })`. Every `store()`
+// call must give an empty store that shares no tasks, queues or `live_count` with earlier
+// calls (a fresh server, or `FLUSHDB` between calls): the property test calls it once per case.
+// Keep the server alive for the test by owning it in the harness (one harness value is built
+// per test). Then:
+//
+// conformance_tests!(redis, RedisHarness::new());
