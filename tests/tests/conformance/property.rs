@@ -2,11 +2,11 @@
 //! activations, cancels, completions, expiries and sweeps runs, the store's own counts agree
 //! with its tasks, and a terminal status never changes.
 //!
-//! "Expired" leases and admissions are given a zero TTL: they are dead the moment they are
-//! granted, so the sequence decides every outcome and no case depends on timing. The runner
+//! "Expired" leases, admissions and run deadlines are given a zero duration: they are dead the
+//! moment they are granted, so the sequence decides every outcome and no case depends on timing. The runner
 //! uses a fixed seed and no failure file, so every run tries the same cases.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Display;
 use std::time::Duration;
 
@@ -15,44 +15,71 @@ use proptest::sample::Index;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
 use serde_json::json;
 use shared::protocol::{TaskError, TaskStatus};
-use shared::store::{Lease, Phase};
+use shared::store::{Admission, Lease, Phase};
 
 use crate::support::{EMPTY_WAIT, Fx, Harness, LONG, TestResult, progress};
 
-const CASES: u32 = 48;
-const MAX_OPS: usize = 40;
+const CASES: u32 = 64;
+const MAX_OPS: usize = 60;
 
 #[derive(Debug, Clone)]
 enum Op {
-    Create { reserved: bool, expired: bool },
-    Claim { task: Index, expired: bool },
-    Take { expired: bool },
-    Renew { task: Index },
-    HandOff { task: Index },
-    Activate { task: Index, expired: bool },
-    Emit { task: Index },
-    Cancel { task: Index },
-    Complete { task: Index, fenced: bool },
-    Fail { task: Index },
+    Create {
+        reserved: bool,
+        expired: bool,
+        max_attempts: u32,
+    },
+    Claim {
+        task: Index,
+        expired: bool,
+    },
+    Take {
+        expired: bool,
+    },
+    Renew {
+        task: Index,
+    },
+    HandOff {
+        task: Index,
+    },
+    Activate {
+        task: Index,
+        expired: bool,
+        overrun: bool,
+    },
+    Emit {
+        task: Index,
+    },
+    Cancel {
+        task: Index,
+    },
+    Complete {
+        task: Index,
+        fenced: bool,
+    },
+    Fail {
+        task: Index,
+    },
     Recover,
     Reap,
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (any::<bool>(), any::<bool>())
-            .prop_map(|(reserved, expired)| Op::Create { reserved, expired }),
+        4 => (any::<bool>(), any::<bool>(), 1..=2u32).prop_map(|(reserved, expired, max_attempts)| {
+            Op::Create { reserved, expired, max_attempts }
+        }),
         2 => (any::<Index>(), any::<bool>()).prop_map(|(task, expired)| Op::Claim { task, expired }),
-        3 => any::<bool>().prop_map(|expired| Op::Take { expired }),
+        4 => any::<bool>().prop_map(|expired| Op::Take { expired }),
         2 => any::<Index>().prop_map(|task| Op::Renew { task }),
         1 => any::<Index>().prop_map(|task| Op::HandOff { task }),
-        3 => (any::<Index>(), any::<bool>())
-            .prop_map(|(task, expired)| Op::Activate { task, expired }),
+        4 => (any::<Index>(), any::<bool>(), any::<bool>())
+            .prop_map(|(task, expired, overrun)| Op::Activate { task, expired, overrun }),
         1 => any::<Index>().prop_map(|task| Op::Emit { task }),
         1 => any::<Index>().prop_map(|task| Op::Cancel { task }),
         2 => (any::<Index>(), any::<bool>()).prop_map(|(task, fenced)| Op::Complete { task, fenced }),
         1 => any::<Index>().prop_map(|task| Op::Fail { task }),
-        2 => Just(Op::Recover),
+        3 => Just(Op::Recover),
         1 => Just(Op::Reap),
     ]
 }
@@ -70,7 +97,7 @@ fn ttl(expired: bool) -> Duration {
 struct Run {
     fx: Fx,
     ids: Vec<String>,
-    leases: HashMap<String, Lease>,
+    leases: BTreeMap<String, Lease>,
     terminal: HashMap<String, TaskStatus>,
     seqs: HashMap<String, u64>,
 }
@@ -80,21 +107,32 @@ impl Run {
         (!self.ids.is_empty()).then(|| self.ids[task.index(self.ids.len())].clone())
     }
 
+    /// One of the leases granted so far (the latest per task), live or not.
     fn held(&self, task: &Index) -> Option<Lease> {
-        self.pick(task).and_then(|id| self.leases.get(&id).cloned())
+        let n = self.leases.len();
+        (n > 0)
+            .then(|| self.leases.values().nth(task.index(n)).cloned())
+            .flatten()
     }
 
     async fn apply(&mut self, op: &Op) -> Result<(), TestCaseError> {
         let store = self.fx.store.clone();
         match op {
-            Op::Create { reserved, expired } => {
+            Op::Create {
+                reserved,
+                expired,
+                max_attempts,
+            } => {
                 let name = format!("t{}", self.ids.len());
-                let id = if *reserved {
-                    self.fx.reserved(&name, ttl(*expired)).await
+                let admission = if *reserved {
+                    Admission::Reserved { ttl: ttl(*expired) }
                 } else {
-                    self.fx.queued(&name).await
+                    Admission::Queued
                 };
-                self.ids.push(id.map_err(fail)?);
+                let mut new = self.fx.new_task(&name, admission);
+                new.max_attempts = *max_attempts;
+                let task = store.create(new).await.map_err(fail)?;
+                self.ids.push(task.task_id);
             }
             Op::Claim { task, expired } => {
                 if let Some(id) = self.pick(task) {
@@ -128,10 +166,14 @@ impl Run {
                     store.hand_off(&lease).await.map_err(fail)?;
                 }
             }
-            Op::Activate { task, expired } => {
+            Op::Activate {
+                task,
+                expired,
+                overrun,
+            } => {
                 if let Some(lease) = self.held(task) {
                     let activation = store
-                        .activate_execution(&lease, ttl(*expired), LONG)
+                        .activate_execution(&lease, ttl(*expired), ttl(*overrun))
                         .await
                         .map_err(fail)?;
                     if let Some(activation) = activation {
@@ -150,14 +192,16 @@ impl Run {
                 }
             }
             Op::Complete { task, fenced } => {
-                if let Some(id) = self.pick(task) {
-                    let fence = self.leases.get(&id).filter(|_| *fenced);
-                    if fence.is_some() || !fenced {
-                        self.fx
-                            .complete(&id, fence, json!(id))
-                            .await
-                            .map_err(fail)?;
-                    }
+                // A worker's fenced write with a lease it was granted, or an unfenced one.
+                let target = if *fenced {
+                    self.held(task)
+                        .map(|lease| (lease.task_id.clone(), Some(lease)))
+                } else {
+                    self.pick(task).map(|id| (id, None))
+                };
+                if let Some((id, fence)) = target {
+                    let outcome = self.fx.complete(&id, fence.as_ref(), json!(id)).await;
+                    outcome.map_err(fail)?;
                 }
             }
             Op::Fail { task } => {
@@ -222,7 +266,7 @@ async fn run_case(h: &impl Harness, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let mut run = Run {
         fx,
         ids: Vec::new(),
-        leases: HashMap::new(),
+        leases: BTreeMap::new(),
         terminal: HashMap::new(),
         seqs: HashMap::new(),
     };

@@ -219,14 +219,14 @@ impl State {
             return None;
         }
         let stored = &mut entry.stored;
+        let current = stored.lease.as_mut()?;
+        current.expires_at_ms = now.saturating_add(ttl_ms);
         stored.phase = Phase::Active;
         stored.attempt = stored.attempt.saturating_add(1);
         stored.admission_expires_at_ms = None;
         let run_deadline_ms = now.saturating_add(max_run_ms);
         stored.run_deadline_ms = Some(run_deadline_ms);
         entry.max_run_ms = max_run_ms;
-        let current = stored.lease.as_mut()?;
-        current.expires_at_ms = now.saturating_add(ttl_ms);
         let activation = Activation {
             lease: current.clone(),
             attempt: stored.attempt,
