@@ -62,7 +62,12 @@ fn resolve(
             continue;
         }
         stack.push(name.to_owned());
-        let helper = resolve(&includes.join(format!("{name}.lua")), includes, included, stack);
+        let helper = resolve(
+            &includes.join(format!("{name}.lua")),
+            includes,
+            included,
+            stack,
+        );
         stack.pop();
         out.push_str(&helper);
     }
