@@ -384,11 +384,14 @@ pub async fn take_next_wakes_when_a_task_is_queued(h: &impl Harness) -> TestResu
     Ok(())
 }
 
+/// Tasks queued in different milliseconds come out oldest first (ids sort the other way, so
+/// an order by id would show); `max` and the entrypoint list are honoured.
 pub async fn take_next_honours_max_entrypoints_and_fifo(h: &impl Harness) -> TestResult {
     let fx = Fx::new(h).await?;
     let mut ids = Vec::new();
-    for name in ["a", "b", "c"] {
+    for name in ["c", "b", "a"] {
         ids.push(fx.queued(name).await?);
+        tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let mut elsewhere = fx.new_task("elsewhere", Admission::Queued);
     elsewhere.invocation.entrypoint = format!("{}-other", fx.entrypoint);

@@ -144,13 +144,11 @@ pub async fn replay_resumes_after_a_sequence_number(h: &impl Harness) -> TestRes
 /// A subscription hears only its own task.
 pub async fn events_of_other_tasks_stay_out(h: &impl Harness) -> TestResult {
     let fx = Fx::new(h).await?;
-    let watched = fx.queued("watched").await?;
-    let other = fx.queued("other").await?;
+    let watched = fx.reserved("watched", LONG).await?;
+    let other = fx.reserved("other", LONG).await?;
     let mut sub = fx.subscribe(&watched, None).await?;
-    // Both claims come from the queue in creation order.
-    let watched_claim = fx.take("w1", LONG).await?;
-    let other_claim = fx.take("w1", LONG).await?;
-    assert_eq!(other_claim.lease.task_id, other);
+    let watched_claim = fx.claim(&watched, "w1", LONG).await?;
+    let other_claim = fx.claim(&other, "w1", LONG).await?;
 
     fx.store.emit(&other_claim.lease, progress(1)).await?;
     assert!(fx.cancel(&other).await?.applied().is_some());
