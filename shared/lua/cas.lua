@@ -32,6 +32,8 @@ end
 local f = redis.call('HMGET', k.task, 'status', 'owner', 'lease_owner')
 if not f[1] or f[2] ~= ARGV[2] then return {0, 'NOT_FOUND'} end
 if not string.find(ARGV[3], ',' .. f[1] .. ',', 1, true) then return view(0, 'STATUS') end
+-- A terminal task never runs again, whatever the caller expected.
+if f[1] ~= 'running' and next_status == 'running' then return view(0, 'STATUS') end
 local now = now_ms()
 if ARGV[7] ~= '' and not lease_is_live(k.task, ARGV[7], ARGV[8], now) then
   return view(0, 'FENCED')

@@ -1,8 +1,8 @@
 -- claim: takes a prepared lease on one task by id (upstream claimExecution): the task must be
--- running with no live lease. Each claim increments the task's fencing epoch.
--- A queued task keeps its queue entry; take skips and drops entries whose task is not queued.
+-- running, reserved, queued or prepared, with no live lease. Each claim increments the task's
+-- fencing epoch. An active task whose lease expired is left to recovery, which counts attempts.
 --
--- KEYS[1] task  KEYS[2] leases  KEYS[3] admissions
+-- KEYS[1] task  KEYS[2] leases  KEYS[3] admissions  KEYS[4] queue of the task's entrypoint
 -- ARGV[1] task id  ARGV[2] claimer id  ARGV[3] lease ttl ms
 -- Returns {1, epoch, lease_expires, owner, invocation, attempt, max_attempts, entrypoint}
 --       | {0, 'MISSING' | 'NOT_RUNNING' | 'LEASED' | 'EXPIRED'}
@@ -10,7 +10,7 @@
 
 -- @include "now_ms"
 
-local task, leases, admissions = KEYS[1], KEYS[2], KEYS[3]
+local task, leases, admissions, queue = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id, claimer = ARGV[1], ARGV[2]
 
 local f = redis.call('HMGET', task, 'status', 'phase', 'lease_expires', 'admission_expires')
@@ -18,6 +18,7 @@ if not f[1] then return {0, 'MISSING'} end
 if f[1] ~= 'running' then return {0, 'NOT_RUNNING'} end
 local now = now_ms()
 if f[3] and tonumber(f[3]) > now then return {0, 'LEASED'} end
+if f[2] == 'active' then return {0, 'LEASED'} end
 if f[2] == 'reserved' and f[4] and tonumber(f[4]) <= now then return {0, 'EXPIRED'} end
 
 local epoch = redis.call('HINCRBY', task, 'epoch', 1)
@@ -25,6 +26,7 @@ local expires = now + tonumber(ARGV[3])
 redis.call('HSET', task, 'phase', 'prepared', 'lease_owner', claimer, 'lease_expires', expires)
 redis.call('HDEL', task, 'admission_expires')
 redis.call('ZREM', admissions, id)
+redis.call('ZREM', queue, id)
 redis.call('ZADD', leases, expires, id)
 local r = redis.call('HMGET', task, 'owner', 'invocation', 'attempt', 'max_attempts', 'entrypoint')
 return {1, epoch, expires, r[1], r[2], tonumber(r[3]), tonumber(r[4]), r[5]}

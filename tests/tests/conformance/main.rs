@@ -132,14 +132,69 @@ impl Harness for MemoryHarness {
 
 conformance_tests!(memory, MemoryHarness);
 
-// ----- Redis harness: to be added here -----
-//
-// A `RedisHarness` implementing `Harness` whose `store(cfg)` starts (or reuses) a private
-// server with `harness::redis_server::RedisServer::start()` and returns
-// `RedisStore::connect(RedisStoreConfig { .. max_tasks/retention from cfg .. })`. Every `store()`
-// call must give an empty store that shares no tasks, queues or `live_count` with earlier
-// calls (a fresh server, or `FLUSHDB` between calls): the property test calls it once per case.
-// Keep the server alive for the test by owning it in the harness (one harness value is built
-// per test). Then:
-//
-// conformance_tests!(redis, RedisHarness::new());
+/// The Redis store on a private `redis-server` owned by the harness (one per test); each
+/// `store()` call gets a namespace of its own, so stores of one test share nothing.
+struct RedisHarness {
+    server: harness::redis_server::RedisServer,
+    /// Namespace of the latest store, for the leak check.
+    namespace: std::sync::Mutex<String>,
+}
+
+impl RedisHarness {
+    fn new() -> Self {
+        match harness::redis_server::RedisServer::start() {
+            Ok(server) => RedisHarness {
+                server,
+                namespace: Default::default(),
+            },
+            Err(err) => panic!("cannot start redis-server for the suite: {err}"),
+        }
+    }
+}
+
+impl Harness for RedisHarness {
+    async fn store(&self, cfg: StoreCfg) -> Result<Arc<dyn TaskStore>, BoxError> {
+        let mut config = shared::store::RedisStoreConfig::new(self.server.url());
+        config.namespace = format!("t{}", shared::token::AccessToken::generate().expose());
+        if let Ok(mut latest) = self.namespace.lock() {
+            latest.clone_from(&config.namespace);
+        }
+        config.max_tasks = cfg.max_tasks;
+        config.retention = cfg.retention;
+        config.pool_size = 8;
+        Ok(Arc::new(shared::store::RedisStore::connect(config).await?))
+    }
+
+    /// With every task terminal, each key left must expire by itself: task records, event logs
+    /// and owner indexes within retention, doorbells within a minute; the live set, lease and
+    /// admission deadlines, queues and per-owner live counters must be gone.
+    async fn check_no_leaks(&self) -> Result<(), BoxError> {
+        let namespace = self
+            .namespace
+            .lock()
+            .map(|ns| ns.clone())
+            .unwrap_or_default();
+        let keys = shared::store::redis::Keys::new(&namespace);
+        let mut conn = self.server.client().await?;
+        let found: Vec<String> = ::redis::cmd("KEYS")
+            .arg(keys.all_pattern())
+            .query_async(&mut conn)
+            .await?;
+        let retention_ms = i64::try_from(shared::store::DEFAULT_RETENTION.as_millis())?;
+        for key in found {
+            let ttl: i64 = ::redis::cmd("PTTL").arg(&key).query_async(&mut conn).await?;
+            let kind = key.split(':').nth(1).unwrap_or_default();
+            let bound = match kind {
+                "task" | "events" | "owner" => retention_ms,
+                "wake" => 60_000,
+                _ => return Err(format!("{key} outlives every task").into()),
+            };
+            if !(1..=bound).contains(&ttl) {
+                return Err(format!("{key} would not expire (PTTL {ttl})").into());
+            }
+        }
+        Ok(())
+    }
+}
+
+conformance_tests!(redis, RedisHarness::new());

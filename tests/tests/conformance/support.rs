@@ -61,6 +61,12 @@ pub trait Harness: Send + Sync {
 
     /// Called after a test has slept past `retention` and before it checks that terminal tasks
     /// are gone. A store whose expiry is not exact can force it here; by default nothing.
+    /// Called once every task the store holds is terminal: a store with an external keyspace
+    /// checks here that nothing is left that would not expire by itself. By default nothing.
+    fn check_no_leaks(&self) -> impl Future<Output = Result<(), BoxError>> + Send {
+        async { Ok(()) }
+    }
+
     fn after_retention(
         &self,
         _store: &Arc<dyn TaskStore>,

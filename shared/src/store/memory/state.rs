@@ -251,7 +251,10 @@ impl State {
                 current: None,
             };
         };
-        let reason = if !expected.contains(&entry.stored.task.status) {
+        // A terminal task never runs again, whatever `expected` says.
+        let reason = if !expected.contains(&entry.stored.task.status)
+            || (entry.stored.task.status.is_terminal() && !next.status.is_terminal())
+        {
             Some(Rejection::Status)
         } else if fence.is_some_and(|lease| lease.task_id != task_id || !entry.holds(lease, now)) {
             Some(Rejection::Fenced)
@@ -485,7 +488,11 @@ impl State {
     /// Claims a running task without a live lease: new epoch, `prepared`.
     fn claim(&mut self, task_id: &str, owner_id: &str, ttl_ms: u64, now: u64) -> Option<Claim> {
         let entry = self.tasks.get_mut(task_id)?;
-        if entry.stored.task.status != TaskStatus::Running || entry.has_live_lease(now) {
+        // An active task whose lease expired belongs to recovery, which counts its attempts.
+        if entry.stored.task.status != TaskStatus::Running
+            || entry.stored.phase == Phase::Active
+            || entry.has_live_lease(now)
+        {
             return None;
         }
         let was_queued = entry.stored.phase == Phase::Queued;

@@ -302,6 +302,11 @@ impl TaskStore for RedisStore {
         lease_ttl: Duration,
     ) -> Result<Option<Claim>, StoreError> {
         let keys = &self.inner.keys;
+        // The claim takes a queued task out of its entrypoint's queue, whose name the record
+        // holds: one read first (claims by id are the admission path, not the worker's).
+        let Some((_, entrypoint)) = self.owner_and_entrypoint(task_id).await? else {
+            return Ok(None);
+        };
         let reply: Vec<Value> = self
             .eval(
                 self.inner
@@ -310,6 +315,7 @@ impl TaskStore for RedisStore {
                     .key(keys.task(task_id))
                     .key(keys.leases())
                     .key(keys.admissions())
+                    .key(keys.queue(&entrypoint))
                     .arg(task_id)
                     .arg(owner_id)
                     .arg(ms(lease_ttl)),
@@ -398,6 +404,16 @@ impl TaskStore for RedisStore {
         fence: Option<&Lease>,
     ) -> Result<CasOutcome, StoreError> {
         let keys = &self.inner.keys;
+        if fence.is_some_and(|lease| lease.task_id != task_id) {
+            // Epochs count per task: another task's lease must not pass as this one's fence.
+            let current = self.get(task_id).await?.map(|stored| stored.task);
+            let reason = if current.is_some() {
+                Rejection::Fenced
+            } else {
+                Rejection::NotFound
+            };
+            return Ok(CasOutcome::Rejected { reason, current });
+        }
         let (owner, entrypoint) = match fence {
             Some(lease) => (lease.task_owner.clone(), lease.entrypoint.clone()),
             None => match self.owner_and_entrypoint(task_id).await? {
