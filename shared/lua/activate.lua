@@ -1,22 +1,32 @@
--- activate: prepared -> active for the current live claim. Counts an attempt and starts the
--- hard run deadline; from here the lease is renewed by the worker heartbeat.
+-- activate: prepared -> active for current live claims, many at once (a worker activates what
+-- one take gave it, and concurrent activations of one process are sent together). Counts an
+-- attempt and starts the hard run deadline; from here the lease is renewed by heartbeat.
 --
--- KEYS[1] task  KEYS[2] leases
--- ARGV[1] task id  ARGV[2] holder id  ARGV[3] epoch  ARGV[4] lease ttl ms  ARGV[5] max run ms
--- Returns {attempt, lease_expires, run_deadline} | false when fenced out.
+-- KEYS[1] leases, KEYS[2 ..] task keys
+-- ARGV per task, 5 values: task id, holder id, epoch, lease ttl ms, max run ms
+-- Returns per task: {attempt, lease_expires, run_deadline} | 0 when fenced out.
 
 -- @include "now_ms"
--- @include "lease_is_live"
 
-local task, leases = KEYS[1], KEYS[2]
+local leases = KEYS[1]
 local now = now_ms()
-if not lease_is_live(task, ARGV[2], ARGV[3], now) then return false end
-if redis.call('HGET', task, 'phase') ~= 'prepared' then return false end
-
-local attempt = redis.call('HINCRBY', task, 'attempt', 1)
-local expires = now + tonumber(ARGV[4])
-local deadline = now + tonumber(ARGV[5])
-redis.call('HSET', task, 'phase', 'active', 'lease_expires', expires,
-  'run_deadline', deadline, 'run_ms', ARGV[5])
-redis.call('ZADD', leases, expires, ARGV[1])
-return {attempt, expires, deadline}
+local out = {}
+for i = 2, #KEYS do
+  local task = KEYS[i]
+  local b = (i - 2) * 5
+  local id, holder, epoch = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
+  local f = redis.call('HMGET', task, 'status', 'lease_owner', 'epoch', 'lease_expires', 'phase')
+  if f[1] == 'running' and f[2] == holder and f[3] == epoch and f[4]
+      and tonumber(f[4]) > now and f[5] == 'prepared' then
+    local attempt = redis.call('HINCRBY', task, 'attempt', 1)
+    local expires = now + tonumber(ARGV[b + 4])
+    local deadline = now + tonumber(ARGV[b + 5])
+    redis.call('HSET', task, 'phase', 'active', 'lease_expires', expires,
+      'run_deadline', deadline, 'run_ms', ARGV[b + 5])
+    redis.call('ZADD', leases, expires, id)
+    out[#out + 1] = {attempt, expires, deadline}
+  else
+    out[#out + 1] = 0
+  end
+end
+return out

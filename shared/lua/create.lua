@@ -1,60 +1,67 @@
--- create: stores a new task (status running) and either queues it or holds it reserved.
+-- create: stores new tasks (status running), each queued or held reserved. Concurrent creates
+-- of one process arrive here together (see redis/batch.rs), so one call admits a batch.
 --
--- Capacity counts non-terminal tasks cluster-wide (SCARD live). When full, the script reports how
--- many admissions and leases are already due, so the caller reaps them and retries: reaping
--- always happens before capacity is enforced.
+-- Capacity counts non-terminal tasks cluster-wide (SCARD live), checked per task in order. When
+-- full, the reply carries how many admissions and leases are already due, so the caller reaps
+-- them and retries: reaping always happens before capacity is enforced.
 --
--- KEYS[1] task      KEYS[2] events     KEYS[3] live        KEYS[4] owner_index
--- KEYS[5] owner_live KEYS[6] queue     KEYS[7] wake        KEYS[8] admissions
--- KEYS[9] leases
--- ARGV[1] task id   ARGV[2] owner hash  ARGV[3] context id ('' for none)
--- ARGV[4] invocation json  ARGV[5] entrypoint  ARGV[6] 'queued' | 'reserved'
--- ARGV[7] admission ttl ms  ARGV[8] max attempts  ARGV[9] max tasks
--- ARGV[10] statusUpdate data json  ARGV[11] channel  ARGV[12] event log length
--- Returns {1, created_ms} | {0, 'DUPLICATE'} | {0, 'CAPACITY', due_count}
--- Emits statusUpdate running (seq 1).
+-- KEYS[1] live  KEYS[2] admissions  KEYS[3] leases
+-- KEYS[4 ..] per task, 6 keys: task, events, owner_index, owner_live, queue, wake
+-- ARGV[1] max tasks  ARGV[2] event log length
+-- ARGV[3 ..] per task, 9 values: id, owner hash, context id ('' for none), invocation json,
+--   entrypoint, 'queued' | 'reserved', admission ttl ms, max attempts, channel
+-- Returns per task: {1, created_ms} | {0, 'DUPLICATE'} | {0, 'CAPACITY', due_count}
+-- Emits statusUpdate running (seq 1) per created task.
 
 -- @include "now_ms"
 -- @include "append_event"
 -- @include "ring_doorbell"
 
-local task, events, live, owner_index = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local owner_live, queue, wake, admissions, leases = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
-local id, owner, context, invocation, entrypoint, mode =
-  ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-
-if redis.call('EXISTS', task) == 1 then
-  return {0, 'DUPLICATE'}
-end
-
+local live, admissions, leases = KEYS[1], KEYS[2], KEYS[3]
+local max_tasks, log_len = tonumber(ARGV[1]), ARGV[2]
 local now = now_ms()
-if redis.call('SCARD', live) >= tonumber(ARGV[9]) then
-  local due = redis.call('ZCOUNT', admissions, '-inf', now)
-    + redis.call('ZCOUNT', leases, '-inf', now)
-  return {0, 'CAPACITY', due}
-end
+local out = {}
 
-redis.call('HSET', task,
-  'status', 'running', 'owner', owner, 'created', now, 'updated', now,
-  'invocation', invocation, 'entrypoint', entrypoint, 'epoch', 0, 'attempt', 0,
-  'max_attempts', ARGV[8], 'seq', 0)
-if context ~= '' then
-  redis.call('HSET', task, 'context', context)
-end
-redis.call('SADD', live, id)
-redis.call('ZADD', owner_index, now, id)
-redis.call('PERSIST', owner_index)
-redis.call('INCR', owner_live)
+for i = 0, (#KEYS - 3) / 6 - 1 do
+  local kb, ab = 4 + i * 6, 3 + i * 9
+  local task, events, owner_index = KEYS[kb], KEYS[kb + 1], KEYS[kb + 2]
+  local owner_live, queue, wake = KEYS[kb + 3], KEYS[kb + 4], KEYS[kb + 5]
+  local id, owner, context, invocation = ARGV[ab], ARGV[ab + 1], ARGV[ab + 2], ARGV[ab + 3]
+  local entrypoint, mode, channel = ARGV[ab + 4], ARGV[ab + 5], ARGV[ab + 8]
 
-if mode == 'reserved' then
-  local expires = now + tonumber(ARGV[7])
-  redis.call('HSET', task, 'phase', 'reserved', 'handed_off', '0', 'admission_expires', expires)
-  redis.call('ZADD', admissions, expires, id)
-else
-  redis.call('HSET', task, 'phase', 'queued', 'handed_off', '1')
-  redis.call('ZADD', queue, now, id)
-  ring_doorbell(wake)
+  if redis.call('EXISTS', task) == 1 then
+    out[#out + 1] = {0, 'DUPLICATE'}
+  elseif redis.call('SCARD', live) >= max_tasks then
+    local due = redis.call('ZCOUNT', admissions, '-inf', now)
+      + redis.call('ZCOUNT', leases, '-inf', now)
+    out[#out + 1] = {0, 'CAPACITY', due}
+  else
+    local phase, handed_off = 'queued', '1'
+    if mode == 'reserved' then phase, handed_off = 'reserved', '0' end
+    redis.call('HSET', task,
+      'status', 'running', 'phase', phase, 'handed_off', handed_off, 'owner', owner,
+      'created', now, 'updated', now, 'invocation', invocation, 'entrypoint', entrypoint,
+      'epoch', 0, 'attempt', 0, 'max_attempts', ARGV[ab + 7], 'seq', 0)
+    if context ~= '' then
+      redis.call('HSET', task, 'context', context)
+    end
+    redis.call('SADD', live, id)
+    redis.call('ZADD', owner_index, now, id)
+    if redis.call('INCR', owner_live) == 1 then
+      -- The owner's first live task: its index must outlive every task from now on.
+      redis.call('PERSIST', owner_index)
+    end
+    if mode == 'reserved' then
+      local expires = now + tonumber(ARGV[ab + 6])
+      redis.call('HSET', task, 'admission_expires', expires)
+      redis.call('ZADD', admissions, expires, id)
+    else
+      redis.call('ZADD', queue, now, id)
+      ring_doorbell(wake)
+    end
+    append_event(task, events, channel, 'statusUpdate',
+      '{"taskId":' .. cjson.encode(id) .. ',"status":"running"}', log_len)
+    out[#out + 1] = {1, now}
+  end
 end
-
-append_event(task, events, ARGV[11], 'statusUpdate', ARGV[10], ARGV[12])
-return {1, now}
+return out

@@ -11,8 +11,10 @@
 //!   the owner hash and task id ([`subscriber`]).
 //!
 //! Round trips: create 1; take 2 (peek, claim) for up to `max` tasks; activate 1; terminal
-//! write 1; heartbeat 1 per worker per tick whatever its number of leases.
+//! write 1; heartbeat 1 per worker per tick whatever its number of leases. Concurrent creates,
+//! activations and compare-and-sets of one process share calls ([`batch`]).
 
+mod batch;
 mod keys;
 mod pool;
 mod replies;
@@ -28,6 +30,9 @@ use std::time::Duration;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
+use redis::Value;
+
+use self::batch::Batcher;
 use self::pool::Pool;
 use self::scripts::Scripts;
 use self::subscriber::Dispatcher;
@@ -71,16 +76,81 @@ pub struct RedisStore {
 }
 
 struct Inner {
-    config: RedisStoreConfig,
+    core: Arc<Core>,
     client: redis::Client,
-    pool: Pool,
-    keys: Keys,
-    scripts: Scripts,
     dispatcher: Dispatcher,
     /// Connections reserved for blocking reads (BLPOP on doorbells): a blocked connection
     /// cannot carry other commands, so these never serve anything else.
     blocking: Mutex<Vec<redis::aio::MultiplexedConnection>>,
+    creates: Batcher<ScriptItem, Value>,
+    activations: Batcher<ScriptItem, Value>,
+    swaps: Batcher<ScriptItem, Value>,
     shutdown: CancellationToken,
+}
+
+/// What the batch lanes share with the store: connections, key names, scripts, settings.
+pub(crate) struct Core {
+    config: RedisStoreConfig,
+    pool: Pool,
+    keys: Keys,
+    scripts: Scripts,
+}
+
+/// One item of a batched script call: its own keys and arguments, after the call's shared ones.
+pub(crate) struct ScriptItem {
+    pub keys: Vec<String>,
+    pub args: Vec<String>,
+}
+
+impl Core {
+    /// Runs a script invocation (EVALSHA, reloading on NOSCRIPT) on a pooled connection.
+    async fn eval<T: redis::FromRedisValue>(
+        &self,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<T, StoreError> {
+        let mut conn = pool::get(&self.pool).await?;
+        match invocation.invoke_async(&mut *conn).await {
+            Ok(value) => Ok(value),
+            Err(err) => {
+                pool::discard_if_broken(&self.pool, conn, &err);
+                Err(err.into())
+            }
+        }
+    }
+}
+
+/// A batcher for one script: shared keys and arguments first, then each item's.
+fn batched(
+    core: &Arc<Core>,
+    lanes: usize,
+    pick: fn(&Scripts) -> &redis::Script,
+    shared_keys: Vec<String>,
+    shared_args: Vec<String>,
+) -> Batcher<ScriptItem, Value> {
+    let core = core.clone();
+    let shared = Arc::new((shared_keys, shared_args));
+    Batcher::start(lanes, 256, move |items: Vec<ScriptItem>| {
+        let core = core.clone();
+        let shared = shared.clone();
+        async move {
+            let mut invocation = pick(&core.scripts).prepare_invoke();
+            for key in &shared.0 {
+                invocation.key(key);
+            }
+            for arg in &shared.1 {
+                invocation.arg(arg);
+            }
+            for item in &items {
+                for key in &item.keys {
+                    invocation.key(key);
+                }
+                for arg in &item.args {
+                    invocation.arg(arg);
+                }
+            }
+            core.eval::<Vec<Value>>(&invocation).await
+        }
+    })
 }
 
 impl RedisStore {
@@ -89,15 +159,44 @@ impl RedisStore {
         let client = redis::Client::open(config.url.as_str())?;
         let pool = pool::build(&config.url, config.pool_size, config.timeout)?;
         let shutdown = CancellationToken::new();
+        let keys = Keys::new(&config.namespace);
+        let creates_args = vec![
+            config.max_tasks.to_string(),
+            config.event_log_len.to_string(),
+        ];
+        let swaps_args = vec![
+            config.retention.as_millis().to_string(),
+            config.event_log_len.to_string(),
+            keys.worker_channel_prefix(),
+        ];
+        let core = Arc::new(Core {
+            keys: keys.clone(),
+            scripts: Scripts::load(),
+            config,
+            pool,
+        });
+        let lanes = 4;
         let store = RedisStore {
             inner: Arc::new(Inner {
-                keys: Keys::new(&config.namespace),
+                creates: batched(
+                    &core,
+                    lanes,
+                    |s| &s.create,
+                    vec![keys.live(), keys.admissions(), keys.leases()],
+                    creates_args,
+                ),
+                activations: batched(&core, lanes, |s| &s.activate, vec![keys.leases()], vec![]),
+                swaps: batched(
+                    &core,
+                    lanes,
+                    |s| &s.cas,
+                    vec![keys.leases(), keys.admissions(), keys.live()],
+                    swaps_args,
+                ),
                 dispatcher: Dispatcher::start(client.clone(), shutdown.clone()),
-                scripts: Scripts::load(),
                 blocking: Mutex::new(Vec::new()),
-                config,
+                core,
                 client,
-                pool,
                 shutdown,
             }),
         };
@@ -106,11 +205,11 @@ impl RedisStore {
     }
 
     pub fn config(&self) -> &RedisStoreConfig {
-        &self.inner.config
+        &self.inner.core.config
     }
 
     pub fn keys(&self) -> &Keys {
-        &self.inner.keys
+        &self.inner.core.keys
     }
 
     /// Round trip to Redis (readiness checks).
@@ -122,11 +221,11 @@ impl RedisStore {
 
     /// Runs one command on a pooled connection.
     async fn query<T: redis::FromRedisValue>(&self, cmd: &mut redis::Cmd) -> Result<T, StoreError> {
-        let mut conn = pool::get(&self.inner.pool).await?;
+        let mut conn = pool::get(&self.inner.core.pool).await?;
         match cmd.query_async(&mut *conn).await {
             Ok(value) => Ok(value),
             Err(err) => {
-                pool::discard_if_broken(&self.inner.pool, conn, &err);
+                pool::discard_if_broken(&self.inner.core.pool, conn, &err);
                 Err(err.into())
             }
         }
@@ -137,11 +236,11 @@ impl RedisStore {
         &self,
         pipe: &redis::Pipeline,
     ) -> Result<T, StoreError> {
-        let mut conn = pool::get(&self.inner.pool).await?;
+        let mut conn = pool::get(&self.inner.core.pool).await?;
         match pipe.query_async(&mut *conn).await {
             Ok(value) => Ok(value),
             Err(err) => {
-                pool::discard_if_broken(&self.inner.pool, conn, &err);
+                pool::discard_if_broken(&self.inner.core.pool, conn, &err);
                 Err(err.into())
             }
         }
@@ -152,14 +251,7 @@ impl RedisStore {
         &self,
         invocation: &redis::ScriptInvocation<'_>,
     ) -> Result<T, StoreError> {
-        let mut conn = pool::get(&self.inner.pool).await?;
-        match invocation.invoke_async(&mut *conn).await {
-            Ok(value) => Ok(value),
-            Err(err) => {
-                pool::discard_if_broken(&self.inner.pool, conn, &err);
-                Err(err.into())
-            }
-        }
+        self.inner.core.eval(invocation).await
     }
 
     /// Blocks on the doorbells of `entrypoints` for up to `wait`; true when one rang.
@@ -175,7 +267,7 @@ impl RedisStore {
                 // No response timeout here: the server holds the reply for `wait` on purpose;
                 // the client-side bound below is `wait` plus the usual timeout.
                 let config = redis::AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(self.inner.config.timeout))
+                    .set_connection_timeout(Some(self.inner.core.config.timeout))
                     .set_response_timeout(None);
                 self.inner
                     .client
@@ -185,12 +277,12 @@ impl RedisStore {
         };
         let keys: Vec<String> = entrypoints
             .iter()
-            .map(|ep| self.inner.keys.wake(ep))
+            .map(|ep| self.inner.core.keys.wake(ep))
             .collect();
         let seconds = wait.as_secs_f64().max(0.01);
         let mut cmd = redis::cmd("BLPOP");
         cmd.arg(&keys).arg(seconds);
-        let bound = wait + self.inner.config.timeout;
+        let bound = wait + self.inner.core.config.timeout;
         let reply: Result<Result<Option<(String, String)>, redis::RedisError>, _> =
             tokio::time::timeout(bound, cmd.query_async(&mut conn)).await;
         match reply {
@@ -215,7 +307,7 @@ impl RedisStore {
         let mut listener = self
             .inner
             .dispatcher
-            .listen(self.inner.keys.worker_channel(worker_id))
+            .listen(self.inner.core.keys.worker_channel(worker_id))
             .await?;
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(async move {

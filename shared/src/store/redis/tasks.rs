@@ -7,10 +7,10 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use redis::Value;
 
-use super::RedisStore;
 use super::replies::{self, TASK_FIELDS};
 use super::subscriber::{Listener, Signal};
-use crate::protocol::{Task, TaskEvent, TaskEventData, TaskStatus};
+use super::{RedisStore, ScriptItem};
+use crate::protocol::{Task, TaskEvent, TaskStatus};
 use crate::store::{
     Activation, Admission, CasOutcome, Claim, Durability, EventPayload, Lease, ListQuery, NewTask,
     RecoveryReport, Rejection, StoreError, StoredEvent, StoredTask, Subscription, TaskPage,
@@ -40,15 +40,16 @@ fn text(value: &Value) -> Result<String, StoreError> {
 
 impl RedisStore {
     fn retention_ms(&self) -> u64 {
-        ms(self.inner.config.retention)
+        ms(self.inner.core.config.retention)
     }
 
     /// Runs `recover.lua` over the due ids in `mode` (`reap` or `recover`).
     async fn settle_due(&self, mode: &str, limit: usize) -> Result<RecoveryReport, StoreError> {
-        let keys = &self.inner.keys;
+        let keys = &self.inner.core.keys;
         let due: Vec<String> = self
             .eval(
                 self.inner
+                    .core
                     .scripts
                     .due
                     .key(keys.leases())
@@ -64,7 +65,7 @@ impl RedisStore {
         if ids.is_empty() {
             return Ok(RecoveryReport::default());
         }
-        let keys = &self.inner.keys;
+        let keys = &self.inner.core.keys;
         // The script's per-task keys include the owner's index and the entrypoint's queue,
         // so read both first (one pipelined round trip; recovery is the rare path).
         let mut read = redis::pipe();
@@ -75,14 +76,14 @@ impl RedisStore {
                 .arg("entrypoint");
         }
         let owners: Vec<(Option<String>, Option<String>)> = self.pipe(&read).await?;
-        let mut invocation = self.inner.scripts.recover.prepare_invoke();
+        let mut invocation = self.inner.core.scripts.recover.prepare_invoke();
         invocation
             .key(keys.leases())
             .key(keys.admissions())
             .key(keys.live())
             .arg(mode)
             .arg(self.retention_ms())
-            .arg(self.inner.config.event_log_len)
+            .arg(self.inner.core.config.event_log_len)
             .arg(keys.task_channel_prefix());
         for (id, (owner, entrypoint)) in ids.iter().zip(&owners) {
             // A task that vanished meanwhile: the script only drops its stale index entries,
@@ -115,7 +116,7 @@ impl RedisStore {
         task_id: &str,
     ) -> Result<Option<(OwnerHash, String)>, StoreError> {
         let mut cmd = redis::cmd("HMGET");
-        cmd.arg(self.inner.keys.task(task_id))
+        cmd.arg(self.inner.core.keys.task(task_id))
             .arg("owner")
             .arg("entrypoint");
         let (owner, entrypoint): (Option<String>, Option<String>) = self.query(&mut cmd).await?;
@@ -132,7 +133,7 @@ impl RedisStore {
         after: u64,
     ) -> Result<Vec<StoredEvent>, StoreError> {
         let mut cmd = redis::cmd("LRANGE");
-        cmd.arg(self.inner.keys.events(task_id)).arg(0).arg(-1);
+        cmd.arg(self.inner.core.keys.events(task_id)).arg(0).arg(-1);
         let entries: Vec<String> = self.query(&mut cmd).await?;
         let mut events = Vec::new();
         for entry in entries {
@@ -157,49 +158,40 @@ impl TaskStore for RedisStore {
     }
 
     async fn create(&self, new: NewTask) -> Result<Task, StoreError> {
-        let keys = &self.inner.keys;
+        let keys = &self.inner.core.keys;
         let id = &new.task_id;
         let entrypoint = &new.invocation.entrypoint;
         let (mode, admission_ttl) = match new.admission {
             Admission::Queued => ("queued", 0),
             Admission::Reserved { ttl } => ("reserved", ms(ttl)),
         };
-        let data = to_json(&TaskEventData {
-            task_id: id.clone(),
-            status: Some(TaskStatus::Running),
-            result: None,
-            error: None,
-        })?;
-        let invocation_json = to_json(&new.invocation)?;
+        let item = || -> Result<ScriptItem, StoreError> {
+            Ok(ScriptItem {
+                keys: vec![
+                    keys.task(id),
+                    keys.events(id),
+                    keys.owner_index(&new.owner),
+                    keys.owner_live(&new.owner),
+                    keys.queue(entrypoint),
+                    keys.wake(entrypoint),
+                ],
+                args: vec![
+                    id.clone(),
+                    new.owner.as_str().to_owned(),
+                    new.invocation.context_id.clone().unwrap_or_default(),
+                    to_json(&new.invocation)?,
+                    entrypoint.clone(),
+                    mode.to_owned(),
+                    admission_ttl.to_string(),
+                    new.max_attempts.to_string(),
+                    keys.task_channel(&new.owner, id),
+                ],
+            })
+        };
         for round in 0..2 {
-            let reply: Vec<Value> = self
-                .eval(
-                    self.inner
-                        .scripts
-                        .create
-                        .key(keys.task(id))
-                        .key(keys.events(id))
-                        .key(keys.live())
-                        .key(keys.owner_index(&new.owner))
-                        .key(keys.owner_live(&new.owner))
-                        .key(keys.queue(entrypoint))
-                        .key(keys.wake(entrypoint))
-                        .key(keys.admissions())
-                        .key(keys.leases())
-                        .arg(id)
-                        .arg(new.owner.as_str())
-                        .arg(new.invocation.context_id.as_deref().unwrap_or_default())
-                        .arg(&invocation_json)
-                        .arg(entrypoint)
-                        .arg(mode)
-                        .arg(admission_ttl)
-                        .arg(new.max_attempts)
-                        .arg(self.inner.config.max_tasks)
-                        .arg(&data)
-                        .arg(keys.task_channel(&new.owner, id))
-                        .arg(self.inner.config.event_log_len),
-                )
-                .await?;
+            let reply = self.inner.creates.call(item()?).await?;
+            let reply: Vec<Value> = redis::from_redis_value(reply)
+                .map_err(|err| StoreError::Corrupt(err.to_string()))?;
             match reply.as_slice() {
                 [ok, created] if int(ok)? == 1 => {
                     let at = crate::protocol::Timestamp(int(created)?);
@@ -221,27 +213,26 @@ impl TaskStore for RedisStore {
                     if round == 0 && int(due)? > 0 && self.reap_expired_admissions().await? > 0 {
                         continue;
                     }
-                    return Err(StoreError::Capacity {
-                        max: self.inner.config.max_tasks,
-                    });
+                    break;
                 }
                 _ => return Err(corrupt("unexpected create reply")),
             }
         }
         Err(StoreError::Capacity {
-            max: self.inner.config.max_tasks,
+            max: self.inner.core.config.max_tasks,
         })
     }
 
     async fn get(&self, task_id: &str) -> Result<Option<StoredTask>, StoreError> {
         let mut cmd = redis::cmd("HMGET");
-        cmd.arg(self.inner.keys.task(task_id)).arg(&TASK_FIELDS[..]);
+        cmd.arg(self.inner.core.keys.task(task_id))
+            .arg(&TASK_FIELDS[..]);
         let fields: Vec<Option<String>> = self.query(&mut cmd).await?;
         replies::stored_task(task_id, &fields)
     }
 
     async fn list(&self, owner: &OwnerHash, query: &ListQuery) -> Result<TaskPage, StoreError> {
-        let keys = &self.inner.keys;
+        let keys = &self.inner.core.keys;
         let index = keys.owner_index(owner);
         let mut cmd = redis::cmd("ZRANGE");
         cmd.arg(&index).arg(0).arg(-1).arg("REV");
@@ -301,7 +292,7 @@ impl TaskStore for RedisStore {
         owner_id: &str,
         lease_ttl: Duration,
     ) -> Result<Option<Claim>, StoreError> {
-        let keys = &self.inner.keys;
+        let keys = &self.inner.core.keys;
         // The claim takes a queued task out of its entrypoint's queue, whose name the record
         // holds: one read first (claims by id are the admission path, not the worker's).
         let Some((_, entrypoint)) = self.owner_and_entrypoint(task_id).await? else {
@@ -310,6 +301,7 @@ impl TaskStore for RedisStore {
         let reply: Vec<Value> = self
             .eval(
                 self.inner
+                    .core
                     .scripts
                     .claim
                     .key(keys.task(task_id))
@@ -347,10 +339,11 @@ impl TaskStore for RedisStore {
     }
 
     async fn hand_off(&self, lease: &Lease) -> Result<bool, StoreError> {
-        let keys = &self.inner.keys;
+        let keys = &self.inner.core.keys;
         let done: u64 = self
             .eval(
                 self.inner
+                    .core
                     .scripts
                     .hand_off
                     .key(keys.task(&lease.task_id))
@@ -371,21 +364,24 @@ impl TaskStore for RedisStore {
         lease_ttl: Duration,
         max_run: Duration,
     ) -> Result<Option<Activation>, StoreError> {
-        let keys = &self.inner.keys;
-        let reply: Option<(u64, u64, u64)> = self
-            .eval(
-                self.inner
-                    .scripts
-                    .activate
-                    .key(keys.task(&lease.task_id))
-                    .key(keys.leases())
-                    .arg(&lease.task_id)
-                    .arg(&lease.owner_id)
-                    .arg(lease.epoch)
-                    .arg(ms(lease_ttl))
-                    .arg(ms(max_run)),
-            )
-            .await?;
+        let item = ScriptItem {
+            keys: vec![self.inner.core.keys.task(&lease.task_id)],
+            args: vec![
+                lease.task_id.clone(),
+                lease.owner_id.clone(),
+                lease.epoch.to_string(),
+                ms(lease_ttl).to_string(),
+                ms(max_run).to_string(),
+            ],
+        };
+        let reply = self.inner.activations.call(item).await?;
+        let reply: Option<(u64, u64, u64)> = match reply {
+            Value::Int(_) => None,
+            other => Some(
+                redis::from_redis_value(other)
+                    .map_err(|err| StoreError::Corrupt(err.to_string()))?,
+            ),
+        };
         Ok(reply.map(|(attempt, expires, deadline)| Activation {
             lease: Lease {
                 expires_at_ms: expires,
@@ -403,7 +399,7 @@ impl TaskStore for RedisStore {
         next: Transition,
         fence: Option<&Lease>,
     ) -> Result<CasOutcome, StoreError> {
-        let keys = &self.inner.keys;
+        let keys = &self.inner.core.keys;
         if fence.is_some_and(|lease| lease.task_id != task_id) {
             // Epochs count per task: another task's lease must not pass as this one's fence.
             let current = self.get(task_id).await?.map(|stored| stored.task);
@@ -442,35 +438,31 @@ impl TaskStore for RedisStore {
             result: next.result.clone(),
             error: next.error.clone(),
         });
-        let reply: Vec<Option<String>> = self
-            .eval(
-                self.inner
-                    .scripts
-                    .cas
-                    .key(keys.task(task_id))
-                    .key(keys.events(task_id))
-                    .key(keys.leases())
-                    .key(keys.admissions())
-                    .key(keys.live())
-                    .key(keys.owner_index(&owner))
-                    .key(keys.owner_live(&owner))
-                    .key(keys.queue(&entrypoint))
-                    .arg(task_id)
-                    .arg(owner.as_str())
-                    .arg(expected_csv)
-                    .arg(next.status.as_str())
-                    .arg(result_json.unwrap_or_default())
-                    .arg(error_json.unwrap_or_default())
-                    .arg(fence.map(|l| l.owner_id.as_str()).unwrap_or_default())
-                    .arg(fence.map(|l| l.epoch).unwrap_or_default())
-                    .arg(self.retention_ms())
-                    .arg(event.kind.as_str())
-                    .arg(to_json(&event.data)?)
-                    .arg(keys.task_channel(&owner, task_id))
-                    .arg(self.inner.config.event_log_len)
-                    .arg(keys.worker_channel_prefix()),
-            )
-            .await?;
+        let item = ScriptItem {
+            keys: vec![
+                keys.task(task_id),
+                keys.events(task_id),
+                keys.owner_index(&owner),
+                keys.owner_live(&owner),
+                keys.queue(&entrypoint),
+            ],
+            args: vec![
+                task_id.to_owned(),
+                owner.as_str().to_owned(),
+                expected_csv,
+                next.status.as_str().to_owned(),
+                result_json.unwrap_or_default(),
+                error_json.unwrap_or_default(),
+                fence.map(|l| l.owner_id.clone()).unwrap_or_default(),
+                fence.map(|l| l.epoch.to_string()).unwrap_or_default(),
+                event.kind.as_str().to_owned(),
+                to_json(&event.data)?,
+                keys.task_channel(&owner, task_id),
+            ],
+        };
+        let reply = self.inner.swaps.call(item).await?;
+        let reply: Vec<Option<String>> =
+            redis::from_redis_value(reply).map_err(|err| StoreError::Corrupt(err.to_string()))?;
         let (head, view) = reply.split_at(reply.len().min(2));
         let reason = head.get(1).cloned().flatten().unwrap_or_default();
         let current = if view.len() == 6 {
@@ -496,10 +488,11 @@ impl TaskStore for RedisStore {
     }
 
     async fn emit(&self, lease: &Lease, event: EventPayload) -> Result<Option<u64>, StoreError> {
-        let keys = &self.inner.keys;
+        let keys = &self.inner.core.keys;
         let seq: Option<u64> = self
             .eval(
                 self.inner
+                    .core
                     .scripts
                     .emit
                     .key(keys.task(&lease.task_id))
@@ -509,7 +502,7 @@ impl TaskStore for RedisStore {
                     .arg(&event.event)
                     .arg(to_json(&event.data)?)
                     .arg(keys.task_channel(&lease.task_owner, &lease.task_id))
-                    .arg(self.inner.config.event_log_len),
+                    .arg(self.inner.core.config.event_log_len),
             )
             .await?;
         Ok(seq)
@@ -521,7 +514,7 @@ impl TaskStore for RedisStore {
         owner: &OwnerHash,
         after_seq: Option<u64>,
     ) -> Result<Option<Subscription>, StoreError> {
-        let keys = &self.inner.keys;
+        let keys = &self.inner.core.keys;
         // Listen first, then read: every event is either in the snapshot/log or arrives live.
         let listener = self
             .inner
@@ -579,7 +572,7 @@ impl TaskStore for RedisStore {
         if entrypoints.is_empty() || max == 0 {
             return Ok(Vec::new());
         }
-        let keys = &self.inner.keys;
+        let keys = &self.inner.core.keys;
         let deadline = tokio::time::Instant::now() + wait;
         // Peek more candidates than wanted: other workers race for the same queue heads.
         let window = max.saturating_mul(2).max(4);
@@ -593,7 +586,7 @@ impl TaskStore for RedisStore {
             }
             let heads: Vec<Vec<String>> = self.pipe(&peek).await?;
             if heads.iter().any(|ids| !ids.is_empty()) {
-                let mut invocation = self.inner.scripts.take.prepare_invoke();
+                let mut invocation = self.inner.core.scripts.take.prepare_invoke();
                 invocation.key(keys.leases());
                 for entrypoint in entrypoints {
                     invocation.key(keys.queue(entrypoint));
@@ -648,19 +641,19 @@ impl TaskStore for RedisStore {
 
     async fn queue_depth(&self, entrypoint: &str) -> Result<u64, StoreError> {
         let mut cmd = redis::cmd("ZCARD");
-        cmd.arg(self.inner.keys.queue(entrypoint));
+        cmd.arg(self.inner.core.keys.queue(entrypoint));
         self.query(&mut cmd).await
     }
 
     async fn live_count(&self) -> Result<u64, StoreError> {
         let mut cmd = redis::cmd("SCARD");
-        cmd.arg(self.inner.keys.live());
+        cmd.arg(self.inner.core.keys.live());
         self.query(&mut cmd).await
     }
 
     async fn close(&self) {
         self.inner.shutdown.cancel();
-        self.inner.pool.close();
+        self.inner.core.pool.close();
     }
 }
 
@@ -673,8 +666,8 @@ async fn renew(
     if leases.is_empty() {
         return Ok(Vec::new());
     }
-    let keys = &store.inner.keys;
-    let mut invocation = store.inner.scripts.renew.prepare_invoke();
+    let keys = &store.inner.core.keys;
+    let mut invocation = store.inner.core.scripts.renew.prepare_invoke();
     invocation.key(keys.leases()).arg(ms(lease_ttl)).arg(phases);
     for lease in leases {
         invocation
