@@ -16,6 +16,7 @@ use tokio::sync::{Mutex, mpsc, oneshot};
 use crate::store::StoreError;
 
 type Reply<Resp> = oneshot::Sender<Result<Resp, StoreError>>;
+type Inbox<Req, Resp> = Arc<Mutex<mpsc::UnboundedReceiver<(Req, Reply<Resp>)>>>;
 type Exec<Req, Resp> = Arc<
     dyn Fn(Vec<Req>) -> Pin<Box<dyn Future<Output = Result<Vec<Resp>, StoreError>> + Send>>
         + Send
@@ -52,7 +53,7 @@ impl<Req: Send + 'static, Resp: Send + 'static> Batcher<Req, Resp> {
 }
 
 async fn lane<Req, Resp>(
-    rx: Arc<Mutex<mpsc::UnboundedReceiver<(Req, Reply<Resp>)>>>,
+    rx: Inbox<Req, Resp>,
     exec: Exec<Req, Resp>,
     max_batch: usize,
 ) {

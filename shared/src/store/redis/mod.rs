@@ -20,6 +20,7 @@ mod pool;
 mod replies;
 mod scripts;
 mod subscriber;
+mod take;
 mod tasks;
 
 pub use keys::Keys;
@@ -85,6 +86,7 @@ struct Inner {
     creates: Batcher<ScriptItem, Value>,
     activations: Batcher<ScriptItem, Value>,
     swaps: Batcher<ScriptItem, Value>,
+    takes: Batcher<take::TakeRequest, take::TakeOutcome>,
     shutdown: CancellationToken,
 }
 
@@ -103,6 +105,21 @@ pub(crate) struct ScriptItem {
 }
 
 impl Core {
+    /// Runs a pipeline on a pooled connection.
+    async fn pipe<T: redis::FromRedisValue>(
+        &self,
+        pipe: &redis::Pipeline,
+    ) -> Result<T, StoreError> {
+        let mut conn = pool::get(&self.pool).await?;
+        match pipe.query_async(&mut *conn).await {
+            Ok(value) => Ok(value),
+            Err(err) => {
+                pool::discard_if_broken(&self.pool, conn, &err);
+                Err(err.into())
+            }
+        }
+    }
+
     /// Runs a script invocation (EVALSHA, reloading on NOSCRIPT) on a pooled connection.
     async fn eval<T: redis::FromRedisValue>(
         &self,
@@ -193,6 +210,13 @@ impl RedisStore {
                     vec![keys.leases(), keys.admissions(), keys.live()],
                     swaps_args,
                 ),
+                // One lane: the takers of this process never race each other.
+                takes: {
+                    let core = core.clone();
+                    Batcher::start(1, 1_024, move |requests| {
+                        take::take_batch(core.clone(), requests)
+                    })
+                },
                 dispatcher: Dispatcher::start(client.clone(), shutdown.clone()),
                 blocking: Mutex::new(Vec::new()),
                 core,

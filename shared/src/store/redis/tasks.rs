@@ -9,6 +9,7 @@ use redis::Value;
 
 use super::replies::{self, TASK_FIELDS};
 use super::subscriber::{Listener, Signal};
+use super::take::TakeRequest;
 use super::{RedisStore, ScriptItem};
 use crate::protocol::{Task, TaskEvent, TaskStatus};
 use crate::store::{
@@ -572,44 +573,20 @@ impl TaskStore for RedisStore {
         if entrypoints.is_empty() || max == 0 {
             return Ok(Vec::new());
         }
-        let keys = &self.inner.core.keys;
         let deadline = tokio::time::Instant::now() + wait;
-        // Peek more candidates than wanted: other workers race for the same queue heads.
-        let window = max.saturating_mul(2).max(4);
+        let request = TakeRequest {
+            entrypoints: entrypoints.to_vec(),
+            holder: owner_id.to_owned(),
+            ttl_ms: ms(lease_ttl),
+            max,
+        };
         loop {
-            let mut peek = redis::pipe();
-            for entrypoint in entrypoints {
-                peek.cmd("ZRANGE")
-                    .arg(keys.queue(entrypoint))
-                    .arg(0)
-                    .arg(window - 1);
+            let outcome = self.inner.takes.call(request.clone()).await?;
+            if !outcome.claims.is_empty() {
+                return Ok(outcome.claims);
             }
-            let heads: Vec<Vec<String>> = self.pipe(&peek).await?;
-            if heads.iter().any(|ids| !ids.is_empty()) {
-                let mut invocation = self.inner.core.scripts.take.prepare_invoke();
-                invocation.key(keys.leases());
-                for entrypoint in entrypoints {
-                    invocation.key(keys.queue(entrypoint));
-                }
-                invocation
-                    .arg(owner_id)
-                    .arg(ms(lease_ttl))
-                    .arg(max)
-                    .arg(entrypoints.len());
-                for (index, ids) in heads.iter().enumerate() {
-                    for id in ids {
-                        invocation.key(keys.task(id)).arg(index + 1).arg(id);
-                    }
-                }
-                let flat: Vec<Value> = self.eval(&invocation).await?;
-                let claims = flat
-                    .chunks(8)
-                    .map(|chunk| replies::claim(owner_id, chunk))
-                    .collect::<Result<Vec<_>, _>>()?;
-                if !claims.is_empty() {
-                    return Ok(claims);
-                }
-                // Every candidate went to someone else (or was stale): look again at once.
+            if outcome.saw_candidates {
+                // Every candidate went to another process (or was stale): look again at once.
                 continue;
             }
             let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
@@ -619,10 +596,8 @@ impl TaskStore for RedisStore {
             self.wait_for_doorbell(entrypoints, remaining).await?;
             if tokio::time::Instant::now() >= deadline {
                 // One last look after the final wait, then give up.
-                let claims =
-                    Box::pin(self.take_next(entrypoints, owner_id, lease_ttl, max, Duration::ZERO))
-                        .await?;
-                return Ok(claims);
+                let outcome = self.inner.takes.call(request).await?;
+                return Ok(outcome.claims);
             }
         }
     }
