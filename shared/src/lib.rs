@@ -4,10 +4,12 @@
 //! - [`protocol`]: wire types of the Lucid HTTP profile (tasks, statuses, events, error codes,
 //!   the `POST /tasks` request), serialized exactly as upstream clients expect;
 //! - [`token`]: access-token rules and the owner hash that is all a store ever keeps of a token;
+//! - [`registry`]: the live worker registry (what each worker hosts, refreshed by heartbeat);
 //! - [`store`]: the [`store::TaskStore`] contract with its two implementations,
 //!   [`store::MemoryStore`] (durability `process`) and [`store::RedisStore`] (durability `durable`,
 //!   Lua-scripted fenced leases).
 
 pub mod protocol;
+pub mod registry;
 pub mod store;
 pub mod token;

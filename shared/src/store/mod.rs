@@ -135,6 +135,13 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Recovers up to `limit` tasks whose lease expired. Safe to run from every worker at once.
     async fn recover_expired(&self, limit: usize) -> Result<RecoveryReport, StoreError>;
 
+    /// Ids of tasks held by `worker_id` that someone else finished (a cancel): the worker aborts
+    /// their handlers at once instead of at its next heartbeat.
+    async fn watch_cancellations(
+        &self,
+        worker_id: &str,
+    ) -> Result<tokio::sync::mpsc::UnboundedReceiver<String>, StoreError>;
+
     /// Tasks waiting in an entrypoint's ready queue.
     async fn queue_depth(&self, entrypoint: &str) -> Result<u64, StoreError>;
 

@@ -13,6 +13,8 @@ mod subscriptions;
 #[cfg(test)]
 mod tests;
 
+use std::collections::HashMap;
+use tokio::sync::mpsc::UnboundedSender;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -72,6 +74,8 @@ pub struct MemoryStore {
     state: Arc<Mutex<State>>,
     /// Woken whenever a task enters a ready queue; `take_next` waits on it instead of polling.
     ready: Notify,
+    /// Workers listening for cancellations of the tasks they hold, by worker id.
+    cancel_watchers: Mutex<HashMap<String, Vec<UnboundedSender<String>>>>,
     clock: Arc<dyn Clock>,
 }
 
@@ -89,6 +93,7 @@ impl MemoryStore {
         MemoryStore {
             state: Arc::new(Mutex::new(State::new(limits))),
             ready: Notify::new(),
+            cancel_watchers: Default::default(),
             clock,
         }
     }
@@ -182,11 +187,37 @@ impl TaskStore for MemoryStore {
         next: Transition,
         fence: Option<&Lease>,
     ) -> Result<CasOutcome, StoreError> {
-        Ok(
-            self.with_state(|state, now| {
-                state.compare_and_set(task_id, expected, next, fence, now)
-            }),
-        )
+        let (outcome, holder) = self.with_state(|state, now| {
+            let holder = fence.is_none().then(|| state.lease_holder(task_id)).flatten();
+            let outcome = state.compare_and_set(task_id, expected, next, fence, now);
+            (outcome, holder)
+        });
+        if let (CasOutcome::Applied(task), Some(holder)) = (&outcome, holder)
+            && task.status.is_terminal()
+        {
+            let mut watchers = self
+                .cancel_watchers
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if let Some(senders) = watchers.get_mut(&holder) {
+                senders.retain(|tx| tx.send(task.task_id.clone()).is_ok());
+            }
+        }
+        Ok(outcome)
+    }
+
+    async fn watch_cancellations(
+        &self,
+        worker_id: &str,
+    ) -> Result<tokio::sync::mpsc::UnboundedReceiver<String>, StoreError> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        self.cancel_watchers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(worker_id.to_owned())
+            .or_default()
+            .push(tx);
+        Ok(rx)
     }
 
     async fn emit(&self, lease: &Lease, event: EventPayload) -> Result<Option<u64>, StoreError> {

@@ -276,6 +276,12 @@ impl State {
         }
     }
 
+    /// Who holds the task's lease, if anyone.
+    pub(super) fn lease_holder(&self, task_id: &str) -> Option<String> {
+        let entry = self.tasks.get(task_id)?;
+        entry.stored.lease.as_ref().map(|lease| lease.owner_id.clone())
+    }
+
     pub(super) fn emit(&mut self, lease: &Lease, payload: EventPayload, now: u64) -> Option<u64> {
         let log_len = self.limits.event_log_len;
         let entry = self.tasks.get_mut(&lease.task_id)?;

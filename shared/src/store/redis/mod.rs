@@ -322,9 +322,8 @@ impl RedisStore {
             Err(_) => Err(StoreError::Unavailable("blocking read timed out".into())),
         }
     }
-
     /// Listens for cancellations of tasks that `worker_id` holds: yields task ids.
-    pub async fn watch_cancellations(
+    pub(super) async fn cancellation_feed(
         &self,
         worker_id: &str,
     ) -> Result<tokio::sync::mpsc::UnboundedReceiver<String>, StoreError> {

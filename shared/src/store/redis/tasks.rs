@@ -614,6 +614,13 @@ impl TaskStore for RedisStore {
         self.settle_due("recover", limit).await
     }
 
+    async fn watch_cancellations(
+        &self,
+        worker_id: &str,
+    ) -> Result<tokio::sync::mpsc::UnboundedReceiver<String>, StoreError> {
+        self.cancellation_feed(worker_id).await
+    }
+
     async fn queue_depth(&self, entrypoint: &str) -> Result<u64, StoreError> {
         let mut cmd = redis::cmd("ZCARD");
         cmd.arg(self.inner.core.keys.queue(entrypoint));
