@@ -182,7 +182,10 @@ impl Harness for RedisHarness {
             .await?;
         let retention_ms = i64::try_from(shared::store::DEFAULT_RETENTION.as_millis())?;
         for key in found {
-            let ttl: i64 = ::redis::cmd("PTTL").arg(&key).query_async(&mut conn).await?;
+            let ttl: i64 = ::redis::cmd("PTTL")
+                .arg(&key)
+                .query_async(&mut conn)
+                .await?;
             let kind = key.split(':').nth(1).unwrap_or_default();
             let bound = match kind {
                 "task" | "events" | "owner" => retention_ms,

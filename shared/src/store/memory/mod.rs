@@ -14,9 +14,9 @@ mod subscriptions;
 mod tests;
 
 use std::collections::HashMap;
-use tokio::sync::mpsc::UnboundedSender;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+use tokio::sync::mpsc::UnboundedSender;
 
 use async_trait::async_trait;
 use tokio::sync::Notify;
@@ -188,7 +188,10 @@ impl TaskStore for MemoryStore {
         fence: Option<&Lease>,
     ) -> Result<CasOutcome, StoreError> {
         let (outcome, holder) = self.with_state(|state, now| {
-            let holder = fence.is_none().then(|| state.lease_holder(task_id)).flatten();
+            let holder = fence
+                .is_none()
+                .then(|| state.lease_holder(task_id))
+                .flatten();
             let outcome = state.compare_and_set(task_id, expected, next, fence, now);
             (outcome, holder)
         });

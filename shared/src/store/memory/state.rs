@@ -279,7 +279,11 @@ impl State {
     /// Who holds the task's lease, if anyone.
     pub(super) fn lease_holder(&self, task_id: &str) -> Option<String> {
         let entry = self.tasks.get(task_id)?;
-        entry.stored.lease.as_ref().map(|lease| lease.owner_id.clone())
+        entry
+            .stored
+            .lease
+            .as_ref()
+            .map(|lease| lease.owner_id.clone())
     }
 
     pub(super) fn emit(&mut self, lease: &Lease, payload: EventPayload, now: u64) -> Option<u64> {

@@ -52,11 +52,7 @@ impl<Req: Send + 'static, Resp: Send + 'static> Batcher<Req, Resp> {
     }
 }
 
-async fn lane<Req, Resp>(
-    rx: Inbox<Req, Resp>,
-    exec: Exec<Req, Resp>,
-    max_batch: usize,
-) {
+async fn lane<Req, Resp>(rx: Inbox<Req, Resp>, exec: Exec<Req, Resp>, max_batch: usize) {
     loop {
         let mut requests = Vec::new();
         let mut replies = Vec::new();
