@@ -2,6 +2,12 @@
 //! refreshes it by heartbeat, so a dead worker disappears by itself. The gateway builds the
 //! Agent Card (skills, entrypoints, schemas, prices) from it.
 
+mod memory;
+mod redis;
+
+pub use memory::MemoryRegistry;
+pub use redis::RedisRegistry;
+
 use std::time::Duration;
 
 use async_trait::async_trait;

@@ -61,6 +61,18 @@ impl Keys {
         format!("{}:admissions", self.prefix)
     }
 
+    /// String: one worker's registry entry (JSON), expiring `ttl` after its last heartbeat.
+    /// (Not `:worker:`, which prefixes the workers' cancellation channels.)
+    pub fn registry_entry(&self, worker_id: &str) -> String {
+        format!("{}:registry:{worker_id}", self.prefix)
+    }
+
+    /// Sorted set: registered worker id by entry expiry (ms, Redis clock); pruned on every
+    /// heartbeat and expiring with its latest deadline.
+    pub fn registry(&self) -> String {
+        format!("{}:registry", self.prefix)
+    }
+
     /// Pub/sub channel of one task, readable only by someone who knows the owner hash.
     pub fn task_channel(&self, owner: &OwnerHash, id: &str) -> String {
         format!("{}{owner}:{id}", self.task_channel_prefix())

@@ -244,7 +244,10 @@ impl RedisStore {
     }
 
     /// Runs one command on a pooled connection.
-    async fn query<T: redis::FromRedisValue>(&self, cmd: &mut redis::Cmd) -> Result<T, StoreError> {
+    pub(crate) async fn query<T: redis::FromRedisValue>(
+        &self,
+        cmd: &mut redis::Cmd,
+    ) -> Result<T, StoreError> {
         let mut conn = pool::get(&self.inner.core.pool).await?;
         match cmd.query_async(&mut *conn).await {
             Ok(value) => Ok(value),
@@ -271,7 +274,7 @@ impl RedisStore {
     }
 
     /// Runs a script invocation (EVALSHA, reloading on NOSCRIPT) on a pooled connection.
-    async fn eval<T: redis::FromRedisValue>(
+    pub(crate) async fn eval<T: redis::FromRedisValue>(
         &self,
         invocation: &redis::ScriptInvocation<'_>,
     ) -> Result<T, StoreError> {

@@ -1,0 +1,112 @@
+//! [`RedisRegistry`]: the registry shared by every process of a cluster, in the store's Redis.
+//!
+//! - `{ns}:registry:<id>` (string): the entry as JSON, `SET ... PX ttl`, so a worker that stops
+//!   heartbeating vanishes by itself;
+//! - `{ns}:registry` (sorted set): worker id by entry expiry (Redis clock), so listing needs no
+//!   SCAN. Every heartbeat prunes passed deadlines from it and sets its own expiry to the latest
+//!   deadline it holds, so it disappears with the last worker.
+//!
+//! Heartbeat and deregister are one script each (`shared/lua/register_worker.lua`,
+//! `deregister_worker.lua`); a listing is two reads (index, then MGET of the entries), and an
+//! index member whose entry expired is skipped.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::Script;
+
+use super::{WorkerEntry, WorkerRegistry};
+use crate::store::{RedisStore, StoreError};
+
+macro_rules! lua {
+    ($name:literal) => {
+        include_str!(concat!(env!("OUT_DIR"), "/", $name, ".lua"))
+    };
+}
+
+/// The registry in a [`RedisStore`]'s Redis and namespace, over its connections. Cheap to
+/// clone.
+#[derive(Clone)]
+pub struct RedisRegistry {
+    store: RedisStore,
+    scripts: Arc<Scripts>,
+}
+
+struct Scripts {
+    register: Script,
+    deregister: Script,
+}
+
+impl RedisRegistry {
+    pub fn new(store: &RedisStore) -> Self {
+        RedisRegistry {
+            store: store.clone(),
+            scripts: Arc::new(Scripts {
+                register: Script::new(lua!("register_worker")),
+                deregister: Script::new(lua!("deregister_worker")),
+            }),
+        }
+    }
+}
+
+impl RedisStore {
+    /// The worker registry in this store's Redis and namespace.
+    pub fn registry(&self) -> RedisRegistry {
+        RedisRegistry::new(self)
+    }
+}
+
+#[async_trait]
+impl WorkerRegistry for RedisRegistry {
+    async fn heartbeat(&self, entry: &WorkerEntry, ttl: Duration) -> Result<(), StoreError> {
+        let json = serde_json::to_string(entry)
+            .map_err(|err| StoreError::Corrupt(format!("registry entry: {err}")))?;
+        // PX 0 is an error in Redis; a zero ttl means "expire at once".
+        let ttl_ms = ttl.as_millis().max(1);
+        let keys = self.store.keys();
+        let mut invocation = self.scripts.register.prepare_invoke();
+        invocation
+            .key(keys.registry())
+            .key(keys.registry_entry(&entry.worker_id))
+            .arg(&entry.worker_id)
+            .arg(json)
+            .arg(ttl_ms.to_string());
+        let _expires: u64 = self.store.eval(&invocation).await?;
+        Ok(())
+    }
+
+    async fn deregister(&self, worker_id: &str) -> Result<(), StoreError> {
+        let keys = self.store.keys();
+        let mut invocation = self.scripts.deregister.prepare_invoke();
+        invocation
+            .key(keys.registry())
+            .key(keys.registry_entry(worker_id))
+            .arg(worker_id);
+        let _removed: u64 = self.store.eval(&invocation).await?;
+        Ok(())
+    }
+
+    async fn workers(&self) -> Result<Vec<WorkerEntry>, StoreError> {
+        let keys = self.store.keys();
+        let mut range = redis::cmd("ZRANGE");
+        range.arg(keys.registry()).arg(0).arg(-1);
+        let ids: Vec<String> = self.store.query(&mut range).await?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut mget = redis::cmd("MGET");
+        for id in &ids {
+            mget.arg(keys.registry_entry(id));
+        }
+        let found: Vec<Option<String>> = self.store.query(&mut mget).await?;
+        let mut out = Vec::with_capacity(found.len());
+        for json in found.into_iter().flatten() {
+            let entry: WorkerEntry = serde_json::from_str(&json)
+                .map_err(|err| StoreError::Corrupt(format!("registry entry: {err}")))?;
+            out.push(entry);
+        }
+        out.sort_by(|a, b| a.worker_id.cmp(&b.worker_id));
+        Ok(out)
+    }
+}

@@ -1,0 +1,313 @@
+//! The worker registry, the same behaviours against both implementations: [`MemoryRegistry`]
+//! and [`RedisRegistry`] (a private redis-server). Expiry is real time here: the tests sleep
+//! past a short TTL because expiry is what they test. For Redis, no key of a dead worker may
+//! remain once a later heartbeat has pruned the index, and the index itself expires with its
+//! last worker.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use harness::redis_server::RedisServer;
+use serde_json::json;
+use shared::registry::{
+    EntrypointInfo, MemoryRegistry, Price, RedisRegistry, WorkerEntry, WorkerRegistry,
+};
+use shared::store::{Clock, RedisStore, RedisStoreConfig};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+const LONG: Duration = Duration::from_secs(30);
+const SHORT: Duration = Duration::from_millis(100);
+/// Comfortably past [`SHORT`].
+const PAST_SHORT: Duration = Duration::from_millis(250);
+
+fn entry(id: &str) -> WorkerEntry {
+    WorkerEntry {
+        worker_id: id.to_owned(),
+        host: format!("{id}.example:8080"),
+        started_at_ms: 1_700_000_000_123,
+        concurrency: 8,
+        entrypoints: vec![
+            EntrypointInfo {
+                key: "echo".into(),
+                description: "Echoes its input".into(),
+                input_schema: json!({ "type": "object", "properties": { "text": { "type": "string" } } }),
+                output_schema: json!({ "type": "object" }),
+                streaming: false,
+                price: Some(Price {
+                    invoke: Some("0.01".into()),
+                    stream: None,
+                }),
+            },
+            EntrypointInfo {
+                key: "chat".into(),
+                description: "Streams a reply".into(),
+                input_schema: json!({}),
+                output_schema: json!({ "type": "string" }),
+                streaming: true,
+                price: None,
+            },
+        ],
+    }
+}
+
+fn ids(entries: &[WorkerEntry]) -> Vec<&str> {
+    entries.iter().map(|e| e.worker_id.as_str()).collect()
+}
+
+// The behaviours, written once against the trait.
+
+async fn heartbeat_then_list_shows_the_entry(registry: &dyn WorkerRegistry) -> TestResult {
+    assert!(registry.workers().await?.is_empty());
+    let entry = entry("w1");
+    registry.heartbeat(&entry, LONG).await?;
+    assert_eq!(registry.workers().await?, vec![entry]);
+    Ok(())
+}
+
+async fn workers_are_listed_by_id(registry: &dyn WorkerRegistry) -> TestResult {
+    registry.heartbeat(&entry("w2"), LONG).await?;
+    // A shorter ttl gives w1 the earlier deadline: the order must not follow deadlines.
+    registry.heartbeat(&entry("w1"), LONG / 2).await?;
+    registry.heartbeat(&entry("w3"), LONG).await?;
+    let listed = registry.workers().await?;
+    assert_eq!(ids(&listed), ["w1", "w2", "w3"]);
+    assert_eq!(listed[1], entry("w2"));
+    Ok(())
+}
+
+async fn a_heartbeat_replaces_the_entry(registry: &dyn WorkerRegistry) -> TestResult {
+    registry.heartbeat(&entry("w1"), LONG).await?;
+    let mut changed = entry("w1");
+    changed.concurrency = 1;
+    changed.entrypoints.truncate(1);
+    registry.heartbeat(&changed, LONG).await?;
+    assert_eq!(registry.workers().await?, vec![changed]);
+    Ok(())
+}
+
+async fn deregister_removes_at_once(registry: &dyn WorkerRegistry) -> TestResult {
+    registry.heartbeat(&entry("w1"), LONG).await?;
+    registry.heartbeat(&entry("w2"), LONG).await?;
+    registry.deregister("w1").await?;
+    assert_eq!(ids(&registry.workers().await?), ["w2"]);
+    registry.deregister("w2").await?;
+    assert!(registry.workers().await?.is_empty());
+    // Unknown workers are no error.
+    registry.deregister("w2").await?;
+    registry.deregister("never").await?;
+    Ok(())
+}
+
+async fn an_entry_not_refreshed_vanishes_after_its_ttl(
+    registry: &dyn WorkerRegistry,
+) -> TestResult {
+    registry.heartbeat(&entry("short"), SHORT).await?;
+    registry.heartbeat(&entry("long"), LONG).await?;
+    assert_eq!(ids(&registry.workers().await?), ["long", "short"]);
+    tokio::time::sleep(PAST_SHORT).await;
+    assert_eq!(ids(&registry.workers().await?), ["long"]);
+    Ok(())
+}
+
+async fn refreshing_keeps_an_entry_alive(registry: &dyn WorkerRegistry) -> TestResult {
+    // A 200 ms ttl refreshed every 50 ms for 400 ms: twice past the first deadline, with room
+    // for a loaded machine to oversleep.
+    let ttl = Duration::from_millis(200);
+    registry.heartbeat(&entry("w1"), ttl).await?;
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        registry.heartbeat(&entry("w1"), ttl).await?;
+    }
+    assert_eq!(ids(&registry.workers().await?), ["w1"]);
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    assert!(registry.workers().await?.is_empty());
+    Ok(())
+}
+
+// Both registries.
+
+async fn on_memory(test: impl AsyncFnOnce(&dyn WorkerRegistry) -> TestResult) -> TestResult {
+    test(&MemoryRegistry::new()).await
+}
+
+async fn on_redis(test: impl AsyncFnOnce(&dyn WorkerRegistry) -> TestResult) -> TestResult {
+    let server = RedisServer::start()?;
+    let store = RedisStore::connect(RedisStoreConfig::new(server.url())).await?;
+    test(&store.registry()).await
+}
+
+macro_rules! both {
+    ($($behaviour:ident),* $(,)?) => {
+        mod memory_registry {
+            $(
+                #[tokio::test]
+                async fn $behaviour() -> super::TestResult {
+                    super::on_memory(async |r| super::$behaviour(r).await).await
+                }
+            )*
+        }
+        mod redis_registry {
+            $(
+                #[tokio::test]
+                async fn $behaviour() -> super::TestResult {
+                    super::on_redis(async |r| super::$behaviour(r).await).await
+                }
+            )*
+        }
+    };
+}
+
+both!(
+    heartbeat_then_list_shows_the_entry,
+    workers_are_listed_by_id,
+    a_heartbeat_replaces_the_entry,
+    deregister_removes_at_once,
+    an_entry_not_refreshed_vanishes_after_its_ttl,
+    refreshing_keeps_an_entry_alive,
+);
+
+// Redis only: no key leaks.
+
+/// `{ns}:registry*` keys with their PTTL, sorted by name.
+async fn registry_keys(
+    conn: &mut redis::aio::MultiplexedConnection,
+    store: &RedisStore,
+) -> Result<Vec<(String, i64)>, Box<dyn std::error::Error>> {
+    let pattern = format!("{}*", store.keys().registry());
+    let mut names: Vec<String> = redis::cmd("KEYS").arg(&pattern).query_async(conn).await?;
+    names.sort();
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        let pttl: i64 = redis::cmd("PTTL").arg(&name).query_async(conn).await?;
+        out.push((name, pttl));
+    }
+    Ok(out)
+}
+
+#[tokio::test]
+async fn redis_keeps_no_key_of_a_dead_worker() -> TestResult {
+    let server = RedisServer::start()?;
+    let store = RedisStore::connect(RedisStoreConfig::new(server.url())).await?;
+    let registry: RedisRegistry = store.registry();
+    let keys = store.keys();
+    let mut conn = server.client().await?;
+
+    registry.heartbeat(&entry("dead-1"), SHORT).await?;
+    registry.heartbeat(&entry("dead-2"), SHORT).await?;
+    let before = registry_keys(&mut conn, &store).await?;
+    assert_eq!(before.len(), 3, "index and two entries: {before:?}");
+    for (name, pttl) in &before {
+        assert!(
+            *pttl > 0 && *pttl <= 100,
+            "{name} must expire within the ttl, PTTL {pttl}"
+        );
+    }
+
+    tokio::time::sleep(PAST_SHORT).await;
+    assert!(registry.workers().await?.is_empty());
+    // The entries and the index expired by themselves.
+    assert_eq!(registry_keys(&mut conn, &store).await?, vec![]);
+
+    // A live worker keeps the index; the dead ones' members are pruned from it by a heartbeat.
+    registry.heartbeat(&entry("dead-3"), SHORT).await?;
+    registry.heartbeat(&entry("alive"), LONG).await?;
+    tokio::time::sleep(PAST_SHORT).await;
+    registry.heartbeat(&entry("alive"), LONG).await?;
+    let members: Vec<String> = redis::cmd("ZRANGE")
+        .arg(keys.registry())
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut conn)
+        .await?;
+    assert_eq!(members, ["alive"]);
+    let after = registry_keys(&mut conn, &store).await?;
+    let names: Vec<&str> = after.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(names, [keys.registry(), keys.registry_entry("alive")]);
+    for (name, pttl) in &after {
+        assert!(
+            *pttl > 0 && *pttl <= 30_000,
+            "{name} must expire with the live worker, PTTL {pttl}"
+        );
+    }
+
+    // Deregistering the last worker leaves nothing behind.
+    registry.deregister("alive").await?;
+    assert_eq!(registry_keys(&mut conn, &store).await?, vec![]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn redis_index_expiry_follows_the_latest_deadline() -> TestResult {
+    let server = RedisServer::start()?;
+    let store = RedisStore::connect(RedisStoreConfig::new(server.url())).await?;
+    let registry = store.registry();
+    let index = store.keys().registry();
+    let mut conn = server.client().await?;
+
+    registry.heartbeat(&entry("long"), LONG).await?;
+    registry.heartbeat(&entry("short"), SHORT).await?;
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(&index)
+        .query_async(&mut conn)
+        .await?;
+    assert!(
+        pttl > 20_000,
+        "a short heartbeat must not cut the index short: {pttl}"
+    );
+
+    // Once the long-lived worker leaves, the index lives only as long as the short one.
+    registry.deregister("long").await?;
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(&index)
+        .query_async(&mut conn)
+        .await?;
+    assert!(pttl > 0 && pttl <= 100, "PTTL {pttl}");
+    tokio::time::sleep(PAST_SHORT).await;
+    assert_eq!(registry_keys(&mut conn, &store).await?, vec![]);
+    Ok(())
+}
+
+/// A clock moved by hand.
+struct ManualClock(AtomicU64);
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+#[tokio::test]
+async fn memory_registry_follows_its_clock() -> TestResult {
+    let clock = Arc::new(ManualClock(AtomicU64::new(1_000)));
+    let registry = MemoryRegistry::with_clock(clock.clone());
+    registry.heartbeat(&entry("w1"), SHORT).await?;
+    registry.heartbeat(&entry("w2"), SHORT * 3).await?;
+    clock.0.store(1_099, Ordering::SeqCst);
+    assert_eq!(ids(&registry.workers().await?), ["w1", "w2"]);
+    clock.0.store(1_100, Ordering::SeqCst); // w1's deadline: gone
+    assert_eq!(ids(&registry.workers().await?), ["w2"]);
+    registry.heartbeat(&entry("w1"), SHORT).await?; // back until 1_200
+    clock.0.store(1_250, Ordering::SeqCst);
+    assert_eq!(ids(&registry.workers().await?), ["w2"]);
+    clock.0.store(1_300, Ordering::SeqCst);
+    assert!(registry.workers().await?.is_empty());
+    Ok(())
+}
+
+/// Both registries agree on the JSON they would hand the gateway (a smoke test of the Redis
+/// round trip through serde).
+#[tokio::test]
+async fn redis_and_memory_list_the_same_entries() -> TestResult {
+    let server = RedisServer::start()?;
+    let store = RedisStore::connect(RedisStoreConfig::new(server.url())).await?;
+    let in_redis = store.registry();
+    let in_memory = MemoryRegistry::new();
+    for id in ["b", "a", "c"] {
+        in_redis.heartbeat(&entry(id), LONG).await?;
+        in_memory.heartbeat(&entry(id), LONG).await?;
+    }
+    assert_eq!(in_redis.workers().await?, in_memory.workers().await?);
+    Ok(())
+}
