@@ -20,11 +20,11 @@ use crate::entrypoint::Entrypoints;
 /// All built-in entrypoints.
 pub fn all() -> Entrypoints {
     Entrypoints::new()
-        .add(echo::entrypoint())
-        .add(sleep::entrypoint())
-        .add(fail::entrypoint())
-        .add(count::entrypoint())
-        .add(summarize::entrypoint())
+        .with(echo::entrypoint())
+        .with(sleep::entrypoint())
+        .with(fail::entrypoint())
+        .with(count::entrypoint())
+        .with(summarize::entrypoint())
 }
 
 /// A real task for handler tests: created in a [`MemoryStore`], claimed through the ready queue

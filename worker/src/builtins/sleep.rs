@@ -1,5 +1,6 @@
 //! `sleep`: waits `input.ms` milliseconds and returns `{"slept": ms}`, as upstream's benchmark
-//! agent does. Unlike a bare timer it returns `cancelled` as soon as the run is cancelled.
+//! agent does, after a `progress` event `{"sleeping": ms}`. Unlike a bare timer it returns
+//! `cancelled` as soon as the run is cancelled.
 
 use std::time::Duration;
 
@@ -37,6 +38,12 @@ async fn run(input: SleepInput, ctx: TaskContext) -> Result<SleepOutput, Handler
             "ms must be at most {MAX_MS}"
         )));
     }
+    // Tells subscribers (and tests) that the run started; best effort: a lost lease shows up
+    // as cancellation anyway.
+    let _ = ctx
+        .events
+        .progress(serde_json::json!({"sleeping": input.ms}))
+        .await;
     tokio::select! {
         // Checked first: a run cancelled before it started does not sleep at all.
         biased;

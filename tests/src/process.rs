@@ -1,0 +1,201 @@
+//! Real service processes for multi-process tests: find the workspace's binaries, start them
+//! with their output captured to a log file, signal them (`SIGKILL`, `SIGTERM`, `SIGSTOP`,
+//! `SIGCONT`) and always stop them on drop.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    #[error("cannot find or build the {0} binary: {1}")]
+    Binary(String, String),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        source: std::io::Error,
+    },
+    #[error("cannot signal {name}: {source}")]
+    Signal { name: String, source: nix::Error },
+    #[error("{name} did not exit within {timeout:?}")]
+    Timeout { name: String, timeout: Duration },
+}
+
+/// The workspace's target directory for this build profile (where the test binary lives).
+fn profile_dir() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    // target/<profile>/deps/<test-binary>
+    exe.parent()?.parent().map(Path::to_path_buf)
+}
+
+/// Path of a workspace binary (`gateway`, `worker`, `taskctl`). The first call in a test
+/// process runs `cargo build --bins` (a no-op when up to date): `cargo test -p cluster-tests`
+/// alone would not rebuild the binaries, and a stale one would test yesterday's code.
+pub fn binary(name: &str) -> Result<PathBuf, ProcessError> {
+    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
+    let dir =
+        profile_dir().ok_or_else(|| ProcessError::Binary(name.into(), "no target dir".into()))?;
+    let path = dir.join(name);
+    let built = BUILT.get_or_init(|| {
+        let mut command = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+        command.args(["build", "--workspace", "--bins", "--quiet"]);
+        if dir.file_name().and_then(|n| n.to_str()) == Some("release") {
+            command.arg("--release");
+        }
+        let status = command.status().map_err(|err| err.to_string())?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!("cargo build exited with {status}"))
+        }
+    });
+    match built {
+        Ok(()) if path.exists() => Ok(path),
+        Ok(()) => Err(ProcessError::Binary(
+            name.into(),
+            format!("{} is missing", path.display()),
+        )),
+        Err(err) => Err(ProcessError::Binary(name.into(), err.clone())),
+    }
+}
+
+/// A running service process; stopped with SIGKILL on drop if still alive.
+pub struct ServiceProcess {
+    name: String,
+    child: Option<Child>,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl ServiceProcess {
+    /// Starts `binary` with `args` and `envs`; stdout and stderr go to a log file.
+    pub fn start(
+        binary_name: &str,
+        name: &str,
+        args: &[&str],
+        envs: &[(&str, String)],
+    ) -> Result<ServiceProcess, ProcessError> {
+        let path = binary(binary_name)?;
+        let dir = tempfile::tempdir().map_err(|source| ProcessError::Io {
+            context: "creating a log directory".into(),
+            source,
+        })?;
+        let log = dir.path().join(format!("{name}.log"));
+        let file = std::fs::File::create(&log).map_err(|source| ProcessError::Io {
+            context: "creating the log file".into(),
+            source,
+        })?;
+        let err_file = file.try_clone().map_err(|source| ProcessError::Io {
+            context: "sharing the log file".into(),
+            source,
+        })?;
+        let mut command = Command::new(&path);
+        command
+            .args(args)
+            .env_remove("REDIS_URL")
+            .env("RUST_LOG", "info,worker=debug")
+            .stdin(Stdio::null())
+            .stdout(file)
+            .stderr(err_file);
+        for (key, value) in envs {
+            command.env(key, value);
+        }
+        let child = command.spawn().map_err(|source| ProcessError::Io {
+            context: format!("starting {}", path.display()),
+            source,
+        })?;
+        Ok(ServiceProcess {
+            name: name.to_owned(),
+            child: Some(child),
+            log,
+            _dir: dir,
+        })
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Everything the process printed so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn signal(&self, signal: Signal) -> Result<(), ProcessError> {
+        let Some(pid) = self.pid() else { return Ok(()) };
+        let pid = Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX));
+        kill(pid, signal).map_err(|source| ProcessError::Signal {
+            name: self.name.clone(),
+            source,
+        })
+    }
+
+    /// SIGKILL and reap: a crash, nothing runs after it.
+    pub fn kill(&mut self) -> Result<(), ProcessError> {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        Ok(())
+    }
+
+    /// Waits for the process to exit on its own (after SIGTERM, say).
+    pub fn wait_exit(&mut self, timeout: Duration) -> Result<ExitStatus, ProcessError> {
+        let Some(child) = self.child.as_mut() else {
+            return Err(ProcessError::Timeout {
+                name: self.name.clone(),
+                timeout,
+            });
+        };
+        let start = Instant::now();
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) => {
+                    self.child = None;
+                    return Ok(status);
+                }
+                Ok(None) if start.elapsed() < timeout => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                Ok(None) => {
+                    return Err(ProcessError::Timeout {
+                        name: self.name.clone(),
+                        timeout,
+                    });
+                }
+                Err(source) => {
+                    return Err(ProcessError::Io {
+                        context: "waiting for exit".into(),
+                        source,
+                    });
+                }
+            }
+        }
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(child) => matches!(child.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+}
+
+impl Drop for ServiceProcess {
+    fn drop(&mut self) {
+        // A stopped process must be continued to die cleanly from SIGKILL's reaping view.
+        let _ = self.signal(Signal::SIGCONT);
+        let _ = self.kill();
+        if std::thread::panicking() {
+            eprintln!("--- log of {} ---\n{}", self.name, self.log());
+        }
+    }
+}

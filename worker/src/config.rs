@@ -1,0 +1,131 @@
+//! Worker settings: each a flag and an environment variable (`worker --help` lists them).
+
+use std::time::Duration;
+
+use clap::Parser;
+
+use crate::runtime::RuntimeConfig;
+
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "worker",
+    version,
+    about = "Runs tasks of the agent task service from Redis."
+)]
+pub struct WorkerConfig {
+    /// Redis holding the cluster's tasks (required: workers only run in a cluster).
+    #[arg(long, env = "REDIS_URL")]
+    pub redis_url: String,
+
+    /// Key namespace (hash tag) shared by the cluster's gateways and workers.
+    #[arg(long, env = "REDIS_NAMESPACE", default_value = "tc")]
+    pub namespace: String,
+
+    /// Tasks this process runs at once.
+    #[arg(long, env = "WORKER_CONCURRENCY", default_value_t = 16)]
+    pub concurrency: usize,
+
+    /// Entrypoints to host, comma separated (default: every built-in).
+    #[arg(long, env = "WORKER_ENTRYPOINTS", value_delimiter = ',')]
+    pub entrypoints: Vec<String>,
+
+    /// Lease lifetime in milliseconds; renewed every third of it. A dead worker's tasks are
+    /// recovered about this long after it died.
+    #[arg(long, env = "WORKER_LEASE_TTL_MS", default_value_t = 10_000)]
+    pub lease_ttl_ms: u64,
+
+    /// Hard limit of one run in milliseconds (`maxRunMs`); past it the task fails with
+    /// `task_timeout`.
+    #[arg(long, env = "MAX_RUN_MS", default_value_t = 15 * 60 * 1_000)]
+    pub max_run_ms: u64,
+
+    /// Runs a task may get after losing workers; a later run fails it.
+    #[arg(long, env = "MAX_ATTEMPTS", default_value_t = shared::store::DEFAULT_MAX_ATTEMPTS)]
+    pub max_attempts: u32,
+
+    /// How long SIGTERM waits for running handlers before leaving them to recovery.
+    #[arg(long, env = "WORKER_DRAIN_TIMEOUT_MS", default_value_t = 30_000)]
+    pub drain_timeout_ms: u64,
+
+    /// How often this worker sweeps for expired leases, in milliseconds.
+    #[arg(long, env = "WORKER_RECOVERY_INTERVAL_MS", default_value_t = 1_000)]
+    pub recovery_interval_ms: u64,
+
+    /// This worker's id in leases and the registry (default: host, pid and a random suffix).
+    #[arg(long, env = "WORKER_ID")]
+    pub worker_id: Option<String>,
+
+    /// Log format: `text` or `json`.
+    #[arg(long, env = "LOG_FORMAT", default_value = "text")]
+    pub log_format: String,
+}
+
+impl WorkerConfig {
+    pub fn host() -> String {
+        std::env::var("HOSTNAME")
+            .ok()
+            .filter(|h| !h.is_empty())
+            .or_else(|| {
+                std::fs::read_to_string("/etc/hostname")
+                    .ok()
+                    .map(|h| h.trim().to_owned())
+            })
+            .unwrap_or_else(|| "localhost".into())
+    }
+
+    pub fn runtime(&self) -> RuntimeConfig {
+        let host = WorkerConfig::host();
+        let worker_id = self.worker_id.clone().unwrap_or_else(|| {
+            let suffix = uuid::Uuid::new_v4().simple().to_string();
+            format!("{host}-{}-{}", std::process::id(), &suffix[..8])
+        });
+        RuntimeConfig {
+            worker_id,
+            host,
+            concurrency: self.concurrency.max(1),
+            lease_ttl: Duration::from_millis(self.lease_ttl_ms.max(30)),
+            max_run: Duration::from_millis(self.max_run_ms.max(1)),
+            max_attempts: self.max_attempts.max(1),
+            drain_timeout: Duration::from_millis(self.drain_timeout_ms),
+            recovery_interval: Duration::from_millis(self.recovery_interval_ms.max(10)),
+            idle_wait: Duration::from_secs(1),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_flags_and_lists() {
+        let parsed = WorkerConfig::try_parse_from([
+            "worker",
+            "--redis-url",
+            "redis://127.0.0.1:7000/",
+            "--concurrency",
+            "4",
+            "--entrypoints",
+            "echo,sleep",
+        ]);
+        let config = match parsed {
+            Ok(config) => config,
+            Err(err) => panic!("{err}"),
+        };
+        assert_eq!(config.concurrency, 4);
+        assert_eq!(config.entrypoints, vec!["echo", "sleep"]);
+        assert_eq!(config.runtime().lease_ttl, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn rejects_bad_numbers() {
+        let parsed = WorkerConfig::try_parse_from([
+            "worker",
+            "--redis-url",
+            "redis://x/",
+            "--concurrency",
+            "many",
+        ]);
+        assert!(parsed.is_err());
+    }
+}

@@ -1,0 +1,163 @@
+//! Entrypoints: a key, a description, input and output JSON Schemas, whether it streams, an
+//! optional price, and the handler. [`Entrypoint::typed`] derives both schemas from Rust types
+//! (schemars) and decodes the input, so most handlers are plain async functions over structs.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use shared::registry::{EntrypointInfo, Price};
+
+use crate::handler::{Handler, HandlerError, HandlerOutput, TaskContext};
+
+#[derive(Clone)]
+pub struct Entrypoint {
+    pub key: String,
+    pub description: String,
+    pub input_schema: Value,
+    pub output_schema: Value,
+    pub streaming: bool,
+    pub price: Option<Price>,
+    pub handler: Arc<dyn Handler>,
+}
+
+impl Entrypoint {
+    /// An entrypoint over raw JSON; both schemas accept anything until set.
+    pub fn new(
+        key: impl Into<String>,
+        description: impl Into<String>,
+        handler: impl Handler,
+    ) -> Self {
+        Entrypoint {
+            key: key.into(),
+            description: description.into(),
+            input_schema: json!({}),
+            output_schema: json!({}),
+            streaming: false,
+            price: None,
+            handler: Arc::new(handler),
+        }
+    }
+
+    /// An entrypoint over typed input and output: the schemas come from the types, input that
+    /// does not decode fails with `invalid_input`.
+    pub fn typed<I, O, F, Fut>(key: impl Into<String>, description: impl Into<String>, f: F) -> Self
+    where
+        I: DeserializeOwned + JsonSchema + Send + 'static,
+        O: Serialize + JsonSchema + Send + 'static,
+        F: Fn(I, TaskContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<O, HandlerError>> + Send + 'static,
+    {
+        let f = Arc::new(f);
+        let handler = move |input: Value, ctx: TaskContext| {
+            let f = f.clone();
+            async move {
+                let input: I = serde_json::from_value(input)
+                    .map_err(|err| HandlerError::invalid_input(err.to_string()))?;
+                let output = f(input, ctx).await?;
+                let output = serde_json::to_value(output)
+                    .map_err(|err| HandlerError::new("invalid_output", err.to_string()))?;
+                Ok(HandlerOutput::new(output))
+            }
+        };
+        let mut entrypoint = Entrypoint::new(key, description, handler);
+        entrypoint.input_schema = schema_of::<I>();
+        entrypoint.output_schema = schema_of::<O>();
+        entrypoint
+    }
+
+    /// Marks the entrypoint as streaming (it emits `text`/`delta`/`asset`/`control` events).
+    pub fn streaming(mut self) -> Self {
+        self.streaming = true;
+        self
+    }
+
+    pub fn price(mut self, price: Price) -> Self {
+        self.price = Some(price);
+        self
+    }
+
+    pub fn input_schema(mut self, schema: Value) -> Self {
+        self.input_schema = schema;
+        self
+    }
+
+    pub fn output_schema(mut self, schema: Value) -> Self {
+        self.output_schema = schema;
+        self
+    }
+
+    /// How the registry (and so the Agent Card) describes it.
+    pub fn info(&self) -> EntrypointInfo {
+        EntrypointInfo {
+            key: self.key.clone(),
+            description: self.description.clone(),
+            input_schema: self.input_schema.clone(),
+            output_schema: self.output_schema.clone(),
+            streaming: self.streaming,
+            price: self.price.clone(),
+        }
+    }
+}
+
+fn schema_of<T: JsonSchema>() -> Value {
+    serde_json::to_value(schemars::schema_for!(T)).unwrap_or_else(|_| json!({}))
+}
+
+/// The entrypoints a worker hosts, by key.
+#[derive(Clone, Default)]
+pub struct Entrypoints {
+    by_key: BTreeMap<String, Entrypoint>,
+}
+
+impl Entrypoints {
+    pub fn new() -> Self {
+        Entrypoints::default()
+    }
+
+    /// Adds (or replaces) an entrypoint.
+    pub fn with(mut self, entrypoint: Entrypoint) -> Self {
+        self.by_key.insert(entrypoint.key.clone(), entrypoint);
+        self
+    }
+
+    pub fn get(&self, key: &str) -> Option<&Entrypoint> {
+        self.by_key.get(key)
+    }
+
+    pub fn keys(&self) -> Vec<String> {
+        self.by_key.keys().cloned().collect()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+
+    /// Only the named entrypoints; unknown names are returned as the error.
+    pub fn only(&self, keys: &[String]) -> Result<Entrypoints, Vec<String>> {
+        let unknown: Vec<String> = keys
+            .iter()
+            .filter(|key| !self.by_key.contains_key(*key))
+            .cloned()
+            .collect();
+        if !unknown.is_empty() {
+            return Err(unknown);
+        }
+        Ok(Entrypoints {
+            by_key: self
+                .by_key
+                .iter()
+                .filter(|(key, _)| keys.contains(key))
+                .map(|(key, ep)| (key.clone(), ep.clone()))
+                .collect(),
+        })
+    }
+
+    pub fn infos(&self) -> Vec<EntrypointInfo> {
+        self.by_key.values().map(Entrypoint::info).collect()
+    }
+}

@@ -1,0 +1,122 @@
+//! The handler API: what an entrypoint's code receives and returns.
+//!
+//! A handler gets the task's input and a [`TaskContext`] (task id, attempt, deadline,
+//! cancellation, a fenced [`Emitter`]) and returns a [`HandlerOutput`] or a [`HandlerError`]
+//! with a code. Most entrypoints are plain async functions over typed input and output, see
+//! [`crate::entrypoint::Entrypoint::typed`].
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::emitter::Emitter;
+
+/// What a successful run returns: the task's `result`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HandlerOutput {
+    pub output: Value,
+    pub usage: Option<Value>,
+    pub model: Option<String>,
+}
+
+impl HandlerOutput {
+    pub fn new(output: Value) -> Self {
+        HandlerOutput {
+            output,
+            usage: None,
+            model: None,
+        }
+    }
+}
+
+impl From<Value> for HandlerOutput {
+    fn from(output: Value) -> Self {
+        HandlerOutput::new(output)
+    }
+}
+
+/// A failed run: becomes the task's `error` (`{code, message, details?}`).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct HandlerError {
+    pub code: String,
+    pub message: String,
+    pub details: Option<Value>,
+}
+
+impl HandlerError {
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
+        HandlerError {
+            code: code.into(),
+            message: message.into(),
+            details: None,
+        }
+    }
+
+    /// The input did not match the entrypoint's schema or type.
+    pub fn invalid_input(message: impl Into<String>) -> Self {
+        HandlerError::new("invalid_input", message)
+    }
+
+    /// The run was cancelled (the handler saw [`TaskContext::cancelled`]).
+    pub fn cancelled() -> Self {
+        HandlerError::new("cancelled", "Task was cancelled")
+    }
+
+    pub fn with_details(mut self, details: Value) -> Self {
+        self.details = Some(details);
+        self
+    }
+}
+
+/// Everything a handler may know about the run it is doing.
+#[derive(Clone)]
+pub struct TaskContext {
+    pub task_id: String,
+    /// 1 for the first run; higher after the task was recovered from a lost worker.
+    pub attempt: u32,
+    pub max_attempts: u32,
+    /// When the run deadline (`maxRunMs`) passes; the runtime aborts the handler then.
+    pub deadline: tokio::time::Instant,
+    pub context_id: Option<String>,
+    pub metadata: Option<Value>,
+    /// Cancelled when the task is cancelled, its lease is lost, its deadline passes or the
+    /// worker stops hard. Long handlers should watch it; the runtime stops waiting for them
+    /// either way.
+    pub cancel: CancellationToken,
+    /// Fenced writer of progress and stream events.
+    pub events: Emitter,
+}
+
+impl TaskContext {
+    /// Time left before the run deadline.
+    pub fn remaining(&self) -> Duration {
+        self.deadline
+            .saturating_duration_since(tokio::time::Instant::now())
+    }
+
+    /// Resolves when the run should stop.
+    pub async fn cancelled(&self) {
+        self.cancel.cancelled().await
+    }
+}
+
+pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<HandlerOutput, HandlerError>> + Send>>;
+
+/// An entrypoint's code. Implemented for closures `Fn(Value, TaskContext) -> Future`.
+pub trait Handler: Send + Sync + 'static {
+    fn call(&self, input: Value, ctx: TaskContext) -> HandlerFuture;
+}
+
+impl<F, Fut> Handler for F
+where
+    F: Fn(Value, TaskContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<HandlerOutput, HandlerError>> + Send + 'static,
+{
+    fn call(&self, input: Value, ctx: TaskContext) -> HandlerFuture {
+        Box::pin(self(input, ctx))
+    }
+}

@@ -1,0 +1,15 @@
+//! The worker: hosts entrypoint handlers and runs tasks from the store.
+//!
+//! - [`handler`]: what a handler receives ([`handler::TaskContext`]) and returns;
+//! - [`emitter`]: fenced progress and stream events from a running handler;
+//! - [`entrypoint`]: entrypoint definitions (schemas, streaming, price) and the set a worker hosts;
+//! - [`builtins`]: `echo`, `sleep`, `fail`, `count`, `summarize`;
+//! - [`runtime`]: the claim loop, heartbeat, cancellation, recovery sweep and drain;
+//! - [`config`]: settings, each a flag and an environment variable.
+
+pub mod builtins;
+pub mod config;
+pub mod emitter;
+pub mod entrypoint;
+pub mod handler;
+pub mod runtime;

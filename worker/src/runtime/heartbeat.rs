@@ -1,0 +1,77 @@
+//! The heartbeat: every third of the lease TTL, one store call renews every lease this worker
+//! holds; a lease the store refuses stops its handler, and so does a lease whose last confirmed
+//! renewal is older than the TTL (the store was unreachable: it has expired there by now). The
+//! same tick refreshes the worker's registry entry. Beside it, the cancellation listener stops
+//! handlers of cancelled tasks at once.
+
+use std::sync::Arc;
+
+use shared::registry::{WorkerEntry, WorkerRegistry};
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio_util::sync::CancellationToken;
+
+use super::Shared;
+use super::active::StopReason;
+
+pub async fn run(
+    shared: Arc<Shared>,
+    registry: Option<(Arc<dyn WorkerRegistry>, WorkerEntry)>,
+    stop: CancellationToken,
+) {
+    let ttl = shared.config.lease_ttl;
+    let mut tick = tokio::time::interval(ttl / 3);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let leases = shared.active.leases();
+        if !leases.is_empty() {
+            let asked_at = tokio::time::Instant::now();
+            match shared.store.renew_leases(&leases, ttl).await {
+                Ok(renewed) => {
+                    for (lease, ok) in leases.iter().zip(renewed) {
+                        if ok {
+                            shared.active.renewed(lease, asked_at);
+                        } else if shared.active.stop(&lease.task_id, StopReason::LeaseLost) {
+                            tracing::warn!(task_id = %lease.task_id, "lease lost; stopping its handler");
+                        }
+                    }
+                }
+                Err(err) => tracing::warn!(error = %err, "could not renew leases"),
+            }
+            let stale = shared.active.stop_stale(ttl, tokio::time::Instant::now());
+            if stale > 0 {
+                tracing::warn!(
+                    stale,
+                    "leases not renewed within their TTL; stopping handlers"
+                );
+            }
+        }
+        if let Some((registry, entry)) = &registry
+            && let Err(err) = registry.heartbeat(entry, ttl).await
+        {
+            tracing::warn!(error = %err, "could not refresh the registry entry");
+        }
+    }
+}
+
+pub async fn listen_for_cancellations(
+    shared: Arc<Shared>,
+    mut cancellations: UnboundedReceiver<String>,
+    stop: CancellationToken,
+) {
+    loop {
+        let task_id = tokio::select! {
+            _ = stop.cancelled() => return,
+            id = cancellations.recv() => match id {
+                Some(id) => id,
+                None => return,
+            },
+        };
+        if shared.active.stop(&task_id, StopReason::Cancelled) {
+            tracing::info!(%task_id, "task cancelled; stopping its handler");
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! The worker runtime: one fetch loop claims up to `concurrency` tasks at a time, each claimed
+//! task is activated and run under its run deadline and cancellation, and its result written
+//! with a fenced compare-and-set. Beside it run the heartbeat (one call renews every lease this
+//! worker holds, and refreshes its registry entry), the cancellation listener and the recovery
+//! sweep. Shutdown stops claiming, lets running handlers finish within the drain timeout, then
+//! leaves: unfinished leases expire and another worker recovers them.
+
+mod active;
+mod execute;
+mod fetch;
+mod heartbeat;
+mod recovery;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use shared::registry::{WorkerEntry, WorkerRegistry};
+use shared::store::TaskStore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use self::active::ActiveRuns;
+use crate::entrypoint::Entrypoints;
+
+/// How a worker runs; see [`crate::config::WorkerConfig`] for the defaults and flags.
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    pub worker_id: String,
+    pub host: String,
+    /// Tasks run at once.
+    pub concurrency: usize,
+    /// Lease lifetime; renewed every third of it.
+    pub lease_ttl: Duration,
+    /// Hard limit of one run (`maxRunMs`).
+    pub max_run: Duration,
+    /// Runs a task may get; a later activation fails it with `task_attempts_exhausted`.
+    pub max_attempts: u32,
+    /// How long SIGTERM waits for running handlers.
+    pub drain_timeout: Duration,
+    /// How often this worker sweeps for expired leases.
+    pub recovery_interval: Duration,
+    /// How long the fetch loop blocks on an empty queue before looking again.
+    pub idle_wait: Duration,
+}
+
+impl RuntimeConfig {
+    pub fn new(worker_id: impl Into<String>) -> Self {
+        RuntimeConfig {
+            worker_id: worker_id.into(),
+            host: String::from("localhost"),
+            concurrency: 16,
+            lease_ttl: Duration::from_secs(10),
+            max_run: Duration::from_secs(15 * 60),
+            max_attempts: shared::store::DEFAULT_MAX_ATTEMPTS,
+            drain_timeout: Duration::from_secs(30),
+            recovery_interval: Duration::from_secs(1),
+            idle_wait: Duration::from_secs(1),
+        }
+    }
+}
+
+/// What the runtime shares between its loops.
+pub(crate) struct Shared {
+    pub store: Arc<dyn TaskStore>,
+    pub entrypoints: Entrypoints,
+    pub config: RuntimeConfig,
+    pub active: ActiveRuns,
+}
+
+/// Runs the worker until `shutdown` is cancelled, then drains and returns.
+pub async fn run(
+    store: Arc<dyn TaskStore>,
+    registry: Option<Arc<dyn WorkerRegistry>>,
+    entrypoints: Entrypoints,
+    config: RuntimeConfig,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let entry = WorkerEntry {
+        worker_id: config.worker_id.clone(),
+        host: config.host.clone(),
+        started_at_ms: shared::protocol::Timestamp::now().as_millis(),
+        concurrency: config.concurrency,
+        entrypoints: entrypoints.infos(),
+    };
+    let shared = Arc::new(Shared {
+        store,
+        entrypoints,
+        config,
+        active: ActiveRuns::default(),
+    });
+    let cancellations = shared
+        .store
+        .watch_cancellations(&shared.config.worker_id)
+        .await?;
+    if let Some(registry) = &registry {
+        registry
+            .heartbeat(&entry, registry_ttl(&shared.config))
+            .await?;
+    }
+    tracing::info!(
+        worker_id = %shared.config.worker_id,
+        entrypoints = ?shared.entrypoints.keys(),
+        concurrency = shared.config.concurrency,
+        "worker started"
+    );
+
+    // Background loops stop with `background`, after the drain, so leases stay renewed while
+    // running handlers finish.
+    let background = CancellationToken::new();
+    let runs = TaskTracker::new();
+    let loops = TaskTracker::new();
+    loops.spawn(heartbeat::run(
+        shared.clone(),
+        registry.clone().map(|r| (r, entry.clone())),
+        background.clone(),
+    ));
+    loops.spawn(heartbeat::listen_for_cancellations(
+        shared.clone(),
+        cancellations,
+        background.clone(),
+    ));
+    loops.spawn(recovery::run(shared.clone(), background.clone()));
+
+    fetch::run(shared.clone(), &runs, shutdown.clone()).await;
+
+    // Drain: no new claims; running handlers get `drain_timeout` to finish.
+    runs.close();
+    let active = shared.active.len();
+    if active > 0 {
+        tracing::info!(active, "draining running tasks");
+    }
+    if tokio::time::timeout(shared.config.drain_timeout, runs.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            left = shared.active.len(),
+            "drain timeout: leaving unfinished tasks to recovery"
+        );
+        shared.active.abandon_all();
+        runs.wait().await;
+    }
+    background.cancel();
+    loops.close();
+    loops.wait().await;
+    if let Some(registry) = &registry
+        && let Err(err) = registry.deregister(&shared.config.worker_id).await
+    {
+        tracing::warn!(error = %err, "could not remove the registry entry; it will expire");
+    }
+    tracing::info!(worker_id = %shared.config.worker_id, "worker stopped");
+    Ok(())
+}
+
+/// Registry entries live three heartbeats.
+fn registry_ttl(config: &RuntimeConfig) -> Duration {
+    config.lease_ttl
+}

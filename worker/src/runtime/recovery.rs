@@ -1,0 +1,53 @@
+//! The recovery sweep. Every worker runs it; the store's scripts re-check each deadline, so
+//! concurrent sweeps never settle a task twice. The interval is jittered so that sweeps of
+//! many workers spread out instead of arriving together.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::Shared;
+
+/// Tasks one sweep settles at most; a full sweep is followed by another at once.
+const SWEEP_LIMIT: usize = 200;
+
+pub async fn run(shared: Arc<Shared>, stop: CancellationToken) {
+    let base = shared.config.recovery_interval;
+    loop {
+        let jitter = jitter(base / 2);
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(base / 2 + jitter) => {}
+        }
+        loop {
+            match shared.store.recover_expired(SWEEP_LIMIT).await {
+                Ok(report) if report.is_empty() => break,
+                Ok(report) => {
+                    tracing::info!(
+                        requeued = report.requeued.len(),
+                        failed = report.failed.len(),
+                        cancelled = report.cancelled.len(),
+                        "recovered expired tasks"
+                    );
+                    let settled =
+                        report.requeued.len() + report.failed.len() + report.cancelled.len();
+                    if settled < SWEEP_LIMIT {
+                        break;
+                    }
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, "recovery sweep failed");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// A random duration in `0..max`, from the thread RNG of uuid's v4 generator (no extra crate).
+fn jitter(max: Duration) -> Duration {
+    let bits = uuid::Uuid::new_v4().as_u128() as u64;
+    let max_ms = max.as_millis().max(1) as u64;
+    Duration::from_millis(bits % max_ms)
+}
