@@ -1,1 +1,88 @@
-fn main() {}
+//! `gateway`: parse settings, connect (or go embedded), serve until SIGTERM or SIGINT.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use gateway::config::GatewayConfig;
+use gateway::state::AppState;
+use shared::store::{RedisStore, RedisStoreConfig};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let config = GatewayConfig::parse();
+    init_logs(&config.log_format);
+    let shutdown = CancellationToken::new();
+    let background = TaskTracker::new();
+
+    let state = match &config.redis_url {
+        Some(url) => {
+            let mut store_config = RedisStoreConfig::new(url.clone());
+            store_config.namespace = config.namespace.clone();
+            store_config.max_tasks = config.max_tasks;
+            store_config.retention = Duration::from_millis(config.retention_ms);
+            let store = RedisStore::connect(store_config)
+                .await
+                .context("cannot reach Redis")?;
+            tracing::info!("cluster mode: tasks in Redis, run by worker processes");
+            AppState {
+                registry: Arc::new(store.registry()),
+                store: Arc::new(store),
+                config: Arc::new(config.clone()),
+                shutdown: shutdown.clone(),
+            }
+        }
+        None => {
+            tracing::info!("embedded mode (REDIS_URL unset): in-memory store, in-process worker");
+            gateway::embedded::start(config.clone(), shutdown.clone(), &background)
+        }
+    };
+
+    let listener = tokio::net::TcpListener::bind(&config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let address = listener.local_addr()?;
+    tracing::info!(%address, "gateway listening; try: curl http://{address}/.well-known/agent-card.json");
+    let store = state.store.clone();
+    let stop = shutdown.clone();
+    axum::serve(listener, gateway::app(state))
+        .with_graceful_shutdown(async move {
+            wait_for_signal().await;
+            stop.cancel();
+        })
+        .await?;
+    shutdown.cancel();
+    background.close();
+    background.wait().await;
+    store.close().await;
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot listen for signals");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+    }
+}
+
+fn init_logs(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}

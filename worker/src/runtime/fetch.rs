@@ -45,7 +45,9 @@ pub async fn run(shared: Arc<Shared>, runs: &TaskTracker, shutdown: Cancellation
         match taken {
             Ok(claims) if shutdown.is_cancelled() => {
                 // Claimed while shutdown began: hand them straight back to the queue.
-                tracing::info!(claims = claims.len(), "shutting down: handing claims back");
+                if !claims.is_empty() {
+                    tracing::info!(claims = claims.len(), "shutting down: handing claims back");
+                }
                 for claim in claims {
                     if let Err(err) = shared.store.hand_off(&claim.lease).await {
                         tracing::warn!(task_id = %claim.lease.task_id, error = %err,

@@ -1,0 +1,95 @@
+//! Gateway settings: each a flag and an environment variable (`gateway --help` lists them).
+
+use clap::Parser;
+
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "gateway",
+    version,
+    about = "HTTP gateway of the agent task service (Lucid A2A profile)."
+)]
+pub struct GatewayConfig {
+    /// Address to listen on.
+    #[arg(long = "listen", env = "LISTEN_ADDR", default_value = "127.0.0.1:8080")]
+    pub listen: String,
+
+    /// Redis of the cluster. Unset: embedded single-process mode (in-memory store and an
+    /// in-process worker hosting the built-in entrypoints).
+    #[arg(long, env = "REDIS_URL")]
+    pub redis_url: Option<String>,
+
+    /// Key namespace (hash tag) shared by the cluster's gateways and workers.
+    #[arg(long, env = "REDIS_NAMESPACE", default_value = "tc")]
+    pub namespace: String,
+
+    /// Path prefix of every route, e.g. `/agents/a`; kept in the card's URLs.
+    #[arg(long, env = "BASE_PATH", default_value = "")]
+    pub base_path: String,
+
+    /// Largest accepted request body, in bytes (larger: 413).
+    #[arg(long, env = "BODY_LIMIT_BYTES", default_value_t = 1024 * 1024)]
+    pub body_limit_bytes: usize,
+
+    /// How long a client may take to send its body, in milliseconds.
+    #[arg(long, env = "BODY_TIMEOUT_MS", default_value_t = 10_000)]
+    pub body_timeout_ms: u64,
+
+    /// Cluster-wide cap on non-terminal tasks.
+    #[arg(long, env = "MAX_TASKS", default_value_t = shared::store::DEFAULT_MAX_TASKS)]
+    pub max_tasks: u64,
+
+    /// How long terminal tasks are kept, in milliseconds.
+    #[arg(long, env = "RETENTION_MS", default_value_t = 24 * 60 * 60 * 1000)]
+    pub retention_ms: u64,
+
+    /// Runs a task may get after losing workers.
+    #[arg(long, env = "MAX_ATTEMPTS", default_value_t = shared::store::DEFAULT_MAX_ATTEMPTS)]
+    pub max_attempts: u32,
+
+    /// Longest a direct invoke waits for its worker, in milliseconds.
+    #[arg(long, env = "INVOKE_TIMEOUT_MS", default_value_t = 15 * 60 * 1000)]
+    pub invoke_timeout_ms: u64,
+
+    /// Agent name shown in the card.
+    #[arg(long, env = "AGENT_NAME", default_value = "taskcluster")]
+    pub agent_name: String,
+
+    /// Agent description shown in the card.
+    #[arg(
+        long,
+        env = "AGENT_DESCRIPTION",
+        default_value = "An agent task service running as a Redis worker cluster"
+    )]
+    pub agent_description: String,
+
+    /// Agent version shown in the card.
+    #[arg(long, env = "AGENT_VERSION", default_value = env!("CARGO_PKG_VERSION"))]
+    pub agent_version: String,
+
+    /// Embedded mode only: tasks the in-process worker runs at once.
+    #[arg(long, env = "WORKER_CONCURRENCY", default_value_t = 16)]
+    pub worker_concurrency: usize,
+
+    /// Log format: `text` or `json`.
+    #[arg(long, env = "LOG_FORMAT", default_value = "text")]
+    pub log_format: String,
+}
+
+impl GatewayConfig {
+    /// The base path normalised: empty, or `/segment...` without a trailing slash.
+    pub fn base_path(&self) -> String {
+        let trimmed = self.base_path.trim().trim_end_matches('/');
+        if trimmed.is_empty() {
+            String::new()
+        } else if trimmed.starts_with('/') {
+            trimmed.to_owned()
+        } else {
+            format!("/{trimmed}")
+        }
+    }
+
+    /// Defaults for tests and embedding.
+    pub fn for_tests() -> Self {
+        GatewayConfig::parse_from(["gateway"])
+    }
+}

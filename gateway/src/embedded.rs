@@ -1,0 +1,45 @@
+//! Embedded single-process mode: the gateway with an in-memory store and registry and an
+//! in-process worker hosting the built-in entrypoints (durability `process`). What a fresh
+//! machine runs with no Redis at all.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use shared::registry::MemoryRegistry;
+use shared::store::{MemoryStore, MemoryStoreConfig};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::GatewayConfig;
+use crate::state::AppState;
+
+/// Builds the state and starts the in-process worker on `tracker`; it stops with `shutdown`.
+pub fn start(
+    config: GatewayConfig,
+    shutdown: CancellationToken,
+    tracker: &TaskTracker,
+) -> AppState {
+    let store = Arc::new(MemoryStore::new(MemoryStoreConfig {
+        max_tasks: config.max_tasks,
+        retention: Duration::from_millis(config.retention_ms),
+        ..MemoryStoreConfig::default()
+    }));
+    let registry = Arc::new(MemoryRegistry::new());
+    let mut runtime =
+        worker::runtime::RuntimeConfig::new(format!("embedded-{}", std::process::id()));
+    runtime.concurrency = config.worker_concurrency.max(1);
+    runtime.max_attempts = config.max_attempts;
+    tracker.spawn(worker::runtime::run(
+        store.clone(),
+        Some(registry.clone()),
+        worker::builtins::all(),
+        runtime,
+        shutdown.clone(),
+    ));
+    AppState {
+        store,
+        registry,
+        config: Arc::new(config),
+        shutdown,
+    }
+}

@@ -1,0 +1,63 @@
+//! The gateway: the Lucid HTTP profile over the task cluster, holding no state of its own.
+//!
+//! - [`admit`]: admission shared by task creation, invoke and stream;
+//! - [`config`]: settings, each a flag and an environment variable;
+//! - [`state`]: what handlers share ([`state::AppState`]): the store, the worker registry, settings;
+//! - [`error`]: [`error::ApiError`], the profile's error body with the right status;
+//! - [`extract`]: JSON and `Task-Access-Token` extractors whose rejections are `ApiError`s;
+//! - [`routes`]: one module per resource (health, card, entrypoints, tasks, invoke/stream);
+//! - [`embedded`]: the single-process mode (in-memory store and an in-process worker).
+//!
+//! [`app`] builds the router; tests drive it without a socket.
+
+pub mod admit;
+pub mod config;
+pub mod embedded;
+pub mod error;
+pub mod extract;
+pub mod routes;
+pub mod state;
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::http::HeaderName;
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::timeout::RequestBodyTimeoutLayer;
+use tower_http::trace::TraceLayer;
+
+use crate::state::AppState;
+
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// The whole HTTP surface, mounted under the configured base path, with its layers applied
+/// once: request ids, tracing (no headers or bodies logged: they carry tokens), body limit and
+/// body read timeout.
+pub fn app(state: AppState) -> Router {
+    let base = state.config.base_path();
+    let limit = state.config.body_limit_bytes;
+    let body_timeout = Duration::from_millis(state.config.body_timeout_ms);
+    let routes = routes::router().with_state(state);
+    let mounted = if base.is_empty() {
+        routes
+    } else {
+        Router::new().nest(&base, routes)
+    };
+    mounted
+        .fallback(routes::not_found)
+        .layer(RequestBodyLimitLayer::new(limit))
+        .layer(RequestBodyTimeoutLayer::new(body_timeout))
+        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+        .layer(
+            TraceLayer::new_for_http().make_span_with(|request: &axum::http::Request<_>| {
+                let id = request
+                    .headers()
+                    .get(&REQUEST_ID)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("-");
+                tracing::info_span!("http", method = %request.method(), path = %request.uri().path(), request_id = %id)
+            }),
+        )
+        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+}
