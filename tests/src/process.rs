@@ -4,7 +4,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
@@ -33,33 +32,41 @@ fn profile_dir() -> Option<PathBuf> {
 }
 
 /// Path of a workspace binary (`gateway`, `worker`, `taskctl`). The first call in a test
-/// process runs `cargo build --bins` (a no-op when up to date): `cargo test -p cluster-tests`
+/// process for each binary runs `cargo build --bin <name>` (a no-op when up to date): `cargo test -p cluster-tests`
 /// alone would not rebuild the binaries, and a stale one would test yesterday's code.
 pub fn binary(name: &str) -> Result<PathBuf, ProcessError> {
-    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
+    static BUILT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
     let dir =
         profile_dir().ok_or_else(|| ProcessError::Binary(name.into(), "no target dir".into()))?;
     let path = dir.join(name);
-    let built = BUILT.get_or_init(|| {
+    let mut built_names = BUILT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let built: Result<(), String> = if built_names.iter().any(|built| built == name) {
+        Ok(())
+    } else {
         let mut command = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-        command.args(["build", "--workspace", "--bins", "--quiet"]);
+        command.args(["build", "--workspace", "--quiet", "--bin", name]);
         if dir.file_name().and_then(|n| n.to_str()) == Some("release") {
             command.arg("--release");
         }
-        let status = command.status().map_err(|err| err.to_string())?;
-        if status.success() {
-            Ok(())
-        } else {
-            Err(format!("cargo build exited with {status}"))
+        match command.status() {
+            Ok(status) if status.success() => {
+                built_names.push(name.to_owned());
+                Ok(())
+            }
+            Ok(status) => Err(format!("cargo build exited with {status}")),
+            Err(err) => Err(err.to_string()),
         }
-    });
+    };
+    drop(built_names);
     match built {
         Ok(()) if path.exists() => Ok(path),
         Ok(()) => Err(ProcessError::Binary(
             name.into(),
             format!("{} is missing", path.display()),
         )),
-        Err(err) => Err(ProcessError::Binary(name.into(), err.clone())),
+        Err(err) => Err(ProcessError::Binary(name.into(), err)),
     }
 }
 

@@ -324,3 +324,20 @@ async fn a_killed_workers_registry_entry_vanishes() -> TestResult {
     }
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_past_its_deadline_fails_with_task_timeout() -> TestResult {
+    let cluster = Cluster::start().await?;
+    let _w1 = cluster.worker("w1", &[("MAX_RUN_MS", "300".to_owned())])?;
+    let mut sub = cluster
+        .create("too-long", "sleep", json!({"ms": 60_000}))
+        .await?;
+    let failed = event(&mut sub, "error").await?;
+    assert_eq!(failed.data["status"], "failed");
+    assert_eq!(failed.data["error"]["code"], "task_timeout");
+    assert_eq!(
+        failed.data["error"]["message"],
+        "Task exceeded its 300ms execution limit"
+    );
+    Ok(())
+}
