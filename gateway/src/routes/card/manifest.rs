@@ -1,0 +1,229 @@
+//! The Agent Card: A2A-shaped discovery plus the Lucid `entrypoints` map.
+//!
+//! Typed structs rather than `json!` because field order is part of the wire contract
+//! (upstream clients and the captures compare bytes) and the structs keep it whatever map
+//! type serde_json is built with. An entrypoint without a schema (`{}` accepts anything, like
+//! upstream's entrypoint without a Zod schema) omits its schema fields, as upstream does.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::Value;
+use shared::registry::{EntrypointInfo, Price};
+
+use crate::config::GatewayConfig;
+
+const PROTOCOL_VERSION: &str = "1.0";
+const PROTOCOL_BINDING: &str = "HTTP+JSON";
+const INPUT_MODES: &[&str] = &["application/json"];
+const OUTPUT_MODES: &[&str] = &["application/json", "text/plain"];
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentCard<'a> {
+    protocol_version: &'static str,
+    name: &'a str,
+    description: &'a str,
+    url: String,
+    supported_interfaces: [Interface; 1],
+    version: &'a str,
+    capabilities: Capabilities,
+    default_input_modes: &'static [&'static str],
+    default_output_modes: &'static [&'static str],
+    skills: Vec<Skill<'a>>,
+    supports_authenticated_extended_card: bool,
+    entrypoints: BTreeMap<&'a str, ManifestEntry<'a>>,
+    /// Payment methods. Empty, hence absent, until an entrypoint is priced and payments are
+    /// configured: "the base card has no payments/pricing".
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    payments: Vec<Value>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Interface {
+    url: String,
+    protocol_binding: &'static str,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Capabilities {
+    streaming: bool,
+    push_notifications: bool,
+    /// Tasks are always mounted here, which is what upstream's a2a extension signals.
+    state_transition_history: bool,
+}
+
+/// Field names are upstream's: camelCase except the `x_` schema extensions.
+#[derive(Debug, Serialize)]
+struct Skill<'a> {
+    id: &'a str,
+    name: &'a str,
+    description: &'a str,
+    #[serde(rename = "inputModes")]
+    input_modes: &'static [&'static str],
+    #[serde(rename = "outputModes")]
+    output_modes: &'static [&'static str],
+    streaming: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    x_input_schema: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    x_output_schema: Option<&'a Value>,
+}
+
+#[derive(Debug, Serialize)]
+struct ManifestEntry<'a> {
+    description: &'a str,
+    streaming: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    input_schema: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output_schema: Option<&'a Value>,
+    /// Only on priced entrypoints.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pricing: Option<&'a Price>,
+}
+
+impl<'a> AgentCard<'a> {
+    /// The card for `entrypoints` (the live registry, by key) as seen from `base_url`
+    /// (`scheme://host` plus the base path, no trailing slash).
+    pub fn build(
+        config: &'a GatewayConfig,
+        base_url: &str,
+        entrypoints: &'a [EntrypointInfo],
+    ) -> Self {
+        let url = format!("{base_url}/");
+        AgentCard {
+            protocol_version: PROTOCOL_VERSION,
+            name: &config.agent_name,
+            description: &config.agent_description,
+            supported_interfaces: [Interface {
+                url: url.clone(),
+                protocol_binding: PROTOCOL_BINDING,
+            }],
+            url,
+            version: &config.agent_version,
+            capabilities: Capabilities {
+                streaming: entrypoints.iter().any(|entrypoint| entrypoint.streaming),
+                push_notifications: false,
+                state_transition_history: true,
+            },
+            default_input_modes: INPUT_MODES,
+            default_output_modes: OUTPUT_MODES,
+            skills: entrypoints
+                .iter()
+                .map(|entrypoint| Skill {
+                    id: &entrypoint.key,
+                    name: &entrypoint.key,
+                    description: &entrypoint.description,
+                    input_modes: INPUT_MODES,
+                    output_modes: OUTPUT_MODES,
+                    streaming: entrypoint.streaming,
+                    x_input_schema: schema(&entrypoint.input_schema),
+                    x_output_schema: schema(&entrypoint.output_schema),
+                })
+                .collect(),
+            supports_authenticated_extended_card: false,
+            entrypoints: entrypoints
+                .iter()
+                .map(|entrypoint| {
+                    (
+                        entrypoint.key.as_str(),
+                        ManifestEntry {
+                            description: &entrypoint.description,
+                            streaming: entrypoint.streaming,
+                            input_schema: schema(&entrypoint.input_schema),
+                            output_schema: schema(&entrypoint.output_schema),
+                            pricing: price(entrypoint),
+                        },
+                    )
+                })
+                .collect(),
+            payments: Vec::new(),
+        }
+    }
+}
+
+/// A schema worth publishing: not the accept-anything `{}` / `true` / `null`.
+pub fn schema(value: &Value) -> Option<&Value> {
+    match value {
+        Value::Null | Value::Bool(true) => None,
+        Value::Object(map) if map.is_empty() => None,
+        _ => Some(value),
+    }
+}
+
+/// The entrypoint's price when it has one for invoke or stream.
+pub fn price(entrypoint: &EntrypointInfo) -> Option<&Price> {
+    entrypoint
+        .price
+        .as_ref()
+        .filter(|price| price.invoke.is_some() || price.stream.is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn entrypoint(key: &str, description: &str, input: Value, output: Value) -> EntrypointInfo {
+        EntrypointInfo {
+            key: key.into(),
+            description: description.into(),
+            input_schema: input,
+            output_schema: output,
+            streaming: false,
+            price: None,
+        }
+    }
+
+    /// The upstream capture of `GET /.well-known/agent-card.json`, byte for byte.
+    #[test]
+    fn matches_the_upstream_capture() {
+        let mut config = GatewayConfig::for_tests();
+        config.agent_name = "bench-agent".into();
+        config.agent_description = "Baseline echo/sleep agent".into();
+        config.agent_version = "1.0.0".into();
+        let sleep_in = json!({"$schema":"https://json-schema.org/draft/2020-12/schema","type":"object","properties":{"ms":{"type":"integer","minimum":0,"maximum":9007199254740991_u64}},"required":["ms"],"additionalProperties":false});
+        let sleep_out = json!({"$schema":"https://json-schema.org/draft/2020-12/schema","type":"object","properties":{"slept":{"type":"number"}},"required":["slept"],"additionalProperties":false});
+        let entrypoints = [
+            entrypoint("echo", "Returns its input", json!({}), json!({})),
+            entrypoint("sleep", "Waits input.ms milliseconds", sleep_in, sleep_out),
+        ];
+        let card = AgentCard::build(&config, "http://127.0.0.1:8787", &entrypoints);
+        let text = serde_json::to_string(&card).unwrap_or_default();
+        // The schemas are the worker's values; their inner key order is serde_json's business.
+        let (i, o) = (
+            serde_json::to_string(&entrypoints[1].input_schema).unwrap_or_default(),
+            serde_json::to_string(&entrypoints[1].output_schema).unwrap_or_default(),
+        );
+        let expected = format!(
+            r#"{{"protocolVersion":"1.0","name":"bench-agent","description":"Baseline echo/sleep agent","url":"http://127.0.0.1:8787/","supportedInterfaces":[{{"url":"http://127.0.0.1:8787/","protocolBinding":"HTTP+JSON"}}],"version":"1.0.0","capabilities":{{"streaming":false,"pushNotifications":false,"stateTransitionHistory":true}},"defaultInputModes":["application/json"],"defaultOutputModes":["application/json","text/plain"],"skills":[{{"id":"echo","name":"echo","description":"Returns its input","inputModes":["application/json"],"outputModes":["application/json","text/plain"],"streaming":false}},{{"id":"sleep","name":"sleep","description":"Waits input.ms milliseconds","inputModes":["application/json"],"outputModes":["application/json","text/plain"],"streaming":false,"x_input_schema":{i},"x_output_schema":{o}}}],"supportsAuthenticatedExtendedCard":false,"entrypoints":{{"echo":{{"description":"Returns its input","streaming":false}},"sleep":{{"description":"Waits input.ms milliseconds","streaming":false,"input_schema":{i},"output_schema":{o}}}}}}}"#
+        );
+        assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn priced_entrypoints_carry_pricing() {
+        let config = GatewayConfig::for_tests();
+        let mut paid = entrypoint("paid", "Costs", json!({}), json!({}));
+        paid.price = Some(Price {
+            invoke: Some("0.01".into()),
+            stream: None,
+        });
+        let mut unpriced = entrypoint("free", "Free", json!({}), json!({}));
+        unpriced.price = Some(Price {
+            invoke: None,
+            stream: None,
+        });
+        let entrypoints = [unpriced, paid];
+        let card = serde_json::to_value(AgentCard::build(&config, "http://h", &entrypoints))
+            .unwrap_or_default();
+        assert_eq!(
+            card["entrypoints"]["paid"]["pricing"],
+            json!({"invoke": "0.01"})
+        );
+        assert!(card["entrypoints"]["free"].get("pricing").is_none());
+    }
+}

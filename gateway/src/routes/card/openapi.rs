@@ -1,0 +1,628 @@
+//! `GET /openapi.json`: an OpenAPI 3.1 description of every route of the gateway.
+//!
+//! Written by hand with `json!`, on purpose: the routes are few and stable (the Lucid profile
+//! fixes them), and this document is what client authors read, so it is worth writing for
+//! them: the access-token rules, the SSE event names, the error codes. A derive crate
+//! (utoipa, aide) would need annotations on every handler and wire type, in modules other
+//! people own, to produce a less specific document. The tests check every mounted route is
+//! described.
+
+use serde_json::{Value, json};
+
+use crate::config::GatewayConfig;
+
+/// Error codes of `{"error":{"code"}}` (shared's `ErrorCode`; a test checks each parses).
+pub const ERROR_CODES: &[&str] = &[
+    "invalid_request",
+    "invalid_input",
+    "invalid_output",
+    "not_found",
+    "internal_error",
+    "not_implemented",
+    "entrypoint_not_found",
+    "stream_not_supported",
+    "invalid_idempotency_key",
+    "idempotency_in_progress",
+    "idempotency_key_conflict",
+    "task_access_required",
+    "task_not_found",
+    "skill_not_found",
+    "invalid_state",
+    "task_capacity_exhausted",
+    "task_timeout",
+    "task_execution_failed",
+    "task_terminalization_failed",
+    "durable_task_store_required",
+    "authorization_failed",
+    "auth_required",
+    "payment_capability_unsupported",
+    "payment_verification_failed",
+    "settlement_failed",
+    "policy_violation",
+    "service_unavailable",
+    "task_attempts_exhausted",
+];
+
+fn schema(name: &str) -> Value {
+    json!({"$ref": format!("#/components/schemas/{name}")})
+}
+
+fn parameter(name: &str) -> Value {
+    json!({"$ref": format!("#/components/parameters/{name}")})
+}
+
+fn response(name: &str) -> Value {
+    json!({"$ref": format!("#/components/responses/{name}")})
+}
+
+fn json_body(schema: Value, description: &str) -> Value {
+    json!({
+        "description": description,
+        "content": {"application/json": {"schema": schema}}
+    })
+}
+
+fn sse_body(description: &str) -> Value {
+    json!({
+        "description": description,
+        "content": {"text/event-stream": {"schema": {"type": "string"}}}
+    })
+}
+
+/// The document, with `base_url` (origin plus base path) as its server.
+pub fn document(config: &GatewayConfig, base_url: &str) -> Value {
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": config.agent_name,
+            "description": format!(
+                "{}\n\nLucid A2A HTTP profile: Agent Card discovery, direct invocation and \
+                 streaming of entrypoints, and owned asynchronous tasks. This is not an \
+                 official A2A v1 binding.",
+                config.agent_description
+            ),
+            "version": config.agent_version,
+        },
+        "servers": [{"url": base_url}],
+        "tags": [
+            {"name": "discovery", "description": "What this agent offers"},
+            {"name": "entrypoints", "description": "Direct invocation and streaming"},
+            {"name": "tasks", "description": "Owned asynchronous tasks (Task-Access-Token)"},
+            {"name": "operations", "description": "Liveness and readiness"}
+        ],
+        "paths": paths(),
+        "components": components(),
+    })
+}
+
+fn paths() -> Value {
+    let card = json!({
+        "tags": ["discovery"],
+        "summary": "Agent Card",
+        "description": "A2A-shaped Agent Card plus Lucid entrypoint metadata, built from the \
+            live workers. URLs follow X-Forwarded-Proto (http or https) and X-Forwarded-Host. \
+            Carries an ETag; If-None-Match answers 304.",
+        "responses": {
+            "200": json_body(schema("AgentCard"), "The card"),
+            "304": {"description": "Unchanged since the ETag in If-None-Match"},
+            "503": response("Unavailable")
+        }
+    });
+    let mut legacy_card = card.clone();
+    legacy_card["summary"] = json!("Agent Card (legacy path)");
+    legacy_card["operationId"] = json!("getAgentCardLegacy");
+    let mut card = card;
+    card["operationId"] = json!("getAgentCard");
+
+    json!({
+        "/health": {"get": {
+            "tags": ["operations"],
+            "operationId": "health",
+            "summary": "Liveness: the process answers",
+            "responses": {"200": json_body(schema("Health"), "Up")}
+        }},
+        "/ready": {"get": {
+            "tags": ["operations"],
+            "operationId": "ready",
+            "summary": "Readiness: the task store answers",
+            "responses": {
+                "200": json_body(schema("Ready"), "Ready"),
+                "503": response("Unavailable")
+            }
+        }},
+        "/.well-known/agent-card.json": {"get": card},
+        "/.well-known/agent.json": {"get": legacy_card},
+        "/entrypoints": {"get": {
+            "tags": ["discovery"],
+            "operationId": "listEntrypoints",
+            "summary": "Entrypoints the live workers host",
+            "responses": {
+                "200": json_body(schema("EntrypointList"), "The entrypoints"),
+                "304": {"description": "Unchanged since the ETag in If-None-Match"},
+                "503": response("Unavailable")
+            }
+        }},
+        "/entrypoints/{key}/invoke": {"post": {
+            "tags": ["entrypoints"],
+            "operationId": "invoke",
+            "summary": "Run an entrypoint and wait for its result",
+            "parameters": [parameter("EntrypointKey"), parameter("IdempotencyKey")],
+            "requestBody": {
+                "required": true,
+                "content": {"application/json": {"schema": schema("InvokeRequest")}}
+            },
+            "responses": {
+                "200": {
+                    "description": "The run succeeded. A replay of an Idempotency-Key \
+                        carries Idempotency-Replayed: true.",
+                    "headers": {"Idempotency-Replayed": {
+                        "description": "true when this is the stored response of an earlier request with the same Idempotency-Key",
+                        "schema": {"type": "string", "enum": ["true"]}
+                    }},
+                    "content": {"application/json": {"schema": schema("InvokeResponse")}}
+                },
+                "400": response("BadRequest"),
+                "404": response("NotFound"),
+                "409": response("Conflict"),
+                "500": response("InternalError"),
+                "501": response("NotImplemented"),
+                "503": response("Unavailable")
+            }
+        }},
+        "/entrypoints/{key}/stream": {"post": {
+            "tags": ["entrypoints"],
+            "operationId": "stream",
+            "summary": "Run a streaming entrypoint, following its events",
+            "description": "Server-sent events, each with `id:` (sequence), `event:` (kind) \
+                and `data:` (a RunEvent). Kinds: run-start, text, delta, asset, control, \
+                error, run-end. The stream ends after run-end.",
+            "parameters": [parameter("EntrypointKey")],
+            "requestBody": {
+                "required": true,
+                "content": {"application/json": {"schema": schema("InvokeRequest")}}
+            },
+            "responses": {
+                "200": sse_body("Run events (data: RunEvent)"),
+                "400": response("BadRequest"),
+                "404": response("NotFound"),
+                "501": response("NotImplemented"),
+                "503": response("Unavailable")
+            }
+        }},
+        "/tasks": {
+            "post": {
+                "tags": ["tasks"],
+                "operationId": "createTask",
+                "summary": "Create a task",
+                "description": "The returned accessToken is the only way to read, list, \
+                    cancel or follow the task. Send your own in Task-Access-Token (required \
+                    for paid skills); free skills generate one when it is absent.",
+                "parameters": [parameter("TaskAccessTokenOptional"), parameter("IdempotencyKey")],
+                "requestBody": {
+                    "required": true,
+                    "content": {"application/json": {"schema": schema("SendMessageRequest")}}
+                },
+                "responses": {
+                    "200": json_body(schema("SendMessageResponse"), "Task created"),
+                    "400": response("BadRequest"),
+                    "401": response("Unauthorized"),
+                    "404": response("NotFound"),
+                    "501": response("NotImplemented"),
+                    "503": response("Unavailable")
+                }
+            },
+            "get": {
+                "tags": ["tasks"],
+                "operationId": "listTasks",
+                "summary": "List the tasks owned by this token, newest first",
+                "parameters": [
+                    parameter("TaskAccessToken"),
+                    {"name": "contextId", "in": "query", "schema": {"type": "string"}},
+                    {"name": "status", "in": "query",
+                     "description": "One status or a comma-separated list",
+                     "schema": {"type": "string"}, "example": "running,completed"},
+                    {"name": "limit", "in": "query",
+                     "schema": {"type": "integer", "minimum": 0, "maximum": 1000, "default": 50}},
+                    {"name": "offset", "in": "query",
+                     "schema": {"type": "integer", "minimum": 0, "default": 0}}
+                ],
+                "responses": {
+                    "200": json_body(schema("TaskList"), "The owner's tasks (empty for an unknown token)"),
+                    "400": response("BadRequest"),
+                    "401": response("Unauthorized"),
+                    "503": response("Unavailable")
+                }
+            }
+        },
+        "/tasks/{taskId}": {"get": {
+            "tags": ["tasks"],
+            "operationId": "getTask",
+            "summary": "Read a task",
+            "parameters": [parameter("TaskId"), parameter("TaskAccessToken")],
+            "responses": {
+                "200": json_body(schema("Task"), "The task"),
+                "400": response("BadRequest"),
+                "401": response("Unauthorized"),
+                "404": response("NotFound"),
+                "503": response("Unavailable")
+            }
+        }},
+        "/tasks/{taskId}/cancel": {"post": {
+            "tags": ["tasks"],
+            "operationId": "cancelTask",
+            "summary": "Cancel a running task",
+            "parameters": [parameter("TaskId"), parameter("TaskAccessToken")],
+            "responses": {
+                "200": json_body(schema("Task"), "The cancelled task"),
+                "400": response("BadRequest"),
+                "401": response("Unauthorized"),
+                "404": response("NotFound"),
+                "409": response("Conflict"),
+                "503": response("Unavailable")
+            }
+        }},
+        "/tasks/{taskId}/subscribe": {"get": {
+            "tags": ["tasks"],
+            "operationId": "subscribeTask",
+            "summary": "Follow a task's events",
+            "description": "Server-sent events without `id:` lines: `event:` statusUpdate, \
+                resultUpdate or error, `data:` a TaskEvent. Starts with the current status \
+                (and the result or error of a finished task); ends when the task is terminal.",
+            "parameters": [parameter("TaskId"), parameter("TaskAccessToken")],
+            "responses": {
+                "200": sse_body("Task events (data: TaskEvent)"),
+                "400": response("BadRequest"),
+                "401": response("Unauthorized"),
+                "404": response("NotFound"),
+                "503": response("Unavailable")
+            }
+        }},
+        "/openapi.json": {"get": {
+            "tags": ["discovery"],
+            "operationId": "openapi",
+            "summary": "This document",
+            "responses": {"200": {
+                "description": "OpenAPI 3.1",
+                "content": {"application/json": {"schema": {"type": "object"}}}
+            }}
+        }},
+        "/": {"get": {
+            "tags": ["discovery"],
+            "operationId": "landingPage",
+            "summary": "A page for people: the entrypoints and how to call them",
+            "responses": {
+                "200": {"description": "HTML", "content": {"text/html": {"schema": {"type": "string"}}}},
+                "503": response("Unavailable")
+            }
+        }},
+        "/favicon.svg": {"get": {
+            "tags": ["discovery"],
+            "operationId": "favicon",
+            "summary": "Icon",
+            "responses": {"200": {
+                "description": "SVG",
+                "content": {"image/svg+xml": {"schema": {"type": "string"}}}
+            }}
+        }}
+    })
+}
+
+fn error_response(description: &str) -> Value {
+    json_body(schema("Error"), description)
+}
+
+fn components() -> Value {
+    let mut schemas = task_schemas();
+    if let (Some(all), Value::Object(more)) = (schemas.as_object_mut(), discovery_schemas()) {
+        all.extend(more);
+    }
+    json!({
+        "parameters": parameters(),
+        "responses": responses(),
+        "schemas": schemas,
+    })
+}
+
+fn parameters() -> Value {
+    json!({
+            "TaskAccessToken": {
+                "name": "Task-Access-Token",
+                "in": "header",
+                "required": true,
+                "description": "The task's ownership capability: 20 to 256 characters after \
+                    trimming. Only its SHA-256 is stored. Missing: 401 task_access_required; \
+                    wrong length: 400 task_access_required; another owner's task reads as \
+                    404 task_not_found.",
+                "schema": {"type": "string", "minLength": 20, "maxLength": 256}
+            },
+            "TaskAccessTokenOptional": {
+                "name": "Task-Access-Token",
+                "in": "header",
+                "required": false,
+                "description": "Your token for the new task (20 to 256 characters). Required \
+                    for paid skills; free skills generate one when absent.",
+                "schema": {"type": "string", "minLength": 20, "maxLength": 256}
+            },
+            "IdempotencyKey": {
+                "name": "Idempotency-Key",
+                "in": "header",
+                "required": false,
+                "description": "20 to 256 characters. The same key with the same request \
+                    replays the stored response; with another request: 409 \
+                    idempotency_key_conflict; while the first is running: 409 \
+                    idempotency_in_progress with Retry-After.",
+                "schema": {"type": "string", "minLength": 20, "maxLength": 256}
+            },
+            "TaskId": {
+                "name": "taskId", "in": "path", "required": true,
+                "schema": {"type": "string"}
+            },
+            "EntrypointKey": {
+                "name": "key", "in": "path", "required": true,
+                "description": "An entrypoint key from GET /entrypoints",
+                "schema": {"type": "string"}
+            }
+    })
+}
+
+fn responses() -> Value {
+    json!({
+            "BadRequest": error_response("Invalid request, input, token or idempotency key"),
+            "Unauthorized": error_response("Task-Access-Token missing (task_access_required)"),
+            "NotFound": error_response("Unknown entrypoint, skill or task (or another owner's task)"),
+            "Conflict": error_response("Idempotency conflict, or the task changed meanwhile (invalid_state)"),
+            "InternalError": error_response("The handler failed or returned invalid output"),
+            "NotImplemented": error_response("The entrypoint has no handler"),
+            "Unavailable": {
+                "description": "The task store or registry is unreachable, or capacity is exhausted; retry",
+                "headers": {"Retry-After": {"schema": {"type": "integer"}}},
+                "content": {"application/json": {"schema": schema("Error")}}
+            }
+    })
+}
+
+/// The error body and the task wire types.
+fn task_schemas() -> Value {
+    let status = json!({"type": "string", "enum": ["running", "completed", "failed", "cancelled"]});
+    json!({
+            "Error": {
+                "type": "object",
+                "required": ["error"],
+                "properties": {"error": {
+                    "type": "object",
+                    "required": ["code"],
+                    "properties": {
+                        "code": {"type": "string", "enum": ERROR_CODES},
+                        "message": {"type": "string"},
+                        "issues": {"description": "Validation issues (invalid_input)"}
+                    }
+                }}
+            },
+            "TaskStatus": status,
+            "Task": {
+                "type": "object",
+                "required": ["taskId", "status", "createdAt", "updatedAt"],
+                "properties": {
+                    "taskId": {"type": "string"},
+                    "status": schema("TaskStatus"),
+                    "contextId": {"type": "string"},
+                    "createdAt": {"type": "string", "format": "date-time"},
+                    "updatedAt": {"type": "string", "format": "date-time"},
+                    "result": {
+                        "type": "object",
+                        "required": ["output"],
+                        "properties": {
+                            "output": {},
+                            "usage": {"type": "object"},
+                            "model": {"type": "string"}
+                        }
+                    },
+                    "error": {
+                        "type": "object",
+                        "required": ["code", "message"],
+                        "properties": {
+                            "code": {"type": "string"},
+                            "message": {"type": "string"},
+                            "details": {}
+                        }
+                    }
+                }
+            },
+            "TaskList": {
+                "type": "object",
+                "required": ["tasks", "total", "hasMore"],
+                "properties": {
+                    "tasks": {"type": "array", "items": schema("Task")},
+                    "total": {"type": "integer"},
+                    "hasMore": {"type": "boolean"}
+                }
+            },
+            "SendMessageRequest": {
+                "type": "object",
+                "required": ["skillId", "message"],
+                "properties": {
+                    "skillId": {"type": "string", "description": "An entrypoint key"},
+                    "message": {
+                        "type": "object",
+                        "required": ["role", "content"],
+                        "properties": {
+                            "role": {"type": "string", "enum": ["user", "assistant", "system"]},
+                            "content": {"oneOf": [
+                                {
+                                    "type": "object",
+                                    "required": ["text"],
+                                    "properties": {"text": {
+                                        "type": "string",
+                                        "description": "Parsed as JSON when it is JSON, else passed as a string"
+                                    }}
+                                },
+                                {
+                                    "type": "object",
+                                    "required": ["parts"],
+                                    "properties": {"parts": {
+                                        "type": "array",
+                                        "description": "The first part's text is the input, unparsed",
+                                        "items": {"type": "object", "properties": {"text": {"type": "string"}}}
+                                    }}
+                                }
+                            ]}
+                        }
+                    },
+                    "contextId": {"type": "string"},
+                    "metadata": {"type": "object"}
+                },
+                "example": {
+                    "skillId": "echo",
+                    "message": {"role": "user", "content": {"text": "{\"x\":1}"}}
+                }
+            },
+            "SendMessageResponse": {
+                "type": "object",
+                "required": ["taskId", "accessToken", "status"],
+                "properties": {
+                    "taskId": {"type": "string"},
+                    "accessToken": {"type": "string", "description": "Keep it secret"},
+                    "status": schema("TaskStatus")
+                }
+            },
+            "TaskEvent": {
+                "type": "object",
+                "required": ["taskId"],
+                "properties": {
+                    "taskId": {"type": "string"},
+                    "status": schema("TaskStatus"),
+                    "result": {"type": "object"},
+                    "error": {"type": "object"}
+                }
+            }
+    })
+}
+
+/// Invocation, streaming, discovery and health bodies.
+fn discovery_schemas() -> Value {
+    json!({
+            "InvokeRequest": {
+                "type": "object",
+                "properties": {"input": {"description": "Checked against the entrypoint's input_schema (see the Agent Card)"}},
+                "example": {"input": {"x": 1}}
+            },
+            "InvokeResponse": {
+                "type": "object",
+                "required": ["run_id", "status"],
+                "properties": {
+                    "run_id": {"type": "string"},
+                    "status": {"type": "string", "enum": ["succeeded"]},
+                    "output": {},
+                    "usage": {"type": "object"},
+                    "model": {"type": "string"}
+                }
+            },
+            "RunEvent": {
+                "type": "object",
+                "required": ["runId", "sequence", "createdAt"],
+                "properties": {
+                    "runId": {"type": "string"},
+                    "sequence": {"type": "integer"},
+                    "createdAt": {"type": "string", "format": "date-time"}
+                },
+                "additionalProperties": true
+            },
+            "EntrypointList": {
+                "type": "object",
+                "required": ["items"],
+                "properties": {"items": {"type": "array", "items": {
+                    "type": "object",
+                    "required": ["key", "description", "streaming"],
+                    "properties": {
+                        "key": {"type": "string"},
+                        "description": {"type": "string"},
+                        "streaming": {"type": "boolean"}
+                    }
+                }}}
+            },
+            "AgentCard": {
+                "type": "object",
+                "required": ["protocolVersion", "name", "url", "supportedInterfaces", "capabilities", "skills", "entrypoints"],
+                "properties": {
+                    "protocolVersion": {"type": "string", "const": "1.0"},
+                    "name": {"type": "string"},
+                    "description": {"type": "string"},
+                    "url": {"type": "string", "format": "uri"},
+                    "supportedInterfaces": {"type": "array", "items": {
+                        "type": "object",
+                        "properties": {
+                            "url": {"type": "string", "format": "uri"},
+                            "protocolBinding": {"type": "string"}
+                        }
+                    }},
+                    "version": {"type": "string"},
+                    "capabilities": {"type": "object"},
+                    "skills": {"type": "array", "items": {"type": "object"}},
+                    "entrypoints": {"type": "object", "additionalProperties": {
+                        "type": "object",
+                        "properties": {
+                            "description": {"type": "string"},
+                            "streaming": {"type": "boolean"},
+                            "input_schema": {"type": "object"},
+                            "output_schema": {"type": "object"},
+                            "pricing": {"type": "object", "properties": {
+                                "invoke": {"type": "string"},
+                                "stream": {"type": "string"}
+                            }}
+                        }
+                    }},
+                    "payments": {"type": "array"}
+                }
+            },
+            "Health": {
+                "type": "object",
+                "properties": {"ok": {"type": "boolean"}, "version": {"type": "string"}}
+            },
+            "Ready": {
+                "type": "object",
+                "properties": {"status": {"type": "string"}, "liveTasks": {"type": "integer"}}
+            }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shared::protocol::ErrorCode;
+
+    #[test]
+    fn error_codes_are_the_profile_codes() {
+        for code in ERROR_CODES {
+            let parsed: Result<ErrorCode, _> = serde_json::from_value(json!(code));
+            assert_eq!(parsed.ok().map(ErrorCode::as_str), Some(*code));
+        }
+    }
+
+    /// Every `$ref` points at something defined.
+    #[test]
+    fn references_resolve() {
+        let doc = document(&GatewayConfig::for_tests(), "http://h");
+        let mut refs = Vec::new();
+        collect_refs(&doc, &mut refs);
+        assert!(!refs.is_empty());
+        for reference in refs {
+            let pointer = reference.trim_start_matches('#');
+            assert!(doc.pointer(pointer).is_some(), "{reference}");
+        }
+    }
+
+    fn collect_refs(value: &Value, out: &mut Vec<String>) {
+        match value {
+            Value::Object(map) => {
+                for (key, value) in map {
+                    match (key.as_str(), value) {
+                        ("$ref", Value::String(reference)) => out.push(reference.clone()),
+                        _ => collect_refs(value, out),
+                    }
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|item| collect_refs(item, out)),
+            _ => {}
+        }
+    }
+}

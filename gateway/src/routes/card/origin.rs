@@ -1,0 +1,116 @@
+//! The origin a client reached us at, for the URLs the card, the OpenAPI document and the
+//! landing page hand back. Behind a proxy that is `X-Forwarded-Proto` / `X-Forwarded-Host`.
+//!
+//! These headers come from the client unless a proxy overwrites them, and whatever they say is
+//! written into a document other programs follow. So the scheme is only ever `http` or
+//! `https`, and a host is only taken if it looks like one (letters, digits, `.`, `-`, `:`,
+//! brackets for IPv6): nothing that could smuggle a path, a query, credentials, markup or a
+//! second URL into the card. A value that fails is ignored, never repaired.
+
+use axum::http::{HeaderMap, Uri, header};
+
+const FORWARDED_PROTO: &str = "x-forwarded-proto";
+const FORWARDED_HOST: &str = "x-forwarded-host";
+
+/// Longest host accepted: a DNS name (253) plus a port.
+const MAX_HOST_LEN: usize = 260;
+
+/// `scheme://host` of the request. Scheme: `X-Forwarded-Proto` when exactly `http` or
+/// `https`, else `http`. Host: the first valid of `X-Forwarded-Host`, `Host`, the request
+/// URI's authority (HTTP/2), else `listen` (the configured listen address).
+pub fn request_origin(headers: &HeaderMap, uri: &Uri, listen: &str) -> String {
+    let scheme = match header_str(headers, FORWARDED_PROTO).map(str::trim) {
+        Some("https") => "https",
+        _ => "http",
+    };
+    let host = [
+        header_str(headers, FORWARDED_HOST),
+        header_str(headers, header::HOST.as_str()),
+        uri.authority().map(|authority| authority.as_str()),
+    ]
+    .into_iter()
+    .flatten()
+    .map(str::trim)
+    .find(|host| is_valid_host(host))
+    .unwrap_or(listen);
+    format!("{scheme}://{host}")
+}
+
+fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|value| value.to_str().ok())
+}
+
+/// `host[:port]` made only of `[A-Za-z0-9.-:[]]`, not empty, not starting with a separator.
+fn is_valid_host(host: &str) -> bool {
+    !host.is_empty()
+        && host.len() <= MAX_HOST_LEN
+        && !host.starts_with(['.', '-', ':'])
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(*name, HeaderValue::from_static(value));
+        }
+        map
+    }
+
+    fn origin(pairs: &[(&'static str, &'static str)]) -> String {
+        request_origin(&headers(pairs), &Uri::from_static("/"), "127.0.0.1:8080")
+    }
+
+    #[test]
+    fn forwarded_headers_win_when_well_formed() {
+        assert_eq!(
+            origin(&[
+                ("host", "internal:8080"),
+                ("x-forwarded-host", "agent.example.com"),
+                ("x-forwarded-proto", "https"),
+            ]),
+            "https://agent.example.com"
+        );
+        assert_eq!(origin(&[("host", "[::1]:8080")]), "http://[::1]:8080");
+    }
+
+    #[test]
+    fn anything_else_is_ignored() {
+        assert_eq!(
+            origin(&[("host", "a.example"), ("x-forwarded-proto", "javascript")]),
+            "http://a.example"
+        );
+        assert_eq!(
+            origin(&[("host", "a.example"), ("x-forwarded-proto", "HTTPS")]),
+            "http://a.example"
+        );
+        for bad in [
+            "evil.example/x",
+            "evil.example\"><script>",
+            "user@evil.example",
+            "a.example, b.example",
+            "evil.example?x",
+            "evil.example#x",
+            "",
+            ".evil",
+        ] {
+            let mut map = headers(&[("host", "a.example")]);
+            if let Ok(value) = HeaderValue::from_str(bad) {
+                map.insert("x-forwarded-host", value);
+            }
+            assert_eq!(
+                request_origin(&map, &Uri::from_static("/"), "127.0.0.1:8080"),
+                "http://a.example",
+                "{bad:?}"
+            );
+        }
+        assert_eq!(origin(&[("host", "bad host")]), "http://127.0.0.1:8080");
+        assert_eq!(origin(&[]), "http://127.0.0.1:8080");
+    }
+}
