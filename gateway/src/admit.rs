@@ -30,10 +30,189 @@ pub async fn entrypoints(state: &AppState) -> Result<Vec<EntrypointInfo>, ApiErr
     Ok(by_key.into_values().collect())
 }
 
-/// Checks `input` against the entrypoint's input schema: `400 invalid_input` with issues.
+/// Checks `input` against the entrypoint's input schema: `400 invalid_input` with zod-like
+/// issues, as upstream (which validates with zod) reports them:
+///
+/// - a wrong type: `{"expected","code":"invalid_type","path","message"}`, with JSON Schema's
+///   `integer` reported as zod's `number` (or `int` when the value is a non-integral number);
+/// - anything else: `{"code":"custom","path","message"}` with the validator's message.
+///
+/// An empty schema accepts everything. A schema that does not compile (including one whose
+/// `$ref` points outside it) is logged once and accepts everything too; typed worker handlers
+/// still decode their input.
 pub fn validate_input(entrypoint: &EntrypointInfo, input: &Value) -> Result<(), ApiError> {
-    let _ = (entrypoint, input);
-    Ok(())
+    let Some(validator) = schema::validator(&entrypoint.key, &entrypoint.input_schema) else {
+        return Ok(());
+    };
+    let issues: Vec<Value> = validator
+        .iter_errors(input)
+        .map(|error| schema::issue(&error, input))
+        .collect();
+    if issues.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_input(Value::Array(issues)))
+    }
+}
+
+/// Compiled input schemas and the mapping of validation errors to zod-like issues.
+mod schema {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+    use jsonschema::error::{TypeKind, ValidationErrorKind};
+    use jsonschema::{JsonType, ValidationError, Validator};
+    use serde_json::{Value, json};
+
+    /// Distinct schemas kept compiled; past this the cache starts over (schemas only change
+    /// when workers are redeployed, so this bounds memory, not the hit rate).
+    const CACHE_LIMIT: usize = 256;
+
+    /// Compiled validators by schema text; `None` for a schema that does not compile (warned
+    /// about once, not on every request).
+    type Cache = Mutex<HashMap<String, Option<Arc<Validator>>>>;
+
+    fn cache() -> &'static Cache {
+        static CACHE: OnceLock<Cache> = OnceLock::new();
+        CACHE.get_or_init(Default::default)
+    }
+
+    /// The validator for `schema`; `None` when it accepts everything or does not compile.
+    pub(super) fn validator(key: &str, schema: &Value) -> Option<Arc<Validator>> {
+        let accepts_all = match schema {
+            Value::Bool(true) | Value::Null => true,
+            Value::Object(map) => map.keys().all(|k| k == "$schema"),
+            _ => false,
+        };
+        if accepts_all {
+            return None;
+        }
+        let text = schema.to_string();
+        if let Some(cached) = lock(cache()).get(&text) {
+            return cached.clone();
+        }
+        // Compiled outside the lock: a slow schema does not stall other requests.
+        let compiled = match jsonschema::options().with_retriever(Offline).build(schema) {
+            Ok(validator) => Some(Arc::new(validator)),
+            Err(error) => {
+                tracing::warn!(entrypoint = %key, %error, "input schema does not compile; input is not checked");
+                None
+            }
+        };
+        let mut cache = lock(cache());
+        if cache.len() >= CACHE_LIMIT {
+            cache.clear();
+        }
+        cache.insert(text, compiled.clone());
+        compiled
+    }
+
+    /// Resolves no external `$ref`: schemas come from workers and are compiled on the request
+    /// path, which must not block on the network or read files. The JSON Schema meta-schemas
+    /// are built in and need no retrieval.
+    struct Offline;
+
+    impl jsonschema::Retrieve for Offline {
+        fn retrieve(
+            &self,
+            uri: &jsonschema::Uri<String>,
+        ) -> Result<Value, Box<dyn std::error::Error + Send + Sync>> {
+            Err(format!("external schema {uri} is not retrieved").into())
+        }
+    }
+
+    fn lock(cache: &Cache) -> std::sync::MutexGuard<'_, HashMap<String, Option<Arc<Validator>>>> {
+        // The map stays consistent even if a holder panicked: entries are inserted whole.
+        cache.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// One zod-like issue for one validation error.
+    pub(super) fn issue(error: &ValidationError<'_>, input: &Value) -> Value {
+        let path = path(error.instance_path().as_str(), input);
+        match error.kind() {
+            ValidationErrorKind::Type { kind } => {
+                let received = received(error.instance());
+                let expected = expected(kind, error.instance());
+                json!({
+                    "expected": expected,
+                    "code": "invalid_type",
+                    "path": path,
+                    "message": format!("Invalid input: expected {expected}, received {received}"),
+                })
+            }
+            _ => json!({
+                "code": "custom",
+                "path": path,
+                "message": error.to_string(),
+            }),
+        }
+    }
+
+    /// The JSON Pointer `pointer` as zod path segments: array indices as numbers, object keys
+    /// as strings (decided by walking `input`, so a key like `"0"` stays a string).
+    fn path(pointer: &str, input: &Value) -> Vec<Value> {
+        let mut current = Some(input);
+        let mut segments = Vec::new();
+        for raw in pointer.split('/').skip(1) {
+            let segment = raw.replace("~1", "/").replace("~0", "~");
+            match current {
+                Some(Value::Array(items)) => match segment.parse::<usize>() {
+                    Ok(index) => {
+                        current = items.get(index);
+                        segments.push(json!(index));
+                    }
+                    Err(_) => {
+                        current = None;
+                        segments.push(Value::String(segment));
+                    }
+                },
+                Some(Value::Object(map)) => {
+                    current = map.get(&segment);
+                    segments.push(Value::String(segment));
+                }
+                _ => {
+                    current = None;
+                    segments.push(Value::String(segment));
+                }
+            }
+        }
+        segments
+    }
+
+    /// Zod's name of a JSON value's type.
+    fn received(value: &Value) -> &'static str {
+        match value {
+            Value::Null => "null",
+            Value::Bool(_) => "boolean",
+            Value::Number(_) => "number",
+            Value::String(_) => "string",
+            Value::Array(_) => "array",
+            Value::Object(_) => "object",
+        }
+    }
+
+    /// Zod's name of the expected type. Zod has no `integer` type: an integer schema comes from
+    /// `z.number().int()`, which reports `number` for a non-number and `int` for a fraction.
+    fn expected(kind: &TypeKind, instance: &Value) -> String {
+        let name = |ty: JsonType| match ty {
+            JsonType::Integer if instance.is_number() => "int",
+            JsonType::Integer => "number",
+            other => other.as_str(),
+        };
+        match kind {
+            TypeKind::Single(ty) => name(*ty).to_owned(),
+            TypeKind::Multiple(types) => {
+                let mut names: Vec<&str> = Vec::new();
+                for ty in *types {
+                    let n = name(ty);
+                    if !names.contains(&n) {
+                        names.push(n);
+                    }
+                }
+                names.join(" | ")
+            }
+        }
+    }
 }
 
 /// What a new task carries besides its input.
