@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use shared::idempotency::MemoryIdempotency;
 use shared::registry::MemoryRegistry;
 use shared::store::{MemoryStore, MemoryStoreConfig};
 use tokio_util::sync::CancellationToken;
@@ -39,6 +40,7 @@ pub fn start(
     AppState {
         store,
         registry,
+        idempotency: Arc::new(MemoryIdempotency::default()),
         config: Arc::new(config),
         shutdown,
     }

@@ -30,6 +30,7 @@ async fn main() -> anyhow::Result<()> {
             tracing::info!("cluster mode: tasks in Redis, run by worker processes");
             AppState {
                 registry: Arc::new(store.registry()),
+                idempotency: Arc::new(store.idempotency()),
                 store: Arc::new(store),
                 config: Arc::new(config.clone()),
                 shutdown: shutdown.clone(),

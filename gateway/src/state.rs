@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use shared::idempotency::IdempotencyStore;
 use shared::registry::WorkerRegistry;
 use shared::store::TaskStore;
 
@@ -11,6 +12,8 @@ use crate::config::GatewayConfig;
 pub struct AppState {
     pub store: Arc<dyn TaskStore>,
     pub registry: Arc<dyn WorkerRegistry>,
+    /// Records of `Idempotency-Key` invocations (in the store's Redis in cluster mode).
+    pub idempotency: Arc<dyn IdempotencyStore>,
     pub config: Arc<GatewayConfig>,
     /// Cancelled when the gateway shuts down: long responses (SSE) end so the drain finishes.
     pub shutdown: tokio_util::sync::CancellationToken,

@@ -9,6 +9,7 @@
 //!   [`store::MemoryStore`] (durability `process`) and [`store::RedisStore`] (durability `durable`,
 //!   Lua-scripted fenced leases).
 
+pub mod idempotency;
 pub mod protocol;
 pub mod registry;
 pub mod store;

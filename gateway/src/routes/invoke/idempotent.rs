@@ -1,0 +1,222 @@
+//! `Idempotency-Key` on invoke: one run per key and request, its response replayed.
+//!
+//! - the key must have 20 to 256 characters (`400 invalid_idempotency_key`);
+//! - the first request claims the key (in progress for up to 15 minutes) and runs;
+//! - the same request meanwhile: `409 idempotency_in_progress`, `Retry-After: 1`;
+//! - the same request afterwards: the recorded status and body again, with
+//!   `Idempotency-Replayed: true`, for 24 hours;
+//! - another request with the key: `409 idempotency_key_conflict`;
+//! - the store failing: `503`.
+//!
+//! Only deterministic outcomes are recorded (2xx and 4xx). A 5xx or a timeout releases the
+//! claim so that a retry runs; so does a request dropped mid-run. A response that ran but
+//! could not be recorded keeps its claim (upstream's choice): a retry gets
+//! `409 idempotency_in_progress` until the claim lapses instead of running a second time.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::response::Response;
+use shared::idempotency::{
+    Begin, Claim, DEFAULT_IN_PROGRESS_TTL, DEFAULT_RETENTION, IdempotencyKey, IdempotencyStore,
+    StoredResponse, invoke_scope,
+};
+use shared::protocol::ErrorCode;
+use shared::store::StoreError;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+pub const IDEMPOTENCY_REPLAYED: &str = "idempotency-replayed";
+
+/// Headers recorded with a response and sent again on replay.
+const KEPT_HEADERS: [HeaderName; 1] = [header::CONTENT_TYPE];
+
+/// The request's `Idempotency-Key`, if it sent one.
+pub fn read_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, ApiError> {
+    let Some(value) = headers.get(IDEMPOTENCY_KEY) else {
+        return Ok(None);
+    };
+    let invalid = || {
+        ApiError::bad_request(
+            ErrorCode::InvalidIdempotencyKey,
+            "Idempotency-Key must contain 20 to 256 characters",
+        )
+    };
+    let text = value.to_str().map_err(|_| invalid())?;
+    IdempotencyKey::parse(text).map(Some).map_err(|_| invalid())
+}
+
+fn unavailable(err: StoreError) -> ApiError {
+    tracing::warn!(error = %err, "idempotency store unavailable");
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        ErrorCode::ServiceUnavailable,
+        "The idempotency store is unavailable; retry shortly",
+    )
+    .retry_after(1)
+}
+
+/// Runs `run` at most once per (entrypoint, key) and request fingerprint.
+pub async fn invoke<F, Fut>(
+    state: &AppState,
+    entrypoint: &str,
+    key: &IdempotencyKey,
+    fingerprint: &str,
+    run: F,
+) -> Result<Response, ApiError>
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Response>,
+{
+    let scope = invoke_scope(entrypoint);
+    let begun = state
+        .idempotency
+        .begin(&scope, key.as_str(), fingerprint, DEFAULT_IN_PROGRESS_TTL)
+        .await
+        .map_err(unavailable)?;
+    let claim = match begun {
+        Begin::Started(claim) => claim,
+        Begin::InProgress => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                ErrorCode::IdempotencyInProgress,
+                "A request with this Idempotency-Key is still in progress",
+            )
+            .retry_after(1));
+        }
+        Begin::Conflict => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                ErrorCode::IdempotencyKeyConflict,
+                "Idempotency-Key was already used for a different request",
+            ));
+        }
+        Begin::Replay(stored) => return Ok(replay(stored)),
+    };
+
+    let mut guard = ReleaseOnDrop::new(state.idempotency.clone(), claim);
+    let response = run().await;
+    if response.status().is_server_error() {
+        guard.release().await;
+        return Ok(response);
+    }
+    let (parts, body) = response.into_parts();
+    let recorded = match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(bytes) => String::from_utf8(bytes.to_vec()),
+        Err(err) => {
+            tracing::error!(error = %err, "could not read an invoke response for recording");
+            guard.release().await;
+            return Err(ApiError::internal());
+        }
+    };
+    let body = match recorded {
+        Ok(body) => body,
+        Err(not_text) => {
+            // Our responses are JSON; anything else is served but not replayed.
+            guard.release().await;
+            return Ok(Response::from_parts(
+                parts,
+                Body::from(not_text.into_bytes()),
+            ));
+        }
+    };
+    let stored = StoredResponse {
+        status: parts.status.as_u16(),
+        headers: KEPT_HEADERS
+            .iter()
+            .filter_map(|name| {
+                let value = parts.headers.get(name)?.to_str().ok()?;
+                Some((name.as_str().to_owned(), value.to_owned()))
+            })
+            .collect(),
+        body,
+    };
+    let Some(claim) = guard.claim.take() else {
+        return Err(ApiError::internal());
+    };
+    match state
+        .idempotency
+        .complete(&claim, &stored, DEFAULT_RETENTION)
+        .await
+    {
+        Ok(true) => {}
+        Ok(false) => {
+            tracing::warn!(scope = %claim.scope(), "idempotency claim lapsed before its response was recorded");
+        }
+        // The run happened; running it again on a retry would be worse than a 409 until
+        // the claim lapses.
+        Err(err) => return Err(unavailable(err)),
+    }
+    Ok(Response::from_parts(parts, Body::from(stored.body)))
+}
+
+/// A recorded response, sent again.
+fn replay(stored: StoredResponse) -> Response {
+    let mut response = Response::new(Body::from(stored.body));
+    *response.status_mut() =
+        StatusCode::from_u16(stored.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let headers = response.headers_mut();
+    for (name, value) in &stored.headers {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            headers.insert(name, value);
+        }
+    }
+    headers.insert(
+        HeaderName::from_static(IDEMPOTENCY_REPLAYED),
+        HeaderValue::from_static("true"),
+    );
+    response
+}
+
+/// Releases a claim unless it was completed: a request dropped mid-run (the client went
+/// away) must not hold its key for the whole in-progress TTL.
+struct ReleaseOnDrop {
+    store: Arc<dyn IdempotencyStore>,
+    claim: Option<Claim>,
+}
+
+impl ReleaseOnDrop {
+    fn new(store: Arc<dyn IdempotencyStore>, claim: Claim) -> Self {
+        ReleaseOnDrop {
+            store,
+            claim: Some(claim),
+        }
+    }
+
+    async fn release(&mut self) {
+        if let Some(claim) = self.claim.take() {
+            release(self.store.as_ref(), &claim).await;
+        }
+    }
+}
+
+async fn release(store: &dyn IdempotencyStore, claim: &Claim) {
+    match store.release(claim).await {
+        Ok(true) => {}
+        Ok(false) => {
+            tracing::debug!(scope = %claim.scope(), "idempotency claim had already lapsed")
+        }
+        // The claim lapses by itself after its TTL.
+        Err(err) => tracing::warn!(error = %err, "could not release an idempotency claim"),
+    }
+}
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        let Some(claim) = self.claim.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let store = self.store.clone();
+        runtime.spawn(async move { release(store.as_ref(), &claim).await });
+    }
+}

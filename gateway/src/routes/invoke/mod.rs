@@ -1,0 +1,221 @@
+//! Direct invocation: `POST /entrypoints/:key/invoke` (one JSON result) and
+//! `POST /entrypoints/:key/stream` (SSE).
+//!
+//! Both run the entrypoint on a worker through the store, never in the gateway: each request
+//! creates a task owned by a fresh internal token (never returned, so nobody else can read the
+//! run), follows it with a [`watch::Watch`], and cancels it when the caller goes away, the
+//! wait times out or the gateway shuts down.
+//!
+//! - [`direct`]: invoke, waiting for the terminal state up to `invoke_timeout_ms`;
+//! - [`idempotent`]: the `Idempotency-Key` protocol around invoke;
+//! - [`stream`]: the SSE relay of the worker's stream events;
+//! - [`outcome`]: how a finished run reads on the wire;
+//! - [`watch`]: a run's events in order, then its end.
+
+mod direct;
+mod idempotent;
+mod outcome;
+mod stream;
+mod watch;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use axum::http::StatusCode;
+use axum::routing::post;
+use serde_json::{Map, Value};
+use shared::protocol::{ErrorCode, Task, TaskStatus};
+use shared::registry::EntrypointInfo;
+use shared::store::{CasOutcome, StoreError, TaskStore, Transition};
+use shared::token::AccessToken;
+
+use crate::admit::{self, Admit};
+use crate::error::ApiError;
+use crate::state::AppState;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/entrypoints/{key}/invoke", post(direct::invoke))
+        .route("/entrypoints/{key}/stream", post(stream::stream))
+}
+
+/// Which route a request came through (prices differ per kind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Invoke,
+    Stream,
+}
+
+/// The entrypoint some live worker hosts, or upstream's bare
+/// `404 {"error":{"code":"entrypoint_not_found"}}`.
+async fn find_entrypoint(state: &AppState, key: &str) -> Result<EntrypointInfo, ApiError> {
+    admit::entrypoint(state, key).await?.ok_or(ApiError {
+        status: StatusCode::NOT_FOUND,
+        code: ErrorCode::EntrypointNotFound,
+        message: None,
+        issues: None,
+        retry_after: None,
+    })
+}
+
+/// Priced entrypoints need the payment rails, which this gateway does not run yet.
+fn refuse_paid(entrypoint: &EntrypointInfo, kind: Kind) -> Result<(), ApiError> {
+    let priced = entrypoint.price.as_ref().is_some_and(|price| match kind {
+        Kind::Invoke => price.invoke.is_some(),
+        Kind::Stream => price.stream.is_some(),
+    });
+    if priced {
+        Err(ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            ErrorCode::NotImplemented,
+            "payments are not enabled on this gateway",
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// The request body as JSON: anything unreadable or malformed is upstream's
+/// `400 {"error":{"code":"invalid_request","message":"Invalid JSON"}}`; too large is `413`.
+async fn read_json(request: Request) -> Result<Value, ApiError> {
+    let bytes = Bytes::from_request(request, &())
+        .await
+        .map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    ErrorCode::InvalidRequest,
+                    "Request body is too large",
+                )
+            } else {
+                ApiError::bad_request(ErrorCode::InvalidRequest, "Invalid JSON")
+            }
+        })?;
+    serde_json::from_slice(&bytes)
+        .map_err(|_| ApiError::bad_request(ErrorCode::InvalidRequest, "Invalid JSON"))
+}
+
+/// The entrypoint's input, as upstream reads it: `body.input` when the body is an object with
+/// an `input` member (`null` reads as `{}`), otherwise the whole body.
+fn extract_input(body: &Value) -> Value {
+    let empty = || Value::Object(Map::new());
+    match body {
+        Value::Object(map) if map.contains_key("input") => match map.get("input") {
+            Some(Value::Null) | None => empty(),
+            Some(input) => input.clone(),
+        },
+        Value::Null => empty(),
+        other => other.clone(),
+    }
+}
+
+/// A run on a worker: its task, owned by a token nobody else holds, and a watch on it.
+/// Dropped before [`Run::settle`], it cancels the task.
+struct Run {
+    task: Task,
+    watch: watch::Watch,
+    guard: CancelOnDrop,
+}
+
+impl Run {
+    /// The run finished (or was cancelled here): dropping it no longer cancels anything.
+    fn settle(&mut self) {
+        self.guard.disarm();
+    }
+}
+
+/// Creates the task of a run and subscribes to it. A run that finishes before the
+/// subscription still reads as finished: the subscription starts with a snapshot.
+async fn start_run(state: &AppState, entrypoint: &str, input: Value) -> Result<Run, ApiError> {
+    let owner = AccessToken::generate().owner_hash();
+    let task = admit::create(
+        state,
+        Admit {
+            owner: owner.clone(),
+            entrypoint,
+            input,
+            context_id: None,
+            metadata: None,
+        },
+    )
+    .await?;
+    let guard = CancelOnDrop::new(state.store.clone(), &task.task_id);
+    let watch = watch::Watch::open(state.store.clone(), &task.task_id, &owner).await?;
+    Ok(Run { task, watch, guard })
+}
+
+/// Cancels a run (unfenced, so the worker holding it aborts its handler). Returns the task's
+/// state when the run had already finished.
+async fn cancel(store: &dyn TaskStore, task_id: &str) -> Result<Option<Task>, StoreError> {
+    let outcome = store
+        .compare_and_set(
+            task_id,
+            &[TaskStatus::Running],
+            Transition::cancelled(),
+            None,
+        )
+        .await?;
+    Ok(match outcome {
+        CasOutcome::Applied(_) => None,
+        CasOutcome::Rejected { current, .. } => current.filter(|task| task.status.is_terminal()),
+    })
+}
+
+/// Cancels a run unless disarmed: a request dropped mid-wait (the client went away) must not
+/// leave its run occupying a worker.
+struct CancelOnDrop {
+    store: Option<Arc<dyn TaskStore>>,
+    task_id: String,
+}
+
+impl CancelOnDrop {
+    fn new(store: Arc<dyn TaskStore>, task_id: &str) -> Self {
+        CancelOnDrop {
+            store: Some(store),
+            task_id: task_id.to_owned(),
+        }
+    }
+
+    fn disarm(&mut self) {
+        self.store = None;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(store) = self.store.take() else {
+            return;
+        };
+        let task_id = std::mem::take(&mut self.task_id);
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            match cancel(store.as_ref(), &task_id).await {
+                Ok(_) => tracing::debug!(%task_id, "run cancelled: its caller went away"),
+                Err(err) => {
+                    tracing::warn!(%task_id, error = %err, "could not cancel an abandoned run")
+                }
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn input_is_the_input_member_or_the_whole_body() {
+        assert_eq!(extract_input(&json!({"input": {"x": 1}})), json!({"x": 1}));
+        assert_eq!(extract_input(&json!({"input": null})), json!({}));
+        assert_eq!(extract_input(&json!({"input": 0})), json!(0));
+        assert_eq!(extract_input(&json!({"x": 1})), json!({"x": 1}));
+        assert_eq!(extract_input(&json!(null)), json!({}));
+        assert_eq!(extract_input(&json!([1])), json!([1]));
+    }
+}

@@ -1,0 +1,440 @@
+//! The `IdempotencyStore` contract, against `MemoryIdempotency` and against `RedisIdempotency`
+//! on a private redis-server: claims, conflicts, replays, releases, fenced stale claims, expiry
+//! of in-progress and finished records, one winner among concurrent claimers, and (Redis) no
+//! key outliving its retention.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use harness::redis_server::RedisServer;
+use shared::idempotency::{
+    Begin, Claim, IdempotencyStore, MemoryIdempotency, RedisIdempotency, StoredResponse,
+};
+use shared::store::{RedisStore, RedisStoreConfig};
+
+type TestResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+const SCOPE: &str = "entrypoint:echo:invoke";
+const KEY: &str = "bench-key-0123456789abcdef";
+const LONG: Duration = Duration::from_secs(60);
+/// Short TTLs for expiry tests, and how long to wait for them to pass.
+const SHORT: Duration = Duration::from_millis(150);
+const PAST_SHORT: Duration = Duration::from_millis(400);
+
+fn response(body: &str) -> StoredResponse {
+    StoredResponse {
+        status: 200,
+        headers: vec![(
+            "content-type".into(),
+            "application/json; charset=utf-8".into(),
+        )],
+        body: body.to_owned(),
+    }
+}
+
+async fn started(
+    store: &dyn IdempotencyStore,
+    scope: &str,
+    key: &str,
+    fingerprint: &str,
+    ttl: Duration,
+) -> TestResult<Claim> {
+    match store.begin(scope, key, fingerprint, ttl).await? {
+        Begin::Started(claim) => Ok(claim),
+        other => Err(format!("expected a claim, got {other:?}").into()),
+    }
+}
+
+// ----- the contract, for any store -----
+
+async fn claims_conflicts_and_replays(store: &dyn IdempotencyStore) -> TestResult {
+    let claim = started(store, SCOPE, KEY, "fp-a", LONG).await?;
+    assert_eq!(claim.scope(), SCOPE);
+    assert_eq!(claim.key(), KEY);
+    assert_eq!(claim.fingerprint(), "fp-a");
+    assert_eq!(
+        store.begin(SCOPE, KEY, "fp-a", LONG).await?,
+        Begin::InProgress
+    );
+    assert_eq!(
+        store.begin(SCOPE, KEY, "fp-b", LONG).await?,
+        Begin::Conflict
+    );
+
+    let done = response(r#"{"run_id":"r1","status":"succeeded","output":{"x":1}}"#);
+    assert!(store.complete(&claim, &done, LONG).await?);
+    assert_eq!(
+        store.begin(SCOPE, KEY, "fp-a", LONG).await?,
+        Begin::Replay(done.clone())
+    );
+    assert_eq!(
+        store.begin(SCOPE, KEY, "fp-b", LONG).await?,
+        Begin::Conflict
+    );
+    // Finished: the claim can neither complete again nor release the record.
+    assert!(!store.complete(&claim, &response("other"), LONG).await?);
+    assert!(!store.release(&claim).await?);
+    assert_eq!(
+        store.begin(SCOPE, KEY, "fp-a", LONG).await?,
+        Begin::Replay(done)
+    );
+
+    // Another scope or key is another record.
+    started(store, "entrypoint:sleep:invoke", KEY, "fp-b", LONG).await?;
+    started(store, SCOPE, "another-key-0123456789abcdef", "fp-b", LONG).await?;
+    Ok(())
+}
+
+async fn error_statuses_replay_too(store: &dyn IdempotencyStore) -> TestResult {
+    let claim = started(store, SCOPE, KEY, "fp", LONG).await?;
+    let rejected = StoredResponse {
+        status: 400,
+        headers: vec![],
+        body: r#"{"error":{"code":"invalid_input","message":"no"}}"#.into(),
+    };
+    assert!(store.complete(&claim, &rejected, LONG).await?);
+    assert_eq!(
+        store.begin(SCOPE, KEY, "fp", LONG).await?,
+        Begin::Replay(rejected)
+    );
+    Ok(())
+}
+
+async fn released_claims_let_a_retry_run(store: &dyn IdempotencyStore) -> TestResult {
+    let claim = started(store, SCOPE, KEY, "fp", LONG).await?;
+    assert!(store.release(&claim).await?);
+    assert!(!store.release(&claim).await?, "released once");
+    assert!(
+        !store.complete(&claim, &response("late"), LONG).await?,
+        "a released claim cannot complete"
+    );
+    let retry = started(store, SCOPE, KEY, "fp", LONG).await?;
+    assert_ne!(retry, claim, "each claim is its own");
+    // After a release, another request may take the key.
+    assert!(store.release(&retry).await?);
+    started(store, SCOPE, KEY, "fp-other", LONG).await?;
+    Ok(())
+}
+
+async fn in_progress_records_lapse(store: &dyn IdempotencyStore) -> TestResult {
+    let stale = started(store, SCOPE, KEY, "fp", SHORT).await?;
+    assert_eq!(
+        store.begin(SCOPE, KEY, "fp", LONG).await?,
+        Begin::InProgress
+    );
+    tokio::time::sleep(PAST_SHORT).await;
+    // Lapsed: a retry claims it, even a different request.
+    let retry = started(store, SCOPE, KEY, "fp", LONG).await?;
+    // The stale claim is fenced out: it touches nothing of the retry's.
+    assert!(!store.complete(&stale, &response("stale"), LONG).await?);
+    assert!(!store.release(&stale).await?);
+    assert_eq!(
+        store.begin(SCOPE, KEY, "fp", LONG).await?,
+        Begin::InProgress
+    );
+    assert!(store.complete(&retry, &response("fresh"), LONG).await?);
+    assert_eq!(
+        store.begin(SCOPE, KEY, "fp", LONG).await?,
+        Begin::Replay(response("fresh"))
+    );
+
+    let other = started(store, SCOPE, "lapsing-key-0123456789abcd", "fp-1", SHORT).await?;
+    tokio::time::sleep(PAST_SHORT).await;
+    started(store, SCOPE, "lapsing-key-0123456789abcd", "fp-2", LONG).await?;
+    assert!(!store.release(&other).await?);
+    Ok(())
+}
+
+async fn finished_records_expire_after_retention(store: &dyn IdempotencyStore) -> TestResult {
+    let claim = started(store, SCOPE, KEY, "fp", LONG).await?;
+    assert!(store.complete(&claim, &response("kept"), SHORT).await?);
+    assert_eq!(
+        store.begin(SCOPE, KEY, "fp", LONG).await?,
+        Begin::Replay(response("kept"))
+    );
+    tokio::time::sleep(PAST_SHORT).await;
+    // Gone: the key is free, even for a different request.
+    started(store, SCOPE, KEY, "fp-other", LONG).await?;
+    Ok(())
+}
+
+async fn one_of_many_concurrent_claimers_wins(store: Arc<dyn IdempotencyStore>) -> TestResult {
+    let mut tasks = Vec::new();
+    for _ in 0..32 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            store.begin(SCOPE, KEY, "fp", LONG).await
+        }));
+    }
+    let mut claims = 0;
+    for task in tasks {
+        match task.await?? {
+            Begin::Started(_) => claims += 1,
+            Begin::InProgress => {}
+            other => return Err(format!("unexpected {other:?}").into()),
+        }
+    }
+    assert_eq!(claims, 1);
+    Ok(())
+}
+
+// ----- MemoryIdempotency -----
+
+#[tokio::test]
+async fn memory_claims_conflicts_and_replays() -> TestResult {
+    claims_conflicts_and_replays(&MemoryIdempotency::default()).await
+}
+
+#[tokio::test]
+async fn memory_error_statuses_replay_too() -> TestResult {
+    error_statuses_replay_too(&MemoryIdempotency::default()).await
+}
+
+#[tokio::test]
+async fn memory_released_claims_let_a_retry_run() -> TestResult {
+    released_claims_let_a_retry_run(&MemoryIdempotency::default()).await
+}
+
+#[tokio::test]
+async fn memory_in_progress_records_lapse() -> TestResult {
+    in_progress_records_lapse(&MemoryIdempotency::default()).await
+}
+
+#[tokio::test]
+async fn memory_finished_records_expire_after_retention() -> TestResult {
+    finished_records_expire_after_retention(&MemoryIdempotency::default()).await
+}
+
+#[tokio::test]
+async fn memory_one_of_many_concurrent_claimers_wins() -> TestResult {
+    one_of_many_concurrent_claimers_wins(Arc::new(MemoryIdempotency::default())).await
+}
+
+#[tokio::test]
+async fn memory_is_bounded_and_evicts_the_oldest() -> TestResult {
+    let store = MemoryIdempotency::new(3);
+    let mut claims = Vec::new();
+    for i in 0..5 {
+        claims.push(
+            started(
+                &store,
+                SCOPE,
+                &format!("key-{i:02}-0123456789abcdefgh"),
+                "fp",
+                LONG,
+            )
+            .await?,
+        );
+    }
+    assert_eq!(store.len(), 3);
+    // The two oldest were evicted: their claims are void and their keys free.
+    assert!(!store.release(&claims[0]).await?);
+    assert!(!store.complete(&claims[1], &response("x"), LONG).await?);
+    assert_eq!(
+        store
+            .begin(SCOPE, "key-04-0123456789abcdefgh", "fp", LONG)
+            .await?,
+        Begin::InProgress
+    );
+    // Expired records make room before live ones are evicted.
+    let store = MemoryIdempotency::new(2);
+    started(&store, SCOPE, "short-lived-0123456789abcdef", "fp", SHORT).await?;
+    let kept = started(&store, SCOPE, "long-lived-0123456789abcdefg", "fp", LONG).await?;
+    tokio::time::sleep(PAST_SHORT).await;
+    started(&store, SCOPE, "newcomer-0123456789abcdefghij", "fp", LONG).await?;
+    assert!(store.complete(&kept, &response("kept"), LONG).await?);
+    Ok(())
+}
+
+// ----- RedisIdempotency -----
+
+struct RedisCase {
+    // Dropped last: stops the server.
+    server: RedisServer,
+    store: RedisStore,
+    idempotency: RedisIdempotency,
+}
+
+async fn redis() -> TestResult<RedisCase> {
+    let server = RedisServer::start()?;
+    let mut config = RedisStoreConfig::new(server.url());
+    config.namespace = "idem-test".into();
+    let store = RedisStore::connect(config).await?;
+    let idempotency = store.idempotency();
+    Ok(RedisCase {
+        server,
+        store,
+        idempotency,
+    })
+}
+
+impl RedisCase {
+    /// Every idempotency record of the namespace, with its PTTL.
+    async fn records(&self) -> TestResult<Vec<(String, i64)>> {
+        let mut conn = self.server.client().await?;
+        let mut names: Vec<String> = redis::cmd("KEYS")
+            .arg(self.idempotency.pattern())
+            .query_async(&mut conn)
+            .await?;
+        names.sort();
+        let mut out = Vec::new();
+        for name in names {
+            let ttl: i64 = redis::cmd("PTTL").arg(&name).query_async(&mut conn).await?;
+            out.push((name, ttl));
+        }
+        Ok(out)
+    }
+
+    /// Every key of the namespace.
+    async fn all_keys(&self) -> TestResult<Vec<String>> {
+        let mut conn = self.server.client().await?;
+        let names: Vec<String> = redis::cmd("KEYS")
+            .arg(self.store.keys().all_pattern())
+            .query_async(&mut conn)
+            .await?;
+        Ok(names)
+    }
+}
+
+#[tokio::test]
+async fn redis_claims_conflicts_and_replays() -> TestResult {
+    let case = redis().await?;
+    claims_conflicts_and_replays(&case.idempotency).await
+}
+
+#[tokio::test]
+async fn redis_error_statuses_replay_too() -> TestResult {
+    let case = redis().await?;
+    error_statuses_replay_too(&case.idempotency).await
+}
+
+#[tokio::test]
+async fn redis_released_claims_let_a_retry_run() -> TestResult {
+    let case = redis().await?;
+    released_claims_let_a_retry_run(&case.idempotency).await
+}
+
+#[tokio::test]
+async fn redis_in_progress_records_lapse() -> TestResult {
+    let case = redis().await?;
+    in_progress_records_lapse(&case.idempotency).await
+}
+
+#[tokio::test]
+async fn redis_finished_records_expire_after_retention() -> TestResult {
+    let case = redis().await?;
+    finished_records_expire_after_retention(&case.idempotency).await
+}
+
+#[tokio::test]
+async fn redis_one_of_many_concurrent_claimers_wins() -> TestResult {
+    let case = redis().await?;
+    one_of_many_concurrent_claimers_wins(Arc::new(case.idempotency.clone())).await
+}
+
+#[tokio::test]
+async fn redis_records_are_hashed_names_with_ttls_and_leave_nothing_behind() -> TestResult {
+    let case = redis().await?;
+    let store = &case.idempotency;
+    let running = started(store, SCOPE, KEY, "fp-1", SHORT).await?;
+    let finished = started(store, SCOPE, "finished-key-0123456789abcd", "fp-2", LONG).await?;
+    assert!(store.complete(&finished, &response("done"), SHORT).await?);
+    let released = started(store, SCOPE, "released-key-0123456789abcd", "fp-3", LONG).await?;
+    assert!(store.release(&released).await?);
+
+    let records = case.records().await?;
+    assert_eq!(records.len(), 2, "{records:?}");
+    for (name, ttl) in &records {
+        // `{ns}:idem:<64 hex>`: the client's key never appears in a key name.
+        let hash = name
+            .strip_prefix("{idem-test}:idem:")
+            .ok_or_else(|| format!("unexpected name {name}"))?;
+        assert_eq!(hash.len(), 64);
+        assert!(hash.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert!(!name.contains(KEY));
+        assert!(
+            *ttl > 0 && *ttl <= SHORT.as_millis() as i64,
+            "{name} ttl {ttl}"
+        );
+    }
+    assert!(
+        records
+            .iter()
+            .any(|(name, _)| *name == store.record_key(SCOPE, KEY))
+    );
+
+    // A long retention is what the record carries once done.
+    let kept = started(store, SCOPE, "kept-key-0123456789abcdefgh", "fp-4", SHORT).await?;
+    assert!(store.complete(&kept, &response("kept"), LONG).await?);
+    let ttl = case
+        .records()
+        .await?
+        .into_iter()
+        .find(|(name, _)| *name == store.record_key(SCOPE, "kept-key-0123456789abcdefgh"))
+        .map(|(_, ttl)| ttl)
+        .ok_or("the finished record is missing")?;
+    assert!(
+        ttl > SHORT.as_millis() as i64,
+        "retention replaced the in-progress ttl: {ttl}"
+    );
+    let mut conn = case.server.client().await?;
+    let _: i64 = redis::cmd("DEL")
+        .arg(store.record_key(SCOPE, "kept-key-0123456789abcdefgh"))
+        .query_async(&mut conn)
+        .await?;
+
+    tokio::time::sleep(PAST_SHORT).await;
+    assert_eq!(case.records().await?, vec![]);
+    assert_eq!(
+        case.all_keys().await?,
+        Vec::<String>::new(),
+        "no key leaked"
+    );
+    drop(running);
+    Ok(())
+}
+
+#[tokio::test]
+async fn redis_scripts_survive_a_script_flush() -> TestResult {
+    let case = redis().await?;
+    let store = &case.idempotency;
+    let claim = started(store, SCOPE, KEY, "fp", LONG).await?;
+    let mut conn = case.server.client().await?;
+    let _: String = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut conn)
+        .await?;
+    assert!(
+        store
+            .complete(&claim, &response("after flush"), LONG)
+            .await?
+    );
+    let _: String = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut conn)
+        .await?;
+    assert_eq!(
+        store.begin(SCOPE, KEY, "fp", LONG).await?,
+        Begin::Replay(response("after flush"))
+    );
+    let _: String = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut conn)
+        .await?;
+    let other = started(store, SCOPE, "another-key-0123456789abcdef", "fp", LONG).await?;
+    assert!(store.release(&other).await?);
+    Ok(())
+}
+
+#[tokio::test]
+async fn redis_unavailable_is_an_error_not_a_hang() -> TestResult {
+    let mut case = redis().await?;
+    case.server.stop()?;
+    let begun = tokio::time::timeout(
+        Duration::from_secs(10),
+        case.idempotency.begin(SCOPE, KEY, "fp", LONG),
+    )
+    .await?;
+    assert!(begun.is_err(), "{begun:?}");
+    Ok(())
+}
