@@ -35,9 +35,8 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
                     )
                 }
             })?;
-        let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|_| {
-            ApiError::bad_request(ErrorCode::InvalidRequest, "Request body must be valid JSON")
-        })?;
+        let value: serde_json::Value = serde_json::from_slice(&bytes)
+            .map_err(|_| ApiError::bad_request(ErrorCode::InvalidRequest, "Invalid JSON"))?;
         serde_json::from_value(value).map(JsonBody).map_err(|err| {
             ApiError::bad_request(
                 ErrorCode::InvalidRequest,

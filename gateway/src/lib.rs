@@ -22,7 +22,6 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::http::HeaderName;
-use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::timeout::RequestBodyTimeoutLayer;
 use tower_http::trace::TraceLayer;
@@ -38,15 +37,24 @@ pub fn app(state: AppState) -> Router {
     let base = state.config.base_path();
     let limit = state.config.body_limit_bytes;
     let body_timeout = Duration::from_millis(state.config.body_timeout_ms);
-    let routes = routes::router().with_state(state);
+    let routes = routes::router().with_state(state.clone());
     let mounted = if base.is_empty() {
         routes
     } else {
-        Router::new().nest(&base, routes)
+        // The card advertises `{base}/`; nest alone would only answer `{base}`.
+        let landing = Router::new()
+            .route(
+                &format!("{base}/"),
+                axum::routing::get(routes::card::landing_page),
+            )
+            .with_state(state.clone());
+        Router::new().nest(&base, routes).merge(landing)
     };
     mounted
         .fallback(routes::not_found)
-        .layer(RequestBodyLimitLayer::new(limit))
+        // axum's own limit, not tower-http's: its rejection reaches our extractor, which answers
+        // 413 with the profile's JSON body whether or not the client declared a length.
+        .layer(axum::extract::DefaultBodyLimit::max(limit))
         .layer(RequestBodyTimeoutLayer::new(body_timeout))
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .layer(

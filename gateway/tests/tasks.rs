@@ -532,7 +532,6 @@ async fn a_body_over_the_limit_is_413_with_a_json_error() -> TestResult {
 
 /// What real clients send: the size up front in `Content-Length`.
 #[tokio::test]
-#[ignore = "app() answers a declared oversize Content-Length from tower-http's RequestBodyLimitLayer, as text/plain; needs a fix in gateway/src/lib.rs"]
 async fn a_declared_body_over_the_limit_is_413_with_a_json_error() -> TestResult {
     let mut config = GatewayConfig::for_tests();
     config.body_limit_bytes = 1024;

@@ -100,7 +100,7 @@ async fn openapi_document(
     cached(&headers, JSON, to_json(&document)?)
 }
 
-async fn landing_page(
+pub async fn landing_page(
     State(state): State<AppState>,
     headers: HeaderMap,
     uri: Uri,

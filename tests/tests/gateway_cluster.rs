@@ -1,0 +1,245 @@
+//! Real `gateway` and `worker` processes on a private redis-server: two gateways serve the same
+//! tasks, a subscriber cut off by a dead gateway finishes on the other, Redis going away gives
+//! fast 503s and the gateway recovers by itself, and the embedded mode works with no Redis.
+
+use std::net::TcpListener;
+use std::time::Duration;
+
+use futures::StreamExt;
+use harness::process::ServiceProcess;
+use harness::redis_server::{RedisOptions, RedisServer};
+use serde_json::{Value, json};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+const PATIENCE: Duration = Duration::from_secs(30);
+const TOKEN: &str = "0123456789abcdef0123456789abcdef0123";
+
+fn free_port() -> Result<u16, std::io::Error> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+struct Gateway {
+    process: ServiceProcess,
+    base: String,
+}
+
+impl Gateway {
+    /// Starts a gateway and waits until `/health` answers.
+    async fn start(
+        name: &str,
+        redis: Option<&RedisServer>,
+    ) -> Result<Gateway, Box<dyn std::error::Error>> {
+        let port = free_port()?;
+        let mut envs = vec![("LISTEN_ADDR", format!("127.0.0.1:{port}"))];
+        if let Some(redis) = redis {
+            envs.push(("REDIS_URL", redis.url()));
+        }
+        let process = ServiceProcess::start("gateway", name, &[], &envs)?;
+        let gateway = Gateway {
+            process,
+            base: format!("http://127.0.0.1:{port}"),
+        };
+        let client = reqwest::Client::new();
+        let start = tokio::time::Instant::now();
+        loop {
+            if let Ok(response) = client.get(format!("{}/health", gateway.base)).send().await
+                && response.status() == 200
+            {
+                return Ok(gateway);
+            }
+            if start.elapsed() > PATIENCE {
+                return Err(
+                    format!("{name} never became healthy:\n{}", gateway.process.log()).into(),
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+fn worker(redis: &RedisServer, id: &str) -> Result<ServiceProcess, Box<dyn std::error::Error>> {
+    Ok(ServiceProcess::start(
+        "worker",
+        id,
+        &[],
+        &[
+            ("REDIS_URL", redis.url()),
+            ("WORKER_ID", id.to_owned()),
+            ("WORKER_LEASE_TTL_MS", "1000".to_owned()),
+        ],
+    )?)
+}
+
+/// Waits until some gateway's card lists `skill` (its worker registered).
+async fn wait_for_skill(base: &str, skill: &str) -> TestResult {
+    let client = reqwest::Client::new();
+    let start = tokio::time::Instant::now();
+    loop {
+        let card: Value = client
+            .get(format!("{base}/.well-known/agent-card.json"))
+            .send()
+            .await?
+            .json()
+            .await?;
+        let listed = card["skills"]
+            .as_array()
+            .is_some_and(|skills| skills.iter().any(|s| s["id"] == skill));
+        if listed {
+            return Ok(());
+        }
+        if start.elapsed() > PATIENCE {
+            return Err(format!("{skill} never appeared in the card").into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn create_task(
+    base: &str,
+    skill: &str,
+    input: Value,
+) -> Result<String, Box<dyn std::error::Error>> {
+    let response = reqwest::Client::new()
+        .post(format!("{base}/tasks"))
+        .header("Task-Access-Token", TOKEN)
+        .json(&json!({"skillId": skill, "message": {"role": "user", "content": {"text": input.to_string()}}}))
+        .send()
+        .await?;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await?;
+    Ok(body["taskId"].as_str().ok_or("no taskId")?.to_owned())
+}
+
+/// Reads SSE events (name, data) from `/tasks/:id/subscribe` until the stream ends.
+async fn subscribe_events(
+    base: &str,
+    task_id: &str,
+    stop_after: Option<usize>,
+) -> Result<Vec<(String, Value)>, Box<dyn std::error::Error>> {
+    let response = reqwest::Client::new()
+        .get(format!("{base}/tasks/{task_id}/subscribe"))
+        .header("Task-Access-Token", TOKEN)
+        .send()
+        .await?;
+    assert_eq!(response.status(), 200);
+    let mut body = response.bytes_stream();
+    let mut buffer = String::new();
+    let mut events = Vec::new();
+    let read = async {
+        while let Some(chunk) = body.next().await {
+            buffer.push_str(&String::from_utf8_lossy(&chunk?));
+            while let Some(end) = buffer.find("\n\n") {
+                let frame: String = buffer.drain(..end + 2).collect();
+                let mut name = String::new();
+                let mut data = String::new();
+                for line in frame.lines() {
+                    if let Some(rest) = line.strip_prefix("event:") {
+                        name = rest.trim().to_owned();
+                    } else if let Some(rest) = line.strip_prefix("data:") {
+                        data.push_str(rest.trim());
+                    }
+                }
+                if !name.is_empty() {
+                    events.push((name, serde_json::from_str(&data)?));
+                    if stop_after.is_some_and(|n| events.len() >= n) {
+                        return Ok::<(), Box<dyn std::error::Error>>(());
+                    }
+                }
+            }
+        }
+        Ok(())
+    };
+    tokio::time::timeout(PATIENCE, read).await??;
+    Ok(events)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_gateways_serve_the_same_tasks_and_a_cut_subscriber_finishes_on_the_other() -> TestResult
+{
+    let redis = RedisServer::start()?;
+    let _worker = worker(&redis, "w1")?;
+    let mut g1 = Gateway::start("g1", Some(&redis)).await?;
+    let g2 = Gateway::start("g2", Some(&redis)).await?;
+    wait_for_skill(&g1.base, "sleep").await?;
+
+    let task_id = create_task(&g1.base, "sleep", json!({"ms": 1500})).await?;
+    // Subscribed on g1: the running snapshot arrives, then g1 dies mid-stream.
+    let first = subscribe_events(&g1.base, &task_id, Some(1)).await?;
+    assert_eq!(first[0].0, "statusUpdate");
+    assert_eq!(first[0].1["status"], "running");
+    g1.process.kill()?;
+
+    // The same token on g2 sees the task and its end.
+    let rest = subscribe_events(&g2.base, &task_id, None).await?;
+    let names: Vec<&str> = rest.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(names.last(), Some(&"resultUpdate"), "events: {rest:?}");
+    let (_, done) = rest.last().ok_or("no events")?;
+    assert_eq!(done["result"]["output"], json!({"slept": 1500}));
+
+    let task: Value = reqwest::Client::new()
+        .get(format!("{}/tasks/{task_id}", g2.base))
+        .header("Task-Access-Token", TOKEN)
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(task["status"], "completed");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn redis_going_away_gives_503_and_the_gateway_recovers() -> TestResult {
+    let mut redis = RedisServer::start_with(RedisOptions::default().with_aof(true))?;
+    let _worker = worker(&redis, "w1")?;
+    let gateway = Gateway::start("g1", Some(&redis)).await?;
+    wait_for_skill(&gateway.base, "echo").await?;
+    let task_id = create_task(&gateway.base, "echo", json!({"x": 1})).await?;
+    let client = reqwest::Client::builder().timeout(PATIENCE).build()?;
+    let get = || {
+        client
+            .get(format!("{}/tasks/{task_id}", gateway.base))
+            .header("Task-Access-Token", TOKEN)
+            .send()
+    };
+
+    redis.kill()?;
+    let response = get().await?;
+    assert_eq!(response.status(), 503);
+    let body: Value = response.json().await?;
+    assert!(body["error"]["code"].is_string(), "JSON error body: {body}");
+    let ready = client.get(format!("{}/ready", gateway.base)).send().await?;
+    assert_eq!(ready.status(), 503);
+    let health = client
+        .get(format!("{}/health", gateway.base))
+        .send()
+        .await?;
+    assert_eq!(health.status(), 200, "the process itself is up");
+
+    redis.restart()?;
+    let start = tokio::time::Instant::now();
+    loop {
+        let response = get().await?;
+        if response.status() == 200 {
+            let task: Value = response.json().await?;
+            assert_eq!(task["taskId"], task_id.as_str());
+            break;
+        }
+        assert_eq!(response.status(), 503);
+        assert!(start.elapsed() < PATIENCE, "never recovered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_embedded_mode_runs_tasks_without_redis() -> TestResult {
+    let gateway = Gateway::start("embedded", None).await?;
+    wait_for_skill(&gateway.base, "echo").await?;
+    let task_id = create_task(&gateway.base, "echo", json!({"hello": "world"})).await?;
+    let events = subscribe_events(&gateway.base, &task_id, None).await?;
+    let (name, data) = events.last().ok_or("no events")?;
+    assert_eq!(name, "resultUpdate");
+    assert_eq!(data["result"]["output"], json!({"hello": "world"}));
+    Ok(())
+}
