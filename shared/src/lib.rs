@@ -7,8 +7,11 @@
 //! - [`registry`]: the live worker registry (what each worker hosts, refreshed by heartbeat);
 //! - [`store`]: the [`store::TaskStore`] contract with its two implementations,
 //!   [`store::MemoryStore`] (durability `process`) and [`store::RedisStore`] (durability `durable`,
-//!   Lua-scripted fenced leases).
+//!   Lua-scripted fenced leases);
+//! - [`client`]: a client for agents speaking the profile (card discovery, invoke, stream,
+//!   owned tasks), as used by the `taskctl` command-line client.
 
+pub mod client;
 pub mod idempotency;
 pub mod protocol;
 pub mod registry;

@@ -1,0 +1,228 @@
+//! Direct invocation: `POST {base}/entrypoints/{key}/invoke` (one JSON result) and
+//! `POST {base}/entrypoints/{key}/stream` (server-sent events).
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use reqwest::Response;
+use reqwest::header::{ACCEPT, CONTENT_TYPE};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use super::card::{AgentCard, endpoint};
+use super::error::ClientError;
+use super::sse::{SseEvent, SseParser};
+use super::{Client, IDEMPOTENCY_KEY_HEADER};
+
+#[derive(Debug, Clone, Default)]
+pub struct InvokeOptions {
+    /// Sent as `Idempotency-Key`: a retry with the same key replays the first result.
+    pub idempotency_key: Option<String>,
+}
+
+/// `{run_id, status, output, usage?, model?}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InvokeResult {
+    pub run_id: String,
+    pub status: String,
+    #[serde(default)]
+    pub output: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+    /// `Idempotency-Replayed: true`: this is the stored result of an earlier call.
+    #[serde(skip)]
+    pub replayed: bool,
+}
+
+/// One event of an entrypoint stream: `run-start`, `text`, `delta`, `asset`, `control`,
+/// `error`, `run-end`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StreamEvent {
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The event's JSON data (a string when the data is not JSON).
+    pub data: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+}
+
+impl StreamEvent {
+    fn from_sse(event: SseEvent) -> Self {
+        let data = serde_json::from_str(&event.data).unwrap_or(Value::String(event.data));
+        StreamEvent {
+            kind: event.event,
+            data,
+            id: event.id,
+        }
+    }
+
+    /// `run-end`: the last event of a run.
+    pub fn is_end(&self) -> bool {
+        self.kind == "run-end"
+    }
+}
+
+type ByteStream = Pin<Box<dyn Stream<Item = Result<bytes::Bytes, reqwest::Error>> + Send>>;
+
+/// The events of an SSE response, parsed as they arrive.
+pub struct EventStream {
+    body: ByteStream,
+    parser: SseParser,
+    pending: std::collections::VecDeque<SseEvent>,
+    idle_timeout: Option<Duration>,
+    done: bool,
+}
+
+impl std::fmt::Debug for EventStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventStream")
+            .field("done", &self.done)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EventStream {
+    pub(crate) fn new(response: Response, max_event_bytes: usize, idle: Option<Duration>) -> Self {
+        EventStream {
+            body: Box::pin(response.bytes_stream()),
+            parser: SseParser::new(max_event_bytes),
+            pending: Default::default(),
+            idle_timeout: idle,
+            done: false,
+        }
+    }
+
+    /// The next raw event; `None` once the server closed the stream.
+    pub async fn next_sse(&mut self) -> Result<Option<SseEvent>, ClientError> {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                return Ok(Some(event));
+            }
+            if self.done {
+                return Ok(None);
+            }
+            let chunk = match self.idle_timeout {
+                Some(limit) => tokio::time::timeout(limit, self.body.next())
+                    .await
+                    .map_err(|_| {
+                        ClientError::Timeout(format!(
+                            "the event stream was silent for {}s",
+                            limit.as_secs()
+                        ))
+                    })?,
+                None => self.body.next().await,
+            };
+            match chunk {
+                Some(Ok(bytes)) => {
+                    let events =
+                        self.parser
+                            .push(&bytes)
+                            .map_err(|err| ClientError::Malformed {
+                                status: 200,
+                                reason: err.to_string(),
+                                body: String::new(),
+                            })?;
+                    self.pending.extend(events);
+                }
+                Some(Err(err)) => return Err(ClientError::network(err)),
+                None => {
+                    self.done = true;
+                    self.pending.extend(self.parser.finish());
+                }
+            }
+        }
+    }
+
+    /// The next event of an entrypoint stream.
+    pub async fn next(&mut self) -> Result<Option<StreamEvent>, ClientError> {
+        Ok(self.next_sse().await?.map(StreamEvent::from_sse))
+    }
+}
+
+impl Client {
+    /// Runs entrypoint `key` with `input` and returns its result.
+    pub async fn invoke(
+        &self,
+        card: &AgentCard,
+        key: &str,
+        input: &Value,
+        options: &InvokeOptions,
+    ) -> Result<InvokeResult, ClientError> {
+        let url = endpoint(&self.base_url(card)?, &["entrypoints", key, "invoke"]);
+        let mut request = self
+            .http
+            .post(url)
+            .json(&json!({ "input": input }))
+            .timeout(self.options.request_timeout);
+        if let Some(key) = &options.idempotency_key {
+            request = request.header(IDEMPOTENCY_KEY_HEADER, key);
+        }
+        let response = request.send().await.map_err(ClientError::network)?;
+        let replayed = response
+            .headers()
+            .get("idempotency-replayed")
+            .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"true"));
+        let mut result: InvokeResult = self.json(response).await?;
+        result.replayed = replayed;
+        Ok(result)
+    }
+
+    /// Starts entrypoint `key` as a stream; read the events with [`EventStream::next`].
+    pub async fn stream(
+        &self,
+        card: &AgentCard,
+        key: &str,
+        input: &Value,
+    ) -> Result<EventStream, ClientError> {
+        let url = endpoint(&self.base_url(card)?, &["entrypoints", key, "stream"]);
+        let response = self
+            .http
+            .post(url)
+            .header(ACCEPT, "text/event-stream")
+            .json(&json!({ "input": input }))
+            .send()
+            .await
+            .map_err(ClientError::network)?;
+        self.event_stream(response, None).await
+    }
+
+    /// An SSE response as a stream, or the error a non-SSE answer stands for.
+    pub(crate) async fn event_stream(
+        &self,
+        response: Response,
+        idle: Option<Duration>,
+    ) -> Result<EventStream, ClientError> {
+        let status = response.status();
+        if !status.is_success() {
+            let body = self
+                .read_text(response, self.options.max_response_bytes)
+                .await?;
+            return Err(ClientError::remote(status.as_u16(), body));
+        }
+        let is_sse = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .is_some_and(|value| value.trim_start().starts_with("text/event-stream"));
+        if !is_sse {
+            let body = self
+                .read_text(response, self.options.max_response_bytes)
+                .await?;
+            return Err(ClientError::Malformed {
+                status: status.as_u16(),
+                reason: "expected text/event-stream".into(),
+                body,
+            });
+        }
+        Ok(EventStream::new(
+            response,
+            self.options.max_event_bytes,
+            idle,
+        ))
+    }
+}
