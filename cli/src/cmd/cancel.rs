@@ -1,0 +1,25 @@
+//! `taskctl cancel URL TASK_ID`: cancel a running task (exit 1 if it had already ended).
+
+use crate::cmd::print_task;
+use crate::{CmdResult, Context};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    pub url: String,
+    pub task_id: String,
+}
+
+pub async fn run(context: &Context, args: &Args) -> CmdResult {
+    let token = context.required_token()?;
+    let card = context.card(&args.url).await?;
+    let task = context
+        .client
+        .cancel_task(&card, &args.task_id, &token)
+        .await?;
+    if context.output.is_json() {
+        context.output.json(&task);
+    } else {
+        print_task(&context.output, &task);
+    }
+    Ok(())
+}

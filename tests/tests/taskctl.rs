@@ -1,0 +1,367 @@
+//! The `taskctl` binary against a real cluster (gateway, worker, private redis-server): every
+//! subcommand, `--json` output that parses (one document per line), token sources, and the
+//! documented exit codes (0 ok, 1 remote error, 2 usage, 3 network).
+
+use std::net::TcpListener;
+use std::process::Output;
+use std::time::Duration;
+
+use harness::process::{ServiceProcess, binary};
+use harness::redis_server::RedisServer;
+use serde_json::Value;
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+const PATIENCE: Duration = Duration::from_secs(30);
+
+fn free_port() -> Result<u16, std::io::Error> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+struct Cluster {
+    _redis: RedisServer,
+    _worker: ServiceProcess,
+    gateway: ServiceProcess,
+    url: String,
+}
+
+async fn cluster() -> Result<Cluster, Box<dyn std::error::Error>> {
+    let redis = RedisServer::start()?;
+    let worker = ServiceProcess::start("worker", "w1", &[], &[("REDIS_URL", redis.url())])?;
+    let port = free_port()?;
+    let gateway = ServiceProcess::start(
+        "gateway",
+        "g1",
+        &[],
+        &[
+            ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
+            ("REDIS_URL", redis.url()),
+            ("BASE_PATH", "/agents/a".to_owned()),
+        ],
+    )?;
+    let url = format!("http://127.0.0.1:{port}/agents/a");
+    let cluster = Cluster {
+        _redis: redis,
+        _worker: worker,
+        gateway,
+        url,
+    };
+    let start = tokio::time::Instant::now();
+    loop {
+        let out = taskctl(&["card", &cluster.url, "--json"], &[]).await?;
+        if out.status.success()
+            && json_lines(&out)?
+                .first()
+                .is_some_and(|card| card["entrypoints"].get("count").is_some())
+        {
+            return Ok(cluster);
+        }
+        if start.elapsed() > PATIENCE {
+            return Err(format!("cluster never came up:\n{}", cluster.gateway.log()).into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Runs taskctl with `args` and extra environment (TASK_ACCESS_TOKEN is cleared unless given).
+async fn taskctl(
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> Result<Output, Box<dyn std::error::Error>> {
+    let mut command = tokio::process::Command::new(binary("taskctl")?);
+    command.args(args).env_remove("TASK_ACCESS_TOKEN");
+    for (key, value) in envs {
+        command.env(key, value);
+    }
+    Ok(tokio::time::timeout(PATIENCE, command.output()).await??)
+}
+
+/// Standard output as JSON documents, one per line; every line must parse.
+fn json_lines(out: &Output) -> Result<Vec<Value>, Box<dyn std::error::Error>> {
+    let text = String::from_utf8(out.stdout.clone())?;
+    let mut documents = Vec::new();
+    for line in text.lines().filter(|line| !line.trim().is_empty()) {
+        documents.push(
+            serde_json::from_str(line).map_err(|err| format!("{err}: {line:?} in {text:?}"))?,
+        );
+    }
+    Ok(documents)
+}
+
+fn one(out: &Output) -> Result<Value, Box<dyn std::error::Error>> {
+    let mut documents = json_lines(out)?;
+    if documents.len() != 1 {
+        return Err(format!(
+            "expected one JSON document, got {}: {}\nstderr: {}",
+            documents.len(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+        .into());
+    }
+    Ok(documents.remove(0))
+}
+
+fn code(out: &Output) -> Option<i32> {
+    out.status.code()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_subcommand_with_json_output() -> TestResult {
+    let cluster = cluster().await?;
+    let url = cluster.url.as_str();
+
+    let card = one(&taskctl(&["card", url, "--json"], &[]).await?)?;
+    assert_eq!(card["protocolVersion"], "1.0");
+    assert!(
+        card["url"]
+            .as_str()
+            .is_some_and(|u| u.ends_with("/agents/a/"))
+    );
+
+    let out = taskctl(&["invoke", url, "echo", r#"{"x":1}"#, "--json"], &[]).await?;
+    assert_eq!(code(&out), Some(0));
+    let result = one(&out)?;
+    assert_eq!(result["status"], "succeeded");
+    assert_eq!(result["output"]["x"], 1);
+
+    let out = taskctl(&["stream", url, "count", r#"{"n":3}"#, "--json"], &[]).await?;
+    assert_eq!(
+        code(&out),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = json_lines(&out)?;
+    assert_eq!(
+        events.first().map(|e| e["type"].clone()),
+        Some("run-start".into())
+    );
+    assert_eq!(events.iter().filter(|e| e["type"] == "delta").count(), 3);
+    assert_eq!(
+        events.last().map(|e| e["data"]["status"].clone()),
+        Some("succeeded".into())
+    );
+
+    // send without a token: one is generated, and printed because it was just created.
+    let out = taskctl(&["send", url, "echo", r#"{"y":2}"#, "--json"], &[]).await?;
+    assert_eq!(code(&out), Some(0));
+    let created = one(&out)?;
+    let token = created["accessToken"]
+        .as_str()
+        .ok_or("no token printed")?
+        .to_owned();
+    let task_id = created["taskId"].as_str().ok_or("no taskId")?.to_owned();
+    assert!(created["idempotencyKey"].is_string());
+    assert_eq!(created["status"], "running");
+
+    // A token from the environment is used and never printed.
+    let out = taskctl(
+        &["send", url, "echo", r#"{"z":3}"#, "--wait", "--json"],
+        &[("TASK_ACCESS_TOKEN", &token)],
+    )
+    .await?;
+    assert_eq!(
+        code(&out),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let waited = one(&out)?;
+    assert!(waited.get("accessToken").is_none());
+    assert!(!stdout(&out).contains(&token));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains(&token));
+    assert_eq!(waited["status"], "completed");
+    assert_eq!(waited["task"]["result"]["output"]["z"], 3);
+
+    // A token from a file.
+    let dir = tempfile::tempdir()?;
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, format!("{token}\n"))?;
+    let token_file = token_file.to_str().ok_or("path")?;
+    let with_file = |args: &[&str]| {
+        let mut all: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        all.extend([
+            "--token-file".to_owned(),
+            token_file.to_owned(),
+            "--json".to_owned(),
+        ]);
+        all
+    };
+    let run = |args: Vec<String>| async move {
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        taskctl(&refs, &[]).await
+    };
+
+    let out = run(with_file(&["get", url, &task_id])).await?;
+    assert_eq!(code(&out), Some(0));
+    let task = one(&out)?;
+    assert_eq!(task["taskId"], task_id.as_str());
+    assert!(!stdout(&out).contains(&token));
+
+    let out = run(with_file(&["list", url])).await?;
+    let list = one(&out)?;
+    assert_eq!(list["tasks"].as_array().map(Vec::len), Some(2));
+    let out = run(with_file(&[
+        "list", url, "--status", "running", "--limit", "5",
+    ]))
+    .await?;
+    assert_eq!(one(&out)?["tasks"].as_array().map(Vec::len), Some(0));
+
+    let out = run(with_file(&["watch", url, &task_id])).await?;
+    assert_eq!(code(&out), Some(0));
+    let events = json_lines(&out)?;
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    assert_eq!(kinds, ["statusUpdate", "resultUpdate"]);
+
+    // cancel: a running sleep is cancelled; again, it is a remote error (exit 1).
+    let out = taskctl(
+        &[
+            "send",
+            url,
+            "sleep",
+            r#"{"ms":60000}"#,
+            "--json",
+            "--token",
+            &token,
+        ],
+        &[],
+    )
+    .await?;
+    let slow = one(&out)?;
+    let slow_id = slow["taskId"].as_str().ok_or("no taskId")?.to_owned();
+    let out = run(with_file(&["cancel", url, &slow_id])).await?;
+    assert_eq!(code(&out), Some(0));
+    assert_eq!(one(&out)?["status"], "cancelled");
+    let out = run(with_file(&["cancel", url, &slow_id])).await?;
+    assert_eq!(code(&out), Some(1));
+    let error = one(&out)?;
+    assert_eq!(error["error"]["code"], "invalid_state");
+    assert_eq!(error["error"]["exitCode"], 1);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn human_output_and_exit_codes() -> TestResult {
+    let cluster = cluster().await?;
+    let url = cluster.url.as_str();
+
+    let out = taskctl(&["--output", "human", "card", url], &[]).await?;
+    assert_eq!(code(&out), Some(0));
+    let text = stdout(&out);
+    assert!(
+        text.contains("service   ") && text.contains("/agents/a/"),
+        "{text}"
+    );
+    assert!(
+        text.contains("count") && text.contains("[stream]"),
+        "{text}"
+    );
+
+    // Not a terminal: auto means JSON.
+    assert!(one(&taskctl(&["card", url], &[]).await?)?.is_object());
+
+    let out = taskctl(
+        &[
+            "--output",
+            "human",
+            "send",
+            url,
+            "echo",
+            r#""hello""#,
+            "--wait",
+        ],
+        &[],
+    )
+    .await?;
+    assert_eq!(
+        code(&out),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = stdout(&out);
+    assert!(text.contains("token     "), "{text}");
+    assert!(text.contains("status    completed"), "{text}");
+    assert!(text.contains("hello"), "{text}");
+
+    let out = taskctl(
+        &["--output", "human", "stream", url, "count", r#"{"n":2}"#],
+        &[],
+    )
+    .await?;
+    assert_eq!(code(&out), Some(0));
+    assert!(
+        stdout(&out).contains("[run-end] succeeded"),
+        "{}",
+        stdout(&out)
+    );
+
+    // A task that fails: --wait exits 1.
+    let out = taskctl(
+        &[
+            "send",
+            url,
+            "fail",
+            r#"{"code":"boom"}"#,
+            "--wait",
+            "--json",
+        ],
+        &[],
+    )
+    .await?;
+    assert_eq!(
+        code(&out),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let documents = json_lines(&out)?;
+    assert_eq!(
+        documents.first().map(|d| d["status"].clone()),
+        Some("failed".into())
+    );
+
+    // Usage: no token, input that is not JSON, an unknown flag.
+    let out = taskctl(&["get", url, "t1"], &[]).await?;
+    assert_eq!(code(&out), Some(2));
+    let out = taskctl(&["invoke", url, "echo", "not json"], &[]).await?;
+    assert_eq!(code(&out), Some(2));
+    let out = taskctl(&["card", url, "--bogus"], &[]).await?;
+    assert_eq!(code(&out), Some(2));
+
+    // Remote: an unknown task (a 404 from the agent).
+    let token = "0123456789abcdef0123456789abcdef";
+    let out = taskctl(
+        &["get", url, "no-such-task", "--token", token, "--json"],
+        &[],
+    )
+    .await?;
+    assert_eq!(code(&out), Some(1));
+    assert_eq!(one(&out)?["error"]["code"], "task_not_found");
+
+    // Network: nobody listens there.
+    let closed = format!("http://127.0.0.1:{}", free_port()?);
+    let out = taskctl(&["card", &closed, "--json"], &[]).await?;
+    assert_eq!(code(&out), Some(3));
+    assert_eq!(one(&out)?["error"]["exitCode"], 3);
+
+    // A card from outside the allowlist is refused (remote error).
+    let out = taskctl(
+        &[
+            "card",
+            url,
+            "--allow-origin",
+            "http://127.0.0.1:1",
+            "--json",
+        ],
+        &[],
+    )
+    .await?;
+    assert_eq!(code(&out), Some(1));
+    Ok(())
+}
