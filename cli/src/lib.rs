@@ -139,10 +139,9 @@ impl Failure {
             details["settlement"] = json!(error.settlement);
         }
         Failure {
-            exit: if matches!(error.cause, ClientError::InvalidUrl { .. }) {
-                Exit::Usage
-            } else {
-                exit
+            exit: match (&error.failure, &error.cause) {
+                (_, ClientError::InvalidUrl { .. }) => Exit::Usage,
+                _ => exit,
             },
             message: error.to_string(),
             details,
@@ -192,7 +191,7 @@ pub struct GlobalArgs {
     /// and to the service URL the card names.
     #[arg(long = "allow-origin", global = true, value_name = "ORIGIN")]
     pub allow_origins: Vec<String>,
-    /// Timeout in seconds for one request (not for streams or --wait).
+    /// Timeout in seconds for one request, invoke included (not for streams or --wait).
     #[arg(long, global = true, value_name = "SECS")]
     pub timeout: Option<u64>,
 }
@@ -290,6 +289,7 @@ pub async fn run(cli: Cli) -> Exit {
     }
     if let Some(secs) = cli.global.timeout {
         options.request_timeout = std::time::Duration::from_secs(secs);
+        options.invoke_timeout = std::time::Duration::from_secs(secs);
         options.card_timeout = std::time::Duration::from_secs(secs);
     }
     let client = match Client::new(options) {

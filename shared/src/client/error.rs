@@ -127,6 +127,8 @@ impl WithoutQuery for reqwest::Error {
 /// Why [`TaskCreationError`] happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CreationFailure {
+    /// Nothing was sent: the card's service URL is missing or refused by the policy.
+    NotSent,
     /// The request or its response was lost: the task may exist.
     Network,
     /// A 2xx answer that did not parse as `{taskId, accessToken, status}`.

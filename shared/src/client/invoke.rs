@@ -158,7 +158,7 @@ impl Client {
             .http
             .post(url)
             .json(&json!({ "input": input }))
-            .timeout(self.options.request_timeout);
+            .timeout(self.options.invoke_timeout);
         if let Some(key) = &options.idempotency_key {
             request = request.header(IDEMPOTENCY_KEY_HEADER, key);
         }

@@ -50,8 +50,10 @@ pub const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";
 pub struct ClientOptions {
     /// Connecting to an agent.
     pub connect_timeout: Duration,
-    /// A whole non-streaming request, response body included (not SSE streams).
+    /// A whole task request (send, get, list, cancel), response body included.
     pub request_timeout: Duration,
+    /// A whole `invoke`: the agent answers when the run ends (up to its own limit).
+    pub invoke_timeout: Duration,
     /// Fetching a card, body included.
     pub card_timeout: Duration,
     /// The largest card accepted.
@@ -71,7 +73,8 @@ impl Default for ClientOptions {
     fn default() -> Self {
         ClientOptions {
             connect_timeout: Duration::from_secs(10),
-            request_timeout: Duration::from_secs(15 * 60 + 30),
+            request_timeout: Duration::from_secs(60),
+            invoke_timeout: Duration::from_secs(15 * 60 + 30),
             card_timeout: Duration::from_secs(15),
             max_card_bytes: 1024 * 1024,
             max_response_bytes: 32 * 1024 * 1024,

@@ -183,7 +183,7 @@ impl Client {
         };
         let base = self
             .base_url(card)
-            .map_err(|cause| fail(CreationFailure::Network, cause))?;
+            .map_err(|cause| fail(CreationFailure::NotSent, cause))?;
         let text = match input {
             Value::String(text) => text.clone(),
             other => other.to_string(),
