@@ -51,15 +51,24 @@ impl Output {
     /// A line of text on standard output.
     pub fn line(&self, text: &str) {
         let mut stdout = std::io::stdout().lock();
-        let _ = writeln!(stdout, "{text}");
+        let _ = writeln!(stdout, "{}", self.clean(text));
         let _ = stdout.flush();
     }
 
     /// Text without a newline (stream chunks).
     pub fn text(&self, text: &str) {
         let mut stdout = std::io::stdout().lock();
-        let _ = write!(stdout, "{text}");
+        let _ = write!(stdout, "{}", self.clean(text));
         let _ = stdout.flush();
+    }
+
+    /// Human text comes from an untrusted agent: control characters (terminal escapes) are
+    /// shown as `\u{..}` instead of being obeyed. JSON output is escaped by serde already.
+    fn clean<'a>(&self, text: &'a str) -> std::borrow::Cow<'a, str> {
+        if self.is_json() {
+            return text.into();
+        }
+        sanitize(text)
     }
 
     /// One JSON document on one line.
@@ -73,7 +82,7 @@ impl Output {
     /// A note for the person at the terminal (standard error).
     pub fn note(&self, text: &str) {
         let mut stderr = std::io::stderr().lock();
-        let _ = writeln!(stderr, "{text}");
+        let _ = writeln!(stderr, "{}", sanitize(text));
     }
 
     pub fn failure(&self, failure: &Failure) {
@@ -112,4 +121,22 @@ pub fn pretty(value: &serde_json::Value) -> String {
         serde_json::Value::String(text) => text.clone(),
         other => serde_json::to_string_pretty(other).unwrap_or_else(|_| other.to_string()),
     }
+}
+
+/// `text` with control characters other than newline and tab escaped.
+pub fn sanitize(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.chars().any(unsafe_char) {
+        return text.into();
+    }
+    text.chars()
+        .map(|c| {
+            if unsafe_char(c) {
+                c.escape_unicode().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect::<String>()
+        .into()
 }

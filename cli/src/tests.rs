@@ -190,3 +190,9 @@ fn input_must_be_json() {
         Some(Exit::Usage)
     );
 }
+
+#[test]
+fn control_characters_are_escaped_in_human_text() {
+    assert_eq!(output::sanitize("a\tb\nc"), "a\tb\nc");
+    assert_eq!(output::sanitize("x\u{1b}[2Jy"), "x\\u{1b}[2Jy");
+}

@@ -621,3 +621,107 @@ async fn a_failed_creation_keeps_task_status_and_settlement() -> TestResult {
     let _: Value = serde_json::to_value(&access)?;
     Ok(())
 }
+
+/// A server answering each request with `respond(path, n)` (n counts requests), writing the
+/// response `chunk` bytes at a time with a flush and a pause between writes.
+async fn trickle_server(
+    chunk: usize,
+    respond: impl Fn(&str, usize) -> String + Send + Sync + 'static,
+) -> Result<String, Box<dyn std::error::Error>> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let origin = format!("http://{}", listener.local_addr()?);
+    let respond = std::sync::Arc::new(respond);
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let respond = respond.clone();
+            let n = count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buffer = [0u8; 4096];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match socket.read(&mut buffer).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(read) => request.extend_from_slice(&buffer[..read]),
+                    }
+                }
+                let text = String::from_utf8_lossy(&request).into_owned();
+                let path = text.split_whitespace().nth(1).unwrap_or("/").to_owned();
+                let response = respond(&path, n);
+                for piece in response.as_bytes().chunks(chunk.max(1)) {
+                    if socket.write_all(piece).await.is_err() {
+                        return;
+                    }
+                    let _ = socket.flush().await;
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                let _ = socket.shutdown().await;
+            });
+        }
+    });
+    Ok(origin)
+}
+
+fn sse_response(body: &str) -> String {
+    format!("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n{body}")
+}
+
+#[tokio::test]
+async fn task_events_survive_any_chunking() -> TestResult {
+    // CRLF line endings, a comment, a keep-alive, multi-byte characters: one byte per write.
+    let body = ": keep-alive\r\n\r\nevent: statusUpdate\r\ndata: {\"taskId\":\"t\",\"status\":\"running\"}\r\n\r\n\
+                event: resultUpdate\r\ndata: {\"taskId\":\"t\",\"status\":\"completed\",\r\ndata: \"result\":{\"output\":\"h\u{e9}llo \u{1F600}\"}}\r\n\r\n";
+    for chunk in [1, 2, 3, 7, 64] {
+        let origin = trickle_server(chunk, move |_, _| sse_response(body)).await?;
+        let client = Client::new(ClientOptions::default())?;
+        let card = AgentCard::for_url(&origin);
+        let mut events = client
+            .subscribe_task(&card, "t", &shared::client::generate_token())
+            .await?;
+        let first = events.next().await?.ok_or("no first event")?;
+        assert_eq!(first.kind, TaskEventKind::StatusUpdate);
+        let second = events.next().await?.ok_or("no second event")?;
+        assert_eq!(second.kind, TaskEventKind::ResultUpdate);
+        assert_eq!(
+            second.data.result.map(|r| r.output),
+            Some(json!("h\u{e9}llo \u{1F600}")),
+            "chunk {chunk}"
+        );
+        assert!(events.next().await?.is_none());
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn wait_for_task_polls_when_it_cannot_subscribe() -> TestResult {
+    let task = |status: &str| {
+        json!({
+            "taskId": "t",
+            "status": status,
+            "createdAt": "2026-12-02T09:55:35.048Z",
+            "updatedAt": "2026-12-02T09:55:35.252Z",
+        })
+        .to_string()
+    };
+    let origin = trickle_server(4096, move |path, n| {
+        if path.ends_with("/subscribe") {
+            http_response(
+                "503 Service Unavailable",
+                &[],
+                r#"{"error":{"code":"service_unavailable"}}"#,
+            )
+        } else if n < 4 {
+            http_response("200 OK", &[], &task("running"))
+        } else {
+            http_response("200 OK", &[], &task("cancelled"))
+        }
+    })
+    .await?;
+    let client = Client::new(ClientOptions::default())?;
+    let card = AgentCard::for_url(&origin);
+    let done = client
+        .wait_for_task(&card, "t", &shared::client::generate_token(), PATIENCE)
+        .await?;
+    assert_eq!(done.status, TaskStatus::Cancelled);
+    Ok(())
+}

@@ -98,7 +98,7 @@ pub async fn run(context: &Context, args: &Args) -> CmdResult {
     }
 
     let spinner = (!output.is_json() && std::io::stderr().is_terminal())
-        .then(|| tokio::spawn(spin(access.task_id.clone())));
+        .then(|| tokio::spawn(spin(crate::output::sanitize(&access.task_id).into_owned())));
     let waited = context
         .client
         .wait_for_task(
