@@ -493,6 +493,14 @@ async fn cards_pointing_elsewhere_are_refused() -> TestResult {
     })
     .await?;
     assert_eq!(client.fetch_card(&last).await?.name, "fake");
+    // The card's own URL works too: the URL itself is tried first.
+    assert_eq!(
+        client
+            .fetch_card(&format!("{last}/agentcard.json"))
+            .await?
+            .name,
+        "fake"
+    );
     let small = Client::new(ClientOptions {
         max_card_bytes: 16,
         ..ClientOptions::default()

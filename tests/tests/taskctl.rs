@@ -365,3 +365,81 @@ async fn human_output_and_exit_codes() -> TestResult {
     assert_eq!(code(&out), Some(1));
     Ok(())
 }
+
+/// Serves a card naming itself, and drops the connection of any other request (task creation).
+async fn card_then_drop() -> Result<String, Box<dyn std::error::Error>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let origin = format!("http://{}", listener.local_addr()?);
+    let card = serde_json::json!({"name": "fake", "url": format!("{origin}/")}).to_string();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let card = card.clone();
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buffer = [0u8; 4096];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match socket.read(&mut buffer).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(read) => request.extend_from_slice(&buffer[..read]),
+                    }
+                }
+                if request.starts_with(b"GET /.well-known/agent-card.json ") {
+                    let response = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{card}",
+                        card.len()
+                    );
+                    let _ = socket.write_all(response.as_bytes()).await;
+                } else if request.starts_with(b"GET ") {
+                    let _ = socket
+                        .write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                        .await;
+                }
+                let _ = socket.shutdown().await;
+            });
+        }
+    });
+    Ok(origin)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dropped_send_prints_the_keys_to_reconcile_with() -> TestResult {
+    let origin = card_then_drop().await?;
+    let out = taskctl(&["send", &origin, "echo", "{}", "--json"], &[]).await?;
+    assert_eq!(
+        code(&out),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let error = one(&out)?;
+    assert!(error["error"]["idempotencyKey"].is_string());
+    // Generated here, so printed: the only way to find the task later.
+    assert_eq!(
+        error["error"]["accessToken"].as_str().map(str::len),
+        Some(64)
+    );
+
+    // A token the caller gave is never printed.
+    let token = "caller-token-0123456789abcdef";
+    let out = taskctl(
+        &[
+            "send",
+            &origin,
+            "echo",
+            "{}",
+            "--json",
+            "--idempotency-key",
+            "key-0123456789abcdefgh",
+        ],
+        &[("TASK_ACCESS_TOKEN", token)],
+    )
+    .await?;
+    assert_eq!(code(&out), Some(3));
+    let error = one(&out)?;
+    assert_eq!(error["error"]["idempotencyKey"], "key-0123456789abcdefgh");
+    assert!(error["error"].get("accessToken").is_none());
+    assert!(!stdout(&out).contains(token));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains(token));
+    Ok(())
+}
