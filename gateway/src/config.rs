@@ -34,6 +34,10 @@ pub struct GatewayConfig {
     #[arg(long, env = "BODY_TIMEOUT_MS", default_value_t = 10_000)]
     pub body_timeout_ms: u64,
 
+    /// How long a client may take to send its request line and headers, in milliseconds.
+    #[arg(long, env = "HEADER_TIMEOUT_MS", default_value_t = 10_000)]
+    pub header_timeout_ms: u64,
+
     /// Cluster-wide cap on non-terminal tasks.
     #[arg(long, env = "MAX_TASKS", default_value_t = shared::store::DEFAULT_MAX_TASKS)]
     pub max_tasks: u64,

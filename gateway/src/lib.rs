@@ -6,6 +6,7 @@
 //! - [`error`]: [`error::ApiError`], the profile's error body with the right status;
 //! - [`extract`]: JSON and `Task-Access-Token` extractors whose rejections are `ApiError`s;
 //! - [`routes`]: one module per resource (health, card, entrypoints, tasks, invoke/stream);
+//! - [`serve`]: the HTTP server loop (header read timeout, head size bound, graceful drain);
 //! - [`embedded`]: the single-process mode (in-memory store and an in-process worker).
 //!
 //! [`app`] builds the router; tests drive it without a socket.
@@ -16,6 +17,7 @@ pub mod embedded;
 pub mod error;
 pub mod extract;
 pub mod routes;
+pub mod serve;
 pub mod state;
 
 use std::time::Duration;

@@ -49,12 +49,18 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(%address, "gateway listening; try: curl http://{address}/.well-known/agent-card.json");
     let store = state.store.clone();
     let stop = shutdown.clone();
-    axum::serve(listener, gateway::app(state))
-        .with_graceful_shutdown(async move {
+    gateway::serve::serve(
+        listener,
+        gateway::app(state),
+        Duration::from_millis(config.header_timeout_ms),
+        Duration::from_secs(10),
+        async move {
             wait_for_signal().await;
+            // Ends SSE streams and the embedded worker so the drain can finish.
             stop.cancel();
-        })
-        .await?;
+        },
+    )
+    .await;
     shutdown.cancel();
     background.close();
     background.wait().await;

@@ -30,8 +30,17 @@ impl Gateway {
         name: &str,
         redis: Option<&RedisServer>,
     ) -> Result<Gateway, Box<dyn std::error::Error>> {
+        Gateway::start_with(name, redis, &[]).await
+    }
+
+    async fn start_with(
+        name: &str,
+        redis: Option<&RedisServer>,
+        extra: &[(&str, String)],
+    ) -> Result<Gateway, Box<dyn std::error::Error>> {
         let port = free_port()?;
         let mut envs = vec![("LISTEN_ADDR", format!("127.0.0.1:{port}"))];
+        envs.extend(extra.iter().cloned());
         if let Some(redis) = redis {
             envs.push(("REDIS_URL", redis.url()));
         }
@@ -241,5 +250,36 @@ async fn the_embedded_mode_runs_tasks_without_redis() -> TestResult {
     let (name, data) = events.last().ok_or("no events")?;
     assert_eq!(name, "resultUpdate");
     assert_eq!(data["result"]["output"], json!({"hello": "world"}));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slow_and_oversized_request_heads_are_cut_off() -> TestResult {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let gateway = Gateway::start_with(
+        "slow-heads",
+        None,
+        &[("HEADER_TIMEOUT_MS", "300".to_owned())],
+    )
+    .await?;
+    let address = gateway.base.trim_start_matches("http://").to_owned();
+
+    // A client that never finishes its headers is disconnected by the server.
+    let mut slow = tokio::net::TcpStream::connect(&address).await?;
+    slow.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        .await?;
+    let mut rest = Vec::new();
+    tokio::time::timeout(PATIENCE, slow.read_to_end(&mut rest)).await??;
+
+    // A head over the bound gets 431, not a hang or a crash.
+    let huge = "a".repeat(100 * 1024);
+    let response = reqwest::Client::new()
+        .get(format!("{}/health", gateway.base))
+        .header("x-padding", huge)
+        .send()
+        .await?;
+    assert_eq!(response.status(), 431);
+    let health = reqwest::get(format!("{}/health", gateway.base)).await?;
+    assert_eq!(health.status(), 200, "still serving");
     Ok(())
 }
