@@ -167,7 +167,7 @@ async fn subscribe_events(
 async fn two_gateways_serve_the_same_tasks_and_a_cut_subscriber_finishes_on_the_other() -> TestResult
 {
     let redis = RedisServer::start()?;
-    let _worker = worker(&redis, "w1")?;
+    let worker_process = worker(&redis, "w1")?;
     let mut g1 = Gateway::start("g1", Some(&redis)).await?;
     let g2 = Gateway::start("g2", Some(&redis)).await?;
     wait_for_skill(&g1.base, "sleep").await?;
@@ -194,6 +194,11 @@ async fn two_gateways_serve_the_same_tasks_and_a_cut_subscriber_finishes_on_the_
         .json()
         .await?;
     assert_eq!(task["status"], "completed");
+    // Invariant 4: the token reached both gateways and the worker, and no log line shows it.
+    for log in [g1.process.log(), g2.process.log(), worker_process.log()] {
+        assert!(!log.is_empty(), "processes log at info");
+        assert!(!log.contains(TOKEN), "a log line shows the access token");
+    }
     Ok(())
 }
 
