@@ -48,7 +48,7 @@ pub struct WorkerConfig {
     pub drain_timeout_ms: u64,
 
     /// How often this worker sweeps for expired leases, in milliseconds.
-    #[arg(long, env = "WORKER_RECOVERY_INTERVAL_MS", default_value_t = 1_000)]
+    #[arg(long, env = "WORKER_RECOVERY_INTERVAL_MS", default_value_t = 500)]
     pub recovery_interval_ms: u64,
 
     /// This worker's id in leases and the registry (default: host, pid and a random suffix).

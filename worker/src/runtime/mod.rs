@@ -53,7 +53,7 @@ impl RuntimeConfig {
             max_run: Duration::from_secs(15 * 60),
             max_attempts: shared::store::DEFAULT_MAX_ATTEMPTS,
             drain_timeout: Duration::from_secs(30),
-            recovery_interval: Duration::from_secs(1),
+            recovery_interval: Duration::from_millis(500),
             idle_wait: Duration::from_secs(1),
         }
     }
