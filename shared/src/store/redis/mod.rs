@@ -111,13 +111,15 @@ impl Core {
         pipe: &redis::Pipeline,
     ) -> Result<T, StoreError> {
         let mut conn = pool::get(&self.pool).await?;
-        match pipe.query_async(&mut *conn).await {
-            Ok(value) => Ok(value),
-            Err(err) => {
-                pool::discard_if_broken(&self.pool, conn, &err);
-                Err(err.into())
-            }
-        }
+        let result = pipe.query_async(&mut *conn).await;
+        pool::settle(&self.pool, conn, result)
+    }
+
+    /// Runs one command on a pooled connection.
+    async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, StoreError> {
+        let mut conn = pool::get(&self.pool).await?;
+        let result = cmd.query_async(&mut *conn).await;
+        pool::settle(&self.pool, conn, result)
     }
 
     /// Runs a script invocation (EVALSHA, reloading on NOSCRIPT) on a pooled connection.
@@ -126,13 +128,8 @@ impl Core {
         invocation: &redis::ScriptInvocation<'_>,
     ) -> Result<T, StoreError> {
         let mut conn = pool::get(&self.pool).await?;
-        match invocation.invoke_async(&mut *conn).await {
-            Ok(value) => Ok(value),
-            Err(err) => {
-                pool::discard_if_broken(&self.pool, conn, &err);
-                Err(err.into())
-            }
-        }
+        let result = invocation.invoke_async(&mut *conn).await;
+        pool::settle(&self.pool, conn, result)
     }
 }
 
@@ -248,14 +245,7 @@ impl RedisStore {
         &self,
         cmd: &mut redis::Cmd,
     ) -> Result<T, StoreError> {
-        let mut conn = pool::get(&self.inner.core.pool).await?;
-        match cmd.query_async(&mut *conn).await {
-            Ok(value) => Ok(value),
-            Err(err) => {
-                pool::discard_if_broken(&self.inner.core.pool, conn, &err);
-                Err(err.into())
-            }
-        }
+        self.inner.core.query(cmd).await
     }
 
     /// Runs a pipeline on a pooled connection.
@@ -263,14 +253,7 @@ impl RedisStore {
         &self,
         pipe: &redis::Pipeline,
     ) -> Result<T, StoreError> {
-        let mut conn = pool::get(&self.inner.core.pool).await?;
-        match pipe.query_async(&mut *conn).await {
-            Ok(value) => Ok(value),
-            Err(err) => {
-                pool::discard_if_broken(&self.inner.core.pool, conn, &err);
-                Err(err.into())
-            }
-        }
+        self.inner.core.pipe(pipe).await
     }
 
     /// Runs a script invocation (EVALSHA, reloading on NOSCRIPT) on a pooled connection.

@@ -56,7 +56,7 @@ pub fn build(url: &str, size: usize, timeout: Duration) -> Result<Pool, StoreErr
 /// Drops a connection from the pool when `err` says it can no longer be trusted, and with it
 /// every idle connection: they share its fate (a Redis restart breaks them all), and each
 /// would otherwise fail one more request before being found out.
-pub fn discard_if_broken(pool: &Pool, conn: Pooled, err: &RedisError) {
+fn discard_if_broken(pool: &Pool, conn: Pooled, err: &RedisError) {
     if err.is_io_error()
         || err.is_connection_dropped()
         || err.is_timeout()
@@ -65,6 +65,19 @@ pub fn discard_if_broken(pool: &Pool, conn: Pooled, err: &RedisError) {
         let _ = Object::take(conn);
         pool.retain(|_, _| false);
     }
+}
+
+/// The outcome of one command on `conn`, which goes back to the pool unless the error says it
+/// broke.
+pub fn settle<T>(
+    pool: &Pool,
+    conn: Pooled,
+    result: redis::RedisResult<T>,
+) -> Result<T, StoreError> {
+    result.map_err(|err| {
+        discard_if_broken(pool, conn, &err);
+        err.into()
+    })
 }
 
 pub async fn get(pool: &Pool) -> Result<Pooled, StoreError> {
