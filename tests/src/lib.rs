@@ -1,7 +1,9 @@
 //! Test harness shared by the integration suites.
 //!
+//! - [`chaos`]: the chaos run of a whole cluster (the `chaos` binary and `tests/chaos.rs`);
 //! - [`process`]: the workspace's `gateway`/`worker` binaries as real processes, signalled and
 //!   stopped on drop;
 //! - [`redis_server`]: a private `redis-server` on a free loopback port, stopped on drop.
+pub mod chaos;
 pub mod process;
 pub mod redis_server;

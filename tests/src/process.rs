@@ -24,11 +24,17 @@ pub enum ProcessError {
     Timeout { name: String, timeout: Duration },
 }
 
-/// The workspace's target directory for this build profile (where the test binary lives).
+/// The workspace's target directory for this build profile: where a test binary
+/// (`target/<profile>/deps/<test>`) or a harness binary such as `chaos`
+/// (`target/<profile>/chaos`) lives.
 fn profile_dir() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
-    // target/<profile>/deps/<test-binary>
-    exe.parent()?.parent().map(Path::to_path_buf)
+    let dir = exe.parent()?;
+    if dir.file_name().and_then(|name| name.to_str()) == Some("deps") {
+        dir.parent().map(Path::to_path_buf)
+    } else {
+        Some(dir.to_path_buf())
+    }
 }
 
 /// Path of a workspace binary (`gateway`, `worker`, `taskctl`). The first call in a test

@@ -1,6 +1,8 @@
 //! `sleep`: waits `input.ms` milliseconds and returns `{"slept": ms}`, as upstream's benchmark
-//! agent does, after a `progress` event `{"sleeping": ms}`. Unlike a bare timer it returns
-//! `cancelled` as soon as the run is cancelled.
+//! agent does, after a `progress` event `{"sleeping": ms, "attempt": n}`. Unlike a bare timer it
+//! returns `cancelled` as soon as the run is cancelled. The attempt number in the progress event
+//! lets the chaos run see which run wrote it: a write of an older run landing after a newer
+//! run's would be a fenced write that got through.
 
 use std::time::Duration;
 
@@ -42,7 +44,7 @@ async fn run(input: SleepInput, ctx: TaskContext) -> Result<SleepOutput, Handler
     // as cancellation anyway.
     let _ = ctx
         .events
-        .progress(serde_json::json!({"sleeping": input.ms}))
+        .progress(serde_json::json!({"sleeping": input.ms, "attempt": ctx.attempt}))
         .await;
     tokio::select! {
         // Checked first: a run cancelled before it started does not sleep at all.

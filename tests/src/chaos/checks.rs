@@ -1,0 +1,367 @@
+//! The invariants of the design, checked once every process is back and every task has
+//! finished: against the tasks' records and event logs in Redis, the whole key space, and what
+//! the SSE subscribers saw.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use redis::AsyncCommands;
+use serde_json::Value;
+use shared::protocol::TaskStatus;
+use shared::store::{RedisStore, RedisStoreConfig, StoredTask, TaskStore};
+
+use super::cluster::Cluster;
+use super::load::{AckedTask, Load, SubscriberLog};
+use super::report::ChaosReport;
+use super::{ChaosError, NAMESPACE};
+
+/// How long settling took and whether everything finished.
+#[derive(Debug, Default, Clone)]
+pub struct SettleStats {
+    pub duration: Duration,
+    /// Acknowledged tasks still not terminal at the deadline.
+    pub unfinished: Vec<String>,
+}
+
+async fn store(cluster: &Cluster) -> Result<RedisStore, ChaosError> {
+    let mut config = RedisStoreConfig::new(cluster.redis.url());
+    config.namespace = NAMESPACE.to_owned();
+    Ok(RedisStore::connect(config).await?)
+}
+
+fn is_terminal(task: &Option<StoredTask>) -> bool {
+    task.as_ref().is_some_and(|t| t.task.status.is_terminal())
+}
+
+/// Waits until every acknowledged task is terminal and the store counts no live task.
+pub async fn settle(
+    cluster: &Cluster,
+    load: &Load,
+    patience: Duration,
+) -> Result<SettleStats, ChaosError> {
+    let started = Instant::now();
+    let store = store(cluster).await?;
+    let mut pending: Vec<String> = load.tasks().iter().map(|task| task.id.clone()).collect();
+    loop {
+        let states: Vec<(String, bool)> = futures::stream::iter(pending)
+            .map(|id| {
+                let store = &store;
+                async move {
+                    let done = matches!(store.get(&id).await, Ok(task) if is_terminal(&task));
+                    (id, done)
+                }
+            })
+            .buffer_unordered(32)
+            .collect()
+            .await;
+        pending = states
+            .into_iter()
+            .filter(|(_, done)| !done)
+            .map(|(id, _)| id)
+            .collect();
+        let live = store.live_count().await.unwrap_or(u64::MAX);
+        if pending.is_empty() && live == 0 {
+            break;
+        }
+        if started.elapsed() > patience {
+            break;
+        }
+        // Waiting for processes we do not control to finish their work: polling is the event.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(SettleStats {
+        duration: started.elapsed(),
+        unfinished: pending,
+    })
+}
+
+/// One entry of a task's event log: `<seq>|<event>|<data>`.
+fn parse_event(entry: &str) -> Option<(u64, String, Value)> {
+    let mut parts = entry.splitn(3, '|');
+    let seq = parts.next()?.parse().ok()?;
+    let event = parts.next()?.to_owned();
+    let data = serde_json::from_str(parts.next()?).ok()?;
+    Some((seq, event, data))
+}
+
+fn terminal_event(event: &str, data: &Value) -> bool {
+    matches!(event, "statusUpdate" | "resultUpdate" | "error")
+        && data["status"].as_str().is_some_and(|s| s != "running")
+}
+
+/// Checks one acknowledged task against its record and its event log.
+fn check_task(
+    task: &AckedTask,
+    stored: Option<&StoredTask>,
+    log: &[String],
+    cancel: (bool, bool),
+    report: &mut ChaosReport,
+) {
+    let id = &task.id;
+    let (cancel_requested, cancel_acknowledged) = cancel;
+    let Some(stored) = stored else {
+        report.violation(format!(
+            "acknowledged task {id} ({}) is gone",
+            task.entrypoint
+        ));
+        return;
+    };
+    let status = stored.task.status;
+    if !status.is_terminal() {
+        report.violation(format!("task {id} never finished: {:?}", stored.phase));
+        return;
+    }
+    *report.statuses.entry(status.as_str()).or_default() += 1;
+    if stored.attempt > 1 {
+        report.rerun += 1;
+    }
+    report.max_attempt = report.max_attempt.max(stored.attempt);
+    if stored.attempt > stored.max_attempts {
+        report.violation(format!(
+            "task {id} ran {} times, more than its {} attempts",
+            stored.attempt, stored.max_attempts
+        ));
+    }
+    let error_code = stored.task.error.as_ref().map(|e| e.code.as_str());
+    if error_code == Some("task_attempts_exhausted") {
+        report.exhausted += 1;
+    }
+    match (status, task.entrypoint) {
+        _ if cancel_acknowledged && status != TaskStatus::Cancelled => {
+            report.violation(format!("task {id} was cancelled (200) but ended {status}"))
+        }
+        (TaskStatus::Cancelled, _) if !cancel_requested => {
+            report.violation(format!("task {id} ended cancelled but nobody cancelled it"))
+        }
+        (TaskStatus::Completed, "fail") => {
+            report.violation(format!("fail task {id} completed"));
+        }
+        (TaskStatus::Failed, "fail")
+            if !matches!(
+                error_code,
+                Some("chaos_failure" | "task_attempts_exhausted")
+            ) =>
+        {
+            report.violation(format!("fail task {id} failed with {error_code:?}"));
+        }
+        (TaskStatus::Failed, entrypoint)
+            if entrypoint != "fail" && error_code != Some("task_attempts_exhausted") =>
+        {
+            report.violation(format!("{entrypoint} task {id} failed with {error_code:?}"));
+        }
+        (TaskStatus::Completed, "echo") => {
+            let output = stored.task.result.as_ref().map(|result| &result.output);
+            if output != Some(&task.input) {
+                report.violation(format!("echo task {id} returned {output:?}"));
+            }
+        }
+        _ => {}
+    }
+
+    // The event log: contiguous sequence numbers, one terminal event and it is the last (a
+    // fenced write landing after the end would follow it), progress from runs in order (an
+    // older run's write landing after a newer run's would be a fenced write that got through).
+    let events: Vec<_> = log.iter().filter_map(|entry| parse_event(entry)).collect();
+    if events.len() != log.len() {
+        report.violation(format!("task {id}: unreadable event log entries"));
+    }
+    for pair in events.windows(2) {
+        if pair[1].0 != pair[0].0 + 1 {
+            report.violation(format!(
+                "task {id}: event seq {} follows {}",
+                pair[1].0, pair[0].0
+            ));
+        }
+    }
+    if let Some(last) = events.last()
+        && last.0 != stored.seq
+    {
+        report.violation(format!(
+            "task {id}: last logged event {} but the record says {}",
+            last.0, stored.seq
+        ));
+    }
+    let terminals: Vec<_> = events
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, event, data))| terminal_event(event, data))
+        .collect();
+    match terminals.as_slice() {
+        [(position, (_, _, data))] => {
+            if *position + 1 != events.len() {
+                report.violation(format!("task {id}: events after the terminal event"));
+            }
+            if data["status"].as_str() != Some(status.as_str()) {
+                report.violation(format!(
+                    "task {id}: terminal event says {} but the record {status}",
+                    data["status"]
+                ));
+            }
+        }
+        [] => report.violation(format!("task {id}: no terminal event in its log")),
+        many => report.violation(format!("task {id}: {} terminal events", many.len())),
+    }
+    let mut last_attempt = 0;
+    for (_, event, data) in &events {
+        if event != "progress" {
+            continue;
+        }
+        let Some(attempt) = data["attempt"].as_u64() else {
+            report.violation(format!(
+                "task {id}: progress without the run's attempt: {data}"
+            ));
+            continue;
+        };
+        if attempt < last_attempt || attempt > u64::from(stored.attempt) {
+            report.violation(format!(
+                "task {id}: progress of run {attempt} landed after run {last_attempt} (record: attempt {})",
+                stored.attempt
+            ));
+        }
+        last_attempt = last_attempt.max(attempt);
+    }
+}
+
+/// Checks what one subscriber saw: only its own task, running before terminal, exactly one
+/// terminal event and the one the task really ended with.
+fn check_subscriber(log: &SubscriberLog, stored: Option<&StoredTask>, report: &mut ChaosReport) {
+    let id = &log.task_id;
+    report.subscriber_events += log.events.len();
+    report.subscriber_reconnects += log.connections.saturating_sub(1) as usize;
+    if let Some(reason) = &log.gave_up {
+        report.violation(format!("subscriber of {id} gave up: {reason}"));
+    }
+    let mut terminal_seen = None;
+    for (event, task_id, status) in &log.events {
+        if task_id != id {
+            report.violation(format!(
+                "subscriber of {id} got a {event} of task {task_id}"
+            ));
+        }
+        if terminal_seen.is_some() {
+            report.violation(format!("subscriber of {id} got {event} after the terminal"));
+        }
+        match status.as_deref() {
+            Some("running") => {}
+            Some(terminal) => terminal_seen = Some(terminal.to_owned()),
+            None => report.violation(format!("subscriber of {id} got {event} without status")),
+        }
+    }
+    let final_status = stored.map(|task| task.task.status.as_str());
+    if log.gave_up.is_none() && terminal_seen.as_deref() != final_status {
+        report.violation(format!(
+            "subscriber of {id} saw the end as {terminal_seen:?}, the task ended {final_status:?}"
+        ));
+    }
+}
+
+/// The key space once everything is terminal: nothing live, nothing queued or leased, and
+/// every key either expires or is one of the cluster's few permanent structures.
+async fn check_keys(
+    cluster: &Cluster,
+    store: &RedisStore,
+    acknowledged: &HashSet<&str>,
+    report: &mut ChaosReport,
+) -> Result<(), ChaosError> {
+    let mut redis = cluster.redis.client().await?;
+    let prefix = format!("{{{NAMESPACE}}}:");
+    let keys: Vec<String> = {
+        let mut iter: redis::AsyncIter<String> = redis.scan_match(format!("{prefix}*")).await?;
+        let mut keys = Vec::new();
+        while let Some(key) = iter.next_item().await {
+            keys.push(key?);
+        }
+        keys
+    };
+    report.keys = keys.len();
+    let mut non_terminal = 0u64;
+    for key in &keys {
+        let rest = &key[prefix.len()..];
+        let (kind, name) = rest.split_once(':').unwrap_or((rest, ""));
+        let ttl: i64 = redis.pttl(key).await?;
+        let expiring = ttl > 0;
+        match kind {
+            "task" => {
+                match store.get(name).await? {
+                    Some(task) if task.task.status.is_terminal() => {}
+                    Some(_) => non_terminal += 1,
+                    None => {}
+                }
+                if !acknowledged.contains(name) {
+                    report.created_unacknowledged += 1;
+                }
+                if !expiring {
+                    report.violation(format!("task key {key} never expires"));
+                }
+            }
+            "events" | "owner" | "registry" | "wake" | "idem" if !expiring => {
+                report.violation(format!("{key} never expires"));
+            }
+            "events" | "owner" | "registry" | "wake" | "idem" => {}
+            "owner-live" => {
+                let count: i64 = redis.get(key).await.unwrap_or(-1);
+                if count != 0 || !expiring {
+                    report.violation(format!("{key} = {count} with nothing live"));
+                }
+            }
+            "live" | "leases" | "admissions" | "queue" => {
+                report.violation(format!("{key} is left over with nothing live"));
+            }
+            _ if name.is_empty() && kind == "registry" => {}
+            _ => report.violation(format!("unexpected key {key}")),
+        }
+    }
+    let live = store.live_count().await?;
+    if live != non_terminal {
+        report.violation(format!(
+            "the store counts {live} live tasks, the records say {non_terminal}"
+        ));
+    }
+    Ok(())
+}
+
+pub async fn check(
+    cluster: &Cluster,
+    load: &Load,
+    report: &mut ChaosReport,
+) -> Result<(), ChaosError> {
+    let store = store(cluster).await?;
+    let mut redis = cluster.redis.client().await?;
+    let tasks = load.tasks();
+    let cancel_requested = load.cancel_requested();
+    let cancel_acknowledged = load.cancel_acknowledged();
+    let mut records: HashMap<String, StoredTask> = HashMap::new();
+    for task in &tasks {
+        let stored = store.get(&task.id).await?;
+        let log: Vec<String> = redis
+            .lrange(format!("{{{NAMESPACE}}}:events:{}", task.id), 0, -1)
+            .await?;
+        check_task(
+            task,
+            stored.as_ref(),
+            &log,
+            (
+                cancel_requested.contains(&task.id),
+                cancel_acknowledged.contains(&task.id),
+            ),
+            report,
+        );
+        if let Some(stored) = stored {
+            records.insert(task.id.clone(), stored);
+        }
+    }
+    let ids: HashSet<&str> = tasks.iter().map(|task| task.id.as_str()).collect();
+    if ids.len() != tasks.len() {
+        report.violation("two acknowledgements carried the same task id".into());
+    }
+    for subscriber in std::mem::take(&mut report.subscriber_logs) {
+        check_subscriber(&subscriber, records.get(&subscriber.task_id), report);
+        report.subscribers += 1;
+    }
+    check_keys(cluster, &store, &ids, report).await?;
+    for violation in load.client_violations() {
+        report.violation(violation);
+    }
+    Ok(())
+}

@@ -1,0 +1,276 @@
+//! The processes of a chaos run: one Redis with `appendfsync always`, gateways on fixed
+//! loopback ports (a restarted gateway comes back at the same address, as behind a load
+//! balancer) and workers. Killed processes are kept until the end, so that their logs can be
+//! searched and printed.
+
+use std::net::TcpListener;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+use super::{ChaosConfig, ChaosError};
+use crate::process::ServiceProcess;
+use crate::redis_server::{RedisOptions, RedisServer};
+
+/// Bound on a restarted process becoming ready; reached only when something is broken.
+const READY_PATIENCE: Duration = Duration::from_secs(30);
+
+pub struct Slot {
+    pub process: Option<ServiceProcess>,
+    generation: u32,
+    /// Gateways only: the port every generation listens on.
+    port: u16,
+}
+
+pub struct Cluster {
+    pub redis: RedisServer,
+    pub gateways: Vec<Slot>,
+    pub workers: Vec<Slot>,
+    lease_ttl_ms: u64,
+    worker_concurrency: usize,
+    graveyard: Vec<ServiceProcess>,
+    http: reqwest::Client,
+}
+
+fn free_port() -> Result<u16, ChaosError> {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .map_err(|err| ChaosError::Setup(format!("no free port: {err}")))?;
+    let port = listener
+        .local_addr()
+        .map_err(|err| ChaosError::Setup(format!("no free port: {err}")))?
+        .port();
+    Ok(port)
+}
+
+impl Cluster {
+    pub async fn start(config: &ChaosConfig) -> Result<Cluster, ChaosError> {
+        let redis = tokio::task::block_in_place(|| {
+            RedisServer::start_with(RedisOptions::default().with_aof(true))
+        })?;
+        let mut gateways = Vec::new();
+        for _ in 0..config.gateways {
+            gateways.push(Slot {
+                process: None,
+                generation: 0,
+                port: free_port()?,
+            });
+        }
+        let workers = (0..config.workers)
+            .map(|_| Slot {
+                process: None,
+                generation: 0,
+                port: 0,
+            })
+            .collect();
+        let mut cluster = Cluster {
+            redis,
+            gateways,
+            workers,
+            lease_ttl_ms: config.lease_ttl_ms,
+            worker_concurrency: config.worker_concurrency,
+            graveyard: Vec::new(),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(2))
+                .build()?,
+        };
+        for index in 0..cluster.workers.len() {
+            cluster.start_worker(index)?;
+        }
+        for index in 0..cluster.gateways.len() {
+            cluster.start_gateway(index).await?;
+        }
+        cluster.wait_for_workers().await?;
+        Ok(cluster)
+    }
+
+    pub fn gateway_urls(&self) -> Vec<String> {
+        self.gateways
+            .iter()
+            .map(|slot| format!("http://127.0.0.1:{}", slot.port))
+            .collect()
+    }
+
+    /// Starts gateway `index` and waits until `/health` answers.
+    pub async fn start_gateway(&mut self, index: usize) -> Result<(), ChaosError> {
+        let url = self.redis.url();
+        let slot = &mut self.gateways[index];
+        slot.generation += 1;
+        let name = format!("gateway-{index}.{}", slot.generation);
+        let process = ServiceProcess::start(
+            "gateway",
+            &name,
+            &[],
+            &[
+                ("REDIS_URL", url),
+                ("LISTEN_ADDR", format!("127.0.0.1:{}", slot.port)),
+                // Capacity is not under test here; retention outlasts the run.
+                ("MAX_TASKS", "1000000".to_owned()),
+                ("RETENTION_MS", "3600000".to_owned()),
+            ],
+        )?;
+        slot.process = Some(process);
+        let health = format!("http://127.0.0.1:{}/health", slot.port);
+        let start = tokio::time::Instant::now();
+        loop {
+            if let Ok(response) = self.http.get(&health).send().await
+                && response.status() == 200
+            {
+                return Ok(());
+            }
+            if start.elapsed() > READY_PATIENCE {
+                let log = self.gateways[index]
+                    .process
+                    .as_ref()
+                    .map(ServiceProcess::log)
+                    .unwrap_or_default();
+                return Err(ChaosError::Setup(format!(
+                    "{name} never became healthy:\n{log}"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Starts worker `index` under a new id (as a restarted pod would get a new name).
+    pub fn start_worker(&mut self, index: usize) -> Result<(), ChaosError> {
+        let url = self.redis.url();
+        let slot = &mut self.workers[index];
+        slot.generation += 1;
+        let name = format!("worker-{index}.{}", slot.generation);
+        let process = ServiceProcess::start(
+            "worker",
+            &name,
+            &[],
+            &[
+                ("REDIS_URL", url),
+                ("WORKER_ID", name.clone()),
+                ("WORKER_LEASE_TTL_MS", self.lease_ttl_ms.to_string()),
+                ("WORKER_RECOVERY_INTERVAL_MS", "200".to_owned()),
+                ("WORKER_CONCURRENCY", self.worker_concurrency.to_string()),
+                ("RUST_LOG", "info".to_owned()),
+            ],
+        )?;
+        slot.process = Some(process);
+        Ok(())
+    }
+
+    /// Waits until a gateway's card lists the built-ins, i.e. workers registered.
+    async fn wait_for_workers(&self) -> Result<(), ChaosError> {
+        let Some(base) = self.gateway_urls().into_iter().next() else {
+            return Ok(());
+        };
+        let card_url = format!("{base}/.well-known/agent-card.json");
+        let start = tokio::time::Instant::now();
+        loop {
+            if let Ok(response) = self.http.get(&card_url).send().await
+                && let Ok(card) = response.json::<serde_json::Value>().await
+            {
+                let skills = card["skills"].as_array().cloned().unwrap_or_default();
+                let listed = ["echo", "sleep", "fail", "count"]
+                    .iter()
+                    .all(|key| skills.iter().any(|skill| skill["id"] == *key));
+                if listed {
+                    return Ok(());
+                }
+            }
+            if start.elapsed() > READY_PATIENCE {
+                return Err(ChaosError::Setup("workers never registered".into()));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// SIGKILLs a process; it stays in the graveyard for its log.
+    pub fn kill(slot: &mut Slot, graveyard: &mut Vec<ServiceProcess>) {
+        if let Some(mut process) = slot.process.take() {
+            let _ = process.kill();
+            graveyard.push(process);
+        }
+    }
+
+    pub fn kill_gateway(&mut self, index: usize) {
+        Cluster::kill(&mut self.gateways[index], &mut self.graveyard);
+    }
+
+    pub fn kill_worker(&mut self, index: usize) {
+        Cluster::kill(&mut self.workers[index], &mut self.graveyard);
+    }
+
+    pub fn signal_worker(&self, index: usize, signal: Signal) -> Result<(), ChaosError> {
+        if let Some(process) = &self.workers[index].process {
+            process.signal(signal)?;
+        }
+        Ok(())
+    }
+
+    /// SIGKILL, then a restart on the same port and directory: the AOF (fsynced on every
+    /// write) brings every acknowledged write back.
+    pub fn crash_and_restart_redis(&mut self, down_for: Duration) -> Result<(), ChaosError> {
+        tokio::task::block_in_place(|| {
+            self.redis.kill()?;
+            std::thread::sleep(down_for);
+            self.redis.restart()
+        })?;
+        Ok(())
+    }
+
+    /// Restarts whatever is down and continues whatever is stopped.
+    pub async fn revive_all(&mut self) -> Result<(), ChaosError> {
+        for index in 0..self.workers.len() {
+            let _ = self.signal_worker(index, Signal::SIGCONT);
+            let running = self.workers[index]
+                .process
+                .as_mut()
+                .is_some_and(ServiceProcess::is_running);
+            if !running {
+                self.kill_worker(index);
+                self.start_worker(index)?;
+            }
+        }
+        for index in 0..self.gateways.len() {
+            let running = self.gateways[index]
+                .process
+                .as_mut()
+                .is_some_and(ServiceProcess::is_running);
+            if !running {
+                self.kill_gateway(index);
+                self.start_gateway(index).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Lines containing `needle` in the logs of every worker that ever ran.
+    pub fn count_in_worker_logs(&self, needle: &str) -> usize {
+        self.all_processes()
+            .filter(|process| process.name().starts_with("worker"))
+            .map(|process| process.log().matches(needle).count())
+            .sum()
+    }
+
+    /// Every process of the run, dead or alive.
+    pub fn all_processes(&self) -> impl Iterator<Item = &ServiceProcess> {
+        self.gateways
+            .iter()
+            .chain(self.workers.iter())
+            .filter_map(|slot| slot.process.as_ref())
+            .chain(self.graveyard.iter())
+    }
+
+    /// SIGTERM everything and wait, as an operator stopping the cluster would.
+    pub async fn stop(mut self) {
+        tokio::task::block_in_place(|| {
+            for slot in self.gateways.iter_mut().chain(self.workers.iter_mut()) {
+                if let Some(process) = slot.process.as_mut() {
+                    let _ = process.signal(Signal::SIGTERM);
+                }
+            }
+            for slot in self.gateways.iter_mut().chain(self.workers.iter_mut()) {
+                if let Some(process) = slot.process.as_mut() {
+                    let _ = process.wait_exit(Duration::from_secs(15));
+                }
+            }
+            let _ = self.redis.stop();
+        });
+    }
+}

@@ -1,0 +1,442 @@
+//! The clients of a chaos run: concurrent creators that retry on any gateway until a task is
+//! acknowledged, SSE subscribers that follow their task across gateway deaths to its terminal
+//! event, cancellers, and probes with another owner's token.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use serde_json::{Value, json};
+use shared::client::SseParser;
+use tokio::task::JoinHandle;
+
+use super::{ChaosConfig, ChaosError};
+
+/// Pause before retrying a request that met a dead gateway or a 503.
+const RETRY_PAUSE: Duration = Duration::from_millis(25);
+
+/// One acknowledged task and what its client knows about it.
+#[derive(Debug, Clone)]
+pub struct AckedTask {
+    pub id: String,
+    pub owner: usize,
+    pub entrypoint: &'static str,
+    pub input: Value,
+}
+
+/// What one SSE subscriber saw, over all its connections.
+#[derive(Debug, Default)]
+pub struct SubscriberLog {
+    pub task_id: String,
+    /// `(event name, taskId of the data, status of the data)` in arrival order.
+    pub events: Vec<(String, String, Option<String>)>,
+    pub connections: u32,
+    /// Why it stopped before a terminal event, if it did.
+    pub gave_up: Option<String>,
+}
+
+/// Figures of the creation phase.
+#[derive(Debug, Default, Clone)]
+pub struct DriveStats {
+    pub duration: Duration,
+    /// Answers other than 200 that a client retried (503 while Redis was down, a dead gateway).
+    pub create_retries: usize,
+    pub probes: usize,
+}
+
+pub struct Load {
+    http: reqwest::Client,
+    gateways: Vec<String>,
+    owners: Vec<String>,
+    config: ChaosConfig,
+    next: AtomicUsize,
+    pub acknowledged: AtomicUsize,
+    create_retries: AtomicUsize,
+    probes: AtomicUsize,
+    tasks: Mutex<Vec<AckedTask>>,
+    /// Tasks whose cancel was answered 200: their final status must be `cancelled`.
+    cancel_acknowledged: Mutex<HashSet<String>>,
+    /// Tasks a cancel was sent for (its answer may have been lost with a gateway): the only
+    /// tasks that may end `cancelled`.
+    cancel_requested: Mutex<HashSet<String>>,
+    /// What clients saw that breaks an invariant.
+    violations: Mutex<Vec<String>>,
+    followers: Mutex<Vec<JoinHandle<SubscriberLog>>>,
+    helpers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// What task number `index` runs: a seeded mix of every built-in, including runs long enough
+/// to be caught by a crash and runs that get cancelled.
+fn plan(seed: u64, index: usize) -> (&'static str, Value, Option<Duration>) {
+    let mut rng = StdRng::seed_from_u64(seed ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    match rng.random_range(0..100u32) {
+        0..40 => ("sleep", json!({"ms": rng.random_range(0..300u64)}), None),
+        40..65 => ("echo", json!({"i": index, "note": "chaos"}), None),
+        65..75 => ("fail", json!({"code": "chaos_failure"}), None),
+        75..90 => ("count", json!({"n": rng.random_range(1..6u64)}), None),
+        _ => (
+            "sleep",
+            json!({"ms": 2_000}),
+            Some(Duration::from_millis(rng.random_range(0..1_500u64))),
+        ),
+    }
+}
+
+impl Load {
+    pub fn new(config: &ChaosConfig, gateways: Vec<String>) -> Result<Load, ChaosError> {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .build()?;
+        let owners = (0..config.owners.max(2))
+            .map(|_| shared::client::generate_token())
+            .collect();
+        Ok(Load {
+            http,
+            gateways,
+            owners,
+            config: config.clone(),
+            next: AtomicUsize::new(0),
+            acknowledged: AtomicUsize::new(0),
+            create_retries: AtomicUsize::new(0),
+            probes: AtomicUsize::new(0),
+            tasks: Mutex::new(Vec::new()),
+            cancel_acknowledged: Mutex::new(HashSet::new()),
+            cancel_requested: Mutex::new(HashSet::new()),
+            violations: Mutex::new(Vec::new()),
+            followers: Mutex::new(Vec::new()),
+            helpers: Mutex::new(Vec::new()),
+        })
+    }
+
+    pub fn tasks(&self) -> Vec<AckedTask> {
+        lock(&self.tasks).clone()
+    }
+
+    pub fn cancel_acknowledged(&self) -> HashSet<String> {
+        lock(&self.cancel_acknowledged).clone()
+    }
+
+    pub fn cancel_requested(&self) -> HashSet<String> {
+        lock(&self.cancel_requested).clone()
+    }
+
+    pub fn client_violations(&self) -> Vec<String> {
+        lock(&self.violations).clone()
+    }
+
+    pub fn violation(&self, text: String) {
+        lock(&self.violations).push(text);
+    }
+
+    pub fn owner_token(&self, owner: usize) -> &str {
+        &self.owners[owner % self.owners.len()]
+    }
+
+    fn gateway(&self, turn: usize) -> &str {
+        &self.gateways[turn % self.gateways.len()]
+    }
+
+    /// Creates every task with `clients` concurrent creators; returns when all are
+    /// acknowledged (or given up on, which is a violation).
+    pub async fn drive(self: &std::sync::Arc<Self>) -> DriveStats {
+        let started = Instant::now();
+        let creators: Vec<_> = (0..self.config.clients.max(1))
+            .map(|_| {
+                let load = std::sync::Arc::clone(self);
+                tokio::spawn(async move {
+                    loop {
+                        let index = load.next.fetch_add(1, Ordering::Relaxed);
+                        if index >= load.config.tasks {
+                            break;
+                        }
+                        load.create(index).await;
+                    }
+                })
+            })
+            .collect();
+        for creator in creators {
+            if let Err(err) = creator.await {
+                self.violation(format!("a creator panicked: {err}"));
+            }
+        }
+        DriveStats {
+            duration: started.elapsed(),
+            create_retries: self.create_retries.load(Ordering::Relaxed),
+            probes: self.probes.load(Ordering::Relaxed),
+        }
+    }
+
+    async fn create(self: &std::sync::Arc<Self>, index: usize) {
+        let (entrypoint, input, cancel_after) = plan(self.config.seed, index);
+        let owner = index % self.owners.len();
+        let body = json!({
+            "skillId": entrypoint,
+            "message": {"role": "user", "content": {"text": input.to_string()}},
+        });
+        let deadline = Instant::now() + self.config.settle_timeout;
+        let mut turn = index;
+        let task_id = loop {
+            if Instant::now() > deadline {
+                self.violation(format!("task #{index} was never acknowledged"));
+                return;
+            }
+            turn += 1;
+            let sent = self
+                .http
+                .post(format!("{}/tasks", self.gateway(turn)))
+                .header("Task-Access-Token", self.owner_token(owner))
+                .json(&body)
+                .send()
+                .await;
+            let response = match sent {
+                Ok(response) => response,
+                Err(_) => {
+                    self.retry_pause().await;
+                    continue;
+                }
+            };
+            let status = response.status().as_u16();
+            match status {
+                200 => match response.json::<Value>().await {
+                    Ok(body) => match body["taskId"].as_str() {
+                        Some(id) => break id.to_owned(),
+                        None => {
+                            self.violation(format!("create answered 200 without taskId: {body}"));
+                            return;
+                        }
+                    },
+                    // The gateway died while sending the body: not acknowledged.
+                    Err(_) => self.retry_pause().await,
+                },
+                // Redis down (503), a gateway dying mid-request (502-like answers).
+                500 | 502 | 503 | 504 => self.retry_pause().await,
+                _ => {
+                    let text = response.text().await.unwrap_or_default();
+                    self.violation(format!("create of {entrypoint} answered {status}: {text}"));
+                    return;
+                }
+            }
+        };
+        let task = AckedTask {
+            id: task_id.clone(),
+            owner,
+            entrypoint,
+            input,
+        };
+        lock(&self.tasks).push(task.clone());
+        self.acknowledged.fetch_add(1, Ordering::Relaxed);
+
+        if index.is_multiple_of(self.config.subscribe_one_in.max(1)) {
+            let load = std::sync::Arc::clone(self);
+            let follower = tokio::spawn(async move { load.follow(task).await });
+            lock(&self.followers).push(follower);
+        }
+        if let Some(delay) = cancel_after {
+            let load = std::sync::Arc::clone(self);
+            let id = task_id.clone();
+            let canceller = tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                load.cancel(&id, owner).await;
+            });
+            lock(&self.helpers).push(canceller);
+        }
+        if index.is_multiple_of(7) {
+            let load = std::sync::Arc::clone(self);
+            let probe = tokio::spawn(async move { load.probe(&task_id, owner + 1).await });
+            lock(&self.helpers).push(probe);
+        }
+    }
+
+    async fn retry_pause(&self) {
+        self.create_retries.fetch_add(1, Ordering::Relaxed);
+        tokio::time::sleep(RETRY_PAUSE).await;
+    }
+
+    /// Cancels a task, retrying through gateway deaths; a 200 is remembered, since the task
+    /// must then end `cancelled` whatever its worker does.
+    async fn cancel(&self, task_id: &str, owner: usize) {
+        lock(&self.cancel_requested).insert(task_id.to_owned());
+        let deadline = Instant::now() + self.config.settle_timeout;
+        let mut turn = owner;
+        while Instant::now() < deadline {
+            turn += 1;
+            let sent = self
+                .http
+                .post(format!("{}/tasks/{task_id}/cancel", self.gateway(turn)))
+                .header("Task-Access-Token", self.owner_token(owner))
+                .send()
+                .await;
+            let Ok(response) = sent else {
+                tokio::time::sleep(RETRY_PAUSE).await;
+                continue;
+            };
+            match response.status().as_u16() {
+                200 => match response.json::<Value>().await {
+                    Ok(body) => {
+                        if body["status"] == "cancelled" {
+                            lock(&self.cancel_acknowledged).insert(task_id.to_owned());
+                        } else {
+                            self.violation(format!(
+                                "cancel of {task_id} answered 200 with status {}",
+                                body["status"]
+                            ));
+                        }
+                        return;
+                    }
+                    Err(_) => tokio::time::sleep(RETRY_PAUSE).await,
+                },
+                // `invalid_state`: already terminal, because the task finished first or
+                // because an earlier try of this cancel landed and its answer was lost.
+                400 => {
+                    let body: Value = response.json().await.unwrap_or(Value::Null);
+                    if body["error"]["code"] != "invalid_state" {
+                        self.violation(format!("cancel of {task_id} answered 400: {body}"));
+                    }
+                    return;
+                }
+                500 | 502 | 503 | 504 => tokio::time::sleep(RETRY_PAUSE).await,
+                status => {
+                    let text = response.text().await.unwrap_or_default();
+                    self.violation(format!("cancel of {task_id} answered {status}: {text}"));
+                    return;
+                }
+            }
+        }
+        self.violation(format!("cancel of {task_id} never got an answer"));
+    }
+
+    /// Another owner's token must see exactly what a missing task looks like: 404.
+    async fn probe(&self, task_id: &str, other_owner: usize) {
+        let deadline = Instant::now() + self.config.settle_timeout;
+        let mut turn = other_owner;
+        while Instant::now() < deadline {
+            turn += 1;
+            let sent = self
+                .http
+                .get(format!("{}/tasks/{task_id}", self.gateway(turn)))
+                .header("Task-Access-Token", self.owner_token(other_owner))
+                .send()
+                .await;
+            let Ok(response) = sent else {
+                tokio::time::sleep(RETRY_PAUSE).await;
+                continue;
+            };
+            match response.status().as_u16() {
+                404 => {
+                    self.probes.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                500 | 502 | 503 | 504 => tokio::time::sleep(RETRY_PAUSE).await,
+                status => {
+                    self.violation(format!(
+                        "task {task_id} answered {status} to another owner's token"
+                    ));
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Follows a task over SSE until its terminal event, reconnecting (to any gateway) after
+    /// every cut; each connection starts with a snapshot of the current status.
+    async fn follow(&self, task: AckedTask) -> SubscriberLog {
+        let mut log = SubscriberLog {
+            task_id: task.id.clone(),
+            ..SubscriberLog::default()
+        };
+        let deadline = Instant::now() + self.config.settle_timeout * 2;
+        let mut turn = task.owner;
+        loop {
+            if Instant::now() > deadline {
+                log.gave_up = Some("no terminal event before the deadline".into());
+                return log;
+            }
+            turn += 1;
+            let sent = self
+                .http
+                .get(format!(
+                    "{}/tasks/{}/subscribe",
+                    self.gateway(turn),
+                    task.id
+                ))
+                .header("Task-Access-Token", self.owner_token(task.owner))
+                .timeout(self.config.settle_timeout * 2)
+                .send()
+                .await;
+            let Ok(response) = sent else {
+                tokio::time::sleep(RETRY_PAUSE).await;
+                continue;
+            };
+            match response.status().as_u16() {
+                200 => {}
+                500 | 502 | 503 | 504 => {
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                    continue;
+                }
+                status => {
+                    log.gave_up = Some(format!("subscribe answered {status}"));
+                    return log;
+                }
+            }
+            log.connections += 1;
+            let mut parser = SseParser::new(1 << 20);
+            let mut body = response.bytes_stream();
+            while let Some(chunk) = body.next().await {
+                let Ok(chunk) = chunk else { break };
+                let Ok(events) = parser.push(&chunk) else {
+                    log.gave_up = Some("oversized SSE event".into());
+                    return log;
+                };
+                for event in events {
+                    let data: Value = serde_json::from_str(&event.data).unwrap_or(Value::Null);
+                    let status = data["status"].as_str().map(str::to_owned);
+                    let terminal = status.as_deref().is_some_and(|s| s != "running");
+                    log.events.push((
+                        event.event,
+                        data["taskId"].as_str().unwrap_or("").to_owned(),
+                        status,
+                    ));
+                    if terminal {
+                        return log;
+                    }
+                }
+            }
+            // Cut off (gateway killed, Redis restarted): reconnect.
+            tokio::time::sleep(RETRY_PAUSE).await;
+        }
+    }
+
+    /// Awaits the subscribers (and cancellers and probes); those still running after
+    /// `patience` are stopped and reported as having given up.
+    pub async fn finish_subscribers(&self, patience: Duration) -> Vec<SubscriberLog> {
+        let deadline = tokio::time::Instant::now() + patience;
+        let helpers: Vec<_> = lock(&self.helpers).drain(..).collect();
+        for helper in helpers {
+            let _ = tokio::time::timeout_at(deadline, helper).await;
+        }
+        let followers: Vec<_> = lock(&self.followers).drain(..).collect();
+        let mut logs = Vec::new();
+        for follower in followers {
+            let abort = follower.abort_handle();
+            match tokio::time::timeout_at(deadline, follower).await {
+                Ok(Ok(log)) => logs.push(log),
+                Ok(Err(err)) => self.violation(format!("a subscriber panicked: {err}")),
+                Err(_) => {
+                    abort.abort();
+                    self.violation("a subscriber was still waiting after the settle time".into());
+                }
+            }
+        }
+        logs
+    }
+}

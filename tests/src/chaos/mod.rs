@@ -1,0 +1,138 @@
+//! The chaos run: drive thousands of owned tasks through several real gateways and workers
+//! while processes are SIGKILLed, stalled and restarted at random and Redis (AOF,
+//! `appendfsync always`) is killed and restarted once; then check the invariants of the design
+//! (`../shared/DESIGN.md`) against what clients saw and what Redis holds.
+//!
+//! [`run`] is shared by the `chaos` binary (`scripts/chaos`, thousands of tasks) and by the
+//! smaller run in the test suite (`tests/tests/chaos.rs`). Everything random comes from one
+//! seed, printed in the report, so a failing schedule of faults can be replayed (process timing
+//! still varies from run to run).
+
+mod checks;
+mod cluster;
+mod load;
+mod monkey;
+mod report;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+pub use report::ChaosReport;
+
+use crate::process::ProcessError;
+use crate::redis_server::HarnessError;
+
+/// Namespace of the cluster's keys (the services' default).
+const NAMESPACE: &str = "tc";
+
+/// Shape of one chaos run.
+#[derive(Debug, Clone)]
+pub struct ChaosConfig {
+    /// Tasks to get acknowledged (`200` from `POST /tasks`).
+    pub tasks: usize,
+    pub gateways: usize,
+    pub workers: usize,
+    /// `WORKER_CONCURRENCY` of each worker.
+    pub worker_concurrency: usize,
+    /// Concurrent clients creating tasks.
+    pub clients: usize,
+    /// Distinct access tokens (owners) the tasks are spread over.
+    pub owners: usize,
+    /// One task in this many gets an SSE subscriber that follows it to the end.
+    pub subscribe_one_in: usize,
+    /// Mean pause between two faults.
+    pub fault_interval: Duration,
+    /// Kill Redis (SIGKILL) and restart it once, half-way through the load.
+    pub restart_redis: bool,
+    /// `WORKER_LEASE_TTL_MS`: short, so that recoveries happen within the run.
+    pub lease_ttl_ms: u64,
+    /// Seed of every random choice (task mix, fault schedule).
+    pub seed: u64,
+    /// Bound on the wait for every task to finish once the faults stop; reached only when
+    /// something is lost or stuck.
+    pub settle_timeout: Duration,
+}
+
+impl ChaosConfig {
+    /// The full run of `scripts/chaos`.
+    pub fn full(seed: u64) -> Self {
+        ChaosConfig {
+            tasks: 5_000,
+            gateways: 2,
+            workers: 4,
+            worker_concurrency: 16,
+            clients: 32,
+            owners: 16,
+            subscribe_one_in: 4,
+            fault_interval: Duration::from_millis(700),
+            restart_redis: true,
+            lease_ttl_ms: 1_000,
+            seed,
+            settle_timeout: Duration::from_secs(120),
+        }
+    }
+
+    /// The smaller run of the test suite: every kind of fault still happens.
+    pub fn small(seed: u64) -> Self {
+        ChaosConfig {
+            tasks: 800,
+            clients: 8,
+            owners: 6,
+            subscribe_one_in: 3,
+            fault_interval: Duration::from_millis(300),
+            ..ChaosConfig::full(seed)
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ChaosError {
+    #[error(transparent)]
+    Redis(#[from] HarnessError),
+    #[error(transparent)]
+    Process(#[from] ProcessError),
+    #[error("redis: {0}")]
+    RedisCommand(#[from] redis::RedisError),
+    #[error("store: {0}")]
+    Store(#[from] shared::store::StoreError),
+    #[error("http client: {0}")]
+    Http(#[from] reqwest::Error),
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// Runs one chaos run. `Err` means the run could not be carried out (a binary missing, Redis
+/// would not start); broken invariants are reported in [`ChaosReport::violations`].
+pub async fn run(config: ChaosConfig) -> Result<ChaosReport, ChaosError> {
+    let started = Instant::now();
+    let cluster = cluster::Cluster::start(&config).await?;
+    let gateways = cluster.gateway_urls();
+    let load = Arc::new(load::Load::new(&config, gateways)?);
+
+    let (stop_faults, faults_stopped) = tokio::sync::watch::channel(false);
+    let monkey = tokio::spawn(monkey::run(
+        cluster,
+        config.clone(),
+        Arc::clone(&load),
+        faults_stopped,
+    ));
+    let drive = load.drive().await;
+    let _ = stop_faults.send(true);
+    let (mut cluster, faults) = monkey
+        .await
+        .map_err(|err| ChaosError::Setup(format!("fault injector panicked: {err}")))?;
+    // Every process up again, so that what is left can finish.
+    cluster.revive_all().await?;
+
+    let settle = checks::settle(&cluster, &load, config.settle_timeout).await?;
+    let subscribers = load.finish_subscribers(config.settle_timeout).await;
+    let mut report = ChaosReport::new(&config, faults, drive, settle, subscribers);
+    checks::check(&cluster, &load, &mut report).await?;
+    report.fenced_results = cluster.count_in_worker_logs("result fenced out");
+    report.leases_lost = cluster.count_in_worker_logs("lease lost");
+    report.acknowledged = load.acknowledged.load(Ordering::Relaxed);
+    report.elapsed = started.elapsed();
+    cluster.stop().await;
+    Ok(report)
+}

@@ -1,0 +1,161 @@
+//! The outcome of a chaos run: what was done to the cluster, what the tasks did, and every
+//! broken invariant.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use super::ChaosConfig;
+use super::checks::SettleStats;
+use super::load::{DriveStats, SubscriberLog};
+use super::monkey::FaultCounts;
+
+/// Violations printed in full; the rest are counted.
+const SHOWN_VIOLATIONS: usize = 40;
+
+#[derive(Debug, Default)]
+pub struct ChaosReport {
+    pub config: Option<ChaosConfig>,
+    pub faults: FaultCounts,
+    pub drive: DriveStats,
+    pub settle: SettleStats,
+    pub acknowledged: usize,
+    /// Tasks a create request made although its client never got the 200 (the gateway died
+    /// after the write); they must finish like any other.
+    pub created_unacknowledged: usize,
+    pub statuses: BTreeMap<&'static str, usize>,
+    /// Tasks that ran more than once (their run was lost to a crash or a stall).
+    pub rerun: usize,
+    pub max_attempt: u32,
+    /// Failed with `task_attempts_exhausted`.
+    pub exhausted: usize,
+    pub subscribers: usize,
+    pub subscriber_events: usize,
+    pub subscriber_reconnects: usize,
+    pub(super) subscriber_logs: Vec<SubscriberLog>,
+    /// Worker log lines: results refused by fencing, leases found lost on renewal.
+    pub fenced_results: usize,
+    pub leases_lost: usize,
+    pub keys: usize,
+    pub elapsed: Duration,
+    pub violations: Vec<String>,
+}
+
+impl ChaosReport {
+    pub(super) fn new(
+        config: &ChaosConfig,
+        faults: FaultCounts,
+        drive: DriveStats,
+        settle: SettleStats,
+        subscriber_logs: Vec<SubscriberLog>,
+    ) -> Self {
+        let mut report = ChaosReport {
+            config: Some(config.clone()),
+            drive,
+            subscriber_logs,
+            ..ChaosReport::default()
+        };
+        for error in &faults.errors {
+            report.violation(format!("the cluster did not come back: {error}"));
+        }
+        if config.restart_redis && faults.redis_restarts != 1 {
+            report.violation(format!(
+                "Redis was restarted {} times",
+                faults.redis_restarts
+            ));
+        }
+        if !settle.unfinished.is_empty() {
+            report.violation(format!(
+                "{} acknowledged tasks still unfinished after {:?}, e.g. {:?}",
+                settle.unfinished.len(),
+                settle.duration,
+                &settle.unfinished[..settle.unfinished.len().min(5)]
+            ));
+        }
+        report.faults = faults;
+        report.settle = settle;
+        report
+    }
+
+    pub fn violation(&mut self, text: String) {
+        self.violations.push(text);
+    }
+
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+impl fmt::Display for ChaosReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(config) = &self.config {
+            writeln!(
+                f,
+                "chaos run: {} tasks, {} gateways, {} workers (concurrency {}, lease TTL {} ms), {} clients, seed {}",
+                config.tasks,
+                config.gateways,
+                config.workers,
+                config.worker_concurrency,
+                config.lease_ttl_ms,
+                config.clients,
+                config.seed
+            )?;
+        }
+        let faults = &self.faults;
+        writeln!(
+            f,
+            "faults: {} worker SIGKILLs, {} worker stalls past the lease, {} gateway SIGKILLs, {} Redis crash+restart (appendfsync always)",
+            faults.worker_kills, faults.worker_stalls, faults.gateway_kills, faults.redis_restarts
+        )?;
+        writeln!(
+            f,
+            "load: {} acknowledged in {:.1?} ({} retried answers), {} created without acknowledgement; settled {:.1?} later",
+            self.acknowledged,
+            self.drive.duration,
+            self.drive.create_retries,
+            self.created_unacknowledged,
+            self.settle.duration
+        )?;
+        let statuses: Vec<String> = self
+            .statuses
+            .iter()
+            .map(|(status, count)| format!("{count} {status}"))
+            .collect();
+        writeln!(
+            f,
+            "outcome: {}; {} ran more than once (max attempt {}), {} failed after exhausting attempts",
+            statuses.join(", "),
+            self.rerun,
+            self.max_attempt,
+            self.exhausted
+        )?;
+        writeln!(
+            f,
+            "fencing: {} results fenced out, {} leases found lost by their worker",
+            self.fenced_results, self.leases_lost
+        )?;
+        writeln!(
+            f,
+            "subscribers: {} followed their task ({} events, {} reconnections); {} probes with another owner's token got 404",
+            self.subscribers, self.subscriber_events, self.subscriber_reconnects, self.drive.probes
+        )?;
+        writeln!(f, "keys in Redis at the end: {}", self.keys)?;
+        writeln!(f, "elapsed: {:.1?}", self.elapsed)?;
+        if self.violations.is_empty() {
+            writeln!(f, "result: PASS, no invariant violated")
+        } else {
+            writeln!(f, "result: FAIL, {} violations:", self.violations.len())?;
+            for violation in self.violations.iter().take(SHOWN_VIOLATIONS) {
+                writeln!(f, "  - {violation}")?;
+            }
+            if self.violations.len() > SHOWN_VIOLATIONS {
+                writeln!(
+                    f,
+                    "  ... and {} more",
+                    self.violations.len() - SHOWN_VIOLATIONS
+                )?;
+            }
+            Ok(())
+        }
+    }
+}
