@@ -10,13 +10,16 @@ use shared::token::OwnerHash;
 use crate::error::ApiError;
 use crate::state::AppState;
 
-/// The entrypoint as some live worker advertises it; `None` when no worker hosts it.
+/// The entrypoint as some live worker advertises it, or as one did within the grace period
+/// (see [`crate::recent`]); `None` when no worker hosts it.
 pub async fn entrypoint(state: &AppState, key: &str) -> Result<Option<EntrypointInfo>, ApiError> {
     let workers = state.registry.workers().await?;
-    Ok(workers
-        .into_iter()
-        .flat_map(|worker| worker.entrypoints)
-        .find(|entrypoint| entrypoint.key == key))
+    let live = workers.iter().flat_map(|worker| &worker.entrypoints);
+    state.recent_entrypoints.remember(live.clone());
+    let found = live.into_iter().find(|entrypoint| entrypoint.key == key);
+    Ok(found
+        .cloned()
+        .or_else(|| state.recent_entrypoints.recall(key)))
 }
 
 /// Every entrypoint the live workers host, by key (the first worker's description wins).

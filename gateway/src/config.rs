@@ -55,6 +55,12 @@ pub struct GatewayConfig {
     pub invoke_timeout_ms: u64,
 
     /// Agent name shown in the card.
+    /// Tasks for an entrypoint that vanished from the worker registry are still admitted (and
+    /// queued) this long after it was last listed, so that a Redis restart or a rolling deploy
+    /// does not answer `404 skill_not_found`; 0 disables it.
+    #[arg(long, env = "ENTRYPOINT_GRACE_MS", default_value_t = 60_000)]
+    pub entrypoint_grace_ms: u64,
+
     #[arg(long, env = "AGENT_NAME", default_value = "taskcluster")]
     pub agent_name: String,
 

@@ -41,6 +41,9 @@ pub fn start(
         store,
         registry,
         idempotency: Arc::new(MemoryIdempotency::default()),
+        recent_entrypoints: Arc::new(crate::recent::RecentEntrypoints::new(
+            Duration::from_millis(config.entrypoint_grace_ms),
+        )),
         config: Arc::new(config),
         shutdown,
     }

@@ -2,6 +2,7 @@
 //!
 //! - [`admit`]: admission shared by task creation, invoke and stream;
 //! - [`config`]: settings, each a flag and an environment variable;
+//! - [`recent`]: entrypoints listed recently, admitted through a gap in the registry;
 //! - [`state`]: what handlers share ([`state::AppState`]): the store, the worker registry, settings;
 //! - [`error`]: [`error::ApiError`], the profile's error body with the right status;
 //! - [`extract`]: JSON and `Task-Access-Token` extractors whose rejections are `ApiError`s;
@@ -16,6 +17,7 @@ pub mod config;
 pub mod embedded;
 pub mod error;
 pub mod extract;
+pub mod recent;
 pub mod routes;
 pub mod serve;
 pub mod state;

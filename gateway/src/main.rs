@@ -32,6 +32,9 @@ async fn main() -> anyhow::Result<()> {
                 registry: Arc::new(store.registry()),
                 idempotency: Arc::new(store.idempotency()),
                 store: Arc::new(store),
+                recent_entrypoints: Arc::new(gateway::recent::RecentEntrypoints::new(
+                    Duration::from_millis(config.entrypoint_grace_ms),
+                )),
                 config: Arc::new(config.clone()),
                 shutdown: shutdown.clone(),
             }

@@ -7,6 +7,7 @@ use shared::registry::WorkerRegistry;
 use shared::store::TaskStore;
 
 use crate::config::GatewayConfig;
+use crate::recent::RecentEntrypoints;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -15,6 +16,8 @@ pub struct AppState {
     /// Records of `Idempotency-Key` invocations (in the store's Redis in cluster mode).
     pub idempotency: Arc<dyn IdempotencyStore>,
     pub config: Arc<GatewayConfig>,
+    /// Entrypoints listed recently, admitted through a short gap in the registry.
+    pub recent_entrypoints: Arc<RecentEntrypoints>,
     /// Cancelled when the gateway shuts down: long responses (SSE) end so the drain finishes.
     pub shutdown: tokio_util::sync::CancellationToken,
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use harness::process::ServiceProcess;
 use harness::redis_server::{RedisOptions, RedisServer};
+use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -199,6 +200,61 @@ async fn two_gateways_serve_the_same_tasks_and_a_cut_subscriber_finishes_on_the_
         assert!(!log.is_empty(), "processes log at info");
         assert!(!log.contains(TOKEN), "a log line shows the access token");
     }
+    Ok(())
+}
+
+/// A worker registry gap (the only worker of an entrypoint leaves; Redis restarts and entries
+/// lapse) does not answer `404 skill_not_found` for an entrypoint listed within
+/// `ENTRYPOINT_GRACE_MS`: the task is queued and the next worker runs it.
+#[tokio::test(flavor = "multi_thread")]
+async fn tasks_are_admitted_through_a_gap_in_the_worker_registry() -> TestResult {
+    let redis = RedisServer::start()?;
+    let mut only_worker = worker(&redis, "w1")?;
+    let remembering = Gateway::start("g-grace", Some(&redis)).await?;
+    let strict = Gateway::start_with(
+        "g-strict",
+        Some(&redis),
+        &[("ENTRYPOINT_GRACE_MS", "0".to_owned())],
+    )
+    .await?;
+    wait_for_skill(&remembering.base, "echo").await?;
+    // Each gateway admits one task while echo is listed.
+    create_task(&remembering.base, "echo", json!({"n": 1})).await?;
+    create_task(&strict.base, "echo", json!({"n": 2})).await?;
+
+    // The only worker leaves cleanly (it deregisters): no worker lists echo any more.
+    only_worker.signal(Signal::SIGTERM)?;
+    only_worker.wait_exit(PATIENCE)?;
+    let card: Value = reqwest::Client::new()
+        .get(format!("{}/.well-known/agent-card.json", remembering.base))
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(
+        card["skills"],
+        json!([]),
+        "the card lists live workers only"
+    );
+
+    let body =
+        json!({"skillId": "echo", "message": {"role": "user", "content": {"text": "{\"n\":3}"}}});
+    let refused = reqwest::Client::new()
+        .post(format!("{}/tasks", strict.base))
+        .header("Task-Access-Token", TOKEN)
+        .json(&body)
+        .send()
+        .await?;
+    assert_eq!(refused.status(), 404);
+    let refused: Value = refused.json().await?;
+    assert_eq!(refused["error"]["code"], "skill_not_found");
+
+    let queued = create_task(&remembering.base, "echo", json!({"n": 3})).await?;
+    let _next_worker = worker(&redis, "w2")?;
+    let events = subscribe_events(&remembering.base, &queued, None).await?;
+    let (name, done) = events.last().ok_or("no events")?;
+    assert_eq!(name, "resultUpdate", "events: {events:?}");
+    assert_eq!(done["result"]["output"], json!({"n": 3}));
     Ok(())
 }
 

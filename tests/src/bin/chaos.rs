@@ -27,6 +27,9 @@ struct Args {
     /// Concurrent clients creating tasks.
     #[arg(long, env = "CHAOS_CLIENTS", default_value_t = 32)]
     clients: usize,
+    /// Tasks created per second at most (0: unlimited).
+    #[arg(long, env = "CHAOS_RATE", default_value_t = 100)]
+    rate: u32,
     /// Mean milliseconds between two faults.
     #[arg(long, env = "CHAOS_FAULT_INTERVAL_MS", default_value_t = 700)]
     fault_interval_ms: u64,
@@ -47,6 +50,7 @@ fn main() -> ExitCode {
         workers: args.workers.max(1),
         worker_concurrency: args.worker_concurrency.max(1),
         clients: args.clients.max(1),
+        rate: args.rate,
         fault_interval: Duration::from_millis(args.fault_interval_ms.max(10)),
         restart_redis: !args.no_redis_restart,
         ..ChaosConfig::full(seed)

@@ -159,6 +159,11 @@ impl Load {
                         if index >= load.config.tasks {
                             break;
                         }
+                        if load.config.rate > 0 {
+                            let due =
+                                Duration::from_secs_f64(index as f64 / f64::from(load.config.rate));
+                            tokio::time::sleep_until((started + due).into()).await;
+                        }
                         load.create(index).await;
                     }
                 })

@@ -37,6 +37,9 @@ pub struct ChaosConfig {
     pub worker_concurrency: usize,
     /// Concurrent clients creating tasks.
     pub clients: usize,
+    /// Tasks created per second at most (0: as fast as the clients go), so that the load lasts
+    /// long enough for many faults to land in it.
+    pub rate: u32,
     /// Distinct access tokens (owners) the tasks are spread over.
     pub owners: usize,
     /// One task in this many gets an SSE subscriber that follows it to the end.
@@ -63,6 +66,7 @@ impl ChaosConfig {
             workers: 4,
             worker_concurrency: 16,
             clients: 32,
+            rate: 100,
             owners: 16,
             subscribe_one_in: 4,
             fault_interval: Duration::from_millis(700),

@@ -91,13 +91,14 @@ impl fmt::Display for ChaosReport {
         if let Some(config) = &self.config {
             writeln!(
                 f,
-                "chaos run: {} tasks, {} gateways, {} workers (concurrency {}, lease TTL {} ms), {} clients, seed {}",
+                "chaos run: {} tasks ({} clients, at most {}/s), {} gateways, {} workers (concurrency {}, lease TTL {} ms), seed {}",
                 config.tasks,
+                config.clients,
+                config.rate,
                 config.gateways,
                 config.workers,
                 config.worker_concurrency,
                 config.lease_ttl_ms,
-                config.clients,
                 config.seed
             )?;
         }
