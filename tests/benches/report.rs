@@ -1,7 +1,7 @@
 //! Assembles the report of `scripts/bench-report` from the JSON its benchmarks wrote: a summary
 //! table (with ratios against BullMQ measured in the same session), then each benchmark's own
-//! section. Reads `REPORT_DIR/parts/{machine,e2e,worker,bullmq}.json` (any but `machine` may be
-//! missing) and writes `REPORT_DIR/report.md` and `REPORT_DIR/report.json`.
+//! section. Reads `REPORT_DIR/parts/{machine,e2e,worker,bullmq,bullmq-memory}.json` (any but
+//! `machine` may be missing) and writes `REPORT_DIR/report.md` and `REPORT_DIR/report.json`.
 //!
 //! A bench target only so that `cargo bench --no-run` builds it with the others before any
 //! measurement starts; without `--bench` it does nothing.
@@ -98,7 +98,12 @@ fn median_of(runs: &Value, f: impl Fn(&Value) -> Option<f64>) -> Option<f64> {
     })
 }
 
-fn summary(e2e: Option<&Value>, worker: Option<&Value>, bullmq: Option<&Value>) -> Vec<Line> {
+fn summary(
+    e2e: Option<&Value>,
+    worker: Option<&Value>,
+    bullmq: Option<&Value>,
+    bullmq_memory: Option<&Value>,
+) -> Vec<Line> {
     let mut lines = Vec::new();
     let bull_n = bullmq.and_then(|b| num(b, &["meta", "N"]));
     if let Some(rows) = e2e.and_then(|e| e["e2e"].as_array()) {
@@ -274,14 +279,27 @@ fn summary(e2e: Option<&Value>, worker: Option<&Value>, bullmq: Option<&Value>) 
             "{} tasks kept after completion; BullMQ: removeOnComplete:false",
             mem.get("tasks").cloned().unwrap_or(Value::Null)
         );
-        if let Some(b) = bullmq.filter(|b| b["keep"].is_object())
+        if let Some(b) = bullmq_memory {
+            let theirs = num(b, &["bytes_per_job"]);
+            l.theirs = thousands(theirs);
+            l.ratio = ratio(ours, theirs);
+            l.note = format!(
+                "{} tasks through HTTP, kept after completion; BullMQ: {} jobs added and completed with removeOnComplete:false, measured the same way (scripts/bench-bullmq-memory.mjs)",
+                mem.get("tasks").cloned().unwrap_or(Value::Null),
+                b["jobs"],
+            );
+        } else if let Some(b) = bullmq.filter(|b| b["keep"].is_object())
             && let Some(n) = bull_n
         {
+            // Not comparable: the anchor reads used_memory after preloading its jobs.
             let theirs = median_of(&b["keep"]["runs"], |r| {
                 num(r, &["redisUsedMemoryDeltaMB"]).map(|mb| mb * 1_048_576.0 / n)
             });
-            l.theirs = thousands(theirs);
-            l.ratio = ratio(ours, theirs);
+            l.note = format!(
+                "{}; BullMQ's keep phase adds {} bytes per job on completion alone (its baseline is taken after the jobs were added), not comparable",
+                l.note,
+                thousands(theirs)
+            );
         }
         lines.push(l);
     }
@@ -337,6 +355,7 @@ fn markdown(
     e2e: Option<&Value>,
     worker: Option<&Value>,
     bullmq: Option<&Value>,
+    bullmq_memory: Option<&Value>,
 ) -> Res<String> {
     let s = |v: &Value| v.as_str().unwrap_or("?").to_owned();
     let mut md = String::new();
@@ -398,7 +417,7 @@ fn markdown(
         "\nredis-server, the gateway, the workers, the benchmark clients (and BullMQ's node processes) all share these cores; one private redis-server without persistence (`--save \"\" --appendonly no`) serves every part. Single runs on this kind of machine vary by up to 2×: compare ratios measured in the same session more than absolute figures.\n"
     )?;
     writeln!(md, "## Summary\n")?;
-    let lines = summary(e2e, worker, bullmq);
+    let lines = summary(e2e, worker, bullmq, bullmq_memory);
     writeln!(
         md,
         "| measurement | taskcluster | BullMQ (same session) | ratio | notes |\n|---|---:|---:|---:|---|"
@@ -452,6 +471,18 @@ fn markdown(
             .collect();
         writeln!(md, "{}\n", text.join("\n"))?;
     }
+    if let Some(m) = bullmq_memory {
+        writeln!(
+            md,
+            "BullMQ {} memory per retained job (`scripts/bench-bullmq-memory.mjs`, on the redis-server of the end-to-end run): {} jobs with data `{{i: n}}`, processor returning it, removeOnComplete:false, concurrency {}; used_memory {} → {} = **{} bytes per job**.\n",
+            s(&m["bullmq"]),
+            m["jobs"],
+            m["concurrency"],
+            m["used_memory_before"],
+            m["used_memory_after"],
+            fmt(num(m, &["bytes_per_job"]), 0),
+        )?;
+    }
     writeln!(md, "## Parameters\n")?;
     writeln!(
         md,
@@ -479,17 +510,44 @@ fn main() -> Res<()> {
     let e2e = read_part(&dir, "e2e")?;
     let worker = read_part(&dir, "worker")?;
     let bullmq = read_part(&dir, "bullmq")?;
-    let md = markdown(&machine, e2e.as_ref(), worker.as_ref(), bullmq.as_ref())?;
-    let summary: Vec<Value> = summary(e2e.as_ref(), worker.as_ref(), bullmq.as_ref())
+    let bullmq_memory = read_part(&dir, "bullmq-memory")?;
+    let md = markdown(
+        &machine,
+        e2e.as_ref(),
+        worker.as_ref(),
+        bullmq.as_ref(),
+        bullmq_memory.as_ref(),
+    )?;
+    let summary: Vec<Value> = summary(
+        e2e.as_ref(),
+        worker.as_ref(),
+        bullmq.as_ref(),
+        bullmq_memory.as_ref(),
+    )
         .into_iter()
         .map(|l| json!({"measurement": l.what, "taskcluster": l.ours.replace("**", ""), "bullmq": l.theirs, "ratio": l.ratio, "notes": l.note}))
         .collect();
+    // The sections' markdown is in report.md already.
+    let strip = |part: Option<Value>, key: &str| {
+        part.map(|mut v| {
+            if let Some(o) = v.as_object_mut() {
+                o.remove(key);
+            }
+            v
+        })
+    };
+    let (e2e, worker, bullmq) = (
+        strip(e2e, "markdown"),
+        strip(worker, "markdown"),
+        strip(bullmq, "reportMarkdown"),
+    );
     let report = json!({
         "machine": machine,
         "summary": summary,
         "e2e": e2e,
         "worker": worker,
         "bullmq": bullmq,
+        "bullmq_memory": bullmq_memory,
     });
     std::fs::write(dir.join("report.md"), &md)?;
     std::fs::write(
