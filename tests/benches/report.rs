@@ -307,47 +307,62 @@ fn summary(
 }
 
 /// How busy other processes kept the machine while our runs were timed (each bench measures
-/// it: machine CPU minus its own processes'), as % of one core.
+/// it: machine CPU minus its own processes'), as % of one core, per benchmark: when one part met
+/// more of it than another, their ratio is skewed.
 fn others_cpu(
     e2e: Option<&Value>,
     worker: Option<&Value>,
     bullmq: Option<&Value>,
 ) -> Option<String> {
-    let mut values = Vec::new();
-    let runs_of = |rows: Option<&Value>| -> Vec<Value> {
+    let runs_of = |rows: Option<&Value>, key: &str| -> Vec<f64> {
         rows.and_then(Value::as_array)
             .map(|rows| {
                 rows.iter()
                     .filter_map(|r| r["runs"].as_array())
                     .flatten()
-                    .cloned()
+                    .filter_map(|run| num(run, &[key]))
                     .collect()
             })
             .unwrap_or_default()
     };
-    for run in runs_of(e2e.map(|e| &e["e2e"])) {
-        values.extend(num(&run, &["foreign_cpu_pct"]));
-    }
-    for run in runs_of(worker.map(|w| &w["throughput"])) {
-        values.extend(num(&run, &["foreign_cpu_pct"]));
-    }
-    if let Some(proc) = bullmq.and_then(|b| b["proc"].as_object()) {
-        for row in proc.values() {
-            for run in row["runs"].as_array().into_iter().flatten() {
-                values.extend(num(run, &["foreignCpuPct"]));
-            }
-        }
-    }
-    if values.is_empty() {
-        return None;
-    }
-    values.sort_by(f64::total_cmp);
-    let median = values[values.len() / 2];
-    let max = values[values.len() - 1];
-    Some(format!(
-        "median {median:.0}%, max {max:.0}% of one core over {} timed runs (the benches wait up to QUIET_WAIT_S for a quiet machine, re-run a disturbed run RETRIES times, and mark what stays disturbed with ⚠)",
-        values.len()
-    ))
+    let bullmq_rows: Option<Value> = bullmq.map(|b| {
+        let mut rows: Vec<Value> = b["proc"]
+            .as_object()
+            .map(|o| o.values().cloned().collect())
+            .unwrap_or_default();
+        rows.extend(["keep", "latency"].iter().map(|k| b[*k].clone()));
+        Value::Array(rows)
+    });
+    let parts = [
+        (
+            "end to end",
+            runs_of(e2e.map(|e| &e["e2e"]), "foreign_cpu_pct"),
+        ),
+        (
+            "worker alone",
+            runs_of(worker.map(|w| &w["throughput"]), "foreign_cpu_pct"),
+        ),
+        ("BullMQ", runs_of(bullmq_rows.as_ref(), "foreignCpuPct")),
+    ];
+    let texts: Vec<String> = parts
+        .into_iter()
+        .filter(|(_, values)| !values.is_empty())
+        .map(|(name, mut values)| {
+            values.sort_by(f64::total_cmp);
+            format!(
+                "{name}: median {:.0}%, max {:.0}% ({} runs)",
+                values[values.len() / 2],
+                values[values.len() - 1],
+                values.len()
+            )
+        })
+        .collect();
+    (!texts.is_empty()).then(|| {
+        format!(
+            "{} — % of one core; the benches wait up to QUIET_WAIT_S for a quiet machine before each timed run and mark runs above FOREIGN_MAX with ⚠",
+            texts.join("; ")
+        )
+    })
 }
 
 fn markdown(
@@ -398,6 +413,21 @@ fn markdown(
             other => other.to_string(),
         };
         writeln!(md, "| {label} | {text} |")?;
+    }
+    if let Some(lines) = machine["redis_calibration"]
+        .as_array()
+        .filter(|lines| !lines.is_empty())
+    {
+        let text: Vec<&str> = lines
+            .iter()
+            .filter_map(Value::as_str)
+            .map(|l| l.strip_prefix("raw redis-benchmark ").unwrap_or(l))
+            .collect();
+        writeln!(
+            md,
+            "| redis-benchmark on BullMQ's redis-server (its calibration) | {} |",
+            text.join("<br>")
+        )?;
     }
     if let Some(note) = others_cpu(e2e, worker, bullmq) {
         writeln!(md, "| others' CPU during the timed runs | {note} |")?;
