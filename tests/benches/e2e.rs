@@ -1,0 +1,1611 @@
+//! End-to-end benchmark of a whole cluster over HTTP: a release `gateway` and W release `worker`
+//! processes against a private Redis, driven by K concurrent clients that create `echo` tasks
+//! with `POST /tasks` and follow each one through `GET /tasks/:id/subscribe` until its terminal
+//! event, as a real client of the profile does. Also measures Redis memory per retained task.
+//!
+//! Run it through `scripts/bench-report` (everything) or directly:
+//!
+//! ```sh
+//! REDIS_URL=redis://127.0.0.1:6601/ cargo bench -p cluster-tests --bench e2e
+//! ```
+//!
+//! Without `--bench` (as `cargo test --all-targets` runs it) it does nothing.
+//!
+//! Scenarios, each run in a fresh namespace whose keys are deleted afterwards:
+//! - `throughput`: for each W in `WORKERS`, `RUNS` times: start W workers
+//!   (`WORKER_CONCURRENCY` each, hosting `ENTRYPOINTS`) and one gateway, wait until the card
+//!   lists `echo` and the registry lists every worker, run `WARMUP` tasks (untimed: connection
+//!   pools, lazily loaded scripts), wait for a quiet machine, `CONFIG RESETSTAT`, then the timed
+//!   window: `CLIENTS` client loops share `N` tasks; each loop creates a task with
+//!   `shared::client` (`send_message`, its own access token per loop) and reads the task's
+//!   subscription until the first event with a terminal status. tasks/s = completed / (last
+//!   terminal event − first POST); latency = terminal event − just before the POST (the POST's
+//!   own round trip is reported apart). The subscription is then read to its end, so that the
+//!   keep-alive connection goes back to the pool instead of being closed.
+//!   Then, unless `LATENCY_N` is 0, the same with one worker and ONE client for `LATENCY_N`
+//!   tasks: the latency of a task when nothing else is queued (the pipeline's own latency; the
+//!   closed loop of K clients at saturation mostly measures K / throughput).
+//! - `memory`: one cluster (`MEMORY_WORKERS` workers), `INFO memory` `used_memory` just before
+//!   `MEMORY_TASKS` tasks (input `{"i": n}`) and again once all of them are terminal (they stay
+//!   retained for `RETENTION_MS` of the gateway, 24 h by default); the difference / tasks is
+//!   the Redis memory a retained terminal task costs, everything it left included (task hash,
+//!   event log, owner index entry). A sample task's keys are sized with `MEMORY USAGE` too.
+//!
+//! Measured in the timed window (the bench sends Redis nothing then but INFO/CONFIG, which are
+//! left out): Redis commands per task (`INFO commandstats`, including the `redis.call`s inside
+//! scripts, heartbeats and recovery sweeps of the workers, and the gateway's registry reads:
+//! the cluster's whole cost); client round trips per task (calls of the commands a client
+//! sends itself, EVALSHA etc., see `CLIENT_COMMANDS`); CPU per task of Redis (`INFO cpu`), the
+//! gateway, the workers (utime + stime from `/proc/<pid>/stat`) and this bench (the HTTP
+//! clients); and the CPU other processes used meanwhile ("foreign", % of one core): a run above
+//! `FOREIGN_MAX` is re-run up to `RETRIES` times and marked ⚠ if it stays above.
+//!
+//! Environment:
+//! - `REDIS_URL` (required) — never a shared Redis: the bench resets its statistics;
+//! - `GATEWAY_BIN`, `WORKER_BIN` (default: next to this bench's profile directory, i.e.
+//!   `target/release/{gateway,worker}`);
+//! - `SCENARIOS` (throughput,memory), `WORKERS` (1,2,4), `WORKER_CONCURRENCY` (32),
+//!   `CLIENTS` (64), `N` (5000), `RUNS` (3, medians reported), `WARMUP` (2 × CLIENTS),
+//!   `LATENCY_N` (500, tasks of the one-client run; 0 skips it),
+//!   `ENTRYPOINTS` (echo: what the workers host, as in the worker benchmark), `MEMORY_TASKS`
+//!   (10000), `MEMORY_WORKERS` (2), `SERVICE_RUST_LOG` (warn: per-request logging would be
+//!   measured too), `QUIET_PCT` (15), `QUIET_WAIT_S` (60), `FOREIGN_MAX` (30), `RETRIES` (1),
+//!   `RUN_TIMEOUT_S` (300), `BENCH_OUT` (JSON file), `BENCH_LABEL`.
+
+use std::collections::BTreeMap;
+use std::error::Error;
+use std::fmt::Write as _;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use redis::aio::MultiplexedConnection;
+use serde_json::{Value, json};
+use shared::client::{AgentCard, Client, ClientOptions, SendOptions, generate_token};
+use shared::protocol::TaskStatus;
+use shared::registry::{RedisRegistry, WorkerRegistry};
+use shared::store::{RedisStore, RedisStoreConfig, TaskStore};
+use tokio::task::JoinSet;
+
+type BoxError = Box<dyn Error + Send + Sync>;
+type Res<T> = Result<T, BoxError>;
+
+/// Never refuse a create for capacity: the bench measures throughput, not admission control.
+const MAX_TASKS: u64 = 100_000_000;
+/// Bound on things that take milliseconds when all is well (a process starting, a worker
+/// registering, the last tasks finishing after the window).
+const PATIENCE: Duration = Duration::from_secs(30);
+const POLL: Duration = Duration::from_millis(20);
+
+/// Commands clients send themselves (the rest of `INFO commandstats` runs inside scripts).
+const CLIENT_COMMANDS: &[&str] = &[
+    "evalsha",
+    "eval",
+    "evalsha_ro",
+    "eval_ro",
+    "zrange",
+    "blpop",
+    "script|load",
+    "ping",
+    "hello",
+    "client|setinfo",
+    "client|setname",
+    "select",
+    "subscribe",
+    "psubscribe",
+    "ssubscribe",
+    "unsubscribe",
+    "punsubscribe",
+    "sunsubscribe",
+    "mget",
+];
+
+/// The bench's own measurement commands, left out of every count.
+fn is_admin(command: &str) -> bool {
+    command == "info" || command.starts_with("config|")
+}
+
+// ----- settings -----
+
+#[derive(Debug, Clone)]
+struct Settings {
+    url: String,
+    gateway_bin: PathBuf,
+    worker_bin: PathBuf,
+    label: String,
+    scenarios: Vec<String>,
+    workers: Vec<usize>,
+    worker_concurrency: usize,
+    clients: usize,
+    n: usize,
+    runs: usize,
+    warmup: usize,
+    latency_n: usize,
+    entrypoints: String,
+    memory_tasks: usize,
+    memory_workers: usize,
+    service_rust_log: String,
+    quiet_pct: f64,
+    quiet_wait_s: u64,
+    foreign_max: f64,
+    retries: usize,
+    run_timeout_s: u64,
+    out: Option<String>,
+}
+
+impl Settings {
+    fn to_json(&self) -> Value {
+        json!({
+            "gateway_bin": self.gateway_bin.display().to_string(),
+            "worker_bin": self.worker_bin.display().to_string(),
+            "label": self.label,
+            "scenarios": self.scenarios,
+            "workers": self.workers,
+            "worker_concurrency": self.worker_concurrency,
+            "clients": self.clients,
+            "n": self.n,
+            "runs": self.runs,
+            "warmup": self.warmup,
+            "latency_n": self.latency_n,
+            "entrypoints": self.entrypoints,
+            "memory_tasks": self.memory_tasks,
+            "memory_workers": self.memory_workers,
+            "service_rust_log": self.service_rust_log,
+            "quiet_pct": self.quiet_pct,
+            "quiet_wait_s": self.quiet_wait_s,
+            "foreign_max": self.foreign_max,
+            "retries": self.retries,
+            "run_timeout_s": self.run_timeout_s,
+        })
+    }
+}
+
+fn env_or<T: FromStr>(name: &str, default: T) -> Res<T>
+where
+    T::Err: std::fmt::Display,
+{
+    match std::env::var(name) {
+        Ok(text) if !text.trim().is_empty() => text
+            .trim()
+            .parse()
+            .map_err(|err| format!("{name}={text:?}: {err}").into()),
+        _ => Ok(default),
+    }
+}
+
+fn env_list<T: FromStr>(name: &str, default: &str) -> Res<Vec<T>>
+where
+    T::Err: std::fmt::Display,
+{
+    let text = std::env::var(name)
+        .ok()
+        .filter(|t| !t.trim().is_empty())
+        .unwrap_or_else(|| default.to_owned());
+    text.split(',')
+        .map(str::trim)
+        .filter(|part| !part.is_empty())
+        .map(|part| {
+            part.parse::<T>()
+                .map_err(|err| format!("{name}: {part:?}: {err}").into())
+        })
+        .collect()
+}
+
+/// `target/<profile>/<name>`, next to `target/<profile>/deps/<this bench>`.
+fn default_bin(name: &str) -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| {
+            exe.parent()
+                .and_then(Path::parent)
+                .map(|dir| dir.join(name))
+        })
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../target/release")
+                .join(name)
+        })
+}
+
+fn bin_from_env(var: &str, name: &str) -> PathBuf {
+    match std::env::var(var) {
+        Ok(path) if !path.trim().is_empty() => PathBuf::from(path.trim()),
+        _ => default_bin(name),
+    }
+}
+
+impl Settings {
+    fn from_env() -> Res<Settings> {
+        let url = std::env::var("REDIS_URL")
+            .map_err(|_| "REDIS_URL is required (scripts/bench-report sets it)")?;
+        let clients = env_or("CLIENTS", 64)?;
+        let settings = Settings {
+            url,
+            gateway_bin: bin_from_env("GATEWAY_BIN", "gateway"),
+            worker_bin: bin_from_env("WORKER_BIN", "worker"),
+            label: env_or("BENCH_LABEL", String::from("default"))?,
+            scenarios: env_list("SCENARIOS", "throughput,memory")?,
+            workers: env_list("WORKERS", "1,2,4")?,
+            worker_concurrency: env_or("WORKER_CONCURRENCY", 32)?,
+            clients,
+            n: env_or("N", 5_000)?,
+            runs: env_or("RUNS", 3)?,
+            warmup: env_or("WARMUP", 2 * clients)?,
+            latency_n: env_or("LATENCY_N", 500)?,
+            entrypoints: env_or("ENTRYPOINTS", String::from("echo"))?,
+            memory_tasks: env_or("MEMORY_TASKS", 10_000)?,
+            memory_workers: env_or("MEMORY_WORKERS", 2)?,
+            service_rust_log: env_or("SERVICE_RUST_LOG", String::from("warn"))?,
+            quiet_pct: env_or("QUIET_PCT", 15.0)?,
+            quiet_wait_s: env_or("QUIET_WAIT_S", 60)?,
+            foreign_max: env_or("FOREIGN_MAX", 30.0)?,
+            retries: env_or("RETRIES", 1)?,
+            run_timeout_s: env_or("RUN_TIMEOUT_S", 300)?,
+            out: std::env::var("BENCH_OUT").ok().filter(|p| !p.is_empty()),
+        };
+        if settings.n == 0
+            || settings.runs == 0
+            || settings.clients == 0
+            || settings.worker_concurrency == 0
+            || settings.memory_workers == 0
+            || settings.workers.contains(&0)
+        {
+            return Err(
+                "N, RUNS, CLIENTS, WORKER_CONCURRENCY, MEMORY_WORKERS and WORKERS must be positive"
+                    .into(),
+            );
+        }
+        if let Some(unknown) = settings
+            .scenarios
+            .iter()
+            .find(|s| !["throughput", "memory"].contains(&s.as_str()))
+        {
+            return Err(format!("unknown scenario {unknown:?} (throughput, memory)").into());
+        }
+        for bin in [&settings.gateway_bin, &settings.worker_bin] {
+            if !bin.is_file() {
+                return Err(format!(
+                    "{} not found: `cargo build --release -p gateway -p worker`, or set GATEWAY_BIN / WORKER_BIN",
+                    bin.display()
+                )
+                .into());
+            }
+        }
+        Ok(settings)
+    }
+
+    fn runs_scenario(&self, name: &str) -> bool {
+        self.scenarios.iter().any(|s| s == name)
+    }
+}
+
+// ----- CPU accounting -----
+
+/// utime + stime of a process, in clock ticks.
+fn process_ticks(pid: &str) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, after_name) = stat.rsplit_once(')')?;
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    // Fields 14 and 15 of the file (utime, stime) are entries 11 and 12 after the name.
+    Some(
+        [11, 12]
+            .iter()
+            .filter_map(|&i| fields.get(i).and_then(|f| f.parse::<u64>().ok()))
+            .sum(),
+    )
+}
+
+/// Busy ticks of the whole machine: user + nice + system + irq + softirq.
+fn machine_busy_ticks() -> Res<u64> {
+    let stat = std::fs::read_to_string("/proc/stat")?;
+    let line = stat.lines().next().ok_or("empty /proc/stat")?;
+    let fields: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|f| f.parse().unwrap_or(0))
+        .collect();
+    Ok([0, 1, 2, 5, 6]
+        .iter()
+        .map(|&i| fields.get(i).copied().unwrap_or(0))
+        .sum())
+}
+
+fn clock_ticks() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|out| String::from_utf8(out.stdout).ok())
+        .and_then(|text| text.trim().parse::<f64>().ok())
+        .filter(|ticks| *ticks > 0.0)
+        .unwrap_or(100.0)
+}
+
+/// Waits until other processes use less than `quiet_pct` of a core over one second, up to
+/// `quiet_wait_s`; returns the last load seen. Others' builds on this machine would otherwise
+/// land in the measurement.
+async fn wait_quiet(settings: &Settings, ticks: f64) -> Res<f64> {
+    let give_up = Instant::now() + Duration::from_secs(settings.quiet_wait_s);
+    loop {
+        let busy0 = machine_busy_ticks()?;
+        let own0 = process_ticks("self").unwrap_or(0);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let busy1 = machine_busy_ticks()?;
+        let own1 = process_ticks("self").unwrap_or(0);
+        let foreign = busy1
+            .saturating_sub(busy0)
+            .saturating_sub(own1.saturating_sub(own0)) as f64
+            / ticks
+            * 100.0;
+        if foreign < settings.quiet_pct || Instant::now() >= give_up {
+            if foreign >= settings.quiet_pct {
+                eprintln!(
+                    "  machine still busy ({foreign:.0}% of a core by others); running anyway"
+                );
+            }
+            return Ok(foreign);
+        }
+        eprintln!("  waiting for a quiet machine: others use {foreign:.0}% of a core");
+    }
+}
+
+// ----- Redis measurements -----
+
+fn parse_info(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| line.split_once(':'))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect()
+}
+
+#[derive(Debug, Clone, Default)]
+struct RedisSnap {
+    /// command -> (calls, usec)
+    commands: BTreeMap<String, (u64, u64)>,
+    cpu_s: f64,
+}
+
+async fn redis_snap(admin: &mut MultiplexedConnection) -> Res<RedisSnap> {
+    let text: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .arg("cpu")
+        .query_async(admin)
+        .await?;
+    let info = parse_info(&text);
+    let mut commands = BTreeMap::new();
+    for (key, value) in &info {
+        let Some(name) = key.strip_prefix("cmdstat_") else {
+            continue;
+        };
+        let mut calls = 0;
+        let mut usec = 0;
+        for part in value.split(',') {
+            match part.split_once('=') {
+                Some(("calls", v)) => calls = v.parse().unwrap_or(0),
+                Some(("usec", v)) => usec = v.parse().unwrap_or(0),
+                _ => {}
+            }
+        }
+        commands.insert(name.to_owned(), (calls, usec));
+    }
+    let num = |key: &str| {
+        info.get(key)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    Ok(RedisSnap {
+        commands,
+        cpu_s: num("used_cpu_sys") + num("used_cpu_user"),
+    })
+}
+
+async fn info_field(admin: &mut MultiplexedConnection, section: &str, key: &str) -> Res<String> {
+    let text: String = redis::cmd("INFO").arg(section).query_async(admin).await?;
+    parse_info(&text)
+        .remove(key)
+        .ok_or_else(|| format!("INFO {section} has no {key}").into())
+}
+
+async fn used_memory(admin: &mut MultiplexedConnection) -> Res<(u64, u64)> {
+    let text: String = redis::cmd("INFO").arg("memory").query_async(admin).await?;
+    let info = parse_info(&text);
+    let num = |key: &str| {
+        info.get(key)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    Ok((num("used_memory"), num("used_memory_dataset")))
+}
+
+/// Deletes every key of a namespace (SCAN + DEL, synchronously).
+async fn delete_namespace(admin: &mut MultiplexedConnection, namespace: &str) -> Res<u64> {
+    let pattern = format!("{{{namespace}}}*");
+    let mut cursor: u64 = 0;
+    let mut deleted = 0;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(admin)
+            .await?;
+        if !keys.is_empty() {
+            let removed: u64 = redis::cmd("DEL").arg(&keys).query_async(admin).await?;
+            deleted += removed;
+        }
+        if next == 0 {
+            return Ok(deleted);
+        }
+        cursor = next;
+    }
+}
+
+/// Keys of a namespace, by type (`SCAN` + `TYPE`), for the memory report.
+async fn count_keys(
+    admin: &mut MultiplexedConnection,
+    namespace: &str,
+) -> Res<BTreeMap<String, u64>> {
+    let pattern = format!("{{{namespace}}}*");
+    let mut cursor: u64 = 0;
+    let mut kinds = BTreeMap::new();
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(admin)
+            .await?;
+        for key in keys {
+            // The part after the namespace tag names the kind: `{ns}:task:<id>` -> `task`.
+            let kind = key.split(':').nth(1).unwrap_or("?").to_owned();
+            *kinds.entry(kind).or_insert(0) += 1;
+        }
+        if next == 0 {
+            return Ok(kinds);
+        }
+        cursor = next;
+    }
+}
+
+async fn memory_usage(admin: &mut MultiplexedConnection, key: &str) -> Res<Option<u64>> {
+    Ok(redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg(key)
+        .arg("SAMPLES")
+        .arg(0)
+        .query_async(admin)
+        .await?)
+}
+
+// ----- service processes -----
+
+/// A service process with its output in a log file; SIGKILLed and reaped on drop, so that an
+/// error or a panic never leaves one behind.
+struct Proc {
+    name: String,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Proc {
+    fn spawn(bin: &Path, name: &str, log_dir: &Path, envs: &[(&str, String)]) -> Res<Proc> {
+        let log = log_dir.join(format!("{name}.log"));
+        let file = std::fs::File::create(&log)?;
+        let err_file = file.try_clone()?;
+        let mut command = Command::new(bin);
+        // Nothing of the bench's environment (N, WORKERS, ...) may reach the services: they
+        // read similarly named settings.
+        command
+            .env_clear()
+            .stdin(Stdio::null())
+            .stdout(file)
+            .stderr(err_file);
+        for (key, value) in envs {
+            command.env(key, value);
+        }
+        let child = command
+            .spawn()
+            .map_err(|err| format!("starting {}: {err}", bin.display()))?;
+        Ok(Proc {
+            name: name.to_owned(),
+            child: Some(child),
+            log,
+        })
+    }
+
+    fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// CPU ticks the process used so far.
+    fn ticks(&self) -> u64 {
+        self.pid()
+            .and_then(|pid| process_ticks(&pid.to_string()))
+            .unwrap_or(0)
+    }
+
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+
+    fn check_alive(&mut self) -> Res<()> {
+        let Some(child) = self.child.as_mut() else {
+            return Err(format!("{} is gone", self.name).into());
+        };
+        match child.try_wait()? {
+            None => Ok(()),
+            Some(status) => Err(format!(
+                "{} exited with {status}; log tail:\n{}",
+                self.name,
+                self.log_tail()
+            )
+            .into()),
+        }
+    }
+
+    fn sigterm(&self) {
+        if let Some(pid) = self.pid() {
+            let _ = kill(
+                Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX)),
+                Signal::SIGTERM,
+            );
+        }
+    }
+
+    fn exited(&mut self) -> bool {
+        !matches!(self.child.as_mut().map(Child::try_wait), Some(Ok(None)))
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+/// SIGTERM to all (they drain and deregister), SIGKILL to those left after `timeout`.
+async fn terminate_all(procs: &mut [Proc], timeout: Duration) {
+    for proc in procs.iter() {
+        proc.sigterm();
+    }
+    let give_up = Instant::now() + timeout;
+    while Instant::now() < give_up && !procs.iter_mut().all(Proc::exited) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for proc in procs.iter_mut() {
+        proc.kill();
+    }
+}
+
+fn free_port() -> Res<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// A namespace no earlier run used: the process id, a counter and the clock.
+fn unique(tag: &str) -> String {
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("e2e{}-{count}-{tag}-{nanos:08x}", std::process::id())
+}
+
+/// One gateway and `workers` worker processes in a fresh namespace, ready to take tasks.
+struct Cluster {
+    namespace: String,
+    gateway: Proc,
+    workers: Vec<Proc>,
+    store: RedisStore,
+    card: Arc<AgentCard>,
+}
+
+impl Cluster {
+    async fn start(settings: &Settings, log_dir: &Path, tag: &str, workers: usize) -> Res<Cluster> {
+        let namespace = unique(tag);
+        let mut config = RedisStoreConfig::new(settings.url.clone());
+        config.namespace = namespace.clone();
+        config.max_tasks = MAX_TASKS;
+        config.timeout = Duration::from_secs(10);
+        let store = RedisStore::connect(config).await?;
+        let registry = RedisRegistry::new(&store);
+
+        let mut procs = Vec::new();
+        let mut ids = Vec::new();
+        for w in 0..workers {
+            let id = format!("{namespace}-w{w}");
+            procs.push(Proc::spawn(
+                &settings.worker_bin,
+                &id,
+                log_dir,
+                &[
+                    ("REDIS_URL", settings.url.clone()),
+                    ("REDIS_NAMESPACE", namespace.clone()),
+                    ("WORKER_ID", id.clone()),
+                    (
+                        "WORKER_CONCURRENCY",
+                        settings.worker_concurrency.to_string(),
+                    ),
+                    ("WORKER_ENTRYPOINTS", settings.entrypoints.clone()),
+                    ("RUST_LOG", settings.service_rust_log.clone()),
+                ],
+            )?);
+            ids.push(id);
+        }
+
+        // The port is free when probed; should another process take it before the gateway
+        // binds, the gateway exits and the next attempt uses another port.
+        let mut attempt = 0;
+        let (gateway, url) = loop {
+            attempt += 1;
+            let port = free_port()?;
+            let mut gateway = Proc::spawn(
+                &settings.gateway_bin,
+                &format!("{namespace}-gateway"),
+                log_dir,
+                &[
+                    ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
+                    ("REDIS_URL", settings.url.clone()),
+                    ("REDIS_NAMESPACE", namespace.clone()),
+                    ("MAX_TASKS", MAX_TASKS.to_string()),
+                    ("RUST_LOG", settings.service_rust_log.clone()),
+                ],
+            )?;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            match gateway.check_alive() {
+                Ok(()) => break (gateway, format!("http://127.0.0.1:{port}")),
+                Err(err) if attempt >= 5 => return Err(err),
+                Err(_) => continue,
+            }
+        };
+
+        let client = Client::new(ClientOptions::default())?;
+        let give_up = Instant::now() + PATIENCE;
+        let mut cluster_procs = procs;
+        let mut gateway = gateway;
+        let card = loop {
+            gateway.check_alive()?;
+            for worker in &mut cluster_procs {
+                worker.check_alive()?;
+            }
+            let listed = registry
+                .workers()
+                .await?
+                .iter()
+                .filter(|entry| ids.contains(&entry.worker_id))
+                .count();
+            if listed == ids.len()
+                && let Ok(card) = client.fetch_card(&url).await
+                && card.entrypoints.contains_key("echo")
+            {
+                break card;
+            }
+            if Instant::now() > give_up {
+                return Err(format!(
+                    "the cluster never came up ({listed}/{} workers listed); gateway log:\n{}",
+                    ids.len(),
+                    gateway.log_tail()
+                )
+                .into());
+            }
+            tokio::time::sleep(POLL).await;
+        };
+        Ok(Cluster {
+            namespace,
+            gateway,
+            workers: cluster_procs,
+            store,
+            card: Arc::new(card),
+        })
+    }
+
+    fn check_alive(&mut self) -> Res<()> {
+        self.gateway.check_alive()?;
+        for worker in &mut self.workers {
+            worker.check_alive()?;
+        }
+        Ok(())
+    }
+
+    /// Waits until no task of the namespace is live (the store's exact count).
+    async fn wait_idle(&mut self) -> Res<()> {
+        let give_up = Instant::now() + PATIENCE;
+        loop {
+            self.check_alive()?;
+            let live = self.store.live_count().await?;
+            if live == 0 {
+                return Ok(());
+            }
+            if Instant::now() > give_up {
+                return Err(format!("{live} tasks still live").into());
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    async fn stop(mut self, admin: &mut MultiplexedConnection) -> Res<()> {
+        let mut procs = vec![];
+        procs.append(&mut self.workers);
+        terminate_all(
+            std::slice::from_mut(&mut self.gateway),
+            Duration::from_secs(10),
+        )
+        .await;
+        terminate_all(&mut procs, Duration::from_secs(10)).await;
+        delete_namespace(admin, &self.namespace).await?;
+        Ok(())
+    }
+}
+
+// ----- the load -----
+
+/// What one task cost the client.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    /// Just before the POST -> the first event with a terminal status.
+    total_ms: f64,
+    /// The POST's round trip.
+    create_ms: f64,
+    /// When the terminal event arrived.
+    done: Instant,
+}
+
+#[derive(Debug, Default)]
+struct LoadResult {
+    samples: Vec<Sample>,
+    started: Option<Instant>,
+    /// Tasks that ended `failed`/`cancelled`, or whose stream ended without a terminal event.
+    not_completed: usize,
+    /// Requests that failed (network, non-2xx).
+    errors: usize,
+    first_error: Option<String>,
+}
+
+/// One task, as a client follows it: create, subscribe, read until a terminal status.
+async fn one_task(
+    client: &Client,
+    card: &AgentCard,
+    token: &str,
+    input: &Value,
+) -> Res<(Sample, bool)> {
+    let start = Instant::now();
+    let access = client
+        .send_message(
+            card,
+            "echo",
+            input,
+            SendOptions {
+                access_token: Some(token.to_owned()),
+                ..SendOptions::default()
+            },
+        )
+        .await
+        .map_err(|err| format!("create: {err}"))?;
+    let create_ms = start.elapsed().as_secs_f64() * 1e3;
+    let mut events = client
+        .subscribe_task(card, &access.task_id, token)
+        .await
+        .map_err(|err| format!("subscribe: {err}"))?;
+    let mut terminal = None;
+    while let Some(event) = events
+        .next()
+        .await
+        .map_err(|err| format!("stream: {err}"))?
+    {
+        if terminal.is_none()
+            && let Some(status) = event.data.status.filter(|s| s.is_terminal())
+        {
+            terminal = Some((Instant::now(), status));
+        }
+        // Read on to the end of the stream (the gateway ends it after the terminal event),
+        // so that the connection is reused rather than closed mid-response.
+    }
+    let (done, status) = terminal.ok_or("the subscription ended without a terminal event")?;
+    Ok((
+        Sample {
+            total_ms: done.duration_since(start).as_secs_f64() * 1e3,
+            create_ms,
+            done,
+        },
+        status == TaskStatus::Completed,
+    ))
+}
+
+/// `n` tasks through `clients` concurrent loops, each with its own access token.
+async fn load(
+    client: &Client,
+    card: &Arc<AgentCard>,
+    clients: usize,
+    n: usize,
+    deadline: Instant,
+) -> Res<LoadResult> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut loops: JoinSet<LoadResult> = JoinSet::new();
+    let started = Instant::now();
+    for _ in 0..clients.min(n) {
+        let client = client.clone();
+        let card = card.clone();
+        let next = next.clone();
+        let token = generate_token();
+        loops.spawn(async move {
+            let mut result = LoadResult::default();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= n || Instant::now() > deadline {
+                    return result;
+                }
+                match one_task(&client, &card, &token, &json!({ "i": i })).await {
+                    Ok((sample, completed)) => {
+                        result.samples.push(sample);
+                        if !completed {
+                            result.not_completed += 1;
+                        }
+                    }
+                    Err(err) => {
+                        result.errors += 1;
+                        result.first_error.get_or_insert_with(|| err.to_string());
+                    }
+                }
+            }
+        });
+    }
+    let mut total = LoadResult {
+        started: Some(started),
+        ..LoadResult::default()
+    };
+    while let Some(joined) = loops.join_next().await {
+        let part = joined?;
+        total.samples.extend(part.samples);
+        total.not_completed += part.not_completed;
+        total.errors += part.errors;
+        if total.first_error.is_none() {
+            total.first_error = part.first_error;
+        }
+    }
+    if Instant::now() > deadline {
+        return Err(format!(
+            "the run passed its deadline with {} tasks done",
+            total.samples.len()
+        )
+        .into());
+    }
+    Ok(total)
+}
+
+/// Nearest-rank percentile of sorted values.
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+// ----- throughput runs -----
+
+/// What a throughput run loads: how many workers, client loops and tasks.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    workers: usize,
+    clients: usize,
+    n: usize,
+}
+
+#[derive(Debug, Clone)]
+struct Run {
+    workers: usize,
+    clients: usize,
+    run: usize,
+    completed: usize,
+    not_completed: usize,
+    errors: usize,
+    first_error: Option<String>,
+    wall_s: f64,
+    tasks_per_s: f64,
+    latency: BTreeMap<&'static str, f64>,
+    create: BTreeMap<&'static str, f64>,
+    redis_cpu_s: f64,
+    gateway_cpu_s: f64,
+    worker_cpu_s: f64,
+    client_cpu_s: f64,
+    foreign_cpu_pct: f64,
+    quiet_before_pct: f64,
+    commands: BTreeMap<String, u64>,
+    command_usec: BTreeMap<String, u64>,
+    contaminated: bool,
+}
+
+impl Run {
+    fn per_task(&self, value: f64) -> f64 {
+        value / self.completed.max(1) as f64
+    }
+
+    fn server_cmds(&self) -> u64 {
+        self.commands.values().sum()
+    }
+
+    fn client_round_trips(&self) -> u64 {
+        self.commands
+            .iter()
+            .filter(|(name, _)| CLIENT_COMMANDS.contains(&name.as_str()))
+            .map(|(_, calls)| calls)
+            .sum()
+    }
+
+    fn to_json(&self) -> Value {
+        let per_task = |m: &BTreeMap<String, u64>| -> BTreeMap<String, f64> {
+            m.iter()
+                .map(|(k, v)| (k.clone(), self.per_task(*v as f64)))
+                .collect()
+        };
+        json!({
+            "workers": self.workers,
+            "clients": self.clients,
+            "run": self.run,
+            "completed": self.completed,
+            "not_completed": self.not_completed,
+            "errors": self.errors,
+            "first_error": self.first_error,
+            "wall_s": self.wall_s,
+            "tasks_per_s": self.tasks_per_s,
+            "latency_ms": self.latency,
+            "create_ms": self.create,
+            "redis_cpu_us_per_task": self.per_task(self.redis_cpu_s * 1e6),
+            "gateway_cpu_us_per_task": self.per_task(self.gateway_cpu_s * 1e6),
+            "worker_cpu_us_per_task": self.per_task(self.worker_cpu_s * 1e6),
+            "client_cpu_us_per_task": self.per_task(self.client_cpu_s * 1e6),
+            "redis_cpu_pct": self.redis_cpu_s / self.wall_s * 100.0,
+            "gateway_cpu_pct": self.gateway_cpu_s / self.wall_s * 100.0,
+            "worker_cpu_pct": self.worker_cpu_s / self.wall_s * 100.0,
+            "client_cpu_pct": self.client_cpu_s / self.wall_s * 100.0,
+            "foreign_cpu_pct": self.foreign_cpu_pct,
+            "quiet_before_pct": self.quiet_before_pct,
+            "redis_cmds_per_task": self.per_task(self.server_cmds() as f64),
+            "client_round_trips_per_task": self.per_task(self.client_round_trips() as f64),
+            "commands_per_task": per_task(&self.commands),
+            "command_us_per_task": per_task(&self.command_usec),
+            "contaminated": self.contaminated,
+        })
+    }
+}
+
+fn latency_stats(values: impl Iterator<Item = f64>) -> BTreeMap<&'static str, f64> {
+    let mut sorted: Vec<f64> = values.collect();
+    sorted.sort_by(f64::total_cmp);
+    let mut stats = BTreeMap::new();
+    stats.insert("p50", percentile(&sorted, 50.0));
+    stats.insert("p90", percentile(&sorted, 90.0));
+    stats.insert("p99", percentile(&sorted, 99.0));
+    stats.insert("max", sorted.last().copied().unwrap_or(0.0));
+    stats.insert(
+        "mean",
+        sorted.iter().sum::<f64>() / sorted.len().max(1) as f64,
+    );
+    stats
+}
+
+async fn throughput_run(
+    settings: &Settings,
+    admin: &mut MultiplexedConnection,
+    log_dir: &Path,
+    ticks: f64,
+    shape: Shape,
+    run: usize,
+) -> Res<Run> {
+    let Shape {
+        workers,
+        clients,
+        n,
+    } = shape;
+    let mut cluster = Cluster::start(
+        settings,
+        log_dir,
+        &format!("w{workers}c{clients}r{run}"),
+        workers,
+    )
+    .await?;
+    let result = async {
+        let client = Client::new(ClientOptions::default())?;
+        let deadline = Instant::now() + Duration::from_secs(settings.run_timeout_s);
+        if settings.warmup > 0 {
+            let warm = load(&client, &cluster.card, clients, settings.warmup, deadline).await?;
+            if warm.errors > 0 {
+                return Err(format!(
+                    "warm-up: {} errors, first: {}",
+                    warm.errors,
+                    warm.first_error.unwrap_or_default()
+                )
+                .into());
+            }
+            cluster.wait_idle().await?;
+        }
+        let quiet = wait_quiet(settings, ticks).await?;
+
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(admin)
+            .await?;
+        let redis0 = redis_snap(admin).await?;
+        let busy0 = machine_busy_ticks()?;
+        let self0 = process_ticks("self").unwrap_or(0);
+        let gw0 = cluster.gateway.ticks();
+        let wk0: u64 = cluster.workers.iter().map(Proc::ticks).sum();
+
+        let result = load(&client, &cluster.card, clients, n, deadline).await?;
+
+        let end = result
+            .samples
+            .iter()
+            .map(|s| s.done)
+            .max()
+            .unwrap_or_else(Instant::now);
+        let busy1 = machine_busy_ticks()?;
+        let self1 = process_ticks("self").unwrap_or(0);
+        let gw1 = cluster.gateway.ticks();
+        let wk1: u64 = cluster.workers.iter().map(Proc::ticks).sum();
+        let redis1 = redis_snap(admin).await?;
+        cluster.check_alive()?;
+        cluster.wait_idle().await?;
+
+        let started = result.started.ok_or("no start time")?;
+        let wall_s = end.duration_since(started).as_secs_f64().max(1e-9);
+        let window_s = started.elapsed().as_secs_f64().max(1e-9);
+        let mut commands = BTreeMap::new();
+        let mut command_usec = BTreeMap::new();
+        for (name, (calls, usec)) in &redis1.commands {
+            if is_admin(name) {
+                continue;
+            }
+            let (calls0, usec0) = redis0.commands.get(name).copied().unwrap_or((0, 0));
+            if calls > &calls0 {
+                commands.insert(name.clone(), calls - calls0);
+                command_usec.insert(name.clone(), usec.saturating_sub(usec0));
+            }
+        }
+        let redis_cpu_s = redis1.cpu_s - redis0.cpu_s;
+        let gateway_cpu_s = gw1.saturating_sub(gw0) as f64 / ticks;
+        let worker_cpu_s = wk1.saturating_sub(wk0) as f64 / ticks;
+        let client_cpu_s = self1.saturating_sub(self0) as f64 / ticks;
+        let busy_s = busy1.saturating_sub(busy0) as f64 / ticks;
+        let foreign_cpu_pct =
+            ((busy_s - redis_cpu_s - gateway_cpu_s - worker_cpu_s - client_cpu_s).max(0.0)
+                / window_s)
+                * 100.0;
+        let completed = result.samples.len() - result.not_completed;
+        Ok::<_, BoxError>(Run {
+            workers,
+            clients,
+            run,
+            completed,
+            not_completed: result.not_completed,
+            errors: result.errors,
+            first_error: result.first_error.clone(),
+            wall_s,
+            tasks_per_s: completed as f64 / wall_s,
+            latency: latency_stats(result.samples.iter().map(|s| s.total_ms)),
+            create: latency_stats(result.samples.iter().map(|s| s.create_ms)),
+            redis_cpu_s,
+            gateway_cpu_s,
+            worker_cpu_s,
+            client_cpu_s,
+            foreign_cpu_pct,
+            quiet_before_pct: quiet,
+            commands,
+            command_usec,
+            contaminated: foreign_cpu_pct > settings.foreign_max,
+        })
+    }
+    .await;
+    cluster.stop(admin).await?;
+    result
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Stat {
+    median: f64,
+    min: f64,
+    max: f64,
+}
+
+fn stat(mut values: Vec<f64>) -> Stat {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n == 0 {
+        return Stat {
+            median: 0.0,
+            min: 0.0,
+            max: 0.0,
+        };
+    }
+    let median = if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    };
+    Stat {
+        median,
+        min: values[0],
+        max: values[n - 1],
+    }
+}
+
+fn stat_json(s: Stat) -> Value {
+    json!({"median": s.median, "min": s.min, "max": s.max})
+}
+
+/// The median over runs of one per-run figure.
+fn over_runs(runs: &[Value], path: &[&str]) -> Stat {
+    stat(
+        runs.iter()
+            .filter_map(|run| {
+                path.iter()
+                    .try_fold(run, |v, key| v.get(*key))
+                    .and_then(Value::as_f64)
+            })
+            .collect(),
+    )
+}
+
+fn throughput_row(settings: &Settings, shape: Shape, runs: &[Run]) -> Value {
+    let runs_json: Vec<Value> = runs.iter().map(Run::to_json).collect();
+    let s = |path: &[&str]| stat_json(over_runs(&runs_json, path));
+    let mut names: Vec<String> = runs
+        .iter()
+        .flat_map(|r| r.commands.keys().cloned())
+        .collect();
+    names.sort();
+    names.dedup();
+    let commands: BTreeMap<String, Value> = names
+        .iter()
+        .map(|name| {
+            (
+                name.clone(),
+                json!({
+                    "calls": over_runs(&runs_json, &["commands_per_task", name]).median,
+                    "us": over_runs(&runs_json, &["command_us_per_task", name]).median,
+                    "client": CLIENT_COMMANDS.contains(&name.as_str()),
+                }),
+            )
+        })
+        .collect();
+    json!({
+        "workers": shape.workers,
+        "worker_concurrency": settings.worker_concurrency,
+        "clients": shape.clients,
+        "n": shape.n,
+        "tasks_per_s": s(&["tasks_per_s"]),
+        "latency_ms": {
+            "p50": s(&["latency_ms", "p50"]),
+            "p90": s(&["latency_ms", "p90"]),
+            "p99": s(&["latency_ms", "p99"]),
+            "max": s(&["latency_ms", "max"]),
+            "mean": s(&["latency_ms", "mean"]),
+        },
+        "create_ms": {
+            "p50": s(&["create_ms", "p50"]),
+            "p99": s(&["create_ms", "p99"]),
+        },
+        "redis_cmds_per_task": s(&["redis_cmds_per_task"]),
+        "client_round_trips_per_task": s(&["client_round_trips_per_task"]),
+        "redis_cpu_us_per_task": s(&["redis_cpu_us_per_task"]),
+        "gateway_cpu_us_per_task": s(&["gateway_cpu_us_per_task"]),
+        "worker_cpu_us_per_task": s(&["worker_cpu_us_per_task"]),
+        "client_cpu_us_per_task": s(&["client_cpu_us_per_task"]),
+        "redis_cpu_pct": s(&["redis_cpu_pct"]),
+        "gateway_cpu_pct": s(&["gateway_cpu_pct"]),
+        "worker_cpu_pct": s(&["worker_cpu_pct"]),
+        "client_cpu_pct": s(&["client_cpu_pct"]),
+        "foreign_cpu_pct": s(&["foreign_cpu_pct"]),
+        "errors": runs.iter().map(|r| r.errors + r.not_completed).sum::<usize>(),
+        "contaminated_runs": runs.iter().filter(|r| r.contaminated).count(),
+        "commands_per_task": commands,
+        "runs": runs_json,
+    })
+}
+
+async fn throughput_rows(
+    settings: &Settings,
+    admin: &mut MultiplexedConnection,
+    log_dir: &Path,
+    ticks: f64,
+) -> Res<Vec<Value>> {
+    let mut shapes: Vec<Shape> = settings
+        .workers
+        .iter()
+        .map(|&workers| Shape {
+            workers,
+            clients: settings.clients,
+            n: settings.n,
+        })
+        .collect();
+    if settings.latency_n > 0 {
+        shapes.push(Shape {
+            workers: 1,
+            clients: 1,
+            n: settings.latency_n,
+        });
+    }
+    let mut rows = Vec::new();
+    for shape in shapes {
+        let Shape {
+            workers, clients, ..
+        } = shape;
+        let mut runs = Vec::new();
+        for run in 1..=settings.runs {
+            let mut attempt = 0;
+            let result = loop {
+                let result = throughput_run(settings, admin, log_dir, ticks, shape, run)
+                    .await
+                    .map_err(|err| {
+                        format!("{workers} workers, {clients} clients, run {run}: {err}")
+                    })?;
+                eprintln!(
+                    "  {workers} workers, {clients} clients, run {run}: {:.0} tasks/s ({} tasks in {:.2} s, {} errors); latency p50 {:.1} p90 {:.1} p99 {:.1} max {:.1} ms (create p50 {:.1}); per task: {:.1} Redis cmds, {:.2} round trips, CPU µs redis {:.0} gateway {:.0} workers {:.0} clients {:.0}; foreign {:.0}%",
+                    result.tasks_per_s,
+                    result.completed,
+                    result.wall_s,
+                    result.errors + result.not_completed,
+                    result.latency["p50"],
+                    result.latency["p90"],
+                    result.latency["p99"],
+                    result.latency["max"],
+                    result.create["p50"],
+                    result.per_task(result.server_cmds() as f64),
+                    result.per_task(result.client_round_trips() as f64),
+                    result.per_task(result.redis_cpu_s * 1e6),
+                    result.per_task(result.gateway_cpu_s * 1e6),
+                    result.per_task(result.worker_cpu_s * 1e6),
+                    result.per_task(result.client_cpu_s * 1e6),
+                    result.foreign_cpu_pct,
+                );
+                if let Some(err) = &result.first_error {
+                    eprintln!("  first error: {err}");
+                }
+                if result.contaminated && attempt < settings.retries {
+                    attempt += 1;
+                    eprintln!(
+                        "  foreign load above {}% of a core: run again",
+                        settings.foreign_max
+                    );
+                    continue;
+                }
+                break result;
+            };
+            runs.push(result);
+        }
+        rows.push(throughput_row(settings, shape, &runs));
+    }
+    Ok(rows)
+}
+
+// ----- memory -----
+
+async fn memory_run(
+    settings: &Settings,
+    admin: &mut MultiplexedConnection,
+    log_dir: &Path,
+) -> Res<Value> {
+    let workers = settings.memory_workers;
+    let mut cluster = Cluster::start(settings, log_dir, "mem", workers).await?;
+    let result = async {
+        let client = Client::new(ClientOptions::default())?;
+        let deadline = Instant::now() + Duration::from_secs(settings.run_timeout_s);
+        let keys0 = count_keys(admin, &cluster.namespace).await?;
+        let (mem0, dataset0) = used_memory(admin).await?;
+        let result = load(&client, &cluster.card, settings.clients, settings.memory_tasks, deadline).await?;
+        cluster.wait_idle().await?;
+        // Let in-flight heartbeats and sweeps settle; they touch only fixed-size keys.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let (mem1, dataset1) = used_memory(admin).await?;
+        let keys1 = count_keys(admin, &cluster.namespace).await?;
+        let tasks = result.samples.len() - result.not_completed;
+        if tasks == 0 {
+            return Err(format!(
+                "no task completed ({} errors, first: {})",
+                result.errors,
+                result.first_error.unwrap_or_default()
+            )
+            .into());
+        }
+        let kinds: BTreeMap<String, f64> = keys1
+            .iter()
+            .map(|(kind, count)| {
+                let before = keys0.get(kind).copied().unwrap_or(0);
+                (kind.clone(), count.saturating_sub(before) as f64 / tasks as f64)
+            })
+            .filter(|(_, per)| *per > 0.0)
+            .collect();
+        // Size one task's own keys, to show where the bytes go.
+        let sample_id: Option<String> = {
+            let (_, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(0)
+                .arg("MATCH")
+                .arg(format!("{{{}}}:task:*", cluster.namespace))
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(admin)
+                .await?;
+            keys.first()
+                .and_then(|key| key.rsplit_once(':').map(|(_, id)| id.to_owned()))
+        };
+        let mut sample = BTreeMap::new();
+        if let Some(id) = &sample_id {
+            for kind in ["task", "events"] {
+                let key = format!("{{{}}}:{kind}:{id}", cluster.namespace);
+                if let Some(bytes) = memory_usage(admin, &key).await? {
+                    sample.insert(kind.to_owned(), bytes);
+                }
+            }
+        }
+        let ttl_s: i64 = match &sample_id {
+            Some(id) => {
+                redis::cmd("TTL")
+                    .arg(format!("{{{}}}:task:{id}", cluster.namespace))
+                    .query_async(admin)
+                    .await?
+            }
+            None => -2,
+        };
+        let bytes_per_task = (mem1 as f64 - mem0 as f64) / tasks as f64;
+        eprintln!(
+            "  memory: {tasks} retained tasks, used_memory {mem0} -> {mem1} = {bytes_per_task:.0} bytes/task; keys per task {kinds:?}; sample MEMORY USAGE {sample:?}; task TTL {ttl_s} s"
+        );
+        Ok::<_, BoxError>(json!({
+            "tasks": tasks,
+            "workers": workers,
+            "clients": settings.clients,
+            "errors": result.errors + result.not_completed,
+            "used_memory_before": mem0,
+            "used_memory_after": mem1,
+            "bytes_per_task": bytes_per_task,
+            "dataset_bytes_per_task": (dataset1 as f64 - dataset0 as f64) / tasks as f64,
+            "keys_per_task": kinds,
+            "sample_memory_usage": sample,
+            "sample_task_ttl_s": ttl_s,
+            "input": "{\"i\": n} (echo returns it: result and input are stored)",
+        }))
+    }
+    .await;
+    cluster.stop(admin).await?;
+    result
+}
+
+// ----- report -----
+
+fn f(value: &Value, digits: usize) -> String {
+    value
+        .as_f64()
+        .map(|x| format!("{x:.digits$}"))
+        .unwrap_or_else(|| "-".into())
+}
+
+fn mm(value: &Value, digits: usize) -> String {
+    format!(
+        "{} ({}–{})",
+        f(&value["median"], digits),
+        f(&value["min"], digits),
+        f(&value["max"], digits)
+    )
+}
+
+fn markdown(
+    settings: &Settings,
+    meta: &Value,
+    rows: &[Value],
+    memory: Option<&Value>,
+) -> Res<String> {
+    let mut md = String::new();
+    if !rows.is_empty() {
+        writeln!(
+            md,
+            "### End to end over HTTP: gateway + W workers × {} slots, K concurrent clients, N `echo` tasks per run, {} runs per row, median (min–max)\n",
+            settings.worker_concurrency, settings.runs
+        )?;
+        writeln!(
+            md,
+            "Each client loop: `POST /tasks` (its own Task-Access-Token), then `GET /tasks/:id/subscribe` until the terminal event. tasks/s = completed tasks / (last terminal event − first POST); latency = just before the POST → terminal event received (closed loop: at saturation it is ≈ clients / throughput); create = the POST alone. Per task: Redis commands (INFO commandstats, inside scripts included: the whole cluster's, heartbeats and sweeps too), client round trips to Redis, CPU µs of Redis / the gateway / all workers / the HTTP clients (this bench). Redis {} ({}).\n",
+            meta["redis_version"].as_str().unwrap_or("?"),
+            meta["persistence"].as_str().unwrap_or("?"),
+        )?;
+        writeln!(
+            md,
+            "| workers | clients | N | tasks/s | p50 ms | p90 ms | p99 ms | max ms | create p50 / p99 ms | Redis cmds/task | Redis RT/task | CPU µs/task redis / gateway / workers / clients | others % core | errors |"
+        )?;
+        writeln!(md, "|{}", "---|".repeat(14))?;
+        for row in rows {
+            let lat = &row["latency_ms"];
+            writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} | {} | {} / {} / {} / {} | {}{} | {} |",
+                row["workers"],
+                row["clients"],
+                row["n"],
+                mm(&row["tasks_per_s"], 0),
+                mm(&lat["p50"], 1),
+                f(&lat["p90"]["median"], 1),
+                mm(&lat["p99"], 1),
+                f(&lat["max"]["max"], 1),
+                f(&row["create_ms"]["p50"]["median"], 1),
+                f(&row["create_ms"]["p99"]["median"], 1),
+                f(&row["redis_cmds_per_task"]["median"], 1),
+                f(&row["client_round_trips_per_task"]["median"], 2),
+                f(&row["redis_cpu_us_per_task"]["median"], 0),
+                f(&row["gateway_cpu_us_per_task"]["median"], 0),
+                f(&row["worker_cpu_us_per_task"]["median"], 0),
+                f(&row["client_cpu_us_per_task"]["median"], 0),
+                f(&row["foreign_cpu_pct"]["median"], 0),
+                if row["contaminated_runs"].as_u64().unwrap_or(0) > 0 {
+                    " ⚠"
+                } else {
+                    ""
+                },
+                row["errors"],
+            )?;
+        }
+        writeln!(md)?;
+        // The commands that make up the per-task count, busiest first (median of runs).
+        let mut names: Vec<String> = rows
+            .iter()
+            .filter_map(|r| r["commands_per_task"].as_object())
+            .flat_map(|m| m.keys().cloned())
+            .collect();
+        names.sort();
+        names.dedup();
+        let calls = |row: &Value, name: &str| {
+            row["commands_per_task"][name]["calls"]
+                .as_f64()
+                .unwrap_or(0.0)
+        };
+        let max_of = |name: &str| rows.iter().map(|r| calls(r, name)).fold(0.0, f64::max);
+        names.retain(|name| max_of(name) >= 0.005);
+        names.sort_by(|a, b| max_of(b).total_cmp(&max_of(a)));
+        writeln!(
+            md,
+            "Redis commands per task by command (* = sent by a client; the rest run inside scripts):\n"
+        )?;
+        let header: Vec<String> = rows
+            .iter()
+            .map(|r| format!("W={} K={}", r["workers"], r["clients"]))
+            .collect();
+        writeln!(md, "| command | {} |", header.join(" | "))?;
+        writeln!(md, "|---|{}", "---|".repeat(rows.len()))?;
+        for name in names {
+            let cells: Vec<String> = rows
+                .iter()
+                .map(|r| format!("{:.2}", calls(r, &name)))
+                .collect();
+            let star = if CLIENT_COMMANDS.contains(&name.as_str()) {
+                "*"
+            } else {
+                ""
+            };
+            writeln!(md, "| {name}{star} | {} |", cells.join(" | "))?;
+        }
+        writeln!(md)?;
+    }
+    if let Some(mem) = memory {
+        writeln!(
+            md,
+            "### Redis memory per retained terminal task\n\n{} `echo` tasks (input `{{\"i\": n}}`) through HTTP by {} clients (one token each) on {} workers; INFO memory `used_memory` before the first create and after the last task was terminal (retained for 24 h by default): **{} bytes per task** (`used_memory_dataset`: {} bytes). Keys left per task: {}. One task's keys by `MEMORY USAGE`: {}.\n",
+            mem["tasks"],
+            mem["clients"],
+            mem["workers"],
+            f(&mem["bytes_per_task"], 0),
+            f(&mem["dataset_bytes_per_task"], 0),
+            mem["keys_per_task"]
+                .as_object()
+                .map(|m| m
+                    .iter()
+                    .map(|(k, v)| format!("{k} {}", f(v, 2)))
+                    .collect::<Vec<_>>()
+                    .join(", "))
+                .unwrap_or_default(),
+            mem["sample_memory_usage"]
+                .as_object()
+                .map(|m| m
+                    .iter()
+                    .map(|(k, v)| format!("{k} {v} B"))
+                    .collect::<Vec<_>>()
+                    .join(", "))
+                .unwrap_or_default(),
+        )?;
+    }
+    Ok(md)
+}
+
+async fn meta(settings: &Settings, admin: &mut MultiplexedConnection) -> Res<Value> {
+    let version = info_field(admin, "server", "redis_version").await?;
+    let aof = info_field(admin, "persistence", "aof_enabled").await?;
+    let save: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("save")
+        .query_async(admin)
+        .await?;
+    let persistence = if aof == "1" {
+        String::from("appendonly yes")
+    } else {
+        format!(
+            "no AOF, save \"{}\"",
+            save.get(1).map(String::as_str).unwrap_or("?")
+        )
+    };
+    Ok(json!({
+        "label": settings.label,
+        "redis_version": version,
+        "persistence": persistence,
+        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "loadavg_at_start": std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
+        "settings": settings.to_json(),
+    }))
+}
+
+#[tokio::main]
+async fn main() -> Res<()> {
+    // `cargo bench` passes `--bench`; `cargo test --benches` / `--all-targets` runs this binary
+    // without it, and a benchmark is not a test: do nothing then.
+    if !std::env::args().any(|arg| arg == "--bench") {
+        eprintln!("e2e is a benchmark: run it with scripts/bench-report (cargo bench)");
+        return Ok(());
+    }
+    let settings = Settings::from_env()?;
+    let ticks = clock_ticks();
+    let client = redis::Client::open(settings.url.as_str())?;
+    let mut admin = client.get_multiplexed_async_connection().await?;
+    let meta = meta(&settings, &mut admin).await?;
+    eprintln!("e2e bench: {meta}");
+    let log_dir = std::env::temp_dir().join(format!("e2e-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&log_dir)?;
+
+    let result = async {
+        let rows = if settings.runs_scenario("throughput") {
+            throughput_rows(&settings, &mut admin, &log_dir, ticks).await?
+        } else {
+            Vec::new()
+        };
+        let memory = if settings.runs_scenario("memory") && settings.memory_tasks > 0 {
+            Some(memory_run(&settings, &mut admin, &log_dir).await?)
+        } else {
+            None
+        };
+        Ok::<_, BoxError>((rows, memory))
+    }
+    .await;
+    let _ = std::fs::remove_dir_all(&log_dir);
+    let (rows, memory) = result?;
+
+    let md = markdown(&settings, &meta, &rows, memory.as_ref())?;
+    println!("{md}");
+    if let Some(path) = &settings.out {
+        let report = json!({
+            "meta": meta,
+            "e2e": rows,
+            "memory": memory,
+            "markdown": md,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
+        eprintln!("wrote {path}");
+    }
+    Ok(())
+}
