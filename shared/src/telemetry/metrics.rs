@@ -126,16 +126,24 @@ pub fn task_admitted(name: &str) {
 /// A terminal write applied: counts it and records creation → terminal from the store's
 /// timestamps.
 pub fn task_finished(name: &str, task: &Task) {
-    if !super::metrics_enabled() || !task.status.is_terminal() {
+    let elapsed_ms = task.updated_at.0.saturating_sub(task.created_at.0);
+    task_settled(name, task.status, Some(Duration::from_millis(elapsed_ms)));
+}
+
+/// A task reached `outcome` (a terminal status); `end_to_end` is creation → terminal when the
+/// writer knows it (a recovery sweep does not read the task's timestamps).
+pub fn task_settled(name: &str, outcome: TaskStatus, end_to_end: Option<Duration>) {
+    if !super::metrics_enabled() || !outcome.is_terminal() {
         return;
     }
-    let attributes = [entrypoint(name), status(task.status)];
+    let attributes = [entrypoint(name), status(outcome)];
     let instruments = instruments();
     instruments.finished.add(1, &attributes);
-    let elapsed_ms = task.updated_at.0.saturating_sub(task.created_at.0);
-    instruments
-        .end_to_end
-        .record(elapsed_ms as f64 / 1000.0, &attributes);
+    if let Some(elapsed) = end_to_end {
+        instruments
+            .end_to_end
+            .record(elapsed.as_secs_f64(), &attributes);
+    }
 }
 
 /// A recovery sweep settled a task whose lease expired: `outcome` is `requeued`, `failed` or
@@ -214,10 +222,10 @@ pub fn http_active(method: &str, delta: i64) {
 pub struct ClusterSample {
     /// Ready-queue length by entrypoint.
     pub queue_depth: Vec<(String, u64)>,
-    /// Live leases (prepared and active) in the cluster.
-    pub leases_active: u64,
-    /// Workers with a live registry entry.
-    pub workers_live: u64,
+    /// Live leases (prepared and active) in the cluster, when the store counts them.
+    pub leases_active: Option<u64>,
+    /// Workers with a live registry entry, when there is a registry.
+    pub workers_live: Option<u64>,
 }
 
 /// The latest [`ClusterSample`]; empty (the gauges report nothing) until the first one.
@@ -273,7 +281,7 @@ pub fn register_cluster_gauges(gauges: Arc<ClusterGauges>) -> Option<ClusterGaug
             .with_unit("{lease}")
             .with_description("Live task leases in the cluster")
             .with_callback(move |observer| {
-                if let Some(count) = leases.read(|sample| sample.leases_active) {
+                if let Some(count) = leases.read(|sample| sample.leases_active).flatten() {
                     observer.observe(count, &[]);
                 }
             })
@@ -283,7 +291,7 @@ pub fn register_cluster_gauges(gauges: Arc<ClusterGauges>) -> Option<ClusterGaug
             .with_unit("{worker}")
             .with_description("Workers with a live registry entry")
             .with_callback(move |observer| {
-                if let Some(count) = workers.read(|sample| sample.workers_live) {
+                if let Some(count) = workers.read(|sample| sample.workers_live).flatten() {
                     observer.observe(count, &[]);
                 }
             })
