@@ -2,6 +2,9 @@
 //!
 //! - [`process`]: the workspace's `gateway`/`worker` binaries as real processes, signalled and
 //!   stopped on drop;
-//! - [`redis_server`]: a private `redis-server` on a free loopback port, stopped on drop.
+//! - [`redis_server`]: a private `redis-server` on a free loopback port, stopped on drop;
+//! - [`otlp`]: an in-process OTLP receiver (HTTP/protobuf and gRPC) collecting what services
+//!   export.
+pub mod otlp;
 pub mod process;
 pub mod redis_server;
