@@ -234,17 +234,19 @@ pub struct Admit<'a> {
 /// Creates a queued task with a fresh id.
 pub async fn create(state: &AppState, admit: Admit<'_>) -> Result<Task, ApiError> {
     let task_id = uuid::Uuid::new_v4().to_string();
-    let span = tracing::info_span!(
-        "create task",
-        otel.name = %format_args!("create {}", admit.entrypoint),
-        otel.kind = "producer",
-        otel.status_code = Empty,
-        messaging.system = "taskcluster",
-        messaging.operation.type = "create",
-        messaging.operation.name = "create",
-        messaging.destination.name = admit.entrypoint,
-        messaging.message.id = %task_id,
-    );
+    let span = shared::telemetry::traced_span(|| {
+        tracing::info_span!(
+            "create task",
+            otel.name = %format_args!("create {}", admit.entrypoint),
+            otel.kind = "producer",
+            otel.status_code = Empty,
+            messaging.system = "taskcluster",
+            messaging.operation.type = "create",
+            messaging.operation.name = "create",
+            messaging.destination.name = admit.entrypoint,
+            messaging.message.id = %task_id,
+        )
+    });
     let trace_context = shared::telemetry::inject(&span);
     let created = state
         .store

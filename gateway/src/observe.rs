@@ -65,26 +65,32 @@ pub async fn http_span(request: Request, next: Next) -> Response {
         .and_then(|v| v.to_str().ok())
         .unwrap_or("-")
         .to_owned();
-    let name = match &route {
-        Some(route) => format!("{method} {route}"),
-        None => method.to_owned(),
+    let span = if shared::telemetry::traces_enabled() {
+        let name = match &route {
+            Some(route) => format!("{method} {route}"),
+            None => method.to_owned(),
+        };
+        let span = tracing::info_span!(
+            "http",
+            otel.name = %name,
+            otel.kind = "server",
+            otel.status_code = Empty,
+            http.request.method = method,
+            http.route = Empty,
+            url.path = %request.uri().path(),
+            url.scheme = "http",
+            http.response.status_code = Empty,
+            request_id = %request_id,
+        );
+        if let Some(route) = &route {
+            span.record("http.route", route.as_str());
+        }
+        shared::telemetry::continue_remote(&span, request.headers());
+        span
+    } else {
+        // Untraced, the span only gives log lines their request context.
+        tracing::info_span!("http", method = %request.method(), path = %request.uri().path(), request_id = %request_id)
     };
-    let span = tracing::info_span!(
-        "http",
-        otel.name = %name,
-        otel.kind = "server",
-        otel.status_code = Empty,
-        http.request.method = method,
-        http.route = Empty,
-        url.path = %request.uri().path(),
-        url.scheme = "http",
-        http.response.status_code = Empty,
-        request_id = %request_id,
-    );
-    if let Some(route) = &route {
-        span.record("http.route", route.as_str());
-    }
-    shared::telemetry::continue_remote(&span, request.headers());
 
     let _active = Active::enter(method);
     let started = Instant::now();

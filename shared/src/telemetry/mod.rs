@@ -45,6 +45,16 @@ pub fn traces_enabled() -> bool {
     TRACES.load(Ordering::Relaxed)
 }
 
+/// `make()` when spans are exported, else a disabled span: spans that exist for tracing only
+/// (with many semantic-convention fields) then cost nothing and add nothing to log lines.
+pub fn traced_span(make: impl FnOnce() -> tracing::Span) -> tracing::Span {
+    if traces_enabled() {
+        make()
+    } else {
+        tracing::Span::none()
+    }
+}
+
 /// Whether metrics are exported; recording is skipped entirely otherwise.
 pub fn metrics_enabled() -> bool {
     METRICS.load(Ordering::Relaxed)

@@ -25,20 +25,22 @@ use crate::handler::{HandlerError, TaskContext};
 
 pub async fn run(shared: Arc<Shared>, claim: Claim, slot: OwnedSemaphorePermit) {
     let entrypoint = &claim.invocation.entrypoint;
-    let span = tracing::info_span!(
-        "process task",
-        otel.name = %format_args!("process {entrypoint}"),
-        otel.kind = "consumer",
-        otel.status_code = Empty,
-        messaging.system = "taskcluster",
-        messaging.operation.type = "process",
-        messaging.operation.name = "process",
-        messaging.destination.name = %entrypoint,
-        messaging.message.id = %claim.lease.task_id,
-        taskcluster.worker.id = %shared.config.worker_id,
-        taskcluster.task.attempt = Empty,
-        taskcluster.task.status = Empty,
-    );
+    let span = shared::telemetry::traced_span(|| {
+        tracing::info_span!(
+            "process task",
+            otel.name = %format_args!("process {entrypoint}"),
+            otel.kind = "consumer",
+            otel.status_code = Empty,
+            messaging.system = "taskcluster",
+            messaging.operation.type = "process",
+            messaging.operation.name = "process",
+            messaging.destination.name = %entrypoint,
+            messaging.message.id = %claim.lease.task_id,
+            taskcluster.worker.id = %shared.config.worker_id,
+            taskcluster.task.attempt = Empty,
+            taskcluster.task.status = Empty,
+        )
+    });
     shared::telemetry::follow_producer(&span, &claim.invocation.trace_context);
     run_claim(shared, claim, slot, span.clone())
         .instrument(span)
@@ -191,11 +193,13 @@ async fn run_handler(
         cancel: cancel.clone(),
         events: Emitter::new(shared.store.clone(), lease),
     };
-    let span = tracing::info_span!(
-        "handler",
-        otel.name = %format_args!("handler {}", invocation.entrypoint),
-        taskcluster.task.attempt = attempt,
-    );
+    let span = shared::telemetry::traced_span(|| {
+        tracing::info_span!(
+            "handler",
+            otel.name = %format_args!("handler {}", invocation.entrypoint),
+            taskcluster.task.attempt = attempt,
+        )
+    });
     // Its own task, so that a panicking handler fails its run instead of the worker.
     let mut handle = tokio::spawn(
         entrypoint
