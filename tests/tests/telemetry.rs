@@ -7,7 +7,10 @@
 //!   handler span, with Redis script CLIENT spans on both sides; the task metrics arrive with
 //!   their entrypoint; the access token appears in nothing exported and no log line, and JSON
 //!   log lines written in a span carry its trace id;
-//! - over OTLP/gRPC: the same gateway exports its spans and metrics;
+//! - a worker frozen past its lease: the recovering worker's sweep is a span with a `task
+//!   recovered` event, the rerun joins the task's trace, and the stale worker's refused write
+//!   is an event of its run's span and a `taskcluster.fenced_writes.rejected` count;
+//! - over OTLP/gRPC: the embedded gateway exports its spans and metrics;
 //! - without an endpoint nothing is exported (see also `shared`'s settings tests).
 
 use std::net::TcpListener;
@@ -19,6 +22,7 @@ use harness::redis_server::RedisServer;
 use nix::sys::signal::Signal;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use serde_json::{Value, json};
+use shared::store::{Phase, RedisStore, RedisStoreConfig, TaskStore};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -84,11 +88,19 @@ async fn wait_for_skill(base: &str, skill: &str, gateway: &ServiceProcess) -> Te
 
 /// `POST /tasks` for `echo` with the caller's token and trace context; returns the task id.
 async fn create_echo(base: &str) -> Result<String, Box<dyn std::error::Error>> {
+    create_task(base, "echo", json!({"x": 1})).await
+}
+
+async fn create_task(
+    base: &str,
+    skill: &str,
+    input: Value,
+) -> Result<String, Box<dyn std::error::Error>> {
     let response = reqwest::Client::new()
         .post(format!("{base}/tasks"))
         .header("Task-Access-Token", TOKEN)
         .header("traceparent", format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01"))
-        .json(&json!({"skillId": "echo", "message": {"role": "user", "content": {"text": "{\"x\":1}"}}}))
+        .json(&json!({"skillId": skill, "message": {"role": "user", "content": {"text": input.to_string()}}}))
         .send()
         .await?;
     assert_eq!(response.status(), 200);
@@ -359,6 +371,138 @@ async fn one_trace_covers_a_task_from_gateway_to_worker_over_otlp_http() -> Test
             process.name()
         );
     }
+    Ok(())
+}
+
+fn worker_env(
+    receiver: &OtlpReceiver,
+    redis: &RedisServer,
+    id: &str,
+) -> Vec<(&'static str, String)> {
+    let mut envs = otel_env(receiver, "http/protobuf");
+    envs.extend([
+        ("REDIS_URL", redis.url()),
+        ("WORKER_ID", id.to_owned()),
+        ("WORKER_LEASE_TTL_MS", "1000".to_owned()),
+    ]);
+    envs
+}
+
+/// Waits until the task's run is active (its handler started).
+async fn wait_until_active(store: &RedisStore, task_id: &str) -> TestResult {
+    let start = tokio::time::Instant::now();
+    loop {
+        if let Some(stored) = store.get(task_id).await?
+            && stored.phase == Phase::Active
+        {
+            return Ok(());
+        }
+        if start.elapsed() > PATIENCE {
+            return Err(format!("task {task_id} never became active").into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn has_event(span: &ReceivedSpan, name_part: &str) -> bool {
+    span.span.events.iter().any(|e| e.name.contains(name_part))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn recovery_and_fencing_are_span_events_and_the_rerun_joins_the_trace() -> TestResult {
+    let receiver = OtlpReceiver::start().await?;
+    let redis = RedisServer::start()?;
+    let w1 = ServiceProcess::start("worker", "w1", &[], &worker_env(&receiver, &redis, "w1"))?;
+    let (_gateway, base) =
+        start_gateway(Some(&redis), otel_env(&receiver, "http/protobuf")).await?;
+    let store = RedisStore::connect(RedisStoreConfig::new(redis.url())).await?;
+
+    let task_id = create_task(&base, "sleep", json!({"ms": 1200})).await?;
+    wait_until_active(&store, &task_id).await?;
+    w1.signal(Signal::SIGSTOP)?; // frozen past its lease
+    let _w2 = ServiceProcess::start("worker", "w2", &[], &worker_env(&receiver, &redis, "w2"))?;
+    let task = wait_until_finished(&base, &task_id).await?;
+    assert_eq!(task["status"], "completed", "{task}");
+    w1.signal(Signal::SIGCONT)?; // wakes up holding a dead lease
+
+    let id = task_id.clone();
+    let run_of = move |s: &ReceivedSpan, worker: &str| {
+        kind(s) == SpanKind::Consumer as i32
+            && attr(s, "messaging.message.id").as_deref() == Some(id.as_str())
+            && attr(s, "taskcluster.worker.id").as_deref() == Some(worker)
+    };
+    let id = task_id.clone();
+    let received = receiver
+        .wait_for(PATIENCE, |received| {
+            let spans = received.spans();
+            let sweep = spans.iter().any(|s| {
+                s.span.name == "recovery sweep"
+                    && s.span.events.iter().any(|e| {
+                        e.name == "task recovered"
+                            && attribute(&e.attributes, "task_id").as_deref() == Some(id.as_str())
+                    })
+            });
+            let stale_run_ended = spans.iter().any(|s| run_of(s, "w1"));
+            let fenced = received
+                .points("taskcluster.fenced_writes.rejected")
+                .iter()
+                .any(|p| attribute(&p.attributes, "entrypoint").as_deref() == Some("sleep"));
+            let recovered = has_point(
+                received,
+                "taskcluster.tasks.recovered",
+                &[("entrypoint", "sleep"), ("outcome", "requeued")],
+            );
+            (sweep && stale_run_ended && fenced && recovered).then(|| received.clone())
+        })
+        .await?;
+    let spans = received.spans();
+    let producer = find(&spans, "gateway", |s| {
+        kind(s) == SpanKind::Producer as i32
+            && attr(s, "messaging.message.id").as_deref() == Some(task_id.as_str())
+    })
+    .ok_or("no producer span")?;
+    let stale = spans
+        .iter()
+        .find(|s| run_of(s, "w1"))
+        .ok_or("no run of w1")?;
+    let rerun = spans
+        .iter()
+        .find(|s| run_of(s, "w2"))
+        .ok_or("no run of w2")?;
+    for run in [stale, rerun] {
+        assert_eq!(
+            run.span.trace_id, producer.span.trace_id,
+            "the runs join the task's trace"
+        );
+        assert_eq!(run.span.parent_span_id, producer.span.span_id);
+    }
+    assert_eq!(
+        attr(stale, "taskcluster.task.attempt").as_deref(),
+        Some("1")
+    );
+    assert_eq!(
+        attr(rerun, "taskcluster.task.attempt").as_deref(),
+        Some("2")
+    );
+    // Woken up, w1 either writes its result and is refused (fenced out, or the task is already
+    // finished), or learns from its heartbeat that the lease is gone first: either way an event
+    // of its run says so.
+    assert!(
+        ["result fenced out", "result not written", "writing nothing"]
+            .iter()
+            .any(|event| has_event(stale, event)),
+        "events of the stale run: {:?}",
+        stale.span.events
+    );
+    let operations: Vec<String> = received
+        .points("taskcluster.fenced_writes.rejected")
+        .iter()
+        .filter_map(|p| attribute(&p.attributes, "operation"))
+        .collect();
+    assert!(
+        operations.iter().any(|op| op == "finish" || op == "renew"),
+        "{operations:?}"
+    );
     Ok(())
 }
 

@@ -44,7 +44,7 @@ impl Emitter {
             None => {
                 shared::telemetry::metrics::fenced_write_rejected(&lease.entrypoint, "emit");
                 tracing::info!(task_id = %lease.task_id, operation = "emit",
-                    "fenced: event refused, the lease was lost");
+                    "event fenced out: the lease was lost");
                 Err(EmitError::Fenced)
             }
         }

@@ -156,7 +156,8 @@ pub fn task_recovered(name: &str, outcome: &'static str) {
     }
 }
 
-/// A fenced write was refused: `operation` is `activate`, `renew`, `emit` or `finish`.
+/// A write carrying a lease was refused because the lease is no longer current (another worker
+/// holds the task, or it is finished): `operation` is `activate`, `renew`, `emit` or `finish`.
 pub fn fenced_write_rejected(name: &str, operation: &'static str) {
     if super::metrics_enabled() {
         instruments().fenced.add(

@@ -69,7 +69,7 @@ async fn run_claim(
         Ok(Some(activation)) => activation,
         Ok(None) => {
             metrics::fenced_write_rejected(entrypoint, "activate");
-            tracing::info!(%task_id, operation = "activate", "fenced: claim lost before activation");
+            tracing::info!(%task_id, operation = "activate", "claim fenced out before activation");
             return;
         }
         Err(err) => {
@@ -256,10 +256,13 @@ async fn finish(
         }) => {
             metrics::fenced_write_rejected(entrypoint, "finish");
             tracing::warn!(%task_id, operation = "finish",
-                "fenced: result refused, the task belongs to another worker now");
+                "result fenced out: the task belongs to another worker now");
         }
         Ok(CasOutcome::Rejected { reason, .. }) => {
-            tracing::info!(%task_id, ?reason, "result not written: the task was already finished");
+            // A finished task holds no lease: this write's fence was stale too.
+            metrics::fenced_write_rejected(entrypoint, "finish");
+            tracing::info!(%task_id, ?reason, operation = "finish",
+                "result not written: the task was already finished");
         }
         Err(err) => {
             // The task stays running; its lease expires and recovery runs it again.
