@@ -10,6 +10,7 @@
 //! - a worker frozen past its lease: the recovering worker's sweep is a span with a `task
 //!   recovered` event, the rerun joins the task's trace, and the stale worker's refused write
 //!   is an event of its run's span and a `taskcluster.fenced_writes.rejected` count;
+//! - SIGTERM flushes spans and metrics still buffered;
 //! - over OTLP/gRPC: the embedded gateway exports its spans and metrics;
 //! - without an endpoint nothing is exported (see also `shared`'s settings tests).
 
@@ -503,6 +504,35 @@ async fn recovery_and_fencing_are_span_events_and_the_rerun_joins_the_trace() ->
         operations.iter().any(|op| op == "finish" || op == "renew"),
         "{operations:?}"
     );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_flushes_what_is_buffered() -> TestResult {
+    let receiver = OtlpReceiver::start().await?;
+    let mut envs = otel_env(&receiver, "http/protobuf");
+    // Nothing would be exported for a minute but for the flush at shutdown.
+    envs.retain(|(name, _)| !name.starts_with("OTEL_BSP") && !name.starts_with("OTEL_METRIC"));
+    envs.push(("OTEL_BSP_SCHEDULE_DELAY", "60000".to_owned()));
+    envs.push(("OTEL_METRIC_EXPORT_INTERVAL", "60000".to_owned()));
+    let (mut gateway, base) = start_gateway(None, envs).await?;
+    let task_id = create_echo(&base).await?;
+    wait_until_finished(&base, &task_id).await?;
+    gateway.signal(Signal::SIGTERM)?;
+    assert!(gateway.wait_exit(PATIENCE)?.success(), "{}", gateway.log());
+    // The process exits only after its exporters flushed: everything is here already.
+    let received = receiver.received();
+    let spans = received.spans();
+    assert!(
+        find(&spans, "gateway", |s| s.span.name == "POST /tasks").is_some(),
+        "{}",
+        received.summary()
+    );
+    assert!(has_point(
+        &received,
+        "taskcluster.tasks.finished",
+        &[("entrypoint", "echo"), ("status", "completed")],
+    ));
     Ok(())
 }
 
