@@ -74,12 +74,12 @@ impl Telemetry {
         if let Some(tracer) = self.tracer
             && let Err(err) = tracer.shutdown()
         {
-            eprintln!("telemetry: flushing spans failed: {err}");
+            tracing::warn!(error = %err, "telemetry: flushing spans failed");
         }
         if let Some(meter) = self.meter
             && let Err(err) = meter.shutdown()
         {
-            eprintln!("telemetry: flushing metrics failed: {err}");
+            tracing::warn!(error = %err, "telemetry: flushing metrics failed");
         }
     }
 }
