@@ -1,11 +1,18 @@
 //! Admission shared by `POST /tasks`, invoke and stream: find the entrypoint among the live
 //! workers' registry entries, check the input against its schema, create the task.
+//!
+//! Creation is a PRODUCER span (messaging conventions: the entrypoint is the destination, the
+//! task id the message id) whose W3C trace context is stored in the task record; the worker
+//! that runs the task continues that trace.
 
 use serde_json::Value;
 use shared::protocol::Task;
 use shared::registry::EntrypointInfo;
 use shared::store::{Admission, Invocation, NewTask};
+use shared::telemetry::metrics;
 use shared::token::OwnerHash;
+use tracing::Instrument;
+use tracing::field::Empty;
 
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -229,21 +236,46 @@ pub struct Admit<'a> {
 
 /// Creates a queued task with a fresh id.
 pub async fn create(state: &AppState, admit: Admit<'_>) -> Result<Task, ApiError> {
-    let task = state
+    let task_id = uuid::Uuid::new_v4().to_string();
+    let span = shared::telemetry::traced_span(|| {
+        tracing::info_span!(
+            "create task",
+            otel.name = %format_args!("create {}", admit.entrypoint),
+            otel.kind = "producer",
+            otel.status_code = Empty,
+            messaging.system = "taskcluster",
+            messaging.operation.type = "create",
+            messaging.operation.name = "create",
+            messaging.destination.name = admit.entrypoint,
+            messaging.message.id = %task_id,
+        )
+    });
+    let trace_context = shared::telemetry::inject(&span);
+    let created = state
         .store
         .create(NewTask {
-            task_id: uuid::Uuid::new_v4().to_string(),
+            task_id,
             owner: admit.owner,
             invocation: Invocation {
                 entrypoint: admit.entrypoint.to_owned(),
                 input: admit.input,
                 context_id: admit.context_id,
                 metadata: admit.metadata,
-                trace_context: Default::default(),
+                trace_context,
             },
             admission: Admission::Queued,
             max_attempts: state.config.max_attempts,
         })
-        .await?;
-    Ok(task)
+        .instrument(span.clone())
+        .await;
+    match created {
+        Ok(task) => {
+            metrics::task_admitted(admit.entrypoint);
+            Ok(task)
+        }
+        Err(err) => {
+            span.record("otel.status_code", "ERROR");
+            Err(err.into())
+        }
+    }
 }

@@ -8,6 +8,7 @@
 //! - [`extract`]: JSON and `Task-Access-Token` extractors whose rejections are `ApiError`s;
 //! - [`routes`]: one module per resource (health, card, entrypoints, tasks, invoke/stream);
 //! - [`serve`]: the HTTP server loop (header read timeout, head size bound, graceful drain);
+//! - [`observe`]: HTTP server spans and metrics (OpenTelemetry semantic conventions);
 //! - [`embedded`]: the single-process mode (in-memory store and an in-process worker).
 //!
 //! [`app`] builds the router; tests drive it without a socket.
@@ -17,6 +18,7 @@ pub mod config;
 pub mod embedded;
 pub mod error;
 pub mod extract;
+pub mod observe;
 pub mod recent;
 pub mod routes;
 pub mod serve;
@@ -28,15 +30,14 @@ use axum::Router;
 use axum::http::HeaderName;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::timeout::RequestBodyTimeoutLayer;
-use tower_http::trace::TraceLayer;
 
 use crate::state::AppState;
 
-const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+pub(crate) const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// The whole HTTP surface, mounted under the configured base path, with its layers applied
-/// once: request ids, tracing (no headers or bodies logged: they carry tokens), body limit and
-/// body read timeout.
+/// once: request ids, the server span and HTTP metrics (no headers or bodies recorded: they
+/// carry tokens), body limit and body read timeout.
 pub fn app(state: AppState) -> Router {
     let base = state.config.base_path();
     let limit = state.config.body_limit_bytes;
@@ -61,15 +62,7 @@ pub fn app(state: AppState) -> Router {
         .layer(axum::extract::DefaultBodyLimit::max(limit))
         .layer(RequestBodyTimeoutLayer::new(body_timeout))
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
-        .layer(
-            TraceLayer::new_for_http().make_span_with(|request: &axum::http::Request<_>| {
-                let id = request
-                    .headers()
-                    .get(&REQUEST_ID)
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("-");
-                tracing::info_span!("http", method = %request.method(), path = %request.uri().path(), request_id = %id)
-            }),
-        )
+        // Inside the router's layers, so the matched route (`http.route`) is known.
+        .layer(axum::middleware::from_fn(observe::http_span))
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
 }

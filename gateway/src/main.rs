@@ -1,4 +1,5 @@
-//! `gateway`: parse settings, connect (or go embedded), serve until SIGTERM or SIGINT.
+//! `gateway`: parse settings, set up logs and telemetry, connect (or go embedded), serve until
+//! SIGTERM or SIGINT, flush telemetry.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,13 +9,15 @@ use clap::Parser;
 use gateway::config::GatewayConfig;
 use gateway::state::AppState;
 use shared::store::{RedisStore, RedisStoreConfig};
+use shared::telemetry::LogFormat;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = GatewayConfig::parse();
-    init_logs(&config.log_format);
+    let telemetry = shared::telemetry::init("gateway", LogFormat::parse(&config.log_format))
+        .context("cannot set up logs and telemetry")?;
     let shutdown = CancellationToken::new();
     let background = TaskTracker::new();
 
@@ -68,6 +71,8 @@ async fn main() -> anyhow::Result<()> {
     background.close();
     background.wait().await;
     store.close().await;
+    // Blocking: the exporters flush on their own threads.
+    let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
     Ok(())
 }
 
@@ -83,16 +88,5 @@ async fn wait_for_signal() {
     tokio::select! {
         _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
         _ = int.recv() => tracing::info!("SIGINT: shutting down"),
-    }
-}
-
-fn init_logs(format: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    if format == "json" {
-        builder.json().init();
-    } else {
-        builder.init();
     }
 }

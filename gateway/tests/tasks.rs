@@ -1095,6 +1095,9 @@ impl TaskStore for ClaimsDurable {
     async fn live_count(&self) -> Result<u64, StoreError> {
         self.0.live_count().await
     }
+    async fn lease_count(&self) -> Result<u64, StoreError> {
+        self.0.lease_count().await
+    }
     async fn close(&self) {
         self.0.close().await
     }

@@ -4,7 +4,7 @@
 --
 -- KEYS[1] task  KEYS[2] leases  KEYS[3] admissions  KEYS[4] queue of the task's entrypoint
 -- ARGV[1] task id  ARGV[2] claimer id  ARGV[3] lease ttl ms
--- Returns {1, epoch, lease_expires, owner, invocation, attempt, max_attempts, entrypoint}
+-- Returns {1, epoch, lease_expires, owner, invocation, attempt, max_attempts, entrypoint, created}
 --       | {0, 'MISSING' | 'NOT_RUNNING' | 'LEASED' | 'EXPIRED'}
 -- 'EXPIRED': a reservation whose admission expired; the caller reaps it (it becomes cancelled).
 
@@ -28,5 +28,6 @@ redis.call('HDEL', task, 'admission_expires')
 redis.call('ZREM', admissions, id)
 redis.call('ZREM', queue, id)
 redis.call('ZADD', leases, expires, id)
-local r = redis.call('HMGET', task, 'owner', 'invocation', 'attempt', 'max_attempts', 'entrypoint')
-return {1, epoch, expires, r[1], r[2], tonumber(r[3]), tonumber(r[4]), r[5]}
+local r = redis.call('HMGET', task, 'owner', 'invocation', 'attempt', 'max_attempts', 'entrypoint',
+  'created')
+return {1, epoch, expires, r[1], r[2], tonumber(r[3]), tonumber(r[4]), r[5], tonumber(r[6])}

@@ -6,8 +6,8 @@
 -- KEYS[1] leases, KEYS[2 .. 1+Q] queues, KEYS[2+Q ..] candidate task keys
 -- ARGV[1] claimer id  ARGV[2] lease ttl ms  ARGV[3] max claims  ARGV[4] Q
 -- ARGV[5 ..] per candidate: queue index (1-based), task id
--- Returns a flat list, 8 entries per claim:
---   id, epoch, lease_expires, owner, invocation, attempt, max_attempts, entrypoint
+-- Returns a flat list, 9 entries per claim:
+--   id, epoch, lease_expires, owner, invocation, attempt, max_attempts, entrypoint, created
 
 -- @include "now_ms"
 
@@ -24,7 +24,7 @@ for i = 1, candidates do
   local id = ARGV[4 + 2 * i]
   local task = KEYS[1 + q + i]
   local f = redis.call('HMGET', task, 'status', 'phase', 'owner', 'invocation', 'attempt',
-    'max_attempts', 'entrypoint')
+    'max_attempts', 'entrypoint', 'created')
   if f[1] == 'running' and f[2] == 'queued' then
     local epoch = redis.call('HINCRBY', task, 'epoch', 1)
     local expires = now + ttl
@@ -41,6 +41,7 @@ for i = 1, candidates do
     out[n + 6] = tonumber(f[5])
     out[n + 7] = tonumber(f[6])
     out[n + 8] = f[7]
+    out[n + 9] = tonumber(f[8])
   elseif f[2] ~= 'queued' then
     redis.call('ZREM', queue, id)
   end

@@ -9,11 +9,14 @@
 //!   [`store::MemoryStore`] (durability `process`) and [`store::RedisStore`] (durability `durable`,
 //!   Lua-scripted fenced leases);
 //! - [`client`]: a client for agents speaking the profile (card discovery, invoke, stream,
-//!   owned tasks), as used by the `taskctl` command-line client.
+//!   owned tasks), as used by the `taskctl` command-line client;
+//! - [`telemetry`]: OpenTelemetry traces and metrics over OTLP, off unless configured, and the
+//!   log set-up of the binaries (the SDK parts behind the `telemetry` feature).
 
 pub mod client;
 pub mod idempotency;
 pub mod protocol;
 pub mod registry;
 pub mod store;
+pub mod telemetry;
 pub mod token;

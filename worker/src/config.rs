@@ -89,6 +89,7 @@ impl WorkerConfig {
             drain_timeout: Duration::from_millis(self.drain_timeout_ms),
             recovery_interval: Duration::from_millis(self.recovery_interval_ms.max(10)),
             idle_wait: Duration::from_secs(1),
+            gauge_interval: crate::runtime::DEFAULT_GAUGE_INTERVAL,
         }
     }
 }

@@ -39,10 +39,15 @@ impl Emitter {
             event: event.to_owned(),
             data,
         };
-        self.store
-            .emit(&lease, payload)
-            .await?
-            .ok_or(EmitError::Fenced)
+        match self.store.emit(&lease, payload).await? {
+            Some(seq) => Ok(seq),
+            None => {
+                shared::telemetry::metrics::fenced_write_rejected(&lease.entrypoint, "emit");
+                tracing::info!(task_id = %lease.task_id, operation = "emit",
+                    "event fenced out: the lease was lost");
+                Err(EmitError::Fenced)
+            }
+        }
     }
 
     /// `progress` for task subscribers, e.g. `{"done": 3, "of": 10}`.

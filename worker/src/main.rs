@@ -1,18 +1,22 @@
-//! `worker`: parse settings, connect, run until SIGTERM or SIGINT, drain, exit.
+//! `worker`: parse settings, set up logs and telemetry, connect, run until SIGTERM or SIGINT,
+//! drain, flush telemetry, exit.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
 use shared::registry::RedisRegistry;
 use shared::store::{RedisStore, RedisStoreConfig};
+use shared::telemetry::LogFormat;
 use tokio_util::sync::CancellationToken;
 use worker::config::WorkerConfig;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = WorkerConfig::parse();
-    init_logs(&config.log_format);
+    let telemetry = shared::telemetry::init("worker", LogFormat::parse(&config.log_format))
+        .context("cannot set up logs and telemetry")?;
 
     let builtins = worker::builtins::all();
     let entrypoints = if config.entrypoints.is_empty() {
@@ -33,15 +37,23 @@ async fn main() -> anyhow::Result<()> {
 
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));
+    let mut runtime = config.runtime();
+    // Fresh values for each export, but never sampled more often than every 250 ms.
+    runtime.gauge_interval = telemetry
+        .settings()
+        .metric_interval
+        .clamp(Duration::from_millis(250), runtime.gauge_interval);
     worker::runtime::run(
         Arc::new(store.clone()),
         Some(registry),
         entrypoints,
-        config.runtime(),
+        runtime,
         shutdown,
     )
     .await?;
     shared::store::TaskStore::close(&store).await;
+    // Blocking: the exporters flush on their own threads.
+    let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
     Ok(())
 }
 
@@ -59,15 +71,4 @@ async fn stop_on_signal(shutdown: CancellationToken) {
         _ = int.recv() => tracing::info!("SIGINT: draining"),
     }
     shutdown.cancel();
-}
-
-fn init_logs(format: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    if format == "json" {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
 }

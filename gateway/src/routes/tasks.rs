@@ -29,8 +29,9 @@ use shared::protocol::{
 };
 use shared::store::{
     CasOutcome, Durability, EventStream, ListQuery, MAX_LIST_LIMIT, Rejection, StoredEvent,
-    Subscription, Transition,
+    StoredTask, Subscription, Transition,
 };
+use shared::telemetry::metrics;
 use shared::token::AccessToken;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -218,8 +219,17 @@ async fn owned_task(
     token: &AccessToken,
     task_id: &str,
 ) -> Result<shared::protocol::Task, ApiError> {
+    Ok(owned_record(state, token, task_id).await?.task)
+}
+
+/// The caller's task with what the store keeps beside it (the invocation).
+async fn owned_record(
+    state: &AppState,
+    token: &AccessToken,
+    task_id: &str,
+) -> Result<StoredTask, ApiError> {
     match state.store.get(task_id).await? {
-        Some(stored) if stored.owner == token.owner_hash() => Ok(stored.task),
+        Some(stored) if stored.owner == token.owner_hash() => Ok(stored),
         _ => Err(ApiError::task_not_found(task_id)),
     }
 }
@@ -246,8 +256,8 @@ async fn cancel(
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let task_id = task_id(path)?;
-    let task = owned_task(&state, &token, &task_id).await?;
-    if task.status != TaskStatus::Running {
+    let record = owned_record(&state, &token, &task_id).await?;
+    if record.task.status != TaskStatus::Running {
         return Err(not_running(StatusCode::BAD_REQUEST, &task_id));
     }
     match state
@@ -262,6 +272,7 @@ async fn cancel(
     {
         CasOutcome::Applied(task) => {
             tracing::info!(task_id = %task.task_id, "task cancelled");
+            metrics::task_finished(&record.invocation.entrypoint, &task);
             Ok(json_response(StatusCode::OK, &task))
         }
         // Between the read and the write it reached another terminal status.

@@ -118,7 +118,7 @@ impl IdempotencyStore for RedisIdempotency {
             .arg(fingerprint)
             .arg(&claim.owner)
             .arg(millis(in_progress_ttl));
-        let reply: Vec<String> = self.store.eval(&invocation).await?;
+        let reply: Vec<String> = self.store.eval("idempotency_begin", &invocation).await?;
         parse_begin(reply, claim)
     }
 
@@ -139,7 +139,7 @@ impl IdempotencyStore for RedisIdempotency {
             .arg(headers)
             .arg(&response.body)
             .arg(millis(retention));
-        let done: u64 = self.store.eval(&invocation).await?;
+        let done: u64 = self.store.eval("idempotency_complete", &invocation).await?;
         Ok(done == 1)
     }
 
@@ -149,7 +149,7 @@ impl IdempotencyStore for RedisIdempotency {
             .key(self.record_key(&claim.scope, &claim.key))
             .arg(&claim.owner)
             .arg(&claim.fingerprint);
-        let released: u64 = self.store.eval(&invocation).await?;
+        let released: u64 = self.store.eval("idempotency_release", &invocation).await?;
         Ok(released == 1)
     }
 }

@@ -72,7 +72,7 @@ impl WorkerRegistry for RedisRegistry {
             .arg(&entry.worker_id)
             .arg(json)
             .arg(ttl_ms.to_string());
-        let _expires: u64 = self.store.eval(&invocation).await?;
+        let _expires: u64 = self.store.eval("register_worker", &invocation).await?;
         Ok(())
     }
 
@@ -83,7 +83,7 @@ impl WorkerRegistry for RedisRegistry {
             .key(keys.registry())
             .key(keys.registry_entry(worker_id))
             .arg(worker_id);
-        let _removed: u64 = self.store.eval(&invocation).await?;
+        let _removed: u64 = self.store.eval("deregister_worker", &invocation).await?;
         Ok(())
     }
 

@@ -148,6 +148,15 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Cluster-wide number of non-terminal tasks (what `max_tasks` bounds).
     async fn live_count(&self) -> Result<u64, StoreError>;
 
+    /// Cluster-wide number of leases (prepared or active), including expired ones the next
+    /// recovery sweep will settle; for metrics. The default reports it unavailable, so that
+    /// wrappers written before it keep compiling.
+    async fn lease_count(&self) -> Result<u64, StoreError> {
+        Err(StoreError::Unavailable(
+            "this store does not count leases".into(),
+        ))
+    }
+
     /// Releases connections and background tasks; tasks themselves are left as they are.
     async fn close(&self);
 }

@@ -136,6 +136,8 @@ pub struct Claim {
     /// Activations before this claim (0 for a fresh task).
     pub previous_attempts: u32,
     pub max_attempts: u32,
+    /// When the task was created, store clock (what queue-wait metrics measure from).
+    pub created_at_ms: u64,
 }
 
 /// A successful activation.
@@ -290,10 +292,19 @@ pub struct RecoveryReport {
     pub failed: Vec<String>,
     /// Expired reservations and pre-hand-off claims cancelled (the upstream reaping rule).
     pub cancelled: Vec<String>,
+    /// The entrypoint of each task above, by task id (for per-entrypoint metrics).
+    pub entrypoints: std::collections::HashMap<String, String>,
 }
 
 impl RecoveryReport {
     pub fn is_empty(&self) -> bool {
         self.requeued.is_empty() && self.failed.is_empty() && self.cancelled.is_empty()
+    }
+
+    /// The entrypoint of a settled task; `"unknown"` for one the report does not name.
+    pub fn entrypoint_of(&self, task_id: &str) -> &str {
+        self.entrypoints
+            .get(task_id)
+            .map_or("unknown", String::as_str)
     }
 }

@@ -42,6 +42,40 @@ pub async fn create_queues_a_running_task(h: &impl Harness) -> TestResult {
     Ok(())
 }
 
+/// The creator's W3C trace context is stored with the task and reaches whoever claims it, by
+/// queue or by id, with the creation time (what a worker's queue-wait metric measures from).
+pub async fn trace_context_and_creation_time_reach_the_claim(h: &impl Harness) -> TestResult {
+    let fx = Fx::new(h).await?;
+    let context: std::collections::BTreeMap<String, String> = [
+        (
+            "traceparent",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        ),
+        ("tracestate", "vendor=opaque"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    let mut queued = fx.new_task("queued", Admission::Queued);
+    queued.invocation.trace_context = context.clone();
+    let created = fx.store.create(queued).await?;
+    assert_eq!(
+        fx.stored(&created.task_id).await?.invocation.trace_context,
+        context
+    );
+    let taken = fx.take("w1", LONG).await?;
+    assert_eq!(taken.invocation.trace_context, context);
+    assert_eq!(taken.created_at_ms, created.created_at.0);
+
+    let mut reserved = fx.new_task("reserved", Admission::Reserved { ttl: LONG });
+    reserved.invocation.trace_context = context.clone();
+    let created = fx.store.create(reserved).await?;
+    let claimed = fx.claim(&created.task_id, "w2", LONG).await?;
+    assert_eq!(claimed.invocation.trace_context, context);
+    assert_eq!(claimed.created_at_ms, created.created_at.0);
+    Ok(())
+}
+
 pub async fn create_reserves_a_paid_task(h: &impl Harness) -> TestResult {
     let fx = Fx::new(h).await?;
     let id = fx.reserved("a", LONG).await?;

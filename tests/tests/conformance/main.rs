@@ -31,6 +31,7 @@ macro_rules! conformance_tests {
             lifecycle {
                 create_queues_a_running_task,
                 create_reserves_a_paid_task,
+                trace_context_and_creation_time_reach_the_claim,
                 duplicate_ids_are_refused,
                 missing_tasks_read_as_none,
                 a_run_publishes_exactly_one_result_update,

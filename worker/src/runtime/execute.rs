@@ -1,21 +1,65 @@
 //! One run: activate the claim, run the handler under its deadline and cancellation, write
 //! the outcome with a fenced compare-and-set. A run stopped from outside (cancelled, lease
 //! lost, abandoned at shutdown) writes nothing: the task is someone else's now.
+//!
+//! The run is a CONSUMER span that continues the trace of the span that created the task (its
+//! context travels in the task record): a child of that producer span, and linked to it, as the
+//! messaging conventions ask. The handler runs in a child span; fencing rejections and stops
+//! are events of the run's span.
 
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use shared::protocol::{TaskError, TaskResult, TaskStatus};
 use shared::store::{CasOutcome, Claim, Lease, Rejection, Transition};
+use shared::telemetry::metrics;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+use tracing::field::Empty;
 
 use super::Shared;
-use super::active::Run;
+use super::active::{Run, StopReason};
 use crate::emitter::Emitter;
 use crate::handler::{HandlerError, TaskContext};
 
-pub async fn run(shared: Arc<Shared>, claim: Claim, _slot: OwnedSemaphorePermit) {
+pub async fn run(shared: Arc<Shared>, claim: Claim, slot: OwnedSemaphorePermit) {
+    let entrypoint = &claim.invocation.entrypoint;
+    let span = shared::telemetry::traced_span(|| {
+        tracing::info_span!(
+            "process task",
+            otel.name = %format_args!("process {entrypoint}"),
+            otel.kind = "consumer",
+            otel.status_code = Empty,
+            messaging.system = "taskcluster",
+            messaging.operation.type = "process",
+            messaging.operation.name = "process",
+            messaging.destination.name = %entrypoint,
+            messaging.message.id = %claim.lease.task_id,
+            taskcluster.worker.id = %shared.config.worker_id,
+            taskcluster.task.attempt = Empty,
+            taskcluster.task.status = Empty,
+        )
+    });
+    shared::telemetry::follow_producer(&span, &claim.invocation.trace_context);
+    run_claim(shared, claim, slot, span.clone())
+        .instrument(span)
+        .await;
+}
+
+/// Milliseconds of a duration, as the store's clock counts.
+fn ms(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+async fn run_claim(
+    shared: Arc<Shared>,
+    claim: Claim,
+    _slot: OwnedSemaphorePermit,
+    span: tracing::Span,
+) {
     let task_id = claim.lease.task_id.clone();
+    let entrypoint = claim.invocation.entrypoint.as_str();
     let config = &shared.config;
     let activation = match shared
         .store
@@ -24,7 +68,8 @@ pub async fn run(shared: Arc<Shared>, claim: Claim, _slot: OwnedSemaphorePermit)
     {
         Ok(Some(activation)) => activation,
         Ok(None) => {
-            tracing::debug!(%task_id, "claim lost before activation");
+            metrics::fenced_write_rejected(entrypoint, "activate");
+            tracing::info!(%task_id, operation = "activate", "claim fenced out before activation");
             return;
         }
         Err(err) => {
@@ -34,6 +79,14 @@ pub async fn run(shared: Arc<Shared>, claim: Claim, _slot: OwnedSemaphorePermit)
         }
     };
     let lease = activation.lease.clone();
+    let started = tokio::time::Instant::now();
+    span.record("taskcluster.task.attempt", activation.attempt);
+    if activation.attempt == 1 {
+        // The store's clock on both ends: activation = new lease deadline - TTL.
+        let activated_ms = lease.expires_at_ms.saturating_sub(ms(config.lease_ttl));
+        let waited = activated_ms.saturating_sub(claim.created_at_ms);
+        metrics::queue_wait(entrypoint, Duration::from_millis(waited));
+    }
     tracing::debug!(%task_id, attempt = activation.attempt, "running");
     if activation.attempt > config.max_attempts {
         let error = TaskError::new(
@@ -43,7 +96,7 @@ pub async fn run(shared: Arc<Shared>, claim: Claim, _slot: OwnedSemaphorePermit)
                 activation.attempt - 1
             ),
         );
-        finish(&shared, &lease, Transition::failed(error)).await;
+        finish(&shared, &lease, Transition::failed(error), started, &span).await;
         return;
     }
 
@@ -77,6 +130,9 @@ pub async fn run(shared: Arc<Shared>, claim: Claim, _slot: OwnedSemaphorePermit)
 
     let transition = match (stopped, outcome) {
         (Some(reason), _) => {
+            if reason == StopReason::Cancelled {
+                metrics::run_time(entrypoint, TaskStatus::Cancelled, started.elapsed());
+            }
             tracing::info!(%task_id, ?reason, "run stopped; writing nothing");
             return;
         }
@@ -103,7 +159,7 @@ pub async fn run(shared: Arc<Shared>, claim: Claim, _slot: OwnedSemaphorePermit)
         )),
     };
     // Renewals move the deadline, never the owner or epoch that the fence compares.
-    finish(&shared, &lease, transition).await;
+    finish(&shared, &lease, transition, started, &span).await;
 }
 
 enum Outcome {
@@ -137,8 +193,20 @@ async fn run_handler(
         cancel: cancel.clone(),
         events: Emitter::new(shared.store.clone(), lease),
     };
+    let span = shared::telemetry::traced_span(|| {
+        tracing::info_span!(
+            "handler",
+            otel.name = %format_args!("handler {}", invocation.entrypoint),
+            taskcluster.task.attempt = attempt,
+        )
+    });
     // Its own task, so that a panicking handler fails its run instead of the worker.
-    let mut handle = tokio::spawn(entrypoint.handler.call(invocation.input.clone(), ctx));
+    let mut handle = tokio::spawn(
+        entrypoint
+            .handler
+            .call(invocation.input.clone(), ctx)
+            .instrument(span),
+    );
     tokio::select! {
         joined = &mut handle => match joined {
             Ok(result) => Outcome::Done(result),
@@ -158,24 +226,43 @@ async fn run_handler(
 }
 
 /// The fenced terminal write. A rejection means another worker or a cancel got there first.
-async fn finish(shared: &Shared, lease: &Lease, transition: Transition) {
+async fn finish(
+    shared: &Shared,
+    lease: &Lease,
+    transition: Transition,
+    started: tokio::time::Instant,
+    span: &tracing::Span,
+) {
     let task_id = &lease.task_id;
+    let entrypoint = lease.entrypoint.as_str();
+    let status = transition.status;
+    span.record("taskcluster.task.status", status.as_str());
+    if status == TaskStatus::Failed {
+        span.record("otel.status_code", "ERROR");
+    }
     match shared
         .store
         .compare_and_set(task_id, &[TaskStatus::Running], transition, Some(lease))
         .await
     {
         Ok(CasOutcome::Applied(task)) => {
+            metrics::run_time(entrypoint, task.status, started.elapsed());
+            metrics::task_finished(entrypoint, &task);
             tracing::debug!(%task_id, status = %task.status, "task finished");
         }
         Ok(CasOutcome::Rejected {
             reason: Rejection::Fenced,
             ..
         }) => {
-            tracing::warn!(%task_id, "result fenced out: the task belongs to another worker now");
+            metrics::fenced_write_rejected(entrypoint, "finish");
+            tracing::warn!(%task_id, operation = "finish",
+                "result fenced out: the task belongs to another worker now");
         }
         Ok(CasOutcome::Rejected { reason, .. }) => {
-            tracing::info!(%task_id, ?reason, "result not written: the task was already finished");
+            // A finished task holds no lease: this write's fence was stale too.
+            metrics::fenced_write_rejected(entrypoint, "finish");
+            tracing::info!(%task_id, ?reason, operation = "finish",
+                "result not written: the task was already finished");
         }
         Err(err) => {
             // The task stays running; its lease expires and recovery runs it again.

@@ -35,6 +35,10 @@ pub async fn run(
                         if ok {
                             shared.active.renewed(lease, asked_at);
                         } else if shared.active.stop(&lease.task_id, StopReason::LeaseLost) {
+                            shared::telemetry::metrics::fenced_write_rejected(
+                                &lease.entrypoint,
+                                "renew",
+                            );
                             tracing::warn!(task_id = %lease.task_id, "lease lost; stopping its handler");
                         }
                     }

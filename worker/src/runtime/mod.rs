@@ -1,13 +1,14 @@
 //! The worker runtime: one fetch loop claims up to `concurrency` tasks at a time, each claimed
 //! task is activated and run under its run deadline and cancellation, and its result written
 //! with a fenced compare-and-set. Beside it run the heartbeat (one call renews every lease this
-//! worker holds, and refreshes its registry entry), the cancellation listener and the recovery
-//! sweep. Shutdown stops claiming, lets running handlers finish within the drain timeout, then
+//! worker holds, and refreshes its registry entry), the cancellation listener, the recovery
+//! sweep and, when metrics are exported, the sampler of the cluster gauges. Shutdown stops claiming, lets running handlers finish within the drain timeout, then
 //! leaves: unfinished leases expire and another worker recovers them.
 
 mod active;
 mod execute;
 mod fetch;
+mod gauges;
 mod heartbeat;
 mod recovery;
 
@@ -21,6 +22,9 @@ use tokio_util::task::TaskTracker;
 
 use self::active::ActiveRuns;
 use crate::entrypoint::Entrypoints;
+
+/// How often cluster gauges are sampled unless the metrics export is more frequent.
+pub const DEFAULT_GAUGE_INTERVAL: Duration = Duration::from_secs(5);
 
 /// How a worker runs; see [`crate::config::WorkerConfig`] for the defaults and flags.
 #[derive(Debug, Clone)]
@@ -41,6 +45,9 @@ pub struct RuntimeConfig {
     pub recovery_interval: Duration,
     /// How long the fetch loop blocks on an empty queue before looking again.
     pub idle_wait: Duration,
+    /// How often the cluster gauges (queue depth, leases, live workers) are sampled when
+    /// metrics are exported.
+    pub gauge_interval: Duration,
 }
 
 impl RuntimeConfig {
@@ -55,6 +62,7 @@ impl RuntimeConfig {
             drain_timeout: Duration::from_secs(30),
             recovery_interval: Duration::from_millis(500),
             idle_wait: Duration::from_secs(1),
+            gauge_interval: DEFAULT_GAUGE_INTERVAL,
         }
     }
 }
@@ -120,6 +128,13 @@ pub async fn run(
         background.clone(),
     ));
     loops.spawn(recovery::run(shared.clone(), background.clone()));
+    if shared::telemetry::metrics_enabled() {
+        loops.spawn(gauges::run(
+            shared.clone(),
+            registry.clone(),
+            background.clone(),
+        ));
+    }
 
     fetch::run(shared.clone(), &runs, shutdown.clone()).await;
 

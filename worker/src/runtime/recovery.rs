@@ -1,10 +1,16 @@
 //! The recovery sweep. Every worker runs it; the store's scripts re-check each deadline, so
 //! concurrent sweeps never settle a task twice. The interval is jittered so that sweeps of
 //! many workers spread out instead of arriving together.
+//!
+//! A sweep that settled something is a span with one event per task (`task recovered`, with
+//! its outcome); empty sweeps, twice a second per worker, leave no trace.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use shared::protocol::TaskStatus;
+use shared::store::RecoveryReport;
+use shared::telemetry::metrics;
 use tokio_util::sync::CancellationToken;
 
 use super::Shared;
@@ -24,12 +30,7 @@ pub async fn run(shared: Arc<Shared>, stop: CancellationToken) {
             match shared.store.recover_expired(SWEEP_LIMIT).await {
                 Ok(report) if report.is_empty() => break,
                 Ok(report) => {
-                    tracing::info!(
-                        requeued = report.requeued.len(),
-                        failed = report.failed.len(),
-                        cancelled = report.cancelled.len(),
-                        "recovered expired tasks"
-                    );
+                    record(&shared.config.worker_id, &report);
                     let settled =
                         report.requeued.len() + report.failed.len() + report.cancelled.len();
                     if settled < SWEEP_LIMIT {
@@ -43,6 +44,40 @@ pub async fn run(shared: Arc<Shared>, stop: CancellationToken) {
             }
         }
     }
+}
+
+/// Logs, traces and counts what a sweep settled.
+fn record(worker_id: &str, report: &RecoveryReport) {
+    let span = tracing::info_span!(
+        "recovery sweep",
+        otel.kind = "internal",
+        taskcluster.worker.id = %worker_id,
+        requeued = report.requeued.len(),
+        failed = report.failed.len(),
+        cancelled = report.cancelled.len(),
+    );
+    let _entered = span.enter();
+    let settled = [
+        (&report.requeued, "requeued", None),
+        (&report.failed, "failed", Some(TaskStatus::Failed)),
+        (&report.cancelled, "cancelled", Some(TaskStatus::Cancelled)),
+    ];
+    for (ids, outcome, terminal) in settled {
+        for task_id in ids {
+            let entrypoint = report.entrypoint_of(task_id);
+            metrics::task_recovered(entrypoint, outcome);
+            if let Some(status) = terminal {
+                metrics::task_settled(entrypoint, status, None);
+            }
+            tracing::info!(%task_id, entrypoint, outcome, "task recovered");
+        }
+    }
+    tracing::info!(
+        requeued = report.requeued.len(),
+        failed = report.failed.len(),
+        cancelled = report.cancelled.len(),
+        "recovered expired tasks"
+    );
 }
 
 /// A random duration in `0..max`, from the thread RNG of uuid's v4 generator (no extra crate).

@@ -87,7 +87,7 @@ async fn wait(watch: &mut Watch) -> Result<Terminal, ApiError> {
 /// Cancels a run that must stop waiting; one that finished meanwhile answers with its result.
 async fn stop(state: &AppState, mut run: Run, error: ApiError) -> Result<Response, Response> {
     let task_id = run.task.task_id.clone();
-    match cancel(state.store.as_ref(), &task_id).await {
+    match cancel(state.store.as_ref(), &task_id, &run.entrypoint).await {
         Ok(None) => {
             run.settle();
             Err(error.into_response())

@@ -29,6 +29,7 @@ use serde_json::{Map, Value};
 use shared::protocol::{ErrorCode, Task, TaskStatus};
 use shared::registry::EntrypointInfo;
 use shared::store::{CasOutcome, StoreError, TaskStore, Transition};
+use shared::telemetry::metrics;
 use shared::token::AccessToken;
 
 use crate::admit::{self, Admit};
@@ -115,6 +116,7 @@ fn extract_input(body: &Value) -> Value {
 /// Dropped before [`Run::settle`], it cancels the task.
 struct Run {
     task: Task,
+    entrypoint: String,
     watch: watch::Watch,
     guard: CancelOnDrop,
 }
@@ -141,14 +143,23 @@ async fn start_run(state: &AppState, entrypoint: &str, input: Value) -> Result<R
         },
     )
     .await?;
-    let guard = CancelOnDrop::new(state.store.clone(), &task.task_id);
+    let guard = CancelOnDrop::new(state.store.clone(), &task.task_id, entrypoint);
     let watch = watch::Watch::open(state.store.clone(), &task.task_id, &owner).await?;
-    Ok(Run { task, watch, guard })
+    Ok(Run {
+        task,
+        entrypoint: entrypoint.to_owned(),
+        watch,
+        guard,
+    })
 }
 
 /// Cancels a run (unfenced, so the worker holding it aborts its handler). Returns the task's
 /// state when the run had already finished.
-async fn cancel(store: &dyn TaskStore, task_id: &str) -> Result<Option<Task>, StoreError> {
+async fn cancel(
+    store: &dyn TaskStore,
+    task_id: &str,
+    entrypoint: &str,
+) -> Result<Option<Task>, StoreError> {
     let outcome = store
         .compare_and_set(
             task_id,
@@ -158,7 +169,10 @@ async fn cancel(store: &dyn TaskStore, task_id: &str) -> Result<Option<Task>, St
         )
         .await?;
     Ok(match outcome {
-        CasOutcome::Applied(_) => None,
+        CasOutcome::Applied(task) => {
+            metrics::task_finished(entrypoint, &task);
+            None
+        }
         CasOutcome::Rejected { current, .. } => current.filter(|task| task.status.is_terminal()),
     })
 }
@@ -168,13 +182,15 @@ async fn cancel(store: &dyn TaskStore, task_id: &str) -> Result<Option<Task>, St
 struct CancelOnDrop {
     store: Option<Arc<dyn TaskStore>>,
     task_id: String,
+    entrypoint: String,
 }
 
 impl CancelOnDrop {
-    fn new(store: Arc<dyn TaskStore>, task_id: &str) -> Self {
+    fn new(store: Arc<dyn TaskStore>, task_id: &str, entrypoint: &str) -> Self {
         CancelOnDrop {
             store: Some(store),
             task_id: task_id.to_owned(),
+            entrypoint: entrypoint.to_owned(),
         }
     }
 
@@ -189,11 +205,12 @@ impl Drop for CancelOnDrop {
             return;
         };
         let task_id = std::mem::take(&mut self.task_id);
+        let entrypoint = std::mem::take(&mut self.entrypoint);
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         runtime.spawn(async move {
-            match cancel(store.as_ref(), &task_id).await {
+            match cancel(store.as_ref(), &task_id, &entrypoint).await {
                 Ok(_) => tracing::debug!(%task_id, "run cancelled: its caller went away"),
                 Err(err) => {
                     tracing::warn!(%task_id, error = %err, "could not cancel an abandoned run")

@@ -132,7 +132,7 @@ async fn relay(state: AppState, mut run: Run, tx: mpsc::Sender<Bytes>) {
             }
             () = state.shutdown.cancelled() => return,
             () = &mut deadline => {
-                let terminal = match cancel(state.store.as_ref(), &task_id).await {
+                let terminal = match cancel(state.store.as_ref(), &task_id, &run.entrypoint).await {
                     Ok(None) => Terminal {
                         status: TaskStatus::Failed,
                         result: None,

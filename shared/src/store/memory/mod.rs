@@ -302,6 +302,10 @@ impl TaskStore for MemoryStore {
         Ok(self.with_state(|state, _| state.live_count()))
     }
 
+    async fn lease_count(&self) -> Result<u64, StoreError> {
+        Ok(self.with_state(|state, _| state.lease_count()))
+    }
+
     /// Ends every subscription stream and releases `take_next` waiters; tasks stay as they are.
     async fn close(&self) {
         self.with_state(|state, _| state.close());

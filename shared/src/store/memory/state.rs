@@ -379,6 +379,9 @@ impl State {
                 continue;
             };
             let stored = &entry.stored;
+            report
+                .entrypoints
+                .insert(task_id.clone(), stored.invocation.entrypoint.clone());
             if entry.reapable(now) {
                 self.apply(&task_id, Transition::cancelled(), now);
                 report.cancelled.push(task_id);
@@ -425,6 +428,7 @@ impl State {
                     if let Some(entry) = self.tasks.get_mut(&task_id) {
                         entry.stored.lease = None;
                     }
+                    report.entrypoints.remove(&task_id);
                     self.reindex(&task_id);
                 }
             }
@@ -457,6 +461,15 @@ impl State {
     /// Non-terminal tasks: every stored task not in the terminal index.
     pub(super) fn live_count(&self) -> u64 {
         (self.tasks.len() - self.terminal.len()) as u64
+    }
+
+    /// Tasks holding a lease (prepared or active); a scan, for metrics sampled every few
+    /// seconds over at most `max_tasks` live tasks.
+    pub(super) fn lease_count(&self) -> u64 {
+        self.tasks
+            .values()
+            .filter(|entry| entry.stored.lease.is_some())
+            .count() as u64
     }
 
     pub(super) fn close(&mut self) {
@@ -525,6 +538,7 @@ impl State {
             invocation: stored.invocation.clone(),
             previous_attempts: stored.attempt,
             max_attempts: stored.max_attempts,
+            created_at_ms: stored.task.created_at.0,
         };
         if was_queued {
             let entrypoint = stored.invocation.entrypoint.clone();

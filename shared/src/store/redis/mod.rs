@@ -19,6 +19,7 @@ mod keys;
 mod pool;
 mod replies;
 mod scripts;
+mod spans;
 mod subscriber;
 mod take;
 mod tasks;
@@ -30,12 +31,14 @@ use std::time::Duration;
 
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use redis::Value;
 
 use self::batch::Batcher;
 use self::pool::Pool;
 use self::scripts::Scripts;
+use self::spans::Peer;
 use self::subscriber::Dispatcher;
 use super::{DEFAULT_MAX_TASKS, DEFAULT_RETENTION, StoreError};
 
@@ -96,6 +99,8 @@ pub(crate) struct Core {
     pool: Pool,
     keys: Keys,
     scripts: Scripts,
+    /// The server, as script spans name it.
+    peer: Peer,
 }
 
 /// One item of a batched script call: its own keys and arguments, after the call's shared ones.
@@ -122,14 +127,26 @@ impl Core {
         pool::settle(&self.pool, conn, result)
     }
 
-    /// Runs a script invocation (EVALSHA, reloading on NOSCRIPT) on a pooled connection.
+    /// Runs a script invocation (EVALSHA, reloading on NOSCRIPT) on a pooled connection, in a
+    /// CLIENT span named `script` when the caller is traced.
     async fn eval<T: redis::FromRedisValue>(
         &self,
+        script: &'static str,
         invocation: &redis::ScriptInvocation<'_>,
     ) -> Result<T, StoreError> {
-        let mut conn = pool::get(&self.pool).await?;
-        let result = invocation.invoke_async(&mut *conn).await;
-        pool::settle(&self.pool, conn, result)
+        async {
+            let mut conn = pool::get(&self.pool).await?;
+            let result = invocation.invoke_async(&mut *conn).await;
+            pool::settle(&self.pool, conn, result)
+        }
+        .instrument(self.peer.script_span(script))
+        .await
+    }
+
+    /// A traced caller's span around a batched call of `script` (the batch itself runs on a
+    /// lane task that has no caller).
+    pub(crate) fn script_span(&self, script: &'static str) -> tracing::Span {
+        self.peer.script_span(script)
     }
 }
 
@@ -137,6 +154,7 @@ impl Core {
 fn batched(
     core: &Arc<Core>,
     lanes: usize,
+    script: &'static str,
     pick: fn(&Scripts) -> &redis::Script,
     shared_keys: Vec<String>,
     shared_args: Vec<String>,
@@ -162,7 +180,7 @@ fn batched(
                     invocation.arg(arg);
                 }
             }
-            core.eval::<Vec<Value>>(&invocation).await
+            core.eval::<Vec<Value>>(script, &invocation).await
         }
     })
 }
@@ -186,6 +204,7 @@ impl RedisStore {
         let core = Arc::new(Core {
             keys: keys.clone(),
             scripts: Scripts::load(),
+            peer: Peer::from_url(&config.url),
             config,
             pool,
         });
@@ -195,14 +214,23 @@ impl RedisStore {
                 creates: batched(
                     &core,
                     lanes,
+                    "create",
                     |s| &s.create,
                     vec![keys.live(), keys.admissions(), keys.leases()],
                     creates_args,
                 ),
-                activations: batched(&core, lanes, |s| &s.activate, vec![keys.leases()], vec![]),
+                activations: batched(
+                    &core,
+                    lanes,
+                    "activate",
+                    |s| &s.activate,
+                    vec![keys.leases()],
+                    vec![],
+                ),
                 swaps: batched(
                     &core,
                     lanes,
+                    "cas",
                     |s| &s.cas,
                     vec![keys.leases(), keys.admissions(), keys.live()],
                     swaps_args,
@@ -259,9 +287,10 @@ impl RedisStore {
     /// Runs a script invocation (EVALSHA, reloading on NOSCRIPT) on a pooled connection.
     pub(crate) async fn eval<T: redis::FromRedisValue>(
         &self,
+        script: &'static str,
         invocation: &redis::ScriptInvocation<'_>,
     ) -> Result<T, StoreError> {
-        self.inner.core.eval(invocation).await
+        self.inner.core.eval(script, invocation).await
     }
 
     /// Blocks on the doorbells of `entrypoints` for up to `wait`; true when one rang.

@@ -142,8 +142,8 @@ pub fn stored_task(id: &str, f: &[Option<String>]) -> Result<Option<StoredTask>,
     }))
 }
 
-/// A claim from 8 reply values: id, epoch, lease_expires, owner, invocation, attempt,
-/// max_attempts, entrypoint.
+/// A claim from 9 reply values: id, epoch, lease_expires, owner, invocation, attempt,
+/// max_attempts, entrypoint, created.
 pub fn claim(holder: &str, v: &[Value]) -> Result<Claim, StoreError> {
     let [
         id,
@@ -154,6 +154,7 @@ pub fn claim(holder: &str, v: &[Value]) -> Result<Claim, StoreError> {
         attempt,
         max_attempts,
         entrypoint,
+        created,
     ] = v
     else {
         return Err(corrupt("claim reply has the wrong arity"));
@@ -184,6 +185,7 @@ pub fn claim(holder: &str, v: &[Value]) -> Result<Claim, StoreError> {
         invocation,
         previous_attempts: u32::try_from(int(attempt)?).unwrap_or(u32::MAX),
         max_attempts: u32::try_from(int(max_attempts)?).unwrap_or(u32::MAX),
+        created_at_ms: int(created)?,
     })
 }
 

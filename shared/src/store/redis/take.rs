@@ -116,9 +116,9 @@ async fn take_group(
             invocation.key(keys.task(id)).arg(index + 1).arg(id);
         }
     }
-    let flat: Vec<Value> = core.eval(&invocation).await?;
+    let flat: Vec<Value> = core.eval("take", &invocation).await?;
     let claims = flat
-        .chunks(8)
+        .chunks(9)
         .map(|chunk| replies::claim(holder, chunk))
         .collect::<Result<Vec<_>, _>>()?;
     Ok((claims, true))

@@ -6,6 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::StreamExt;
 use redis::Value;
+use tracing::Instrument;
 
 use super::replies::{self, TASK_FIELDS};
 use super::subscriber::{Listener, Signal};
@@ -49,6 +50,7 @@ impl RedisStore {
         let keys = &self.inner.core.keys;
         let due: Vec<String> = self
             .eval(
+                "due",
                 self.inner
                     .core
                     .scripts
@@ -104,11 +106,19 @@ impl RedisStore {
                 .arg(id);
         }
         let (requeued, failed, cancelled): (Vec<String>, Vec<String>, Vec<String>) =
-            self.eval(&invocation).await?;
+            self.eval("recover", &invocation).await?;
+        let mut entrypoints: std::collections::HashMap<String, String> = ids
+            .iter()
+            .zip(owners)
+            .filter_map(|(id, (_, entrypoint))| entrypoint.map(|ep| (id.clone(), ep)))
+            .collect();
+        entrypoints
+            .retain(|id, _| requeued.contains(id) || failed.contains(id) || cancelled.contains(id));
         Ok(RecoveryReport {
             requeued,
             failed,
             cancelled,
+            entrypoints,
         })
     }
 
@@ -190,7 +200,12 @@ impl TaskStore for RedisStore {
             })
         };
         for round in 0..2 {
-            let reply = self.inner.creates.call(item()?).await?;
+            let reply = self
+                .inner
+                .creates
+                .call(item()?)
+                .instrument(self.inner.core.script_span("create"))
+                .await?;
             let reply: Vec<Value> = redis::from_redis_value(reply)
                 .map_err(|err| StoreError::Corrupt(err.to_string()))?;
             match reply.as_slice() {
@@ -301,6 +316,7 @@ impl TaskStore for RedisStore {
         };
         let reply: Vec<Value> = self
             .eval(
+                "claim",
                 self.inner
                     .core
                     .scripts
@@ -343,6 +359,7 @@ impl TaskStore for RedisStore {
         let keys = &self.inner.core.keys;
         let done: u64 = self
             .eval(
+                "hand_off",
                 self.inner
                     .core
                     .scripts
@@ -375,7 +392,12 @@ impl TaskStore for RedisStore {
                 ms(max_run).to_string(),
             ],
         };
-        let reply = self.inner.activations.call(item).await?;
+        let reply = self
+            .inner
+            .activations
+            .call(item)
+            .instrument(self.inner.core.script_span("activate"))
+            .await?;
         let reply: Option<(u64, u64, u64)> = match reply {
             Value::Int(_) => None,
             other => Some(
@@ -461,7 +483,12 @@ impl TaskStore for RedisStore {
                 keys.task_channel(&owner, task_id),
             ],
         };
-        let reply = self.inner.swaps.call(item).await?;
+        let reply = self
+            .inner
+            .swaps
+            .call(item)
+            .instrument(self.inner.core.script_span("cas"))
+            .await?;
         let reply: Vec<Option<String>> =
             redis::from_redis_value(reply).map_err(|err| StoreError::Corrupt(err.to_string()))?;
         let (head, view) = reply.split_at(reply.len().min(2));
@@ -492,6 +519,7 @@ impl TaskStore for RedisStore {
         let keys = &self.inner.core.keys;
         let seq: Option<u64> = self
             .eval(
+                "emit",
                 self.inner
                     .core
                     .scripts
@@ -627,6 +655,12 @@ impl TaskStore for RedisStore {
         self.query(&mut cmd).await
     }
 
+    async fn lease_count(&self) -> Result<u64, StoreError> {
+        let mut cmd = redis::cmd("ZCARD");
+        cmd.arg(self.inner.core.keys.leases());
+        self.query(&mut cmd).await
+    }
+
     async fn live_count(&self) -> Result<u64, StoreError> {
         let mut cmd = redis::cmd("SCARD");
         cmd.arg(self.inner.core.keys.live());
@@ -658,7 +692,7 @@ async fn renew(
             .arg(&lease.owner_id)
             .arg(lease.epoch);
     }
-    let deadlines: Vec<u64> = store.eval(&invocation).await?;
+    let deadlines: Vec<u64> = store.eval("renew", &invocation).await?;
     Ok(deadlines.into_iter().map(|deadline| deadline > 0).collect())
 }
 
