@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
+use reqwest::Method;
 use serde_json::{Value, json};
 use shared::client::SseParser;
 use tokio::task::JoinHandle;
@@ -43,8 +44,9 @@ pub struct SubscriberLog {
 #[derive(Debug, Default, Clone)]
 pub struct DriveStats {
     pub duration: Duration,
-    /// Answers other than 200 that a client retried (503 while Redis was down, a dead gateway).
-    pub create_retries: usize,
+    /// Requests a client retried on another gateway (a dead gateway, 503 while Redis was
+    /// down).
+    pub retries: usize,
     pub probes: usize,
 }
 
@@ -55,7 +57,7 @@ pub struct Load {
     config: ChaosConfig,
     next: AtomicUsize,
     pub acknowledged: AtomicUsize,
-    create_retries: AtomicUsize,
+    retries: AtomicUsize,
     probes: AtomicUsize,
     tasks: Mutex<Vec<AckedTask>>,
     /// Tasks whose cancel was answered 200: their final status must be `cancelled`.
@@ -107,7 +109,7 @@ impl Load {
             config: config.clone(),
             next: AtomicUsize::new(0),
             acknowledged: AtomicUsize::new(0),
-            create_retries: AtomicUsize::new(0),
+            retries: AtomicUsize::new(0),
             probes: AtomicUsize::new(0),
             tasks: Mutex::new(Vec::new()),
             cancel_acknowledged: Mutex::new(HashSet::new()),
@@ -176,7 +178,7 @@ impl Load {
         }
         DriveStats {
             duration: started.elapsed(),
-            create_retries: self.create_retries.load(Ordering::Relaxed),
+            retries: self.retries.load(Ordering::Relaxed),
             probes: self.probes.load(Ordering::Relaxed),
         }
     }
@@ -188,48 +190,19 @@ impl Load {
             "skillId": entrypoint,
             "message": {"role": "user", "content": {"text": input.to_string()}},
         });
-        let deadline = Instant::now() + self.config.settle_timeout;
-        let mut turn = index;
-        let task_id = loop {
-            if Instant::now() > deadline {
-                self.violation(format!("task #{index} was never acknowledged"));
+        let Some((status, text)) = self
+            .until_answered(Method::POST, "/tasks", owner, Some(&body), index)
+            .await
+        else {
+            self.violation(format!("task #{index} was never acknowledged"));
+            return;
+        };
+        let answer: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        let task_id = match (status, answer["taskId"].as_str()) {
+            (200, Some(id)) => id.to_owned(),
+            _ => {
+                self.violation(format!("create of {entrypoint} answered {status}: {text}"));
                 return;
-            }
-            turn += 1;
-            let sent = self
-                .http
-                .post(format!("{}/tasks", self.gateway(turn)))
-                .header("Task-Access-Token", self.owner_token(owner))
-                .json(&body)
-                .send()
-                .await;
-            let response = match sent {
-                Ok(response) => response,
-                Err(_) => {
-                    self.retry_pause().await;
-                    continue;
-                }
-            };
-            let status = response.status().as_u16();
-            match status {
-                200 => match response.json::<Value>().await {
-                    Ok(body) => match body["taskId"].as_str() {
-                        Some(id) => break id.to_owned(),
-                        None => {
-                            self.violation(format!("create answered 200 without taskId: {body}"));
-                            return;
-                        }
-                    },
-                    // The gateway died while sending the body: not acknowledged.
-                    Err(_) => self.retry_pause().await,
-                },
-                // Redis down (503), a gateway dying mid-request (502-like answers).
-                500 | 502 | 503 | 504 => self.retry_pause().await,
-                _ => {
-                    let text = response.text().await.unwrap_or_default();
-                    self.violation(format!("create of {entrypoint} answered {status}: {text}"));
-                    return;
-                }
             }
         };
         let task = AckedTask {
@@ -262,93 +235,79 @@ impl Load {
         }
     }
 
-    async fn retry_pause(&self) {
-        self.create_retries.fetch_add(1, Ordering::Relaxed);
-        tokio::time::sleep(RETRY_PAUSE).await;
+    /// Sends `method path` (with `owner`'s token) to the gateways in turn until one gives an
+    /// answer that is not a 5xx: a dead gateway, Redis down or a body cut off by a dying gateway
+    /// is retried on the next. `None` when nothing answered before the settle timeout.
+    async fn until_answered(
+        &self,
+        method: Method,
+        path: &str,
+        owner: usize,
+        body: Option<&Value>,
+        mut turn: usize,
+    ) -> Option<(u16, String)> {
+        let deadline = Instant::now() + self.config.settle_timeout;
+        while Instant::now() < deadline {
+            turn += 1;
+            let mut request = self
+                .http
+                .request(method.clone(), format!("{}{path}", self.gateway(turn)))
+                .header("Task-Access-Token", self.owner_token(owner));
+            if let Some(body) = body {
+                request = request.json(body);
+            }
+            if let Ok(response) = request.send().await {
+                let status = response.status().as_u16();
+                if !(500..600).contains(&status)
+                    && let Ok(text) = response.text().await
+                {
+                    return Some((status, text));
+                }
+            }
+            self.retries.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(RETRY_PAUSE).await;
+        }
+        None
     }
 
     /// Cancels a task, retrying through gateway deaths; a 200 is remembered, since the task
     /// must then end `cancelled` whatever its worker does.
     async fn cancel(&self, task_id: &str, owner: usize) {
         lock(&self.cancel_requested).insert(task_id.to_owned());
-        let deadline = Instant::now() + self.config.settle_timeout;
-        let mut turn = owner;
-        while Instant::now() < deadline {
-            turn += 1;
-            let sent = self
-                .http
-                .post(format!("{}/tasks/{task_id}/cancel", self.gateway(turn)))
-                .header("Task-Access-Token", self.owner_token(owner))
-                .send()
-                .await;
-            let Ok(response) = sent else {
-                tokio::time::sleep(RETRY_PAUSE).await;
-                continue;
-            };
-            match response.status().as_u16() {
-                200 => match response.json::<Value>().await {
-                    Ok(body) => {
-                        if body["status"] == "cancelled" {
-                            lock(&self.cancel_acknowledged).insert(task_id.to_owned());
-                        } else {
-                            self.violation(format!(
-                                "cancel of {task_id} answered 200 with status {}",
-                                body["status"]
-                            ));
-                        }
-                        return;
-                    }
-                    Err(_) => tokio::time::sleep(RETRY_PAUSE).await,
-                },
-                // `invalid_state`: already terminal, because the task finished first or
-                // because an earlier try of this cancel landed and its answer was lost.
-                400 => {
-                    let body: Value = response.json().await.unwrap_or(Value::Null);
-                    if body["error"]["code"] != "invalid_state" {
-                        self.violation(format!("cancel of {task_id} answered 400: {body}"));
-                    }
-                    return;
-                }
-                500 | 502 | 503 | 504 => tokio::time::sleep(RETRY_PAUSE).await,
-                status => {
-                    let text = response.text().await.unwrap_or_default();
-                    self.violation(format!("cancel of {task_id} answered {status}: {text}"));
-                    return;
-                }
+        let path = format!("/tasks/{task_id}/cancel");
+        let Some((status, text)) = self
+            .until_answered(Method::POST, &path, owner, None, owner)
+            .await
+        else {
+            self.violation(format!("cancel of {task_id} never got an answer"));
+            return;
+        };
+        let answer: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        match status {
+            200 if answer["status"] == "cancelled" => {
+                lock(&self.cancel_acknowledged).insert(task_id.to_owned());
             }
+            // `invalid_state`: already terminal, because the task finished first or because an
+            // earlier try of this cancel landed and its answer was lost.
+            400 if answer["error"]["code"] == "invalid_state" => {}
+            _ => self.violation(format!("cancel of {task_id} answered {status}: {text}")),
         }
-        self.violation(format!("cancel of {task_id} never got an answer"));
     }
 
     /// Another owner's token must see exactly what a missing task looks like: 404.
     async fn probe(&self, task_id: &str, other_owner: usize) {
-        let deadline = Instant::now() + self.config.settle_timeout;
-        let mut turn = other_owner;
-        while Instant::now() < deadline {
-            turn += 1;
-            let sent = self
-                .http
-                .get(format!("{}/tasks/{task_id}", self.gateway(turn)))
-                .header("Task-Access-Token", self.owner_token(other_owner))
-                .send()
-                .await;
-            let Ok(response) = sent else {
-                tokio::time::sleep(RETRY_PAUSE).await;
-                continue;
-            };
-            match response.status().as_u16() {
-                404 => {
-                    self.probes.fetch_add(1, Ordering::Relaxed);
-                    return;
-                }
-                500 | 502 | 503 | 504 => tokio::time::sleep(RETRY_PAUSE).await,
-                status => {
-                    self.violation(format!(
-                        "task {task_id} answered {status} to another owner's token"
-                    ));
-                    return;
-                }
+        let path = format!("/tasks/{task_id}");
+        match self
+            .until_answered(Method::GET, &path, other_owner, None, other_owner)
+            .await
+        {
+            Some((404, _)) => {
+                self.probes.fetch_add(1, Ordering::Relaxed);
             }
+            Some((status, _)) => self.violation(format!(
+                "task {task_id} answered {status} to another owner's token"
+            )),
+            None => self.violation(format!("probe of {task_id} never got an answer")),
         }
     }
 

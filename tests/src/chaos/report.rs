@@ -110,10 +110,10 @@ impl fmt::Display for ChaosReport {
         )?;
         writeln!(
             f,
-            "load: {} acknowledged in {:.1?} ({} retried answers), {} created without acknowledgement; settled {:.1?} later",
+            "load: {} acknowledged in {:.1?} ({} requests retried on another gateway), {} created without acknowledgement; settled {:.1?} later",
             self.acknowledged,
             self.drive.duration,
-            self.drive.create_retries,
+            self.drive.retries,
             self.created_unacknowledged,
             self.settle.duration
         )?;
