@@ -76,6 +76,30 @@ pub async fn settle(
     })
 }
 
+/// Compares, in one atomic step while the load runs, the store's count of non-terminal tasks
+/// (the live set that `MAX_TASKS` bounds) with the task records whose status is `running`:
+/// `Some((live, running))` when they differ, `None` when they agree or Redis is down.
+///
+/// The script reads keys it does not declare (`KEYS` over the namespace), which only a
+/// standalone Redis allows; it is a test's look at the whole state, not a pattern to follow.
+pub async fn count_mismatch(cluster: &Cluster) -> Option<(u64, u64)> {
+    const SNAPSHOT: &str = r"
+        local live = redis.call('SCARD', KEYS[1])
+        local running = 0
+        for _, key in ipairs(redis.call('KEYS', ARGV[1])) do
+          if redis.call('HGET', key, 'status') == 'running' then running = running + 1 end
+        end
+        return {live, running}";
+    let mut redis = cluster.redis.client().await.ok()?;
+    let (live, running): (u64, u64) = redis::Script::new(SNAPSHOT)
+        .key(format!("{{{NAMESPACE}}}:live"))
+        .arg(format!("{{{NAMESPACE}}}:task:*"))
+        .invoke_async(&mut redis)
+        .await
+        .ok()?;
+    (live != running).then_some((live, running))
+}
+
 /// One entry of a task's event log: `<seq>|<event>|<data>`.
 fn parse_event(entry: &str) -> Option<(u64, String, Value)> {
     let mut parts = entry.splitn(3, '|');

@@ -27,6 +27,10 @@ pub struct FaultCounts {
     pub redis_restarts: usize,
     /// Restarts that failed (a violation: the cluster must come back).
     pub errors: Vec<String>,
+    /// Atomic comparisons of the live count with the running records, one after each fault.
+    pub count_checks: usize,
+    /// Those that disagreed: `(live count, running records)`.
+    pub count_mismatches: Vec<(u64, u64)>,
 }
 
 #[derive(Clone, Copy)]
@@ -71,6 +75,11 @@ pub async fn run(
         }
         if !going_on {
             break;
+        }
+        // The non-terminal count must be exact at every moment, not only once all is done.
+        counts.count_checks += 1;
+        if let Some(mismatch) = super::checks::count_mismatch(&cluster).await {
+            counts.count_mismatches.push(mismatch);
         }
         let fault = match opening.get(turn) {
             Some(fault) => *fault,

@@ -55,6 +55,11 @@ impl ChaosReport {
             subscriber_logs,
             ..ChaosReport::default()
         };
+        for (live, running) in &faults.count_mismatches {
+            report.violation(format!(
+                "mid-run, the store counted {live} live tasks while {running} records were running"
+            ));
+        }
         for error in &faults.errors {
             report.violation(format!("the cluster did not come back: {error}"));
         }
@@ -140,7 +145,11 @@ impl fmt::Display for ChaosReport {
             "subscribers: {} followed their task ({} events, {} reconnections); {} probes with another owner's token got 404",
             self.subscribers, self.subscriber_events, self.subscriber_reconnects, self.drive.probes
         )?;
-        writeln!(f, "keys in Redis at the end: {}", self.keys)?;
+        writeln!(
+            f,
+            "counts: live count = running records in {} atomic mid-run snapshots and at the end; {} keys in Redis at the end",
+            self.faults.count_checks, self.keys
+        )?;
         writeln!(f, "elapsed: {:.1?}", self.elapsed)?;
         if self.violations.is_empty() {
             writeln!(f, "result: PASS, no invariant violated")
