@@ -53,18 +53,27 @@
 //!   `RUN_TIMEOUT_S` (300), `BENCH_OUT` (JSON file), `BENCH_LABEL`.
 
 use std::collections::BTreeMap;
-use std::error::Error;
 use std::fmt::Write as _;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::str::FromStr;
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use harness::measure::commandstats::{
+    CLIENT_COMMANDS, RedisSnap, client_round_trips, client_star, command_names, reset_stats,
+    server_cmds,
+};
+use harness::measure::cpu::{CpuSnap, clock_ticks, run_again, wait_quiet};
+use harness::measure::env::{bin_from_env, env_list, env_or};
+use harness::measure::output::{LogDir, bench_requested, cpus, loadavg, write_json};
+use harness::measure::redis_admin::{
+    admin_connection, delete_matching, parse_info, scan_page, server_facts,
+};
+use harness::measure::service::{BenchProc, terminate_all};
+use harness::measure::stats::{Stat, percentile, stat};
+use harness::measure::{BoxError, Res};
 use redis::aio::MultiplexedConnection;
 use serde_json::{Value, json};
 use shared::client::{AgentCard, Client, ClientOptions, SendOptions, generate_token};
@@ -73,43 +82,12 @@ use shared::registry::{RedisRegistry, WorkerRegistry};
 use shared::store::{RedisStore, RedisStoreConfig, TaskStore};
 use tokio::task::JoinSet;
 
-type BoxError = Box<dyn Error + Send + Sync>;
-type Res<T> = Result<T, BoxError>;
-
 /// Never refuse a create for capacity: the bench measures throughput, not admission control.
 const MAX_TASKS: u64 = 100_000_000;
 /// Bound on things that take milliseconds when all is well (a process starting, a worker
 /// registering, the last tasks finishing after the window).
 const PATIENCE: Duration = Duration::from_secs(30);
 const POLL: Duration = Duration::from_millis(20);
-
-/// Commands clients send themselves (the rest of `INFO commandstats` runs inside scripts).
-const CLIENT_COMMANDS: &[&str] = &[
-    "evalsha",
-    "eval",
-    "evalsha_ro",
-    "eval_ro",
-    "zrange",
-    "blpop",
-    "script|load",
-    "ping",
-    "hello",
-    "client|setinfo",
-    "client|setname",
-    "select",
-    "subscribe",
-    "psubscribe",
-    "ssubscribe",
-    "unsubscribe",
-    "punsubscribe",
-    "sunsubscribe",
-    "mget",
-];
-
-/// The bench's own measurement commands, left out of every count.
-fn is_admin(command: &str) -> bool {
-    command == "info" || command.starts_with("config|")
-}
 
 // ----- settings -----
 
@@ -163,60 +141,6 @@ impl Settings {
             "retries": self.retries,
             "run_timeout_s": self.run_timeout_s,
         })
-    }
-}
-
-fn env_or<T: FromStr>(name: &str, default: T) -> Res<T>
-where
-    T::Err: std::fmt::Display,
-{
-    match std::env::var(name) {
-        Ok(text) if !text.trim().is_empty() => text
-            .trim()
-            .parse()
-            .map_err(|err| format!("{name}={text:?}: {err}").into()),
-        _ => Ok(default),
-    }
-}
-
-fn env_list<T: FromStr>(name: &str, default: &str) -> Res<Vec<T>>
-where
-    T::Err: std::fmt::Display,
-{
-    let text = std::env::var(name)
-        .ok()
-        .filter(|t| !t.trim().is_empty())
-        .unwrap_or_else(|| default.to_owned());
-    text.split(',')
-        .map(str::trim)
-        .filter(|part| !part.is_empty())
-        .map(|part| {
-            part.parse::<T>()
-                .map_err(|err| format!("{name}: {part:?}: {err}").into())
-        })
-        .collect()
-}
-
-/// `target/<profile>/<name>`, next to `target/<profile>/deps/<this bench>`.
-fn default_bin(name: &str) -> PathBuf {
-    std::env::current_exe()
-        .ok()
-        .and_then(|exe| {
-            exe.parent()
-                .and_then(Path::parent)
-                .map(|dir| dir.join(name))
-        })
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../target/release")
-                .join(name)
-        })
-}
-
-fn bin_from_env(var: &str, name: &str) -> PathBuf {
-    match std::env::var(var) {
-        Ok(path) if !path.trim().is_empty() => PathBuf::from(path.trim()),
-        _ => default_bin(name),
     }
 }
 
@@ -285,133 +209,7 @@ impl Settings {
     }
 }
 
-// ----- CPU accounting -----
-
-/// utime + stime of a process, in clock ticks.
-fn process_ticks(pid: &str) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, after_name) = stat.rsplit_once(')')?;
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    // Fields 14 and 15 of the file (utime, stime) are entries 11 and 12 after the name.
-    Some(
-        [11, 12]
-            .iter()
-            .filter_map(|&i| fields.get(i).and_then(|f| f.parse::<u64>().ok()))
-            .sum(),
-    )
-}
-
-/// Busy ticks of the whole machine: user + nice + system + irq + softirq.
-fn machine_busy_ticks() -> Res<u64> {
-    let stat = std::fs::read_to_string("/proc/stat")?;
-    let line = stat.lines().next().ok_or("empty /proc/stat")?;
-    let fields: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .map(|f| f.parse().unwrap_or(0))
-        .collect();
-    Ok([0, 1, 2, 5, 6]
-        .iter()
-        .map(|&i| fields.get(i).copied().unwrap_or(0))
-        .sum())
-}
-
-fn clock_ticks() -> f64 {
-    Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|out| String::from_utf8(out.stdout).ok())
-        .and_then(|text| text.trim().parse::<f64>().ok())
-        .filter(|ticks| *ticks > 0.0)
-        .unwrap_or(100.0)
-}
-
-/// Waits until other processes use less than `quiet_pct` of a core over one second, up to
-/// `quiet_wait_s`; returns the last load seen. Others' builds on this machine would otherwise
-/// land in the measurement.
-async fn wait_quiet(settings: &Settings, ticks: f64) -> Res<f64> {
-    let give_up = Instant::now() + Duration::from_secs(settings.quiet_wait_s);
-    loop {
-        let busy0 = machine_busy_ticks()?;
-        let own0 = process_ticks("self").unwrap_or(0);
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let busy1 = machine_busy_ticks()?;
-        let own1 = process_ticks("self").unwrap_or(0);
-        let foreign = busy1
-            .saturating_sub(busy0)
-            .saturating_sub(own1.saturating_sub(own0)) as f64
-            / ticks
-            * 100.0;
-        if foreign < settings.quiet_pct || Instant::now() >= give_up {
-            if foreign >= settings.quiet_pct {
-                eprintln!(
-                    "  machine still busy ({foreign:.0}% of a core by others); running anyway"
-                );
-            }
-            return Ok(foreign);
-        }
-        eprintln!("  waiting for a quiet machine: others use {foreign:.0}% of a core");
-    }
-}
-
 // ----- Redis measurements -----
-
-fn parse_info(text: &str) -> BTreeMap<String, String> {
-    text.lines()
-        .filter(|line| !line.starts_with('#'))
-        .filter_map(|line| line.split_once(':'))
-        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-        .collect()
-}
-
-#[derive(Debug, Clone, Default)]
-struct RedisSnap {
-    /// command -> (calls, usec)
-    commands: BTreeMap<String, (u64, u64)>,
-    cpu_s: f64,
-}
-
-async fn redis_snap(admin: &mut MultiplexedConnection) -> Res<RedisSnap> {
-    let text: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .arg("cpu")
-        .query_async(admin)
-        .await?;
-    let info = parse_info(&text);
-    let mut commands = BTreeMap::new();
-    for (key, value) in &info {
-        let Some(name) = key.strip_prefix("cmdstat_") else {
-            continue;
-        };
-        let mut calls = 0;
-        let mut usec = 0;
-        for part in value.split(',') {
-            match part.split_once('=') {
-                Some(("calls", v)) => calls = v.parse().unwrap_or(0),
-                Some(("usec", v)) => usec = v.parse().unwrap_or(0),
-                _ => {}
-            }
-        }
-        commands.insert(name.to_owned(), (calls, usec));
-    }
-    let num = |key: &str| {
-        info.get(key)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    Ok(RedisSnap {
-        commands,
-        cpu_s: num("used_cpu_sys") + num("used_cpu_user"),
-    })
-}
-
-async fn info_field(admin: &mut MultiplexedConnection, section: &str, key: &str) -> Res<String> {
-    let text: String = redis::cmd("INFO").arg(section).query_async(admin).await?;
-    parse_info(&text)
-        .remove(key)
-        .ok_or_else(|| format!("INFO {section} has no {key}").into())
-}
 
 async fn used_memory(admin: &mut MultiplexedConnection) -> Res<(u64, u64)> {
     let text: String = redis::cmd("INFO").arg("memory").query_async(admin).await?;
@@ -424,31 +222,6 @@ async fn used_memory(admin: &mut MultiplexedConnection) -> Res<(u64, u64)> {
     Ok((num("used_memory"), num("used_memory_dataset")))
 }
 
-/// Deletes every key of a namespace (SCAN + DEL, synchronously).
-async fn delete_namespace(admin: &mut MultiplexedConnection, namespace: &str) -> Res<u64> {
-    let pattern = format!("{{{namespace}}}*");
-    let mut cursor: u64 = 0;
-    let mut deleted = 0;
-    loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(&pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(admin)
-            .await?;
-        if !keys.is_empty() {
-            let removed: u64 = redis::cmd("DEL").arg(&keys).query_async(admin).await?;
-            deleted += removed;
-        }
-        if next == 0 {
-            return Ok(deleted);
-        }
-        cursor = next;
-    }
-}
-
 /// Keys of a namespace, by type (`SCAN` + `TYPE`), for the memory report.
 async fn count_keys(
     admin: &mut MultiplexedConnection,
@@ -458,14 +231,7 @@ async fn count_keys(
     let mut cursor: u64 = 0;
     let mut kinds = BTreeMap::new();
     loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(&pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(admin)
-            .await?;
+        let (next, keys) = scan_page(admin, cursor, &pattern).await?;
         for key in keys {
             // The part after the namespace tag names the kind: `{ns}:task:<id>` -> `task`.
             let kind = key.split(':').nth(1).unwrap_or("?").to_owned();
@@ -490,112 +256,17 @@ async fn memory_usage(admin: &mut MultiplexedConnection, key: &str) -> Res<Optio
 
 // ----- service processes -----
 
-/// A service process with its output in a log file; SIGKILLed and reaped on drop, so that an
-/// error or a panic never leaves one behind.
-struct Proc {
-    name: String,
-    child: Option<Child>,
-    log: PathBuf,
-}
-
-impl Proc {
-    fn spawn(bin: &Path, name: &str, log_dir: &Path, envs: &[(&str, String)]) -> Res<Proc> {
-        let log = log_dir.join(format!("{name}.log"));
-        let file = std::fs::File::create(&log)?;
-        let err_file = file.try_clone()?;
-        let mut command = Command::new(bin);
-        // Nothing of the bench's environment (N, WORKERS, ...) may reach the services: they
-        // read similarly named settings.
-        command
-            .env_clear()
-            .stdin(Stdio::null())
-            .stdout(file)
-            .stderr(err_file);
-        for (key, value) in envs {
-            command.env(key, value);
-        }
-        let child = command
-            .spawn()
-            .map_err(|err| format!("starting {}: {err}", bin.display()))?;
-        Ok(Proc {
-            name: name.to_owned(),
-            child: Some(child),
-            log,
-        })
-    }
-
-    fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
-    }
-
-    /// CPU ticks the process used so far.
-    fn ticks(&self) -> u64 {
-        self.pid()
-            .and_then(|pid| process_ticks(&pid.to_string()))
-            .unwrap_or(0)
-    }
-
-    fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(20)..].join("\n")
-    }
-
-    fn check_alive(&mut self) -> Res<()> {
-        let Some(child) = self.child.as_mut() else {
-            return Err(format!("{} is gone", self.name).into());
-        };
-        match child.try_wait()? {
-            None => Ok(()),
-            Some(status) => Err(format!(
-                "{} exited with {status}; log tail:\n{}",
-                self.name,
-                self.log_tail()
-            )
-            .into()),
-        }
-    }
-
-    fn sigterm(&self) {
-        if let Some(pid) = self.pid() {
-            let _ = kill(
-                Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX)),
-                Signal::SIGTERM,
-            );
-        }
-    }
-
-    fn exited(&mut self) -> bool {
-        !matches!(self.child.as_mut().map(Child::try_wait), Some(Ok(None)))
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.kill();
-        let _ = std::fs::remove_file(&self.log);
-    }
-}
-
-/// SIGTERM to all (they drain and deregister), SIGKILL to those left after `timeout`.
-async fn terminate_all(procs: &mut [Proc], timeout: Duration) {
-    for proc in procs.iter() {
-        proc.sigterm();
-    }
-    let give_up = Instant::now() + timeout;
-    while Instant::now() < give_up && !procs.iter_mut().all(Proc::exited) {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    for proc in procs.iter_mut() {
-        proc.kill();
-    }
+/// A service process in `log_dir`. Its environment is `envs` alone: nothing of the bench's
+/// environment (N, WORKERS, ...) may reach the services, they read similarly named settings.
+fn spawn_service(
+    bin: &Path,
+    name: &str,
+    log_dir: &Path,
+    envs: &[(&str, String)],
+) -> Res<BenchProc> {
+    let mut command = Command::new(bin);
+    command.env_clear().envs(envs.iter().map(|(k, v)| (k, v)));
+    BenchProc::spawn(command, name, log_dir.join(format!("{name}.log")))
 }
 
 fn free_port() -> Res<u16> {
@@ -616,8 +287,8 @@ fn unique(tag: &str) -> String {
 /// One gateway and `workers` worker processes in a fresh namespace, ready to take tasks.
 struct Cluster {
     namespace: String,
-    gateway: Proc,
-    workers: Vec<Proc>,
+    gateway: BenchProc,
+    workers: Vec<BenchProc>,
     store: RedisStore,
     card: Arc<AgentCard>,
 }
@@ -636,7 +307,7 @@ impl Cluster {
         let mut ids = Vec::new();
         for w in 0..workers {
             let id = format!("{namespace}-w{w}");
-            procs.push(Proc::spawn(
+            procs.push(spawn_service(
                 &settings.worker_bin,
                 &id,
                 log_dir,
@@ -661,7 +332,7 @@ impl Cluster {
         let (gateway, url) = loop {
             attempt += 1;
             let port = free_port()?;
-            let mut gateway = Proc::spawn(
+            let mut gateway = spawn_service(
                 &settings.gateway_bin,
                 &format!("{namespace}-gateway"),
                 log_dir,
@@ -754,7 +425,7 @@ impl Cluster {
         )
         .await;
         terminate_all(&mut procs, Duration::from_secs(10)).await;
-        delete_namespace(admin, &self.namespace).await?;
+        delete_matching(admin, &format!("{{{}}}*", self.namespace)).await?;
         Ok(())
     }
 }
@@ -894,15 +565,6 @@ async fn load(
     Ok(total)
 }
 
-/// Nearest-rank percentile of sorted values.
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
 // ----- throughput runs -----
 
 /// What a throughput run loads: how many workers, client loops and tasks.
@@ -943,15 +605,11 @@ impl Run {
     }
 
     fn server_cmds(&self) -> u64 {
-        self.commands.values().sum()
+        server_cmds(&self.commands)
     }
 
     fn client_round_trips(&self) -> u64 {
-        self.commands
-            .iter()
-            .filter(|(name, _)| CLIENT_COMMANDS.contains(&name.as_str()))
-            .map(|(_, calls)| calls)
-            .sum()
+        client_round_trips(&self.commands)
     }
 
     fn to_json(&self) -> Value {
@@ -1041,17 +699,19 @@ async fn throughput_run(
             }
             cluster.wait_idle().await?;
         }
-        let quiet = wait_quiet(settings, ticks).await?;
+        let quiet = wait_quiet(
+            settings.quiet_pct,
+            settings.quiet_wait_s,
+            ticks,
+            CpuSnap::busy_with_softirq,
+        )
+        .await?;
 
-        let _: () = redis::cmd("CONFIG")
-            .arg("RESETSTAT")
-            .query_async(admin)
-            .await?;
-        let redis0 = redis_snap(admin).await?;
-        let busy0 = machine_busy_ticks()?;
-        let self0 = process_ticks("self").unwrap_or(0);
+        reset_stats(admin).await?;
+        let redis0 = RedisSnap::take(admin).await?;
+        let cpu0 = CpuSnap::now()?;
         let gw0 = cluster.gateway.ticks();
-        let wk0: u64 = cluster.workers.iter().map(Proc::ticks).sum();
+        let wk0: u64 = cluster.workers.iter().map(BenchProc::ticks).sum();
 
         let result = load(&client, &cluster.card, clients, n, deadline).await?;
 
@@ -1061,34 +721,25 @@ async fn throughput_run(
             .map(|s| s.done)
             .max()
             .unwrap_or_else(Instant::now);
-        let busy1 = machine_busy_ticks()?;
-        let self1 = process_ticks("self").unwrap_or(0);
+        let cpu1 = CpuSnap::now()?;
         let gw1 = cluster.gateway.ticks();
-        let wk1: u64 = cluster.workers.iter().map(Proc::ticks).sum();
-        let redis1 = redis_snap(admin).await?;
+        let wk1: u64 = cluster.workers.iter().map(BenchProc::ticks).sum();
+        let redis1 = RedisSnap::take(admin).await?;
         cluster.check_alive()?;
         cluster.wait_idle().await?;
 
         let started = result.started.ok_or("no start time")?;
         let wall_s = end.duration_since(started).as_secs_f64().max(1e-9);
         let window_s = started.elapsed().as_secs_f64().max(1e-9);
-        let mut commands = BTreeMap::new();
-        let mut command_usec = BTreeMap::new();
-        for (name, (calls, usec)) in &redis1.commands {
-            if is_admin(name) {
-                continue;
-            }
-            let (calls0, usec0) = redis0.commands.get(name).copied().unwrap_or((0, 0));
-            if calls > &calls0 {
-                commands.insert(name.clone(), calls - calls0);
-                command_usec.insert(name.clone(), usec.saturating_sub(usec0));
-            }
-        }
+        let diff = redis1.since(&redis0, |_| 0);
         let redis_cpu_s = redis1.cpu_s - redis0.cpu_s;
         let gateway_cpu_s = gw1.saturating_sub(gw0) as f64 / ticks;
         let worker_cpu_s = wk1.saturating_sub(wk0) as f64 / ticks;
-        let client_cpu_s = self1.saturating_sub(self0) as f64 / ticks;
-        let busy_s = busy1.saturating_sub(busy0) as f64 / ticks;
+        let client_cpu_s = cpu1.own.saturating_sub(cpu0.own) as f64 / ticks;
+        let busy_s = cpu1
+            .busy_with_softirq()
+            .saturating_sub(cpu0.busy_with_softirq()) as f64
+            / ticks;
         let foreign_cpu_pct =
             ((busy_s - redis_cpu_s - gateway_cpu_s - worker_cpu_s - client_cpu_s).max(0.0)
                 / window_s)
@@ -1112,8 +763,8 @@ async fn throughput_run(
             client_cpu_s,
             foreign_cpu_pct,
             quiet_before_pct: quiet,
-            commands,
-            command_usec,
+            commands: diff.calls,
+            command_usec: diff.usec,
             contaminated: foreign_cpu_pct > settings.foreign_max,
         })
     }
@@ -1122,61 +773,23 @@ async fn throughput_run(
     result
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Stat {
-    median: f64,
-    min: f64,
-    max: f64,
-}
-
-fn stat(mut values: Vec<f64>) -> Stat {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    if n == 0 {
-        return Stat {
-            median: 0.0,
-            min: 0.0,
-            max: 0.0,
-        };
-    }
-    let median = if n % 2 == 1 {
-        values[n / 2]
-    } else {
-        (values[n / 2 - 1] + values[n / 2]) / 2.0
-    };
-    Stat {
-        median,
-        min: values[0],
-        max: values[n - 1],
-    }
-}
-
 fn stat_json(s: Stat) -> Value {
     json!({"median": s.median, "min": s.min, "max": s.max})
 }
 
 /// The median over runs of one per-run figure.
 fn over_runs(runs: &[Value], path: &[&str]) -> Stat {
-    stat(
-        runs.iter()
-            .filter_map(|run| {
-                path.iter()
-                    .try_fold(run, |v, key| v.get(*key))
-                    .and_then(Value::as_f64)
-            })
-            .collect(),
-    )
+    stat(runs.iter().filter_map(|run| {
+        path.iter()
+            .try_fold(run, |v, key| v.get(*key))
+            .and_then(Value::as_f64)
+    }))
 }
 
 fn throughput_row(settings: &Settings, shape: Shape, runs: &[Run]) -> Value {
     let runs_json: Vec<Value> = runs.iter().map(Run::to_json).collect();
     let s = |path: &[&str]| stat_json(over_runs(&runs_json, path));
-    let mut names: Vec<String> = runs
-        .iter()
-        .flat_map(|r| r.commands.keys().cloned())
-        .collect();
-    names.sort();
-    names.dedup();
+    let names = command_names(runs.iter().map(|r| &r.commands));
     let commands: BTreeMap<String, Value> = names
         .iter()
         .map(|name| {
@@ -1283,12 +896,12 @@ async fn throughput_rows(
                 if let Some(err) = &result.first_error {
                     eprintln!("  first error: {err}");
                 }
-                if result.contaminated && attempt < settings.retries {
-                    attempt += 1;
-                    eprintln!(
-                        "  foreign load above {}% of a core: run again",
-                        settings.foreign_max
-                    );
+                if run_again(
+                    result.contaminated,
+                    &mut attempt,
+                    settings.retries,
+                    settings.foreign_max,
+                ) {
                     continue;
                 }
                 break result;
@@ -1339,14 +952,8 @@ async fn memory_run(
             .collect();
         // Size one task's own keys, to show where the bytes go.
         let sample_id: Option<String> = {
-            let (_, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(0)
-                .arg("MATCH")
-                .arg(format!("{{{}}}:task:*", cluster.namespace))
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(admin)
-                .await?;
+            let pattern = format!("{{{}}}:task:*", cluster.namespace);
+            let (_, keys) = scan_page(admin, 0, &pattern).await?;
             keys.first()
                 .and_then(|key| key.rsplit_once(':').map(|(_, id)| id.to_owned()))
         };
@@ -1496,12 +1103,12 @@ fn markdown(
                 .iter()
                 .map(|r| format!("{:.2}", calls(r, &name)))
                 .collect();
-            let star = if CLIENT_COMMANDS.contains(&name.as_str()) {
-                "*"
-            } else {
-                ""
-            };
-            writeln!(md, "| {name}{star} | {} |", cells.join(" | "))?;
+            writeln!(
+                md,
+                "| {name}{} | {} |",
+                client_star(&name),
+                cells.join(" | ")
+            )?;
         }
         writeln!(md)?;
     }
@@ -1536,76 +1143,53 @@ fn markdown(
 }
 
 async fn meta(settings: &Settings, admin: &mut MultiplexedConnection) -> Res<Value> {
-    let version = info_field(admin, "server", "redis_version").await?;
-    let aof = info_field(admin, "persistence", "aof_enabled").await?;
-    let save: Vec<String> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("save")
-        .query_async(admin)
-        .await?;
-    let persistence = if aof == "1" {
-        String::from("appendonly yes")
-    } else {
-        format!(
-            "no AOF, save \"{}\"",
-            save.get(1).map(String::as_str).unwrap_or("?")
-        )
-    };
+    let server = server_facts(admin).await?;
     Ok(json!({
         "label": settings.label,
-        "redis_version": version,
-        "persistence": persistence,
-        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
-        "loadavg_at_start": std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
+        "redis_version": server.version,
+        "persistence": server.persistence,
+        "cpus": cpus(),
+        "loadavg_at_start": loadavg(),
         "settings": settings.to_json(),
     }))
 }
 
 #[tokio::main]
 async fn main() -> Res<()> {
-    // `cargo bench` passes `--bench`; `cargo test --benches` / `--all-targets` runs this binary
-    // without it, and a benchmark is not a test: do nothing then.
-    if !std::env::args().any(|arg| arg == "--bench") {
-        eprintln!("e2e is a benchmark: run it with scripts/bench-report (cargo bench)");
+    if !bench_requested("e2e is a benchmark: run it with scripts/bench-report (cargo bench)") {
         return Ok(());
     }
     let settings = Settings::from_env()?;
     let ticks = clock_ticks();
-    let client = redis::Client::open(settings.url.as_str())?;
-    let mut admin = client.get_multiplexed_async_connection().await?;
+    let mut admin = admin_connection(&settings.url).await?;
     let meta = meta(&settings, &mut admin).await?;
     eprintln!("e2e bench: {meta}");
-    let log_dir = std::env::temp_dir().join(format!("e2e-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&log_dir)?;
+    let logs = LogDir::create("e2e-bench")?;
+    let log_dir = logs.path();
 
     let result = async {
         let rows = if settings.runs_scenario("throughput") {
-            throughput_rows(&settings, &mut admin, &log_dir, ticks).await?
+            throughput_rows(&settings, &mut admin, log_dir, ticks).await?
         } else {
             Vec::new()
         };
         let memory = if settings.runs_scenario("memory") && settings.memory_tasks > 0 {
-            Some(memory_run(&settings, &mut admin, &log_dir).await?)
+            Some(memory_run(&settings, &mut admin, log_dir).await?)
         } else {
             None
         };
         Ok::<_, BoxError>((rows, memory))
     }
     .await;
-    let _ = std::fs::remove_dir_all(&log_dir);
     let (rows, memory) = result?;
 
     let md = markdown(&settings, &meta, &rows, memory.as_ref())?;
     println!("{md}");
-    if let Some(path) = &settings.out {
-        let report = json!({
-            "meta": meta,
-            "e2e": rows,
-            "memory": memory,
-            "markdown": md,
-        });
-        std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
-        eprintln!("wrote {path}");
-    }
-    Ok(())
+    let report = json!({
+        "meta": meta,
+        "e2e": rows,
+        "memory": memory,
+        "markdown": md,
+    });
+    write_json(settings.out.as_deref(), &report)
 }

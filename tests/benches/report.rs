@@ -6,13 +6,13 @@
 //! A bench target only so that `cargo bench --no-run` builds it with the others before any
 //! measurement starts; without `--bench` it does nothing.
 
-use std::error::Error;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use harness::measure::Res;
+use harness::measure::output::bench_requested;
+use harness::measure::stats::median;
 use serde_json::{Value, json};
-
-type Res<T> = Result<T, Box<dyn Error + Send + Sync>>;
 
 fn read_part(dir: &Path, name: &str) -> Res<Option<Value>> {
     let path = dir.join("parts").join(format!("{name}.json"));
@@ -37,16 +37,8 @@ fn fmt(x: Option<f64>, digits: usize) -> String {
 
 /// Thousands separated, no decimals: 12,345.
 fn thousands(x: Option<f64>) -> String {
-    let Some(x) = x else { return "–".into() };
-    let text = format!("{:.0}", x.abs());
-    let mut out = String::new();
-    for (i, c) in text.chars().enumerate() {
-        if i > 0 && (text.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    if x < 0.0 { format!("-{out}") } else { out }
+    x.map(harness::measure::stats::thousands)
+        .unwrap_or_else(|| "–".into())
 }
 
 fn ratio(ours: Option<f64>, theirs: Option<f64>) -> String {
@@ -85,17 +77,7 @@ fn bullmq_proc(bullmq: &Value, c: u64) -> Option<(u64, &Value)> {
 }
 
 fn median_of(runs: &Value, f: impl Fn(&Value) -> Option<f64>) -> Option<f64> {
-    let mut values: Vec<f64> = runs.as_array()?.iter().filter_map(f).collect();
-    if values.is_empty() {
-        return None;
-    }
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    Some(if n % 2 == 1 {
-        values[n / 2]
-    } else {
-        (values[n / 2 - 1] + values[n / 2]) / 2.0
-    })
+    median(runs.as_array()?.iter().filter_map(f))
 }
 
 fn summary(
@@ -529,8 +511,7 @@ fn markdown(
 }
 
 fn main() -> Res<()> {
-    if !std::env::args().any(|arg| arg == "--bench") {
-        eprintln!("report assembles scripts/bench-report's output (cargo bench)");
+    if !bench_requested("report assembles scripts/bench-report's output (cargo bench)") {
         return Ok(());
     }
     let dir = PathBuf::from(

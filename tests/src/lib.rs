@@ -5,8 +5,11 @@
 //!   stopped on drop;
 //! - [`redis_server`]: a private `redis-server` on a free loopback port, stopped on drop;
 //! - [`otlp`]: an in-process OTLP receiver (HTTP/protobuf and gRPC) collecting what services
-//!   export.
+//!   export;
+//! - [`measure`]: the cluster benchmarks' shared measurements (Redis commandstats, process and
+//!   machine CPU, quiet-machine waits, medians and percentiles, report output).
 pub mod chaos;
+pub mod measure;
 pub mod otlp;
 pub mod process;
 pub mod redis_server;

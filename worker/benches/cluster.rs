@@ -52,17 +52,24 @@
 //!   `BENCH_OUT` (JSON file), `BENCH_LABEL`.
 
 use std::collections::BTreeMap;
-use std::error::Error;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::str::FromStr;
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use harness::measure::commandstats::{
+    CLIENT_COMMANDS, RedisSnap, client_round_trips, client_star, command_names, reset_stats,
+    server_cmds,
+};
+use harness::measure::cpu::{CpuSnap, clock_ticks, run_again, wait_quiet};
+use harness::measure::env::{bin_from_env, env_list, env_or};
+use harness::measure::output::{LogDir, bench_requested, cpus, loadavg, write_json};
+use harness::measure::redis_admin::{admin_connection, delete_matching, server_facts};
+use harness::measure::service::{BenchProc, terminate_all};
+use harness::measure::stats::{Stat, stat, thousands};
+use harness::measure::{BoxError, Res};
 use redis::aio::MultiplexedConnection;
 use serde::Serialize;
 use serde_json::json;
@@ -74,9 +81,6 @@ use shared::store::{
 use shared::token::{AccessToken, OwnerHash};
 use tokio::task::JoinSet;
 
-type BoxError = Box<dyn Error + Send + Sync>;
-type Res<T> = Result<T, BoxError>;
-
 const MAX_TASKS: u64 = 100_000_000;
 const REGISTRY_POLL: Duration = Duration::from_millis(2);
 const LIVE_POLL: Duration = Duration::from_millis(10);
@@ -84,34 +88,6 @@ const TASK_POLL: Duration = Duration::from_millis(5);
 /// Bound on things that take milliseconds when all is well (a worker registering, a task
 /// activating).
 const PATIENCE: Duration = Duration::from_secs(30);
-
-/// Commands the store and the registry send themselves (never inside their scripts, except the
-/// registry heartbeat's one ZRANGE, see the module doc).
-const CLIENT_COMMANDS: &[&str] = &[
-    "evalsha",
-    "eval",
-    "evalsha_ro",
-    "eval_ro",
-    "zrange",
-    "blpop",
-    "script|load",
-    "ping",
-    "hello",
-    "client|setinfo",
-    "client|setname",
-    "select",
-    "subscribe",
-    "psubscribe",
-    "ssubscribe",
-    "unsubscribe",
-    "punsubscribe",
-    "mget",
-];
-
-/// The bench's own measurement commands, left out of every count.
-fn is_admin(command: &str) -> bool {
-    command == "info" || command.starts_with("config|")
-}
 
 // ----- settings -----
 
@@ -142,57 +118,11 @@ struct Settings {
     out: Option<String>,
 }
 
-fn env_or<T: FromStr>(name: &str, default: T) -> Res<T>
-where
-    T::Err: std::fmt::Display,
-{
-    match std::env::var(name) {
-        Ok(text) if !text.trim().is_empty() => text
-            .trim()
-            .parse()
-            .map_err(|err| format!("{name}={text:?}: {err}").into()),
-        _ => Ok(default),
-    }
-}
-
-fn env_list<T: FromStr>(name: &str, default: &str) -> Res<Vec<T>>
-where
-    T::Err: std::fmt::Display,
-{
-    let text = std::env::var(name)
-        .ok()
-        .filter(|t| !t.trim().is_empty())
-        .unwrap_or_else(|| default.to_owned());
-    text.split(',')
-        .map(str::trim)
-        .filter(|part| !part.is_empty())
-        .map(|part| {
-            part.parse::<T>()
-                .map_err(|err| format!("{name}: {part:?}: {err}").into())
-        })
-        .collect()
-}
-
-/// `target/<profile>/worker`, next to `target/<profile>/deps/<this bench>`.
-fn default_worker_bin() -> PathBuf {
-    std::env::current_exe()
-        .ok()
-        .and_then(|exe| {
-            exe.parent()
-                .and_then(Path::parent)
-                .map(|dir| dir.join("worker"))
-        })
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release/worker"))
-}
-
 impl Settings {
     fn from_env() -> Res<Settings> {
         let url = std::env::var("REDIS_URL")
             .map_err(|_| "REDIS_URL is required (scripts/bench-worker sets it)")?;
-        let worker_bin = match std::env::var("WORKER_BIN") {
-            Ok(path) if !path.trim().is_empty() => PathBuf::from(path.trim()),
-            _ => default_worker_bin(),
-        };
+        let worker_bin = bin_from_env("WORKER_BIN", "worker");
         let settings = Settings {
             url,
             worker_bin,
@@ -248,168 +178,12 @@ impl Settings {
     }
 }
 
-// ----- machine and Redis measurements -----
-
-/// CPU ticks of the whole machine (`/proc/stat`) and of this process.
-#[derive(Debug, Clone, Copy, Default)]
-struct ProcCpu {
-    /// user + nice + system + irq.
-    busy: u64,
-    /// nice alone: processes running at a lower priority (other sessions' `nice` builds).
-    nice: u64,
-    /// Whether this process runs niced itself (then its CPU is part of `nice`).
-    self_niced: bool,
-    softirq: u64,
-    steal: u64,
-    own: u64,
-}
-
-/// utime + stime of a process, in clock ticks.
-fn process_ticks(pid: &str) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, after_name) = stat.rsplit_once(')')?;
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    // Fields 14 and 15 of the file (utime, stime) are entries 11 and 12 after the name.
-    Some(
-        [11, 12]
-            .iter()
-            .filter_map(|&i| fields.get(i).and_then(|f| f.parse::<u64>().ok()))
-            .sum(),
-    )
-}
-
-/// This process's nice value (field 19 of `/proc/self/stat`).
-fn self_nice() -> i64 {
-    std::fs::read_to_string("/proc/self/stat")
-        .ok()
-        .and_then(|stat| {
-            let (_, after_name) = stat.rsplit_once(')')?;
-            after_name.split_whitespace().nth(16)?.parse().ok()
-        })
-        .unwrap_or(0)
-}
-
-fn proc_cpu() -> Res<ProcCpu> {
-    let stat = std::fs::read_to_string("/proc/stat")?;
-    let line = stat.lines().next().ok_or("empty /proc/stat")?;
-    let fields: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .map(|f| f.parse().unwrap_or(0))
-        .collect();
-    let field = |i: usize| fields.get(i).copied().unwrap_or(0);
-    // user nice system idle iowait irq softirq steal
-    Ok(ProcCpu {
-        busy: field(0) + field(1) + field(2) + field(5),
-        nice: field(1),
-        self_niced: self_nice() != 0,
-        softirq: field(6),
-        steal: field(7),
-        own: process_ticks("self").unwrap_or(0),
-    })
-}
-
-fn clock_ticks() -> f64 {
-    Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|out| String::from_utf8(out.stdout).ok())
-        .and_then(|text| text.trim().parse::<f64>().ok())
-        .filter(|ticks| *ticks > 0.0)
-        .unwrap_or(100.0)
-}
-
-#[derive(Debug, Clone, Default)]
-struct RedisSnap {
-    /// command -> (calls, usec)
-    commands: BTreeMap<String, (u64, u64)>,
-    cpu_s: f64,
-    total_commands_processed: u64,
-}
-
-fn parse_info(text: &str) -> BTreeMap<String, String> {
-    text.lines()
-        .filter(|line| !line.starts_with('#'))
-        .filter_map(|line| line.split_once(':'))
-        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-        .collect()
-}
-
-async fn redis_snap(admin: &mut MultiplexedConnection) -> Res<RedisSnap> {
-    let text: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .arg("cpu")
-        .arg("stats")
-        .query_async(admin)
-        .await?;
-    let info = parse_info(&text);
-    let mut commands = BTreeMap::new();
-    for (key, value) in &info {
-        let Some(name) = key.strip_prefix("cmdstat_") else {
-            continue;
-        };
-        let mut calls = 0;
-        let mut usec = 0;
-        for part in value.split(',') {
-            match part.split_once('=') {
-                Some(("calls", v)) => calls = v.parse().unwrap_or(0),
-                Some(("usec", v)) => usec = v.parse().unwrap_or(0),
-                _ => {}
-            }
-        }
-        commands.insert(name.to_owned(), (calls, usec));
-    }
-    let num = |key: &str| {
-        info.get(key)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    Ok(RedisSnap {
-        commands,
-        cpu_s: num("used_cpu_sys") + num("used_cpu_user"),
-        total_commands_processed: num("total_commands_processed") as u64,
-    })
-}
-
-/// Redis `TIME` in milliseconds (the store's clock).
 async fn redis_now_ms(admin: &mut MultiplexedConnection) -> Res<u64> {
     let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(admin).await?;
     Ok(secs * 1_000 + micros / 1_000)
 }
 
-/// Waits until other processes (niced ones included) use less than `quiet_pct` of a core over
-/// one second, up to `quiet_wait_s`. Returns the last foreign load seen.
-async fn wait_quiet(settings: &Settings, ticks: f64) -> Res<f64> {
-    let give_up = Instant::now() + Duration::from_secs(settings.quiet_wait_s);
-    loop {
-        let before = proc_cpu()?;
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let after = proc_cpu()?;
-        let foreign = (after.busy.saturating_sub(before.busy))
-            .saturating_sub(after.own.saturating_sub(before.own)) as f64
-            / ticks
-            * 100.0;
-        if foreign < settings.quiet_pct || Instant::now() >= give_up {
-            if foreign >= settings.quiet_pct {
-                eprintln!(
-                    "  machine still busy ({foreign:.0}% of a core by others); running anyway"
-                );
-            }
-            return Ok(foreign);
-        }
-        eprintln!("  waiting for a quiet machine: others use {foreign:.0}% of a core");
-    }
-}
-
 // ----- worker processes -----
-
-/// A `worker` process with its output in a log file; SIGKILLed and reaped on drop.
-struct WorkerProc {
-    id: String,
-    child: Option<Child>,
-    log: PathBuf,
-}
 
 /// Settings a worker would otherwise pick up from the bench's environment.
 const WORKER_ENV: &[&str] = &[
@@ -426,116 +200,27 @@ const WORKER_ENV: &[&str] = &[
     "LOG_FORMAT",
 ];
 
-impl WorkerProc {
-    fn spawn(
-        settings: &Settings,
-        log_dir: &Path,
-        namespace: &str,
-        id: &str,
-        envs: &[(&str, String)],
-    ) -> Res<WorkerProc> {
-        let log = log_dir.join(format!("{id}.log"));
-        let file = std::fs::File::create(&log)?;
-        let err_file = file.try_clone()?;
-        let mut command = Command::new(&settings.worker_bin);
-        for name in WORKER_ENV {
-            command.env_remove(name);
-        }
-        command
-            .env("REDIS_URL", &settings.url)
-            .env("REDIS_NAMESPACE", namespace)
-            .env("WORKER_ID", id)
-            .env("RUST_LOG", &settings.worker_rust_log)
-            .stdin(Stdio::null())
-            .stdout(file)
-            .stderr(err_file);
-        for (key, value) in envs {
-            command.env(key, value);
-        }
-        let child = command
-            .spawn()
-            .map_err(|err| format!("starting {}: {err}", settings.worker_bin.display()))?;
-        Ok(WorkerProc {
-            id: id.to_owned(),
-            child: Some(child),
-            log,
-        })
+/// A `worker` process named `id` in `log_dir`.
+fn spawn_worker(
+    settings: &Settings,
+    log_dir: &Path,
+    namespace: &str,
+    id: &str,
+    envs: &[(&str, String)],
+) -> Res<BenchProc> {
+    let mut command = Command::new(&settings.worker_bin);
+    for name in WORKER_ENV {
+        command.env_remove(name);
     }
-
-    fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
+    command
+        .env("REDIS_URL", &settings.url)
+        .env("REDIS_NAMESPACE", namespace)
+        .env("WORKER_ID", id)
+        .env("RUST_LOG", &settings.worker_rust_log);
+    for (key, value) in envs {
+        command.env(key, value);
     }
-
-    /// CPU seconds the process used so far.
-    fn cpu_s(&self, ticks: f64) -> f64 {
-        self.pid()
-            .and_then(|pid| process_ticks(&pid.to_string()))
-            .map(|t| t as f64 / ticks)
-            .unwrap_or(0.0)
-    }
-
-    /// An error with the end of the log when the process exited.
-    fn check_alive(&mut self) -> Res<()> {
-        let Some(child) = self.child.as_mut() else {
-            return Err(format!("worker {} is gone", self.id).into());
-        };
-        match child.try_wait()? {
-            None => Ok(()),
-            Some(status) => Err(format!(
-                "worker {} exited with {status}; log tail:\n{}",
-                self.id,
-                self.log_tail()
-            )
-            .into()),
-        }
-    }
-
-    fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(20)..].join("\n")
-    }
-
-    /// SIGKILL and reap: a crash.
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    fn sigterm(&self) {
-        if let Some(pid) = self.pid() {
-            let pid = Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX));
-            let _ = kill(pid, Signal::SIGTERM);
-        }
-    }
-
-    fn exited(&mut self) -> bool {
-        !matches!(self.child.as_mut().map(Child::try_wait), Some(Ok(None)))
-    }
-}
-
-/// SIGTERM to every worker (they drain and deregister), SIGKILL to those still running after
-/// `timeout`.
-async fn terminate_all(workers: &mut [WorkerProc], timeout: Duration) {
-    for worker in workers.iter() {
-        worker.sigterm();
-    }
-    let give_up = Instant::now() + timeout;
-    while Instant::now() < give_up && !workers.iter_mut().all(WorkerProc::exited) {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    for worker in workers.iter_mut() {
-        worker.kill();
-    }
-}
-
-impl Drop for WorkerProc {
-    fn drop(&mut self) {
-        self.kill();
-        let _ = std::fs::remove_file(&self.log);
-    }
+    BenchProc::spawn(command, id, log_dir.join(format!("{id}.log")))
 }
 
 // ----- store helpers -----
@@ -615,30 +300,6 @@ async fn preload(settings: &Settings, store: &RedisStore) -> Res<f64> {
     Ok(rate)
 }
 
-/// Deletes every key of a namespace, synchronously.
-async fn delete_namespace(admin: &mut MultiplexedConnection, pattern: &str) -> Res<u64> {
-    let mut cursor: u64 = 0;
-    let mut deleted = 0;
-    loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(admin)
-            .await?;
-        if !keys.is_empty() {
-            let removed: u64 = redis::cmd("DEL").arg(&keys).query_async(admin).await?;
-            deleted += removed;
-        }
-        if next == 0 {
-            return Ok(deleted);
-        }
-        cursor = next;
-    }
-}
-
 /// The bench's own commands during a timed window, subtracted from commandstats.
 #[derive(Debug, Clone, Default, Serialize)]
 struct OwnCommands {
@@ -715,15 +376,11 @@ impl ThroughputRun {
     }
 
     fn server_cmds(&self) -> u64 {
-        self.commands.values().sum()
+        server_cmds(&self.commands)
     }
 
     fn client_round_trips(&self) -> u64 {
-        self.commands
-            .iter()
-            .filter(|(name, _)| CLIENT_COMMANDS.contains(&name.as_str()))
-            .map(|(_, calls)| calls)
-            .sum()
+        client_round_trips(&self.commands)
     }
 
     fn command(&self, name: &str) -> u64 {
@@ -745,20 +402,20 @@ async fn throughput_run(
     let registry = RedisRegistry::new(&store);
     let preload_creates_per_s = preload(settings, &store).await?;
 
-    let quiet = wait_quiet(settings, ticks).await?;
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async(admin)
-        .await?;
-    let redis0 = redis_snap(admin).await?;
-    let proc0 = proc_cpu()?;
+    let quiet = wait_quiet(settings.quiet_pct, settings.quiet_wait_s, ticks, |cpu| {
+        cpu.busy
+    })
+    .await?;
+    reset_stats(admin).await?;
+    let redis0 = RedisSnap::take(admin).await?;
+    let proc0 = CpuSnap::now()?;
     let mut own = OwnCommands::default();
 
     let started = Instant::now();
     let mut workers = Vec::new();
     for w in 0..processes {
         let id = format!("bench-w{w}-{}", short_id());
-        workers.push(WorkerProc::spawn(
+        workers.push(spawn_worker(
             settings,
             log_dir,
             &ns,
@@ -769,7 +426,7 @@ async fn throughput_run(
             ],
         )?);
     }
-    let ids: Vec<String> = workers.iter().map(|w| w.id.clone()).collect();
+    let ids: Vec<String> = workers.iter().map(|w| w.name().to_owned()).collect();
     let give_up = started + Duration::from_secs(settings.run_timeout_s);
     let mut first_listed = None;
     let mut all_listed = None;
@@ -800,9 +457,9 @@ async fn throughput_run(
         }
         tokio::time::sleep(LIVE_POLL).await;
     };
-    let worker_cpu_s: f64 = workers.iter().map(|w| w.cpu_s(ticks)).sum();
-    let proc1 = proc_cpu()?;
-    let redis1 = redis_snap(admin).await?;
+    let worker_cpu_s: f64 = workers.iter().map(|w| w.ticks() as f64 / ticks).sum();
+    let proc1 = CpuSnap::now()?;
+    let redis1 = RedisSnap::take(admin).await?;
     terminate_all(&mut workers, Duration::from_secs(10)).await;
 
     let first_listed = first_listed.ok_or("no worker was listed")?;
@@ -825,19 +482,7 @@ async fn throughput_run(
         }
     }
 
-    let mut commands = BTreeMap::new();
-    let mut command_usec = BTreeMap::new();
-    for (name, (calls1, usec1)) in &redis1.commands {
-        if is_admin(name) {
-            continue;
-        }
-        let (calls0, usec0) = redis0.commands.get(name).copied().unwrap_or((0, 0));
-        let calls = calls1.saturating_sub(calls0).saturating_sub(own.of(name));
-        if calls > 0 {
-            commands.insert(name.clone(), calls);
-            command_usec.insert(name.clone(), usec1.saturating_sub(usec0));
-        }
-    }
+    let diff = redis1.since(&redis0, |name| own.of(name));
     let total_s = end.duration_since(started).as_secs_f64();
     let startup_s = first_listed.duration_since(started).as_secs_f64();
     let drain_s = (total_s - startup_s).max(1e-6);
@@ -857,7 +502,7 @@ async fn throughput_run(
 
     let pattern = store.keys().all_pattern();
     store.close().await;
-    delete_namespace(admin, &pattern).await?;
+    delete_matching(admin, &pattern).await?;
 
     Ok(ThroughputRun {
         processes,
@@ -879,8 +524,8 @@ async fn throughput_run(
         steal_pct,
         quiet_before_pct: quiet,
         own,
-        commands,
-        command_usec,
+        commands: diff.calls,
+        command_usec: diff.usec,
         total_commands_processed: redis1
             .total_commands_processed
             .saturating_sub(redis0.total_commands_processed)
@@ -907,7 +552,7 @@ struct RecoveryRun {
     within_budget: bool,
 }
 
-async fn wait_listed(registry: &RedisRegistry, worker: &mut WorkerProc, ids: &[String]) -> Res<()> {
+async fn wait_listed(registry: &RedisRegistry, worker: &mut BenchProc, ids: &[String]) -> Res<()> {
     let give_up = Instant::now() + PATIENCE;
     let mut own = OwnCommands::default();
     loop {
@@ -941,7 +586,7 @@ async fn recovery_run(
     ];
     let a_id = format!("bench-a-{}", short_id());
     let b_id = format!("bench-b-{}", short_id());
-    let mut a = WorkerProc::spawn(settings, log_dir, &ns, &a_id, &envs)?;
+    let mut a = spawn_worker(settings, log_dir, &ns, &a_id, &envs)?;
     wait_listed(&registry, &mut a, std::slice::from_ref(&a_id)).await?;
 
     let owner = AccessToken::generate().owner_hash();
@@ -971,7 +616,7 @@ async fn recovery_run(
         tokio::time::sleep(TASK_POLL).await;
     }
 
-    let mut b = WorkerProc::spawn(settings, log_dir, &ns, &b_id, &envs)?;
+    let mut b = spawn_worker(settings, log_dir, &ns, &b_id, &envs)?;
     wait_listed(&registry, &mut b, &[a_id.clone(), b_id.clone()]).await?;
     let before = store.get(&task_id).await?.ok_or("task missing")?;
     let lease = before.lease.ok_or("no lease on the active task")?;
@@ -1033,7 +678,7 @@ async fn recovery_run(
     terminate_all(std::slice::from_mut(&mut b), Duration::from_secs(10)).await;
     let pattern = store.keys().all_pattern();
     store.close().await;
-    delete_namespace(admin, &pattern).await?;
+    delete_matching(admin, &pattern).await?;
 
     let kill_to_reactivated_ms = ms_since(reactivated);
     Ok(RecoveryRun {
@@ -1050,43 +695,6 @@ async fn recovery_run(
 }
 
 // ----- report -----
-
-#[derive(Debug, Clone, Copy, Serialize)]
-struct Stat {
-    median: f64,
-    min: f64,
-    max: f64,
-}
-
-fn stat(values: impl IntoIterator<Item = f64>) -> Stat {
-    let mut v: Vec<f64> = values.into_iter().collect();
-    v.sort_by(f64::total_cmp);
-    let median = match v.len() {
-        0 => f64::NAN,
-        len if len % 2 == 1 => v[len / 2],
-        len => (v[len / 2 - 1] + v[len / 2]) / 2.0,
-    };
-    Stat {
-        median,
-        min: v.first().copied().unwrap_or(f64::NAN),
-        max: v.last().copied().unwrap_or(f64::NAN),
-    }
-}
-
-fn thousands(x: f64) -> String {
-    if !x.is_finite() {
-        return "-".into();
-    }
-    let digits = format!("{:.0}", x.abs());
-    let mut out = String::new();
-    for (i, ch) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    if x < 0.0 { format!("-{out}") } else { out }
-}
 
 #[derive(Debug, Clone, Serialize)]
 struct ThroughputRow {
@@ -1117,12 +725,7 @@ struct ThroughputRow {
 
 fn throughput_row(processes: usize, concurrency: usize, runs: Vec<ThroughputRun>) -> ThroughputRow {
     let s = |f: &dyn Fn(&ThroughputRun) -> f64| stat(runs.iter().map(f));
-    let mut names: Vec<String> = runs
-        .iter()
-        .flat_map(|r| r.commands.keys().cloned())
-        .collect();
-    names.sort();
-    names.dedup();
+    let names = command_names(runs.iter().map(|r| &r.commands));
     let commands_per_task = names
         .iter()
         .map(|name| {
@@ -1318,12 +921,12 @@ fn markdown(
                     )
                 })
                 .collect();
-            let star = if CLIENT_COMMANDS.contains(&name.as_str()) {
-                "*"
-            } else {
-                ""
-            };
-            writeln!(md, "| {name}{star} | {} |", cells.join(" | "))?;
+            writeln!(
+                md,
+                "| {name}{} | {} |",
+                client_star(name),
+                cells.join(" | ")
+            )?;
         }
         let totals: Vec<String> = throughput
             .iter()
@@ -1381,26 +984,7 @@ fn markdown(
 // ----- main -----
 
 async fn meta(settings: &Settings, admin: &mut MultiplexedConnection) -> Res<serde_json::Value> {
-    let server = parse_info(
-        &redis::cmd("INFO")
-            .arg("server")
-            .arg("persistence")
-            .query_async::<String>(admin)
-            .await?,
-    );
-    let save: Vec<String> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("save")
-        .query_async(admin)
-        .await?;
-    let persistence = if server.get("aof_enabled").map(String::as_str) == Some("1") {
-        String::from("appendonly yes")
-    } else {
-        format!(
-            "no AOF, save \"{}\"",
-            save.get(1).map(String::as_str).unwrap_or("?")
-        )
-    };
+    let server = server_facts(admin).await?;
     let cpu_model = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|text| {
@@ -1412,11 +996,11 @@ async fn meta(settings: &Settings, admin: &mut MultiplexedConnection) -> Res<ser
         .unwrap_or_default();
     Ok(json!({
         "label": settings.label,
-        "redis_version": server.get("redis_version"),
-        "persistence": persistence,
-        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "redis_version": server.version,
+        "persistence": server.persistence,
+        "cpus": cpus(),
         "cpu_model": cpu_model,
-        "loadavg_at_start": std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
+        "loadavg_at_start": loadavg(),
         "settings": settings,
     }))
 }
@@ -1463,12 +1047,12 @@ async fn throughput_rows(
                     result.nice_cpu_pct,
                     result.softirq_pct,
                 );
-                if result.contaminated && attempt < settings.retries {
-                    attempt += 1;
-                    eprintln!(
-                        "  foreign load above {}% of a core: run again",
-                        settings.foreign_max
-                    );
+                if run_again(
+                    result.contaminated,
+                    &mut attempt,
+                    settings.retries,
+                    settings.foreign_max,
+                ) {
                     continue;
                 }
                 break result;
@@ -1518,41 +1102,32 @@ async fn recovery_rows(
 
 #[tokio::main]
 async fn main() -> Res<()> {
-    // `cargo bench` passes `--bench`; `cargo test --benches` / `--all-targets` runs this binary
-    // without it, and a benchmark is not a test: do nothing then.
-    if !std::env::args().any(|arg| arg == "--bench") {
-        eprintln!("cluster is a benchmark: run it with scripts/bench-worker (cargo bench)");
+    if !bench_requested("cluster is a benchmark: run it with scripts/bench-worker (cargo bench)") {
         return Ok(());
     }
     let settings = Settings::from_env()?;
     let ticks = clock_ticks();
-    let client = redis::Client::open(settings.url.as_str())?;
-    let mut admin = client.get_multiplexed_async_connection().await?;
+    let mut admin = admin_connection(&settings.url).await?;
     let meta = meta(&settings, &mut admin).await?;
     eprintln!("cluster bench: {meta}");
-    let log_dir = std::env::temp_dir().join(format!("worker-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&log_dir)?;
+    let logs = LogDir::create("worker-bench")?;
+    let log_dir = logs.path();
 
     let result = async {
-        let throughput = throughput_rows(&settings, &mut admin, &log_dir, ticks).await?;
-        let recovery = recovery_rows(&settings, &mut admin, &log_dir).await?;
+        let throughput = throughput_rows(&settings, &mut admin, log_dir, ticks).await?;
+        let recovery = recovery_rows(&settings, &mut admin, log_dir).await?;
         Ok::<_, BoxError>((throughput, recovery))
     }
     .await;
-    let _ = std::fs::remove_dir_all(&log_dir);
     let (throughput, recovery) = result?;
 
     let md = markdown(&settings, &meta, &throughput, &recovery)?;
     println!("{md}");
-    if let Some(path) = &settings.out {
-        let report = json!({
-            "meta": meta,
-            "throughput": throughput,
-            "recovery": recovery,
-            "markdown": md,
-        });
-        std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
-        eprintln!("wrote {path}");
-    }
-    Ok(())
+    let report = json!({
+        "meta": meta,
+        "throughput": throughput,
+        "recovery": recovery,
+        "markdown": md,
+    });
+    write_json(settings.out.as_deref(), &report)
 }
