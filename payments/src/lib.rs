@@ -1,0 +1,46 @@
+//! x402 payments, as the gateway, the dev facilitator and paying clients need them.
+//!
+//! What happens to a `PAYMENT-SIGNATURE` (or `X-PAYMENT`), in the order the gateway does it:
+//!
+//! - [`wire`]: the x402 v1 and v2 JSON documents (challenges, credentials, receipts,
+//!   facilitator requests) and their base64 header encoding;
+//! - [`network`]: the EVM networks we accept, their CAIP-2 ids and USDC contracts;
+//! - [`amount`]: decimal USDC prices to atomic units and back;
+//! - [`terms`]: what one route demands (network, asset, amount, payee), in one shape for v1 and v2;
+//! - [`credential`]: a decoded payment header, with the replay key of its EIP-3009 nonce;
+//! - [`eip3009`]: the EIP-712 `TransferWithAuthorization` hash, recovery and signing;
+//! - [`precheck`]: the offline checks done before any facilitator is asked;
+//! - [`facilitator`]: the `/verify`, `/settle`, `/supported` contract and its HTTP client;
+//! - [`payer`]: the paying side: answer a 402 with a signed credential from a local key.
+
+pub mod amount;
+pub mod credential;
+pub mod eip3009;
+pub mod facilitator;
+pub mod network;
+pub mod payer;
+pub mod precheck;
+pub mod terms;
+pub mod wire;
+
+pub use credential::{Credential, CredentialError, NonceKey, X402Version};
+pub use facilitator::{Facilitator, FacilitatorError, HttpFacilitator};
+pub use network::Network;
+pub use payer::{LocalPayer, PayError};
+pub use precheck::{Rejection, precheck};
+pub use terms::Terms;
+
+/// Header of an x402 v2 challenge (on a 402).
+pub const PAYMENT_REQUIRED: &str = "payment-required";
+/// Header of an x402 v2 credential.
+pub const PAYMENT_SIGNATURE: &str = "payment-signature";
+/// Header of an x402 v2 receipt.
+pub const PAYMENT_RESPONSE: &str = "payment-response";
+/// Header of an x402 v1 credential.
+pub const X_PAYMENT: &str = "x-payment";
+/// Header of an x402 v1 receipt.
+pub const X_PAYMENT_RESPONSE: &str = "x-payment-response";
+
+/// Largest payment header accepted, in bytes: a credential is well under 2 KiB, so anything
+/// much larger is refused before it is decoded.
+pub const MAX_HEADER_BYTES: usize = 8 * 1024;

@@ -1,0 +1,364 @@
+//! The paying side: a local private key answers a 402 with a signed `exact` credential.
+//!
+//! The key is read from a file or an environment variable and never printed (`Debug` shows
+//! the address only). A spend cap refuses any challenge that asks for more.
+
+use std::path::Path;
+
+use alloy_primitives::{Address, B256, U256};
+use alloy_signer_local::PrivateKeySigner;
+use serde_json::json;
+
+use crate::credential::X402Version;
+use crate::eip3009::{Authorization, signature_hex};
+use crate::terms::{SCHEME_EXACT, Terms};
+use crate::wire::exact::ExactEvmPayload;
+use crate::wire::v1::{ChallengeV1, PaymentPayloadV1};
+use crate::wire::v2::{ChallengeV2, PaymentPayloadV2};
+use crate::wire::{self, HeaderError};
+
+/// Authorizations are back-dated this much, so a payee whose clock runs a little behind still
+/// sees them as valid (what x402's own clients do).
+const CLOCK_SKEW_SECONDS: u64 = 600;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PayError {
+    #[error("private key is not a 32-byte hex key")]
+    Key,
+    #[error("private key file could not be read: {0}")]
+    KeyFile(String),
+    #[error("private key variable {0} is not set")]
+    KeyVar(String),
+    #[error("the 402 carries no x402 challenge this client can read")]
+    NoChallenge,
+    #[error(
+        "the challenge offers no payment this client can make (exact USDC on a known EVM network)"
+    )]
+    NothingPayable,
+    #[error("the price {asked} USDC is above the spend cap of {cap} USDC")]
+    OverCap { asked: String, cap: String },
+    #[error("signing failed")]
+    Signing,
+    #[error("challenge: {0}")]
+    Header(#[from] HeaderError),
+}
+
+/// A server's 402, as the payer reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Challenge {
+    V2(ChallengeV2),
+    V1(ChallengeV1),
+}
+
+impl Challenge {
+    /// The v2 `PAYMENT-REQUIRED` header when present, else a v1 JSON body.
+    pub fn from_response(payment_required: Option<&str>, body: &[u8]) -> Result<Self, PayError> {
+        if let Some(header) = payment_required {
+            return Ok(Challenge::V2(wire::decode(header)?));
+        }
+        serde_json::from_slice::<ChallengeV1>(body)
+            .ok()
+            .filter(|challenge| challenge.x402_version == 1)
+            .map(Challenge::V1)
+            .ok_or(PayError::NoChallenge)
+    }
+}
+
+/// A credential to send: the header's name and value, and what it pays.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PaymentHeader {
+    pub version: X402Version,
+    pub name: &'static str,
+    pub value: String,
+    /// Atomic units.
+    pub amount: U256,
+    pub pay_to: Address,
+    pub payer: Address,
+    pub nonce: B256,
+}
+
+impl std::fmt::Debug for PaymentHeader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PaymentHeader")
+            .field("name", &self.name)
+            .field("value", &"<redacted>")
+            .field("amount", &self.amount)
+            .field("payer", &self.payer)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Clone)]
+pub struct LocalPayer {
+    signer: PrivateKeySigner,
+}
+
+impl std::fmt::Debug for LocalPayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalPayer")
+            .field("address", &self.signer.address())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LocalPayer {
+    /// A 32-byte key in hex, with or without `0x`, surrounding whitespace ignored.
+    pub fn from_hex(key: &str) -> Result<Self, PayError> {
+        let key = key.trim();
+        let key = key.strip_prefix("0x").unwrap_or(key);
+        let bytes = B256::from_slice(&{
+            if key.len() != 64 {
+                return Err(PayError::Key);
+            }
+            alloy_primitives::hex::decode(key).map_err(|_| PayError::Key)?
+        });
+        PrivateKeySigner::from_bytes(&bytes)
+            .map(|signer| LocalPayer { signer })
+            .map_err(|_| PayError::Key)
+    }
+
+    /// The key in a file (its only content, hex).
+    pub fn from_file(path: &Path) -> Result<Self, PayError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|err| PayError::KeyFile(err.kind().to_string()))?;
+        LocalPayer::from_hex(&text)
+    }
+
+    /// The key in an environment variable.
+    pub fn from_env(var: &str) -> Result<Self, PayError> {
+        let text = std::env::var(var).map_err(|_| PayError::KeyVar(var.to_owned()))?;
+        LocalPayer::from_hex(&text)
+    }
+
+    pub fn address(&self) -> Address {
+        self.signer.address()
+    }
+
+    /// Signs an authorization for `terms` with a fresh random nonce, valid from a little before
+    /// `now` until `now + maxTimeoutSeconds`.
+    pub fn authorize(&self, terms: &Terms, now: u64) -> Result<(Authorization, String), PayError> {
+        let authorization = Authorization {
+            from: self.signer.address(),
+            to: terms.pay_to,
+            value: terms.amount,
+            valid_after: now.saturating_sub(CLOCK_SKEW_SECONDS),
+            valid_before: now.saturating_add(terms.max_timeout_seconds.max(60)),
+            nonce: B256::random(),
+        };
+        let signature = authorization
+            .sign(terms.network, &self.signer)
+            .ok_or(PayError::Signing)?;
+        Ok((authorization, signature_hex(&signature)))
+    }
+
+    /// Answers `challenge` with a credential, refusing a price above `cap` (atomic units).
+    pub fn answer(
+        &self,
+        challenge: &Challenge,
+        cap: Option<U256>,
+        now: u64,
+    ) -> Result<PaymentHeader, PayError> {
+        let (version, terms, accepted) = match challenge {
+            Challenge::V2(challenge) => {
+                let accepted = challenge
+                    .accepts
+                    .iter()
+                    .find_map(|requirement| {
+                        Terms::from_v2(requirement, challenge.resource.clone())
+                            .ok()
+                            .map(|terms| (terms, requirement.clone()))
+                    })
+                    .ok_or(PayError::NothingPayable)?;
+                (X402Version::V2, accepted.0, Some(accepted.1))
+            }
+            Challenge::V1(challenge) => {
+                let terms = challenge
+                    .accepts
+                    .iter()
+                    .find_map(|requirement| Terms::from_v1(requirement).ok())
+                    .ok_or(PayError::NothingPayable)?;
+                (X402Version::V1, terms, None)
+            }
+        };
+        if let Some(cap) = cap
+            && terms.amount > cap
+        {
+            return Err(PayError::OverCap {
+                asked: crate::amount::to_decimal(terms.amount),
+                cap: crate::amount::to_decimal(cap),
+            });
+        }
+        let (authorization, signature) = self.authorize(&terms, now)?;
+        let payload = serde_json::to_value(ExactEvmPayload {
+            signature,
+            authorization: authorization.to_wire(),
+        })
+        .map_err(|_| PayError::Signing)?;
+        let value = match accepted {
+            Some(accepted) => wire::encode(&PaymentPayloadV2 {
+                x402_version: 2,
+                resource: Some(terms.resource.clone()),
+                accepted,
+                payload,
+                extensions: None,
+            }),
+            None => wire::encode(&PaymentPayloadV1 {
+                x402_version: 1,
+                scheme: SCHEME_EXACT.into(),
+                network: terms.network.name.into(),
+                payload,
+            }),
+        };
+        Ok(PaymentHeader {
+            version,
+            name: match version {
+                X402Version::V1 => crate::X_PAYMENT,
+                X402Version::V2 => crate::PAYMENT_SIGNATURE,
+            },
+            value,
+            amount: terms.amount,
+            pay_to: terms.pay_to,
+            payer: self.signer.address(),
+            nonce: authorization.nonce,
+        })
+    }
+}
+
+/// An `exact` v2 credential document for tests and tools that build one by hand.
+pub fn v2_document(
+    terms: &Terms,
+    authorization: &Authorization,
+    signature: &str,
+) -> serde_json::Value {
+    json!({
+        "x402Version": 2,
+        "resource": terms.resource,
+        "accepted": terms.requirements_v2(),
+        "payload": {"signature": signature, "authorization": authorization.to_wire()},
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::credential::Credential;
+    use crate::precheck::{Rejection, precheck};
+    use crate::wire::v2::ResourceInfo;
+
+    const ANVIL_KEY_0: &str = "ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
+    const NOW: u64 = 1_800_000_000;
+
+    fn terms() -> Terms {
+        Terms {
+            network: &crate::network::NETWORKS[0],
+            amount: U256::from(1000u64),
+            pay_to: Address::repeat_byte(0x22),
+            max_timeout_seconds: 300,
+            resource: ResourceInfo {
+                url: "http://127.0.0.1/entrypoints/echo/invoke".into(),
+                description: String::new(),
+                mime_type: "application/json".into(),
+            },
+        }
+    }
+
+    fn payer() -> LocalPayer {
+        match LocalPayer::from_hex(ANVIL_KEY_0) {
+            Ok(payer) => payer,
+            Err(err) => panic!("{err}"),
+        }
+    }
+
+    #[test]
+    fn answers_both_versions_and_passes_precheck() {
+        let payer = payer();
+        for challenge in [
+            Challenge::V2(terms().challenge_v2(None)),
+            Challenge::V1(terms().challenge_v1("X-PAYMENT header is required")),
+        ] {
+            let header = match payer.answer(&challenge, None, NOW) {
+                Ok(header) => header,
+                Err(err) => panic!("{err}"),
+            };
+            let credential = match Credential::decode(header.version, &header.value) {
+                Ok(credential) => credential,
+                Err(err) => panic!("{err}"),
+            };
+            assert_eq!(precheck(&credential, &terms(), NOW), Ok(payer.address()));
+            assert_eq!(credential.nonce_key().nonce, header.nonce);
+            assert!(!format!("{credential:?}{header:?}{payer:?}").contains(&header.value));
+        }
+    }
+
+    #[test]
+    fn precheck_refuses_other_terms_and_times() {
+        let payer = payer();
+        let Ok(header) = payer.answer(&Challenge::V2(terms().challenge_v2(None)), None, NOW) else {
+            panic!("answers")
+        };
+        let Ok(credential) = Credential::decode(header.version, &header.value) else {
+            panic!("decodes")
+        };
+        let mut pricier = terms();
+        pricier.amount = U256::from(2000u64);
+        assert_eq!(
+            precheck(&credential, &pricier, NOW),
+            Err(Rejection::Accepted)
+        );
+        let mut elsewhere = terms();
+        elsewhere.pay_to = Address::repeat_byte(0x33);
+        assert_eq!(
+            precheck(&credential, &elsewhere, NOW),
+            Err(Rejection::Accepted)
+        );
+        assert_eq!(
+            precheck(&credential, &terms(), NOW + 10_000),
+            Err(Rejection::Expired)
+        );
+        assert_eq!(
+            precheck(&credential, &terms(), NOW - 10_000),
+            Err(Rejection::NotYetValid)
+        );
+
+        // A v1 credential names no accepted requirement: the authorization itself is checked.
+        let Ok(v1) = payer.answer(&Challenge::V1(terms().challenge_v1("")), None, NOW) else {
+            panic!("answers")
+        };
+        let Ok(v1) = Credential::decode(v1.version, &v1.value) else {
+            panic!("decodes")
+        };
+        assert_eq!(precheck(&v1, &pricier, NOW), Err(Rejection::Amount));
+        assert_eq!(precheck(&v1, &elsewhere, NOW), Err(Rejection::Recipient));
+
+        // A forged signature: someone else's key over the same authorization.
+        let mut forged = credential.clone();
+        let Ok(other) = LocalPayer::from_hex(&"11".repeat(32)) else {
+            panic!("key")
+        };
+        let Some(signature) = forged.authorization.sign(forged.network, &other.signer) else {
+            panic!("signs")
+        };
+        forged.signature = signature;
+        assert_eq!(precheck(&forged, &terms(), NOW), Err(Rejection::Signature));
+    }
+
+    #[test]
+    fn spend_cap_and_bad_keys() {
+        let result = payer().answer(
+            &Challenge::V2(terms().challenge_v2(None)),
+            Some(U256::from(999u64)),
+            NOW,
+        );
+        assert!(matches!(result, Err(PayError::OverCap { .. })));
+        for key in ["", "0x12", &"zz".repeat(32), &"00".repeat(32)] {
+            assert_eq!(
+                LocalPayer::from_hex(key).map(|p| p.address()),
+                Err(PayError::Key)
+            );
+        }
+        assert_eq!(
+            Challenge::from_response(None, b"{\"error\":{}}"),
+            Err(PayError::NoChallenge)
+        );
+    }
+}
