@@ -14,6 +14,7 @@
 //!   log set-up of the binaries (the SDK parts behind the `telemetry` feature).
 
 pub mod client;
+pub mod credentials;
 pub mod idempotency;
 pub mod protocol;
 pub mod registry;

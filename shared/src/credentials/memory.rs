@@ -1,0 +1,100 @@
+//! [`MemoryCredentials`]: credential records of one process (embedded mode), with the same
+//! transitions as the Redis records.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+
+use super::{CredentialLedger, CredentialState};
+use crate::store::StoreError;
+
+/// Records kept at most; past it expired ones are dropped first (each record is tiny).
+const SWEEP_AT: usize = 100_000;
+
+struct Record {
+    holder: String,
+    state: CredentialState,
+    #[allow(dead_code)] // kept as the Redis record keeps it, for inspection
+    receipt: Option<String>,
+    expires: Instant,
+}
+
+#[derive(Default)]
+pub struct MemoryCredentials {
+    records: Mutex<HashMap<String, Record>>,
+}
+
+impl MemoryCredentials {
+    fn with<T>(&self, f: impl FnOnce(&mut HashMap<String, Record>) -> T) -> T {
+        // Every change is a whole-record insert or remove: consistent even after a panic.
+        let mut records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        if records.len() >= SWEEP_AT {
+            records.retain(|_, record| record.expires > now);
+        }
+        f(&mut records)
+    }
+}
+
+fn live<'a>(records: &'a mut HashMap<String, Record>, key: &str) -> Option<&'a mut Record> {
+    let now = Instant::now();
+    if records.get(key).is_some_and(|record| record.expires <= now) {
+        records.remove(key);
+    }
+    records.get_mut(key)
+}
+
+#[async_trait]
+impl CredentialLedger for MemoryCredentials {
+    async fn claim(&self, key: &str, holder: &str, ttl: Duration) -> Result<bool, StoreError> {
+        Ok(self.with(|records| {
+            if live(records, key).is_some() {
+                return false;
+            }
+            records.insert(
+                key.to_owned(),
+                Record {
+                    holder: holder.to_owned(),
+                    state: CredentialState::Claimed,
+                    receipt: None,
+                    expires: Instant::now() + ttl,
+                },
+            );
+            true
+        }))
+    }
+
+    async fn release(&self, key: &str, holder: &str) -> Result<bool, StoreError> {
+        Ok(self.with(|records| {
+            let held = live(records, key).is_some_and(|record| {
+                record.holder == holder && record.state == CredentialState::Claimed
+            });
+            if held {
+                records.remove(key);
+            }
+            held
+        }))
+    }
+
+    async fn advance(
+        &self,
+        key: &str,
+        holder: &str,
+        expected: CredentialState,
+        next: CredentialState,
+        receipt: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        Ok(self.with(|records| match live(records, key) {
+            Some(record) if record.holder == holder && record.state == expected => {
+                record.state = next;
+                if let Some(receipt) = receipt {
+                    record.receipt = Some(receipt.to_owned());
+                }
+                true
+            }
+            _ => false,
+        }))
+    }
+}

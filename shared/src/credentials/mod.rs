@@ -1,0 +1,62 @@
+//! Single-use payment credentials: a record per credential (its replay key, e.g. an EIP-3009
+//! nonce per chain, asset and payer), taken atomically by the first request that presents it,
+//! so that one credential buys at most one execution and one settlement, across every gateway.
+//!
+//! ```text
+//! claim -> claimed --release--> (gone: the payer may retry)
+//!             \--advance--> settling --advance--> settled (receipt kept)
+//! ```
+//!
+//! A credential that reached `settling` is never given back: the facilitator may have moved
+//! the funds even when its answer was lost. Records expire after the caller's TTL (past the
+//! credential's own validity, when it can no longer be settled anyway).
+
+mod memory;
+mod redis;
+
+pub use memory::MemoryCredentials;
+pub use redis::RedisCredentials;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::store::StoreError;
+
+/// Where a credential is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CredentialState {
+    Claimed,
+    Settling,
+    Settled,
+}
+
+impl CredentialState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CredentialState::Claimed => "claimed",
+            CredentialState::Settling => "settling",
+            CredentialState::Settled => "settled",
+        }
+    }
+}
+
+#[async_trait]
+pub trait CredentialLedger: Send + Sync + 'static {
+    /// Takes the credential for `holder`; false when it is already held or spent.
+    async fn claim(&self, key: &str, holder: &str, ttl: Duration) -> Result<bool, StoreError>;
+
+    /// Gives a `claimed` credential back; false when not held by `holder` in that state.
+    async fn release(&self, key: &str, holder: &str) -> Result<bool, StoreError>;
+
+    /// `expected -> next`, storing `receipt` when given; false when not `holder`'s or not in
+    /// `expected`.
+    async fn advance(
+        &self,
+        key: &str,
+        holder: &str,
+        expected: CredentialState,
+        next: CredentialState,
+        receipt: Option<&str>,
+    ) -> Result<bool, StoreError>;
+}
