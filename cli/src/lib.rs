@@ -3,9 +3,9 @@
 //! ```text
 //! taskctl COMMAND AGENT_URL [ARGS]
 //! taskctl card   URL
-//! taskctl invoke URL ENTRYPOINT [INPUT_JSON]
-//! taskctl stream URL ENTRYPOINT [INPUT_JSON]
-//! taskctl send   URL ENTRYPOINT INPUT_JSON [--wait]
+//! taskctl invoke URL ENTRYPOINT [INPUT_JSON] [--pay KEYFILE [--max-amount USDC] [--x402-version 1|2]]
+//! taskctl stream URL ENTRYPOINT [INPUT_JSON] [--pay ...]
+//! taskctl send   URL ENTRYPOINT INPUT_JSON [--wait] [--pay ...]
 //! taskctl get    URL TASK_ID
 //! taskctl list   URL [--status S,..] [--context-id C] [--limit N] [--offset N]
 //! taskctl cancel URL TASK_ID
@@ -18,9 +18,14 @@
 //!
 //! Access tokens come from `--token`, `--token-file` or `TASK_ACCESS_TOKEN`, in that order.
 //! `send` without one generates a token and prints it (the only time taskctl prints a token).
+//!
+//! Priced entrypoints (x402) are paid with `--pay KEYFILE` or `TASKCTL_PAY_KEY`, up to
+//! `--max-amount` USDC (1.0 by default); the settlement receipt is printed with the result
+//! (`settlement` in JSON). See [`pay`].
 
 pub mod cmd;
 pub mod output;
+pub mod pay;
 pub mod token;
 
 use std::process::ExitCode;
@@ -103,9 +108,29 @@ impl From<ClientError> for Failure {
         if let Some(code) = error.code() {
             details["code"] = json!(code);
         }
+        let mut message = error.to_string();
+        match &error {
+            ClientError::PaymentRequired { paid, terms, .. } => {
+                if let Some(terms) = terms {
+                    details["price"] = json!({
+                        "amount": payments::amount::to_decimal(terms.amount),
+                        "currency": "USDC",
+                        "network": terms.network.name,
+                        "payTo": terms.pay_to.to_string(),
+                    });
+                }
+                if !paid {
+                    message.push_str(&format!(" (pay with --pay KEYFILE or {})", pay::KEY_VAR));
+                }
+            }
+            ClientError::Payment(payments::PayError::OverCap { .. }) => {
+                message.push_str(" (raise --max-amount to pay it)");
+            }
+            _ => {}
+        }
         Failure {
             exit,
-            message: error.to_string(),
+            message,
             details,
             printed: false,
         }
@@ -135,8 +160,8 @@ impl Failure {
         if let Some(task_status) = error.task_status {
             details["taskStatus"] = json!(task_status);
         }
-        if !error.settlement.is_empty() {
-            details["settlement"] = json!(error.settlement);
+        if let Some(settlement) = pay::settlement_json(&error.settlement) {
+            details["settlement"] = settlement;
         }
         Failure {
             exit: match (&error.failure, &error.cause) {

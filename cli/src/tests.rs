@@ -28,6 +28,26 @@ fn accepted_command_lines() {
             "invoke",
         ),
         (&["stream", "http://a", "count", "{\"n\":3}"], "stream"),
+        (
+            &[
+                "invoke",
+                "http://a",
+                "echo",
+                "{}",
+                "--pay",
+                "/tmp/key",
+                "--max-amount",
+                "0.25",
+                "--x402-version",
+                "1",
+            ],
+            "invoke",
+        ),
+        (&["stream", "http://a", "count", "--pay", "k"], "stream"),
+        (
+            &["send", "http://a", "echo", "{}", "--pay", "k", "--wait"],
+            "send",
+        ),
         (&["send", "http://a", "echo", "{}"], "send"),
         (
             &[
@@ -133,6 +153,26 @@ fn refused_command_lines() {
             ErrorKind::ArgumentConflict,
         ),
         (&["card", "http://a", "--nope"], ErrorKind::UnknownArgument),
+        (
+            &["card", "http://a", "--pay", "k"],
+            ErrorKind::UnknownArgument,
+        ),
+        (
+            &["invoke", "http://a", "e", "--x402-version", "3"],
+            ErrorKind::ValueValidation,
+        ),
+        (
+            &["invoke", "http://a", "e", "--max-amount", "1e3"],
+            ErrorKind::ValueValidation,
+        ),
+        (
+            &["invoke", "http://a", "e", "--max-amount", "0"],
+            ErrorKind::ValueValidation,
+        ),
+        (
+            &["invoke", "http://a", "e", "--max-amount", "0.0000001"],
+            ErrorKind::ValueValidation,
+        ),
     ];
     for (args, kind) in table {
         let error = parse(args).err().map(|e| e.kind());
@@ -195,4 +235,122 @@ fn input_must_be_json() {
 fn control_characters_are_escaped_in_human_text() {
     assert_eq!(output::sanitize("a\tb\nc"), "a\tb\nc");
     assert_eq!(output::sanitize("x\u{1b}[2Jy"), "x\\u{1b}[2Jy");
+}
+
+/// Anvil's well-known key #0: a public test key.
+const ANVIL_KEY_0: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
+
+fn pay_args(args: &[&str]) -> Option<pay::PayArgs> {
+    let mut line = vec!["invoke", "http://a", "echo"];
+    line.extend_from_slice(args);
+    match parse(&line).ok()?.command {
+        Command::Invoke(invoke) => Some(invoke.pay),
+        _ => None,
+    }
+}
+
+#[test]
+fn pay_flags_default_to_a_one_usdc_cap_and_v2() {
+    let Some(args) = pay_args(&[]) else {
+        panic!("invoke did not parse");
+    };
+    assert_eq!(args.pay, None);
+    assert_eq!(args.max_amount, "1.0");
+    assert_eq!(args.x402_version, 2);
+    // No key anywhere: nothing pays.
+    assert!(matches!(pay::resolve(&args, None), Ok(None)));
+    assert!(matches!(pay::resolve(&args, Some("  ")), Ok(None)));
+    // The key in the environment pays; its address is all its Debug shows.
+    let payer = pay::resolve(&args, Some(ANVIL_KEY_0)).ok().flatten();
+    let printed = format!("{payer:?}");
+    assert!(printed.to_lowercase().contains("0xf39fd6e5"), "{printed}");
+    assert!(!printed.contains(&ANVIL_KEY_0[2..]), "{printed}");
+}
+
+#[test]
+fn a_bad_key_is_a_one_line_usage_error_that_never_echoes_it() {
+    let dir = std::env::temp_dir().join(format!("taskctl-pay-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    // Almost a key: one hex digit short, then one that is not hex.
+    let short = &ANVIL_KEY_0[..ANVIL_KEY_0.len() - 1];
+    let not_hex = format!("0x{}zz", &ANVIL_KEY_0[2..64]);
+    for (name, text) in [("short", short.to_owned()), ("not-hex", not_hex)] {
+        let path = dir.join(name);
+        let _ = std::fs::write(&path, &text);
+        let Some(path_text) = path.to_str() else {
+            panic!("temp path is not UTF-8");
+        };
+        let Some(args) = pay_args(&["--pay", path_text]) else {
+            panic!("--pay did not parse");
+        };
+        // A good key in the environment does not rescue a bad file: the flag wins.
+        let Err(failure) = pay::resolve(&args, Some(ANVIL_KEY_0)) else {
+            panic!("{name}: a bad key file was accepted");
+        };
+        assert_eq!(failure.exit, Exit::Usage);
+        assert!(!failure.message.contains('\n'), "{}", failure.message);
+        assert!(failure.message.contains("--pay"), "{}", failure.message);
+        assert!(
+            !failure.message.contains(&text[2..40]),
+            "{}",
+            failure.message
+        );
+        assert!(!failure.details.to_string().contains(&text[2..40]));
+    }
+    let Some(args) = pay_args(&["--pay", "/nonexistent/taskctl-key"]) else {
+        panic!("--pay did not parse");
+    };
+    assert!(matches!(
+        pay::resolve(&args, None).map_err(|f| f.exit),
+        Err(Exit::Usage)
+    ));
+
+    let Some(args) = pay_args(&[]) else {
+        panic!("invoke did not parse");
+    };
+    let bad_env = format!("{}x", &ANVIL_KEY_0[..60]);
+    let Err(failure) = pay::resolve(&args, Some(&bad_env)) else {
+        panic!("a bad TASKCTL_PAY_KEY was accepted");
+    };
+    assert!(
+        failure.message.starts_with(pay::KEY_VAR),
+        "{}",
+        failure.message
+    );
+    assert!(!failure.message.contains(&bad_env[2..40]));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn settlements_print_decoded() {
+    let receipt = serde_json::json!({
+        "success": true, "transaction": "0xfeed", "network": "base-sepolia",
+        "payer": "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266", "amount": "1000",
+    });
+    let settlement = shared::client::Settlement {
+        payment_response: Some(payments::wire::encode(&receipt)),
+        ..Default::default()
+    };
+    let document = pay::settlement_json(&settlement);
+    assert_eq!(
+        document
+            .as_ref()
+            .map(|d| (&d["success"], &d["transaction"])),
+        Some((&serde_json::json!(true), &serde_json::json!("0xfeed")))
+    );
+    let text = pay::settlement_text(&settlement).unwrap_or_default();
+    assert_eq!(
+        text,
+        "success, amount 0.001 USDC, transaction 0xfeed, network base-sepolia, \
+         payer 0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266"
+    );
+    assert_eq!(pay::settlement_json(&Default::default()), None);
+    let garbled = shared::client::Settlement {
+        x_payment_response: Some("%%%".into()),
+        ..Default::default()
+    };
+    assert!(
+        pay::settlement_text(&garbled).is_some_and(|t| t.contains("does not decode")),
+        "{garbled:?}"
+    );
 }

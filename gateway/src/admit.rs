@@ -17,27 +17,28 @@ use tracing::field::Empty;
 use crate::error::ApiError;
 use crate::state::AppState;
 
-/// The entrypoint as some live worker advertises it, or as one did within the grace period
-/// (see [`crate::recent`]); `None` when no worker hosts it.
+/// The entrypoint as the live workers advertise it (merged: the highest price any of them
+/// asks, see [`crate::prices`]), or as it was within the grace period (see [`crate::recent`]);
+/// `None` when no worker hosts it.
 pub async fn entrypoint(state: &AppState, key: &str) -> Result<Option<EntrypointInfo>, ApiError> {
     let workers = state.registry.workers().await?;
-    let live = workers.iter().flat_map(|worker| &worker.entrypoints);
-    state.recent_entrypoints.remember(live.clone());
-    let found = live.into_iter().find(|entrypoint| entrypoint.key == key);
-    Ok(found
-        .cloned()
-        .or_else(|| state.recent_entrypoints.recall(key)))
+    let merged = crate::prices::merge(&workers);
+    crate::prices::warn(&merged.disagreements);
+    let merged = merged.entrypoints;
+    // The merged view is remembered, so a recalled entrypoint keeps the highest price rather
+    // than whichever worker happened to be listed last.
+    state.recent_entrypoints.remember(&merged);
+    let found = merged.into_iter().find(|entrypoint| entrypoint.key == key);
+    Ok(found.or_else(|| state.recent_entrypoints.recall(key)))
 }
 
-/// Every entrypoint the live workers host, by key (the first worker's description wins).
+/// Every entrypoint the live workers host, by key (the first worker's description wins, the
+/// highest price charged).
 pub async fn entrypoints(state: &AppState) -> Result<Vec<EntrypointInfo>, ApiError> {
-    let mut by_key = std::collections::BTreeMap::new();
-    for worker in state.registry.workers().await? {
-        for entrypoint in worker.entrypoints {
-            by_key.entry(entrypoint.key.clone()).or_insert(entrypoint);
-        }
-    }
-    Ok(by_key.into_values().collect())
+    let workers = state.registry.workers().await?;
+    let merged = crate::prices::merge(&workers);
+    crate::prices::warn(&merged.disagreements);
+    Ok(merged.entrypoints)
 }
 
 /// Checks `input` against the entrypoint's input schema: `400 invalid_input` with zod-like
@@ -236,7 +237,22 @@ pub struct Admit<'a> {
 
 /// Creates a queued task with a fresh id.
 pub async fn create(state: &AppState, admit: Admit<'_>) -> Result<Task, ApiError> {
-    let task_id = uuid::Uuid::new_v4().to_string();
+    create_as(
+        state,
+        admit,
+        uuid::Uuid::new_v4().to_string(),
+        Admission::Queued,
+    )
+    .await
+}
+
+/// Creates task `task_id`, queued or reserved (a paid admission).
+pub async fn create_as(
+    state: &AppState,
+    admit: Admit<'_>,
+    task_id: String,
+    admission: Admission,
+) -> Result<Task, ApiError> {
     let span = shared::telemetry::traced_span(|| {
         tracing::info_span!(
             "create task",
@@ -263,7 +279,7 @@ pub async fn create(state: &AppState, admit: Admit<'_>) -> Result<Task, ApiError
                 metadata: admit.metadata,
                 trace_context,
             },
-            admission: Admission::Queued,
+            admission,
             max_attempts: state.config.max_attempts,
         })
         .instrument(span.clone())

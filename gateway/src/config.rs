@@ -76,6 +76,44 @@ pub struct GatewayConfig {
     #[arg(long, env = "AGENT_VERSION", default_value = env!("CARGO_PKG_VERSION"))]
     pub agent_version: String,
 
+    /// EVM address that priced entrypoints are paid to (x402). Priced routes need it and
+    /// `--facilitator-url`; without both they answer 503.
+    #[arg(long, env = "PAY_TO")]
+    pub pay_to: Option<String>,
+
+    /// Network payments are taken on: `base-sepolia` (CAIP-2 `eip155:84532`) or `base`.
+    #[arg(long, env = "PAYMENT_NETWORK", default_value = "base-sepolia")]
+    pub payment_network: String,
+
+    /// x402 facilitator that verifies and settles payments (`/verify`, `/settle`,
+    /// `/supported`); redirects are refused.
+    #[arg(long, env = "FACILITATOR_URL")]
+    pub facilitator_url: Option<String>,
+
+    /// Longest wait for the facilitator's answer to one call, in milliseconds.
+    #[arg(long, env = "FACILITATOR_TIMEOUT_MS", default_value_t = 10_000)]
+    pub facilitator_timeout_ms: u64,
+
+    /// How long a payer has to settle after a challenge (x402 `maxTimeoutSeconds`).
+    #[arg(long, env = "PAYMENT_TIMEOUT_SECONDS", default_value_t = payments::terms::DEFAULT_MAX_TIMEOUT_SECONDS)]
+    pub payment_timeout_seconds: u64,
+
+    /// A paid reservation not claimed within this long is reaped to `cancelled`, in
+    /// milliseconds (upstream's paid admission TTL).
+    #[arg(long, env = "PAID_ADMISSION_TTL_MS", default_value_t = 5 * 60 * 1000)]
+    pub paid_admission_ttl_ms: u64,
+
+    /// Lease of the claim a gateway holds on a paid task while its payment settles, renewed
+    /// every third of it, in milliseconds (upstream's admission lease).
+    #[arg(long, env = "ADMISSION_LEASE_MS", default_value_t = 30_000)]
+    pub admission_lease_ms: u64,
+
+    /// Crash testing only: the process aborts at this point of a paid admission, as a
+    /// SIGKILL would stop it (`after-settle`: the facilitator settled, the receipt is not
+    /// stored yet; `after-receipt`: the receipt is stored, the task not handed off yet).
+    #[arg(long, env = "GATEWAY_FAULT_POINT", hide = true)]
+    pub fault_point: Option<String>,
+
     /// Embedded mode only: tasks the in-process worker runs at once.
     #[arg(long, env = "WORKER_CONCURRENCY", default_value_t = 16)]
     pub worker_concurrency: usize,

@@ -44,6 +44,9 @@ pub fn start(
         recent_entrypoints: Arc::new(crate::recent::RecentEntrypoints::new(
             Duration::from_millis(config.entrypoint_grace_ms),
         )),
+        // A memory ledger would do for one process, but embedded mode takes no payments:
+        // a paid task needs a durable store, and invoke follows the same gate.
+        payments: None,
         config: Arc::new(config),
         shutdown,
     }

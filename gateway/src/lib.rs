@@ -9,6 +9,7 @@
 //! - [`routes`]: one module per resource (health, card, entrypoints, tasks, invoke/stream);
 //! - [`serve`]: the HTTP server loop (header read timeout, head size bound, graceful drain);
 //! - [`observe`]: HTTP server spans and metrics (OpenTelemetry semantic conventions);
+//! - [`pay`]: the payment gate of priced routes (x402): challenge, credential, durable admission;
 //! - [`embedded`]: the single-process mode (in-memory store and an in-process worker).
 //!
 //! [`app`] builds the router; tests drive it without a socket.
@@ -19,6 +20,8 @@ pub mod embedded;
 pub mod error;
 pub mod extract;
 pub mod observe;
+pub mod pay;
+pub mod prices;
 pub mod recent;
 pub mod routes;
 pub mod serve;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use gateway::config::GatewayConfig;
+use gateway::pay::Gate;
 use gateway::state::AppState;
 use shared::store::{RedisStore, RedisStoreConfig};
 use shared::telemetry::LogFormat;
@@ -31,7 +32,19 @@ async fn main() -> anyhow::Result<()> {
                 .await
                 .context("cannot reach Redis")?;
             tracing::info!("cluster mode: tasks in Redis, run by worker processes");
+            let payments = match Gate::from_config(&config, Arc::new(store.credentials())) {
+                Ok(gate) => gate.map(Arc::new),
+                Err(err) => {
+                    // One line, no backtrace: an operator error, not a crash.
+                    eprintln!("gateway: {err}");
+                    std::process::exit(2);
+                }
+            };
+            if let Some(gate) = &payments {
+                tracing::info!(pay_to = %gate.pay_to, network = gate.network.name, "priced routes take x402 payments");
+            }
             AppState {
+                payments,
                 registry: Arc::new(store.registry()),
                 idempotency: Arc::new(store.idempotency()),
                 store: Arc::new(store),
@@ -44,6 +57,11 @@ async fn main() -> anyhow::Result<()> {
         }
         None => {
             tracing::info!("embedded mode (REDIS_URL unset): in-memory store, in-process worker");
+            if config.pay_to.is_some() || config.facilitator_url.is_some() {
+                tracing::warn!(
+                    "embedded mode takes no payments (paid tasks need a durable store); PAY_TO and FACILITATOR_URL are ignored"
+                );
+            }
             gateway::embedded::start(config.clone(), shutdown.clone(), &background)
         }
     };

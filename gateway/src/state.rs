@@ -18,6 +18,8 @@ pub struct AppState {
     pub config: Arc<GatewayConfig>,
     /// Entrypoints listed recently, admitted through a short gap in the registry.
     pub recent_entrypoints: Arc<RecentEntrypoints>,
+    /// The payment gate of priced routes; `None` when this gateway takes no payments.
+    pub payments: Option<Arc<crate::pay::Gate>>,
     /// Cancelled when the gateway shuts down: long responses (SSE) end so the drain finishes.
     pub shutdown: tokio_util::sync::CancellationToken,
 }

@@ -445,6 +445,22 @@ async fn openapi_describes_every_route() -> TestResult {
             ["text/event-stream"]
             .is_object()
     );
+    // Priced routes answer 402 with the x402 challenge.
+    for (path, method) in [
+        ("/entrypoints/{key}/invoke", "post"),
+        ("/entrypoints/{key}/stream", "post"),
+        ("/tasks", "post"),
+    ] {
+        assert_eq!(
+            paths[path][method]["responses"]["402"],
+            json!({"$ref": "#/components/responses/PaymentRequired"}),
+            "{method} {path}"
+        );
+    }
+    let payment_required = &doc["components"]["responses"]["PaymentRequired"];
+    assert!(payment_required["headers"]["PAYMENT-REQUIRED"].is_object());
+    assert_eq!(parameters["PaymentSignature"]["name"], "PAYMENT-SIGNATURE");
+    assert_eq!(parameters["XPayment"]["name"], "X-PAYMENT");
     Ok(())
 }
 
@@ -504,5 +520,167 @@ async fn favicon_is_svg() -> TestResult {
             .starts_with("image/svg+xml")
     );
     assert!(reply.text()?.starts_with("<svg"));
+    Ok(())
+}
+
+const PAY_TO: &str = "0xb308ed39d67D0d4BAe5BC2FAEF60c66BBb6AE429";
+const FACILITATOR: &str = "https://facilitator.example";
+
+/// A worker hosting one entrypoint `key` at `amount` (invoke, and stream when it streams).
+fn priced_worker(worker_id: &str, key: &str, streaming: bool, amount: Option<&str>) -> WorkerEntry {
+    WorkerEntry {
+        worker_id: worker_id.into(),
+        host: "test".into(),
+        started_at_ms: 0,
+        concurrency: 1,
+        entrypoints: vec![EntrypointInfo {
+            key: key.into(),
+            description: "Costs money".into(),
+            input_schema: json!({}),
+            output_schema: json!({}),
+            streaming,
+            price: amount.map(|amount| Price {
+                invoke: Some(amount.into()),
+                stream: streaming.then(|| amount.into()),
+            }),
+        }],
+    }
+}
+
+fn with_payments() -> GatewayConfig {
+    let mut config = GatewayConfig::for_tests();
+    config.pay_to = Some(PAY_TO.into());
+    config.facilitator_url = Some(FACILITATOR.into());
+    config
+}
+
+#[tokio::test]
+async fn priced_entrypoints_show_pricing_protocol_and_network() -> TestResult {
+    let gw = start(GatewayConfig::for_tests()).await?;
+    let worker = priced_worker("zz-paid", "paid", true, Some("0.01"));
+    gw.state
+        .registry
+        .heartbeat(&worker, Duration::from_secs(60))
+        .await?;
+    let reply = get(&gw.app, "/.well-known/agent-card.json", &[]).await?;
+    // Upstream's field order, byte for byte; the network is the CAIP-2 id of base-sepolia.
+    assert!(
+        reply.text()?.contains(
+            r#""paid":{"description":"Costs money","streaming":true,"payment_protocol":"x402","network":"eip155:84532","pricing":{"invoke":"0.01","stream":"0.01"}}"#
+        ),
+        "{}",
+        reply.text()?
+    );
+    let card = reply.json()?;
+    // Free entrypoints carry none of it, and without a payee no payment methods are listed.
+    assert_eq!(
+        card["entrypoints"]["echo"],
+        json!({"description": "Returns its input", "streaming": false})
+    );
+    assert!(card.get("payments").is_none());
+    Ok(())
+}
+
+#[tokio::test]
+async fn payments_are_listed_only_for_priced_entrypoints_with_payee_and_facilitator() -> TestResult
+{
+    // Configured but nothing priced: the base card, byte for byte.
+    let plain = start(GatewayConfig::for_tests()).await?;
+    let configured = start(with_payments()).await?;
+    let base = get(&plain.app, "/.well-known/agent-card.json", &[]).await?;
+    let unpriced = get(&configured.app, "/.well-known/agent-card.json", &[]).await?;
+    assert_eq!(unpriced.body, base.body);
+
+    let workers = [
+        priced_worker("zz-a", "paid", false, Some("0.01")),
+        priced_worker("zz-b", "stream-paid", true, Some("0.02")),
+    ];
+    for worker in &workers {
+        configured
+            .state
+            .registry
+            .heartbeat(worker, Duration::from_secs(60))
+            .await?;
+        plain
+            .state
+            .registry
+            .heartbeat(worker, Duration::from_secs(60))
+            .await?;
+    }
+    let method = |amount: &str| {
+        json!({
+            "method": "x402",
+            "payee": PAY_TO,
+            "network": "eip155:84532",
+            "endpoint": FACILITATOR,
+            "priceModel": {"default": amount},
+            "extensions": {"x402": {
+                "scheme": "exact",
+                "network": "eip155:84532",
+                "price": amount,
+                "facilitatorUrl": FACILITATOR,
+                "payTo": PAY_TO
+            }}
+        })
+    };
+    let card = card(&configured.app, &[]).await?;
+    // One method per distinct offer; the streaming entrypoint's stream offer equals its
+    // invoke offer and is listed once.
+    assert_eq!(card["payments"], json!([method("0.01"), method("0.02")]));
+    let text = serde_json::to_string(&card)?;
+    assert!(text.ends_with(&format!(
+        r#""payments":{}}}"#,
+        serde_json::to_string(&card["payments"])?
+    )));
+
+    // Priced, but this gateway has no payee or facilitator: no payment methods.
+    let unconfigured = self::card(&plain.app, &[]).await?;
+    assert_eq!(
+        unconfigured["entrypoints"]["paid"]["pricing"],
+        json!({"invoke": "0.01"})
+    );
+    assert!(unconfigured.get("payments").is_none());
+    Ok(())
+}
+
+#[tokio::test]
+async fn disagreeing_workers_show_the_highest_price() -> TestResult {
+    let gw = start(with_payments()).await?;
+    for worker in [
+        priced_worker("zz-1", "paid", true, Some("0.002")),
+        priced_worker("zz-2", "paid", true, Some("0.0100")),
+        priced_worker("zz-3", "paid", true, Some("0.009")),
+        // A worker that hosts it without a price does not make it free.
+        priced_worker("zz-4", "paid", true, None),
+    ] {
+        gw.state
+            .registry
+            .heartbeat(&worker, Duration::from_secs(60))
+            .await?;
+    }
+    let card = card(&gw.app, &[]).await?;
+    assert_eq!(
+        card["entrypoints"]["paid"]["pricing"],
+        json!({"invoke": "0.0100", "stream": "0.0100"})
+    );
+    assert_eq!(
+        card["payments"][0]["priceModel"],
+        json!({"default": "0.0100"})
+    );
+    assert_eq!(card["payments"].as_array().map(Vec::len), Some(1));
+    // What the card shows is what admission charges.
+    let admitted = gateway::admit::entrypoint(&gw.state, "paid")
+        .await
+        .map_err(|err| format!("{err:?}"))?
+        .and_then(|entrypoint| entrypoint.price);
+    assert_eq!(
+        admitted,
+        Some(Price {
+            invoke: Some("0.0100".into()),
+            stream: Some("0.0100".into()),
+        })
+    );
+    let landing = get(&gw.app, "/", &[]).await?.text()?;
+    assert!(landing.contains("Price: invoke 0.0100, stream 0.0100"));
     Ok(())
 }

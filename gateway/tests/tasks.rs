@@ -1033,6 +1033,13 @@ impl TaskStore for ClaimsDurable {
     async fn hand_off(&self, lease: &Lease) -> Result<bool, StoreError> {
         self.0.hand_off(lease).await
     }
+    async fn record_receipt(
+        &self,
+        lease: &Lease,
+        receipt: &str,
+    ) -> Result<shared::store::ReceiptRecorded, StoreError> {
+        self.0.record_receipt(lease, receipt).await
+    }
     async fn activate_execution(
         &self,
         lease: &Lease,

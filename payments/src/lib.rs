@@ -23,6 +23,8 @@ pub mod precheck;
 pub mod terms;
 pub mod wire;
 
+/// The address and amount types of every signature and price here (alloy's).
+pub use alloy_primitives::{Address, U256};
 pub use credential::{Credential, CredentialError, NonceKey, X402Version};
 pub use facilitator::{Facilitator, FacilitatorError, HttpFacilitator};
 pub use network::Network;

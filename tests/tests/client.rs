@@ -94,6 +94,7 @@ async fn every_operation_against_a_cluster() -> TestResult {
     // invoke, with an idempotency key: the second call replays the first.
     let options = InvokeOptions {
         idempotency_key: Some("client-test-invoke-0001".into()),
+        ..InvokeOptions::default()
     };
     let first = client
         .invoke(&card, "echo", &json!({"x": 1}), &options)
@@ -165,6 +166,7 @@ async fn every_operation_against_a_cluster() -> TestResult {
                 idempotency_key: Some("client-test-send-0002".into()),
                 context_id: Some("ctx-1".into()),
                 metadata: Some(json!({"from": "test"})),
+                ..SendOptions::default()
             },
         )
         .await?;

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
+use crate::prices::PriceSpec;
 use crate::runtime::RuntimeConfig;
 
 #[derive(Debug, Clone, Parser)]
@@ -28,6 +29,19 @@ pub struct WorkerConfig {
     /// Entrypoints to host, comma separated (default: every built-in).
     #[arg(long, env = "WORKER_ENTRYPOINTS", value_delimiter = ',')]
     pub entrypoints: Vec<String>,
+
+    /// Prices, `KEY=AMOUNT` in decimal USDC with an optional `:x402` (the only payment
+    /// protocol so far), e.g. `echo=0.001`: invoking, creating a task of and (if it streams)
+    /// streaming that entrypoint cost AMOUNT. Repeatable or comma separated. `--price` flags
+    /// replace `WORKER_PRICES` entirely (they are not merged). Naming an entrypoint this worker
+    /// does not host, or a bad amount, stops the worker at start.
+    #[arg(
+        long = "price",
+        env = "WORKER_PRICES",
+        value_name = "KEY=AMOUNT[:x402]",
+        value_delimiter = ','
+    )]
+    pub prices: Vec<PriceSpec>,
 
     /// Lease lifetime in milliseconds; renewed every third of it. A dead worker's tasks are
     /// recovered about this long after it died.
@@ -116,6 +130,41 @@ mod tests {
         assert_eq!(config.concurrency, 4);
         assert_eq!(config.entrypoints, vec!["echo", "sleep"]);
         assert_eq!(config.runtime().lease_ttl, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn parses_repeated_and_comma_separated_prices() {
+        let parsed = WorkerConfig::try_parse_from([
+            "worker",
+            "--redis-url",
+            "redis://x/",
+            "--price",
+            "echo=0.001,sleep=0.002:x402",
+            "--price",
+            "count=1",
+        ]);
+        let prices: Vec<String> = match parsed {
+            Ok(config) => config.prices.iter().map(ToString::to_string).collect(),
+            Err(err) => panic!("{err}"),
+        };
+        assert_eq!(
+            prices,
+            ["echo=0.001:x402", "sleep=0.002:x402", "count=1:x402"]
+        );
+    }
+
+    #[test]
+    fn rejects_bad_prices_at_parse_time() {
+        for price in ["echo=abc", "echo", "echo=0.001:mpp"] {
+            let parsed = WorkerConfig::try_parse_from([
+                "worker",
+                "--redis-url",
+                "redis://x/",
+                "--price",
+                price,
+            ]);
+            assert!(parsed.is_err(), "{price}");
+        }
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! - [`emitter`]: fenced progress and stream events from a running handler;
 //! - [`entrypoint`]: entrypoint definitions (schemas, streaming, price) and the set a worker hosts;
 //! - [`builtins`]: `echo`, `sleep`, `fail`, `count`, `summarize`;
+//! - [`prices`]: `--price KEY=AMOUNT` parsed and applied to the hosted entrypoints;
 //! - [`runtime`]: the claim loop, heartbeat, cancellation, recovery sweep and drain;
 //! - [`config`]: settings, each a flag and an environment variable.
 
@@ -12,4 +13,5 @@ pub mod config;
 pub mod emitter;
 pub mod entrypoint;
 pub mod handler;
+pub mod prices;
 pub mod runtime;

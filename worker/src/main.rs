@@ -26,6 +26,9 @@ async fn main() -> anyhow::Result<()> {
             .only(&config.entrypoints)
             .map_err(|unknown| anyhow::anyhow!("unknown entrypoints: {}", unknown.join(", ")))?
     };
+    // Refused here, before connecting: a mistyped price must not leave a paid entrypoint free.
+    let entrypoints = worker::prices::apply(entrypoints, &config.prices)
+        .map_err(|err| anyhow::anyhow!("{err}"))?;
 
     let mut store_config = RedisStoreConfig::new(config.redis_url.clone());
     store_config.namespace = config.namespace.clone();

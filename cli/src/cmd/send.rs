@@ -4,6 +4,10 @@
 //! printed: it is the only way to read the task later. With `--wait`, follows the task to its
 //! end (a spinner on standard error when it is a terminal) and prints it; a task that failed
 //! or was cancelled exits 1.
+//!
+//! A priced entrypoint is paid with `--pay` (see [`crate::pay`]); the settlement is printed
+//! with the task (`settlement` in JSON), and with the error when the creation failed after
+//! paying.
 
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
@@ -13,6 +17,7 @@ use shared::client::SendOptions;
 use shared::protocol::TaskStatus;
 
 use crate::cmd::print_task;
+use crate::pay::{PayArgs, settlement_json, settlement_text};
 use crate::{CmdResult, Context, Failure, parse_input};
 
 #[derive(Debug, clap::Args)]
@@ -36,6 +41,8 @@ pub struct Args {
     /// Task metadata, as a JSON object.
     #[arg(long, value_name = "JSON")]
     pub metadata: Option<String>,
+    #[command(flatten)]
+    pub pay: PayArgs,
 }
 
 pub async fn run(context: &Context, args: &Args) -> CmdResult {
@@ -47,6 +54,7 @@ pub async fn run(context: &Context, args: &Args) -> CmdResult {
                 .map_err(|err| Failure::usage(format!("--metadata is not JSON: {err}")))?,
         ),
     };
+    let payer = args.pay.payer()?;
     let given = context.token()?;
     let generated = given.is_none();
     let card = context.card(&args.url).await?;
@@ -55,6 +63,7 @@ pub async fn run(context: &Context, args: &Args) -> CmdResult {
         idempotency_key: args.idempotency_key.clone(),
         context_id: args.context_id.clone(),
         metadata,
+        payer,
     };
     let access = context
         .client
@@ -77,12 +86,15 @@ pub async fn run(context: &Context, args: &Args) -> CmdResult {
     if generated {
         document["accessToken"] = json!(access.access_token());
     }
-    if !access.settlement.is_empty() {
-        document["settlement"] = json!(access.settlement);
+    if let Some(settlement) = settlement_json(&access.settlement) {
+        document["settlement"] = settlement;
     }
     if !output.is_json() {
         output.line(&format!("task      {}", access.task_id));
         output.line(&format!("status    {}", access.status));
+        if let Some(settlement) = settlement_text(&access.settlement) {
+            output.line(&format!("settlement {settlement}"));
+        }
         if generated {
             output.line(&format!("token     {}", access.access_token()));
             output.note(

@@ -1,10 +1,14 @@
 //! `taskctl stream URL ENTRYPOINT [INPUT_JSON]`: run an entrypoint and print its events as
 //! they arrive. Human: `text`/`delta` chunks as text, other events as `[kind] data` lines.
 //! JSON: one `{"type","data","id"}` document per event. Exits 1 when the run did not succeed.
+//! A paid stream (`--pay`, see [`crate::pay`]) first prints its settlement: a
+//! `{"type":"settlement","data":{...}}` document in JSON, a note on standard error for people.
 
 use serde_json::Value;
+use shared::client::InvokeOptions;
 
 use crate::output::pretty;
+use crate::pay::{PayArgs, settlement_json, settlement_text};
 use crate::{CmdResult, Context, Failure, parse_input};
 
 #[derive(Debug, clap::Args)]
@@ -13,16 +17,29 @@ pub struct Args {
     pub entrypoint: String,
     /// The input as JSON (`-` reads standard input); `{}` when absent.
     pub input: Option<String>,
+    #[command(flatten)]
+    pub pay: PayArgs,
 }
 
 pub async fn run(context: &Context, args: &Args) -> CmdResult {
     let input = parse_input(args.input.as_deref())?;
+    let options = InvokeOptions {
+        payer: args.pay.payer()?,
+        ..InvokeOptions::default()
+    };
     let card = context.card(&args.url).await?;
     let mut events = context
         .client
-        .stream(&card, &args.entrypoint, &input)
+        .stream_with_options(&card, &args.entrypoint, &input, &options)
         .await?;
     let output = &context.output;
+    if output.is_json() {
+        if let Some(settlement) = settlement_json(events.settlement()) {
+            output.json(&serde_json::json!({"type": "settlement", "data": settlement}));
+        }
+    } else if let Some(settlement) = settlement_text(events.settlement()) {
+        output.note(&format!("settlement {settlement}"));
+    }
     let mut end_status = None;
     let mut in_text = false;
     while let Some(event) = events.next().await? {

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::rejection::{PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::{OriginalUri, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -39,6 +39,7 @@ use tokio_util::sync::CancellationToken;
 use crate::admit::{self, Admit};
 use crate::error::{ApiError, json_response};
 use crate::extract::{JsonBody, OptionalTaskAccess, TaskAccess};
+use crate::pay::{self, receipt::Receipt};
 use crate::routes::not_found;
 use crate::state::AppState;
 
@@ -93,6 +94,8 @@ fn not_running(status: StatusCode, task_id: &str) -> ApiError {
 
 async fn create(
     State(state): State<AppState>,
+    OriginalUri(uri): OriginalUri,
+    headers: HeaderMap,
     OptionalTaskAccess(token): OptionalTaskAccess,
     JsonBody(request): JsonBody<SendMessageRequest>,
 ) -> Result<Response, ApiError> {
@@ -102,7 +105,7 @@ async fn create(
     let input = request.message.content.to_input();
     admit::validate_input(&entrypoint, &input)?;
 
-    if entrypoint.price.is_some() {
+    let token = if pay::price::price_of(&entrypoint, pay::Priced::Task).is_some() {
         // Checked before anything touches a payment: a paid task on a store that forgets it
         // on restart could lose a settled payment's capability.
         if state.store.durability() == Durability::Process {
@@ -113,21 +116,22 @@ async fn create(
             ));
         }
         // A paid task's capability must be known to the caller before it pays.
-        if token.is_none() {
+        let Some(token) = token else {
             return Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 ErrorCode::TaskAccessRequired,
                 "Task-Access-Token must contain 20 to 256 characters",
             ));
-        }
-        return Err(ApiError::new(
-            StatusCode::NOT_IMPLEMENTED,
-            ErrorCode::NotImplemented,
-            "payments are not enabled on this gateway",
-        ));
-    }
-
-    let token = token.unwrap_or_else(AccessToken::generate);
+        };
+        let payment = match pay::check(&state, &entrypoint, pay::Priced::Task, &headers, &uri) {
+            Ok(Some(payment)) => payment,
+            Ok(None) => return Err(ApiError::internal()),
+            Err(answer) => return Ok(answer),
+        };
+        return Ok(create_paid(&state, &entrypoint.key, token, request, input, payment).await);
+    } else {
+        token.unwrap_or_else(AccessToken::generate)
+    };
     let task = admit::create(
         &state,
         Admit {
@@ -148,6 +152,63 @@ async fn create(
             status: task.status,
         },
     ))
+}
+
+/// A paid task through the payment gate. Once the payment settled, the answer is the task's
+/// capability with its receipt, whatever happened to the task after (upstream's rule).
+async fn create_paid(
+    state: &AppState,
+    entrypoint: &str,
+    token: AccessToken,
+    request: SendMessageRequest,
+    input: Value,
+    payment: pay::Payment<'_>,
+) -> Response {
+    let admitted = pay::admission::admit_paid(
+        state,
+        payment.gate,
+        &payment.terms,
+        payment.checked,
+        Admit {
+            owner: token.owner_hash(),
+            entrypoint,
+            input,
+            context_id: request.context_id,
+            metadata: request.metadata,
+        },
+    )
+    .await;
+    match admitted {
+        Ok(paid) => {
+            tracing::info!(task_id = %paid.task_id, %entrypoint, status = %paid.status.as_str(), "paid task created");
+            let mut response = json_response(
+                StatusCode::OK,
+                &Created {
+                    task_id: &paid.task_id,
+                    access_token: token.expose(),
+                    status: paid.status,
+                },
+            );
+            paid.receipt.attach(&mut response);
+            response
+        }
+        Err(pay::admission::Refused::Answer(response)) => response,
+        Err(pay::admission::Refused::Unconfirmed { task_id, receipt }) => {
+            let mut response = json_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &serde_json::json!({
+                    "error": {
+                        "code": ErrorCode::TaskTerminalizationFailed,
+                        "message": "The task was paid for, but its state could not be confirmed; read it with its token",
+                    },
+                    "taskId": task_id,
+                    "accessToken": token.expose(),
+                }),
+            );
+            receipt.attach(&mut response);
+            response
+        }
+    }
 }
 
 fn invalid_request(message: &str) -> ApiError {
@@ -213,16 +274,8 @@ async fn list(
     Ok(json_response(StatusCode::OK, &page))
 }
 
-/// The task if it exists and belongs to `token`; otherwise the one `404` both cases share.
-async fn owned_task(
-    state: &AppState,
-    token: &AccessToken,
-    task_id: &str,
-) -> Result<shared::protocol::Task, ApiError> {
-    Ok(owned_record(state, token, task_id).await?.task)
-}
-
-/// The caller's task with what the store keeps beside it (the invocation).
+/// The caller's task with what the store keeps beside it (the invocation, a receipt); a
+/// missing task and another owner's answer the same `404`.
 async fn owned_record(
     state: &AppState,
     token: &AccessToken,
@@ -246,8 +299,13 @@ async fn read(
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let task_id = task_id(path)?;
-    let task = owned_task(&state, &token, &task_id).await?;
-    Ok(json_response(StatusCode::OK, &task))
+    let record = owned_record(&state, &token, &task_id).await?;
+    let mut response = json_response(StatusCode::OK, &record.task);
+    // A paid task hands its receipt to its owner again (the creation answer may be lost).
+    if let Some(receipt) = record.receipt.as_deref().and_then(Receipt::from_stored) {
+        receipt.attach(&mut response);
+    }
+    Ok(response)
 }
 
 async fn cancel(

@@ -5,6 +5,9 @@ use std::fmt;
 
 use serde_json::Value;
 
+use payments::{PayError, Terms};
+
+use super::pay::describe_terms;
 use super::tasks::Settlement;
 use crate::protocol::TaskStatus;
 
@@ -40,6 +43,22 @@ pub enum ClientError {
         message: Option<String>,
         body: String,
     },
+    /// A final 402 from a priced call: no payer was set (`paid: false`), or the credential
+    /// sent was refused (`paid: true`). `terms` is the price the challenge asks, when it is one
+    /// this client reads; `reason` the challenge's `error` (or the profile error's message);
+    /// `code` the profile error code (`settlement_failed`) when the body is one.
+    #[error("{}", payment_message(*paid, terms.as_deref(), code.as_deref(), reason.as_deref()))]
+    PaymentRequired {
+        paid: bool,
+        terms: Option<Box<Terms>>,
+        reason: Option<String>,
+        code: Option<String>,
+        body: String,
+    },
+    /// The payer would not answer a 402 (a price over the spend cap, no offer it can pay, an
+    /// unreadable challenge): no credential was built and nothing more was sent.
+    #[error("cannot pay: {0}")]
+    Payment(#[source] PayError),
     /// A 2xx answer whose body is not what the profile says.
     #[error("malformed response (status {status}): {reason}")]
     Malformed {
@@ -58,6 +77,29 @@ fn remote_message(status: u16, code: Option<&str>, message: Option<&str>) -> Str
     }
 }
 
+fn payment_message(
+    paid: bool,
+    terms: Option<&Terms>,
+    code: Option<&str>,
+    reason: Option<&str>,
+) -> String {
+    let mut message = if paid {
+        "HTTP 402: the payment was refused".to_owned()
+    } else {
+        "HTTP 402: payment required".to_owned()
+    };
+    if let Some(code) = code {
+        message.push_str(&format!(" ({code})"));
+    }
+    if let Some(terms) = terms {
+        message.push_str(&format!(": {}", describe_terms(terms)));
+    }
+    if let Some(reason) = reason {
+        message.push_str(&format!("; {reason}"));
+    }
+    message
+}
+
 impl ClientError {
     /// A network-level failure (the request may or may not have reached the agent), as
     /// opposed to an answer the agent gave.
@@ -71,6 +113,7 @@ impl ClientError {
             ClientError::Remote { status, .. } | ClientError::Malformed { status, .. } => {
                 Some(*status)
             }
+            ClientError::PaymentRequired { .. } => Some(402),
             _ => None,
         }
     }
@@ -78,7 +121,9 @@ impl ClientError {
     /// The profile error code of a remote answer (`task_not_found`, ...).
     pub fn code(&self) -> Option<&str> {
         match self {
-            ClientError::Remote { code, .. } => code.as_deref(),
+            ClientError::Remote { code, .. } | ClientError::PaymentRequired { code, .. } => {
+                code.as_deref()
+            }
             _ => None,
         }
     }

@@ -2,6 +2,7 @@
 //! `POST {base}/entrypoints/{key}/stream` (server-sent events).
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
@@ -12,13 +13,18 @@ use serde_json::{Map, Value, json};
 
 use super::card::{AgentCard, endpoint};
 use super::error::ClientError;
+use super::pay::{Payer, PaymentHeader, with_credential};
 use super::sse::{SseEvent, SseParser};
+use super::tasks::Settlement;
 use super::{Client, IDEMPOTENCY_KEY_HEADER};
 
 #[derive(Debug, Clone, Default)]
 pub struct InvokeOptions {
     /// Sent as `Idempotency-Key`: a retry with the same key replays the first result.
     pub idempotency_key: Option<String>,
+    /// Pays a 402 (x402) and sends the request once more with the credential; without one a
+    /// 402 is a [`ClientError::PaymentRequired`]. See [`super::pay`].
+    pub payer: Option<Arc<dyn Payer>>,
 }
 
 /// `{run_id, status, output, usage?, model?}`.
@@ -37,6 +43,9 @@ pub struct InvokeResult {
     /// `Idempotency-Replayed: true`: this is the stored result of an earlier call.
     #[serde(skip)]
     pub replayed: bool,
+    /// Payment evidence from the response's headers (the x402 receipt of a paid call).
+    #[serde(skip)]
+    pub settlement: Settlement,
 }
 
 /// One event of an entrypoint stream: `run-start`, `text`, `delta`, `asset`, `control`,
@@ -76,6 +85,7 @@ pub struct EventStream {
     pending: std::collections::VecDeque<SseEvent>,
     idle_timeout: Option<Duration>,
     done: bool,
+    settlement: Settlement,
 }
 
 impl std::fmt::Debug for EventStream {
@@ -89,12 +99,19 @@ impl std::fmt::Debug for EventStream {
 impl EventStream {
     pub(crate) fn new(response: Response, max_event_bytes: usize, idle: Option<Duration>) -> Self {
         EventStream {
+            settlement: Settlement::from_headers(response.headers()),
             body: Box::pin(response.bytes_stream()),
             parser: SseParser::new(max_event_bytes),
             pending: Default::default(),
             idle_timeout: idle,
             done: false,
         }
+    }
+
+    /// Payment evidence from the response's headers (the x402 receipt of a paid stream, which
+    /// is settled before the first event).
+    pub fn settlement(&self) -> &Settlement {
+        &self.settlement
     }
 
     /// The next raw event; `None` once the server closed the stream.
@@ -154,21 +171,30 @@ impl Client {
         options: &InvokeOptions,
     ) -> Result<InvokeResult, ClientError> {
         let url = endpoint(&self.base_url(card)?, &["entrypoints", key, "invoke"]);
-        let mut request = self
-            .http
-            .post(url)
-            .json(&json!({ "input": input }))
-            .timeout(self.options.invoke_timeout);
-        if let Some(key) = &options.idempotency_key {
-            request = request.header(IDEMPOTENCY_KEY_HEADER, key);
-        }
-        let response = request.send().await.map_err(ClientError::network)?;
+        let body = json!({ "input": input });
+        let request = |credential: Option<&PaymentHeader>| {
+            let mut request = self
+                .http
+                .post(url.clone())
+                .json(&body)
+                .timeout(self.options.invoke_timeout);
+            if let Some(key) = &options.idempotency_key {
+                request = request.header(IDEMPOTENCY_KEY_HEADER, key);
+            }
+            with_credential(request, credential)
+        };
+        let response = self
+            .send_paying(request, options.payer.as_deref())
+            .await
+            .map_err(|unanswered| unanswered.error)?;
         let replayed = response
             .headers()
             .get("idempotency-replayed")
             .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"true"));
+        let settlement = Settlement::from_headers(response.headers());
         let mut result: InvokeResult = self.json(response).await?;
         result.replayed = replayed;
+        result.settlement = settlement;
         Ok(result)
     }
 
@@ -179,15 +205,35 @@ impl Client {
         key: &str,
         input: &Value,
     ) -> Result<EventStream, ClientError> {
-        let url = endpoint(&self.base_url(card)?, &["entrypoints", key, "stream"]);
-        let response = self
-            .http
-            .post(url)
-            .header(ACCEPT, "text/event-stream")
-            .json(&json!({ "input": input }))
-            .send()
+        self.stream_with_options(card, key, input, &InvokeOptions::default())
             .await
-            .map_err(ClientError::network)?;
+    }
+
+    /// [`Client::stream`] with a payer and an `Idempotency-Key`, as for [`Client::invoke`].
+    pub async fn stream_with_options(
+        &self,
+        card: &AgentCard,
+        key: &str,
+        input: &Value,
+        options: &InvokeOptions,
+    ) -> Result<EventStream, ClientError> {
+        let url = endpoint(&self.base_url(card)?, &["entrypoints", key, "stream"]);
+        let body = json!({ "input": input });
+        let request = |credential: Option<&PaymentHeader>| {
+            let mut request = self
+                .http
+                .post(url.clone())
+                .header(ACCEPT, "text/event-stream")
+                .json(&body);
+            if let Some(key) = &options.idempotency_key {
+                request = request.header(IDEMPOTENCY_KEY_HEADER, key);
+            }
+            with_credential(request, credential)
+        };
+        let response = self
+            .send_paying(request, options.payer.as_deref())
+            .await
+            .map_err(|unanswered| unanswered.error)?;
         self.event_stream(response, None).await
     }
 

@@ -17,15 +17,42 @@
 //! - [`card`]: the Agent Card, read as untrusted input, and the URL policy;
 //! - [`invoke`]: direct invocation and streaming;
 //! - [`tasks`]: owned tasks (send, get, list, cancel, subscribe, wait);
+//! - [`pay`]: paying priced calls (x402) with a [`Payer`];
 //! - [`sse`]: the Server-Sent Events parser both streams use;
 //! - [`error`]: [`ClientError`] and [`TaskCreationError`].
 //!
 //! Access tokens travel only in the `Task-Access-Token` header and never appear in an error's
 //! `Display` or `Debug`.
+//!
+//! Priced calls: a payer goes in the call's options ([`InvokeOptions::payer`] for `invoke`
+//! and [`Client::stream_with_options`], [`SendOptions::payer`] for `send_message`). On a 402 it
+//! answers the challenge and the request is sent once more with the credential; the receipt
+//! comes back as [`Settlement`] (`InvokeResult::settlement`, [`EventStream::settlement`],
+//! `TaskAccess::settlement`, and `TaskCreationError::settlement` when creation failed after
+//! paying). Without a payer a 402 is [`ClientError::PaymentRequired`] with the price asked.
+//!
+//! ```no_run
+//! # async fn demo(client: shared::client::Client, card: shared::client::AgentCard)
+//! # -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use shared::client::{InvokeOptions, KeyPayer};
+//! use shared::client::pay::{LocalPayer, X402Version};
+//! let key = LocalPayer::from_env("PAY_KEY")?;
+//! // Never more than 0.05 USDC per call; v2 unless the agent only speaks v1.
+//! let cap = payments::amount::to_atomic("0.05")?;
+//! let payer = KeyPayer::new(key, Some(cap)).prefer(X402Version::V2);
+//! let options = InvokeOptions { payer: Some(Arc::new(payer)), ..Default::default() };
+//! let result = client.invoke(&card, "echo", &serde_json::json!({}), &options).await?;
+//! if let Some(Ok(receipt)) = result.settlement.receipt() {
+//!     println!("paid: {}", receipt.transaction);
+//! }
+//! # Ok(()) }
+//! ```
 
 pub mod card;
 pub mod error;
 pub mod invoke;
+pub mod pay;
 pub mod sse;
 pub mod tasks;
 
@@ -37,6 +64,7 @@ use reqwest::{Response, Url};
 pub use card::{AgentCard, AgentInterface, AgentSkill, CardEntrypoint, UrlPolicy};
 pub use error::{ClientError, CreationFailure, TaskCreationError};
 pub use invoke::{EventStream, InvokeOptions, InvokeResult, StreamEvent};
+pub use pay::{KeyPayer, Payer, PaymentRequired};
 pub use sse::{SseEvent, SseParser};
 pub use tasks::{
     ListFilter, SendOptions, Settlement, TaskAccess, TaskEventStream, TaskList, generate_token,

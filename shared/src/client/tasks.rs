@@ -2,8 +2,10 @@
 //! `POST {base}/tasks/{id}/cancel`, `GET {base}/tasks/{id}/subscribe`, and waiting for the end.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
+use payments::wire::HeaderError;
 use reqwest::header::{ACCEPT, HeaderMap};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -12,6 +14,7 @@ use tokio::time::Instant;
 use super::card::{AgentCard, endpoint};
 use super::error::{ClientError, CreationFailure, TaskCreationError};
 use super::invoke::EventStream;
+use super::pay::{Payer, PaymentHeader, SettleResponse, with_credential};
 use super::{ACCESS_TOKEN_HEADER, Client, IDEMPOTENCY_KEY_HEADER};
 use crate::protocol::{Task, TaskEvent, TaskEventData, TaskEventKind, TaskStatus};
 use crate::token::AccessToken;
@@ -32,6 +35,9 @@ pub struct SendOptions {
     pub idempotency_key: Option<String>,
     pub context_id: Option<String>,
     pub metadata: Option<Value>,
+    /// Pays a 402 (x402) and sends the request once more with the credential, with the same
+    /// token and idempotency key; without one a 402 fails the creation. See [`super::pay`].
+    pub payer: Option<Arc<dyn Payer>>,
 }
 
 /// Payment evidence copied from the creation response's headers.
@@ -47,7 +53,7 @@ pub struct Settlement {
 }
 
 impl Settlement {
-    fn from_headers(headers: &HeaderMap) -> Self {
+    pub(crate) fn from_headers(headers: &HeaderMap) -> Self {
         let get = |name: &str| {
             headers
                 .get(name)
@@ -65,6 +71,15 @@ impl Settlement {
         self.payment_receipt.is_none()
             && self.payment_response.is_none()
             && self.x_payment_response.is_none()
+    }
+
+    /// The x402 settlement receipt (`PAYMENT-RESPONSE`, else `X-PAYMENT-RESPONSE`), decoded;
+    /// `None` when neither header came. `success: false` is a settlement that failed.
+    pub fn receipt(&self) -> Option<Result<SettleResponse, HeaderError>> {
+        self.payment_response
+            .as_deref()
+            .or(self.x_payment_response.as_deref())
+            .map(payments::wire::decode::<SettleResponse>)
     }
 }
 
@@ -198,16 +213,41 @@ impl Client {
         if let Some(metadata) = options.metadata {
             body["metadata"] = metadata;
         }
-        let response = self
-            .http
-            .post(endpoint(&base, &["tasks"]))
-            .header(ACCESS_TOKEN_HEADER, access_token.as_str())
-            .header(IDEMPOTENCY_KEY_HEADER, idempotency_key.as_str())
-            .json(&body)
-            .timeout(self.options.request_timeout)
-            .send()
-            .await
-            .map_err(|err| fail(CreationFailure::Network, ClientError::network(err)))?;
+        let url = endpoint(&base, &["tasks"]);
+        let request = |credential: Option<&PaymentHeader>| {
+            let request = self
+                .http
+                .post(url.clone())
+                .header(ACCESS_TOKEN_HEADER, access_token.as_str())
+                .header(IDEMPOTENCY_KEY_HEADER, idempotency_key.as_str())
+                .json(&body)
+                .timeout(self.options.request_timeout);
+            with_credential(request, credential)
+        };
+        let response = match self.send_paying(request, options.payer.as_deref()).await {
+            Ok(response) => response,
+            Err(unanswered) => {
+                // No body: nothing was answered, or the answer was lost in transit (the task
+                // may exist). A 402 read whole created nothing.
+                let failure = if unanswered.body.is_some() {
+                    CreationFailure::Status
+                } else {
+                    CreationFailure::Network
+                };
+                let created: Option<Created> = unanswered
+                    .body
+                    .as_deref()
+                    .and_then(|body| serde_json::from_str(body).ok());
+                return Err(TaskCreationError {
+                    response_status: unanswered.status,
+                    task_id: created.as_ref().and_then(|c| c.task_id.clone()),
+                    task_status: created.as_ref().and_then(|c| c.status),
+                    body: unanswered.body,
+                    settlement: unanswered.settlement,
+                    ..fail(failure, unanswered.error)
+                });
+            }
+        };
         let status = response.status();
         let settlement = Settlement::from_headers(response.headers());
         let text = match super::read_limited(response, self.options.max_response_bytes).await {

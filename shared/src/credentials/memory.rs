@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
-use super::{CredentialLedger, CredentialState};
+use super::{ClaimOutcome, CredentialLedger, CredentialState};
 use crate::store::StoreError;
 
 /// Records kept at most; past it expired ones are dropped first (each record is tiny).
@@ -48,10 +48,15 @@ fn live<'a>(records: &'a mut HashMap<String, Record>, key: &str) -> Option<&'a m
 
 #[async_trait]
 impl CredentialLedger for MemoryCredentials {
-    async fn claim(&self, key: &str, holder: &str, ttl: Duration) -> Result<bool, StoreError> {
+    async fn claim(
+        &self,
+        key: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<ClaimOutcome, StoreError> {
         Ok(self.with(|records| {
-            if live(records, key).is_some() {
-                return false;
+            if let Some(record) = live(records, key) {
+                return ClaimOutcome::Held(record.state);
             }
             records.insert(
                 key.to_owned(),
@@ -62,7 +67,7 @@ impl CredentialLedger for MemoryCredentials {
                     expires: Instant::now() + ttl,
                 },
             );
-            true
+            ClaimOutcome::Taken
         }))
     }
 

@@ -32,6 +32,16 @@ pub enum CredentialState {
 }
 
 impl CredentialState {
+    pub fn parse(text: &str) -> Option<Self> {
+        [
+            CredentialState::Claimed,
+            CredentialState::Settling,
+            CredentialState::Settled,
+        ]
+        .into_iter()
+        .find(|state| state.as_str() == text)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             CredentialState::Claimed => "claimed",
@@ -41,10 +51,24 @@ impl CredentialState {
     }
 }
 
+/// What [`CredentialLedger::claim`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// Taken now, by this holder.
+    Taken,
+    /// Another request holds it (or spent it), in this state.
+    Held(CredentialState),
+}
+
 #[async_trait]
 pub trait CredentialLedger: Send + Sync + 'static {
-    /// Takes the credential for `holder`; false when it is already held or spent.
-    async fn claim(&self, key: &str, holder: &str, ttl: Duration) -> Result<bool, StoreError>;
+    /// Takes the credential for `holder`, unless some request already holds or spent it.
+    async fn claim(
+        &self,
+        key: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<ClaimOutcome, StoreError>;
 
     /// Gives a `claimed` credential back; false when not held by `holder` in that state.
     async fn release(&self, key: &str, holder: &str) -> Result<bool, StoreError>;

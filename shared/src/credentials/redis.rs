@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use redis::Script;
 use sha2::{Digest, Sha256};
 
-use super::{CredentialLedger, CredentialState};
+use super::{ClaimOutcome, CredentialLedger, CredentialState};
 use crate::store::{RedisStore, StoreError};
 
 macro_rules! lua {
@@ -46,7 +46,11 @@ impl RedisCredentials {
 
     /// The record's name: the key is hashed, so names stay short whatever a client sends.
     pub fn record_key(&self, key: &str) -> String {
-        format!("{}{}", self.prefix, hex::encode(Sha256::digest(key.as_bytes())))
+        format!(
+            "{}{}",
+            self.prefix,
+            hex::encode(Sha256::digest(key.as_bytes()))
+        )
     }
 
     /// Pattern matching every record of the namespace (leak checks).
@@ -64,14 +68,24 @@ impl RedisStore {
 
 #[async_trait]
 impl CredentialLedger for RedisCredentials {
-    async fn claim(&self, key: &str, holder: &str, ttl: Duration) -> Result<bool, StoreError> {
+    async fn claim(
+        &self,
+        key: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<ClaimOutcome, StoreError> {
         let mut invocation = self.scripts.claim.prepare_invoke();
         invocation
             .key(self.record_key(key))
             .arg(holder)
             .arg(ttl.as_millis().max(1).to_string());
-        let taken: u64 = self.store.eval("credential_claim", &invocation).await?;
-        Ok(taken == 1)
+        let held: String = self.store.eval("credential_claim", &invocation).await?;
+        if held.is_empty() {
+            return Ok(ClaimOutcome::Taken);
+        }
+        CredentialState::parse(&held)
+            .map(ClaimOutcome::Held)
+            .ok_or_else(|| StoreError::Corrupt(format!("credential record in state {held:?}")))
     }
 
     async fn release(&self, key: &str, holder: &str) -> Result<bool, StoreError> {

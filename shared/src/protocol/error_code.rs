@@ -37,6 +37,8 @@ pub enum ErrorCode {
     PaymentVerificationFailed,
     SettlementFailed,
     PolicyViolation,
+    /// Another request holds the same payment credential (it is being verified or settled).
+    PaymentInProgress,
     // Cluster (ours): the store is unreachable, or a task ran out of attempts.
     ServiceUnavailable,
     TaskAttemptsExhausted,
@@ -71,6 +73,7 @@ impl ErrorCode {
             ErrorCode::PaymentVerificationFailed => "payment_verification_failed",
             ErrorCode::SettlementFailed => "settlement_failed",
             ErrorCode::PolicyViolation => "policy_violation",
+            ErrorCode::PaymentInProgress => "payment_in_progress",
             ErrorCode::ServiceUnavailable => "service_unavailable",
             ErrorCode::TaskAttemptsExhausted => "task_attempts_exhausted",
         }

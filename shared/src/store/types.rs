@@ -125,6 +125,22 @@ pub struct StoredTask {
     pub handed_off: bool,
     /// Sequence number of the last event published for the task.
     pub seq: u64,
+    /// The receipt of the payment that admitted the task (a paid task), as
+    /// [`super::TaskStore::record_receipt`] stored it.
+    pub receipt: Option<String>,
+}
+
+/// What [`super::TaskStore::record_receipt`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReceiptRecorded {
+    /// Stored, and the admitting claim was still live: the task is now committed to run (an
+    /// expired claim goes back to the ready queue instead of being cancelled).
+    Committed,
+    /// Stored on a task whose admitting claim was lost (reaped, cancelled): the payer reads
+    /// the receipt with the task's terminal status.
+    Attached,
+    /// No such task (expired past retention): nothing stored.
+    Missing,
 }
 
 /// A successful claim: the lease plus what the claimer needs to run the task.

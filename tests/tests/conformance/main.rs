@@ -83,6 +83,8 @@ macro_rules! conformance_tests {
                 recovery_follows_deadlines_and_limit,
                 live_work_is_left_alone,
                 concurrent_sweeps_recover_each_task_once,
+                a_receipt_commits_a_claimed_reservation_to_run,
+                a_late_receipt_is_attached_to_the_reaped_task,
             }
             list {
                 lists_the_owners_tasks_newest_first,

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use shared::protocol::TaskStatus;
-use shared::store::{Admission, Phase};
+use shared::store::{Admission, Phase, ReceiptRecorded};
 use tokio::task::JoinSet;
 
 use crate::support::{Fx, Harness, LONG, SHORT, TestResult, next_event, outlive};
@@ -219,5 +219,59 @@ pub async fn concurrent_sweeps_recover_each_task_once(h: &impl Harness) -> TestR
     assert_eq!(requeued.len(), TASKS, "{requeued:?}");
     assert_eq!(requeued.into_iter().collect::<HashSet<_>>(), ids);
     assert_eq!(fx.queue_depth().await?, TASKS as u64);
+    Ok(())
+}
+
+/// A paid task whose receipt was stored while the gateway's claim was live is committed to
+/// run: when that gateway dies before the hand-off, recovery queues it instead of cancelling
+/// it, and the receipt stays with the task.
+pub async fn a_receipt_commits_a_claimed_reservation_to_run(h: &impl Harness) -> TestResult {
+    let fx = Fx::new(h).await?;
+    let id = fx.reserved("a", LONG).await?;
+    let claim = fx.claim(&id, "gateway", SHORT).await?;
+    assert_eq!(
+        fx.store.record_receipt(&claim.lease, "receipt-1").await?,
+        ReceiptRecorded::Committed
+    );
+    outlive(SHORT).await;
+
+    let report = fx.store.recover_expired(100).await?;
+    assert_eq!(report.requeued, [id.as_str()]);
+    assert!(report.cancelled.is_empty(), "{report:?}");
+    let stored = fx.stored(&id).await?;
+    assert_eq!(stored.phase, Phase::Queued);
+    assert_eq!(stored.task.status, TaskStatus::Running);
+    assert_eq!(stored.receipt.as_deref(), Some("receipt-1"));
+    let run = fx.take("w1", LONG).await?;
+    assert_eq!(run.lease.task_id, id);
+    Ok(())
+}
+
+/// A receipt that arrives after the claim was lost (the reservation was reaped) is still
+/// stored, on the terminal task, and commits nothing; a missing task stores nothing.
+pub async fn a_late_receipt_is_attached_to_the_reaped_task(h: &impl Harness) -> TestResult {
+    let fx = Fx::new(h).await?;
+    let id = fx.reserved("a", LONG).await?;
+    let claim = fx.claim(&id, "gateway", SHORT).await?;
+    outlive(SHORT).await;
+    assert_eq!(fx.store.reap_expired_admissions().await?, 1);
+
+    assert_eq!(
+        fx.store.record_receipt(&claim.lease, "receipt-2").await?,
+        ReceiptRecorded::Attached
+    );
+    let stored = fx.stored(&id).await?;
+    assert_eq!(stored.task.status, TaskStatus::Cancelled);
+    assert_eq!(stored.receipt.as_deref(), Some("receipt-2"));
+    assert!(fx.store.recover_expired(100).await?.is_empty());
+
+    let gone = shared::store::Lease {
+        task_id: "no-such-task".into(),
+        ..claim.lease.clone()
+    };
+    assert_eq!(
+        fx.store.record_receipt(&gone, "receipt-3").await?,
+        ReceiptRecorded::Missing
+    );
     Ok(())
 }

@@ -11,6 +11,7 @@ use serde::Serialize;
 use serde_json::Value;
 use shared::registry::{EntrypointInfo, Price};
 
+use super::payments::{self, PaymentMethod};
 use crate::config::GatewayConfig;
 
 const PROTOCOL_VERSION: &str = "1.0";
@@ -33,10 +34,10 @@ pub struct AgentCard<'a> {
     skills: Vec<Skill<'a>>,
     supports_authenticated_extended_card: bool,
     entrypoints: BTreeMap<&'a str, ManifestEntry<'a>>,
-    /// Payment methods. Empty, hence absent, until an entrypoint is priced and payments are
-    /// configured: "the base card has no payments/pricing".
+    /// Payment methods ([`payments::methods`]). Empty, hence absent, until an entrypoint is
+    /// priced and payments are configured: "the base card has no payments/pricing".
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    payments: Vec<Value>,
+    payments: Vec<PaymentMethod<'a>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -72,6 +73,9 @@ struct Skill<'a> {
     x_output_schema: Option<&'a Value>,
 }
 
+/// Upstream's field order: its core manifest lays out description, streaming, the schemas,
+/// `payment_protocol` and `network`; the payments extension then sets those two in place and
+/// appends `pricing`.
 #[derive(Debug, Serialize)]
 struct ManifestEntry<'a> {
     description: &'a str,
@@ -80,7 +84,11 @@ struct ManifestEntry<'a> {
     input_schema: Option<&'a Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     output_schema: Option<&'a Value>,
-    /// Only on priced entrypoints.
+    /// These three only on priced entrypoints.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payment_protocol: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    network: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pricing: Option<&'a Price>,
 }
@@ -94,6 +102,7 @@ impl<'a> AgentCard<'a> {
         entrypoints: &'a [EntrypointInfo],
     ) -> Self {
         let url = format!("{base_url}/");
+        let network = payments::network(config);
         AgentCard {
             protocol_version: PROTOCOL_VERSION,
             name: &config.agent_name,
@@ -128,6 +137,7 @@ impl<'a> AgentCard<'a> {
             entrypoints: entrypoints
                 .iter()
                 .map(|entrypoint| {
+                    let pricing = price(entrypoint);
                     (
                         entrypoint.key.as_str(),
                         ManifestEntry {
@@ -135,12 +145,14 @@ impl<'a> AgentCard<'a> {
                             streaming: entrypoint.streaming,
                             input_schema: schema(&entrypoint.input_schema),
                             output_schema: schema(&entrypoint.output_schema),
-                            pricing: price(entrypoint),
+                            payment_protocol: pricing.map(|_| payments::PROTOCOL),
+                            network: pricing.map(|_| network),
+                            pricing,
                         },
                     )
                 })
                 .collect(),
-            payments: Vec::new(),
+            payments: payments::methods(config, entrypoints),
         }
     }
 }
@@ -225,5 +237,32 @@ mod tests {
             json!({"invoke": "0.01"})
         );
         assert!(card["entrypoints"]["free"].get("pricing").is_none());
+        assert!(
+            card["entrypoints"]["free"]
+                .get("payment_protocol")
+                .is_none()
+        );
+        assert!(card["entrypoints"]["free"].get("network").is_none());
+        // No payee or facilitator configured: no payment methods.
+        assert!(card.get("payments").is_none());
+    }
+
+    /// Upstream's order within a priced entrypoint, byte for byte.
+    #[test]
+    fn priced_entrypoints_carry_payment_metadata_in_upstream_order() {
+        let config = GatewayConfig::for_tests();
+        let mut paid = entrypoint("count", "Counts", json!({"type": "object"}), json!({}));
+        paid.streaming = true;
+        paid.price = Some(Price {
+            invoke: Some("0.002".into()),
+            stream: Some("0.002".into()),
+        });
+        let entrypoints = [paid];
+        let card = AgentCard::build(&config, "http://h", &entrypoints);
+        let text = serde_json::to_string(&card.entrypoints).unwrap_or_default();
+        assert_eq!(
+            text,
+            r#"{"count":{"description":"Counts","streaming":true,"input_schema":{"type":"object"},"payment_protocol":"x402","network":"eip155:84532","pricing":{"invoke":"0.002","stream":"0.002"}}}"#
+        );
     }
 }

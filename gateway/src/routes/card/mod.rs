@@ -15,7 +15,8 @@
 mod landing;
 mod manifest;
 mod openapi;
-mod origin;
+pub mod origin;
+mod payments;
 
 use axum::Router;
 use axum::body::Body;

@@ -146,7 +146,12 @@ fn paths() -> Value {
             "tags": ["entrypoints"],
             "operationId": "invoke",
             "summary": "Run an entrypoint and wait for its result",
-            "parameters": [parameter("EntrypointKey"), parameter("IdempotencyKey")],
+            "parameters": [
+                parameter("EntrypointKey"),
+                parameter("IdempotencyKey"),
+                parameter("PaymentSignature"),
+                parameter("XPayment")
+            ],
             "requestBody": {
                 "required": true,
                 "content": {"application/json": {"schema": schema("InvokeRequest")}}
@@ -162,6 +167,7 @@ fn paths() -> Value {
                     "content": {"application/json": {"schema": schema("InvokeResponse")}}
                 },
                 "400": response("BadRequest"),
+                "402": response("PaymentRequired"),
                 "404": response("NotFound"),
                 "409": response("Conflict"),
                 "500": response("InternalError"),
@@ -176,7 +182,11 @@ fn paths() -> Value {
             "description": "Server-sent events, each with `id:` (sequence), `event:` (kind) \
                 and `data:` (a RunEvent). Kinds: run-start, text, delta, asset, control, \
                 error, run-end. The stream ends after run-end.",
-            "parameters": [parameter("EntrypointKey")],
+            "parameters": [
+                parameter("EntrypointKey"),
+                parameter("PaymentSignature"),
+                parameter("XPayment")
+            ],
             "requestBody": {
                 "required": true,
                 "content": {"application/json": {"schema": schema("InvokeRequest")}}
@@ -184,6 +194,7 @@ fn paths() -> Value {
             "responses": {
                 "200": sse_body("Run events (data: RunEvent)"),
                 "400": response("BadRequest"),
+                "402": response("PaymentRequired"),
                 "404": response("NotFound"),
                 "501": response("NotImplemented"),
                 "503": response("Unavailable")
@@ -197,7 +208,12 @@ fn paths() -> Value {
                 "description": "The returned accessToken is the only way to read, list, \
                     cancel or follow the task. Send your own in Task-Access-Token (required \
                     for paid skills); free skills generate one when it is absent.",
-                "parameters": [parameter("TaskAccessTokenOptional"), parameter("IdempotencyKey")],
+                "parameters": [
+                    parameter("TaskAccessTokenOptional"),
+                    parameter("IdempotencyKey"),
+                    parameter("PaymentSignature"),
+                    parameter("XPayment")
+                ],
                 "requestBody": {
                     "required": true,
                     "content": {"application/json": {"schema": schema("SendMessageRequest")}}
@@ -206,6 +222,7 @@ fn paths() -> Value {
                     "200": json_body(schema("SendMessageResponse"), "Task created"),
                     "400": response("BadRequest"),
                     "401": response("Unauthorized"),
+                    "402": response("PaymentRequired"),
                     "404": response("NotFound"),
                     "501": response("NotImplemented"),
                     "503": response("Unavailable")
@@ -353,6 +370,23 @@ fn parameters() -> Value {
                     idempotency_in_progress with Retry-After.",
                 "schema": {"type": "string", "minLength": 20, "maxLength": 256}
             },
+            "PaymentSignature": {
+                "name": "PAYMENT-SIGNATURE",
+                "in": "header",
+                "required": false,
+                "description": "x402 v2 payment for a priced entrypoint (see pricing in the \
+                    Agent Card): standard base64 of the JSON payment payload answering the \
+                    PAYMENT-REQUIRED challenge. Free entrypoints ignore it.",
+                "schema": {"type": "string"}
+            },
+            "XPayment": {
+                "name": "X-PAYMENT",
+                "in": "header",
+                "required": false,
+                "description": "x402 v1 payment for a priced entrypoint: standard base64 of \
+                    the JSON payment payload answering one of the 402 body's accepts.",
+                "schema": {"type": "string"}
+            },
             "TaskId": {
                 "name": "taskId", "in": "path", "required": true,
                 "schema": {"type": "string"}
@@ -373,6 +407,22 @@ fn responses() -> Value {
             "Conflict": error_response("Idempotency conflict, or the task changed meanwhile (invalid_state)"),
             "InternalError": error_response("The handler failed or returned invalid output"),
             "NotImplemented": error_response("The entrypoint has no handler"),
+            "PaymentRequired": {
+                "description": "The entrypoint is priced (see pricing in the Agent Card) and no \
+                    valid payment came, or settlement was refused (settlement_failed, an Error \
+                    body). The x402 v2 challenge is in PAYMENT-REQUIRED; the body is the x402 \
+                    v1 challenge. Pay with PAYMENT-SIGNATURE (v2) or X-PAYMENT (v1) and retry.",
+                "headers": {
+                    "PAYMENT-REQUIRED": {
+                        "description": "Standard base64 of the x402 v2 challenge: {x402Version: 2, error, resource, accepts}",
+                        "schema": {"type": "string"}
+                    },
+                    "Cache-Control": {"schema": {"type": "string", "enum": ["no-store"]}}
+                },
+                "content": {"application/json": {"schema": {
+                    "oneOf": [schema("X402Challenge"), schema("Error")]
+                }}}
+            },
             "Unavailable": {
                 "description": "The task store or registry is unreachable, or capacity is exhausted; retry",
                 "headers": {"Retry-After": {"schema": {"type": "integer"}}},
@@ -565,13 +615,47 @@ fn discovery_schemas() -> Value {
                             "streaming": {"type": "boolean"},
                             "input_schema": {"type": "object"},
                             "output_schema": {"type": "object"},
+                            "payment_protocol": {"type": "string", "enum": ["x402"]},
+                            "network": {"type": "string", "description": "CAIP-2, e.g. eip155:84532"},
                             "pricing": {"type": "object", "properties": {
-                                "invoke": {"type": "string"},
-                                "stream": {"type": "string"}
+                                "invoke": {"type": "string", "description": "Decimal USDC"},
+                                "stream": {"type": "string", "description": "Decimal USDC"}
                             }}
                         }
                     }},
-                    "payments": {"type": "array"}
+                    "payments": {"type": "array", "items": {
+                        "type": "object",
+                        "required": ["method", "network"],
+                        "properties": {
+                            "method": {"type": "string", "enum": ["x402"]},
+                            "payee": {"type": "string"},
+                            "network": {"type": "string"},
+                            "endpoint": {"type": "string", "format": "uri", "description": "The facilitator"},
+                            "priceModel": {"type": "object", "properties": {"default": {"type": "string"}}},
+                            "extensions": {"type": "object"}
+                        }
+                    }}
+                }
+            },
+            "X402Challenge": {
+                "type": "object",
+                "required": ["x402Version", "accepts"],
+                "properties": {
+                    "x402Version": {"type": "integer", "const": 1},
+                    "error": {"type": "string"},
+                    "accepts": {"type": "array", "items": {
+                        "type": "object",
+                        "description": "x402 v1 PaymentRequirements",
+                        "properties": {
+                            "scheme": {"type": "string"},
+                            "network": {"type": "string"},
+                            "maxAmountRequired": {"type": "string", "description": "Atomic USDC units"},
+                            "asset": {"type": "string"},
+                            "payTo": {"type": "string"},
+                            "resource": {"type": "string"},
+                            "maxTimeoutSeconds": {"type": "integer"}
+                        }
+                    }}
                 }
             },
             "Health": {

@@ -4,17 +4,20 @@
 use std::time::Duration;
 
 use axum::extract::{OriginalUri, Path, Request, State};
-use axum::http::StatusCode;
+use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 use shared::idempotency;
 use shared::protocol::ErrorCode;
 
 use super::watch::{RunEvent, Terminal, Watch};
-use super::{Kind, Run, cancel, extract_input, find_entrypoint, read_json, refuse_paid, start_run};
+use super::{
+    Kind, Run, cancel, extract_input, find_entrypoint, gate, read_json, start_paid_run, start_run,
+};
 use super::{idempotent, outcome};
 use crate::admit;
 use crate::error::ApiError;
+use crate::pay::Payment;
 use crate::state::AppState;
 
 pub async fn invoke(
@@ -23,46 +26,72 @@ pub async fn invoke(
     OriginalUri(uri): OriginalUri,
     request: Request,
 ) -> Response {
-    handle(&state, &key, uri.path(), request)
-        .await
-        .unwrap_or_else(IntoResponse::into_response)
+    match handle(&state, &key, &uri, request).await {
+        Ok(response) | Err(response) => response,
+    }
 }
 
 async fn handle(
     state: &AppState,
     key: &str,
-    path: &str,
+    uri: &Uri,
     request: Request,
-) -> Result<Response, ApiError> {
-    let entrypoint = find_entrypoint(state, key).await?;
-    let idempotency_key = idempotent::read_key(request.headers())?;
-    let body = read_json(request).await?;
+) -> Result<Response, Response> {
+    let entrypoint = find_entrypoint(state, key).await.map_err(answer)?;
+    // The challenge comes first, as x402 middleware in front of a handler answers it.
+    let payment = gate(state, &entrypoint, Kind::Invoke, request.headers(), uri)?;
+    let idempotency_key = idempotent::read_key(request.headers()).map_err(answer)?;
+    let body = read_json(request).await.map_err(answer)?;
     let input = extract_input(&body);
-    admit::validate_input(&entrypoint, &input)?;
-    refuse_paid(&entrypoint, Kind::Invoke)?;
+    // Checked before any payment is settled: bad input costs the payer nothing.
+    admit::validate_input(&entrypoint, &input).map_err(answer)?;
+    let execute = || async move {
+        match payment {
+            None => run(state, key, input).await,
+            Some(payment) => run_paid(state, key, input, payment).await,
+        }
+    };
     match idempotency_key {
-        None => Ok(run(state, key, input).await),
+        None => Ok(execute().await),
         Some(idempotency_key) => {
-            let fingerprint = idempotency::fingerprint("POST", path, &body);
-            idempotent::invoke(state, key, &idempotency_key, &fingerprint, || {
-                run(state, key, input)
-            })
-            .await
+            let fingerprint = idempotency::fingerprint("POST", uri.path(), &body);
+            idempotent::invoke(state, key, &idempotency_key, &fingerprint, execute)
+                .await
+                .map_err(answer)
         }
     }
 }
 
+fn answer(err: ApiError) -> Response {
+    err.into_response()
+}
+
 /// Runs the entrypoint on a worker and waits for the end: a response whatever happens.
 async fn run(state: &AppState, key: &str, input: Value) -> Response {
-    match run_to_end(state, key, input).await {
+    let run = match start_run(state, key, input).await {
+        Ok(run) => run,
+        Err(err) => return err.into_response(),
+    };
+    match run_to_end(state, run).await {
         Ok(response) | Err(response) => response,
     }
 }
 
-async fn run_to_end(state: &AppState, key: &str, input: Value) -> Result<Response, Response> {
-    let mut run = start_run(state, key, input)
-        .await
-        .map_err(IntoResponse::into_response)?;
+/// A paid run: admitted through the payment gate, then like any run; every answer after
+/// settlement carries the receipt.
+async fn run_paid(state: &AppState, key: &str, input: Value, payment: Payment<'_>) -> Response {
+    let (run, receipt) = match start_paid_run(state, key, input, payment).await {
+        Ok(admitted) => admitted,
+        Err(response) => return response,
+    };
+    let mut response = match run_to_end(state, run).await {
+        Ok(response) | Err(response) => response,
+    };
+    receipt.attach(&mut response);
+    response
+}
+
+async fn run_to_end(state: &AppState, mut run: Run) -> Result<Response, Response> {
     let limit = Duration::from_millis(state.config.invoke_timeout_ms);
     tokio::select! {
         finished = wait(&mut run.watch) => {

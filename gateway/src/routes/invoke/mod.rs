@@ -23,7 +23,8 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::{Map, Value};
 use shared::protocol::{ErrorCode, Task, TaskStatus};
@@ -34,6 +35,7 @@ use shared::token::AccessToken;
 
 use crate::admit::{self, Admit};
 use crate::error::ApiError;
+use crate::pay;
 use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
@@ -61,21 +63,20 @@ async fn find_entrypoint(state: &AppState, key: &str) -> Result<EntrypointInfo, 
     })
 }
 
-/// Priced entrypoints need the payment rails, which this gateway does not run yet.
-fn refuse_paid(entrypoint: &EntrypointInfo, kind: Kind) -> Result<(), ApiError> {
-    let priced = entrypoint.price.as_ref().is_some_and(|price| match kind {
-        Kind::Invoke => price.invoke.is_some(),
-        Kind::Stream => price.stream.is_some(),
-    });
-    if priced {
-        Err(ApiError::new(
-            StatusCode::NOT_IMPLEMENTED,
-            ErrorCode::NotImplemented,
-            "payments are not enabled on this gateway",
-        ))
-    } else {
-        Ok(())
-    }
+/// The payment gate's word on a request (see [`crate::pay`]): free, paid so far, or the
+/// answer to send (a `402` challenge).
+fn gate<'a>(
+    state: &'a AppState,
+    entrypoint: &EntrypointInfo,
+    kind: Kind,
+    headers: &HeaderMap,
+    uri: &Uri,
+) -> Result<Option<pay::Payment<'a>>, Response> {
+    let route = match kind {
+        Kind::Invoke => pay::Priced::Invoke,
+        Kind::Stream => pay::Priced::Stream,
+    };
+    pay::check(state, entrypoint, route, headers, uri)
 }
 
 /// The request body as JSON: anything unreadable or malformed is upstream's
@@ -151,6 +152,72 @@ async fn start_run(state: &AppState, entrypoint: &str, input: Value) -> Result<R
         watch,
         guard,
     })
+}
+
+/// Admits a paid run through the payment gate (reserve, verify, settle, hand off) and
+/// subscribes to it. The run's answer must carry the returned receipt whatever it says.
+async fn start_paid_run(
+    state: &AppState,
+    entrypoint: &str,
+    input: Value,
+    payment: pay::Payment<'_>,
+) -> Result<(Run, pay::receipt::Receipt), Response> {
+    let owner = AccessToken::generate().owner_hash();
+    let admitted = pay::admission::admit_paid(
+        state,
+        payment.gate,
+        &payment.terms,
+        payment.checked,
+        Admit {
+            owner: owner.clone(),
+            entrypoint,
+            input,
+            context_id: None,
+            metadata: None,
+        },
+    )
+    .await;
+    let paid = match admitted {
+        Ok(paid) => paid,
+        Err(pay::admission::Refused::Answer(response)) => return Err(response),
+        Err(pay::admission::Refused::Unconfirmed { task_id, receipt }) => {
+            let mut response = ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::TaskTerminalizationFailed,
+                format!("The run {task_id} was paid for, but its state could not be confirmed"),
+            )
+            .into_response();
+            receipt.attach(&mut response);
+            return Err(response);
+        }
+    };
+    let opened = async {
+        let task = state
+            .store
+            .get(&paid.task_id)
+            .await?
+            .map(|stored| stored.task)
+            .ok_or_else(ApiError::internal)?;
+        let watch = watch::Watch::open(state.store.clone(), &paid.task_id, &owner).await?;
+        Ok::<_, ApiError>((task, watch))
+    }
+    .await;
+    match opened {
+        Ok((task, watch)) => Ok((
+            Run {
+                guard: CancelOnDrop::new(state.store.clone(), &task.task_id, entrypoint),
+                task,
+                entrypoint: entrypoint.to_owned(),
+                watch,
+            },
+            paid.receipt,
+        )),
+        Err(err) => {
+            let mut response = err.into_response();
+            paid.receipt.attach(&mut response);
+            Err(response)
+        }
+    }
 }
 
 /// Cancels a run (unfenced, so the worker holding it aborts its handler). Returns the task's

@@ -16,8 +16,8 @@
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::extract::{OriginalUri, Path, Request, State};
+use axum::http::{HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 use shared::protocol::{ErrorCode, TaskStatus, Timestamp};
@@ -26,9 +26,11 @@ use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::watch::{RunEvent, Terminal};
-use super::{Kind, Run, cancel, extract_input, find_entrypoint, outcome, read_json, refuse_paid};
+use super::{
+    Kind, Run, cancel, extract_input, find_entrypoint, gate, outcome, read_json, start_paid_run,
+};
 use crate::admit;
-use crate::error::{ApiError, json_response};
+use crate::error::json_response;
 use crate::state::AppState;
 
 /// Frames buffered between the relay and a slow client.
@@ -37,15 +39,23 @@ const BUFFER: usize = 64;
 pub async fn stream(
     State(state): State<AppState>,
     Path(key): Path<String>,
+    OriginalUri(uri): OriginalUri,
     request: Request,
 ) -> Response {
-    handle(state, &key, request)
-        .await
-        .unwrap_or_else(IntoResponse::into_response)
+    match handle(state, &key, &uri, request).await {
+        Ok(response) | Err(response) => response,
+    }
 }
 
-async fn handle(state: AppState, key: &str, request: Request) -> Result<Response, ApiError> {
-    let entrypoint = find_entrypoint(&state, key).await?;
+async fn handle(
+    state: AppState,
+    key: &str,
+    uri: &Uri,
+    request: Request,
+) -> Result<Response, Response> {
+    let entrypoint = find_entrypoint(&state, key)
+        .await
+        .map_err(IntoResponse::into_response)?;
     if !entrypoint.streaming {
         // Upstream's body: the key instead of a message.
         return Ok(json_response(
@@ -53,20 +63,39 @@ async fn handle(state: AppState, key: &str, request: Request) -> Result<Response
             &json!({"error": {"code": ErrorCode::StreamNotSupported, "key": key}}),
         ));
     }
-    let body = read_json(request).await?;
+    let payment = gate(&state, &entrypoint, Kind::Stream, request.headers(), uri)?;
+    let body = read_json(request)
+        .await
+        .map_err(IntoResponse::into_response)?;
     let input = extract_input(&body);
-    refuse_paid(&entrypoint, Kind::Stream)?;
     if let Err(err) = admit::validate_input(&entrypoint, &input) {
         if err.code == ErrorCode::InvalidInput {
-            // Upstream validates inside the stream: the run fails on the wire, status 200.
+            // Upstream validates inside the stream: the run fails on the wire, status 200
+            // (and a paid request is not charged for it).
             return Ok(sse(invalid_input_frames()));
         }
-        return Err(err);
+        return Err(err.into_response());
     }
-    let run = super::start_run(&state, key, input).await?;
+    let (run, receipt) = match payment {
+        None => (
+            super::start_run(&state, key, input)
+                .await
+                .map_err(IntoResponse::into_response)?,
+            None,
+        ),
+        Some(payment) => {
+            let (run, receipt) = start_paid_run(&state, key, input, payment).await?;
+            (run, Some(receipt))
+        }
+    };
     let (tx, rx) = mpsc::channel(BUFFER);
-    tokio::spawn(relay(state, run, tx));
-    Ok(sse(rx))
+    let state_for_relay = state.clone();
+    tokio::spawn(relay(state_for_relay, run, tx));
+    let mut response = sse(rx);
+    if let Some(receipt) = receipt {
+        receipt.attach(&mut response);
+    }
+    Ok(response)
 }
 
 /// The SSE response over the frames `rx` yields; ends when the sender is dropped.

@@ -25,8 +25,8 @@ use self::state::{Limits, State};
 use self::subscriptions::ListenerStream;
 use super::{
     Activation, CasOutcome, Claim, DEFAULT_MAX_TASKS, DEFAULT_RETENTION, Durability, EventPayload,
-    Lease, ListQuery, NewTask, RecoveryReport, StoreError, StoredTask, Subscription, TaskPage,
-    TaskStore, Transition,
+    Lease, ListQuery, NewTask, ReceiptRecorded, RecoveryReport, StoreError, StoredTask,
+    Subscription, TaskPage, TaskStore, Transition,
 };
 use crate::protocol::{Task, TaskStatus, Timestamp};
 use crate::token::OwnerHash;
@@ -164,6 +164,14 @@ impl TaskStore for MemoryStore {
     ) -> Result<bool, StoreError> {
         let ttl = millis(lease_ttl);
         Ok(self.with_state(|state, now| state.renew_execution_claim(lease, ttl, now)))
+    }
+
+    async fn record_receipt(
+        &self,
+        lease: &Lease,
+        receipt: &str,
+    ) -> Result<ReceiptRecorded, StoreError> {
+        Ok(self.with_state(|state, now| state.record_receipt(lease, receipt, now)))
     }
 
     async fn hand_off(&self, lease: &Lease) -> Result<bool, StoreError> {

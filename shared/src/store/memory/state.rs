@@ -21,7 +21,8 @@ use super::subscriptions::Listeners;
 use crate::protocol::{Task, TaskError, TaskEvent, TaskStatus, Timestamp};
 use crate::store::{
     Activation, Admission, CasOutcome, Claim, EventPayload, Lease, ListQuery, NewTask, Phase,
-    RecoveryReport, Rejection, StoreError, StoredEvent, StoredTask, TaskPage, Transition,
+    ReceiptRecorded, RecoveryReport, Rejection, StoreError, StoredEvent, StoredTask, TaskPage,
+    Transition,
 };
 use crate::token::OwnerHash;
 
@@ -111,6 +112,7 @@ impl State {
                 run_deadline_ms: None,
                 handed_off: false,
                 seq: 0,
+                receipt: None,
             },
             order,
             epoch: 0,
@@ -205,6 +207,25 @@ impl State {
         self.enqueue(&lease.task_id);
         self.reindex(&lease.task_id);
         true
+    }
+
+    /// Stores a settled payment's receipt with its task; see [`TaskStore::record_receipt`].
+    pub(super) fn record_receipt(
+        &mut self,
+        lease: &Lease,
+        receipt: &str,
+        now: u64,
+    ) -> ReceiptRecorded {
+        let Some(entry) = self.tasks.get_mut(&lease.task_id) else {
+            return ReceiptRecorded::Missing;
+        };
+        entry.stored.receipt = Some(receipt.to_owned());
+        if entry.holds(lease, now) && entry.stored.phase == Phase::Prepared {
+            entry.stored.handed_off = true;
+            ReceiptRecorded::Committed
+        } else {
+            ReceiptRecorded::Attached
+        }
     }
 
     pub(super) fn activate_execution(

@@ -8,7 +8,7 @@ use crate::store::{Claim, Invocation, Lease, Phase, StoreError, StoredEvent, Sto
 use crate::token::OwnerHash;
 
 /// Fields read for a full [`StoredTask`], in this order.
-pub const TASK_FIELDS: [&str; 19] = [
+pub const TASK_FIELDS: [&str; 20] = [
     "status",
     "phase",
     "owner",
@@ -28,6 +28,7 @@ pub const TASK_FIELDS: [&str; 19] = [
     "handed_off",
     "seq",
     "entrypoint",
+    "receipt",
 ];
 
 fn corrupt(what: impl Into<String>) -> StoreError {
@@ -139,6 +140,7 @@ pub fn stored_task(id: &str, f: &[Option<String>]) -> Result<Option<StoredTask>,
         run_deadline_ms: opt_num(&f[15], "run_deadline")?,
         handed_off: f[16].as_deref() == Some("1"),
         seq: num(&f[17], "seq")?,
+        receipt: f[19].clone(),
     }))
 }
 

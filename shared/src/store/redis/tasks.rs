@@ -15,8 +15,8 @@ use super::{RedisStore, ScriptItem};
 use crate::protocol::{Task, TaskEvent, TaskStatus};
 use crate::store::{
     Activation, Admission, CasOutcome, Claim, Durability, EventPayload, Lease, ListQuery, NewTask,
-    RecoveryReport, Rejection, StoreError, StoredEvent, StoredTask, Subscription, TaskPage,
-    TaskStore, Transition,
+    ReceiptRecorded, RecoveryReport, Rejection, StoreError, StoredEvent, StoredTask, Subscription,
+    TaskPage, TaskStore, Transition,
 };
 use crate::token::OwnerHash;
 
@@ -374,6 +374,31 @@ impl TaskStore for RedisStore {
             )
             .await?;
         Ok(done == 1)
+    }
+
+    async fn record_receipt(
+        &self,
+        lease: &Lease,
+        receipt: &str,
+    ) -> Result<ReceiptRecorded, StoreError> {
+        let done: u64 = self
+            .eval(
+                "record_receipt",
+                self.inner
+                    .core
+                    .scripts
+                    .record_receipt
+                    .key(self.inner.core.keys.task(&lease.task_id))
+                    .arg(&lease.owner_id)
+                    .arg(lease.epoch)
+                    .arg(receipt),
+            )
+            .await?;
+        Ok(match done {
+            2 => ReceiptRecorded::Committed,
+            1 => ReceiptRecorded::Attached,
+            _ => ReceiptRecorded::Missing,
+        })
     }
 
     async fn activate_execution(

@@ -1,0 +1,204 @@
+//! Facilitator settings: each a flag and an environment variable (`facilitator --help` lists
+//! them).
+
+use alloy_primitives::{Address, U256};
+use clap::Parser;
+
+use crate::faults::Fault;
+
+/// Anvil's ten well-known accounts (#0..#9, from the `test test ... junk` mnemonic), 1000 USDC
+/// each: what a fresh local setup pays with.
+pub const ANVIL_FUNDS: &str = "\
+0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266=1000,\
+0x70997970C51812dc3A010C7d01b50e0d17dc79C8=1000,\
+0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC=1000,\
+0x90F79bf6EB2c4f870365E785982E1f101E93b906=1000,\
+0x15d34AAf54267DB7D7c367839AAf71A00a2C6A65=1000,\
+0x9965507D1a55bcC2695C58ba16FB37d819B0A4dc=1000,\
+0x976EA74026E726554dB657fA54763abd0C3a0aa9=1000,\
+0x14dC79964da2C08b23698B3D3cc7Ca32193d9955=1000,\
+0x23618e81E3f5cdF7f54C3d65f7FBc0aBf5B21E8f=1000,\
+0xa0Ee7A142d267C1f36714E4a8F75612F20a79720=1000";
+
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "facilitator",
+    version,
+    about = "Offline x402 dev facilitator: real EIP-712 signature checks against a play-money \
+             USDC ledger, with fault injection. Not for production."
+)]
+pub struct FacilitatorConfig {
+    /// Address to listen on.
+    #[arg(long, env = "FACILITATOR_LISTEN", default_value = "127.0.0.1:8402")]
+    pub listen: String,
+
+    /// Redis holding balances and spent nonces. Unset: state in memory, lost on exit.
+    #[arg(long, env = "REDIS_URL")]
+    pub redis_url: Option<String>,
+
+    /// Key namespace: every key is `{NAMESPACE}:...` (one hash tag, so the settle script's keys
+    /// share a cluster slot).
+    #[arg(long, env = "FACILITATOR_NAMESPACE", default_value = "fac")]
+    pub namespace: String,
+
+    /// Starting balance `ADDRESS=DECIMAL_USDC`, repeatable (comma-separated in the variable);
+    /// `none` for no starting balances. Applied only to addresses that have no balance yet.
+    /// Default: Anvil accounts #0..#9 with 1000 USDC each.
+    #[arg(
+        long = "fund",
+        env = "FACILITATOR_FUNDS",
+        value_name = "ADDRESS=DECIMAL_USDC",
+        value_delimiter = ',',
+        value_parser = parse_fund_arg,
+        default_value = ANVIL_FUNDS,
+        hide_default_value = true
+    )]
+    pub funds: Vec<FundArg>,
+
+    /// Initial fault injected into `/settle`: none, refuse, http500, slow or drop.
+    #[arg(long, env = "FACILITATOR_FAULT", value_enum, default_value_t = Fault::None)]
+    pub fault: Fault,
+
+    /// Initial fault injected into `/verify`: none, refuse, http500, slow or drop.
+    #[arg(long, env = "FACILITATOR_VERIFY_FAULT", value_enum, default_value_t = Fault::None)]
+    pub verify_fault: Fault,
+
+    /// Delay of the `slow` fault, in milliseconds.
+    #[arg(long, env = "FACILITATOR_SLOW_MS", default_value_t = 2000)]
+    pub slow_ms: u64,
+
+    /// Log format: `text` or `json`.
+    #[arg(long, env = "LOG_FORMAT", default_value = "text")]
+    pub log_format: String,
+}
+
+impl FacilitatorConfig {
+    /// Defaults (memory ledger, Anvil funds, no faults) for tests and embedding.
+    pub fn for_tests() -> Self {
+        FacilitatorConfig::parse_from(["facilitator"])
+    }
+
+    /// The starting balances to apply.
+    pub fn fundings(&self) -> impl Iterator<Item = &Funding> {
+        self.funds.iter().filter_map(|arg| match arg {
+            FundArg::Fund(funding) => Some(funding),
+            FundArg::None => None,
+        })
+    }
+}
+
+/// One `--fund` value: a starting balance, or `none` (so that the default list can be replaced
+/// by nothing at all).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FundArg {
+    Fund(Funding),
+    None,
+}
+
+/// One starting balance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Funding {
+    pub address: Address,
+    /// Atomic units.
+    pub amount: U256,
+}
+
+/// `none`, or a starting balance.
+pub fn parse_fund_arg(text: &str) -> Result<FundArg, String> {
+    if text.trim().eq_ignore_ascii_case("none") {
+        Ok(FundArg::None)
+    } else {
+        parse_funding(text).map(FundArg::Fund)
+    }
+}
+
+/// `ADDRESS=DECIMAL_USDC`, e.g. `0xf39F...2266=1000`.
+pub fn parse_funding(text: &str) -> Result<Funding, String> {
+    let (address, amount) = text
+        .trim()
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?} is not ADDRESS=DECIMAL_USDC"))?;
+    let address = address
+        .trim()
+        .parse::<Address>()
+        .map_err(|_| format!("{address:?} is not a 20-byte hex address"))?;
+    let amount = payments::amount::to_atomic(amount).map_err(|err| err.to_string())?;
+    Ok(Funding { address, amount })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use payments::LocalPayer;
+
+    /// Anvil's published development keys #0..#9: the default funds must be their addresses.
+    const ANVIL_KEYS: [&str; 10] = [
+        "ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80",
+        "59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d",
+        "5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a",
+        "7c852118294e51e653712a81e05800f419141751be58f605c371e15141b007a6",
+        "47e179ec197488593b187f80a00eb0da91f1b9d0b13f8733639f19c30a34926a",
+        "8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba",
+        "92db14e403b83dfe3df233f83dfa3a0d7096f21ca9b0d6d6b8d88b2b4ec1564e",
+        "4bbbf85ce3377467afe5d46f804f221813b2bb87f24d81f60f1fcdbf7cbf4356",
+        "dbda1821b80551c9d65939329250298aa3472ba22feea921c0cf5d620ea67b97",
+        "2a871d0798f97d79848a013d4936a73bf4cc922c825d33c1cf7073dff6d409c6",
+    ];
+
+    #[test]
+    fn default_funds_are_the_anvil_accounts() {
+        let config = FacilitatorConfig::for_tests();
+        let expected: Vec<Funding> = ANVIL_KEYS
+            .iter()
+            .map(|key| match LocalPayer::from_hex(key) {
+                Ok(payer) => Funding {
+                    address: payer.address(),
+                    amount: U256::from(1_000_000_000u64),
+                },
+                Err(err) => panic!("{err}"),
+            })
+            .collect();
+        assert_eq!(config.fundings().cloned().collect::<Vec<_>>(), expected);
+        assert_eq!(config.listen, "127.0.0.1:8402");
+        assert_eq!(config.namespace, "fac");
+        assert_eq!(config.fault, Fault::None);
+        assert_eq!(config.slow_ms, 2000);
+    }
+
+    #[test]
+    fn funding_flags_replace_the_defaults() {
+        let config = FacilitatorConfig::parse_from([
+            "facilitator",
+            "--fund",
+            "0x0000000000000000000000000000000000000001=0.5",
+            "--fund",
+            "0x0000000000000000000000000000000000000002=2",
+            "--fault",
+            "http500",
+        ]);
+        assert_eq!(
+            config.fundings().cloned().collect::<Vec<_>>(),
+            vec![
+                Funding {
+                    address: Address::with_last_byte(1),
+                    amount: U256::from(500_000u64),
+                },
+                Funding {
+                    address: Address::with_last_byte(2),
+                    amount: U256::from(2_000_000u64),
+                },
+            ]
+        );
+        assert_eq!(config.fault, Fault::Http500);
+        for bad in [
+            "0x01=1",
+            "nope",
+            "",
+            "0x0000000000000000000000000000000000000001=-1",
+        ] {
+            assert!(parse_fund_arg(bad).is_err(), "{bad}");
+        }
+        let none = FacilitatorConfig::parse_from(["facilitator", "--fund", "none"]);
+        assert_eq!(none.fundings().count(), 0);
+    }
+}

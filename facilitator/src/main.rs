@@ -1,0 +1,44 @@
+//! `facilitator`: parse settings, set up logs, connect the ledger, serve until SIGTERM or
+//! SIGINT, flush telemetry.
+
+use anyhow::Context;
+use clap::Parser;
+use facilitator::config::FacilitatorConfig;
+use shared::telemetry::LogFormat;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let config = FacilitatorConfig::parse();
+    let telemetry = shared::telemetry::init("facilitator", LogFormat::parse(&config.log_format))
+        .context("cannot set up logs and telemetry")?;
+
+    let listener = tokio::net::TcpListener::bind(&config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let address = listener.local_addr()?;
+    tracing::info!(
+        %address,
+        settle_fault = ?config.fault,
+        verify_fault = ?config.verify_fault,
+        "facilitator listening (dev only, play money); try: curl http://{address}/supported"
+    );
+    let served = facilitator::serve(&config, listener, wait_for_signal()).await;
+    // Blocking: the exporters flush on their own threads.
+    let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+    served.context("facilitator failed to start")
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot listen for signals");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+    }
+}

@@ -1,0 +1,148 @@
+//! `POST /verify`, `POST /settle`, `GET /supported`, with the faults in force applied.
+//!
+//! Logs name the payer, the amount and the outcome only: the payload carries a signature that
+//! makes the authorization spendable.
+
+use axum::Json;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use payments::terms::SCHEME_EXACT;
+use payments::wire::facilitator::{
+    FacilitatorRequest, SettleResponse, SupportedKind, SupportedResponse, VerifyResponse,
+};
+use serde_json::json;
+
+use crate::error::{ApiError, parse_json};
+use crate::faults::{Fault, INJECTED_FAILURE};
+use crate::settle;
+use crate::state::{AppState, unix_now};
+use crate::verify::{self, Verdict, request_network, supported_networks};
+
+const REQUEST: &str = "a facilitator request {x402Version, paymentPayload, paymentRequirements}";
+
+pub async fn verify(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let request: FacilitatorRequest = parse_json(&body, REQUEST)?;
+    state.stats.verify();
+    let faults = state.faults.get();
+    match faults.verify {
+        Fault::Refuse => {
+            tracing::info!(fault = "refuse", "verify refused by injected fault");
+            return Ok(Json(VerifyResponse {
+                is_valid: false,
+                invalid_reason: Some(INJECTED_FAILURE.into()),
+                payer: None,
+            })
+            .into_response());
+        }
+        Fault::Http500 => {
+            tracing::info!(fault = "http500", "verify failed by injected fault");
+            return Err(ApiError::Injected);
+        }
+        Fault::Slow => tokio::time::sleep(faults.slow()).await,
+        Fault::None | Fault::Drop => {}
+    }
+    let response = match verify::verify(&*state.ledger, &request, unix_now()).await? {
+        Verdict::Valid(checked) => {
+            tracing::info!(
+                payer = %checked.payer,
+                amount = %checked.transfer.amount,
+                outcome = "valid",
+                "verify"
+            );
+            VerifyResponse {
+                is_valid: true,
+                invalid_reason: None,
+                payer: Some(checked.payer.to_checksum(None)),
+            }
+        }
+        Verdict::Invalid(invalid) => {
+            tracing::info!(
+                payer = %invalid.payer.map(|payer| payer.to_string()).unwrap_or_else(|| "-".into()),
+                outcome = invalid.reason,
+                "verify"
+            );
+            VerifyResponse {
+                is_valid: false,
+                invalid_reason: Some(invalid.reason.into()),
+                payer: invalid.payer.map(|payer| payer.to_checksum(None)),
+            }
+        }
+    };
+    if faults.verify == Fault::Drop {
+        tracing::info!(fault = "drop", "verify answer dropped by injected fault");
+        return Ok(dropped_connection());
+    }
+    Ok(Json(response).into_response())
+}
+
+pub async fn settle(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let request: FacilitatorRequest = parse_json(&body, REQUEST)?;
+    state.stats.settle();
+    let faults = state.faults.get();
+    match faults.settle {
+        Fault::Refuse => {
+            tracing::info!(fault = "refuse", "settle refused by injected fault");
+            let refusal = settle::refusal(INJECTED_FAILURE, None, request_network(&request));
+            return Ok(Json(refusal).into_response());
+        }
+        Fault::Http500 => {
+            tracing::info!(fault = "http500", "settle failed by injected fault");
+            return Err(ApiError::Injected);
+        }
+        Fault::None | Fault::Slow | Fault::Drop => {}
+    }
+    // In a task of its own: like a transaction sent to a chain, the settlement completes even
+    // when the client gives up waiting (the "facilitator timeout after debit" case).
+    let worker = state.clone();
+    let work = tokio::spawn(async move {
+        if faults.settle == Fault::Slow {
+            tokio::time::sleep(faults.slow()).await;
+        }
+        let response = settle::settle(&*worker.ledger, &request, unix_now()).await?;
+        if response.success {
+            worker.stats.settled();
+        }
+        Ok::<SettleResponse, ApiError>(response)
+    });
+    let response = work.await.map_err(|_| ApiError::Internal)??;
+    tracing::info!(
+        payer = response.payer.as_deref().unwrap_or("-"),
+        amount = response.amount.as_deref().unwrap_or("-"),
+        outcome = response.error_reason.as_deref().unwrap_or("settled"),
+        "settle"
+    );
+    if faults.settle == Fault::Drop {
+        tracing::info!(fault = "drop", "settle answer dropped by injected fault");
+        return Ok(dropped_connection());
+    }
+    Ok(Json(response).into_response())
+}
+
+pub async fn supported() -> Json<SupportedResponse> {
+    let kinds = supported_networks()
+        .flat_map(|network| {
+            [(1, network.name), (2, network.caip2)].map(|(version, name)| SupportedKind {
+                x402_version: version,
+                scheme: SCHEME_EXACT.into(),
+                network: name.into(),
+                extra: None,
+            })
+        })
+        .collect();
+    Json(SupportedResponse {
+        kinds,
+        extensions: Vec::new(),
+        // Nothing signs on a chain here: the ledger is play money.
+        signers: json!({}),
+    })
+}
+
+/// A response whose body fails on its first read: hyper then aborts the connection before the
+/// buffered status line is flushed, so the client sees the connection close with no answer.
+fn dropped_connection() -> Response {
+    let failing = futures::stream::once(async {
+        Err::<Bytes, std::io::Error>(std::io::Error::other("injected connection drop"))
+    });
+    Response::new(Body::from_stream(failing))
+}

@@ -1,0 +1,417 @@
+//! Durable admission of a paid request (task, invoke or stream), in the upstream's order:
+//!
+//! ```text
+//! claim the credential (Redis, atomic: one credential, one execution)
+//!   -> reserve the task (durable, counted against capacity, expires if abandoned)
+//!   -> claim it (prepared; renewed by a heartbeat while the facilitator works)
+//!   -> verify                                   (refused or failed: cancel, release, 402/503)
+//!   -> credential `settling`, settle            (refused: cancel, 402 settlement_failed;
+//!                                                unknown: cancel, 503 task_execution_failed)
+//!   == the rail is irreversible from here ==
+//!   -> credential `settled` with the receipt
+//!   -> receipt stored with the task: committed to run (an expired claim is re-queued)
+//!   -> hand-off to the ready queue              (any later failure: 200 with the task and
+//!                                                its receipt, or 503 task_terminalization_failed;
+//!                                                a terminal status is never invented)
+//! ```
+//!
+//! A gateway killed anywhere in here loses nothing: before settlement the reservation is
+//! reaped to `cancelled` and nothing was charged; after the receipt is stored the recovery
+//! sweep queues the task. The one gap no single process can close is a death between the
+//! facilitator's settle and the receipt write: the credential record then stays `settling`
+//! (never reused) and the task is reaped, which is what the facilitator's own records reconcile.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use payments::wire::facilitator::FacilitatorRequest;
+use payments::{Credential, Terms, X402Version};
+use serde_json::Value;
+use shared::credentials::{ClaimOutcome, CredentialState};
+use shared::protocol::{ErrorCode, TaskStatus};
+use shared::store::{Admission, CasOutcome, Lease, ReceiptRecorded, TaskStore, Transition};
+use shared::telemetry::metrics;
+use tokio::task::JoinHandle;
+
+use super::challenge::payment_required;
+use super::credential::Checked;
+use super::receipt::Receipt;
+use super::unix_now;
+use super::{FaultPoint, Gate};
+use crate::admit::{self, Admit};
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// Times the receipt write is tried before the answer says the task's state is unconfirmed.
+const RECEIPT_WRITE_TRIES: u32 = 3;
+
+/// A paid request that got through the rail: its task and receipt.
+#[derive(Debug)]
+pub struct Paid {
+    pub task_id: String,
+    /// `Running` once handed off; a terminal status when the task ended before it could run
+    /// (its claim was lost after settlement): the caller answers 200 with it.
+    pub status: TaskStatus,
+    pub receipt: Receipt,
+}
+
+/// What a paid request gets instead of a task.
+#[derive(Debug)]
+pub enum Refused {
+    /// An answer to send as it is (402 challenge, 409, 503...).
+    Answer(Response),
+    /// Settled, but the task's state could not be confirmed: `503 task_terminalization_failed`
+    /// with the task id and token (the caller adds the token) and the receipt.
+    Unconfirmed { task_id: String, receipt: Receipt },
+}
+
+impl From<ApiError> for Refused {
+    fn from(err: ApiError) -> Self {
+        Refused::Answer(err.into_response())
+    }
+}
+
+/// Admits `admit` as a paid task, paid with `checked` on `terms`.
+pub async fn admit_paid(
+    state: &AppState,
+    gate: &Gate,
+    terms: &Terms,
+    checked: Checked,
+    admit: Admit<'_>,
+) -> Result<Paid, Refused> {
+    let credential = checked.credential;
+    let store = state.store.clone();
+    let entrypoint = admit.entrypoint.to_owned();
+    let task_id = uuid::Uuid::new_v4().to_string();
+    let nonce_key = credential.nonce_key().to_string();
+
+    // One credential, one execution: recorded before anything else, kept past its validity.
+    let keep = Duration::from_secs(
+        credential
+            .authorization
+            .valid_before
+            .saturating_sub(unix_now())
+            .saturating_add(3600),
+    );
+    match gate
+        .credentials
+        .claim(&nonce_key, &task_id, keep)
+        .await
+        .map_err(ApiError::from)?
+    {
+        ClaimOutcome::Taken => {}
+        ClaimOutcome::Held(CredentialState::Settled) => {
+            return Err(Refused::Answer(payment_required(
+                terms,
+                "payment credential was already used",
+            )));
+        }
+        ClaimOutcome::Held(_) => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                ErrorCode::PaymentInProgress,
+                "This payment credential is being used by another request",
+            )
+            .retry_after(1)
+            .into());
+        }
+    }
+    let release = || async {
+        if let Err(err) = gate.credentials.release(&nonce_key, &task_id).await {
+            tracing::warn!(%task_id, error = %err, "could not release a payment credential");
+        }
+    };
+
+    // Durable state before the facilitator is asked anything.
+    if let Err(err) = admit::create_as(
+        state,
+        admit,
+        task_id.clone(),
+        Admission::Reserved {
+            ttl: gate.admission_ttl,
+        },
+    )
+    .await
+    {
+        release().await;
+        return Err(err.into());
+    }
+    let holder = format!("gateway:{task_id}");
+    let lease = match store
+        .claim_execution(&task_id, &holder, gate.admission_lease)
+        .await
+    {
+        Ok(Some(claim)) => claim.lease,
+        Ok(None) | Err(_) => {
+            cancel(store.as_ref(), &task_id, &entrypoint).await;
+            release().await;
+            return Err(execution_failed().into());
+        }
+    };
+    let heartbeat = Heartbeat::start(store.clone(), lease.clone(), gate.admission_lease);
+
+    let request = facilitator_request(&credential, terms);
+    match gate.facilitator.verify(&request).await {
+        Ok(verdict) if verdict.is_valid => {}
+        Ok(verdict) => {
+            heartbeat.stop();
+            cancel(store.as_ref(), &task_id, &entrypoint).await;
+            release().await;
+            let reason = verdict
+                .invalid_reason
+                .unwrap_or_else(|| "payment was not accepted".into());
+            tracing::info!(%task_id, payer = %checked.payer, %reason, "payment refused by the facilitator");
+            return Err(Refused::Answer(payment_required(terms, &reason)));
+        }
+        Err(err) => {
+            heartbeat.stop();
+            cancel(store.as_ref(), &task_id, &entrypoint).await;
+            release().await;
+            tracing::warn!(%task_id, error = %err, "payment verification failed");
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::PaymentVerificationFailed,
+                "The payment could not be verified; retry shortly",
+            )
+            .retry_after(1)
+            .into());
+        }
+    }
+
+    // From `settling` on, the credential is never given back: funds may move even when the
+    // facilitator's answer is lost.
+    let advanced = gate
+        .credentials
+        .advance(
+            &nonce_key,
+            &task_id,
+            CredentialState::Claimed,
+            CredentialState::Settling,
+            None,
+        )
+        .await;
+    if !matches!(advanced, Ok(true)) {
+        heartbeat.stop();
+        cancel(store.as_ref(), &task_id, &entrypoint).await;
+        release().await;
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::PaymentVerificationFailed,
+            "The payment could not be recorded; retry shortly",
+        )
+        .retry_after(1)
+        .into());
+    }
+    let settlement = match gate.facilitator.settle(&request).await {
+        Ok(settlement) if settlement.success => settlement,
+        Ok(settlement) => {
+            heartbeat.stop();
+            cancel(store.as_ref(), &task_id, &entrypoint).await;
+            let reason = settlement
+                .error_reason
+                .unwrap_or_else(|| "settlement was refused".into());
+            tracing::info!(%task_id, payer = %checked.payer, %reason, "settlement refused");
+            return Err(ApiError::new(
+                StatusCode::PAYMENT_REQUIRED,
+                ErrorCode::SettlementFailed,
+                format!("Payment settlement failed: {reason}"),
+            )
+            .into());
+        }
+        Err(err) => {
+            heartbeat.stop();
+            cancel(store.as_ref(), &task_id, &entrypoint).await;
+            tracing::error!(%task_id, payer = %checked.payer, error = %err, "settlement outcome unknown; the credential stays spent");
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::TaskExecutionFailed,
+                "The payment could not be settled; the task was not run",
+            )
+            .into());
+        }
+    };
+
+    // == irreversible from here: every answer carries the receipt ==
+    FaultPoint::trip(gate.fault_point, FaultPoint::AfterSettle);
+    let receipt = Receipt::of(credential.version, &settlement);
+    tracing::info!(%task_id, payer = %checked.payer, transaction = %settlement.transaction, "payment settled");
+    if let Err(err) = gate
+        .credentials
+        .advance(
+            &nonce_key,
+            &task_id,
+            CredentialState::Settling,
+            CredentialState::Settled,
+            Some(&receipt.value),
+        )
+        .await
+    {
+        // The record stays `settling`, which refuses reuse just as well.
+        tracing::warn!(%task_id, error = %err, "could not mark a credential settled");
+    }
+    let recorded = record_receipt(store.as_ref(), &lease, &receipt).await;
+    let status = match recorded {
+        Some(ReceiptRecorded::Committed) => {
+            FaultPoint::trip(gate.fault_point, FaultPoint::AfterReceipt);
+            match store.hand_off(&lease).await {
+                Ok(true) => {}
+                // The claim lapsed after the receipt committed the task: recovery queues it.
+                Ok(false) => {
+                    tracing::warn!(%task_id, "paid task's claim lapsed; recovery will queue it")
+                }
+                Err(err) => {
+                    tracing::warn!(%task_id, error = %err, "paid task hand-off failed; recovery will queue it")
+                }
+            }
+            TaskStatus::Running
+        }
+        Some(ReceiptRecorded::Attached) => {
+            // The claim was lost before the receipt landed (reaped or cancelled): the task
+            // must not run, so it ends, and the payer reads that end with its receipt.
+            match end(store.as_ref(), &task_id, &entrypoint).await {
+                Some(status) => status,
+                None => {
+                    heartbeat.stop();
+                    return Err(Refused::Unconfirmed { task_id, receipt });
+                }
+            }
+        }
+        Some(ReceiptRecorded::Missing) | None => {
+            heartbeat.stop();
+            return Err(Refused::Unconfirmed { task_id, receipt });
+        }
+    };
+    heartbeat.stop();
+    Ok(Paid {
+        task_id,
+        status,
+        receipt,
+    })
+}
+
+/// The facilitator request for `credential`: the payload as the payer sent it, with our
+/// requirements in its version.
+fn facilitator_request(credential: &Credential, terms: &Terms) -> FacilitatorRequest {
+    let requirements = match credential.version {
+        X402Version::V2 => serde_json::to_value(terms.requirements_v2()),
+        X402Version::V1 => serde_json::to_value(terms.requirements_v1()),
+    }
+    .unwrap_or(Value::Null);
+    FacilitatorRequest {
+        x402_version: credential.version.number(),
+        payment_payload: credential.document.clone(),
+        payment_requirements: requirements,
+    }
+}
+
+async fn record_receipt(
+    store: &dyn TaskStore,
+    lease: &Lease,
+    receipt: &Receipt,
+) -> Option<ReceiptRecorded> {
+    let stored = receipt.to_stored();
+    for attempt in 1..=RECEIPT_WRITE_TRIES {
+        match store.record_receipt(lease, &stored).await {
+            Ok(recorded) => return Some(recorded),
+            Err(err) => {
+                tracing::warn!(task_id = %lease.task_id, attempt, error = %err, "could not store a payment receipt");
+                tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt))).await;
+            }
+        }
+    }
+    None
+}
+
+/// Cancels a reservation that will not run (before the rail is irreversible). A failure is
+/// logged: the reservation expires and is reaped to `cancelled` anyway.
+async fn cancel(store: &dyn TaskStore, task_id: &str, entrypoint: &str) {
+    match store
+        .compare_and_set(
+            task_id,
+            &[TaskStatus::Running],
+            Transition::cancelled(),
+            None,
+        )
+        .await
+    {
+        Ok(CasOutcome::Applied(task)) => metrics::task_finished(entrypoint, &task),
+        Ok(CasOutcome::Rejected { .. }) => {}
+        Err(err) => {
+            tracing::warn!(%task_id, error = %err, "could not cancel a paid reservation; it will be reaped")
+        }
+    }
+}
+
+/// Ends a settled task that lost its claim: `cancelled` unless it already ended. `None` when
+/// its state cannot be read or written (never invented).
+async fn end(store: &dyn TaskStore, task_id: &str, entrypoint: &str) -> Option<TaskStatus> {
+    match store
+        .compare_and_set(
+            task_id,
+            &[TaskStatus::Running],
+            Transition::cancelled(),
+            None,
+        )
+        .await
+    {
+        Ok(CasOutcome::Applied(task)) => {
+            metrics::task_finished(entrypoint, &task);
+            Some(task.status)
+        }
+        Ok(CasOutcome::Rejected { current, .. }) => current
+            .map(|task| task.status)
+            .filter(|status| status.is_terminal()),
+        Err(_) => None,
+    }
+}
+
+fn execution_failed() -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        ErrorCode::TaskExecutionFailed,
+        "The paid task could not be admitted; nothing was charged",
+    )
+}
+
+/// Renews the gateway's prepared claim every third of its lease while the facilitator works
+/// (a slow settlement must not let the claim lapse and the reservation be reaped).
+struct Heartbeat(Option<JoinHandle<()>>);
+
+impl Heartbeat {
+    fn start(store: Arc<dyn TaskStore>, lease: Lease, ttl: Duration) -> Heartbeat {
+        let period = (ttl / 3).max(Duration::from_millis(1));
+        Heartbeat(Some(tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(period);
+            ticks.tick().await;
+            loop {
+                ticks.tick().await;
+                match store.renew_execution_claim(&lease, ttl).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        tracing::warn!(task_id = %lease.task_id, "paid admission claim was lost");
+                        return;
+                    }
+                    Err(err) => {
+                        tracing::warn!(task_id = %lease.task_id, error = %err, "could not renew a paid admission claim")
+                    }
+                }
+            }
+        })))
+    }
+
+    fn stop(mut self) {
+        if let Some(handle) = self.0.take() {
+            handle.abort();
+        }
+    }
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        if let Some(handle) = self.0.take() {
+            handle.abort();
+        }
+    }
+}

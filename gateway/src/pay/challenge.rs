@@ -1,0 +1,28 @@
+//! The `402 Payment Required` answer: the x402 v2 challenge in the `PAYMENT-REQUIRED` header
+//! (standard base64 JSON) and the v1 challenge as the JSON body, so clients of either version
+//! can pay. It reserves nothing.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use payments::Terms;
+
+/// What a request without a credential is told.
+pub const CREDENTIAL_REQUIRED: &str = "X-PAYMENT header is required";
+
+/// `402` for `terms`, with `error` saying what was wrong with the credential (if one came).
+pub fn payment_required(terms: &Terms, error: &str) -> Response {
+    let v2 = payments::wire::encode(&terms.challenge_v2(Some(error)));
+    let body = serde_json::to_vec(&terms.challenge_v1(error)).unwrap_or_default();
+    let mut response = (StatusCode::PAYMENT_REQUIRED, body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json; charset=utf-8"),
+    );
+    // Base64 is always a valid header value; the fallback only guards the type.
+    if let Ok(value) = HeaderValue::from_str(&v2) {
+        headers.insert(payments::PAYMENT_REQUIRED, value);
+    }
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}

@@ -1,0 +1,66 @@
+//! Reading a payment header: `PAYMENT-SIGNATURE` (v2) wins over `X-PAYMENT` (v1). Everything
+//! here is hostile input: oversized, not ASCII, not base64, not JSON, the wrong shape or an
+//! unknown version all become a reason for a `402`, and the value itself is never logged or
+//! echoed.
+
+use axum::http::HeaderMap;
+use payments::{Credential, Terms, X402Version};
+
+use super::unix_now;
+
+/// Extra validity a payer may ask for beyond `maxTimeoutSeconds` (clock skew, slow clients).
+/// Bounding it bounds how long a spent credential's record must be kept.
+pub const VALIDITY_SLACK_SECONDS: u64 = 600;
+
+/// A credential that passed the offline checks, and its payer.
+pub struct Checked {
+    pub credential: Credential,
+    pub payer: payments::Address,
+}
+
+/// The request's credential: `Ok(None)` when it carries none, `Err(reason)` when the one it
+/// carries is unusable for these terms.
+pub fn read(headers: &HeaderMap, terms: &Terms) -> Result<Option<Checked>, String> {
+    let Some((version, value)) = header(headers)? else {
+        return Ok(None);
+    };
+    let credential = Credential::decode(version, value).map_err(|err| err.to_string())?;
+    let now = unix_now();
+    let payer = payments::precheck(&credential, terms, now).map_err(|err| err.to_string())?;
+    let horizon = now
+        .saturating_add(terms.max_timeout_seconds)
+        .saturating_add(VALIDITY_SLACK_SECONDS);
+    if credential.authorization.valid_before > horizon {
+        return Err(format!(
+            "payment authorization is valid for longer than maxTimeoutSeconds ({}s)",
+            terms.max_timeout_seconds
+        ));
+    }
+    Ok(Some(Checked { credential, payer }))
+}
+
+fn header(headers: &HeaderMap) -> Result<Option<(X402Version, &str)>, String> {
+    for (name, version) in [
+        (payments::PAYMENT_SIGNATURE, X402Version::V2),
+        (payments::X_PAYMENT, X402Version::V1),
+    ] {
+        let Some(value) = headers.get(name) else {
+            continue;
+        };
+        if value.len() > payments::MAX_HEADER_BYTES {
+            return Err(format!(
+                "{name} header is larger than {} bytes",
+                payments::MAX_HEADER_BYTES
+            ));
+        }
+        let text = value
+            .to_str()
+            .map_err(|_| format!("{name} header is not ASCII base64"))?
+            .trim();
+        if text.is_empty() {
+            return Err(format!("{name} header is empty"));
+        }
+        return Ok(Some((version, text)));
+    }
+    Ok(None)
+}

@@ -1,0 +1,198 @@
+//! The payment gate: what happens to a `PAYMENT-SIGNATURE` (x402 v2) or `X-PAYMENT` (x402 v1)
+//! on a priced invoke, stream or `POST /tasks`, in order:
+//!
+//! 1. [`price`]: is the route priced, and on what terms (network, amount in USDC atomic units,
+//!    payee, resource URL)?
+//! 2. no credential: [`challenge`] answers `402` with the v2 `PAYMENT-REQUIRED` header and the
+//!    v1 JSON body. Nothing is reserved, no capacity is used.
+//! 3. [`credential`]: the header is read (size bound, base64, JSON, version) and checked
+//!    offline: the EIP-712 signature of the EIP-3009 authorization recovers to `from`, and
+//!    payee, exact amount, asset, chain and validity window match. Anything wrong: `402` with
+//!    the reason and a fresh challenge, never a `5xx`, and the header is never logged.
+//! 4. [`admission`]: the credential's EIP-3009 nonce (per chain, asset and payer) is claimed
+//!    in Redis, so one credential buys one execution across every gateway; a task is reserved
+//!    and claimed (`prepared`) by this gateway, the claim renewed while the facilitator
+//!    verifies and settles; the receipt is stored with the task, which commits it to run, and
+//!    the task is handed to the queue.
+//! 5. [`receipt`]: the receipt header (`PAYMENT-RESPONSE` or `X-PAYMENT-RESPONSE`) on the
+//!    answer, and again on `GET /tasks/{id}` for the payer who lost the first answer.
+//!
+//! The wire types, the cryptography and the facilitator client are the `payments` crate's.
+
+pub mod admission;
+pub mod challenge;
+pub mod credential;
+pub mod price;
+pub mod receipt;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use payments::{Address, Facilitator, HttpFacilitator, Network};
+use shared::credentials::CredentialLedger;
+
+use crate::config::GatewayConfig;
+
+pub use price::Priced;
+
+/// Everything a priced route needs: who is paid, on which network, who verifies and settles,
+/// and where spent credentials are recorded.
+pub struct Gate {
+    pub pay_to: Address,
+    pub network: &'static Network,
+    pub max_timeout_seconds: u64,
+    pub facilitator: Arc<dyn Facilitator>,
+    pub credentials: Arc<dyn CredentialLedger>,
+    /// An unclaimed paid reservation is reaped after this long.
+    pub admission_ttl: Duration,
+    /// The gateway's claim on a paid task while it settles (renewed every third of it).
+    pub admission_lease: Duration,
+    /// Crash testing: where a paid admission aborts the process (`--fault-point`).
+    pub fault_point: Option<FaultPoint>,
+}
+
+/// Points of a paid admission where crash tests stop the gateway dead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultPoint {
+    AfterSettle,
+    AfterReceipt,
+}
+
+impl FaultPoint {
+    fn parse(text: &str) -> Option<FaultPoint> {
+        match text.trim() {
+            "after-settle" => Some(FaultPoint::AfterSettle),
+            "after-receipt" => Some(FaultPoint::AfterReceipt),
+            _ => None,
+        }
+    }
+
+    /// Aborts the process (no unwinding, no cleanup: what SIGKILL does) when `at` is armed.
+    pub(crate) fn trip(armed: Option<FaultPoint>, at: FaultPoint) {
+        if armed == Some(at) {
+            eprintln!("gateway: fault point {at:?} reached; aborting");
+            std::process::abort();
+        }
+    }
+}
+
+/// Why the payment settings cannot be used; the gateway refuses to start.
+#[derive(Debug, thiserror::Error)]
+pub enum GateConfigError {
+    #[error(
+        "payments need both --pay-to (PAY_TO) and --facilitator-url (FACILITATOR_URL); only {0} is set"
+    )]
+    Incomplete(&'static str),
+    #[error("--pay-to (PAY_TO) is not an EVM address")]
+    PayTo,
+    #[error("--payment-network (PAYMENT_NETWORK) {0:?} is not one of: {1}")]
+    Network(String, String),
+    #[error("--facilitator-url (FACILITATOR_URL): {0}")]
+    Facilitator(payments::FacilitatorError),
+}
+
+impl Gate {
+    /// The gate the settings describe: `None` when neither payee nor facilitator is set (the
+    /// gateway then answers priced routes with 503); an error when only one is, or either is
+    /// unusable.
+    pub fn from_config(
+        config: &GatewayConfig,
+        credentials: Arc<dyn CredentialLedger>,
+    ) -> Result<Option<Gate>, GateConfigError> {
+        let (pay_to, url) = match (&config.pay_to, &config.facilitator_url) {
+            (None, None) => return Ok(None),
+            (Some(_), None) => return Err(GateConfigError::Incomplete("--pay-to")),
+            (None, Some(_)) => return Err(GateConfigError::Incomplete("--facilitator-url")),
+            (Some(pay_to), Some(url)) => (pay_to, url),
+        };
+        let pay_to: Address = pay_to.trim().parse().map_err(|_| GateConfigError::PayTo)?;
+        let network = Network::find(config.payment_network.trim()).ok_or_else(|| {
+            GateConfigError::Network(config.payment_network.clone(), Network::known())
+        })?;
+        let facilitator = HttpFacilitator::new(
+            url,
+            Duration::from_millis(config.facilitator_timeout_ms.max(1)),
+        )
+        .map_err(GateConfigError::Facilitator)?;
+        Ok(Some(Gate::new(
+            pay_to,
+            network,
+            Arc::new(facilitator),
+            credentials,
+            config,
+        )))
+    }
+
+    /// A gate over any facilitator (tests use in-process ones).
+    pub fn new(
+        pay_to: Address,
+        network: &'static Network,
+        facilitator: Arc<dyn Facilitator>,
+        credentials: Arc<dyn CredentialLedger>,
+        config: &GatewayConfig,
+    ) -> Gate {
+        Gate {
+            pay_to,
+            network,
+            max_timeout_seconds: config.payment_timeout_seconds.max(1),
+            facilitator,
+            credentials,
+            admission_ttl: Duration::from_millis(config.paid_admission_ttl_ms.max(1)),
+            admission_lease: Duration::from_millis(config.admission_lease_ms.max(3)),
+            fault_point: config.fault_point.as_deref().and_then(FaultPoint::parse),
+        }
+    }
+}
+
+/// Seconds since the Unix epoch, as EIP-3009 validity windows count them.
+pub(crate) fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_secs())
+        .unwrap_or(0)
+}
+
+/// A priced request that carries a credential which passed the offline checks.
+pub struct Payment<'a> {
+    pub gate: &'a Gate,
+    pub terms: payments::Terms,
+    pub checked: credential::Checked,
+}
+
+/// The gate's first word on a request for `entrypoint` through `route`: `Ok(None)` when the
+/// route is free, `Ok(Some(payment))` when it is priced and paid for (so far: offline checks
+/// only), and the answer to send otherwise (a `402` challenge, or `503` when this gateway
+/// takes no payments).
+pub fn check<'a>(
+    state: &'a crate::state::AppState,
+    entrypoint: &shared::registry::EntrypointInfo,
+    route: Priced,
+    headers: &axum::http::HeaderMap,
+    uri: &axum::http::Uri,
+) -> Result<Option<Payment<'a>>, axum::response::Response> {
+    use axum::response::IntoResponse;
+
+    let Some(price) = price::price_of(entrypoint, route) else {
+        return Ok(None);
+    };
+    let Some(gate) = state.payments.as_deref() else {
+        return Err(price::payments_disabled().into_response());
+    };
+    let origin = crate::routes::card::origin::request_origin(headers, uri, &state.config.listen);
+    let resource = format!("{origin}{}", uri.path());
+    let terms = gate
+        .terms(entrypoint, price, resource)
+        .map_err(IntoResponse::into_response)?;
+    match credential::read(headers, &terms) {
+        Ok(Some(checked)) => Ok(Some(Payment {
+            gate,
+            terms,
+            checked,
+        })),
+        Ok(None) => Err(challenge::payment_required(
+            &terms,
+            challenge::CREDENTIAL_REQUIRED,
+        )),
+        Err(reason) => Err(challenge::payment_required(&terms, &reason)),
+    }
+}

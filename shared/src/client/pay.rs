@@ -1,0 +1,332 @@
+//! Paying for priced calls (x402).
+//!
+//! A priced `invoke`, `stream` or `send_message` first answers `402 Payment Required` with a
+//! challenge: x402 v2 in the `PAYMENT-REQUIRED` header and x402 v1 in the JSON body, either or
+//! both. With a [`Payer`] in the call's options the client reads the challenge
+//! ([`PaymentRequired`]), asks the payer for a credential and sends the same request once more
+//! with it (`PAYMENT-SIGNATURE` for v2, `X-PAYMENT` for v1): same body, same
+//! `Task-Access-Token`, same `Idempotency-Key`. A second 402 is an error, never a second
+//! payment. Without a payer the 402 is a [`ClientError::PaymentRequired`] naming the price.
+//!
+//! The signing itself is the `payments` crate's; [`KeyPayer`] wraps its [`LocalPayer`] with a
+//! spend cap and a preferred x402 version. Credentials are spendable by whoever holds them: no
+//! type here prints one (`PaymentHeader`'s `Debug` redacts the value), and the key is never
+//! printed either (`LocalPayer`'s `Debug` shows the address only).
+
+use std::fmt;
+
+use payments::Terms;
+use payments::wire::v1::ChallengeV1;
+use payments::wire::v2::ChallengeV2;
+use reqwest::header::HeaderValue;
+use reqwest::{RequestBuilder, Response, StatusCode};
+use serde_json::Value;
+
+pub use alloy_primitives::{Address, U256};
+pub use payments::payer::{Challenge, PaymentHeader};
+pub use payments::wire::facilitator::SettleResponse;
+pub use payments::{LocalPayer, PayError, X402Version};
+
+use super::error::ClientError;
+use super::tasks::Settlement;
+use super::{Client, read_limited};
+
+/// Answers a 402 with a credential. Called at most once per call, before the retry; an error
+/// ends the call without sending anything more.
+pub trait Payer: Send + Sync + fmt::Debug {
+    fn pay(&self, required: &PaymentRequired) -> Result<PaymentHeader, PayError>;
+}
+
+/// A [`LocalPayer`] with a spend cap and a preferred x402 version.
+///
+/// Version choice: the preferred version's challenge when the 402 carries it, else the other
+/// one (a server speaking only v1 still gets paid by a v2-preferring payer, and back).
+#[derive(Debug, Clone)]
+pub struct KeyPayer {
+    key: LocalPayer,
+    max_amount: Option<U256>,
+    version: X402Version,
+}
+
+impl KeyPayer {
+    /// Pays from `key`, never more than `max_amount` atomic USDC units per call (`None`: no
+    /// cap), preferring x402 v2.
+    pub fn new(key: LocalPayer, max_amount: Option<U256>) -> Self {
+        KeyPayer {
+            key,
+            max_amount,
+            version: X402Version::V2,
+        }
+    }
+
+    /// Prefers `version`'s challenge when the 402 carries both.
+    pub fn prefer(mut self, version: X402Version) -> Self {
+        self.version = version;
+        self
+    }
+
+    /// The paying address.
+    pub fn address(&self) -> Address {
+        self.key.address()
+    }
+}
+
+impl Payer for KeyPayer {
+    fn pay(&self, required: &PaymentRequired) -> Result<PaymentHeader, PayError> {
+        let challenge = required.challenge(self.version).ok_or_else(|| {
+            required
+                .header_error
+                .clone()
+                .unwrap_or(PayError::NoChallenge)
+        })?;
+        self.key
+            .answer(&challenge, self.max_amount, now_unix_secs())
+    }
+}
+
+/// `request` carrying `credential` in its header (`PAYMENT-SIGNATURE` or `X-PAYMENT`), the
+/// value marked sensitive so that HTTP-level `Debug` output hides it.
+pub(crate) fn with_credential(
+    request: RequestBuilder,
+    credential: Option<&PaymentHeader>,
+) -> RequestBuilder {
+    let Some(credential) = credential else {
+        return request;
+    };
+    match HeaderValue::from_str(&credential.value) {
+        Ok(mut value) => {
+            value.set_sensitive(true);
+            request.header(credential.name, value)
+        }
+        // Base64 always is a valid header value; were it not, reqwest fails the send with an
+        // error that does not quote the value.
+        Err(_) => request.header(credential.name, credential.value.as_str()),
+    }
+}
+
+/// Unix seconds; a clock before 1970 signs as of 1970 (the server refuses it, nothing breaks).
+fn now_unix_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_secs())
+        .unwrap_or(0)
+}
+
+/// What a 402 asks for: the v2 challenge of its `PAYMENT-REQUIRED` header and the v1 challenge
+/// of its body, whichever it carried in a shape this client reads.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PaymentRequired {
+    v2: Option<ChallengeV2>,
+    v1: Option<ChallengeV1>,
+    /// Why a `PAYMENT-REQUIRED` header that was there could not be read (reported when there
+    /// is nothing else to pay).
+    header_error: Option<PayError>,
+}
+
+impl PaymentRequired {
+    /// Reads a 402's `PAYMENT-REQUIRED` header and body. Parts that are missing or unreadable
+    /// are left out; see [`PaymentRequired::is_empty`].
+    pub fn parse(payment_required: Option<&str>, body: &[u8]) -> Self {
+        let mut required = PaymentRequired::default();
+        if let Some(header) = payment_required {
+            match Challenge::from_response(Some(header), &[]) {
+                Ok(Challenge::V2(challenge)) => required.v2 = Some(challenge),
+                Ok(Challenge::V1(_)) => {}
+                Err(err) => required.header_error = Some(err),
+            }
+        }
+        if let Ok(Challenge::V1(challenge)) = Challenge::from_response(None, body) {
+            required.v1 = Some(challenge);
+        }
+        required
+    }
+
+    /// No challenge at all: a 402 that is an error document, not an offer.
+    pub fn is_empty(&self) -> bool {
+        self.v2.is_none() && self.v1.is_none()
+    }
+
+    pub fn v2(&self) -> Option<&ChallengeV2> {
+        self.v2.as_ref()
+    }
+
+    pub fn v1(&self) -> Option<&ChallengeV1> {
+        self.v1.as_ref()
+    }
+
+    /// The challenge of `preferred`, else the other one.
+    pub fn challenge(&self, preferred: X402Version) -> Option<Challenge> {
+        let v2 = || self.v2.clone().map(Challenge::V2);
+        let v1 = || self.v1.clone().map(Challenge::V1);
+        match preferred {
+            X402Version::V2 => v2().or_else(v1),
+            X402Version::V1 => v1().or_else(v2),
+        }
+    }
+
+    /// The first offer this client could pay (v2 first): price, network, payee.
+    pub fn terms(&self) -> Option<Terms> {
+        let v2 = self.v2.as_ref().and_then(|challenge| {
+            challenge.accepts.iter().find_map(|requirement| {
+                Terms::from_v2(requirement, challenge.resource.clone()).ok()
+            })
+        });
+        v2.or_else(|| {
+            self.v1.as_ref().and_then(|challenge| {
+                challenge
+                    .accepts
+                    .iter()
+                    .find_map(|requirement| Terms::from_v1(requirement).ok())
+            })
+        })
+    }
+
+    /// The server's reason (the challenge's `error`), v2 first.
+    pub fn reason(&self) -> Option<&str> {
+        self.v2
+            .as_ref()
+            .and_then(|challenge| challenge.error.as_deref())
+            .or_else(|| self.v1.as_ref().map(|challenge| challenge.error.as_str()))
+            .filter(|reason| !reason.trim().is_empty())
+    }
+}
+
+/// A price for messages: `0.001 USDC on base-sepolia to 0x…`.
+pub(crate) fn describe_terms(terms: &Terms) -> String {
+    format!(
+        "{} USDC on {} to {}",
+        payments::amount::to_decimal(terms.amount),
+        terms.network.name,
+        terms.pay_to
+    )
+}
+
+/// How a call that met a 402 (or failed before any answer) ended: the error, and what the last
+/// answer said, for callers that report more than the error (`send_message`).
+#[derive(Debug)]
+pub(crate) struct Unanswered {
+    /// The last answer's status; `None` when no answer came.
+    pub status: Option<u16>,
+    /// The last answer's body, when it could be read.
+    pub body: Option<String>,
+    pub settlement: Settlement,
+    pub error: ClientError,
+}
+
+impl Unanswered {
+    fn network(error: reqwest::Error) -> Self {
+        Unanswered {
+            status: None,
+            body: None,
+            settlement: Settlement::default(),
+            error: ClientError::network(error),
+        }
+    }
+}
+
+impl Client {
+    /// Sends `request(None)`; on a 402 with a payer, pays and sends `request(Some(credential))`
+    /// once. Returns the answer that is not a 402, whatever its status, for the caller to read.
+    pub(crate) async fn send_paying(
+        &self,
+        request: impl Fn(Option<&PaymentHeader>) -> RequestBuilder,
+        payer: Option<&dyn Payer>,
+    ) -> Result<Response, Unanswered> {
+        let response = request(None).send().await.map_err(Unanswered::network)?;
+        if response.status() != StatusCode::PAYMENT_REQUIRED {
+            return Ok(response);
+        }
+        let (required, body, settlement) = self.read_402(response).await?;
+        let Some(payer) = payer else {
+            return Err(Unanswered {
+                status: Some(402),
+                error: payment_required(false, &required, &body),
+                body: Some(body),
+                settlement,
+            });
+        };
+        // The payer refusing (over the cap, nothing payable) ends the call here: the credential
+        // is never built, so nothing more is sent.
+        let credential = payer.pay(&required).map_err(|err| Unanswered {
+            status: Some(402),
+            body: Some(body.clone()),
+            settlement: settlement.clone(),
+            error: ClientError::Payment(err),
+        })?;
+        tracing::debug!(
+            version = credential.version.number(),
+            amount = %payments::amount::to_decimal(credential.amount),
+            payer = %credential.payer,
+            "paying a 402"
+        );
+        let response = request(Some(&credential))
+            .send()
+            .await
+            .map_err(Unanswered::network)?;
+        if response.status() != StatusCode::PAYMENT_REQUIRED {
+            return Ok(response);
+        }
+        let (required, body, settlement) = self.read_402(response).await?;
+        Err(Unanswered {
+            status: Some(402),
+            error: payment_required(true, &required, &body),
+            body: Some(body),
+            settlement,
+        })
+    }
+
+    /// A 402's challenge, body and settlement headers.
+    async fn read_402(
+        &self,
+        response: Response,
+    ) -> Result<(PaymentRequired, String, Settlement), Unanswered> {
+        let settlement = Settlement::from_headers(response.headers());
+        let header = response
+            .headers()
+            .get(payments::PAYMENT_REQUIRED)
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned);
+        let bytes = read_limited(response, self.options.max_response_bytes)
+            .await
+            .map_err(|error| Unanswered {
+                status: Some(402),
+                body: None,
+                settlement: settlement.clone(),
+                error,
+            })?;
+        let required = PaymentRequired::parse(header.as_deref(), &bytes);
+        Ok((
+            required,
+            String::from_utf8_lossy(&bytes).into_owned(),
+            settlement,
+        ))
+    }
+}
+
+/// The error a final 402 stands for: the terms and reason of its challenge, or the profile's
+/// `{error:{code,message}}` (`settlement_failed`) when it carries no challenge.
+fn payment_required(paid: bool, required: &PaymentRequired, body: &str) -> ClientError {
+    let profile_error = serde_json::from_str::<Value>(body)
+        .ok()
+        .and_then(|value| value.get("error").filter(|e| e.is_object()).cloned());
+    let field = |name: &str| {
+        profile_error
+            .as_ref()
+            .and_then(|error| error.get(name))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    ClientError::PaymentRequired {
+        paid,
+        terms: required.terms().map(Box::new),
+        reason: required
+            .reason()
+            .map(str::to_owned)
+            .or_else(|| field("message")),
+        code: field("code"),
+        body: body.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,245 @@
+//! Prices a worker is told at start (`--price KEY=AMOUNT[:x402]`, or `WORKER_PRICES`), and
+//! their application to the entrypoints it hosts.
+//!
+//! An amount is decimal USDC (`0.001`), validated with the payment crate's own parser so that
+//! a price the gateway could not charge never reaches the registry. It prices invoke, task
+//! creation and, for a streaming entrypoint, stream: one amount per entrypoint, as upstream's
+//! flat `price: "0.001"`.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::str::FromStr;
+
+use payments::amount::{AmountError, to_atomic, to_decimal};
+use shared::registry::Price;
+
+use crate::entrypoint::Entrypoints;
+
+/// How a priced entrypoint is paid. Only x402 for now; the suffix exists so that adding
+/// another protocol later does not change the syntax of prices already deployed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PaymentProtocol {
+    X402,
+}
+
+/// One `KEY=AMOUNT[:PROTOCOL]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PriceSpec {
+    pub key: String,
+    /// Canonical decimal USDC (`".50"` reads as `"0.5"`), so that workers told the same
+    /// price in different spellings advertise the same string.
+    pub amount: String,
+    pub protocol: PaymentProtocol,
+}
+
+/// Why a price was refused. Each message is one line naming the offending price, since it
+/// is what an operator sees when the worker refuses to start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PriceError {
+    #[error("price {0:?} is not KEY=AMOUNT[:x402] (e.g. echo=0.001)")]
+    Malformed(String),
+    /// Not named `source`: the amount error's text is already in this message, and a
+    /// `source` would print it twice on exit.
+    #[error("price of {key:?}: {reason}")]
+    Amount { key: String, reason: AmountError },
+    #[error("price of {key:?}: payment protocol {protocol:?} is not supported (only x402)")]
+    Protocol { key: String, protocol: String },
+    #[error("price of {key:?}: this worker hosts no such entrypoint (it hosts: {hosted})")]
+    UnknownEntrypoint { key: String, hosted: String },
+    #[error("entrypoint {0:?} is priced more than once")]
+    Duplicate(String),
+}
+
+impl FromStr for PriceSpec {
+    type Err = PriceError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let text = text.trim();
+        let malformed = || PriceError::Malformed(text.to_owned());
+        let (key, rest) = text.split_once('=').ok_or_else(malformed)?;
+        let key = key.trim();
+        if key.is_empty() {
+            return Err(malformed());
+        }
+        let (amount, protocol) = match rest.split_once(':') {
+            Some((amount, protocol)) => (amount, Some(protocol.trim())),
+            None => (rest, None),
+        };
+        let protocol = match protocol {
+            None | Some("x402") => PaymentProtocol::X402,
+            Some(other) => {
+                return Err(PriceError::Protocol {
+                    key: key.to_owned(),
+                    protocol: other.to_owned(),
+                });
+            }
+        };
+        let atomic = to_atomic(amount).map_err(|reason| PriceError::Amount {
+            key: key.to_owned(),
+            reason,
+        })?;
+        Ok(PriceSpec {
+            key: key.to_owned(),
+            amount: to_decimal(atomic),
+            protocol,
+        })
+    }
+}
+
+impl fmt::Display for PriceSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let protocol = match self.protocol {
+            PaymentProtocol::X402 => "x402",
+        };
+        write!(f, "{}={}:{protocol}", self.key, self.amount)
+    }
+}
+
+/// `entrypoints` with `prices` applied: each named entrypoint costs its amount to invoke, to
+/// create a task of and (only when it streams) to stream. A price naming an entrypoint this
+/// worker does not host, or one entrypoint twice, is refused rather than guessed at: a typo
+/// must not leave a paid entrypoint free.
+pub fn apply(entrypoints: Entrypoints, prices: &[PriceSpec]) -> Result<Entrypoints, PriceError> {
+    let mut seen = BTreeSet::new();
+    let mut priced = entrypoints;
+    for spec in prices {
+        if !seen.insert(spec.key.as_str()) {
+            return Err(PriceError::Duplicate(spec.key.clone()));
+        }
+        let Some(entrypoint) = priced.get(&spec.key).cloned() else {
+            return Err(PriceError::UnknownEntrypoint {
+                key: spec.key.clone(),
+                hosted: priced.keys().join(", "),
+            });
+        };
+        let price = Price {
+            invoke: Some(spec.amount.clone()),
+            stream: entrypoint.streaming.then(|| spec.amount.clone()),
+        };
+        priced = priced.with(entrypoint.price(price));
+    }
+    Ok(priced)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builtins;
+
+    fn spec(text: &str) -> Result<PriceSpec, PriceError> {
+        text.parse()
+    }
+
+    #[test]
+    fn parses_key_amount_and_optional_protocol() {
+        let expected = PriceSpec {
+            key: "echo".into(),
+            amount: "0.001".into(),
+            protocol: PaymentProtocol::X402,
+        };
+        assert_eq!(spec("echo=0.001"), Ok(expected.clone()));
+        assert_eq!(spec("echo=0.001:x402"), Ok(expected.clone()));
+        assert_eq!(spec(" echo = 0.001 "), Ok(expected.clone()));
+        assert_eq!(spec("echo=.0010"), Ok(expected.clone()));
+        assert_eq!(expected.to_string(), "echo=0.001:x402");
+        assert_eq!(spec("sleep=2").map(|s| s.amount), Ok("2".to_owned()));
+    }
+
+    #[test]
+    fn refuses_malformed_prices() {
+        for text in ["echo", "=0.001", "", "echo:0.001"] {
+            assert!(
+                matches!(spec(text), Err(PriceError::Malformed(_))),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn refuses_bad_amounts() {
+        for text in [
+            "echo=",
+            "echo=abc",
+            "echo=-1",
+            "echo=0",
+            "echo=0.0000001",
+            "echo=1e3",
+        ] {
+            assert!(
+                matches!(spec(text), Err(PriceError::Amount { .. })),
+                "{text}"
+            );
+        }
+        let message = spec("echo=abc").err().map(|e| e.to_string());
+        assert_eq!(
+            message.as_deref(),
+            Some(r#"price of "echo": amount "abc" is not a decimal number like 0.001"#)
+        );
+    }
+
+    #[test]
+    fn refuses_other_protocols() {
+        assert_eq!(
+            spec("echo=0.001:mpp"),
+            Err(PriceError::Protocol {
+                key: "echo".into(),
+                protocol: "mpp".into()
+            })
+        );
+        assert!(matches!(
+            spec("echo=0.001:"),
+            Err(PriceError::Protocol { .. })
+        ));
+        let message = spec("echo=0.001:mpp").err().map(|e| e.to_string());
+        assert_eq!(
+            message.as_deref(),
+            Some(r#"price of "echo": payment protocol "mpp" is not supported (only x402)"#)
+        );
+    }
+
+    #[test]
+    fn prices_invoke_and_stream_only_when_streaming() -> Result<(), PriceError> {
+        let prices = [spec("echo=0.001")?, spec("count=0.002")?];
+        let priced = apply(builtins::all(), &prices)?;
+        let price = |key: &str| priced.get(key).and_then(|e| e.price.clone());
+        assert_eq!(
+            price("echo"),
+            Some(Price {
+                invoke: Some("0.001".into()),
+                stream: None
+            })
+        );
+        assert_eq!(
+            price("count"),
+            Some(Price {
+                invoke: Some("0.002".into()),
+                stream: Some("0.002".into())
+            })
+        );
+        assert_eq!(price("sleep"), None);
+        // The registry entry carries it.
+        let infos = priced.infos();
+        let echo = infos.iter().find(|info| info.key == "echo");
+        assert_eq!(
+            echo.and_then(|info| info.price.as_ref())
+                .and_then(|p| p.invoke.as_deref()),
+            Some("0.001")
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn refuses_unknown_and_duplicate_keys() -> Result<(), PriceError> {
+        let hosted = builtins::all()
+            .only(&["echo".to_owned()])
+            .unwrap_or_default();
+        let unknown = apply(hosted, &[spec("sleep=0.001")?]).err();
+        assert_eq!(
+            unknown.map(|e| e.to_string()).as_deref(),
+            Some(r#"price of "sleep": this worker hosts no such entrypoint (it hosts: echo)"#)
+        );
+        let twice = apply(builtins::all(), &[spec("echo=0.001")?, spec("echo=0.002")?]).err();
+        assert_eq!(twice, Some(PriceError::Duplicate("echo".into())));
+        Ok(())
+    }
+}
