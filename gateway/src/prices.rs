@@ -159,8 +159,11 @@ impl Advertised {
 /// with the same price is the same disagreement.
 #[derive(Default)]
 pub struct Warned {
-    seen: Mutex<HashSet<(String, Kind, Vec<Option<String>>)>>,
+    seen: Mutex<HashSet<WarnedKey>>,
 }
+
+/// Entrypoint, kind and the prices advertised (sorted).
+type WarnedKey = (String, Kind, Vec<Option<String>>);
 
 impl Warned {
     /// Whether `disagreement` is new (and so worth a log line); remembers it.

@@ -373,7 +373,7 @@ async fn a_caller_that_goes_away_cancels_its_run() -> TestResult {
 }
 
 #[tokio::test]
-async fn paid_entrypoints_are_not_implemented_yet() -> TestResult {
+async fn paid_entrypoints_need_a_payment_configuration() -> TestResult {
     let gw = start(GatewayConfig::for_tests()).await?;
     let paid = Entrypoint::new(
         "paid",
@@ -409,10 +409,14 @@ async fn paid_entrypoints_are_not_implemented_yet() -> TestResult {
             )?,
         )
         .await?;
-        assert_eq!(reply.status, StatusCode::NOT_IMPLEMENTED, "{route}");
-        assert_eq!(
-            reply.text(),
-            r#"{"error":{"code":"not_implemented","message":"payments are not enabled on this gateway"}}"#
+        // No PAY_TO / FACILITATOR_URL: priced routes are refused, never served for free.
+        assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{route}");
+        assert!(
+            reply
+                .text()
+                .contains(r#""code":"payment_capability_unsupported""#),
+            "{route}: {}",
+            reply.text()
         );
     }
     Ok(())

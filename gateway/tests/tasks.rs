@@ -1170,12 +1170,10 @@ async fn paid_tasks_need_a_durable_store_then_a_token_then_payments() -> TestRes
     let (status, body) = call(&durable, None).await?;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert_eq!(body["error"]["code"], "task_access_required");
+    // Then the payment gate: this gateway takes no payments (no PAY_TO / FACILITATOR_URL).
     let (status, body) = call(&durable, Some(TOKEN)).await?;
-    assert_eq!(status, StatusCode::NOT_IMPLEMENTED);
-    assert_eq!(
-        body,
-        json!({"error": {"code": "not_implemented", "message": "payments are not enabled on this gateway"}})
-    );
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(body["error"]["code"], "payment_capability_unsupported");
     process.stop().await?;
     durable.stop().await
 }

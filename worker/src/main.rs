@@ -11,24 +11,26 @@ use shared::store::{RedisStore, RedisStoreConfig};
 use shared::telemetry::LogFormat;
 use tokio_util::sync::CancellationToken;
 use worker::config::WorkerConfig;
+use worker::entrypoint::Entrypoints;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = WorkerConfig::parse();
+    // Settings errors are one line, like clap's, before anything starts: no backtrace (which
+    // anyhow prints when RUST_BACKTRACE is set) and nothing to flush.
+    let entrypoints = match hosted(&config) {
+        Ok(entrypoints) => entrypoints,
+        Err(message) => {
+            eprintln!("error: {message}");
+            std::process::exit(2);
+        }
+    };
     let telemetry = shared::telemetry::init("worker", LogFormat::parse(&config.log_format))
         .context("cannot set up logs and telemetry")?;
-
-    let builtins = worker::builtins::all();
-    let entrypoints = if config.entrypoints.is_empty() {
-        builtins
-    } else {
-        builtins
-            .only(&config.entrypoints)
-            .map_err(|unknown| anyhow::anyhow!("unknown entrypoints: {}", unknown.join(", ")))?
-    };
-    // Refused here, before connecting: a mistyped price must not leave a paid entrypoint free.
-    let entrypoints = worker::prices::apply(entrypoints, &config.prices)
-        .map_err(|err| anyhow::anyhow!("{err}"))?;
+    if !config.prices.is_empty() {
+        let prices: Vec<String> = config.prices.iter().map(ToString::to_string).collect();
+        tracing::info!(prices = %prices.join(", "), "priced entrypoints (decimal USDC)");
+    }
 
     let mut store_config = RedisStoreConfig::new(config.redis_url.clone());
     store_config.namespace = config.namespace.clone();
@@ -58,6 +60,21 @@ async fn main() -> anyhow::Result<()> {
     // Blocking: the exporters flush on their own threads.
     let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
     Ok(())
+}
+
+/// The entrypoints this worker hosts (`--entrypoints`, default every built-in), priced
+/// (`--price`). A mistyped name or price stops the worker: it must not leave a paid
+/// entrypoint free, nor host something other than what was asked.
+fn hosted(config: &WorkerConfig) -> Result<Entrypoints, String> {
+    let builtins = worker::builtins::all();
+    let entrypoints = if config.entrypoints.is_empty() {
+        builtins
+    } else {
+        builtins
+            .only(&config.entrypoints)
+            .map_err(|unknown| format!("unknown entrypoints: {}", unknown.join(", ")))?
+    };
+    worker::prices::apply(entrypoints, &config.prices).map_err(|err| err.to_string())
 }
 
 async fn stop_on_signal(shutdown: CancellationToken) {

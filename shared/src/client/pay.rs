@@ -22,10 +22,9 @@ use reqwest::header::HeaderValue;
 use reqwest::{RequestBuilder, Response, StatusCode};
 use serde_json::Value;
 
-pub use alloy_primitives::{Address, U256};
 pub use payments::payer::{Challenge, PaymentHeader};
 pub use payments::wire::facilitator::SettleResponse;
-pub use payments::{LocalPayer, PayError, X402Version};
+pub use payments::{Address, LocalPayer, PayError, U256, X402Version};
 
 use super::error::ClientError;
 use super::tasks::Settlement;

@@ -1,0 +1,1242 @@
+//! The x402 paid flows against real processes: a private redis-server, the dev `facilitator`
+//! (in-memory play-money ledger funding the Anvil accounts), `worker`s pricing the built-ins and
+//! `gateway`s taking payments. Each test pays with Anvil #0's key through the `payments` crate's
+//! client, exactly as a paying program would: send unpaid, read the 402, sign, send again.
+//!
+//! What is proven: the challenge (both x402 versions) reserves nothing; one credential buys one
+//! execution and one settlement across gateways; receipts reach the payer (and again through
+//! `GET /tasks/{id}`); hostile headers are 402s that are never logged; facilitator faults
+//! release the credential only while no funds can have moved; capacity is checked before the
+//! facilitator is asked; a gateway dying mid-admission loses no paid task once the receipt is
+//! stored (and, between settle and receipt, loses the receipt but never reuses the credential).
+
+use std::net::TcpListener;
+use std::time::Duration;
+
+use base64::Engine;
+use harness::process::ServiceProcess;
+use harness::redis_server::RedisServer;
+use payments::payer::{Challenge, PaymentHeader};
+use payments::{Address, LocalPayer, X402Version};
+use reqwest::StatusCode;
+use reqwest::header::{HeaderMap, HeaderValue};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+const PATIENCE: Duration = Duration::from_secs(30);
+/// Between two looks at a condition being polled for.
+const POLL: Duration = Duration::from_millis(25);
+
+/// Anvil #0: the payer (the facilitator funds it with 1000 USDC by default).
+const PAYER_KEY: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
+const PAYER: &str = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266";
+/// Anvil #1: the payee every gateway names.
+const PAYEE: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
+/// Every built-in but `fail` is priced: `fail` shows that free routes stay free.
+const PRICES: &str = "echo=0.001,count=0.002,sleep=0.001,summarize=0.001";
+/// `echo` and `sleep` cost 0.001 USDC, in atomic units (6 decimals).
+const ECHO_PRICE: u128 = 1_000;
+const COUNT_PRICE: u128 = 2_000;
+
+const TOKEN: &str = "0123456789abcdef0123456789abcdef0123";
+const OTHER_TOKEN: &str = "fedcba9876543210fedcba9876543210fedc";
+
+const BASE_SEPOLIA_USDC: &str = "0x036CbD53842c5426634e7929541eC2318f3dCF7e";
+const CREDENTIAL_REQUIRED: &str = "X-PAYMENT header is required";
+
+fn free_port() -> Result<u16, std::io::Error> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_secs())
+        .unwrap_or(0)
+}
+
+fn client() -> Res<reqwest::Client> {
+    Ok(reqwest::Client::builder().timeout(PATIENCE).build()?)
+}
+
+/// A distinct task-access token per owner (20..256 characters).
+fn token(tag: &str) -> String {
+    format!("{tag}-0123456789abcdef0123456789")
+}
+
+/// Polls `base/health` until it answers 200.
+async fn wait_healthy(process: &ServiceProcess, base: &str) -> TestResult {
+    let client = client()?;
+    let start = tokio::time::Instant::now();
+    loop {
+        if let Ok(response) = client.get(format!("{base}/health")).send().await
+            && response.status() == StatusCode::OK
+        {
+            return Ok(());
+        }
+        if start.elapsed() > PATIENCE {
+            return Err(format!(
+                "{} never became healthy:\n{}",
+                process.name(),
+                process.log()
+            )
+            .into());
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// `/control/stats` of the facilitator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+struct Stats {
+    verify: u64,
+    settle: u64,
+    settled: u64,
+}
+
+#[derive(Deserialize)]
+struct Balance {
+    balance: String,
+}
+
+struct Facilitator {
+    _process: ServiceProcess,
+    base: String,
+    client: reqwest::Client,
+}
+
+impl Facilitator {
+    async fn start() -> Res<Facilitator> {
+        let port = free_port()?;
+        let process = ServiceProcess::start(
+            "facilitator",
+            "facilitator",
+            &[],
+            &[("FACILITATOR_LISTEN", format!("127.0.0.1:{port}"))],
+        )?;
+        let base = format!("http://127.0.0.1:{port}");
+        wait_healthy(&process, &base).await?;
+        Ok(Facilitator {
+            _process: process,
+            base,
+            client: client()?,
+        })
+    }
+
+    /// Switches faults at runtime, e.g. `{"settle": "drop"}`.
+    async fn set_faults(&self, change: Value) -> TestResult {
+        let response = self
+            .client
+            .post(format!("{}/control/faults", self.base))
+            .json(&change)
+            .send()
+            .await?;
+        let status = response.status();
+        let text = response.text().await?;
+        if status != StatusCode::OK {
+            return Err(format!("setting faults {change}: {status} {text}").into());
+        }
+        Ok(())
+    }
+
+    async fn stats(&self) -> Res<Stats> {
+        Ok(self
+            .client
+            .get(format!("{}/control/stats", self.base))
+            .send()
+            .await?
+            .json()
+            .await?)
+    }
+
+    /// Atomic USDC units.
+    async fn balance(&self, address: &str) -> Res<u128> {
+        let balance: Balance = self
+            .client
+            .get(format!("{}/balances/{address}", self.base))
+            .send()
+            .await?
+            .json()
+            .await?;
+        Ok(balance.balance.parse()?)
+    }
+
+    /// Payer and payee balances, in that order.
+    async fn balances(&self) -> Res<(u128, u128)> {
+        Ok((self.balance(PAYER).await?, self.balance(PAYEE).await?))
+    }
+}
+
+struct Gateway {
+    process: ServiceProcess,
+    base: String,
+}
+
+impl Gateway {
+    /// A gateway on `redis` taking payments through `facilitator` (its URL), waited for.
+    async fn start(
+        name: &str,
+        redis: &RedisServer,
+        facilitator: &str,
+        extra: &[(&str, String)],
+    ) -> Res<Gateway> {
+        let port = free_port()?;
+        let mut envs = vec![
+            ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
+            ("REDIS_URL", redis.url()),
+            ("PAY_TO", PAYEE.to_owned()),
+            ("FACILITATOR_URL", facilitator.to_owned()),
+        ];
+        envs.extend(extra.iter().cloned());
+        let process = ServiceProcess::start("gateway", name, &[], &envs)?;
+        let base = format!("http://127.0.0.1:{port}");
+        wait_healthy(&process, &base).await?;
+        Ok(Gateway { process, base })
+    }
+}
+
+fn worker(redis: &RedisServer, id: &str) -> Res<ServiceProcess> {
+    Ok(ServiceProcess::start(
+        "worker",
+        id,
+        &[],
+        &[
+            ("REDIS_URL", redis.url()),
+            ("WORKER_ID", id.to_owned()),
+            ("WORKER_LEASE_TTL_MS", "1000".to_owned()),
+            ("WORKER_PRICES", PRICES.to_owned()),
+        ],
+    )?)
+}
+
+/// Waits until the gateway's card lists `skill` (its worker registered, with its price).
+async fn wait_for_skill(base: &str, skill: &str) -> TestResult {
+    let client = client()?;
+    let start = tokio::time::Instant::now();
+    loop {
+        let card: Value = client
+            .get(format!("{base}/.well-known/agent-card.json"))
+            .send()
+            .await?
+            .json()
+            .await?;
+        let listed = card["skills"]
+            .as_array()
+            .is_some_and(|skills| skills.iter().any(|s| s["id"] == skill));
+        if listed {
+            return Ok(());
+        }
+        if start.elapsed() > PATIENCE {
+            return Err(format!("{skill} never appeared in the card").into());
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// One Redis, one facilitator, one worker, one paying gateway. Fields drop in order: the
+/// gateway goes first, Redis last.
+struct Cluster {
+    gateway: Gateway,
+    facilitator: Facilitator,
+    _worker: ServiceProcess,
+    redis: RedisServer,
+    client: reqwest::Client,
+}
+
+impl Cluster {
+    async fn start(gateway_env: &[(&str, String)]) -> Res<Cluster> {
+        let redis = RedisServer::start()?;
+        let facilitator = Facilitator::start().await?;
+        let worker = worker(&redis, "w1")?;
+        let gateway = Gateway::start("g1", &redis, &facilitator.base, gateway_env).await?;
+        wait_for_skill(&gateway.base, "echo").await?;
+        Ok(Cluster {
+            gateway,
+            facilitator,
+            _worker: worker,
+            redis,
+            client: client()?,
+        })
+    }
+
+    /// Another paying gateway on the same Redis and facilitator.
+    async fn another_gateway(&self, name: &str, extra: &[(&str, String)]) -> Res<Gateway> {
+        Gateway::start(name, &self.redis, &self.facilitator.base, extra).await
+    }
+
+    fn invoke(&self, entrypoint: &str, input: Value) -> Ask {
+        Ask::invoke(&self.gateway.base, entrypoint, input)
+    }
+
+    fn task(&self, skill: &str, input: &Value, token: &str) -> Ask {
+        Ask::task(&self.gateway.base, skill, input, token)
+    }
+
+    async fn keys(&self, pattern: &str) -> Res<Vec<String>> {
+        let mut conn = self.redis.client().await?;
+        Ok(redis::cmd("KEYS")
+            .arg(pattern)
+            .query_async(&mut conn)
+            .await?)
+    }
+
+    /// Non-terminal tasks, as the capacity bound counts them.
+    async fn live_tasks(&self) -> Res<u64> {
+        let mut conn = self.redis.client().await?;
+        Ok(redis::cmd("SCARD")
+            .arg("{tc}:live")
+            .query_async(&mut conn)
+            .await?)
+    }
+}
+
+/// One priced request the suite sends: where, what, as which task owner.
+#[derive(Debug, Clone)]
+struct Ask {
+    url: String,
+    body: Value,
+    token: Option<String>,
+}
+
+impl Ask {
+    fn invoke(base: &str, entrypoint: &str, input: Value) -> Ask {
+        Ask {
+            url: format!("{base}/entrypoints/{entrypoint}/invoke"),
+            body: json!({ "input": input }),
+            token: None,
+        }
+    }
+
+    fn stream(base: &str, entrypoint: &str, input: Value) -> Ask {
+        Ask {
+            url: format!("{base}/entrypoints/{entrypoint}/stream"),
+            body: json!({ "input": input }),
+            token: None,
+        }
+    }
+
+    fn task(base: &str, skill: &str, input: &Value, token: &str) -> Ask {
+        Ask {
+            url: format!("{base}/tasks"),
+            body: json!({
+                "skillId": skill,
+                "message": {"role": "user", "content": {"text": input.to_string()}},
+            }),
+            token: Some(token.to_owned()),
+        }
+    }
+
+    /// The same request on another gateway.
+    fn on(&self, from: &str, to: &str) -> Ask {
+        Ask {
+            url: self.url.replacen(from, to, 1),
+            ..self.clone()
+        }
+    }
+
+    fn request(&self, client: &reqwest::Client) -> reqwest::RequestBuilder {
+        let mut request = client.post(&self.url).json(&self.body);
+        if let Some(token) = &self.token {
+            request = request.header("Task-Access-Token", token);
+        }
+        request
+    }
+
+    async fn send(&self, client: &reqwest::Client, payment: Option<&PaymentHeader>) -> Res<Answer> {
+        let mut request = self.request(client);
+        if let Some(payment) = payment {
+            request = request.header(payment.name, &payment.value);
+        }
+        Answer::read(request.send().await?).await
+    }
+
+    /// Sends the request unpaid, expects the 402, and answers its challenge as a payer of
+    /// `version` would (v2 from the `PAYMENT-REQUIRED` header, v1 from the body).
+    async fn pay(&self, client: &reqwest::Client, version: X402Version) -> Res<PaymentHeader> {
+        let unpaid = self.send(client, None).await?;
+        if unpaid.status != StatusCode::PAYMENT_REQUIRED {
+            return Err(format!("unpaid {} answered {unpaid:?}", self.url).into());
+        }
+        let challenge = match version {
+            X402Version::V2 => {
+                Challenge::from_response(unpaid.header(payments::PAYMENT_REQUIRED), b"")?
+            }
+            X402Version::V1 => Challenge::from_response(None, unpaid.text.as_bytes())?,
+        };
+        Ok(LocalPayer::from_hex(PAYER_KEY)?.answer(&challenge, None, unix_now())?)
+    }
+}
+
+/// A whole answer: status, headers and body text.
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    text: String,
+}
+
+impl std::fmt::Debug for Answer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.status, self.text)
+    }
+}
+
+impl Answer {
+    async fn read(response: reqwest::Response) -> Res<Answer> {
+        let status = response.status();
+        let headers = response.headers().clone();
+        let text = tokio::time::timeout(PATIENCE, response.text()).await??;
+        Ok(Answer {
+            status,
+            headers,
+            text,
+        })
+    }
+
+    fn json(&self) -> Res<Value> {
+        Ok(serde_json::from_str(&self.text)?)
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|value| value.to_str().ok())
+    }
+
+    /// A base64 JSON header (`PAYMENT-REQUIRED`, `PAYMENT-RESPONSE`...), decoded.
+    fn decoded(&self, name: &str) -> Res<Value> {
+        let value = self
+            .header(name)
+            .ok_or_else(|| format!("no {name} header on {self:?}"))?;
+        Ok(payments::wire::decode::<Value>(value)?)
+    }
+
+    /// The error code of an `{"error": {"code"}}` body.
+    fn code(&self) -> Res<String> {
+        let body = self.json()?;
+        Ok(body["error"]["code"]
+            .as_str()
+            .ok_or_else(|| format!("no error code in {self:?}"))?
+            .to_owned())
+    }
+}
+
+async fn get(client: &reqwest::Client, url: &str, token: &str) -> Res<Answer> {
+    let response = client
+        .get(url)
+        .header("Task-Access-Token", token)
+        .send()
+        .await?;
+    Answer::read(response).await
+}
+
+fn is_terminal(status: &Value) -> bool {
+    matches!(status.as_str(), Some("completed" | "failed" | "cancelled"))
+}
+
+/// Polls `GET /tasks/{id}` until the task is `want`; its last answer (headers included).
+async fn wait_for_task(
+    client: &reqwest::Client,
+    base: &str,
+    token: &str,
+    task_id: &str,
+    want: &str,
+) -> Res<Answer> {
+    let start = tokio::time::Instant::now();
+    loop {
+        let answer = get(client, &format!("{base}/tasks/{task_id}"), token).await?;
+        if answer.status == StatusCode::OK {
+            let task = answer.json()?;
+            if task["status"] == want {
+                return Ok(answer);
+            }
+            if is_terminal(&task["status"]) {
+                return Err(format!("task {task_id} ended as {task}, not {want}").into());
+            }
+        }
+        if start.elapsed() > PATIENCE {
+            return Err(format!("task {task_id} never became {want}: {answer:?}").into());
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// `GET /tasks` for `token`: the owner's tasks.
+async fn list_tasks(client: &reqwest::Client, base: &str, token: &str) -> Res<Vec<Value>> {
+    let answer = get(client, &format!("{base}/tasks"), token).await?;
+    if answer.status != StatusCode::OK {
+        return Err(format!("GET /tasks answered {answer:?}").into());
+    }
+    Ok(answer.json()?["tasks"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default())
+}
+
+/// Polls `GET /tasks` until the owner has exactly one task and it is `want`; that task.
+async fn wait_listed(client: &reqwest::Client, base: &str, token: &str, want: &str) -> Res<Value> {
+    let start = tokio::time::Instant::now();
+    loop {
+        let tasks = list_tasks(client, base, token).await?;
+        if let [task] = tasks.as_slice() {
+            if task["status"] == want {
+                return Ok(task.clone());
+            }
+            if is_terminal(&task["status"]) {
+                return Err(format!("the task ended as {task}, not {want}").into());
+            }
+        }
+        if tasks.len() > 1 {
+            return Err(format!("one task expected, listed: {tasks:?}").into());
+        }
+        if start.elapsed() > PATIENCE {
+            return Err(format!("no single {want} task was listed: {tasks:?}").into());
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// `(event, data)` of each SSE frame.
+fn sse_events(text: &str) -> Res<Vec<(String, Value)>> {
+    let mut events = Vec::new();
+    for frame in text.split("\n\n") {
+        let mut name = None;
+        let mut data = String::new();
+        for line in frame.lines() {
+            if let Some(rest) = line.strip_prefix("event:") {
+                name = Some(rest.trim().to_owned());
+            } else if let Some(rest) = line.strip_prefix("data:") {
+                data.push_str(rest.trim());
+            }
+        }
+        if let Some(name) = name {
+            events.push((name, serde_json::from_str(&data)?));
+        }
+    }
+    Ok(events)
+}
+
+/// A successful settlement receipt, paid by Anvil #0 on `network`.
+fn assert_receipt(receipt: &Value, network: &str) -> TestResult {
+    assert_eq!(receipt["success"], true, "receipt: {receipt}");
+    assert!(
+        receipt["transaction"]
+            .as_str()
+            .is_some_and(|tx| !tx.is_empty()),
+        "receipt: {receipt}"
+    );
+    assert_eq!(receipt["network"], network, "receipt: {receipt}");
+    let payer: Address = receipt["payer"]
+        .as_str()
+        .ok_or("receipt names no payer")?
+        .parse()?;
+    assert_eq!(payer, PAYER.parse::<Address>()?);
+    Ok(())
+}
+
+/// A credential that was not accepted again: a 402 challenge or a 409 `payment_in_progress`.
+fn assert_not_reaccepted(answer: &Answer) -> TestResult {
+    match answer.status {
+        StatusCode::PAYMENT_REQUIRED => {}
+        StatusCode::CONFLICT => assert_eq!(answer.code()?, "payment_in_progress"),
+        _ => return Err(format!("a spent credential was answered {answer:?}").into()),
+    }
+    assert!(
+        answer.header(payments::PAYMENT_RESPONSE).is_none(),
+        "no receipt for a refused replay: {answer:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_challenge_offers_both_versions_and_reserves_nothing() -> TestResult {
+    let cluster = Cluster::start(&[]).await?;
+    let client = &cluster.client;
+
+    let answer = cluster
+        .invoke("echo", json!({"x": 1}))
+        .send(client, None)
+        .await?;
+    assert_eq!(answer.status, StatusCode::PAYMENT_REQUIRED, "{answer:?}");
+
+    let v2 = answer.decoded(payments::PAYMENT_REQUIRED)?;
+    assert_eq!(v2["x402Version"], 2);
+    let accepted = &v2["accepts"][0];
+    assert_eq!(accepted["scheme"], "exact");
+    assert_eq!(accepted["network"], "eip155:84532");
+    assert_eq!(accepted["amount"], "1000");
+    assert_eq!(accepted["asset"], BASE_SEPOLIA_USDC);
+    assert_eq!(accepted["payTo"], PAYEE, "checksummed payee");
+    assert!(
+        accepted["maxTimeoutSeconds"]
+            .as_u64()
+            .is_some_and(|seconds| seconds > 0),
+        "{accepted}"
+    );
+    assert_eq!(accepted["extra"], json!({"name": "USDC", "version": "2"}));
+    assert!(
+        v2["resource"]["url"]
+            .as_str()
+            .is_some_and(|url| url.ends_with("/entrypoints/echo/invoke")),
+        "{v2}"
+    );
+
+    let v1 = answer.json()?;
+    assert_eq!(v1["x402Version"], 1);
+    assert_eq!(v1["error"], CREDENTIAL_REQUIRED);
+    assert_eq!(v1["accepts"][0]["maxAmountRequired"], "1000");
+    assert_eq!(v1["accepts"][0]["network"], "base-sepolia");
+    assert_eq!(v1["accepts"][0]["payTo"], PAYEE);
+
+    // A task's challenge (the caller already holds its capability) reserves nothing either.
+    let task = cluster
+        .task("echo", &json!({"x": 1}), TOKEN)
+        .send(client, None)
+        .await?;
+    assert_eq!(task.status, StatusCode::PAYMENT_REQUIRED, "{task:?}");
+
+    // Nothing was asked of the facilitator, nothing stored, no capacity used.
+    assert_eq!(
+        cluster.facilitator.stats().await?,
+        Stats {
+            verify: 0,
+            settle: 0,
+            settled: 0
+        }
+    );
+    assert_eq!(cluster.keys("{tc}:task:*").await?, Vec::<String>::new());
+    assert_eq!(cluster.keys("{tc}:cred:*").await?, Vec::<String>::new());
+    assert_eq!(cluster.live_tasks().await?, 0);
+    assert!(
+        list_tasks(client, &cluster.gateway.base, TOKEN)
+            .await?
+            .is_empty()
+    );
+
+    // The free entrypoint runs without any payment: its own failure comes back, not a 402.
+    let free = cluster
+        .invoke(
+            "fail",
+            json!({"code": "free_failure", "message": "failed for free"}),
+        )
+        .send(client, None)
+        .await?;
+    assert_eq!(free.status, StatusCode::INTERNAL_SERVER_ERROR, "{free:?}");
+    assert_eq!(free.json()?["error"]["message"], "failed for free");
+    assert!(free.header(payments::PAYMENT_REQUIRED).is_none());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paid_v2_invoke_settles_once_and_its_credential_cannot_be_replayed() -> TestResult {
+    let cluster = Cluster::start(&[]).await?;
+    let client = &cluster.client;
+    let (payer_before, payee_before) = cluster.facilitator.balances().await?;
+
+    let ask = cluster.invoke("echo", json!({"hello": "paid"}));
+    let payment = ask.pay(client, X402Version::V2).await?;
+    assert_eq!(payment.name, payments::PAYMENT_SIGNATURE);
+    let answer = ask.send(client, Some(&payment)).await?;
+    assert_eq!(answer.status, StatusCode::OK, "{answer:?}");
+    let body = answer.json()?;
+    assert_eq!(body["status"], "succeeded");
+    assert_eq!(body["output"], json!({"hello": "paid"}));
+    assert_receipt(&answer.decoded(payments::PAYMENT_RESPONSE)?, "eip155:84532")?;
+
+    assert_eq!(
+        cluster.facilitator.balances().await?,
+        (payer_before - ECHO_PRICE, payee_before + ECHO_PRICE)
+    );
+    let stats = cluster.facilitator.stats().await?;
+    assert_eq!((stats.verify, stats.settle, stats.settled), (1, 1, 1));
+
+    // The same header again: refused by the gateway, before the facilitator hears of it.
+    let replay = ask.send(client, Some(&payment)).await?;
+    assert_eq!(replay.status, StatusCode::PAYMENT_REQUIRED, "{replay:?}");
+    let reason = replay.json()?["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(reason.contains("already used"), "{replay:?}");
+    assert!(replay.header(payments::PAYMENT_REQUIRED).is_some());
+    assert!(replay.header(payments::PAYMENT_RESPONSE).is_none());
+    assert_eq!(
+        cluster.facilitator.balances().await?,
+        (payer_before - ECHO_PRICE, payee_before + ECHO_PRICE)
+    );
+    assert_eq!(cluster.facilitator.stats().await?, stats);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paid_v1_invoke_gets_an_x_payment_response() -> TestResult {
+    let cluster = Cluster::start(&[]).await?;
+    let client = &cluster.client;
+    let payer_before = cluster.facilitator.balance(PAYER).await?;
+
+    let ask = cluster.invoke("echo", json!({"version": 1}));
+    let payment = ask.pay(client, X402Version::V1).await?;
+    assert_eq!(payment.name, payments::X_PAYMENT);
+    let answer = ask.send(client, Some(&payment)).await?;
+    assert_eq!(answer.status, StatusCode::OK, "{answer:?}");
+    assert_eq!(answer.json()?["output"], json!({"version": 1}));
+    assert_receipt(
+        &answer.decoded(payments::X_PAYMENT_RESPONSE)?,
+        "base-sepolia",
+    )?;
+    assert!(
+        answer.header(payments::PAYMENT_RESPONSE).is_none(),
+        "a v1 payer gets the v1 receipt header only"
+    );
+    assert_eq!(
+        cluster.facilitator.balance(PAYER).await?,
+        payer_before - ECHO_PRICE
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paid_stream_carries_the_receipt_and_runs_to_the_end() -> TestResult {
+    let cluster = Cluster::start(&[]).await?;
+    wait_for_skill(&cluster.gateway.base, "count").await?;
+    let client = &cluster.client;
+    let payer_before = cluster.facilitator.balance(PAYER).await?;
+
+    let ask = Ask::stream(&cluster.gateway.base, "count", json!({"n": 3}));
+    let payment = ask.pay(client, X402Version::V2).await?;
+    let answer = ask.send(client, Some(&payment)).await?;
+    assert_eq!(answer.status, StatusCode::OK, "{answer:?}");
+    assert!(
+        answer
+            .header("content-type")
+            .is_some_and(|value| value.starts_with("text/event-stream")),
+        "{:?}",
+        answer.headers
+    );
+    assert_receipt(&answer.decoded(payments::PAYMENT_RESPONSE)?, "eip155:84532")?;
+
+    let events = sse_events(&answer.text)?;
+    let deltas = events.iter().filter(|(name, _)| name == "delta").count();
+    assert_eq!(deltas, 3, "events: {events:?}");
+    let (name, end) = events.last().ok_or("no events")?;
+    assert_eq!(name, "run-end", "events: {events:?}");
+    assert_eq!(end["status"], "succeeded");
+    assert_eq!(end["output"], json!({"count": 3}));
+    assert_eq!(
+        cluster.facilitator.balance(PAYER).await?,
+        payer_before - COUNT_PRICE
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paid_task_needs_its_token_first_and_keeps_its_receipt() -> TestResult {
+    let cluster = Cluster::start(&[]).await?;
+    let client = &cluster.client;
+    let base = &cluster.gateway.base;
+    let ask = cluster.task("echo", &json!({"x": 1}), TOKEN);
+
+    // The capability must exist before anyone pays for it.
+    let anonymous = Ask {
+        token: None,
+        ..ask.clone()
+    }
+    .send(client, None)
+    .await?;
+    assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED, "{anonymous:?}");
+    assert_eq!(anonymous.code()?, "task_access_required");
+
+    let unpaid = ask.send(client, None).await?;
+    assert_eq!(unpaid.status, StatusCode::PAYMENT_REQUIRED, "{unpaid:?}");
+    assert!(list_tasks(client, base, TOKEN).await?.is_empty());
+
+    let payment = ask.pay(client, X402Version::V2).await?;
+    let created = ask.send(client, Some(&payment)).await?;
+    assert_eq!(created.status, StatusCode::OK, "{created:?}");
+    let body = created.json()?;
+    assert_eq!(body["accessToken"], TOKEN);
+    assert_eq!(body["status"], "running");
+    let task_id = body["taskId"].as_str().ok_or("no taskId")?.to_owned();
+    let receipt = created
+        .header(payments::PAYMENT_RESPONSE)
+        .ok_or("no receipt")?
+        .to_owned();
+    assert_receipt(
+        &created.decoded(payments::PAYMENT_RESPONSE)?,
+        "eip155:84532",
+    )?;
+
+    // The receipt is stored with the task: a payer who lost the first answer reads it again.
+    let done = wait_for_task(client, base, TOKEN, &task_id, "completed").await?;
+    assert_eq!(done.json()?["result"]["output"], json!({"x": 1}));
+    assert_eq!(
+        done.header(payments::PAYMENT_RESPONSE),
+        Some(receipt.as_str())
+    );
+
+    let stranger = get(client, &format!("{base}/tasks/{task_id}"), OTHER_TOKEN).await?;
+    assert_eq!(stranger.status, StatusCode::NOT_FOUND, "{stranger:?}");
+    assert!(stranger.header(payments::PAYMENT_RESPONSE).is_none());
+    Ok(())
+}
+
+/// A hostile payment header: its name, its value, and a piece of it that must never be logged.
+struct Hostile {
+    name: &'static str,
+    value: HeaderValue,
+    secret: String,
+}
+
+fn hostile_headers(wrong_price: &PaymentHeader) -> Res<Vec<Hostile>> {
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+    let text = |name: &'static str, value: String| -> Res<Hostile> {
+        Ok(Hostile {
+            name,
+            value: HeaderValue::from_str(&value)?,
+            secret: value,
+        })
+    };
+    let not_json = b64(b"not json, hostile-2");
+    let future_version = b64(br#"{"x402Version":3,"tag":"hostile-3"}"#);
+    let wrong_types = b64(
+        br#"{"x402Version":2,"resource":[],"accepted":"hostile-4","payload":{"signature":7,"authorization":"x"}}"#,
+    );
+    let huge = "hostile5".repeat(9 * 1024 / 8);
+    let v1_garbage = b64(
+        br#"{"x402Version":1,"scheme":"exact","network":"base-sepolia","payload":{"signature":"0xhostile8"}}"#,
+    );
+    Ok(vec![
+        text(payments::PAYMENT_SIGNATURE, "!!!notbase64-hostile-1".into())?,
+        text(payments::PAYMENT_SIGNATURE, not_json)?,
+        text(payments::PAYMENT_SIGNATURE, future_version)?,
+        text(payments::PAYMENT_SIGNATURE, wrong_types)?,
+        Hostile {
+            name: payments::PAYMENT_SIGNATURE,
+            value: HeaderValue::from_str(&huge)?,
+            secret: "hostile5hostile5hostile5".into(),
+        },
+        Hostile {
+            name: payments::PAYMENT_SIGNATURE,
+            value: HeaderValue::from_bytes(b"hostile-6-\xff\xfe-caf\xc3\xa9")?,
+            secret: "hostile-6-".into(),
+        },
+        text(payments::X_PAYMENT, "###xpayment-hostile-7".into())?,
+        text(payments::X_PAYMENT, v1_garbage)?,
+        // A real, correctly signed credential for another price: refused offline.
+        text(wrong_price.name, wrong_price.value.clone())?,
+    ])
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_payment_headers_get_402s_and_are_never_logged() -> TestResult {
+    let cluster = Cluster::start(&[]).await?;
+    wait_for_skill(&cluster.gateway.base, "count").await?;
+    let client = &cluster.client;
+    let base = &cluster.gateway.base;
+    let wrong_price = Ask::invoke(base, "count", json!({"n": 1}))
+        .pay(client, X402Version::V2)
+        .await?;
+    let routes = [
+        cluster.invoke("echo", json!({"x": 1})),
+        cluster.task("echo", &json!({"x": 1}), TOKEN),
+    ];
+    let hostile = hostile_headers(&wrong_price)?;
+
+    for ask in &routes {
+        for header in &hostile {
+            let response = ask
+                .request(client)
+                .header(header.name, header.value.clone())
+                .send()
+                .await?;
+            let answer = Answer::read(response).await?;
+            let case = format!("{} on {}: {answer:?}", header.name, ask.url);
+            assert_eq!(answer.status, StatusCode::PAYMENT_REQUIRED, "{case}");
+            let reason = answer.json()?["error"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            assert!(
+                !reason.is_empty() && reason != CREDENTIAL_REQUIRED,
+                "the 402 says what was wrong: {case}"
+            );
+            let challenge = answer.decoded(payments::PAYMENT_REQUIRED)?;
+            assert_eq!(challenge["error"], reason.as_str(), "{case}");
+            assert!(!answer.text.contains(&header.secret), "echoed: {case}");
+        }
+    }
+
+    // Nothing reached the facilitator, nothing was reserved, and no log line shows a header.
+    assert_eq!(cluster.facilitator.stats().await?.verify, 0);
+    assert!(list_tasks(client, base, TOKEN).await?.is_empty());
+    assert_eq!(cluster.live_tasks().await?, 0);
+    let log = cluster.gateway.process.log();
+    assert!(!log.is_empty(), "the gateway logs at info");
+    for header in &hostile {
+        assert!(
+            !log.contains(&header.secret),
+            "the gateway log shows a {} value",
+            header.name
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn verify_failures_cancel_the_reservation_and_release_the_credential() -> TestResult {
+    let cluster = Cluster::start(&[]).await?;
+    let client = &cluster.client;
+    let base = &cluster.gateway.base;
+    let facilitator = &cluster.facilitator;
+    let balances = facilitator.balances().await?;
+
+    // Refused by the facilitator: 402 with its reason, the reserved task cancelled.
+    let refused_token = token("verify-refuse");
+    let ask = cluster.task("echo", &json!({"case": "refuse"}), &refused_token);
+    let payment = ask.pay(client, X402Version::V2).await?;
+    facilitator.set_faults(json!({"verify": "refuse"})).await?;
+    let refused = ask.send(client, Some(&payment)).await?;
+    assert_eq!(refused.status, StatusCode::PAYMENT_REQUIRED, "{refused:?}");
+    assert!(
+        refused.json()?["error"]
+            .as_str()
+            .is_some_and(|reason| reason.contains("injected_failure")),
+        "{refused:?}"
+    );
+    assert!(refused.header(payments::PAYMENT_RESPONSE).is_none());
+    wait_listed(client, base, &refused_token, "cancelled").await?;
+    assert_eq!(cluster.live_tasks().await?, 0);
+
+    // Nothing moved, so the same credential is good once the facilitator behaves.
+    facilitator.set_faults(json!({"verify": "none"})).await?;
+    let retried = ask.send(client, Some(&payment)).await?;
+    assert_eq!(retried.status, StatusCode::OK, "{retried:?}");
+    assert!(retried.header(payments::PAYMENT_RESPONSE).is_some());
+
+    // The facilitator failing: 503, the reservation cancelled, the credential given back.
+    let failed_token = token("verify-http500");
+    let ask = cluster.task("echo", &json!({"case": "http500"}), &failed_token);
+    let payment = ask.pay(client, X402Version::V2).await?;
+    facilitator.set_faults(json!({"verify": "http500"})).await?;
+    let failed = ask.send(client, Some(&payment)).await?;
+    assert_eq!(failed.status, StatusCode::SERVICE_UNAVAILABLE, "{failed:?}");
+    assert_eq!(failed.code()?, "payment_verification_failed");
+    assert!(failed.header(payments::PAYMENT_RESPONSE).is_none());
+    wait_listed(client, base, &failed_token, "cancelled").await?;
+    facilitator.set_faults(json!({"verify": "none"})).await?;
+    let retried = ask.send(client, Some(&payment)).await?;
+    assert_eq!(retried.status, StatusCode::OK, "{retried:?}");
+
+    // Only the two retries were charged.
+    assert_eq!(
+        facilitator.balances().await?,
+        (balances.0 - 2 * ECHO_PRICE, balances.1 + 2 * ECHO_PRICE)
+    );
+    assert_eq!(facilitator.stats().await?.settled, 2);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn settle_failures_never_give_the_credential_back() -> TestResult {
+    let cluster = Cluster::start(&[]).await?;
+    let client = &cluster.client;
+    let base = &cluster.gateway.base;
+    let facilitator = &cluster.facilitator;
+    let start = facilitator.balances().await?;
+
+    // Refused settlement: 402 settlement_failed, the task cancelled, nothing moved.
+    let refused_token = token("settle-refuse");
+    let ask = cluster.task("echo", &json!({"case": "refuse"}), &refused_token);
+    let payment = ask.pay(client, X402Version::V2).await?;
+    facilitator.set_faults(json!({"settle": "refuse"})).await?;
+    let refused = ask.send(client, Some(&payment)).await?;
+    assert_eq!(refused.status, StatusCode::PAYMENT_REQUIRED, "{refused:?}");
+    assert_eq!(refused.code()?, "settlement_failed");
+    assert!(refused.header(payments::PAYMENT_RESPONSE).is_none());
+    wait_listed(client, base, &refused_token, "cancelled").await?;
+    assert_eq!(facilitator.balances().await?, start);
+
+    // The facilitator failing: the outcome is unknown, so the credential stays spent.
+    let failed_token = token("settle-http500");
+    let ask = cluster.task("echo", &json!({"case": "http500"}), &failed_token);
+    let payment = ask.pay(client, X402Version::V2).await?;
+    facilitator.set_faults(json!({"settle": "http500"})).await?;
+    let failed = ask.send(client, Some(&payment)).await?;
+    assert_eq!(failed.status, StatusCode::SERVICE_UNAVAILABLE, "{failed:?}");
+    assert_eq!(failed.code()?, "task_execution_failed");
+    wait_listed(client, base, &failed_token, "cancelled").await?;
+    facilitator.set_faults(json!({"settle": "none"})).await?;
+    let settles = facilitator.stats().await?.settle;
+    assert_not_reaccepted(&ask.send(client, Some(&payment)).await?)?;
+    assert_eq!(
+        facilitator.stats().await?.settle,
+        settles,
+        "a replay never reaches the facilitator"
+    );
+    assert_eq!(facilitator.balances().await?, start);
+
+    // The answer lost after the funds moved: debited once, never again for this credential.
+    let dropped_token = token("settle-drop");
+    let ask = cluster.task("echo", &json!({"case": "drop"}), &dropped_token);
+    let payment = ask.pay(client, X402Version::V2).await?;
+    facilitator.set_faults(json!({"settle": "drop"})).await?;
+    let dropped = ask.send(client, Some(&payment)).await?;
+    assert_eq!(
+        dropped.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{dropped:?}"
+    );
+    assert_eq!(dropped.code()?, "task_execution_failed");
+    wait_listed(client, base, &dropped_token, "cancelled").await?;
+    facilitator.set_faults(json!({"settle": "none"})).await?;
+    assert_not_reaccepted(&ask.send(client, Some(&payment)).await?)?;
+    assert_eq!(
+        facilitator.balances().await?,
+        (start.0 - ECHO_PRICE, start.1 + ECHO_PRICE)
+    );
+    assert_eq!(facilitator.stats().await?.settled, 1);
+    assert_eq!(cluster.live_tasks().await?, 0);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_cluster_refuses_before_verifying_and_releases_the_credential() -> TestResult {
+    let cluster = Cluster::start(&[("MAX_TASKS", "1".to_owned())]).await?;
+    wait_for_skill(&cluster.gateway.base, "sleep").await?;
+    let client = &cluster.client;
+    let base = &cluster.gateway.base;
+
+    // A paid, long task takes the only slot.
+    let sleeper = cluster.task("sleep", &json!({"ms": 60_000}), TOKEN);
+    let payment = sleeper.pay(client, X402Version::V2).await?;
+    let sleeping = sleeper.send(client, Some(&payment)).await?;
+    assert_eq!(sleeping.status, StatusCode::OK, "{sleeping:?}");
+    let sleeping_id = sleeping.json()?["taskId"]
+        .as_str()
+        .ok_or("no taskId")?
+        .to_owned();
+    let verified = cluster.facilitator.stats().await?.verify;
+
+    let waiting = cluster.task("echo", &json!({"x": 2}), OTHER_TOKEN);
+    let payment = waiting.pay(client, X402Version::V2).await?;
+    let full = waiting.send(client, Some(&payment)).await?;
+    assert_eq!(full.status, StatusCode::SERVICE_UNAVAILABLE, "{full:?}");
+    assert_eq!(full.code()?, "task_capacity_exhausted");
+    assert!(full.header(payments::PAYMENT_RESPONSE).is_none());
+    assert_eq!(
+        cluster.facilitator.stats().await?.verify,
+        verified,
+        "capacity is checked before the facilitator is asked"
+    );
+
+    let cancelled = client
+        .post(format!("{base}/tasks/{sleeping_id}/cancel"))
+        .header("Task-Access-Token", TOKEN)
+        .send()
+        .await?;
+    assert_eq!(cancelled.status(), StatusCode::OK);
+
+    // The refused request's credential was released: the same header now buys the task.
+    let admitted = waiting.send(client, Some(&payment)).await?;
+    assert_eq!(admitted.status, StatusCode::OK, "{admitted:?}");
+    assert!(admitted.header(payments::PAYMENT_RESPONSE).is_some());
+    let task_id = admitted.json()?["taskId"]
+        .as_str()
+        .ok_or("no taskId")?
+        .to_owned();
+    wait_for_task(client, base, OTHER_TOKEN, &task_id, "completed").await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_settlement_keeps_the_gateways_claim_alive() -> TestResult {
+    // The claim lapses after 600 ms unless renewed; settlement takes 2.5 s.
+    let cluster = Cluster::start(&[("ADMISSION_LEASE_MS", "600".to_owned())]).await?;
+    let client = &cluster.client;
+    let base = &cluster.gateway.base;
+    cluster
+        .facilitator
+        .set_faults(json!({"settle": "slow", "slowMs": 2500}))
+        .await?;
+
+    let ask = cluster.task("echo", &json!({"slow": true}), TOKEN);
+    let payment = ask.pay(client, X402Version::V2).await?;
+    let created = ask.send(client, Some(&payment)).await?;
+    assert_eq!(created.status, StatusCode::OK, "{created:?}");
+    let body = created.json()?;
+    assert_eq!(
+        body["status"], "running",
+        "the claim was not reaped meanwhile"
+    );
+    assert!(created.header(payments::PAYMENT_RESPONSE).is_some());
+    let task_id = body["taskId"].as_str().ok_or("no taskId")?;
+    let done = wait_for_task(client, base, TOKEN, task_id, "completed").await?;
+    assert_eq!(done.json()?["result"]["output"], json!({"slow": true}));
+    assert_eq!(cluster.facilitator.stats().await?.settled, 1);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_credential_buys_one_run_across_two_gateways() -> TestResult {
+    let cluster = Cluster::start(&[]).await?;
+    let second = cluster.another_gateway("g2", &[]).await?;
+    wait_for_skill(&second.base, "echo").await?;
+    let client = &cluster.client;
+    let payer_before = cluster.facilitator.balance(PAYER).await?;
+
+    let ask = cluster.invoke("echo", json!({"race": true}));
+    let payment = ask.pay(client, X402Version::V2).await?;
+    let mut runs = Vec::new();
+    for i in 0..50 {
+        let ask = if i % 2 == 0 {
+            ask.clone()
+        } else {
+            ask.on(&cluster.gateway.base, &second.base)
+        };
+        let client = client.clone();
+        let payment = payment.clone();
+        runs.push(tokio::spawn(async move {
+            ask.send(&client, Some(&payment))
+                .await
+                .map_err(|err| err.to_string())
+        }));
+    }
+    let mut paid = 0;
+    let mut refused = 0;
+    let mut in_progress = 0;
+    for run in futures::future::join_all(runs).await {
+        let answer = run??;
+        match answer.status {
+            StatusCode::OK => {
+                assert_receipt(&answer.decoded(payments::PAYMENT_RESPONSE)?, "eip155:84532")?;
+                assert_eq!(answer.json()?["output"], json!({"race": true}));
+                paid += 1;
+            }
+            StatusCode::PAYMENT_REQUIRED => {
+                assert_not_reaccepted(&answer)?;
+                refused += 1;
+            }
+            StatusCode::CONFLICT => {
+                assert_not_reaccepted(&answer)?;
+                in_progress += 1;
+            }
+            _ => return Err(format!("unexpected answer to a replay: {answer:?}").into()),
+        }
+    }
+    assert_eq!(paid, 1, "402s: {refused}, 409s: {in_progress}");
+    assert_eq!(refused + in_progress, 49);
+    assert_eq!(cluster.facilitator.stats().await?.settled, 1);
+    assert_eq!(
+        cluster.facilitator.balance(PAYER).await?,
+        payer_before - ECHO_PRICE
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gateway_dying_after_the_receipt_loses_no_paid_task() -> TestResult {
+    let mut cluster = Cluster::start(&[
+        ("GATEWAY_FAULT_POINT", "after-receipt".to_owned()),
+        ("ADMISSION_LEASE_MS", "1000".to_owned()),
+    ])
+    .await?;
+    let healthy = cluster.another_gateway("g-healthy", &[]).await?;
+    let client = &cluster.client;
+
+    let ask = cluster.task("echo", &json!({"survived": true}), TOKEN);
+    let payment = ask.pay(client, X402Version::V2).await?;
+    let sent = ask
+        .request(client)
+        .header(payment.name, &payment.value)
+        .send()
+        .await;
+    assert!(sent.is_err(), "the gateway answered: {sent:?}");
+    let exit = cluster.gateway.process.wait_exit(PATIENCE)?;
+    assert!(!exit.success(), "the gateway aborted: {exit}");
+
+    // The stored receipt committed the task: recovery queues it once the claim lapses.
+    let task = wait_listed(client, &healthy.base, TOKEN, "completed").await?;
+    assert_eq!(task["result"]["output"], json!({"survived": true}));
+    let task_id = task["taskId"].as_str().ok_or("no taskId")?;
+    let read = get(client, &format!("{}/tasks/{task_id}", healthy.base), TOKEN).await?;
+    assert_eq!(read.status, StatusCode::OK, "{read:?}");
+    assert_receipt(&read.decoded(payments::PAYMENT_RESPONSE)?, "eip155:84532")?;
+    assert_eq!(cluster.facilitator.stats().await?.settled, 1);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gateway_dying_between_settle_and_receipt_never_reuses_the_credential() -> TestResult {
+    let mut cluster = Cluster::start(&[
+        ("GATEWAY_FAULT_POINT", "after-settle".to_owned()),
+        ("ADMISSION_LEASE_MS", "1000".to_owned()),
+    ])
+    .await?;
+    let healthy = cluster.another_gateway("g-healthy", &[]).await?;
+    let client = &cluster.client;
+    let payer_before = cluster.facilitator.balance(PAYER).await?;
+
+    let ask = cluster.task("echo", &json!({"lost": true}), TOKEN);
+    let payment = ask.pay(client, X402Version::V2).await?;
+    let sent = ask
+        .request(client)
+        .header(payment.name, &payment.value)
+        .send()
+        .await;
+    assert!(sent.is_err(), "the gateway answered: {sent:?}");
+    let exit = cluster.gateway.process.wait_exit(PATIENCE)?;
+    assert!(!exit.success(), "the gateway aborted: {exit}");
+
+    // The task was never committed to run: reaped to cancelled, still readable by its owner.
+    let task = wait_listed(client, &healthy.base, TOKEN, "cancelled").await?;
+    let task_id = task["taskId"].as_str().ok_or("no taskId")?;
+    let read = get(client, &format!("{}/tasks/{task_id}", healthy.base), TOKEN).await?;
+    assert_eq!(read.status, StatusCode::OK, "{read:?}");
+    // The known gap: the settlement happened, but its receipt died with the gateway.
+    assert!(read.header(payments::PAYMENT_RESPONSE).is_none());
+
+    // The funds moved once, and the credential stays spent on every gateway.
+    assert_not_reaccepted(
+        &ask.on(&cluster.gateway.base, &healthy.base)
+            .send(client, Some(&payment))
+            .await?,
+    )?;
+    assert_eq!(cluster.facilitator.stats().await?.settled, 1);
+    assert_eq!(
+        cluster.facilitator.balance(PAYER).await?,
+        payer_before - ECHO_PRICE
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn half_configured_payments_stop_the_gateway_with_one_line() -> TestResult {
+    // Cluster mode: embedded mode ignores payment settings altogether.
+    let redis = RedisServer::start()?;
+    for (set, missing) in [
+        (("PAY_TO", PAYEE.to_owned()), "FACILITATOR_URL"),
+        (
+            ("FACILITATOR_URL", "http://127.0.0.1:9".to_owned()),
+            "PAY_TO",
+        ),
+    ] {
+        let port = free_port()?;
+        let mut gateway = ServiceProcess::start(
+            "gateway",
+            &format!("g-without-{missing}"),
+            &[],
+            &[
+                ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
+                ("REDIS_URL", redis.url()),
+                set,
+            ],
+        )?;
+        let exit = gateway.wait_exit(PATIENCE)?;
+        let log = gateway.log();
+        assert!(!exit.success(), "{exit}: {log}");
+        let lines: Vec<&str> = log.lines().filter(|line| line.contains(missing)).collect();
+        assert_eq!(lines.len(), 1, "one line names {missing}: {log}");
+        assert!(lines[0].starts_with("gateway: "), "{log}");
+    }
+    Ok(())
+}
