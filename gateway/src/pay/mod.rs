@@ -162,37 +162,37 @@ pub struct Payment<'a> {
 /// The gate's first word on a request for `entrypoint` through `route`: `Ok(None)` when the
 /// route is free, `Ok(Some(payment))` when it is priced and paid for (so far: offline checks
 /// only), and the answer to send otherwise (a `402` challenge, or `503` when this gateway
-/// takes no payments).
+/// takes no payments), boxed: it is a whole HTTP answer.
 pub fn check<'a>(
     state: &'a crate::state::AppState,
     entrypoint: &shared::registry::EntrypointInfo,
     route: Priced,
     headers: &axum::http::HeaderMap,
     uri: &axum::http::Uri,
-) -> Result<Option<Payment<'a>>, axum::response::Response> {
+) -> Result<Option<Payment<'a>>, Box<axum::response::Response>> {
     use axum::response::IntoResponse;
 
     let Some(price) = price::price_of(entrypoint, route) else {
         return Ok(None);
     };
     let Some(gate) = state.payments.as_deref() else {
-        return Err(price::payments_disabled().into_response());
+        return Err(Box::new(price::payments_disabled().into_response()));
     };
     let origin = crate::routes::card::origin::request_origin(headers, uri, &state.config.listen);
     let resource = format!("{origin}{}", uri.path());
     let terms = gate
         .terms(entrypoint, price, resource)
-        .map_err(IntoResponse::into_response)?;
+        .map_err(|err| Box::new(err.into_response()))?;
     match credential::read(headers, &terms) {
         Ok(Some(checked)) => Ok(Some(Payment {
             gate,
             terms,
             checked,
         })),
-        Ok(None) => Err(challenge::payment_required(
+        Ok(None) => Err(Box::new(challenge::payment_required(
             &terms,
             challenge::CREDENTIAL_REQUIRED,
-        )),
-        Err(reason) => Err(challenge::payment_required(&terms, &reason)),
+        ))),
+        Err(reason) => Err(Box::new(challenge::payment_required(&terms, &reason))),
     }
 }

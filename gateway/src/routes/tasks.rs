@@ -126,7 +126,7 @@ async fn create(
         let payment = match pay::check(&state, &entrypoint, pay::Priced::Task, &headers, &uri) {
             Ok(Some(payment)) => payment,
             Ok(None) => return Err(ApiError::internal()),
-            Err(answer) => return Ok(answer),
+            Err(answer) => return Ok(*answer),
         };
         return Ok(create_paid(&state, &entrypoint.key, token, request, input, payment).await);
     } else {

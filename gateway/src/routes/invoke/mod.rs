@@ -71,7 +71,7 @@ fn gate<'a>(
     kind: Kind,
     headers: &HeaderMap,
     uri: &Uri,
-) -> Result<Option<pay::Payment<'a>>, Response> {
+) -> Result<Option<pay::Payment<'a>>, Box<Response>> {
     let route = match kind {
         Kind::Invoke => pay::Priced::Invoke,
         Kind::Stream => pay::Priced::Stream,

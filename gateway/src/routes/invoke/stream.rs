@@ -63,7 +63,8 @@ async fn handle(
             &json!({"error": {"code": ErrorCode::StreamNotSupported, "key": key}}),
         ));
     }
-    let payment = gate(&state, &entrypoint, Kind::Stream, request.headers(), uri)?;
+    let payment = gate(&state, &entrypoint, Kind::Stream, request.headers(), uri)
+        .map_err(|answer| *answer)?;
     let body = read_json(request)
         .await
         .map_err(IntoResponse::into_response)?;
