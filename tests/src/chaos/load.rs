@@ -288,8 +288,10 @@ impl Load {
                 lock(&self.cancel_acknowledged).insert(task_id.to_owned());
             }
             // `invalid_state`: already terminal, because the task finished first or because an
-            // earlier try of this cancel landed and its answer was lost.
-            400 if answer["error"]["code"] == "invalid_state" => {}
+            // earlier try of this cancel landed and its answer was lost (400), or because it
+            // finished between the gateway's read and its compare-and-set (409, upstream's
+            // answer to a lost race).
+            400 | 409 if answer["error"]["code"] == "invalid_state" => {}
             _ => self.violation(format!("cancel of {task_id} answered {status}: {text}")),
         }
     }
