@@ -30,7 +30,7 @@ use payments::wire::facilitator::FacilitatorRequest;
 use payments::{Credential, Terms, X402Version};
 use serde_json::Value;
 use shared::credentials::{ClaimOutcome, CredentialState};
-use shared::protocol::{ErrorCode, TaskStatus};
+use shared::protocol::{ErrorCode, Task, TaskStatus};
 use shared::store::{Admission, CasOutcome, Lease, ReceiptRecorded, TaskStore, Transition};
 use shared::telemetry::metrics;
 use tokio::task::JoinHandle;
@@ -54,6 +54,8 @@ pub struct Paid {
     /// `Running` once handed off; a terminal status when the task ended before it could run
     /// (its claim was lost after settlement): the caller answers 200 with it.
     pub status: TaskStatus,
+    /// The task as created (status `running`), for callers that follow it.
+    pub created: Task,
     pub receipt: Receipt,
 }
 
@@ -125,7 +127,7 @@ pub async fn admit_paid(
     };
 
     // Durable state before the facilitator is asked anything.
-    if let Err(err) = admit::create_as(
+    let created = match admit::create_as(
         state,
         admit,
         task_id.clone(),
@@ -135,9 +137,12 @@ pub async fn admit_paid(
     )
     .await
     {
-        release().await;
-        return Err(err.into());
-    }
+        Ok(task) => task,
+        Err(err) => {
+            release().await;
+            return Err(err.into());
+        }
+    };
     let holder = format!("gateway:{task_id}");
     let lease = match store
         .claim_execution(&task_id, &holder, gate.admission_lease)
@@ -237,34 +242,26 @@ pub async fn admit_paid(
     FaultPoint::trip(gate.fault_point, FaultPoint::AfterSettle);
     let receipt = Receipt::of(credential.version, &settlement);
     tracing::info!(%task_id, payer = %checked.payer, transaction = %settlement.transaction, "payment settled");
-    if let Err(err) = gate
-        .credentials
-        .advance(
+    // The credential record and the task are written at once: independent keys, and the
+    // answer waits for both anyway.
+    let (settled, recorded) = tokio::join!(
+        gate.credentials.advance(
             &nonce_key,
             &task_id,
             CredentialState::Settling,
             CredentialState::Settled,
             Some(&receipt.value),
-        )
-        .await
-    {
+        ),
+        record_receipt(store.as_ref(), &lease, &receipt),
+    );
+    if let Err(err) = settled {
         // The record stays `settling`, which refuses reuse just as well.
         tracing::warn!(%task_id, error = %err, "could not mark a credential settled");
     }
-    let recorded = record_receipt(store.as_ref(), &lease, &receipt).await;
     let status = match recorded {
+        // Stored and queued in one step: it runs.
         Some(ReceiptRecorded::Committed) => {
             FaultPoint::trip(gate.fault_point, FaultPoint::AfterReceipt);
-            match store.hand_off(&lease).await {
-                Ok(true) => {}
-                // The claim lapsed after the receipt committed the task: recovery queues it.
-                Ok(false) => {
-                    tracing::warn!(%task_id, "paid task's claim lapsed; recovery will queue it")
-                }
-                Err(err) => {
-                    tracing::warn!(%task_id, error = %err, "paid task hand-off failed; recovery will queue it")
-                }
-            }
             TaskStatus::Running
         }
         Some(ReceiptRecorded::Attached) => {
@@ -287,6 +284,7 @@ pub async fn admit_paid(
     Ok(Paid {
         task_id,
         status,
+        created,
         receipt,
     })
 }

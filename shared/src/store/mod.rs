@@ -78,11 +78,11 @@ pub trait TaskStore: Send + Sync + 'static {
     /// released and the task becomes `queued` for any worker. Fenced.
     async fn hand_off(&self, lease: &Lease) -> Result<bool, StoreError>;
 
-    /// Stores the receipt of the payment that admitted a task, before it is handed off: with
-    /// `lease` still live and `prepared`, the task is committed to run from here on, so a
-    /// gateway that dies before [`TaskStore::hand_off`] leaves a task that recovery queues,
-    /// not one that reaping cancels. On a task whose claim is gone the receipt is attached
-    /// anyway: a settled payment's receipt is never dropped.
+    /// Stores the receipt of the payment that admitted a task and, with `lease` still live and
+    /// `prepared`, hands the task to the ready queue in the same atomic step (what
+    /// [`TaskStore::hand_off`] does), so no crash falls between a stored receipt and a queued
+    /// task. On a task whose claim is gone the receipt is attached anyway: a settled
+    /// payment's receipt is never dropped.
     async fn record_receipt(
         &self,
         lease: &Lease,

@@ -133,8 +133,8 @@ pub struct StoredTask {
 /// What [`super::TaskStore::record_receipt`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReceiptRecorded {
-    /// Stored, and the admitting claim was still live: the task is now committed to run (an
-    /// expired claim goes back to the ready queue instead of being cancelled).
+    /// Stored, and the admitting claim was still live: the task was handed to the ready queue
+    /// in the same step (it was paid for: it runs).
     Committed,
     /// Stored on a task whose admitting claim was lost (reaped, cancelled): the payer reads
     /// the receipt with the task's terminal status.

@@ -222,9 +222,9 @@ pub async fn concurrent_sweeps_recover_each_task_once(h: &impl Harness) -> TestR
     Ok(())
 }
 
-/// A paid task whose receipt was stored while the gateway's claim was live is committed to
-/// run: when that gateway dies before the hand-off, recovery queues it instead of cancelling
-/// it, and the receipt stays with the task.
+/// A paid task whose receipt was stored while the gateway's claim was live is handed to the
+/// ready queue in the same step: nothing is left for a gateway's death to lose, reaping never
+/// cancels it, and the receipt stays with the task.
 pub async fn a_receipt_commits_a_claimed_reservation_to_run(h: &impl Harness) -> TestResult {
     let fx = Fx::new(h).await?;
     let id = fx.reserved("a", LONG).await?;
@@ -233,13 +233,17 @@ pub async fn a_receipt_commits_a_claimed_reservation_to_run(h: &impl Harness) ->
         fx.store.record_receipt(&claim.lease, "receipt-1").await?,
         ReceiptRecorded::Committed
     );
-    outlive(SHORT).await;
-
-    let report = fx.store.recover_expired(100).await?;
-    assert_eq!(report.requeued, [id.as_str()]);
-    assert!(report.cancelled.is_empty(), "{report:?}");
     let stored = fx.stored(&id).await?;
     assert_eq!(stored.phase, Phase::Queued);
+    assert_eq!(stored.lease, None);
+    assert_eq!(fx.queue_depth().await?, 1);
+    // The released claim is no one's; its expiry changes nothing.
+    assert!(!fx.store.hand_off(&claim.lease).await?);
+    outlive(SHORT).await;
+    assert_eq!(fx.store.reap_expired_admissions().await?, 0);
+    assert!(fx.store.recover_expired(100).await?.is_empty());
+
+    let stored = fx.stored(&id).await?;
     assert_eq!(stored.task.status, TaskStatus::Running);
     assert_eq!(stored.receipt.as_deref(), Some("receipt-1"));
     let run = fx.take("w1", LONG).await?;

@@ -191,19 +191,12 @@ async fn start_paid_run(
             return Err(response);
         }
     };
-    let opened = async {
-        let task = state
-            .store
-            .get(&paid.task_id)
-            .await?
-            .map(|stored| stored.task)
-            .ok_or_else(ApiError::internal)?;
-        let watch = watch::Watch::open(state.store.clone(), &paid.task_id, &owner).await?;
-        Ok::<_, ApiError>((task, watch))
-    }
-    .await;
+    // The watch starts from a snapshot: a run that ended meanwhile (or that could not run
+    // after settlement) reads as ended.
+    let opened = watch::Watch::open(state.store.clone(), &paid.task_id, &owner).await;
+    let task = paid.created;
     match opened {
-        Ok((task, watch)) => Ok((
+        Ok(watch) => Ok((
             Run {
                 guard: CancelOnDrop::new(state.store.clone(), &task.task_id, entrypoint),
                 task,

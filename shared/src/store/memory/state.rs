@@ -221,7 +221,8 @@ impl State {
         };
         entry.stored.receipt = Some(receipt.to_owned());
         if entry.holds(lease, now) && entry.stored.phase == Phase::Prepared {
-            entry.stored.handed_off = true;
+            self.enqueue(&lease.task_id);
+            self.reindex(&lease.task_id);
             ReceiptRecorded::Committed
         } else {
             ReceiptRecorded::Attached

@@ -389,6 +389,10 @@ impl TaskStore for RedisStore {
                     .scripts
                     .record_receipt
                     .key(self.inner.core.keys.task(&lease.task_id))
+                    .key(self.inner.core.keys.leases())
+                    .key(self.inner.core.keys.queue(&lease.entrypoint))
+                    .key(self.inner.core.keys.wake(&lease.entrypoint))
+                    .arg(&lease.task_id)
                     .arg(&lease.owner_id)
                     .arg(lease.epoch)
                     .arg(receipt),
