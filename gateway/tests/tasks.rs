@@ -10,9 +10,16 @@ use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, Method, Request, StatusCode, header};
 use gateway::config::GatewayConfig;
+use gateway::pay::Gate;
 use gateway::state::AppState;
 use http_body_util::BodyExt;
+use payments::payer::Challenge;
+use payments::wire::facilitator::{
+    FacilitatorRequest, SettleResponse, SupportedResponse, VerifyResponse,
+};
+use payments::{Facilitator, LocalPayer};
 use serde_json::{Value, json};
+use shared::credentials::MemoryCredentials;
 use shared::protocol::TaskStatus;
 use shared::registry::{EntrypointInfo, MemoryRegistry, Price, WorkerEntry, WorkerRegistry};
 use shared::store::{
@@ -995,8 +1002,18 @@ async fn subscriptions_end_after_the_safety_timeout() -> TestResult {
 // ----- paid entrypoints -----
 
 /// A store that claims durability (the in-memory store underneath), for the paths that only
-/// look at `durability()`.
-struct ClaimsDurable(MemoryStore);
+/// look at `durability()`, and that can fail the one write after a payment settled.
+struct ClaimsDurable(MemoryStore, ReceiptFault);
+
+/// What happens to the receipt write of a paid admission.
+#[derive(Clone, Copy, PartialEq)]
+enum ReceiptFault {
+    None,
+    /// The gateway's claim was lost just before (the task was cancelled meanwhile).
+    ClaimLost,
+    /// The store cannot be reached.
+    Unavailable,
+}
 
 #[async_trait]
 impl TaskStore for ClaimsDurable {
@@ -1038,6 +1055,22 @@ impl TaskStore for ClaimsDurable {
         lease: &Lease,
         receipt: &str,
     ) -> Result<shared::store::ReceiptRecorded, StoreError> {
+        match self.1 {
+            ReceiptFault::None => {}
+            ReceiptFault::ClaimLost => {
+                self.0
+                    .compare_and_set(
+                        &lease.task_id,
+                        &[TaskStatus::Running],
+                        Transition::cancelled(),
+                        None,
+                    )
+                    .await?;
+            }
+            ReceiptFault::Unavailable => {
+                return Err(StoreError::Unavailable("injected".into()));
+            }
+        }
         self.0.record_receipt(lease, receipt).await
     }
     async fn activate_execution(
@@ -1113,6 +1146,14 @@ impl TaskStore for ClaimsDurable {
 /// A gateway over `store` whose registry advertises a priced `paid` entrypoint (no worker
 /// runs it). Built from the embedded state so fields added to `AppState` later need no change.
 async fn paid_gateway(store: Arc<dyn TaskStore>) -> TestResult<Gateway> {
+    paid_gateway_with(store, None).await
+}
+
+/// [`paid_gateway`] with a payment gate.
+async fn paid_gateway_with(
+    store: Arc<dyn TaskStore>,
+    payments: Option<Arc<Gate>>,
+) -> TestResult<Gateway> {
     let registry = Arc::new(MemoryRegistry::new());
     let entry = WorkerEntry {
         worker_id: "paid-worker".into(),
@@ -1138,6 +1179,7 @@ async fn paid_gateway(store: Arc<dyn TaskStore>) -> TestResult<Gateway> {
     let state = AppState {
         store,
         registry,
+        payments,
         ..embedded
     };
     Ok(Gateway {
@@ -1166,7 +1208,7 @@ async fn paid_tasks_need_a_durable_store_then_a_token_then_payments() -> TestRes
     let (status, _) = call(&process, None).await?;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
 
-    let durable = paid_gateway(Arc::new(ClaimsDurable(memory()))).await?;
+    let durable = paid_gateway(Arc::new(ClaimsDurable(memory(), ReceiptFault::None))).await?;
     let (status, body) = call(&durable, None).await?;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert_eq!(body["error"]["code"], "task_access_required");
@@ -1176,4 +1218,142 @@ async fn paid_tasks_need_a_durable_store_then_a_token_then_payments() -> TestRes
     assert_eq!(body["error"]["code"], "payment_capability_unsupported");
     process.stop().await?;
     durable.stop().await
+}
+
+// ----- after the settlement -----
+
+/// A facilitator in the test process: accepts every credential and settles it.
+struct AcceptAll;
+
+#[async_trait]
+impl Facilitator for AcceptAll {
+    async fn verify(
+        &self,
+        _: &FacilitatorRequest,
+    ) -> Result<VerifyResponse, payments::FacilitatorError> {
+        Ok(VerifyResponse {
+            is_valid: true,
+            invalid_reason: None,
+            payer: None,
+        })
+    }
+    async fn settle(
+        &self,
+        _: &FacilitatorRequest,
+    ) -> Result<SettleResponse, payments::FacilitatorError> {
+        Ok(SettleResponse {
+            success: true,
+            error_reason: None,
+            payer: None,
+            transaction: "0x01".into(),
+            network: "eip155:84532".into(),
+            amount: None,
+        })
+    }
+    async fn supported(&self) -> Result<SupportedResponse, payments::FacilitatorError> {
+        Err(payments::FacilitatorError::Unreachable)
+    }
+}
+
+/// `paid_gateway` over a store with `fault`, taking payments through [`AcceptAll`].
+async fn paying_gateway(fault: ReceiptFault) -> TestResult<Gateway> {
+    let store = Arc::new(ClaimsDurable(
+        MemoryStore::new(MemoryStoreConfig::default()),
+        fault,
+    ));
+    let gate = Gate::new(
+        "0x70997970C51812dc3A010C7d01b50e0d17dc79C8".parse()?,
+        payments::Network::find("base-sepolia").ok_or_else(|| fail("no base-sepolia"))?,
+        Arc::new(AcceptAll),
+        Arc::new(MemoryCredentials::default()),
+        &GatewayConfig::for_tests(),
+    );
+    paid_gateway_with(store, Some(Arc::new(gate))).await
+}
+
+/// Sends a paid `POST /tasks` for `paid`: first unpaid for the challenge, then with a
+/// credential signed by the Anvil test key #0.
+async fn pay_for_task(gw: &Gateway) -> TestResult<Reply> {
+    let body = message("paid", "{}");
+    let challenge = gw.post_json("/tasks", Some(TOKEN), &body).await?;
+    challenge.expect_status(StatusCode::PAYMENT_REQUIRED)?;
+    let header = challenge
+        .headers
+        .get("payment-required")
+        .and_then(|value| value.to_str().ok())
+        .ok_or_else(|| fail("no PAYMENT-REQUIRED"))?;
+    let challenge = Challenge::from_response(Some(header), &challenge.body)?;
+    let payer =
+        LocalPayer::from_hex("0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80")?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs();
+    let credential = payer.answer(&challenge, None, now)?;
+    let mut paid = request(
+        Method::POST,
+        "/tasks",
+        Some(TOKEN),
+        Body::from(body.to_string()),
+    )?;
+    paid.headers_mut()
+        .insert(credential.name, credential.value.parse()?);
+    gw.send(paid).await
+}
+
+/// Upstream: an execution start failing after an irreversible settlement answers 200 with the
+/// task's real terminal status and the receipt, never an error that would drop either.
+#[tokio::test]
+async fn a_claim_lost_after_settlement_answers_the_cancelled_task_with_its_receipt() -> TestResult {
+    let gw = paying_gateway(ReceiptFault::ClaimLost).await?;
+    let reply = pay_for_task(&gw).await?;
+    reply.expect_status(StatusCode::OK)?;
+    let body = reply.json()?;
+    assert_eq!(body["status"], "cancelled", "{body}");
+    assert_eq!(body["accessToken"], TOKEN);
+    let receipt = reply
+        .headers
+        .get("payment-response")
+        .ok_or_else(|| fail("no receipt"))?
+        .clone();
+    // The receipt is stored with the task: its owner reads it again.
+    let task_id = body["taskId"].as_str().ok_or_else(|| fail("no taskId"))?;
+    let read = gw.get(&format!("/tasks/{task_id}"), Some(TOKEN)).await?;
+    read.expect_status(StatusCode::OK)?;
+    assert_eq!(read.json()?["status"], "cancelled");
+    assert_eq!(read.headers.get("payment-response"), Some(&receipt));
+    gw.stop().await
+}
+
+/// Upstream: a terminal status is never invented. When the task's state cannot be written
+/// after settlement, the answer is 503 task_terminalization_failed with the capability and
+/// the receipt, so the payer can reconcile.
+#[tokio::test]
+async fn an_unwritable_task_after_settlement_is_never_given_an_invented_status() -> TestResult {
+    let gw = paying_gateway(ReceiptFault::Unavailable).await?;
+    let reply = pay_for_task(&gw).await?;
+    reply.expect_status(StatusCode::SERVICE_UNAVAILABLE)?;
+    let body = reply.json()?;
+    assert_eq!(
+        body["error"]["code"], "task_terminalization_failed",
+        "{body}"
+    );
+    assert_eq!(body["accessToken"], TOKEN);
+    assert!(body["taskId"].is_string(), "{body}");
+    assert!(body.get("status").is_none(), "{body}");
+    assert!(reply.headers.contains_key("payment-response"));
+    gw.stop().await
+}
+
+/// The happy path in process: 200 running with the receipt, and only the receipt header is
+/// added to the answer.
+#[tokio::test]
+async fn a_settled_task_is_handed_off_with_its_receipt() -> TestResult {
+    let gw = paying_gateway(ReceiptFault::None).await?;
+    let reply = pay_for_task(&gw).await?;
+    reply.expect_status(StatusCode::OK)?;
+    assert_eq!(reply.json()?["status"], "running");
+    assert!(reply.headers.contains_key("payment-response"));
+    assert!(!reply.headers.contains_key("x-payment-response"));
+    assert!(!reply.headers.contains_key("payment-required"));
+    gw.stop().await
 }
