@@ -1154,7 +1154,7 @@ async fn a_gateway_dying_after_the_receipt_loses_no_paid_task() -> TestResult {
     let exit = cluster.gateway.process.wait_exit(PATIENCE)?;
     assert!(!exit.success(), "the gateway aborted: {exit}");
 
-    // The stored receipt committed the task: recovery queues it once the claim lapses.
+    // The receipt write queued the task in the same script: it runs although the gateway died.
     let task = wait_listed(client, &healthy.base, TOKEN, "completed").await?;
     assert_eq!(task["result"]["output"], json!({"survived": true}));
     let task_id = task["taskId"].as_str().ok_or("no taskId")?;
