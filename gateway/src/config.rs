@@ -108,6 +108,11 @@ pub struct GatewayConfig {
     #[arg(long, env = "ADMISSION_LEASE_MS", default_value_t = 30_000)]
     pub admission_lease_ms: u64,
 
+    /// How often this gateway looks for settle answers that were lost (a gateway died
+    /// mid-settlement, or the facilitator never answered), in milliseconds; 0 disables it.
+    #[arg(long, env = "SETTLEMENT_RECOVERY_MS", default_value_t = 5_000)]
+    pub settlement_recovery_ms: u64,
+
     /// Crash testing only: the process aborts at this point of a paid admission, as a
     /// SIGKILL would stop it (`after-settle`: the facilitator settled, the receipt is not
     /// stored yet; `after-receipt`: the receipt is stored and the task queued, the answer not

@@ -42,6 +42,18 @@ async fn main() -> anyhow::Result<()> {
             };
             if let Some(gate) = &payments {
                 tracing::info!(pay_to = %gate.pay_to, network = gate.network.name, "priced routes take x402 payments");
+                if config.settlement_recovery_ms > 0 {
+                    // A record is looked up once no settle call can still be running for it.
+                    let grace = Duration::from_millis(config.facilitator_timeout_ms)
+                        + Duration::from_secs(2);
+                    background.spawn(gateway::pay::recovery::run(
+                        gate.clone(),
+                        Arc::new(store.clone()),
+                        Duration::from_millis(config.settlement_recovery_ms),
+                        grace,
+                        shutdown.clone(),
+                    ));
+                }
             }
             AppState {
                 payments,

@@ -1073,6 +1073,13 @@ impl TaskStore for ClaimsDurable {
         }
         self.0.record_receipt(lease, receipt).await
     }
+    async fn attach_receipt(
+        &self,
+        task_id: &str,
+        receipt: &str,
+    ) -> Result<shared::store::ReceiptRecorded, StoreError> {
+        self.0.attach_receipt(task_id, receipt).await
+    }
     async fn activate_execution(
         &self,
         lease: &Lease,

@@ -1166,13 +1166,21 @@ async fn a_gateway_dying_after_the_receipt_loses_no_paid_task() -> TestResult {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_gateway_dying_between_settle_and_receipt_never_reuses_the_credential() -> TestResult {
+async fn a_gateway_dying_between_settle_and_receipt_loses_nothing() -> TestResult {
+    // The dead gateway's claim outlives the healthy gateway's settlement recovery (facilitator
+    // timeout 1 s + 2 s, swept every 200 ms), so the recovered receipt commits the task to run.
+    let recovery = [
+        ("FACILITATOR_TIMEOUT_MS", "1000".to_owned()),
+        ("SETTLEMENT_RECOVERY_MS", "200".to_owned()),
+    ];
     let mut cluster = Cluster::start(&[
         ("GATEWAY_FAULT_POINT", "after-settle".to_owned()),
-        ("ADMISSION_LEASE_MS", "1000".to_owned()),
+        ("ADMISSION_LEASE_MS", "8000".to_owned()),
+        recovery[0].clone(),
+        recovery[1].clone(),
     ])
     .await?;
-    let healthy = cluster.another_gateway("g-healthy", &[]).await?;
+    let healthy = cluster.another_gateway("g-healthy", &recovery).await?;
     let client = &cluster.client;
     let payer_before = cluster.facilitator.balance(PAYER).await?;
 
@@ -1187,13 +1195,14 @@ async fn a_gateway_dying_between_settle_and_receipt_never_reuses_the_credential(
     let exit = cluster.gateway.process.wait_exit(PATIENCE)?;
     assert!(!exit.success(), "the gateway aborted: {exit}");
 
-    // The task was never committed to run: reaped to cancelled, still readable by its owner.
-    let task = wait_listed(client, &healthy.base, TOKEN, "cancelled").await?;
+    // The healthy gateway looked the lost settlement up, stored the receipt with the task and
+    // committed it to run; the worker's recovery queued it when the dead claim expired.
+    let task = wait_listed(client, &healthy.base, TOKEN, "completed").await?;
+    assert_eq!(task["result"]["output"], json!({"lost": true}));
     let task_id = task["taskId"].as_str().ok_or("no taskId")?;
     let read = get(client, &format!("{}/tasks/{task_id}", healthy.base), TOKEN).await?;
     assert_eq!(read.status, StatusCode::OK, "{read:?}");
-    // The known gap: the settlement happened, but its receipt died with the gateway.
-    assert!(read.header(payments::PAYMENT_RESPONSE).is_none());
+    assert_receipt(&read.decoded(payments::PAYMENT_RESPONSE)?, "eip155:84532")?;
 
     // The funds moved once, and the credential stays spent on every gateway.
     assert_not_reaccepted(

@@ -16,6 +16,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/verify", post(x402::verify))
         .route("/settle", post(x402::settle))
+        .route("/settlement", post(x402::settlement))
         .route("/supported", get(x402::supported))
         .route("/health", get(control::health))
         .route("/balances/{address}", get(control::balance))

@@ -9,7 +9,8 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use payments::terms::SCHEME_EXACT;
 use payments::wire::facilitator::{
-    FacilitatorRequest, SettleResponse, SupportedKind, SupportedResponse, VerifyResponse,
+    FacilitatorRequest, SettleResponse, SettlementLookup, SupportedKind, SupportedResponse,
+    VerifyResponse,
 };
 use serde_json::json;
 
@@ -145,4 +146,39 @@ fn dropped_connection() -> Response {
         Err::<Bytes, std::io::Error>(std::io::Error::other("injected connection drop"))
     });
     Response::new(Body::from_stream(failing))
+}
+
+/// `POST /settlement` (this project's extension; x402 has no such call): was the request's
+/// credential settled, and with what answer? It never settles anything, so a gateway that lost
+/// a settle answer can recover the receipt without risking a settlement nobody asked for.
+pub async fn settlement(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let request: FacilitatorRequest = parse_json(&body, REQUEST)?;
+    let version = match request.x402_version {
+        1 => payments::X402Version::V1,
+        2 => payments::X402Version::V2,
+        _ => return Ok(Json(SettlementLookup::default()).into_response()),
+    };
+    // No time or terms checks: an authorization that expired since it was settled still names
+    // its settlement.
+    let Ok(credential) =
+        payments::Credential::from_document(version, request.payment_payload.clone())
+    else {
+        return Ok(Json(SettlementLookup::default()).into_response());
+    };
+    let key = credential.nonce_key();
+    if !state.ledger.nonce_used(&key).await? {
+        return Ok(Json(SettlementLookup::default()).into_response());
+    }
+    Ok(Json(SettlementLookup {
+        settled: true,
+        settlement: Some(SettleResponse {
+            success: true,
+            error_reason: None,
+            payer: Some(credential.authorization.from.to_checksum(None)),
+            transaction: crate::ledger::transaction_hash(&key).to_string(),
+            network: request_network(&request),
+            amount: Some(credential.authorization.value.to_string()),
+        }),
+    })
+    .into_response())
 }

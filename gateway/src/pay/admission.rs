@@ -5,21 +5,23 @@
 //!   -> reserve the task (durable, counted against capacity, expires if abandoned)
 //!   -> claim it (prepared; renewed by a heartbeat while the facilitator works)
 //!   -> verify                                   (refused or failed: cancel, release, 402/503)
-//!   -> credential `settling`, settle            (refused: cancel, 402 settlement_failed;
+//!   -> credential `settling` (with the request), settle
+//!                                               (refused: cancel, 402 settlement_failed;
 //!                                                unknown: cancel, 503 task_execution_failed)
 //!   == the rail is irreversible from here ==
-//!   -> credential `settled` with the receipt
-//!   -> receipt stored with the task: committed to run (an expired claim is re-queued)
-//!   -> hand-off to the ready queue              (any later failure: 200 with the task and
+//!   -> credential `settled` with the receipt, and, in one script, the receipt stored with the
+//!      task and the task handed to the ready queue
+//!                                               (any later failure: 200 with the task and
 //!                                                its receipt, or 503 task_terminalization_failed;
 //!                                                a terminal status is never invented)
 //! ```
 //!
 //! A gateway killed anywhere in here loses nothing: before settlement the reservation is
-//! reaped to `cancelled` and nothing was charged; after the receipt is stored the recovery
-//! sweep queues the task. The one gap no single process can close is a death between the
-//! facilitator's settle and the receipt write: the credential record then stays `settling`
-//! (never reused) and the task is reaped, which is what the facilitator's own records reconcile.
+//! reaped to `cancelled` and nothing was charged; once the receipt is stored the task is
+//! already queued and runs. Killed between the facilitator's settle and the receipt write, it
+//! leaves the credential `settling` with the facilitator request: the settlement recovery
+//! sweep of any gateway looks the settlement up, stores the receipt with the task and commits
+//! it to run (see [`super::recovery`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -104,7 +106,7 @@ pub async fn admit_paid(
         .map_err(ApiError::from)?
     {
         ClaimOutcome::Taken => {}
-        ClaimOutcome::Held(CredentialState::Settled) => {
+        ClaimOutcome::Held(CredentialState::Settled | CredentialState::Void) => {
             return Err(Refused::Answer(payment_required(
                 terms,
                 "payment credential was already used",
@@ -186,7 +188,9 @@ pub async fn admit_paid(
     }
 
     // From `settling` on, the credential is never given back: funds may move even when the
-    // facilitator's answer is lost.
+    // facilitator's answer is lost. The record keeps the request, so that a lost answer can be
+    // looked up later (see `recovery`).
+    let request_text = serde_json::to_string(&request).unwrap_or_default();
     let advanced = gate
         .credentials
         .advance(
@@ -194,7 +198,7 @@ pub async fn admit_paid(
             &task_id,
             CredentialState::Claimed,
             CredentialState::Settling,
-            None,
+            Some(&request_text),
         )
         .await;
     if !matches!(advanced, Ok(true)) {

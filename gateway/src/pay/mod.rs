@@ -14,7 +14,9 @@
 //!    and claimed (`prepared`) by this gateway, the claim renewed while the facilitator
 //!    verifies and settles; the receipt is stored with the task, which commits it to run, and
 //!    the task is handed to the queue.
-//! 5. [`receipt`]: the receipt header (`PAYMENT-RESPONSE` or `X-PAYMENT-RESPONSE`) on the
+//! 5. [`recovery`]: a sweep that recovers receipts whose settle answer was lost (a gateway
+//!    died mid-settlement, or the facilitator never answered) by looking the settlement up.
+//! 6. [`receipt`]: the receipt header (`PAYMENT-RESPONSE` or `X-PAYMENT-RESPONSE`) on the
 //!    answer, and again on `GET /tasks/{id}` for the payer who lost the first answer.
 //!
 //! The wire types, the cryptography and the facilitator client are the `payments` crate's.
@@ -24,6 +26,7 @@ pub mod challenge;
 pub mod credential;
 pub mod price;
 pub mod receipt;
+pub mod recovery;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 
 use super::{Facilitator, FacilitatorError};
 use crate::wire::facilitator::{
-    FacilitatorRequest, SettleResponse, SupportedResponse, VerifyResponse,
+    FacilitatorRequest, SettleResponse, SettlementLookup, SupportedResponse, VerifyResponse,
 };
 
 /// Largest facilitator answer read, in bytes: answers are a few hundred bytes.
@@ -97,6 +97,21 @@ impl Facilitator for HttpFacilitator {
         request: &FacilitatorRequest,
     ) -> Result<VerifyResponse, FacilitatorError> {
         self.call("/verify", Some(request)).await
+    }
+
+    async fn settlement(
+        &self,
+        request: &FacilitatorRequest,
+    ) -> Result<Option<SettleResponse>, FacilitatorError> {
+        let lookup: SettlementLookup = match self.call("/settlement", Some(request)).await {
+            Err(FacilitatorError::Status(404 | 405)) => return Err(FacilitatorError::Unsupported),
+            other => other?,
+        };
+        match (lookup.settled, lookup.settlement) {
+            (false, _) => Ok(None),
+            (true, Some(settlement)) if settlement.success => Ok(Some(settlement)),
+            (true, _) => Err(FacilitatorError::BadReply),
+        }
     }
 
     async fn settle(

@@ -30,6 +30,8 @@ pub enum FacilitatorError {
     Status(u16),
     #[error("facilitator's answer is not readable")]
     BadReply,
+    #[error("facilitator offers no settlement lookup")]
+    Unsupported,
 }
 
 #[async_trait]
@@ -48,4 +50,15 @@ pub trait Facilitator: Send + Sync + 'static {
     ) -> Result<SettleResponse, FacilitatorError>;
 
     async fn supported(&self) -> Result<SupportedResponse, FacilitatorError>;
+
+    /// Whether the request's credential was settled, and how, WITHOUT ever settling it: what a
+    /// gateway asks to recover a receipt whose settle answer it lost. `Ok(None)`: not settled.
+    /// x402 defines no such call; facilitators without it answer `Unsupported`.
+    async fn settlement(
+        &self,
+        request: &FacilitatorRequest,
+    ) -> Result<Option<SettleResponse>, FacilitatorError> {
+        let _ = request;
+        Err(FacilitatorError::Unsupported)
+    }
 }

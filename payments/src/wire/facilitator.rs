@@ -60,3 +60,13 @@ pub struct SupportedResponse {
     #[serde(default)]
     pub signers: Value,
 }
+
+/// Answer of a settlement lookup (`POST /settlement`, this project's facilitator extension):
+/// whether the request's credential was settled, and that settlement. A lookup never settles.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SettlementLookup {
+    pub settled: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settlement: Option<SettleResponse>,
+}

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
-use super::{ClaimOutcome, CredentialLedger, CredentialState};
+use super::{ClaimOutcome, CredentialLedger, CredentialState, Stuck};
 use crate::store::StoreError;
 
 /// Records kept at most; past it expired ones are dropped first (each record is tiny).
@@ -18,6 +18,8 @@ struct Record {
     state: CredentialState,
     #[allow(dead_code)] // kept as the Redis record keeps it, for inspection
     receipt: Option<String>,
+    /// The facilitator request, and since when the record is `settling`.
+    settling: Option<(String, Instant)>,
     expires: Instant,
 }
 
@@ -64,6 +66,7 @@ impl CredentialLedger for MemoryCredentials {
                     holder: holder.to_owned(),
                     state: CredentialState::Claimed,
                     receipt: None,
+                    settling: None,
                     expires: Instant::now() + ttl,
                 },
             );
@@ -89,17 +92,61 @@ impl CredentialLedger for MemoryCredentials {
         holder: &str,
         expected: CredentialState,
         next: CredentialState,
-        receipt: Option<&str>,
+        data: Option<&str>,
     ) -> Result<bool, StoreError> {
         Ok(self.with(|records| match live(records, key) {
             Some(record) if record.holder == holder && record.state == expected => {
                 record.state = next;
-                if let Some(receipt) = receipt {
+                if next == CredentialState::Settling {
+                    record.settling = Some((data.unwrap_or_default().to_owned(), Instant::now()));
+                } else if let Some(receipt) = data {
                     record.receipt = Some(receipt.to_owned());
                 }
                 true
             }
             _ => false,
         }))
+    }
+
+    async fn stuck(&self, older_than: Duration, limit: usize) -> Result<Vec<Stuck>, StoreError> {
+        let now = Instant::now();
+        Ok(self.with(|records| {
+            let mut stuck: Vec<(Instant, Stuck)> = records
+                .iter()
+                .filter(|(_, record)| {
+                    record.state == CredentialState::Settling && record.expires > now
+                })
+                .filter_map(|(id, record)| {
+                    let (request, since) = record.settling.as_ref()?;
+                    (now.duration_since(*since) >= older_than).then(|| {
+                        (
+                            *since,
+                            Stuck {
+                                id: id.clone(),
+                                holder: record.holder.clone(),
+                                request: request.clone(),
+                            },
+                        )
+                    })
+                })
+                .collect();
+            stuck.sort_by_key(|(since, _)| *since);
+            stuck
+                .into_iter()
+                .take(limit)
+                .map(|(_, stuck)| stuck)
+                .collect()
+        }))
+    }
+
+    async fn resolve(
+        &self,
+        id: &str,
+        holder: &str,
+        next: CredentialState,
+        receipt: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        self.advance(id, holder, CredentialState::Settling, next, receipt)
+            .await
     }
 }

@@ -5,10 +5,13 @@
 //! ```text
 //! claim -> claimed --release--> (gone: the payer may retry)
 //!             \--advance--> settling --advance--> settled (receipt kept)
+//!                               \--resolve (settlement recovery)--> settled | void
 //! ```
 //!
 //! A credential that reached `settling` is never given back: the facilitator may have moved
-//! the funds even when its answer was lost. Records expire after the caller's TTL (past the
+//! the funds even when its answer was lost. A record left in `settling` (its gateway died, or
+//! the facilitator never answered) keeps the facilitator request, so that a gateway's recovery
+//! sweep can ask the facilitator whether it was settled and attach the receipt to the task. Records expire after the caller's TTL (past the
 //! credential's own validity, when it can no longer be settled anyway).
 
 mod memory;
@@ -29,6 +32,9 @@ pub enum CredentialState {
     Claimed,
     Settling,
     Settled,
+    /// Settling ended without a settlement (the facilitator says it never settled); still
+    /// never reused.
+    Void,
 }
 
 impl CredentialState {
@@ -37,6 +43,7 @@ impl CredentialState {
             CredentialState::Claimed,
             CredentialState::Settling,
             CredentialState::Settled,
+            CredentialState::Void,
         ]
         .into_iter()
         .find(|state| state.as_str() == text)
@@ -47,6 +54,7 @@ impl CredentialState {
             CredentialState::Claimed => "claimed",
             CredentialState::Settling => "settling",
             CredentialState::Settled => "settled",
+            CredentialState::Void => "void",
         }
     }
 }
@@ -73,7 +81,8 @@ pub trait CredentialLedger: Send + Sync + 'static {
     /// Gives a `claimed` credential back; false when not held by `holder` in that state.
     async fn release(&self, key: &str, holder: &str) -> Result<bool, StoreError>;
 
-    /// `expected -> next`, storing `receipt` when given; false when not `holder`'s or not in
+    /// `expected -> next`, storing `data` when given: the facilitator request on the way to
+    /// `settling`, the receipt on the way to `settled`. False when not `holder`'s or not in
     /// `expected`.
     async fn advance(
         &self,
@@ -81,6 +90,30 @@ pub trait CredentialLedger: Send + Sync + 'static {
         holder: &str,
         expected: CredentialState,
         next: CredentialState,
+        data: Option<&str>,
+    ) -> Result<bool, StoreError>;
+
+    /// Records in `settling` for longer than `older_than`, oldest first: settle answers that
+    /// were lost. Records gone meanwhile are skipped.
+    async fn stuck(&self, older_than: Duration, limit: usize) -> Result<Vec<Stuck>, StoreError>;
+
+    /// `settling -> next` of a stuck record, by its id, storing `receipt` when given.
+    async fn resolve(
+        &self,
+        id: &str,
+        holder: &str,
+        next: CredentialState,
         receipt: Option<&str>,
     ) -> Result<bool, StoreError>;
+}
+
+/// A credential left in `settling`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stuck {
+    /// The record's id (what [`CredentialLedger::resolve`] takes).
+    pub id: String,
+    /// The request that holds it: the paid task's id.
+    pub holder: String,
+    /// The facilitator request sent to settle it.
+    pub request: String,
 }

@@ -1,6 +1,7 @@
 //! [`RedisCredentials`]: credential records in the store's Redis, shared by every gateway.
-//! One hash per credential, `{ns}:cred:<sha256(key)>` (fields `holder`, `state`, `receipt`),
-//! one script per transition: `shared/lua/credential_*.lua`.
+//! One hash per credential, `{ns}:cred:<sha256(key)>` (fields `holder`, `state`, `request`,
+//! `receipt`), one script per transition: `shared/lua/credential_*.lua`; the records in
+//! `settling` are indexed in `{ns}:cred-settling` (sorted by since when).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +10,7 @@ use async_trait::async_trait;
 use redis::Script;
 use sha2::{Digest, Sha256};
 
-use super::{ClaimOutcome, CredentialLedger, CredentialState};
+use super::{ClaimOutcome, CredentialLedger, CredentialState, Stuck};
 use crate::store::{RedisStore, StoreError};
 
 macro_rules! lua {
@@ -22,6 +23,7 @@ macro_rules! lua {
 pub struct RedisCredentials {
     store: RedisStore,
     prefix: String,
+    settling: String,
     scripts: Arc<Scripts>,
 }
 
@@ -35,6 +37,7 @@ impl RedisCredentials {
     pub fn new(store: &RedisStore) -> Self {
         RedisCredentials {
             prefix: format!("{{{}}}:cred:", store.config().namespace),
+            settling: format!("{{{}}}:cred-settling", store.config().namespace),
             store: store.clone(),
             scripts: Arc::new(Scripts {
                 claim: Script::new(lua!("credential_claim")),
@@ -56,6 +59,28 @@ impl RedisCredentials {
     /// Pattern matching every record of the namespace (leak checks).
     pub fn pattern(&self) -> String {
         format!("{}*", self.prefix)
+    }
+}
+
+impl RedisCredentials {
+    async fn advance_record(
+        &self,
+        record: &str,
+        holder: &str,
+        expected: CredentialState,
+        next: CredentialState,
+        data: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let mut invocation = self.scripts.advance.prepare_invoke();
+        invocation
+            .key(record)
+            .key(&self.settling)
+            .arg(holder)
+            .arg(expected.as_str())
+            .arg(next.as_str())
+            .arg(data.unwrap_or(""));
+        let moved: u64 = self.store.eval("credential_advance", &invocation).await?;
+        Ok(moved == 1)
     }
 }
 
@@ -101,16 +126,74 @@ impl CredentialLedger for RedisCredentials {
         holder: &str,
         expected: CredentialState,
         next: CredentialState,
+        data: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        self.advance_record(&self.record_key(key), holder, expected, next, data)
+            .await
+    }
+
+    async fn stuck(&self, older_than: Duration, limit: usize) -> Result<Vec<Stuck>, StoreError> {
+        // A background sweep, so three plain round trips: the server's clock, the index, the
+        // records. No script: the records' names come from the index.
+        let (seconds, micros): (u64, u64) = self.store.query(&mut redis::cmd("TIME")).await?;
+        let now_ms = seconds * 1000 + micros / 1000;
+        let before =
+            now_ms.saturating_sub(u64::try_from(older_than.as_millis()).unwrap_or(u64::MAX));
+        let mut range = redis::cmd("ZRANGE");
+        range
+            .arg(&self.settling)
+            .arg("-inf")
+            .arg(before)
+            .arg("BYSCORE")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(limit.max(1));
+        let ids: Vec<String> = self.store.query(&mut range).await?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut read = redis::pipe();
+        for id in &ids {
+            read.cmd("HMGET")
+                .arg(id)
+                .arg(&["holder", "state", "request"]);
+        }
+        let rows: Vec<Vec<Option<String>>> = self.store.pipe(&read).await?;
+        let mut stuck = Vec::new();
+        let mut stale = Vec::new();
+        for (id, row) in ids.into_iter().zip(rows) {
+            match row.as_slice() {
+                [Some(holder), Some(state), Some(request)] if state == "settling" => {
+                    stuck.push(Stuck {
+                        id,
+                        holder: holder.clone(),
+                        request: request.clone(),
+                    });
+                }
+                // Expired, or moved on by a transition that raced this read.
+                _ => stale.push(id),
+            }
+        }
+        if !stale.is_empty() {
+            let mut remove = redis::cmd("ZREM");
+            remove.arg(&self.settling).arg(&stale);
+            let _: u64 = self.store.query(&mut remove).await?;
+        }
+        Ok(stuck)
+    }
+
+    async fn resolve(
+        &self,
+        id: &str,
+        holder: &str,
+        next: CredentialState,
         receipt: Option<&str>,
     ) -> Result<bool, StoreError> {
-        let mut invocation = self.scripts.advance.prepare_invoke();
-        invocation
-            .key(self.record_key(key))
-            .arg(holder)
-            .arg(expected.as_str())
-            .arg(next.as_str())
-            .arg(receipt.unwrap_or(""));
-        let moved: u64 = self.store.eval("credential_advance", &invocation).await?;
-        Ok(moved == 1)
+        // Only this namespace's records: an id comes from the index, never from a client.
+        if !id.starts_with(&self.prefix) {
+            return Ok(false);
+        }
+        self.advance_record(id, holder, CredentialState::Settling, next, receipt)
+            .await
     }
 }

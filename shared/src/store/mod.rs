@@ -89,6 +89,16 @@ pub trait TaskStore: Send + Sync + 'static {
         receipt: &str,
     ) -> Result<ReceiptRecorded, StoreError>;
 
+    /// Stores a receipt recovered after the admitting gateway lost the settle answer: a task
+    /// still `prepared` under that gateway's claim is committed to run (recovery queues it
+    /// when the claim expires instead of cancelling it); a task that ended keeps its status
+    /// and gets the receipt.
+    async fn attach_receipt(
+        &self,
+        task_id: &str,
+        receipt: &str,
+    ) -> Result<ReceiptRecorded, StoreError>;
+
     /// `prepared -> active`: counts an attempt, starts the run deadline. Fenced.
     async fn activate_execution(
         &self,

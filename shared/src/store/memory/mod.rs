@@ -174,6 +174,14 @@ impl TaskStore for MemoryStore {
         Ok(self.with_state(|state, now| state.record_receipt(lease, receipt, now)))
     }
 
+    async fn attach_receipt(
+        &self,
+        task_id: &str,
+        receipt: &str,
+    ) -> Result<ReceiptRecorded, StoreError> {
+        Ok(self.with_state(|state, _| state.attach_receipt(task_id, receipt)))
+    }
+
     async fn hand_off(&self, lease: &Lease) -> Result<bool, StoreError> {
         Ok(self.with_state(|state, now| state.hand_off(lease, now)))
     }

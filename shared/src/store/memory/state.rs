@@ -229,6 +229,21 @@ impl State {
         }
     }
 
+    /// See [`TaskStore::attach_receipt`].
+    pub(super) fn attach_receipt(&mut self, task_id: &str, receipt: &str) -> ReceiptRecorded {
+        let Some(entry) = self.tasks.get_mut(task_id) else {
+            return ReceiptRecorded::Missing;
+        };
+        entry.stored.receipt = Some(receipt.to_owned());
+        if entry.stored.task.status == TaskStatus::Running && entry.stored.phase == Phase::Prepared
+        {
+            entry.stored.handed_off = true;
+            ReceiptRecorded::Committed
+        } else {
+            ReceiptRecorded::Attached
+        }
+    }
+
     pub(super) fn activate_execution(
         &mut self,
         lease: &Lease,

@@ -277,7 +277,7 @@ impl RedisStore {
     }
 
     /// Runs a pipeline on a pooled connection.
-    async fn pipe<T: redis::FromRedisValue>(
+    pub(crate) async fn pipe<T: redis::FromRedisValue>(
         &self,
         pipe: &redis::Pipeline,
     ) -> Result<T, StoreError> {

@@ -405,6 +405,29 @@ impl TaskStore for RedisStore {
         })
     }
 
+    async fn attach_receipt(
+        &self,
+        task_id: &str,
+        receipt: &str,
+    ) -> Result<ReceiptRecorded, StoreError> {
+        let done: u64 = self
+            .eval(
+                "attach_receipt",
+                self.inner
+                    .core
+                    .scripts
+                    .attach_receipt
+                    .key(self.inner.core.keys.task(task_id))
+                    .arg(receipt),
+            )
+            .await?;
+        Ok(match done {
+            2 => ReceiptRecorded::Committed,
+            1 => ReceiptRecorded::Attached,
+            _ => ReceiptRecorded::Missing,
+        })
+    }
+
     async fn activate_execution(
         &self,
         lease: &Lease,
