@@ -16,7 +16,6 @@
 //! - [`ledger`]: the [`ledger::Ledger`] trait, in memory and in Redis (one Lua script);
 //! - [`faults`]: the injected faults, switchable at runtime;
 //! - [`routes`]: the x402 API and the dev controls;
-//! - [`server`]: the HTTP server loop (header read timeout, graceful drain).
 //!
 //! [`serve`] runs the whole server on a bound listener; tests start it in-process.
 
@@ -25,7 +24,6 @@ pub mod error;
 pub mod faults;
 pub mod ledger;
 pub mod routes;
-pub mod server;
 pub mod settle;
 pub mod state;
 pub mod verify;
@@ -62,7 +60,8 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), StartError> {
     let state = build_state(config).await?;
-    server::run(
+    // The gateway's server loop: header read timeout, head size bound, graceful drain.
+    gateway::serve::serve(
         listener,
         routes::router(state),
         HEADER_TIMEOUT,

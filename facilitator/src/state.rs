@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
@@ -57,11 +56,4 @@ impl Stats {
     }
 }
 
-/// Unix seconds now; a clock before 1970 reads as 0, which fails every validity window
-/// (closed, not open).
-pub fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|elapsed| elapsed.as_secs())
-        .unwrap_or(0)
-}
+pub use payments::unix_now;

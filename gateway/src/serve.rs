@@ -44,8 +44,9 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
-        // Without TCP_NODELAY, an SSE event written while the previous one is unacknowledged
-        // waits for the client's delayed ACK (Nagle's algorithm): about 40 ms per event on Linux.
+        // Without TCP_NODELAY, an SSE event (or an answer on a keep-alive connection) written
+        // while the previous one is unacknowledged waits for the client's delayed ACK (Nagle's
+        // algorithm): about 40 ms per write on Linux.
         if let Err(err) = stream.set_nodelay(true) {
             tracing::debug!(error = %err, "cannot set TCP_NODELAY");
         }

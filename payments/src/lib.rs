@@ -15,6 +15,7 @@
 
 pub mod amount;
 pub mod credential;
+pub mod dev;
 pub mod eip3009;
 pub mod facilitator;
 pub mod network;
@@ -42,6 +43,15 @@ pub const PAYMENT_RESPONSE: &str = "payment-response";
 pub const X_PAYMENT: &str = "x-payment";
 /// Header of an x402 v1 receipt.
 pub const X_PAYMENT_RESPONSE: &str = "x-payment-response";
+
+/// Seconds since the Unix epoch, the clock EIP-3009 validity windows count in. A clock before
+/// 1970 reads as 0, which fails every validity window (closed, not open).
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_secs())
+        .unwrap_or(0)
+}
 
 /// Largest payment header accepted, in bytes: a credential is well under 2 KiB, so anything
 /// much larger is refused before it is decoded.

@@ -33,18 +33,20 @@ use payments::{Credential, Terms, X402Version};
 use serde_json::Value;
 use shared::credentials::{ClaimOutcome, CredentialState};
 use shared::protocol::{ErrorCode, Task, TaskStatus};
-use shared::store::{Admission, CasOutcome, Lease, ReceiptRecorded, TaskStore, Transition};
+use shared::store::{
+    Admission, CasOutcome, Lease, ReceiptRecorded, StoreError, TaskStore, Transition,
+};
 use shared::telemetry::metrics;
 use tokio::task::JoinHandle;
 
 use super::challenge::payment_required;
 use super::credential::Checked;
 use super::receipt::Receipt;
-use super::unix_now;
 use super::{FaultPoint, Gate};
 use crate::admit::{self, Admit};
 use crate::error::ApiError;
 use crate::state::AppState;
+use payments::unix_now;
 
 /// Times the receipt write is tried before the answer says the task's state is unconfirmed.
 const RECEIPT_WRITE_TRIES: u32 = 3;
@@ -271,7 +273,12 @@ pub async fn admit_paid(
         Some(ReceiptRecorded::Attached) => {
             // The claim was lost before the receipt landed (reaped or cancelled): the task
             // must not run, so it ends, and the payer reads that end with its receipt.
-            match end(store.as_ref(), &task_id, &entrypoint).await {
+            // Its state is never invented: unreadable or unwritable is "unconfirmed".
+            match end(store.as_ref(), &task_id, &entrypoint)
+                .await
+                .ok()
+                .flatten()
+            {
                 Some(status) => status,
                 None => {
                     heartbeat.stop();
@@ -329,44 +336,37 @@ async fn record_receipt(
 /// Cancels a reservation that will not run (before the rail is irreversible). A failure is
 /// logged: the reservation expires and is reaped to `cancelled` anyway.
 async fn cancel(store: &dyn TaskStore, task_id: &str, entrypoint: &str) {
-    match store
-        .compare_and_set(
-            task_id,
-            &[TaskStatus::Running],
-            Transition::cancelled(),
-            None,
-        )
-        .await
-    {
-        Ok(CasOutcome::Applied(task)) => metrics::task_finished(entrypoint, &task),
-        Ok(CasOutcome::Rejected { .. }) => {}
-        Err(err) => {
-            tracing::warn!(%task_id, error = %err, "could not cancel a paid reservation; it will be reaped")
-        }
+    if let Err(err) = end(store, task_id, entrypoint).await {
+        tracing::warn!(%task_id, error = %err, "could not cancel a paid reservation; it will be reaped");
     }
 }
 
-/// Ends a settled task that lost its claim: `cancelled` unless it already ended. `None` when
-/// its state cannot be read or written (never invented).
-async fn end(store: &dyn TaskStore, task_id: &str, entrypoint: &str) -> Option<TaskStatus> {
-    match store
-        .compare_and_set(
-            task_id,
-            &[TaskStatus::Running],
-            Transition::cancelled(),
-            None,
-        )
-        .await
-    {
-        Ok(CasOutcome::Applied(task)) => {
-            metrics::task_finished(entrypoint, &task);
-            Some(task.status)
-        }
-        Ok(CasOutcome::Rejected { current, .. }) => current
-            .map(|task| task.status)
-            .filter(|status| status.is_terminal()),
-        Err(_) => None,
-    }
+/// Ends a task that must not run: `cancelled` unless it already ended. The status it ended
+/// with; `None` when it is gone or, against the odds, still running.
+async fn end(
+    store: &dyn TaskStore,
+    task_id: &str,
+    entrypoint: &str,
+) -> Result<Option<TaskStatus>, StoreError> {
+    Ok(
+        match store
+            .compare_and_set(
+                task_id,
+                &[TaskStatus::Running],
+                Transition::cancelled(),
+                None,
+            )
+            .await?
+        {
+            CasOutcome::Applied(task) => {
+                metrics::task_finished(entrypoint, &task);
+                Some(task.status)
+            }
+            CasOutcome::Rejected { current, .. } => current
+                .map(|task| task.status)
+                .filter(|status| status.is_terminal()),
+        },
+    )
 }
 
 fn execution_failed() -> ApiError {

@@ -6,7 +6,7 @@
 use axum::http::HeaderMap;
 use payments::{Credential, Terms, X402Version};
 
-use super::unix_now;
+use payments::unix_now;
 
 /// Extra validity a payer may ask for beyond `maxTimeoutSeconds` (clock skew, slow clients).
 /// Bounding it bounds how long a spent credential's record must be kept.

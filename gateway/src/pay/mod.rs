@@ -147,14 +147,6 @@ impl Gate {
     }
 }
 
-/// Seconds since the Unix epoch, as EIP-3009 validity windows count them.
-pub(crate) fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|elapsed| elapsed.as_secs())
-        .unwrap_or(0)
-}
-
 /// A priced request that carries a credential which passed the offline checks.
 pub struct Payment<'a> {
     pub gate: &'a Gate,
@@ -173,11 +165,23 @@ pub fn check<'a>(
     headers: &axum::http::HeaderMap,
     uri: &axum::http::Uri,
 ) -> Result<Option<Payment<'a>>, Box<axum::response::Response>> {
+    match price::price_of(entrypoint, route) {
+        None => Ok(None),
+        Some(price) => check_priced(state, entrypoint, price, headers, uri).map(Some),
+    }
+}
+
+/// [`check`] for a route whose `price` the caller already looked up (task creation checks
+/// the store and the caller's token between the two).
+pub fn check_priced<'a>(
+    state: &'a crate::state::AppState,
+    entrypoint: &shared::registry::EntrypointInfo,
+    price: &str,
+    headers: &axum::http::HeaderMap,
+    uri: &axum::http::Uri,
+) -> Result<Payment<'a>, Box<axum::response::Response>> {
     use axum::response::IntoResponse;
 
-    let Some(price) = price::price_of(entrypoint, route) else {
-        return Ok(None);
-    };
     let Some(gate) = state.payments.as_deref() else {
         return Err(Box::new(price::payments_disabled().into_response()));
     };
@@ -187,11 +191,11 @@ pub fn check<'a>(
         .terms(entrypoint, price, resource)
         .map_err(|err| Box::new(err.into_response()))?;
     match credential::read(headers, &terms) {
-        Ok(Some(checked)) => Ok(Some(Payment {
+        Ok(Some(checked)) => Ok(Payment {
             gate,
             terms,
             checked,
-        })),
+        }),
         Ok(None) => Err(Box::new(challenge::payment_required(
             &terms,
             challenge::CREDENTIAL_REQUIRED,

@@ -105,7 +105,7 @@ async fn create(
     let input = request.message.content.to_input();
     admit::validate_input(&entrypoint, &input)?;
 
-    let token = if pay::price::price_of(&entrypoint, pay::Priced::Task).is_some() {
+    let token = if let Some(price) = pay::price::price_of(&entrypoint, pay::Priced::Task) {
         // Checked before anything touches a payment: a paid task on a store that forgets it
         // on restart could lose a settled payment's capability.
         if state.store.durability() == Durability::Process {
@@ -123,9 +123,8 @@ async fn create(
                 "Task-Access-Token must contain 20 to 256 characters",
             ));
         };
-        let payment = match pay::check(&state, &entrypoint, pay::Priced::Task, &headers, &uri) {
-            Ok(Some(payment)) => payment,
-            Ok(None) => return Err(ApiError::internal()),
+        let payment = match pay::check_priced(&state, &entrypoint, price, &headers, &uri) {
+            Ok(payment) => payment,
             Err(answer) => return Ok(*answer),
         };
         return Ok(create_paid(&state, &entrypoint.key, token, request, input, payment).await);

@@ -79,7 +79,7 @@ impl Payer for KeyPayer {
                 .unwrap_or(PayError::NoChallenge)
         })?;
         self.key
-            .answer(&challenge, self.max_amount, now_unix_secs())
+            .answer(&challenge, self.max_amount, payments::unix_now())
     }
 }
 
@@ -101,14 +101,6 @@ pub(crate) fn with_credential(
         // error that does not quote the value.
         Err(_) => request.header(credential.name, credential.value.as_str()),
     }
-}
-
-/// Unix seconds; a clock before 1970 signs as of 1970 (the server refuses it, nothing breaks).
-fn now_unix_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|elapsed| elapsed.as_secs())
-        .unwrap_or(0)
 }
 
 /// What a 402 asks for: the v2 challenge of its `PAYMENT-REQUIRED` header and the v1 challenge

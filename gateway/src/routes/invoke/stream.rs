@@ -90,8 +90,7 @@ async fn handle(
         }
     };
     let (tx, rx) = mpsc::channel(BUFFER);
-    let state_for_relay = state.clone();
-    tokio::spawn(relay(state_for_relay, run, tx));
+    tokio::spawn(relay(state, run, tx));
     let mut response = sse(rx);
     if let Some(receipt) = receipt {
         receipt.attach(&mut response);

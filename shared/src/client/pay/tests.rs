@@ -77,7 +77,7 @@ fn terms() -> Terms {
 }
 
 fn now() -> u64 {
-    super::now_unix_secs()
+    payments::unix_now()
 }
 
 fn header(headers: &HeaderMap, name: &str) -> Option<String> {
