@@ -233,6 +233,19 @@ pub struct Admit<'a> {
     pub input: Value,
     pub context_id: Option<String>,
     pub metadata: Option<Value>,
+    /// Runs the task may get in all (see [`run_attempts`] for direct runs).
+    pub max_attempts: u32,
+}
+
+/// Attempts of a direct run (invoke, stream): exactly one unless the entrypoint is declared
+/// retry-safe, so a handler with side effects never runs twice behind one request because
+/// its worker died; a caller of a lost run gets `502 task_attempts_exhausted` instead.
+pub fn run_attempts(state: &AppState, entrypoint: &EntrypointInfo) -> u32 {
+    if entrypoint.retry_safe {
+        state.config.max_attempts
+    } else {
+        1
+    }
 }
 
 /// Creates a queued task with a fresh id.
@@ -280,7 +293,7 @@ pub async fn create_as(
                 trace_context,
             },
             admission,
-            max_attempts: state.config.max_attempts,
+            max_attempts: admit.max_attempts,
         })
         .instrument(span.clone())
         .await;

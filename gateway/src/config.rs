@@ -22,6 +22,12 @@ pub struct GatewayConfig {
     #[arg(long, env = "REDIS_NAMESPACE", default_value = "tc")]
     pub namespace: String,
 
+    /// What the Redis task store's writes are worth: `detect` reads the server's persistence
+    /// (durable only with `appendonly yes` and `appendfsync always|everysec`), `durable` vouches
+    /// for it where CONFIG is disabled, `process` never claims it. Paid tasks need durable.
+    #[arg(long, env = "REDIS_DURABILITY", default_value = "detect")]
+    pub redis_durability: shared::store::DurabilitySetting,
+
     /// Path prefix of every route, e.g. `/agents/a`; kept in the card's URLs.
     #[arg(long, env = "BASE_PATH", default_value = "")]
     pub base_path: String,

@@ -28,9 +28,11 @@ async fn main() -> anyhow::Result<()> {
             store_config.namespace = config.namespace.clone();
             store_config.max_tasks = config.max_tasks;
             store_config.retention = Duration::from_millis(config.retention_ms);
+            store_config.durability = config.redis_durability;
             let store = RedisStore::connect(store_config)
                 .await
                 .context("cannot reach Redis")?;
+            tracing::info!(durability = ?store.declared_durability(), "task store durability");
             tracing::info!("cluster mode: tasks in Redis, run by worker processes");
             let payments = match Gate::from_config(&config, Arc::new(store.credentials())) {
                 Ok(gate) => gate.map(Arc::new),

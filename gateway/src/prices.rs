@@ -80,6 +80,8 @@ pub fn merge(workers: &[WorkerEntry]) -> Merged {
             (None, None) => None,
             (invoke, stream) => Some(Price { invoke, stream }),
         };
+        // Any worker that may run it must tolerate a second run, or nobody gets one.
+        entrypoint.retry_safe = hosts.iter().all(|(_, hosted)| hosted.retry_safe);
         merged.entrypoints.push(entrypoint);
     }
     merged
@@ -244,6 +246,7 @@ mod tests {
                 invoke: invoke.map(Into::into),
                 stream: stream.map(Into::into),
             }),
+            retry_safe: false,
         }
     }
 

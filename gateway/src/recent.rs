@@ -76,6 +76,7 @@ mod tests {
             output_schema: serde_json::json!({}),
             streaming: false,
             price: None,
+            retry_safe: false,
         }
     }
 

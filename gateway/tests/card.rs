@@ -331,6 +331,7 @@ async fn the_card_follows_the_live_registry() -> TestResult {
                 invoke: Some("0.01".into()),
                 stream: None,
             }),
+            retry_safe: false,
         }],
     };
     gw.state
@@ -543,6 +544,7 @@ fn priced_worker(worker_id: &str, key: &str, streaming: bool, amount: Option<&st
                 invoke: Some(amount.into()),
                 stream: streaming.then(|| amount.into()),
             }),
+            retry_safe: false,
         }],
     }
 }

@@ -456,6 +456,7 @@ fn entrypoint_with(input_schema: Value) -> EntrypointInfo {
         output_schema: json!({}),
         streaming: false,
         price: None,
+        retry_safe: false,
     }
 }
 
@@ -1177,6 +1178,7 @@ async fn paid_gateway_with(
                 invoke: Some("0.01".into()),
                 stream: None,
             }),
+            retry_safe: false,
         }],
     };
     registry.heartbeat(&entry, Duration::from_secs(600)).await?;

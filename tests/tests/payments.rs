@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use harness::process::ServiceProcess;
-use harness::redis_server::RedisServer;
+use harness::redis_server::{RedisOptions, RedisServer};
 use payments::payer::{Challenge, PaymentHeader};
 use payments::{Address, LocalPayer, X402Version};
 use reqwest::StatusCode;
@@ -247,8 +247,13 @@ struct Cluster {
 }
 
 impl Cluster {
+    /// On a Redis that fsyncs its AOF: paid tasks need a durable store.
     async fn start(gateway_env: &[(&str, String)]) -> Res<Cluster> {
-        let redis = RedisServer::start()?;
+        Cluster::start_on(RedisOptions::default().with_aof(true), gateway_env).await
+    }
+
+    async fn start_on(redis: RedisOptions, gateway_env: &[(&str, String)]) -> Res<Cluster> {
+        let redis = RedisServer::start_with(redis)?;
         let facilitator = Facilitator::start().await?;
         let worker = worker(&redis, "w1")?;
         let gateway = Gateway::start("g1", &redis, &facilitator.base, gateway_env).await?;
@@ -777,6 +782,45 @@ async fn a_paid_task_needs_its_token_first_and_keeps_its_receipt() -> TestResult
     let stranger = get(client, &format!("{base}/tasks/{task_id}"), OTHER_TOKEN).await?;
     assert_eq!(stranger.status, StatusCode::NOT_FOUND, "{stranger:?}");
     assert!(stranger.header(payments::PAYMENT_RESPONSE).is_none());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_redis_without_fsynced_aof_takes_no_paid_task_unless_vouched_for() -> TestResult {
+    // Without AOF an acknowledged task (and its receipt) dies with Redis: the store says so.
+    let cluster = Cluster::start_on(RedisOptions::default(), &[]).await?;
+    let ask = cluster.task("echo", &json!({"x": 1}), TOKEN);
+    let refused = ask.send(&cluster.client, None).await?;
+    assert_eq!(
+        refused.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{refused:?}"
+    );
+    assert_eq!(refused.code()?, "durable_task_store_required");
+    // Free routes are unaffected, and so is a paid invoke (it keeps no task to lose).
+    let unpaid_invoke = cluster
+        .invoke("echo", json!({"x": 1}))
+        .send(&cluster.client, None)
+        .await?;
+    assert_eq!(
+        unpaid_invoke.status,
+        StatusCode::PAYMENT_REQUIRED,
+        "{unpaid_invoke:?}"
+    );
+
+    // An operator whose Redis forbids CONFIG vouches for its persistence.
+    let vouched = cluster
+        .another_gateway("g-vouched", &[("REDIS_DURABILITY", "durable".to_owned())])
+        .await?;
+    let challenged = ask
+        .on(&cluster.gateway.base, &vouched.base)
+        .send(&cluster.client, None)
+        .await?;
+    assert_eq!(
+        challenged.status,
+        StatusCode::PAYMENT_REQUIRED,
+        "{challenged:?}"
+    );
     Ok(())
 }
 

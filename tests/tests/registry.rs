@@ -39,6 +39,7 @@ fn entry(id: &str) -> WorkerEntry {
                     invoke: Some("0.01".into()),
                     stream: None,
                 }),
+                retry_safe: false,
             },
             EntrypointInfo {
                 key: "chat".into(),
@@ -47,6 +48,7 @@ fn entry(id: &str) -> WorkerEntry {
                 output_schema: json!({ "type": "string" }),
                 streaming: true,
                 price: None,
+                retry_safe: false,
             },
         ],
     }

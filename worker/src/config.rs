@@ -43,6 +43,19 @@ pub struct WorkerConfig {
     )]
     pub prices: Vec<PriceSpec>,
 
+    /// Entrypoints whose handler may run again after its worker died mid-run (idempotent or
+    /// free of side effects). A direct invoke or stream of any other entrypoint gets exactly
+    /// one attempt: a lost worker fails it (502 `task_attempts_exhausted`) rather than running
+    /// it twice. Tasks created with POST /tasks are retried up to MAX_ATTEMPTS either way.
+    /// Comma separated or repeated; a name this worker does not host stops it at start.
+    #[arg(
+        long = "retry-safe",
+        env = "WORKER_RETRY_SAFE",
+        value_name = "KEY",
+        value_delimiter = ','
+    )]
+    pub retry_safe: Vec<String>,
+
     /// Lease lifetime in milliseconds; renewed every third of it. A dead worker's tasks are
     /// recovered about this long after it died.
     #[arg(long, env = "WORKER_LEASE_TTL_MS", default_value_t = 10_000)]

@@ -22,6 +22,8 @@ pub struct Entrypoint {
     pub output_schema: Value,
     pub streaming: bool,
     pub price: Option<Price>,
+    /// May run again after its worker died mid-run (see [`EntrypointInfo::retry_safe`]).
+    pub retry_safe: bool,
     pub handler: Arc<dyn Handler>,
 }
 
@@ -39,6 +41,7 @@ impl Entrypoint {
             output_schema: json!({}),
             streaming: false,
             price: None,
+            retry_safe: false,
             handler: Arc::new(handler),
         }
     }
@@ -91,6 +94,12 @@ impl Entrypoint {
         self
     }
 
+    /// Declares whether a direct run may be attempted again after its worker was lost.
+    pub fn retry_safe(mut self, retry_safe: bool) -> Self {
+        self.retry_safe = retry_safe;
+        self
+    }
+
     /// How the registry (and so the Agent Card) describes it.
     pub fn info(&self) -> EntrypointInfo {
         EntrypointInfo {
@@ -100,6 +109,7 @@ impl Entrypoint {
             output_schema: self.output_schema.clone(),
             streaming: self.streaming,
             price: self.price.clone(),
+            retry_safe: self.retry_safe,
         }
     }
 }
@@ -135,6 +145,25 @@ impl Entrypoints {
 
     pub fn is_empty(&self) -> bool {
         self.by_key.is_empty()
+    }
+
+    /// The same entrypoints with the named ones declared retry-safe; unknown names are
+    /// returned as the error (a typo must not leave an entrypoint silently run once).
+    pub fn retry_safe(mut self, keys: &[String]) -> Result<Entrypoints, Vec<String>> {
+        let unknown: Vec<String> = keys
+            .iter()
+            .filter(|key| !self.by_key.contains_key(*key))
+            .cloned()
+            .collect();
+        if !unknown.is_empty() {
+            return Err(unknown);
+        }
+        for key in keys {
+            if let Some(entrypoint) = self.by_key.get_mut(key) {
+                entrypoint.retry_safe = true;
+            }
+        }
+        Ok(self)
     }
 
     /// Only the named entrypoints; unknown names are returned as the error.

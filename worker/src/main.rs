@@ -74,6 +74,14 @@ fn hosted(config: &WorkerConfig) -> Result<Entrypoints, String> {
             .only(&config.entrypoints)
             .map_err(|unknown| format!("unknown entrypoints: {}", unknown.join(", ")))?
     };
+    let entrypoints = entrypoints
+        .retry_safe(&config.retry_safe)
+        .map_err(|unknown| {
+            format!(
+                "--retry-safe names entrypoints this worker does not host: {}",
+                unknown.join(", ")
+            )
+        })?;
     worker::prices::apply(entrypoints, &config.prices).map_err(|err| err.to_string())
 }
 

@@ -139,6 +139,7 @@ async fn create(
             input,
             context_id: request.context_id,
             metadata: request.metadata,
+            max_attempts: state.config.max_attempts,
         },
     )
     .await?;
@@ -174,6 +175,7 @@ async fn create_paid(
             input,
             context_id: request.context_id,
             metadata: request.metadata,
+            max_attempts: state.config.max_attempts,
         },
     )
     .await;

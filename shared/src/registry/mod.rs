@@ -36,6 +36,12 @@ pub struct EntrypointInfo {
     pub streaming: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub price: Option<Price>,
+    /// The handler may run again after its worker died mid-run (it is idempotent or has no
+    /// side effects): a direct invoke or stream whose worker is lost then gets another
+    /// attempt. Otherwise a direct run gets exactly one attempt. Absent (older workers) reads
+    /// as false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub retry_safe: bool,
 }
 
 /// A worker's registry entry.

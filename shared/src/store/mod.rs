@@ -22,7 +22,7 @@ mod types;
 
 pub use error::StoreError;
 pub use memory::{Clock, MemoryStore, MemoryStoreConfig, SystemClock};
-pub use redis::{RedisStore, RedisStoreConfig};
+pub use redis::{DurabilitySetting, RedisStore, RedisStoreConfig};
 pub use types::*;
 
 use std::time::Duration;

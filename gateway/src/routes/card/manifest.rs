@@ -187,6 +187,7 @@ mod tests {
             output_schema: output,
             streaming: false,
             price: None,
+            retry_safe: false,
         }
     }
 

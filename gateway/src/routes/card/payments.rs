@@ -128,6 +128,7 @@ mod tests {
                 invoke: Some(invoke.into()),
                 stream: stream.map(Into::into),
             }),
+            retry_safe: false,
         }
     }
 

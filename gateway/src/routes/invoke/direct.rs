@@ -9,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 use shared::idempotency;
 use shared::protocol::ErrorCode;
+use shared::registry::EntrypointInfo;
 
 use super::watch::{RunEvent, Terminal, Watch};
 use super::{
@@ -48,8 +49,8 @@ async fn handle(
     admit::validate_input(&entrypoint, &input).map_err(answer)?;
     let execute = || async move {
         match payment {
-            None => run(state, key, input).await,
-            Some(payment) => run_paid(state, key, input, payment).await,
+            None => run(state, &entrypoint, input).await,
+            Some(payment) => run_paid(state, &entrypoint, input, payment).await,
         }
     };
     match idempotency_key {
@@ -68,8 +69,8 @@ fn answer(err: ApiError) -> Response {
 }
 
 /// Runs the entrypoint on a worker and waits for the end: a response whatever happens.
-async fn run(state: &AppState, key: &str, input: Value) -> Response {
-    let run = match start_run(state, key, input).await {
+async fn run(state: &AppState, entrypoint: &EntrypointInfo, input: Value) -> Response {
+    let run = match start_run(state, entrypoint, input).await {
         Ok(run) => run,
         Err(err) => return err.into_response(),
     };
@@ -80,8 +81,13 @@ async fn run(state: &AppState, key: &str, input: Value) -> Response {
 
 /// A paid run: admitted through the payment gate, then like any run; every answer after
 /// settlement carries the receipt.
-async fn run_paid(state: &AppState, key: &str, input: Value, payment: Payment<'_>) -> Response {
-    let (run, receipt) = match start_paid_run(state, key, input, payment).await {
+async fn run_paid(
+    state: &AppState,
+    entrypoint: &EntrypointInfo,
+    input: Value,
+    payment: Payment<'_>,
+) -> Response {
+    let (run, receipt) = match start_paid_run(state, entrypoint, input, payment).await {
         Ok(admitted) => admitted,
         Err(response) => return response,
     };

@@ -131,7 +131,13 @@ impl Run {
 
 /// Creates the task of a run and subscribes to it. A run that finishes before the
 /// subscription still reads as finished: the subscription starts with a snapshot.
-async fn start_run(state: &AppState, entrypoint: &str, input: Value) -> Result<Run, ApiError> {
+async fn start_run(
+    state: &AppState,
+    entrypoint: &EntrypointInfo,
+    input: Value,
+) -> Result<Run, ApiError> {
+    let max_attempts = admit::run_attempts(state, entrypoint);
+    let entrypoint = entrypoint.key.as_str();
     let owner = AccessToken::generate().owner_hash();
     let task = admit::create(
         state,
@@ -141,6 +147,7 @@ async fn start_run(state: &AppState, entrypoint: &str, input: Value) -> Result<R
             input,
             context_id: None,
             metadata: None,
+            max_attempts,
         },
     )
     .await?;
@@ -158,10 +165,12 @@ async fn start_run(state: &AppState, entrypoint: &str, input: Value) -> Result<R
 /// subscribes to it. The run's answer must carry the returned receipt whatever it says.
 async fn start_paid_run(
     state: &AppState,
-    entrypoint: &str,
+    entrypoint: &EntrypointInfo,
     input: Value,
     payment: pay::Payment<'_>,
 ) -> Result<(Run, pay::receipt::Receipt), Response> {
+    let max_attempts = admit::run_attempts(state, entrypoint);
+    let entrypoint = entrypoint.key.as_str();
     let owner = AccessToken::generate().owner_hash();
     let admitted = pay::admission::admit_paid(
         state,
@@ -174,6 +183,7 @@ async fn start_paid_run(
             input,
             context_id: None,
             metadata: None,
+            max_attempts,
         },
     )
     .await;

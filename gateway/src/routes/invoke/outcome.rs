@@ -45,6 +45,11 @@ pub fn error_code(code: &str) -> (StatusCode, ErrorCode) {
             (StatusCode::BAD_REQUEST, code)
         }
         Some(ErrorCode::TaskTimeout) => (StatusCode::GATEWAY_TIMEOUT, ErrorCode::TaskTimeout),
+        // The worker running it was lost and the run was not retried: the upstream (the
+        // worker) failed, not this gateway, and the caller may retry if it knows it is safe.
+        Some(ErrorCode::TaskAttemptsExhausted) => {
+            (StatusCode::BAD_GATEWAY, ErrorCode::TaskAttemptsExhausted)
+        }
         Some(ErrorCode::ServiceUnavailable) => (
             StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::ServiceUnavailable,
@@ -114,10 +119,7 @@ mod tests {
         );
         assert_eq!(
             error_code("task_attempts_exhausted"),
-            (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                ErrorCode::TaskAttemptsExhausted
-            )
+            (StatusCode::BAD_GATEWAY, ErrorCode::TaskAttemptsExhausted)
         );
         assert_eq!(
             error_code("task_timeout"),

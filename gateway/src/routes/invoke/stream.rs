@@ -79,13 +79,13 @@ async fn handle(
     }
     let (run, receipt) = match payment {
         None => (
-            super::start_run(&state, key, input)
+            super::start_run(&state, &entrypoint, input)
                 .await
                 .map_err(IntoResponse::into_response)?,
             None,
         ),
         Some(payment) => {
-            let (run, receipt) = start_paid_run(&state, key, input, payment).await?;
+            let (run, receipt) = start_paid_run(&state, &entrypoint, input, payment).await?;
             (run, Some(receipt))
         }
     };

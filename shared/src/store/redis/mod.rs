@@ -16,6 +16,7 @@
 
 mod batch;
 mod keys;
+mod persistence;
 mod pool;
 mod replies;
 mod scripts;
@@ -40,7 +41,9 @@ use self::pool::Pool;
 use self::scripts::Scripts;
 use self::spans::Peer;
 use self::subscriber::Dispatcher;
-use super::{DEFAULT_MAX_TASKS, DEFAULT_RETENTION, StoreError};
+use super::{DEFAULT_MAX_TASKS, DEFAULT_RETENTION, Durability, StoreError};
+
+pub use self::persistence::DurabilitySetting;
 
 /// Settings of a [`RedisStore`].
 #[derive(Debug, Clone)]
@@ -57,6 +60,10 @@ pub struct RedisStoreConfig {
     pub pool_size: usize,
     /// Bound on connecting, waiting for a pooled connection and each reply.
     pub timeout: Duration,
+    /// What the store declares about its writes: read from the server's persistence settings
+    /// at connect ([`DurabilitySetting::Detect`]), or stated by the operator where `CONFIG` is
+    /// disabled (managed Redis).
+    pub durability: DurabilitySetting,
 }
 
 impl RedisStoreConfig {
@@ -69,6 +76,7 @@ impl RedisStoreConfig {
             event_log_len: 64,
             pool_size: 32,
             timeout: Duration::from_secs(2),
+            durability: DurabilitySetting::Detect,
         }
     }
 }
@@ -86,6 +94,8 @@ struct Inner {
     /// Connections reserved for blocking reads (BLPOP on doorbells): a blocked connection
     /// cannot carry other commands, so these never serve anything else.
     blocking: Mutex<Vec<redis::aio::MultiplexedConnection>>,
+    /// Decided once at connect (see [`persistence`]).
+    durability: Durability,
     creates: Batcher<ScriptItem, Value>,
     activations: Batcher<ScriptItem, Value>,
     swaps: Batcher<ScriptItem, Value>,
@@ -201,6 +211,7 @@ impl RedisStore {
             config.event_log_len.to_string(),
             keys.worker_channel_prefix(),
         ];
+        let durability_setting = config.durability;
         let core = Arc::new(Core {
             keys: keys.clone(),
             scripts: Scripts::load(),
@@ -208,6 +219,8 @@ impl RedisStore {
             config,
             pool,
         });
+        // Also the first round trip: an unreachable Redis fails here.
+        let durability = persistence::decide(&core.pool, durability_setting).await?;
         let lanes = 4;
         let store = RedisStore {
             inner: Arc::new(Inner {
@@ -244,6 +257,7 @@ impl RedisStore {
                 },
                 dispatcher: Dispatcher::start(client.clone(), shutdown.clone()),
                 blocking: Mutex::new(Vec::new()),
+                durability,
                 core,
                 client,
                 shutdown,
@@ -251,6 +265,11 @@ impl RedisStore {
         };
         store.ping().await?;
         Ok(store)
+    }
+
+    /// What this store's acknowledgements are worth, as decided at connect.
+    pub fn declared_durability(&self) -> Durability {
+        self.inner.durability
     }
 
     pub fn config(&self) -> &RedisStoreConfig {

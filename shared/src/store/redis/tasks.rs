@@ -160,7 +160,7 @@ impl RedisStore {
 #[async_trait]
 impl TaskStore for RedisStore {
     fn durability(&self) -> Durability {
-        Durability::Durable
+        self.declared_durability()
     }
 
     async fn reap_expired_admissions(&self) -> Result<u64, StoreError> {
