@@ -3,8 +3,9 @@
 
 use std::collections::VecDeque;
 
+use super::frozen::{Frozen, LoggedEvent};
 use super::subscriptions::Listeners;
-use crate::protocol::TaskStatus;
+use crate::protocol::{Task, TaskStatus};
 use crate::store::{EventPayload, Lease, Phase, StoredEvent, StoredTask};
 
 /// A key of the `(ms, insertion order)` indexes.
@@ -18,7 +19,9 @@ pub(super) struct Entry {
     pub(super) epoch: u64,
     /// `max_run` of the last activation, for the timeout message.
     pub(super) max_run_ms: u64,
-    pub(super) log: VecDeque<StoredEvent>,
+    pub(super) log: VecDeque<LoggedEvent>,
+    /// Set once the task is terminal: its bulky values, as text (see [`Entry::freeze`]).
+    frozen: Option<Frozen>,
     pub(super) listeners: Listeners,
     /// The keys this task currently holds in `State::due` and `State::terminal`.
     pub(super) due_key: Option<IndexKey>,
@@ -26,6 +29,77 @@ pub(super) struct Entry {
 }
 
 impl Entry {
+    pub(super) fn new(stored: StoredTask, order: u64) -> Self {
+        Entry {
+            stored,
+            order,
+            epoch: 0,
+            max_run_ms: 0,
+            log: VecDeque::new(),
+            frozen: None,
+            listeners: Listeners::default(),
+            due_key: None,
+            terminal_key: None,
+        }
+    }
+
+    /// Retained terminal tasks are most of what the embedded store holds: their input, result
+    /// and error move into one compact JSON text, the log keeps only the place of the events
+    /// the task can rebuild, and spare capacity is given back (see [`super::frozen`]). Readers
+    /// go through [`Entry::task`], [`Entry::stored`] and [`Entry::replay`].
+    pub(super) fn freeze(&mut self) {
+        self.thaw_in_place();
+        let last_seq = self.stored.seq;
+        for event in &mut self.log {
+            event.derive(&self.stored.task, last_seq);
+        }
+        self.log.shrink_to_fit();
+        let frozen = Frozen::take(&mut self.stored.invocation, &mut self.stored.task);
+        self.frozen = Some(frozen);
+    }
+
+    /// Undoes [`Entry::freeze`] before a write (a terminal task's receipt, say).
+    pub(super) fn thaw_in_place(&mut self) {
+        if let Some(frozen) = self.frozen.take() {
+            frozen.restore(&mut self.stored.invocation, &mut self.stored.task);
+            for event in &mut self.log {
+                event.materialize(&self.stored.task);
+            }
+        }
+    }
+
+    /// The task as the wire shows it.
+    pub(super) fn task(&self) -> Task {
+        let mut task = self.stored.task.clone();
+        if let Some(frozen) = &self.frozen {
+            frozen.restore_task(&mut task);
+        }
+        task
+    }
+
+    /// Everything the store knows of the task.
+    pub(super) fn stored(&self) -> StoredTask {
+        let mut stored = self.stored.clone();
+        if let Some(frozen) = &self.frozen {
+            frozen.restore(&mut stored.invocation, &mut stored.task);
+        }
+        stored
+    }
+
+    /// The logged events after `after`, as they were sent.
+    pub(super) fn replay(&self, after: u64) -> Vec<StoredEvent> {
+        let mut events = self
+            .log
+            .iter()
+            .filter(|event| event.seq() > after)
+            .peekable();
+        if events.peek().is_none() {
+            return Vec::new();
+        }
+        let task = self.task();
+        events.map(|event| event.thaw(&task)).collect()
+    }
+
     pub(super) fn due(&self) -> Option<IndexKey> {
         let stored = &self.stored;
         if stored.task.status.is_terminal() {
@@ -89,8 +163,8 @@ impl Entry {
             event: payload.event,
             data: payload.data,
         };
-        self.listeners.publish(&event);
-        self.log.push_back(event);
+        self.log.push_back(LoggedEvent::new(&event));
+        self.listeners.publish(event);
         while self.log.len() > log_len {
             self.log.pop_front();
         }

@@ -8,6 +8,8 @@
 //! Time comes from a [`Clock`] so tests can move it by hand.
 
 mod entry;
+mod frozen;
+mod owner_index;
 mod state;
 mod subscriptions;
 #[cfg(test)]

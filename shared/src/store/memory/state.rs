@@ -17,7 +17,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::entry::{Entry, IndexKey};
 use super::millis;
-use super::subscriptions::Listeners;
+use super::owner_index::OwnerIndex;
 use crate::protocol::{Task, TaskError, TaskEvent, TaskStatus, Timestamp};
 use crate::store::{
     Activation, Admission, CasOutcome, Claim, EventPayload, Lease, ListQuery, NewTask, Phase,
@@ -45,8 +45,9 @@ pub(super) struct Subscribed {
 
 pub(super) struct State {
     limits: Limits,
-    tasks: HashMap<String, Entry>,
-    by_owner: HashMap<OwnerHash, BTreeMap<IndexKey, String>>,
+    /// Boxed: a table of 1 KB entries wastes its spare capacity by the kilobyte.
+    tasks: HashMap<String, Box<Entry>>,
+    by_owner: HashMap<OwnerHash, OwnerIndex>,
     terminal: BTreeMap<IndexKey, String>,
     due: BTreeMap<IndexKey, String>,
     queues: HashMap<String, VecDeque<String>>,
@@ -99,8 +100,8 @@ impl State {
         };
         let order = self.next_order;
         self.next_order += 1;
-        let mut entry = Entry {
-            stored: StoredTask {
+        let mut entry = Entry::new(
+            StoredTask {
                 task: task.clone(),
                 owner: new.owner.clone(),
                 phase,
@@ -115,19 +116,17 @@ impl State {
                 receipt: None,
             },
             order,
-            epoch: 0,
-            max_run_ms: 0,
-            log: VecDeque::new(),
-            listeners: Listeners::default(),
-            due_key: None,
-            terminal_key: None,
-        };
+        );
         entry.publish(TaskEvent::status(&task).into(), self.limits.event_log_len);
-        self.by_owner
-            .entry(new.owner)
-            .or_default()
-            .insert((now, order), new.task_id.clone());
-        self.tasks.insert(new.task_id.clone(), entry);
+        match self.by_owner.entry(new.owner) {
+            std::collections::hash_map::Entry::Occupied(mut ids) => {
+                ids.get_mut().insert((now, order), new.task_id.clone());
+            }
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(OwnerIndex::new((now, order), new.task_id.clone()));
+            }
+        }
+        self.tasks.insert(new.task_id.clone(), Box::new(entry));
         if phase == Phase::Queued {
             self.enqueue(&new.task_id);
         }
@@ -137,7 +136,7 @@ impl State {
 
     pub(super) fn get(&mut self, task_id: &str, now: u64) -> Option<StoredTask> {
         self.purge(now);
-        self.tasks.get(task_id).map(|entry| entry.stored.clone())
+        self.tasks.get(task_id).map(|entry| entry.stored())
     }
 
     pub(super) fn list(&mut self, owner: &OwnerHash, query: &ListQuery, now: u64) -> TaskPage {
@@ -149,7 +148,7 @@ impl State {
             .by_owner
             .get(owner)
             .into_iter()
-            .flat_map(|ids| ids.values().rev());
+            .flat_map(OwnerIndex::newest_first);
         for id in ids {
             let Some(entry) = self.tasks.get(id) else {
                 continue;
@@ -158,7 +157,7 @@ impl State {
                 continue;
             }
             if total >= query.offset && tasks.len() < limit {
-                tasks.push(entry.stored.task.clone());
+                tasks.push(entry.task());
             }
             total += 1;
         }
@@ -301,7 +300,7 @@ impl State {
         match reason {
             Some(reason) => CasOutcome::Rejected {
                 reason,
-                current: Some(entry.stored.task.clone()),
+                current: Some(entry.task()),
             },
             None => match self.apply(task_id, next, now) {
                 Some(task) => CasOutcome::Applied(task),
@@ -347,16 +346,11 @@ impl State {
         // Listener, snapshot and replay under one lock: no event can fall between them.
         let rx = entry.listeners.add(listener_id);
         let replay = match after_seq {
-            Some(after) => entry
-                .log
-                .iter()
-                .filter(|event| event.seq > after)
-                .cloned()
-                .collect(),
+            Some(after) => entry.replay(after),
             None => Vec::new(),
         };
         Some(Subscribed {
-            snapshot: entry.stored.task.clone(),
+            snapshot: entry.task(),
             snapshot_seq: entry.stored.seq,
             replay,
             rx,
@@ -525,6 +519,7 @@ impl State {
         let entry = self.tasks.get_mut(task_id)?;
         let was_queued = entry.stored.phase == Phase::Queued;
         let terminal = next.status.is_terminal();
+        entry.thaw_in_place();
         let stored = &mut entry.stored;
         stored.task.status = next.status;
         stored.task.result = next.result;
@@ -538,6 +533,9 @@ impl State {
         let task = stored.task.clone();
         let entrypoint = stored.invocation.entrypoint.clone();
         entry.publish(TaskEvent::for_transition(&task).into(), log_len);
+        if terminal {
+            entry.freeze();
+        }
         if terminal && was_queued {
             self.unqueue(&entrypoint, task_id);
         }
@@ -670,11 +668,10 @@ impl State {
             self.terminal.remove(&key);
         }
         let owner = &entry.stored.owner;
-        if let Some(ids) = self.by_owner.get_mut(owner) {
-            ids.remove(&(entry.stored.task.created_at.as_millis(), entry.order));
-            if ids.is_empty() {
-                self.by_owner.remove(owner);
-            }
+        if let Some(ids) = self.by_owner.get_mut(owner)
+            && ids.remove(&(entry.stored.task.created_at.as_millis(), entry.order))
+        {
+            self.by_owner.remove(owner);
         }
         if entry.stored.phase == Phase::Queued {
             self.unqueue(&entry.stored.invocation.entrypoint, task_id);

@@ -31,12 +31,30 @@ impl Listeners {
 
     pub(super) fn remove(&mut self, id: u64) {
         self.senders.retain(|(listener, _)| *listener != id);
+        if self.senders.is_empty() {
+            self.senders = Vec::new();
+        }
     }
 
-    /// Sends `event` to every listener, dropping those whose stream is gone.
-    pub(super) fn publish(&mut self, event: &StoredEvent) {
-        self.senders
-            .retain(|(_, tx)| tx.send(event.clone()).is_ok());
+    /// Sends `event` to every listener, dropping those whose stream is gone (the last one
+    /// gets the event itself, not a copy).
+    pub(super) fn publish(&mut self, event: StoredEvent) {
+        let mut event = Some(event);
+        let last = self.senders.len().saturating_sub(1);
+        let mut index = 0;
+        self.senders.retain(|(_, tx)| {
+            let copy = if index == last {
+                event.take()
+            } else {
+                event.clone()
+            };
+            index += 1;
+            copy.is_some_and(|copy| tx.send(copy).is_ok())
+        });
+        if self.senders.is_empty() {
+            // Give the allocation back: most tasks are watched once, then kept for long.
+            self.senders = Vec::new();
+        }
     }
 
     pub(super) fn clear(&mut self) {

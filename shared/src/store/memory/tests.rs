@@ -213,3 +213,98 @@ async fn a_claimed_task_expires_on_the_store_clock() {
     );
     assert_eq!(task.map(|t| t.phase), Some(Phase::Terminal));
 }
+
+/// A terminal task keeps its values as text and rebuilds its first and last events (see
+/// `frozen.rs`): everything read back must be what was written and sent.
+#[tokio::test]
+async fn a_frozen_terminal_task_reads_back_exactly_as_it_was()
+-> Result<(), Box<dyn std::error::Error>> {
+    let (store, _clock) = store(100, Duration::from_secs(600));
+    let owner = owner();
+    let mut new = new_task("frozen", &owner, Admission::Queued);
+    new.invocation.metadata = Some(json!({"m": [1, 2]}));
+    new.invocation.context_id = Some("ctx".into());
+    new.invocation
+        .trace_context
+        .insert("traceparent".into(), "00-abc-def-01".into());
+    let invocation = new.invocation.clone();
+    store.create(new).await?;
+    let mut live = store
+        .subscribe("frozen", &owner, Some(0))
+        .await?
+        .ok_or("own task")?;
+    let mut sent = live.replay.clone();
+    let claim = store
+        .claim_execution("frozen", "w1", Duration::from_secs(30))
+        .await?
+        .ok_or("claimed")?;
+    store
+        .activate_execution(
+            &claim.lease,
+            Duration::from_secs(30),
+            Duration::from_secs(60),
+        )
+        .await?
+        .ok_or("active")?;
+    store
+        .emit(
+            &claim.lease,
+            EventPayload {
+                event: "progress".into(),
+                data: json!({"pct": 50}),
+            },
+        )
+        .await?;
+    store
+        .compare_and_set(
+            "frozen",
+            &[TaskStatus::Running],
+            Transition::completed(TaskResult::output(json!({"out": "put"}))),
+            Some(&claim.lease),
+        )
+        .await?;
+    while let Some(event) = live.events.next().await {
+        let done = event.event == "resultUpdate";
+        sent.push(event);
+        if done {
+            break;
+        }
+    }
+    assert_eq!(sent.len(), 3, "{sent:?}");
+
+    let stored = store.get("frozen").await?.ok_or("kept")?;
+    assert_eq!(stored.invocation, invocation);
+    assert_eq!(
+        stored.task.result,
+        Some(TaskResult::output(json!({"out": "put"})))
+    );
+    let again = store
+        .subscribe("frozen", &owner, Some(0))
+        .await?
+        .ok_or("own task")?;
+    assert_eq!(again.replay, sent, "the log replays what was sent");
+    assert_eq!(again.snapshot, stored.task);
+    let listed = store.list(&owner, &ListQuery::default()).await?;
+    assert_eq!(listed.tasks, vec![stored.task.clone()]);
+
+    // A later terminal write thaws it first: the old terminal event stays as it was sent.
+    let moved = store
+        .compare_and_set(
+            "frozen",
+            &[TaskStatus::Completed],
+            Transition::cancelled(),
+            None,
+        )
+        .await?;
+    assert!(matches!(moved, CasOutcome::Applied(_)), "{moved:?}");
+    let last = store
+        .subscribe("frozen", &owner, Some(0))
+        .await?
+        .ok_or("own task")?;
+    assert_eq!(last.replay.len(), 4);
+    assert_eq!(last.replay[..3], sent[..]);
+    assert_eq!(last.replay[3].data["status"], "cancelled");
+    let after = store.get("frozen").await?.ok_or("kept")?;
+    assert_eq!(after.invocation, invocation);
+    Ok(())
+}
