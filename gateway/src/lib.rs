@@ -1,6 +1,7 @@
 //! The gateway: the Lucid HTTP profile over the task cluster, holding no state of its own.
 //!
 //! - [`admit`]: admission shared by task creation, invoke and stream;
+//! - [`catalog`]: the cached view of the worker registry and the documents built from it;
 //! - [`config`]: settings, each a flag and an environment variable;
 //! - [`recent`]: entrypoints listed recently, admitted through a gap in the registry;
 //! - [`state`]: what handlers share ([`state::AppState`]): the store, the worker registry, settings;
@@ -15,6 +16,7 @@
 //! [`app`] builds the router; tests drive it without a socket.
 
 pub mod admit;
+pub mod catalog;
 pub mod config;
 pub mod embedded;
 pub mod error;
