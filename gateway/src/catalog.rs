@@ -71,7 +71,8 @@ pub struct Snapshot {
 /// One merged listing and the documents built from it.
 struct Entries {
     entrypoints: Vec<EntrypointInfo>,
-    documents: RwLock<HashMap<(Document, String), Arc<Built>>>,
+    /// By document, then origin (a nested map, so a lookup borrows the origin).
+    documents: RwLock<HashMap<Document, HashMap<String, Arc<Built>>>>,
 }
 
 /// Which discovery document.
@@ -315,19 +316,21 @@ impl Snapshot {
         build: impl FnOnce(&[EntrypointInfo]) -> Result<Vec<u8>, E>,
     ) -> Result<Arc<Built>, E> {
         let documents = &self.entries.documents;
-        // The key is built only to look up; a borrowed tuple key would need a custom Borrow.
-        let key = (which, origin.to_owned());
         if let Some(built) = documents
             .read()
             .unwrap_or_else(PoisonError::into_inner)
-            .get(&key)
+            .get(&which)
+            .and_then(|by_origin| by_origin.get(origin))
         {
             return Ok(built.clone());
         }
         let built = Arc::new(Built::new(build(self.entrypoints())?));
         let mut documents = documents.write().unwrap_or_else(PoisonError::into_inner);
-        if documents.len() < MAX_DOCUMENTS {
-            documents.insert(key, built.clone());
+        if documents.values().map(HashMap::len).sum::<usize>() < MAX_DOCUMENTS {
+            documents
+                .entry(which)
+                .or_default()
+                .insert(origin.to_owned(), built.clone());
         }
         Ok(built)
     }

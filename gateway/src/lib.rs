@@ -4,6 +4,7 @@
 //! - [`catalog`]: the cached view of the worker registry and the documents built from it;
 //! - [`config`]: settings, each a flag and an environment variable;
 //! - [`recent`]: entrypoints listed recently, admitted through a gap in the registry;
+//! - [`request_id`]: `x-request-id` values (random UUIDs without a system call each);
 //! - [`state`]: what handlers share ([`state::AppState`]): the store, the worker registry, settings;
 //! - [`error`]: [`error::ApiError`], the profile's error body with the right status;
 //! - [`extract`]: JSON and `Task-Access-Token` extractors whose rejections are `ApiError`s;
@@ -25,6 +26,7 @@ pub mod observe;
 pub mod pay;
 pub mod prices;
 pub mod recent;
+pub mod request_id;
 pub mod routes;
 pub mod serve;
 pub mod state;
@@ -33,7 +35,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::http::HeaderName;
-use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::timeout::RequestBodyTimeoutLayer;
 
 use crate::state::AppState;
@@ -69,5 +71,8 @@ pub fn app(state: AppState) -> Router {
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         // Inside the router's layers, so the matched route (`http.route`) is known.
         .layer(axum::middleware::from_fn(observe::http_span))
-        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+        .layer(SetRequestIdLayer::new(
+            REQUEST_ID,
+            request_id::MakeRequestUuid,
+        ))
 }

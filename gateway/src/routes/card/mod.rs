@@ -145,8 +145,9 @@ pub async fn landing_page(
 
 /// `scheme://host` of the request followed by the configured base path, no trailing slash.
 fn base_url(state: &AppState, headers: &HeaderMap, uri: &Uri) -> String {
-    let origin = request_origin(headers, uri, &state.config.listen);
-    format!("{origin}{}", state.config.base_path())
+    let mut url = request_origin(headers, uri, &state.config.listen);
+    url.push_str(&state.config.base_path());
+    url
 }
 
 fn to_json(value: &impl Serialize) -> Result<Vec<u8>, ApiError> {
