@@ -49,7 +49,7 @@ pub fn app(state: AppState) -> Router {
     let base = state.config.base_path();
     let limit = state.config.body_limit_bytes;
     let body_timeout = Duration::from_millis(state.config.body_timeout_ms);
-    let routes = routes::router().with_state(state.clone());
+    let routes = routes::router(&state).with_state(state.clone());
     let mounted = if base.is_empty() {
         routes
     } else {
@@ -59,7 +59,7 @@ pub fn app(state: AppState) -> Router {
                 &format!("{base}/"),
                 axum::routing::get(routes::card::landing_page),
             )
-            .with_state(state.clone());
+            .with_state(routes::card::Discovery::new(&state));
         Router::new().nest(&base, routes).merge(landing)
     };
     mounted

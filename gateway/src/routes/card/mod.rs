@@ -7,7 +7,7 @@
 //! - `GET /` and `GET /favicon.svg`: a landing page ([`landing`]).
 //!
 //! Each response is built from the live worker registry as this gateway's catalog holds it
-//! ([`admit::entrypoints`], at most `--registry-refresh-ms` old), so the card follows workers
+//! ([`Discovery::snapshot`], at most `--registry-refresh-ms` old), so the card follows workers
 //! as they come and go, and from the request's origin ([`origin`]), so a card fetched through
 //! a proxy points back through it. The built bytes and their ETag are kept with the catalog's
 //! listing, per origin, until the listing changes ([`crate::catalog`]). Every response carries
@@ -20,6 +20,8 @@ mod openapi;
 pub mod origin;
 mod payments;
 
+use std::sync::Arc;
+
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -27,9 +29,10 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::Response;
 use axum::routing::get;
 use serde::Serialize;
+use shared::registry::WorkerRegistry;
 
-use crate::admit;
-use crate::catalog::{Built, Document};
+use crate::catalog::{Built, Catalog, Document, Snapshot};
+use crate::config::GatewayConfig;
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -44,7 +47,33 @@ const CACHE_CONTROL: &str = "public, max-age=30";
 /// The headers a response depends on besides its path: the card's URLs come from them.
 const VARY: &str = "Host, X-Forwarded-Host, X-Forwarded-Proto";
 
-pub fn router() -> Router<AppState> {
+/// What the discovery handlers read. Each request clones its handler's state, and this is
+/// three reference counts, where the whole [`AppState`] is eight and a cancellation token whose
+/// clone and drop take a lock.
+#[derive(Clone)]
+pub struct Discovery {
+    config: Arc<GatewayConfig>,
+    registry: Arc<dyn WorkerRegistry>,
+    catalog: Arc<Catalog>,
+}
+
+impl Discovery {
+    pub fn new(state: &AppState) -> Self {
+        Discovery {
+            config: state.config.clone(),
+            registry: state.registry.clone(),
+            catalog: state.catalog.clone(),
+        }
+    }
+
+    /// The cached registry view (see [`crate::catalog`]), at most the refresh interval old.
+    async fn snapshot(&self) -> Result<Arc<Snapshot>, ApiError> {
+        Ok(self.catalog.snapshot(&*self.registry).await?)
+    }
+}
+
+/// The discovery routes, with their state already given (any outer state fits).
+pub fn router<S: Clone + Send + Sync + 'static>(state: &AppState) -> Router<S> {
     Router::new()
         .route("/.well-known/agent-card.json", get(agent_card))
         .route("/.well-known/agent.json", get(agent_card))
@@ -52,16 +81,20 @@ pub fn router() -> Router<AppState> {
         .route("/openapi.json", get(openapi_document))
         .route("/", get(landing_page))
         .route("/favicon.svg", get(landing::favicon))
+        .with_state(Discovery::new(state))
 }
 
 /// Handlers take the whole request (and drop its body: a `Body` is not `Sync`, so no borrow of
 /// it may cross an await) rather than `HeaderMap` and `Uri` extractors, which would copy the
 /// headers on every request.
-async fn agent_card(State(state): State<AppState>, request: Request) -> Result<Response, ApiError> {
+async fn agent_card(
+    State(state): State<Discovery>,
+    request: Request,
+) -> Result<Response, ApiError> {
     let (parts, _) = request.into_parts();
     let (headers, uri) = (&parts.headers, &parts.uri);
     let base = base_url(&state, headers, uri);
-    let snapshot = admit::entrypoints(&state).await?;
+    let snapshot = state.snapshot().await?;
     let card = snapshot.document(Document::Card, &base, |entrypoints| {
         to_json(&manifest::AgentCard::build(
             &state.config,
@@ -74,7 +107,7 @@ async fn agent_card(State(state): State<AppState>, request: Request) -> Result<R
 
 /// Upstream lists only key, description and streaming here; schemas and prices are in the card.
 async fn entrypoints(
-    State(state): State<AppState>,
+    State(state): State<Discovery>,
     request: Request,
 ) -> Result<Response, ApiError> {
     let (parts, _) = request.into_parts();
@@ -88,7 +121,7 @@ async fn entrypoints(
     struct Items<'a> {
         items: Vec<Item<'a>>,
     }
-    let snapshot = admit::entrypoints(&state).await?;
+    let snapshot = state.snapshot().await?;
     // The same for every origin.
     let items = snapshot.document(Document::Entrypoints, "", |entrypoints| {
         to_json(&Items {
@@ -106,7 +139,7 @@ async fn entrypoints(
 }
 
 async fn openapi_document(
-    State(state): State<AppState>,
+    State(state): State<Discovery>,
     request: Request,
 ) -> Result<Response, ApiError> {
     let (parts, _) = request.into_parts();
@@ -114,7 +147,7 @@ async fn openapi_document(
     let base = base_url(&state, headers, uri);
     // Not built from the registry, but kept with its documents all the same: it is as
     // costly to build as the card.
-    let snapshot = admit::entrypoints(&state).await?;
+    let snapshot = state.snapshot().await?;
     let document = snapshot.document(Document::OpenApi, &base, |_| {
         to_json(&openapi::document(&state.config, &base))
     })?;
@@ -122,13 +155,13 @@ async fn openapi_document(
 }
 
 pub async fn landing_page(
-    State(state): State<AppState>,
+    State(state): State<Discovery>,
     request: Request,
 ) -> Result<Response, ApiError> {
     let (parts, _) = request.into_parts();
     let (headers, uri) = (&parts.headers, &parts.uri);
     let base = base_url(&state, headers, uri);
-    let snapshot = admit::entrypoints(&state).await?;
+    let snapshot = state.snapshot().await?;
     let page = snapshot.document(Document::Landing, &base, |entrypoints| {
         Ok::<_, ApiError>(landing::render(&state.config, &base, entrypoints).into_bytes())
     })?;
@@ -144,7 +177,7 @@ pub async fn landing_page(
 }
 
 /// `scheme://host` of the request followed by the configured base path, no trailing slash.
-fn base_url(state: &AppState, headers: &HeaderMap, uri: &Uri) -> String {
+fn base_url(state: &Discovery, headers: &HeaderMap, uri: &Uri) -> String {
     let mut url = request_origin(headers, uri, &state.config.listen);
     url.push_str(&state.config.base_path());
     url
