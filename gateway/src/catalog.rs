@@ -335,3 +335,97 @@ impl Snapshot {
         Ok(built)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+    use std::convert::Infallible;
+
+    use serde_json::json;
+    use shared::registry::{MemoryRegistry, WorkerEntry};
+
+    use super::*;
+
+    const LONG: Duration = Duration::from_secs(3600);
+
+    fn worker(id: &str, keys: &[&str]) -> WorkerEntry {
+        WorkerEntry {
+            worker_id: id.to_owned(),
+            host: "test".into(),
+            started_at_ms: 0,
+            concurrency: 1,
+            entrypoints: keys
+                .iter()
+                .map(|key| EntrypointInfo {
+                    key: (*key).to_owned(),
+                    description: (*key).to_owned(),
+                    input_schema: json!({}),
+                    output_schema: json!({}),
+                    streaming: false,
+                    price: None,
+                })
+                .collect(),
+        }
+    }
+
+    /// The card of `catalog` as `origin` sees it, counting builds in `builds`.
+    async fn card(
+        catalog: &Catalog,
+        registry: &MemoryRegistry,
+        builds: &Cell<u32>,
+    ) -> Result<Arc<Built>, StoreError> {
+        let snapshot = catalog.snapshot(registry).await?;
+        let built = snapshot.document(Document::Card, "http://a", |entrypoints| {
+            builds.set(builds.get() + 1);
+            let keys: Vec<&str> = entrypoints.iter().map(|e| e.key.as_str()).collect();
+            Ok::<_, Infallible>(keys.join(",").into_bytes())
+        });
+        Ok(built.unwrap_or_else(|never| match never {}))
+    }
+
+    #[tokio::test]
+    async fn documents_are_rebuilt_only_when_the_entrypoints_change() -> Result<(), StoreError> {
+        // A zero refresh: every request checks the version.
+        let catalog = Catalog::new(Duration::ZERO, LONG);
+        let registry = MemoryRegistry::new();
+        let builds = Cell::new(0);
+        registry.heartbeat(&worker("w1", &["echo"]), LONG).await?;
+        let first = card(&catalog, &registry, &builds).await?;
+        assert_eq!(&first.body[..], b"echo");
+        assert!(Arc::ptr_eq(
+            &first,
+            &card(&catalog, &registry, &builds).await?
+        ));
+
+        // Another worker with the same entrypoints: a new version, the same document.
+        registry.heartbeat(&worker("w2", &["echo"]), LONG).await?;
+        assert!(Arc::ptr_eq(
+            &first,
+            &card(&catalog, &registry, &builds).await?
+        ));
+        assert_eq!(builds.get(), 1);
+
+        registry.heartbeat(&worker("w3", &["sleep"]), LONG).await?;
+        let second = card(&catalog, &registry, &builds).await?;
+        assert_eq!(&second.body[..], b"echo,sleep");
+        assert_ne!(second.etag, first.etag);
+        assert_eq!(builds.get(), 2);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn discovery_may_be_stale_within_the_refresh_but_admission_not_past_the_grace()
+    -> Result<(), StoreError> {
+        let strict = Catalog::new(LONG, Duration::ZERO);
+        let registry = MemoryRegistry::new();
+        registry.heartbeat(&worker("w1", &["echo"]), LONG).await?;
+        assert!(strict.entrypoint(&registry, "echo").await?.is_some());
+        assert_eq!(strict.snapshot(&registry).await?.entrypoints().len(), 1);
+
+        registry.deregister("w1").await?;
+        // The card is allowed its hour; admission with no grace reads the version again.
+        assert_eq!(strict.snapshot(&registry).await?.entrypoints().len(), 1);
+        assert!(strict.entrypoint(&registry, "echo").await?.is_none());
+        Ok(())
+    }
+}
