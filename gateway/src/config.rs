@@ -64,6 +64,7 @@ pub struct GatewayConfig {
     /// and admission reflect the registry as of at most this long before a request (a worker
     /// joining, leaving, or killed and expired). A busy gateway reads the registry version once
     /// per interval; admission also never uses a view older than `--entrypoint-grace-ms`.
+    /// Cluster mode only: the embedded mode reads its in-process registry on every request.
     #[arg(long, env = "REGISTRY_REFRESH_MS", default_value_t = 1_000)]
     pub registry_refresh_ms: u64,
 
