@@ -5,6 +5,8 @@
 //! task id the message id) whose W3C trace context is stored in the task record; the worker
 //! that runs the task continues that trace.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 use shared::protocol::Task;
 use shared::registry::EntrypointInfo;
@@ -14,31 +16,23 @@ use shared::token::OwnerHash;
 use tracing::Instrument;
 use tracing::field::Empty;
 
+use crate::catalog::Snapshot;
 use crate::error::ApiError;
 use crate::state::AppState;
 
 /// The entrypoint as the live workers advertise it (merged: the highest price any of them
 /// asks, see [`crate::prices`]), or as it was within the grace period (see [`crate::recent`]);
-/// `None` when no worker hosts it.
+/// `None` when no worker hosts it. Read from this gateway's cached registry view, which is
+/// never older than the refresh interval nor the grace period (see [`crate::catalog`]).
 pub async fn entrypoint(state: &AppState, key: &str) -> Result<Option<EntrypointInfo>, ApiError> {
-    let workers = state.registry.workers().await?;
-    let merged = crate::prices::merge(&workers);
-    crate::prices::warn(&merged.disagreements);
-    let merged = merged.entrypoints;
-    // The merged view is remembered, so a recalled entrypoint keeps the highest price rather
-    // than whichever worker happened to be listed last.
-    state.recent_entrypoints.remember(&merged);
-    let found = merged.into_iter().find(|entrypoint| entrypoint.key == key);
-    Ok(found.or_else(|| state.recent_entrypoints.recall(key)))
+    Ok(state.catalog.entrypoint(&*state.registry, key).await?)
 }
 
-/// Every entrypoint the live workers host, by key (the first worker's description wins, the
-/// highest price charged).
-pub async fn entrypoints(state: &AppState) -> Result<Vec<EntrypointInfo>, ApiError> {
-    let workers = state.registry.workers().await?;
-    let merged = crate::prices::merge(&workers);
-    crate::prices::warn(&merged.disagreements);
-    Ok(merged.entrypoints)
+/// The cached registry view for discovery: every entrypoint the live workers host, by key
+/// (the first worker's description wins, the highest price charged), and the documents built
+/// from them.
+pub async fn entrypoints(state: &AppState) -> Result<Arc<Snapshot>, ApiError> {
+    Ok(state.catalog.snapshot(&*state.registry).await?)
 }
 
 /// Checks `input` against the entrypoint's input schema: `400 invalid_input` with zod-like

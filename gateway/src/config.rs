@@ -60,13 +60,21 @@ pub struct GatewayConfig {
     #[arg(long, env = "INVOKE_TIMEOUT_MS", default_value_t = 15 * 60 * 1000)]
     pub invoke_timeout_ms: u64,
 
-    /// Agent name shown in the card.
     /// Tasks for an entrypoint that vanished from the worker registry are still admitted (and
     /// queued) this long after it was last listed, so that a Redis restart or a rolling deploy
     /// does not answer `404 skill_not_found`; 0 disables it.
     #[arg(long, env = "ENTRYPOINT_GRACE_MS", default_value_t = 60_000)]
     pub entrypoint_grace_ms: u64,
 
+    /// Staleness bound of this gateway's cached worker registry, in milliseconds: the card
+    /// and admission reflect the registry as of at most this long before a request (a worker
+    /// joining, leaving, or killed and expired). A busy gateway reads the registry version once
+    /// per interval; admission also never uses a view older than `--entrypoint-grace-ms`.
+    /// Cluster mode only: the embedded mode reads its in-process registry on every request.
+    #[arg(long, env = "REGISTRY_REFRESH_MS", default_value_t = 1_000)]
+    pub registry_refresh_ms: u64,
+
+    /// Agent name shown in the card.
     #[arg(long, env = "AGENT_NAME", default_value = "taskcluster")]
     pub agent_name: String,
 

@@ -41,9 +41,10 @@ pub fn start(
         store,
         registry,
         idempotency: Arc::new(MemoryIdempotency::default()),
-        recent_entrypoints: Arc::new(crate::recent::RecentEntrypoints::new(
-            Duration::from_millis(config.entrypoint_grace_ms),
-        )),
+        // The registry is in this process: no staleness to bound.
+        catalog: Arc::new(crate::catalog::Catalog::local(Duration::from_millis(
+            config.entrypoint_grace_ms,
+        ))),
         // A memory ledger would do for one process, but embedded mode takes no payments:
         // a paid task needs a durable store, and invoke follows the same gate.
         payments: None,

@@ -1,8 +1,10 @@
 //! The gateway: the Lucid HTTP profile over the task cluster, holding no state of its own.
 //!
 //! - [`admit`]: admission shared by task creation, invoke and stream;
+//! - [`catalog`]: the cached view of the worker registry and the documents built from it;
 //! - [`config`]: settings, each a flag and an environment variable;
 //! - [`recent`]: entrypoints listed recently, admitted through a gap in the registry;
+//! - [`request_id`]: `x-request-id` values (random UUIDs without a system call each);
 //! - [`state`]: what handlers share ([`state::AppState`]): the store, the worker registry, settings;
 //! - [`error`]: [`error::ApiError`], the profile's error body with the right status;
 //! - [`extract`]: JSON and `Task-Access-Token` extractors whose rejections are `ApiError`s;
@@ -15,6 +17,7 @@
 //! [`app`] builds the router; tests drive it without a socket.
 
 pub mod admit;
+pub mod catalog;
 pub mod config;
 pub mod embedded;
 pub mod error;
@@ -23,6 +26,7 @@ pub mod observe;
 pub mod pay;
 pub mod prices;
 pub mod recent;
+pub mod request_id;
 pub mod routes;
 pub mod serve;
 pub mod state;
@@ -31,7 +35,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::http::HeaderName;
-use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::timeout::RequestBodyTimeoutLayer;
 
 use crate::state::AppState;
@@ -45,7 +49,7 @@ pub fn app(state: AppState) -> Router {
     let base = state.config.base_path();
     let limit = state.config.body_limit_bytes;
     let body_timeout = Duration::from_millis(state.config.body_timeout_ms);
-    let routes = routes::router().with_state(state.clone());
+    let routes = routes::router(&state).with_state(state.clone());
     let mounted = if base.is_empty() {
         routes
     } else {
@@ -55,7 +59,7 @@ pub fn app(state: AppState) -> Router {
                 &format!("{base}/"),
                 axum::routing::get(routes::card::landing_page),
             )
-            .with_state(state.clone());
+            .with_state(routes::card::Discovery::new(&state));
         Router::new().nest(&base, routes).merge(landing)
     };
     mounted
@@ -67,5 +71,8 @@ pub fn app(state: AppState) -> Router {
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         // Inside the router's layers, so the matched route (`http.route`) is known.
         .layer(axum::middleware::from_fn(observe::http_span))
-        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+        .layer(SetRequestIdLayer::new(
+            REQUEST_ID,
+            request_id::MakeRequestUuid,
+        ))
 }

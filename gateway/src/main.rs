@@ -62,9 +62,7 @@ async fn main() -> anyhow::Result<()> {
                 registry: Arc::new(store.registry()),
                 idempotency: Arc::new(store.idempotency()),
                 store: Arc::new(store),
-                recent_entrypoints: Arc::new(gateway::recent::RecentEntrypoints::new(
-                    Duration::from_millis(config.entrypoint_grace_ms),
-                )),
+                catalog: Arc::new(gateway::catalog::Catalog::from_config(&config)),
                 config: Arc::new(config.clone()),
                 shutdown: shutdown.clone(),
             }

@@ -52,20 +52,28 @@ impl Drop for Active {
     }
 }
 
-/// The middleware: wraps the request in its server span and records the metrics.
+/// The middleware: wraps the request in its server span and records the metrics. With
+/// telemetry off (no `OTEL_*` exporter) it allocates nothing: the route is copied only for a
+/// span name or a metric, and the log span borrows its fields (it is disabled outright unless
+/// logs are at `info` or finer).
 pub async fn http_span(request: Request, next: Next) -> Response {
     let method = method_name(request.method());
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|path| path.as_str().to_owned());
+    let traced = shared::telemetry::traces_enabled();
+    let measured = shared::telemetry::metrics_enabled();
+    let route = if traced || measured {
+        request
+            .extensions()
+            .get::<MatchedPath>()
+            .map(|path| path.as_str().to_owned())
+    } else {
+        None
+    };
     let request_id = request
         .headers()
         .get(&REQUEST_ID)
         .and_then(|v| v.to_str().ok())
-        .unwrap_or("-")
-        .to_owned();
-    let span = if shared::telemetry::traces_enabled() {
+        .unwrap_or("-");
+    let span = if traced {
         let name = match &route {
             Some(route) => format!("{method} {route}"),
             None => method.to_owned(),
@@ -93,7 +101,7 @@ pub async fn http_span(request: Request, next: Next) -> Response {
     };
 
     let _active = Active::enter(method);
-    let started = Instant::now();
+    let started = measured.then(Instant::now);
     let response = next.run(request).instrument(span.clone()).await;
     let status = response.status();
     span.record("http.response.status_code", status.as_u16());
@@ -101,7 +109,9 @@ pub async fn http_span(request: Request, next: Next) -> Response {
         // Server errors only: a 4xx is the client's, not this span's, failure.
         span.record("otel.status_code", "ERROR");
     }
-    metrics::http_request(method, route.as_deref(), status.as_u16(), started.elapsed());
+    if let Some(started) = started {
+        metrics::http_request(method, route.as_deref(), status.as_u16(), started.elapsed());
+    }
     response
 }
 

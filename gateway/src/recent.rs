@@ -27,26 +27,31 @@ impl RecentEntrypoints {
         }
     }
 
-    /// Records the entrypoints the registry lists right now.
-    pub fn remember<'a>(&self, live: impl IntoIterator<Item = &'a EntrypointInfo>) {
+    /// How long an entrypoint is recalled after it was last listed.
+    pub fn grace(&self) -> Duration {
+        self.grace
+    }
+
+    /// Records the entrypoints the registry listed at `at` (when the read that found them
+    /// live started, so that the grace never runs longer than the registry last said so).
+    pub fn remember<'a>(&self, live: impl IntoIterator<Item = &'a EntrypointInfo>, at: Instant) {
         if self.grace.is_zero() {
             return;
         }
-        let now = Instant::now();
         let mut seen = self
             .seen
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         for entrypoint in live {
             match seen.get_mut(&entrypoint.key) {
-                Some((info, at)) => {
-                    *at = now;
+                Some((info, seen)) => {
+                    *seen = (*seen).max(at);
                     if info != entrypoint {
                         *info = entrypoint.clone();
                     }
                 }
                 None => {
-                    seen.insert(entrypoint.key.clone(), (entrypoint.clone(), now));
+                    seen.insert(entrypoint.key.clone(), (entrypoint.clone(), at));
                 }
             }
         }
@@ -83,7 +88,7 @@ mod tests {
     #[test]
     fn recalls_what_was_listed_within_the_grace_period() {
         let recent = RecentEntrypoints::new(Duration::from_secs(60));
-        recent.remember(&[entrypoint("echo")]);
+        recent.remember(&[entrypoint("echo")], Instant::now());
         assert_eq!(recent.recall("echo").map(|e| e.key), Some("echo".into()));
         assert!(recent.recall("sleep").is_none());
     }
@@ -91,7 +96,7 @@ mod tests {
     #[test]
     fn forgets_after_the_grace_period() {
         let recent = RecentEntrypoints::new(Duration::ZERO);
-        recent.remember(&[entrypoint("echo")]);
+        recent.remember(&[entrypoint("echo")], Instant::now());
         assert!(recent.recall("echo").is_none());
     }
 }

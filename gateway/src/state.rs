@@ -6,8 +6,8 @@ use shared::idempotency::IdempotencyStore;
 use shared::registry::WorkerRegistry;
 use shared::store::TaskStore;
 
+use crate::catalog::Catalog;
 use crate::config::GatewayConfig;
-use crate::recent::RecentEntrypoints;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -16,8 +16,9 @@ pub struct AppState {
     /// Records of `Idempotency-Key` invocations (in the store's Redis in cluster mode).
     pub idempotency: Arc<dyn IdempotencyStore>,
     pub config: Arc<GatewayConfig>,
-    /// Entrypoints listed recently, admitted through a short gap in the registry.
-    pub recent_entrypoints: Arc<RecentEntrypoints>,
+    /// The cached view of `registry` (and the documents built from it), with the entrypoints
+    /// listed recently, admitted through a short gap in the registry.
+    pub catalog: Arc<Catalog>,
     /// The payment gate of priced routes; `None` when this gateway takes no payments.
     pub payments: Option<Arc<crate::pay::Gate>>,
     /// Cancelled when the gateway shuts down: long responses (SSE) end so the drain finishes.

@@ -3,19 +3,35 @@
 -- deadline, is pruned of passed deadlines on every call, and expires with its latest deadline,
 -- so nothing outlives the last worker.
 --
+-- The registry version (see registry_version.lua) is bumped when the set of live workers or an
+-- entry's content changes: a worker that was not live (absent, or past its deadline), a changed
+-- entry, or pruned index members. A plain refresh of an unchanged live entry leaves it alone, so
+-- gateways keep their cached card. The version key expires with the index.
+--
 -- KEYS[1] registry index (sorted set: worker id -> expiry ms)  KEYS[2] the worker's entry
+-- KEYS[3] registry version (string)
 -- ARGV[1] worker id  ARGV[2] entry JSON  ARGV[3] ttl ms (>= 1)
 -- Returns the entry's expiry, ms since the epoch by the Redis clock.
 
 -- @include "now_ms"
+-- @include "bump_registry_version"
 
-local index, entry = KEYS[1], KEYS[2]
+local index, entry, version = KEYS[1], KEYS[2], KEYS[3]
 local id, json, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local now = now_ms()
 local expires = now + ttl
+local before = redis.call('ZSCORE', index, id)
+local changed = (not before) or tonumber(before) <= now or redis.call('GET', entry) ~= json
 redis.call('SET', entry, json, 'PX', ttl)
 redis.call('ZADD', index, expires, id)
-redis.call('ZREMRANGEBYSCORE', index, '-inf', now)
+if redis.call('ZREMRANGEBYSCORE', index, '-inf', now) > 0 then
+  changed = true
+end
+-- A missing version with a live index: written by an older release of this script.
+if changed or redis.call('EXISTS', version) == 0 then
+  bump_registry_version(version)
+end
 local last = redis.call('ZRANGE', index, -1, -1, 'WITHSCORES')
 redis.call('PEXPIREAT', index, last[2])
+redis.call('PEXPIREAT', version, last[2])
 return expires

@@ -128,6 +128,59 @@ async fn refreshing_keeps_an_entry_alive(registry: &dyn WorkerRegistry) -> TestR
     Ok(())
 }
 
+async fn the_version_moves_with_the_live_set_not_with_refreshes(
+    registry: &dyn WorkerRegistry,
+) -> TestResult {
+    let empty = registry.version().await?;
+    assert_eq!(registry.version().await?, empty, "reading moves nothing");
+
+    registry.heartbeat(&entry("w1"), LONG).await?;
+    let joined = registry.version().await?;
+    assert_ne!(joined, empty, "a worker joined");
+    registry.heartbeat(&entry("w1"), LONG).await?;
+    assert_eq!(registry.version().await?, joined, "a plain refresh");
+
+    let mut changed = entry("w1");
+    changed.entrypoints.truncate(1);
+    registry.heartbeat(&changed, LONG).await?;
+    let updated = registry.version().await?;
+    assert_ne!(updated, joined, "an entry changed");
+
+    registry.heartbeat(&entry("w2"), LONG).await?;
+    let two = registry.version().await?;
+    assert_ne!(two, updated, "a second worker joined");
+    registry.deregister("w2").await?;
+    let left = registry.version().await?;
+    assert_ne!(left, two, "a worker left");
+    registry.deregister("w2").await?;
+    assert_eq!(registry.version().await?, left, "nobody left");
+
+    registry.deregister("w1").await?;
+    let gone = registry.version().await?;
+    registry.heartbeat(&entry("w1"), LONG).await?;
+    assert_ne!(registry.version().await?, gone, "back after everyone left");
+    Ok(())
+}
+
+async fn the_version_moves_when_an_entry_expires(registry: &dyn WorkerRegistry) -> TestResult {
+    registry.heartbeat(&entry("long"), LONG).await?;
+    registry.heartbeat(&entry("short"), SHORT).await?;
+    let both = registry.version().await?;
+    // Expiry is what is tested: no script runs, the deadline just passes.
+    tokio::time::sleep(PAST_SHORT).await;
+    let expired = registry.version().await?;
+    assert_ne!(expired, both, "an entry expired");
+    assert_eq!(ids(&registry.workers().await?), ["long"]);
+    // Pruning the expired member (on the next heartbeat) must not bring back a version that
+    // listed `short`.
+    registry.heartbeat(&entry("long"), LONG).await?;
+    let pruned = registry.version().await?;
+    assert_ne!(pruned, both);
+    registry.heartbeat(&entry("long"), LONG).await?;
+    assert_eq!(registry.version().await?, pruned, "a plain refresh");
+    Ok(())
+}
+
 // Both registries.
 
 async fn on_memory(test: impl AsyncFnOnce(&dyn WorkerRegistry) -> TestResult) -> TestResult {
@@ -168,6 +221,8 @@ both!(
     deregister_removes_at_once,
     an_entry_not_refreshed_vanishes_after_its_ttl,
     refreshing_keeps_an_entry_alive,
+    the_version_moves_with_the_live_set_not_with_refreshes,
+    the_version_moves_when_an_entry_expires,
 );
 
 // Redis only: no key leaks.
@@ -199,7 +254,11 @@ async fn redis_keeps_no_key_of_a_dead_worker() -> TestResult {
     registry.heartbeat(&entry("dead-1"), SHORT).await?;
     registry.heartbeat(&entry("dead-2"), SHORT).await?;
     let before = registry_keys(&mut conn, &store).await?;
-    assert_eq!(before.len(), 3, "index and two entries: {before:?}");
+    assert_eq!(
+        before.len(),
+        4,
+        "index, version and two entries: {before:?}"
+    );
     for (name, pttl) in &before {
         assert!(
             *pttl > 0 && *pttl <= 100,
@@ -226,7 +285,14 @@ async fn redis_keeps_no_key_of_a_dead_worker() -> TestResult {
     assert_eq!(members, ["alive"]);
     let after = registry_keys(&mut conn, &store).await?;
     let names: Vec<&str> = after.iter().map(|(name, _)| name.as_str()).collect();
-    assert_eq!(names, [keys.registry(), keys.registry_entry("alive")]);
+    assert_eq!(
+        names,
+        [
+            keys.registry(),
+            keys.registry_version(),
+            keys.registry_entry("alive")
+        ]
+    );
     for (name, pttl) in &after {
         assert!(
             *pttl > 0 && *pttl <= 30_000,

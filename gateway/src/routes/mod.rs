@@ -11,10 +11,11 @@ use axum::response::IntoResponse;
 use crate::error::ApiError;
 use crate::state::AppState;
 
-pub fn router() -> Router<AppState> {
+/// `state` is for the routes that take a smaller state of their own (discovery).
+pub fn router(state: &AppState) -> Router<AppState> {
     Router::new()
         .merge(health::router())
-        .merge(card::router())
+        .merge(card::router(state))
         .merge(tasks::router())
         .merge(invoke::router())
 }

@@ -1,6 +1,10 @@
 //! The live worker registry: each worker publishes what it hosts under a short TTL and
 //! refreshes it by heartbeat, so a dead worker disappears by itself. The gateway builds the
 //! Agent Card (skills, entrypoints, schemas, prices) from it.
+//!
+//! A [`RegistryVersion`] tells a reader whether a listing it holds is still current, for the
+//! price of one cheap read: gateways cache the listing and the card built from it, and list
+//! again only when the version moves.
 
 mod memory;
 mod redis;
@@ -56,6 +60,24 @@ pub struct WorkerEntry {
     pub entrypoints: Vec<EntrypointInfo>,
 }
 
+/// Where a registry stands: equal versions (of one registry) list the same live entries. It
+/// moves when a worker joins or leaves, when an entry's content changes, and when an entry
+/// expires, but not when a heartbeat merely refreshes an unchanged entry. Compare for equality
+/// only; there is no order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RegistryVersion {
+    /// The stored version (Redis), or the registry instance (memory).
+    stamp: u64,
+    /// Expired entries not yet pruned (Redis), or the count of changes (memory).
+    moves: u64,
+}
+
+impl RegistryVersion {
+    pub(crate) fn new(stamp: u64, moves: u64) -> Self {
+        RegistryVersion { stamp, moves }
+    }
+}
+
 #[async_trait]
 pub trait WorkerRegistry: Send + Sync + 'static {
     /// Publishes or refreshes `entry`; it vanishes `ttl` after the last refresh.
@@ -66,4 +88,8 @@ pub trait WorkerRegistry: Send + Sync + 'static {
 
     /// Every live entry, ordered by worker id.
     async fn workers(&self) -> Result<Vec<WorkerEntry>, StoreError>;
+
+    /// The registry's current version. A listing taken after reading a version is at least
+    /// as new as that version, so a reader that reads the version first never misses a change.
+    async fn version(&self) -> Result<RegistryVersion, StoreError>;
 }

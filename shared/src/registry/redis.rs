@@ -4,11 +4,15 @@
 //!   heartbeating vanishes by itself;
 //! - `{ns}:registry` (sorted set): worker id by entry expiry (Redis clock), so listing needs no
 //!   SCAN. Every heartbeat prunes passed deadlines from it and sets its own expiry to the latest
-//!   deadline it holds, so it disappears with the last worker.
+//!   deadline it holds, so it disappears with the last worker;
+//! - `{ns}:registry-version` (string): bumped by those scripts when a worker joins or leaves,
+//!   an entry changes or the index is pruned (not on a plain refresh); expires with the index.
 //!
 //! Heartbeat and deregister are one script each (`shared/lua/register_worker.lua`,
 //! `deregister_worker.lua`); a listing is two reads (index, then MGET of the entries), and an
-//! index member whose entry expired is skipped.
+//! index member whose entry expired is skipped. The [`RegistryVersion`] is one read-only script
+//! (`registry_version.lua`): the stored version and the count of passed deadlines, so a worker
+//! that was killed (and ran no script) moves it too.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +20,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::Script;
 
-use super::{WorkerEntry, WorkerRegistry};
+use super::{RegistryVersion, WorkerEntry, WorkerRegistry};
 use crate::store::{RedisStore, StoreError};
 
 macro_rules! lua {
@@ -36,6 +40,7 @@ pub struct RedisRegistry {
 struct Scripts {
     register: Script,
     deregister: Script,
+    version: Script,
 }
 
 impl RedisRegistry {
@@ -45,6 +50,7 @@ impl RedisRegistry {
             scripts: Arc::new(Scripts {
                 register: Script::new(lua!("register_worker")),
                 deregister: Script::new(lua!("deregister_worker")),
+                version: Script::new(lua!("registry_version")),
             }),
         }
     }
@@ -69,6 +75,7 @@ impl WorkerRegistry for RedisRegistry {
         invocation
             .key(keys.registry())
             .key(keys.registry_entry(&entry.worker_id))
+            .key(keys.registry_version())
             .arg(&entry.worker_id)
             .arg(json)
             .arg(ttl_ms.to_string());
@@ -82,6 +89,7 @@ impl WorkerRegistry for RedisRegistry {
         invocation
             .key(keys.registry())
             .key(keys.registry_entry(worker_id))
+            .key(keys.registry_version())
             .arg(worker_id);
         let _removed: u64 = self.store.eval("deregister_worker", &invocation).await?;
         Ok(())
@@ -108,5 +116,17 @@ impl WorkerRegistry for RedisRegistry {
         }
         out.sort_by(|a, b| a.worker_id.cmp(&b.worker_id));
         Ok(out)
+    }
+
+    async fn version(&self) -> Result<RegistryVersion, StoreError> {
+        let keys = self.store.keys();
+        let mut invocation = self.scripts.version.prepare_invoke();
+        invocation.key(keys.registry()).key(keys.registry_version());
+        let (stamp, expired): (String, u64) =
+            self.store.eval("registry_version", &invocation).await?;
+        let stamp = stamp
+            .parse()
+            .map_err(|err| StoreError::Corrupt(format!("registry version {stamp:?}: {err}")))?;
+        Ok(RegistryVersion::new(stamp, expired))
     }
 }

@@ -6,11 +6,13 @@
 //! - `GET /openapi.json`: an OpenAPI 3.1 description of every route ([`openapi`]);
 //! - `GET /` and `GET /favicon.svg`: a landing page ([`landing`]).
 //!
-//! Nothing here is stored: each response is built from the live worker registry
-//! ([`admit::entrypoints`]), so the card follows workers as they come and go, and from the
-//! request's origin ([`origin`]), so a card fetched through a proxy points back through it.
-//! Every response carries a short `Cache-Control` and a strong `ETag` (SHA-256 of the body);
-//! `If-None-Match` answers `304`.
+//! Each response is built from the live worker registry as this gateway's catalog holds it
+//! ([`Discovery::snapshot`], at most `--registry-refresh-ms` old), so the card follows workers
+//! as they come and go, and from the request's origin ([`origin`]), so a card fetched through
+//! a proxy points back through it. The built bytes and their ETag are kept with the catalog's
+//! listing, per origin, until the listing changes ([`crate::catalog`]). Every response carries
+//! a short `Cache-Control` and a strong `ETag` (SHA-256 of the body); `If-None-Match` answers
+//! `304`.
 
 mod landing;
 mod manifest;
@@ -18,16 +20,19 @@ mod openapi;
 pub mod origin;
 mod payments;
 
+use std::sync::Arc;
+
 use axum::Router;
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::Response;
 use axum::routing::get;
 use serde::Serialize;
-use sha2::{Digest, Sha256};
+use shared::registry::WorkerRegistry;
 
-use crate::admit;
+use crate::catalog::{Built, Catalog, Document, Snapshot};
+use crate::config::GatewayConfig;
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -35,13 +40,40 @@ pub use origin::request_origin;
 
 const JSON: &str = "application/json; charset=utf-8";
 
-/// Short: the card reflects live workers, and a stale card only costs a client one more fetch.
-const MAX_AGE_SECONDS: u32 = 30;
+/// Short (30 s): the card reflects live workers, and a stale card only costs a client one more
+/// fetch.
+const CACHE_CONTROL: &str = "public, max-age=30";
 
 /// The headers a response depends on besides its path: the card's URLs come from them.
 const VARY: &str = "Host, X-Forwarded-Host, X-Forwarded-Proto";
 
-pub fn router() -> Router<AppState> {
+/// What the discovery handlers read. Each request clones its handler's state, and this is
+/// three reference counts, where the whole [`AppState`] is eight and a cancellation token whose
+/// clone and drop take a lock.
+#[derive(Clone)]
+pub struct Discovery {
+    config: Arc<GatewayConfig>,
+    registry: Arc<dyn WorkerRegistry>,
+    catalog: Arc<Catalog>,
+}
+
+impl Discovery {
+    pub fn new(state: &AppState) -> Self {
+        Discovery {
+            config: state.config.clone(),
+            registry: state.registry.clone(),
+            catalog: state.catalog.clone(),
+        }
+    }
+
+    /// The cached registry view (see [`crate::catalog`]), at most the refresh interval old.
+    async fn snapshot(&self) -> Result<Arc<Snapshot>, ApiError> {
+        Ok(self.catalog.snapshot(&*self.registry).await?)
+    }
+}
+
+/// The discovery routes, with their state already given (any outer state fits).
+pub fn router<S: Clone + Send + Sync + 'static>(state: &AppState) -> Router<S> {
     Router::new()
         .route("/.well-known/agent-card.json", get(agent_card))
         .route("/.well-known/agent.json", get(agent_card))
@@ -49,24 +81,36 @@ pub fn router() -> Router<AppState> {
         .route("/openapi.json", get(openapi_document))
         .route("/", get(landing_page))
         .route("/favicon.svg", get(landing::favicon))
+        .with_state(Discovery::new(state))
 }
 
+/// Handlers take the whole request (and drop its body: a `Body` is not `Sync`, so no borrow of
+/// it may cross an await) rather than `HeaderMap` and `Uri` extractors, which would copy the
+/// headers on every request.
 async fn agent_card(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    uri: Uri,
+    State(state): State<Discovery>,
+    request: Request,
 ) -> Result<Response, ApiError> {
-    let base = base_url(&state, &headers, &uri);
-    let entrypoints = admit::entrypoints(&state).await?;
-    let card = manifest::AgentCard::build(&state.config, &base, &entrypoints);
-    cached(&headers, JSON, to_json(&card)?)
+    let (parts, _) = request.into_parts();
+    let (headers, uri) = (&parts.headers, &parts.uri);
+    let base = base_url(&state, headers, uri);
+    let snapshot = state.snapshot().await?;
+    let card = snapshot.document(Document::Card, &base, |entrypoints| {
+        to_json(&manifest::AgentCard::build(
+            &state.config,
+            &base,
+            entrypoints,
+        ))
+    })?;
+    Ok(cached(headers, JSON, &card))
 }
 
 /// Upstream lists only key, description and streaming here; schemas and prices are in the card.
 async fn entrypoints(
-    State(state): State<AppState>,
-    headers: HeaderMap,
+    State(state): State<Discovery>,
+    request: Request,
 ) -> Result<Response, ApiError> {
+    let (parts, _) = request.into_parts();
     #[derive(Serialize)]
     struct Item<'a> {
         key: &'a str,
@@ -77,39 +121,51 @@ async fn entrypoints(
     struct Items<'a> {
         items: Vec<Item<'a>>,
     }
-    let entrypoints = admit::entrypoints(&state).await?;
-    let items = Items {
-        items: entrypoints
-            .iter()
-            .map(|entrypoint| Item {
-                key: &entrypoint.key,
-                description: &entrypoint.description,
-                streaming: entrypoint.streaming,
-            })
-            .collect(),
-    };
-    cached(&headers, JSON, to_json(&items)?)
+    let snapshot = state.snapshot().await?;
+    // The same for every origin.
+    let items = snapshot.document(Document::Entrypoints, "", |entrypoints| {
+        to_json(&Items {
+            items: entrypoints
+                .iter()
+                .map(|entrypoint| Item {
+                    key: &entrypoint.key,
+                    description: &entrypoint.description,
+                    streaming: entrypoint.streaming,
+                })
+                .collect(),
+        })
+    })?;
+    Ok(cached(&parts.headers, JSON, &items))
 }
 
 async fn openapi_document(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    uri: Uri,
+    State(state): State<Discovery>,
+    request: Request,
 ) -> Result<Response, ApiError> {
-    let base = base_url(&state, &headers, &uri);
-    let document = openapi::document(&state.config, &base);
-    cached(&headers, JSON, to_json(&document)?)
+    let (parts, _) = request.into_parts();
+    let (headers, uri) = (&parts.headers, &parts.uri);
+    let base = base_url(&state, headers, uri);
+    // Not built from the registry, but kept with its documents all the same: it is as
+    // costly to build as the card.
+    let snapshot = state.snapshot().await?;
+    let document = snapshot.document(Document::OpenApi, &base, |_| {
+        to_json(&openapi::document(&state.config, &base))
+    })?;
+    Ok(cached(headers, JSON, &document))
 }
 
 pub async fn landing_page(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    uri: Uri,
+    State(state): State<Discovery>,
+    request: Request,
 ) -> Result<Response, ApiError> {
-    let base = base_url(&state, &headers, &uri);
-    let entrypoints = admit::entrypoints(&state).await?;
-    let html = landing::render(&state.config, &base, &entrypoints);
-    let mut response = cached(&headers, landing::HTML, html.into_bytes())?;
+    let (parts, _) = request.into_parts();
+    let (headers, uri) = (&parts.headers, &parts.uri);
+    let base = base_url(&state, headers, uri);
+    let snapshot = state.snapshot().await?;
+    let page = snapshot.document(Document::Landing, &base, |entrypoints| {
+        Ok::<_, ApiError>(landing::render(&state.config, &base, entrypoints).into_bytes())
+    })?;
+    let mut response = cached(headers, landing::HTML, &page);
     // The page shows strings workers and operators chose; even escaped, it needs no script.
     response.headers_mut().insert(
         header::CONTENT_SECURITY_POLICY,
@@ -121,9 +177,10 @@ pub async fn landing_page(
 }
 
 /// `scheme://host` of the request followed by the configured base path, no trailing slash.
-fn base_url(state: &AppState, headers: &HeaderMap, uri: &Uri) -> String {
-    let origin = request_origin(headers, uri, &state.config.listen);
-    format!("{origin}{}", state.config.base_path())
+fn base_url(state: &Discovery, headers: &HeaderMap, uri: &Uri) -> String {
+    let mut url = request_origin(headers, uri, &state.config.listen);
+    url.push_str(&state.config.base_path());
+    url
 }
 
 fn to_json(value: &impl Serialize) -> Result<Vec<u8>, ApiError> {
@@ -133,39 +190,36 @@ fn to_json(value: &impl Serialize) -> Result<Vec<u8>, ApiError> {
     })
 }
 
-/// `200` with `body`, or `304` when the client already holds it (`If-None-Match`); both with
-/// the validators and caching headers.
-fn cached(
-    request: &HeaderMap,
-    content_type: &'static str,
-    body: Vec<u8>,
-) -> Result<Response, ApiError> {
-    let etag = format!("\"{}\"", hex::encode(Sha256::digest(&body)));
+/// `200` with the document, or `304` when the client already holds it (`If-None-Match`); both
+/// with the validators and caching headers, in this order.
+fn cached(request: &HeaderMap, content_type: &'static str, document: &Built) -> Response {
+    let etag = document.etag.to_str().unwrap_or_default();
     let not_modified = request
         .get_all(header::IF_NONE_MATCH)
         .iter()
         .filter_map(|value| value.to_str().ok())
-        .any(|value| etag_matches(value, &etag));
-    let (status, body) = if not_modified {
-        (StatusCode::NOT_MODIFIED, Body::empty())
+        .any(|value| etag_matches(value, etag));
+    let mut response = if not_modified {
+        let mut response = Response::new(Body::empty());
+        *response.status_mut() = StatusCode::NOT_MODIFIED;
+        response
     } else {
-        (StatusCode::OK, Body::from(body))
+        // A reference-counted copy of the cached bytes.
+        Response::new(Body::from(document.body.clone()))
     };
-    Response::builder()
-        .status(status)
-        .header(header::CONTENT_TYPE, content_type)
-        .header(header::ETAG, etag)
-        .header(
-            header::CACHE_CONTROL,
-            format!("public, max-age={MAX_AGE_SECONDS}"),
-        )
-        .header(header::VARY, VARY)
-        .header(header::X_CONTENT_TYPE_OPTIONS, "nosniff")
-        .body(body)
-        .map_err(|err| {
-            tracing::error!(error = %err, "discovery response did not build");
-            ApiError::internal()
-        })
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(header::ETAG, document.etag.clone());
+    headers.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static(CACHE_CONTROL),
+    );
+    headers.insert(header::VARY, HeaderValue::from_static(VARY));
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    response
 }
 
 /// `If-None-Match` uses the weak comparison (RFC 9110 13.1.2): `W/"x"` matches `"x"`; `*`

@@ -95,4 +95,11 @@ impl Keys {
     pub fn all_pattern(&self) -> String {
         format!("{}:*", self.prefix)
     }
+
+    /// String: the registry version, bumped by the registry scripts when the set of live
+    /// workers or an entry changes, expiring with the index. (Not under `:registry:`, where a
+    /// worker named `version` would have its entry.)
+    pub fn registry_version(&self) -> String {
+        format!("{}:registry-version", self.prefix)
+    }
 }
