@@ -363,6 +363,7 @@ mod tests {
                     output_schema: json!({}),
                     streaming: false,
                     price: None,
+                    retry_safe: false,
                 })
                 .collect(),
         }
