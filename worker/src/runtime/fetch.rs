@@ -1,10 +1,12 @@
-//! The fetch loop: waits for a free slot, then claims as many tasks as there are free slots in
-//! one `take_next` (which blocks on the queues' doorbells when they are empty), and starts a run
-//! for each claim.
+//! The fetch loop: waits for a free slot, then claims and activates as many tasks as there are
+//! free slots in one `take_active` (which blocks on the queues' doorbells when they are empty),
+//! and starts a slot for each. A busy slot takes its next task itself when it finishes one
+//! (see [`execute`]); it comes back here only when its finish brought nothing.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use shared::store::TakeSpec;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -32,35 +34,33 @@ pub async fn run(shared: Arc<Shared>, runs: &TaskTracker, shutdown: Cancellation
         }
         // Not raced against shutdown: a take cut short after its script ran would strand its
         // claims until their leases expire. `idle_wait` bounds how long shutdown waits here.
+        let spec = TakeSpec {
+            entrypoints: keys.clone(),
+            owner_id: shared.config.worker_id.clone(),
+            lease_ttl: shared.config.lease_ttl,
+            max_run: shared.config.max_run,
+            max: permits.len(),
+        };
         let taken = shared
             .store
-            .take_next(
-                &keys,
-                &shared.config.worker_id,
-                shared.config.lease_ttl,
-                permits.len(),
-                shared.config.idle_wait,
-            )
+            .take_active(&spec, shared.config.idle_wait)
             .await;
         match taken {
-            Ok(claims) if shutdown.is_cancelled() => {
-                // Claimed while shutdown began: hand them straight back to the queue.
-                if !claims.is_empty() {
-                    tracing::info!(claims = claims.len(), "shutting down: handing claims back");
-                }
-                for claim in claims {
-                    if let Err(err) = shared.store.hand_off(&claim.lease).await {
-                        tracing::warn!(task_id = %claim.lease.task_id, error = %err,
-                            "could not hand a claim back; it returns when its lease expires");
-                    }
-                }
-                return;
-            }
-            Ok(claims) => {
+            Ok(started) => {
                 backoff = Duration::from_millis(50);
-                for claim in claims {
+                // Taken while shutdown began, they are active already: they run within the
+                // drain like every other run (handing them back would cost them an attempt).
+                for started in started {
                     let Some(permit) = permits.pop() else { break };
-                    runs.spawn(execute::run(shared.clone(), claim, permit));
+                    runs.spawn(execute::run(
+                        shared.clone(),
+                        started,
+                        permit,
+                        shutdown.clone(),
+                    ));
+                }
+                if shutdown.is_cancelled() {
+                    return;
                 }
             }
             Err(err) => {
