@@ -155,7 +155,7 @@ pub async fn a_fenced_out_finish_is_never_lost_or_applied(h: &impl Harness) -> T
         .iter()
         .map(|s| s.claim.lease.task_id.clone())
         .collect();
-    assert_eq!(taken, [b.clone()]);
+    assert_eq!(taken, [b]);
     let stored = fx.stored(&a).await?;
     assert_eq!(stored.lease.as_ref(), Some(&fresh.activation.lease));
     assert_eq!(stored.task.result, None);

@@ -103,7 +103,7 @@ pub(crate) fn parse_claims(
     activated: bool,
 ) -> Result<Vec<Taken>, StoreError> {
     let width = if activated { 11 } else { 9 };
-    if flat.len() % width != 0 {
+    if !flat.len().is_multiple_of(width) {
         return Err(StoreError::Corrupt("take reply has the wrong arity".into()));
     }
     flat.chunks(width)
