@@ -53,6 +53,20 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Expired admissions are reaped before capacity is enforced.
     async fn create(&self, new: NewTask) -> Result<Task, StoreError>;
 
+    /// [`TaskStore::create`] and a subscription to the new task from its first event
+    /// (`after_seq = 0`), for a caller that follows its own run (invoke, stream). The default
+    /// creates, then subscribes; the Redis store listens first and builds the snapshot from
+    /// the create's reply, so no read follows (one round trip each).
+    async fn create_watched(&self, new: NewTask) -> Result<(Task, Subscription), StoreError> {
+        let (task_id, owner) = (new.task_id.clone(), new.owner.clone());
+        let task = self.create(new).await?;
+        let subscription = self
+            .subscribe(&task_id, &owner, Some(0))
+            .await?
+            .ok_or_else(|| StoreError::Corrupt(format!("task {task_id} vanished on creation")))?;
+        Ok((task, subscription))
+    }
+
     async fn get(&self, task_id: &str) -> Result<Option<StoredTask>, StoreError>;
 
     /// The owner's tasks, newest first, filtered and paged.

@@ -102,6 +102,7 @@ macro_rules! conformance_tests {
                 finish_and_take_starts_the_next_task,
                 a_fenced_out_finish_is_never_lost_or_applied,
                 concurrent_finish_and_take_hands_each_task_out_once,
+                create_watched_follows_the_run_from_its_first_event,
             }
         );
     };

@@ -241,3 +241,37 @@ pub async fn concurrent_finish_and_take_hands_each_task_out_once(h: &impl Harnes
     assert_eq!(fx.queue_depth().await?, 0);
     Ok(())
 }
+
+/// `create_watched` answers like `create` followed by `subscribe(after_seq = 0)`: the snapshot
+/// of the new task, its first event replayed, and every later event live, in order.
+pub async fn create_watched_follows_the_run_from_its_first_event(h: &impl Harness) -> TestResult {
+    let fx = Fx::new(h).await?;
+    let new = fx.new_task("a", shared::store::Admission::Queued);
+    let id = new.task_id.clone();
+    let (task, mut watched) = fx.store.create_watched(new).await?;
+    assert_eq!(task.status, TaskStatus::Running);
+    assert_eq!(watched.snapshot, task);
+    assert_eq!(watched.snapshot_seq, 1);
+    let fresh = fx.subscribe(&id, Some(0)).await?;
+    assert_eq!(watched.replay, fresh.replay);
+    assert_eq!(
+        watched.replay.first().map(|e| (e.seq, e.event.as_str())),
+        Some((1, "statusUpdate"))
+    );
+
+    let started = fx.start("w1", LONG).await?;
+    fx.store
+        .emit(&started.activation.lease, crate::support::progress(1))
+        .await?;
+    let finished = fx
+        .store
+        .finish_and_take(&started.activation.lease, done(json!("a")), None)
+        .await?;
+    assert!(finished.outcome.applied().is_some());
+    let progress = crate::support::next_event(&mut watched.events).await?;
+    assert_eq!((progress.seq, progress.data), (2, json!({"step": 1})));
+    let result = crate::support::next_event(&mut watched.events).await?;
+    assert_eq!((result.seq, result.event.as_str()), (3, "resultUpdate"));
+    assert_eq!(result.data["result"]["output"], json!("a"));
+    Ok(())
+}

@@ -129,11 +129,11 @@ impl Run {
     }
 }
 
-/// Creates the task of a run and subscribes to it. A run that finishes before the
-/// subscription still reads as finished: the subscription starts with a snapshot.
+/// Creates the task of a run and subscribes to it, in one store call: the subscription is
+/// live before the task exists, so the run's every event reaches the watch.
 async fn start_run(state: &AppState, entrypoint: &str, input: Value) -> Result<Run, ApiError> {
     let owner = AccessToken::generate().owner_hash();
-    let task = admit::create(
+    let (task, subscription) = admit::create_watched(
         state,
         Admit {
             owner: owner.clone(),
@@ -145,7 +145,7 @@ async fn start_run(state: &AppState, entrypoint: &str, input: Value) -> Result<R
     )
     .await?;
     let guard = CancelOnDrop::new(state.store.clone(), &task.task_id, entrypoint);
-    let watch = watch::Watch::open(state.store.clone(), &task.task_id, &owner).await?;
+    let watch = watch::Watch::with(state.store.clone(), &task.task_id, &owner, subscription);
     Ok(Run {
         task,
         entrypoint: entrypoint.to_owned(),

@@ -346,6 +346,38 @@ impl TaskStore for RedisStore {
         })
     }
 
+    async fn create_watched(&self, new: NewTask) -> Result<(Task, Subscription), StoreError> {
+        let keys = &self.inner.core.keys;
+        // Listen first: every event of the task is published after its creation, so the live
+        // feed holds all of them from seq 2 on, and the snapshot is what the create wrote.
+        let listener = self
+            .inner
+            .dispatcher
+            .listen(keys.task_channel(&new.owner, &new.task_id))
+            .await?;
+        let task_id = new.task_id.clone();
+        let task = self.create(new).await?;
+        // create.lua logs and publishes `statusUpdate running` as seq 1 (before the listener
+        // could miss it, it is part of the snapshot's replay).
+        let first = TaskEvent::status(&task);
+        let replay = vec![StoredEvent {
+            seq: 1,
+            event: first.kind.as_str().to_owned(),
+            data: serde_json::to_value(&first.data)
+                .map_err(|err| StoreError::Corrupt(err.to_string()))?,
+        }];
+        let events = live_events(self.clone(), task_id, listener, 1);
+        Ok((
+            task.clone(),
+            Subscription {
+                snapshot: task,
+                snapshot_seq: 1,
+                replay,
+                events,
+            },
+        ))
+    }
+
     async fn get(&self, task_id: &str) -> Result<Option<StoredTask>, StoreError> {
         let mut cmd = redis::cmd("HMGET");
         cmd.arg(self.inner.core.keys.task(task_id))
