@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use shared::protocol::Task;
 use shared::registry::EntrypointInfo;
-use shared::store::{Admission, Invocation, NewTask};
+use shared::store::{Admission, Invocation, NewTask, Subscription};
 use shared::telemetry::metrics;
 use shared::token::OwnerHash;
 use tracing::Instrument;
@@ -253,6 +253,21 @@ pub async fn create(state: &AppState, admit: Admit<'_>) -> Result<Task, ApiError
     .await
 }
 
+/// Creates a queued task with a fresh id and subscribes to it from its first event: what a
+/// caller following its own run (invoke, stream) needs, in one store round trip for the
+/// creation and one for the subscription (see `TaskStore::create_watched`).
+pub async fn create_watched(
+    state: &AppState,
+    admit: Admit<'_>,
+) -> Result<(Task, Subscription), ApiError> {
+    let task_id = uuid::Uuid::new_v4().to_string();
+    let store = state.store.clone();
+    admit_with(admit, task_id, Admission::Queued, |new| async move {
+        store.create_watched(new).await
+    })
+    .await
+}
+
 /// Creates task `task_id`, queued or reserved (a paid admission).
 pub async fn create_as(
     state: &AppState,
@@ -260,6 +275,25 @@ pub async fn create_as(
     task_id: String,
     admission: Admission,
 ) -> Result<Task, ApiError> {
+    let store = state.store.clone();
+    admit_with(admit, task_id, admission, |new| async move {
+        store.create(new).await
+    })
+    .await
+}
+
+/// Stores a new task with `store_call` inside the producer span whose context the task
+/// carries, and counts the admission.
+async fn admit_with<T, F, Fut>(
+    admit: Admit<'_>,
+    task_id: String,
+    admission: Admission,
+    store_call: F,
+) -> Result<T, ApiError>
+where
+    F: FnOnce(NewTask) -> Fut,
+    Fut: std::future::Future<Output = Result<T, shared::store::StoreError>>,
+{
     let span = shared::telemetry::traced_span(|| {
         tracing::info_span!(
             "create task",
@@ -274,27 +308,25 @@ pub async fn create_as(
         )
     });
     let trace_context = shared::telemetry::inject(&span);
-    let created = state
-        .store
-        .create(NewTask {
-            task_id,
-            owner: admit.owner,
-            invocation: Invocation {
-                entrypoint: admit.entrypoint.to_owned(),
-                input: admit.input,
-                context_id: admit.context_id,
-                metadata: admit.metadata,
-                trace_context,
-            },
-            admission,
-            max_attempts: admit.max_attempts,
-        })
-        .instrument(span.clone())
-        .await;
+    let created = store_call(NewTask {
+        task_id,
+        owner: admit.owner,
+        invocation: Invocation {
+            entrypoint: admit.entrypoint.to_owned(),
+            input: admit.input,
+            context_id: admit.context_id,
+            metadata: admit.metadata,
+            trace_context,
+        },
+        admission,
+        max_attempts: admit.max_attempts,
+    })
+    .instrument(span.clone())
+    .await;
     match created {
-        Ok(task) => {
+        Ok(created) => {
             metrics::task_admitted(admit.entrypoint);
-            Ok(task)
+            Ok(created)
         }
         Err(err) => {
             span.record("otel.status_code", "ERROR");

@@ -13,7 +13,8 @@
 local task, leases, admissions, queue = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id, claimer = ARGV[1], ARGV[2]
 
-local f = redis.call('HMGET', task, 'status', 'phase', 'lease_expires', 'admission_expires')
+local f = redis.call('HMGET', task, 'status', 'phase', 'lease_expires', 'admission_expires',
+  'owner', 'invocation', 'attempt', 'max_attempts', 'entrypoint', 'created', 'epoch')
 if not f[1] then return {0, 'MISSING'} end
 if f[1] ~= 'running' then return {0, 'NOT_RUNNING'} end
 local now = now_ms()
@@ -21,13 +22,14 @@ if f[3] and tonumber(f[3]) > now then return {0, 'LEASED'} end
 if f[2] == 'active' then return {0, 'LEASED'} end
 if f[2] == 'reserved' and f[4] and tonumber(f[4]) <= now then return {0, 'EXPIRED'} end
 
-local epoch = redis.call('HINCRBY', task, 'epoch', 1)
+local epoch = tonumber(f[11] or '0') + 1
 local expires = now + tonumber(ARGV[3])
-redis.call('HSET', task, 'phase', 'prepared', 'lease_owner', claimer, 'lease_expires', expires)
-redis.call('HDEL', task, 'admission_expires')
-redis.call('ZREM', admissions, id)
+redis.call('HSET', task, 'phase', 'prepared', 'epoch', epoch, 'lease_owner', claimer,
+  'lease_expires', expires)
+if f[4] then
+  redis.call('HDEL', task, 'admission_expires')
+  redis.call('ZREM', admissions, id)
+end
 redis.call('ZREM', queue, id)
 redis.call('ZADD', leases, expires, id)
-local r = redis.call('HMGET', task, 'owner', 'invocation', 'attempt', 'max_attempts', 'entrypoint',
-  'created')
-return {1, epoch, expires, r[1], r[2], tonumber(r[3]), tonumber(r[4]), r[5], tonumber(r[6])}
+return {1, epoch, expires, f[5], f[6], tonumber(f[7]), tonumber(f[8]), f[9], tonumber(f[10])}

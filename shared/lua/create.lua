@@ -14,7 +14,7 @@
 -- Emits statusUpdate running (seq 1) per created task.
 
 -- @include "now_ms"
--- @include "append_event"
+-- @include "log_event"
 -- @include "ring_doorbell"
 
 local live, admissions, leases = KEYS[1], KEYS[2], KEYS[3]
@@ -38,28 +38,34 @@ for i = 0, (#KEYS - 3) / 6 - 1 do
   else
     local phase, handed_off = 'queued', '1'
     if mode == 'reserved' then phase, handed_off = 'reserved', '0' end
-    redis.call('HSET', task,
-      'status', 'running', 'phase', phase, 'handed_off', handed_off, 'owner', owner,
+    -- One HSET: the record, its optional fields and seq 1 (the event below).
+    local set = {'status', 'running', 'phase', phase, 'handed_off', handed_off, 'owner', owner,
       'created', now, 'updated', now, 'invocation', invocation, 'entrypoint', entrypoint,
-      'epoch', 0, 'attempt', 0, 'max_attempts', ARGV[ab + 7], 'seq', 0)
+      'epoch', 0, 'attempt', 0, 'max_attempts', ARGV[ab + 7], 'seq', 1}
     if context ~= '' then
-      redis.call('HSET', task, 'context', context)
+      set[#set + 1] = 'context'
+      set[#set + 1] = context
     end
+    local expires = nil
+    if mode == 'reserved' then
+      expires = now + tonumber(ARGV[ab + 6])
+      set[#set + 1] = 'admission_expires'
+      set[#set + 1] = expires
+    end
+    redis.call('HSET', task, unpack(set))
     redis.call('SADD', live, id)
     redis.call('ZADD', owner_index, now, id)
     if redis.call('INCR', owner_live) == 1 then
       -- The owner's first live task: its index must outlive every task from now on.
       redis.call('PERSIST', owner_index)
     end
-    if mode == 'reserved' then
-      local expires = now + tonumber(ARGV[ab + 6])
-      redis.call('HSET', task, 'admission_expires', expires)
+    if expires then
       redis.call('ZADD', admissions, expires, id)
     else
       redis.call('ZADD', queue, now, id)
       ring_doorbell(wake)
     end
-    append_event(task, events, channel, 'statusUpdate',
+    log_event(events, channel, 1, 'statusUpdate',
       '{"taskId":' .. cjson.encode(id) .. ',"status":"running"}', log_len)
     out[#out + 1] = {1, now}
   end

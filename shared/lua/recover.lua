@@ -14,7 +14,7 @@
 -- Returns {requeued ids, failed ids, cancelled ids}
 
 -- @include "now_ms"
--- @include "append_event"
+-- @include "log_event"
 -- @include "finish_task"
 -- @include "enqueue"
 
@@ -33,16 +33,24 @@ for i = 5, #ARGV do
   }
   local wake = KEYS[base + 5]
   local f = redis.call('HMGET', k.task, 'status', 'phase', 'lease_expires', 'admission_expires',
-    'handed_off', 'attempt', 'max_attempts', 'run_deadline', 'run_ms', 'owner')
+    'handed_off', 'attempt', 'max_attempts', 'run_deadline', 'run_ms', 'owner', 'seq')
   local status, phase = f[1], f[2]
   local lease_due = f[3] and tonumber(f[3]) <= now
   local admission_due = f[4] and tonumber(f[4]) <= now
   local channel = prefix .. (f[10] or '') .. ':' .. id
 
-  local function settle(next_status, event, data)
-    redis.call('HSET', k.task, 'status', next_status)
-    finish_task(k, id, now, retention)
-    append_event(k.task, k.events, channel, event, data, log_len)
+  -- One HSET per transition: status, phase, updated, seq (and the error of a failure).
+  local function settle(next_status, event, data, err)
+    local seq = tonumber(f[11] or '0') + 1
+    if err then
+      redis.call('HSET', k.task, 'status', next_status, 'phase', 'terminal', 'updated', now,
+        'seq', seq, 'error', err)
+    else
+      redis.call('HSET', k.task, 'status', next_status, 'phase', 'terminal', 'updated', now,
+        'seq', seq)
+    end
+    finish_task(k, id, phase, retention)
+    log_event(k.events, channel, seq, event, data, log_len)
   end
 
   if status ~= 'running' then
@@ -67,9 +75,8 @@ for i = 5, #ARGV do
         message = 'Task was abandoned by its worker ' .. (f[6] or '0') .. ' times'})
     end
     if err then
-      redis.call('HSET', k.task, 'error', err)
       settle('failed', 'error',
-        '{"taskId":' .. cjson.encode(id) .. ',"status":"failed","error":' .. err .. '}')
+        '{"taskId":' .. cjson.encode(id) .. ',"status":"failed","error":' .. err .. '}', err)
       failed[#failed + 1] = id
     else
       enqueue(k.task, k.queue, wake, leases, id, now)

@@ -1,11 +1,8 @@
+-- @include "log_event"
 -- append_event(task_key, events_key, channel, event, data_json, log_len): numbers the event with
--- the task's next sequence number, keeps it in the task's short event log (the last log_len
--- entries) and publishes it on the owner's task channel. Entries read "<seq>|<event>|<data>".
+-- the task's next sequence number and logs and publishes it (log_event). For writes that change
+-- nothing else in the record (emit); transitions set seq in their own HSET.
 local function append_event(task_key, events_key, channel, event, data_json, log_len)
   local seq = redis.call('HINCRBY', task_key, 'seq', 1)
-  local entry = seq .. '|' .. event .. '|' .. data_json
-  redis.call('RPUSH', events_key, entry)
-  redis.call('LTRIM', events_key, -tonumber(log_len), -1)
-  redis.call('PUBLISH', channel, entry)
-  return seq
+  return log_event(events_key, channel, seq, event, data_json, log_len)
 end

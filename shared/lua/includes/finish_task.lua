@@ -1,16 +1,24 @@
--- finish_task(k, id, now, retention_ms): bookkeeping of every terminal transition, in one place
--- so that no path can skip it. k holds the key names: task, events, leases, admissions, live,
--- owner_index, owner_live, queue.
+-- finish_task(k, id, phase, retention_ms): bookkeeping of every terminal transition, in one place so
+-- that no path can skip it. k holds the key names: task, events, leases, admissions, live,
+-- owner_index, owner_live, queue. The caller's own HSET of the transition sets status,
+-- phase 'terminal' and updated (one HSET per transition); this drops the lease and admission
+-- fields and the index entries that the task's phase before the transition can hold (nil:
+-- unknown, all of them).
 -- Invariants: the task leaves the live set exactly once (SREM is idempotent and only terminal
 -- transitions call this), so SCARD(live) is the exact cluster-wide count of non-terminal tasks;
 -- the task and its event log expire after retention; the owner's index expires once the owner
 -- has no live task left, retention after its last task finished.
-local function finish_task(k, id, now, retention_ms)
-  redis.call('HSET', k.task, 'phase', 'terminal', 'updated', now)
+local function finish_task(k, id, phase, retention_ms)
   redis.call('HDEL', k.task, 'lease_owner', 'lease_expires', 'admission_expires')
-  redis.call('ZREM', k.leases, id)
-  redis.call('ZREM', k.admissions, id)
-  redis.call('ZREM', k.queue, id)
+  if phase ~= 'queued' and phase ~= 'reserved' then
+    redis.call('ZREM', k.leases, id)
+  end
+  if phase == nil or phase == 'reserved' then
+    redis.call('ZREM', k.admissions, id)
+  end
+  if phase == nil or phase == 'queued' then
+    redis.call('ZREM', k.queue, id)
+  end
   if redis.call('SREM', k.live, id) == 1 then
     local left = redis.call('DECR', k.owner_live)
     if left <= 0 then

@@ -53,6 +53,20 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Expired admissions are reaped before capacity is enforced.
     async fn create(&self, new: NewTask) -> Result<Task, StoreError>;
 
+    /// [`TaskStore::create`] and a subscription to the new task from its first event
+    /// (`after_seq = 0`), for a caller that follows its own run (invoke, stream). The default
+    /// creates, then subscribes; the Redis store listens first and builds the snapshot from
+    /// the create's reply, so no read follows (one round trip each).
+    async fn create_watched(&self, new: NewTask) -> Result<(Task, Subscription), StoreError> {
+        let (task_id, owner) = (new.task_id.clone(), new.owner.clone());
+        let task = self.create(new).await?;
+        let subscription = self
+            .subscribe(&task_id, &owner, Some(0))
+            .await?
+            .ok_or_else(|| StoreError::Corrupt(format!("task {task_id} vanished on creation")))?;
+        Ok((task, subscription))
+    }
+
     async fn get(&self, task_id: &str) -> Result<Option<StoredTask>, StoreError>;
 
     /// The owner's tasks, newest first, filtered and paged.
@@ -145,6 +159,56 @@ pub trait TaskStore: Send + Sync + 'static {
         wait: Duration,
     ) -> Result<Vec<Claim>, StoreError>;
 
+    /// [`TaskStore::take_next`] and [`TaskStore::activate_execution`] in one step: queued tasks
+    /// (always handed off, so nothing stands between claim and activation) come back `active`,
+    /// their attempt counted and run deadline started. The default calls the two methods; a
+    /// claim fenced out before its activation is left out. Returns early with what it started;
+    /// empty after `wait`.
+    async fn take_active(
+        &self,
+        spec: &TakeSpec,
+        wait: Duration,
+    ) -> Result<Vec<Started>, StoreError> {
+        let claims = self
+            .take_next(
+                &spec.entrypoints,
+                &spec.owner_id,
+                spec.lease_ttl,
+                spec.max,
+                wait,
+            )
+            .await?;
+        activate_claims(self, claims, spec).await
+    }
+
+    /// A worker's fenced terminal write (`running -> next`, fenced by `lease`, as
+    /// [`TaskStore::compare_and_set`] does it), then, when `take` is given, the next tasks for
+    /// the same worker as [`TaskStore::take_active`] starts them (without waiting). A rejected
+    /// write is reported as such and still frees the worker's slot, so the take happens either
+    /// way. The default makes the two calls; a failed take after an applied write returns the
+    /// outcome with nothing started (the write must not be reported lost).
+    async fn finish_and_take(
+        &self,
+        lease: &Lease,
+        next: Transition,
+        take: Option<&TakeSpec>,
+    ) -> Result<Finished, StoreError> {
+        let outcome = self
+            .compare_and_set(&lease.task_id, &[TaskStatus::Running], next, Some(lease))
+            .await?;
+        let next = match take {
+            Some(spec) if spec.max > 0 => match self.take_active(spec, Duration::ZERO).await {
+                Ok(started) => started,
+                Err(err) => {
+                    tracing::warn!(error = %err, "finished, but could not take the next task");
+                    Vec::new()
+                }
+            },
+            _ => Vec::new(),
+        };
+        Ok(Finished { outcome, next })
+    }
+
     /// Renews many live leases (prepared or active) in one round trip. Entry `i` says whether
     /// `leases[i]` is still held.
     async fn renew_leases(
@@ -180,4 +244,33 @@ pub trait TaskStore: Send + Sync + 'static {
 
     /// Releases connections and background tasks; tasks themselves are left as they are.
     async fn close(&self);
+}
+
+/// Activates fresh claims one by one (the default [`TaskStore::take_active`]). A claim whose
+/// activation failed is left to expire: recovery puts it back in the queue (nothing ran).
+async fn activate_claims<S: TaskStore + ?Sized>(
+    store: &S,
+    claims: Vec<Claim>,
+    spec: &TakeSpec,
+) -> Result<Vec<Started>, StoreError> {
+    let mut started = Vec::with_capacity(claims.len());
+    let mut failure = None;
+    for claim in claims {
+        match store
+            .activate_execution(&claim.lease, spec.lease_ttl, spec.max_run)
+            .await
+        {
+            Ok(Some(activation)) => started.push(Started { claim, activation }),
+            Ok(None) => {}
+            Err(err) => {
+                tracing::warn!(task_id = %claim.lease.task_id, error = %err,
+                    "claimed but could not activate; the claim expires back to the queue");
+                failure = Some(err);
+            }
+        }
+    }
+    match failure {
+        Some(err) if started.is_empty() => Err(err),
+        _ => Ok(started),
+    }
 }

@@ -324,3 +324,30 @@ impl RecoveryReport {
             .map_or("unknown", String::as_str)
     }
 }
+
+/// What a worker asks for when it takes tasks to run now: up to `max` queued tasks of
+/// `entrypoints`, claimed by `owner_id` and activated in the same step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TakeSpec {
+    pub entrypoints: Vec<String>,
+    pub owner_id: String,
+    pub lease_ttl: Duration,
+    /// The run deadline each activation starts (`maxRunMs`).
+    pub max_run: Duration,
+    pub max: usize,
+}
+
+/// A task claimed and activated for its claimer in one step: run it now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Started {
+    pub claim: Claim,
+    pub activation: Activation,
+}
+
+/// What [`super::TaskStore::finish_and_take`] did: the fenced terminal write's outcome, and the
+/// next tasks it started for the same worker (empty when none was asked for or queued).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finished {
+    pub outcome: CasOutcome,
+    pub next: Vec<Started>,
+}

@@ -3,7 +3,7 @@
 //!
 //! - `support`: the `Harness` trait, `StoreCfg`, the per-test fixture and helpers;
 //! - one module per theme: `lifecycle`, `leases`, `capacity`, `subscriptions`, `recovery`,
-//!   `list`, `property`. Each test is `pub async fn name(h: &impl Harness) -> TestResult`.
+//!   `list`, `property`, `take_finish`. Each test is `pub async fn name(h: &impl Harness) -> TestResult`.
 //!
 //! `conformance_tests!(module, harness_expr)` instantiates every test as a `#[tokio::test]`
 //! under `module::<theme>::<test>`, evaluating `harness_expr` once per test. A new test is
@@ -18,6 +18,7 @@ mod property;
 mod recovery;
 mod subscriptions;
 mod support;
+mod take_finish;
 
 use std::sync::Arc;
 
@@ -94,6 +95,14 @@ macro_rules! conformance_tests {
             }
             property {
                 live_count_matches_the_tasks,
+            }
+            take_finish {
+                take_active_claims_and_activates,
+                take_active_counts_attempts_after_recovery,
+                finish_and_take_starts_the_next_task,
+                a_fenced_out_finish_is_never_lost_or_applied,
+                concurrent_finish_and_take_hands_each_task_out_once,
+                create_watched_follows_the_run_from_its_first_event,
             }
         );
     };

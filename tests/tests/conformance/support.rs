@@ -16,8 +16,8 @@ use serde_json::{Value, json};
 use shared::protocol::{TaskError, TaskResult, TaskStatus};
 use shared::store::{
     Activation, Admission, CasOutcome, Claim, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_TASKS,
-    DEFAULT_RETENTION, EventPayload, EventStream, Invocation, Lease, NewTask, StoredEvent,
-    StoredTask, Subscription, TaskStore, Transition,
+    DEFAULT_RETENTION, EventPayload, EventStream, Invocation, Lease, NewTask, Started, StoredEvent,
+    StoredTask, Subscription, TakeSpec, TaskStore, Transition,
 };
 use shared::token::{AccessToken, OwnerHash};
 
@@ -303,5 +303,31 @@ impl Fx {
             .subscribe(id, &self.owner, after_seq)
             .await?
             .ok_or_else(|| format!("subscription to {id} refused").into())
+    }
+}
+
+impl Fx {
+    /// What a worker `worker` of the fixture's entrypoint asks `take_active` for.
+    pub fn spec(&self, worker: &str, max: usize, ttl: Duration) -> TakeSpec {
+        TakeSpec {
+            entrypoints: vec![self.entrypoint.clone()],
+            owner_id: worker.to_owned(),
+            lease_ttl: ttl,
+            max_run: LONG,
+            max,
+        }
+    }
+
+    /// `take_active` of one task, which must yield exactly one.
+    pub async fn start(&self, worker: &str, ttl: Duration) -> Result<Started, BoxError> {
+        let mut started = self
+            .store
+            .take_active(&self.spec(worker, 1, ttl), EVENT_TIMEOUT)
+            .await?;
+        match (started.pop(), started.is_empty()) {
+            (Some(one), true) => Ok(one),
+            (None, _) => Err(format!("{worker} started nothing").into()),
+            (Some(_), false) => Err("take_active returned more than max".into()),
+        }
     }
 }

@@ -1,6 +1,9 @@
-//! One run: activate the claim, run the handler under its deadline and cancellation, write
-//! the outcome with a fenced compare-and-set. A run stopped from outside (cancelled, lease
-//! lost, abandoned at shutdown) writes nothing: the task is someone else's now.
+//! One slot's runs: a task comes claimed and activated (`take_active`), its handler runs under
+//! its deadline and cancellation, and its outcome is written with a fenced terminal write that
+//! also takes and activates the slot's next task (`finish_and_take`): a slot that gets one runs
+//! it at once, keeping its permit, and goes back to the fetch loop only when nothing came. A
+//! run stopped from outside (cancelled, lease lost, abandoned at shutdown) writes nothing: the
+//! task is someone else's now.
 //!
 //! The run is a CONSUMER span that continues the trace of the span that created the task (its
 //! context travels in the task record): a child of that producer span, and linked to it, as the
@@ -11,7 +14,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use shared::protocol::{TaskError, TaskResult, TaskStatus};
-use shared::store::{CasOutcome, Claim, Lease, Rejection, Transition};
+use std::collections::VecDeque;
+
+use shared::store::{CasOutcome, Claim, Lease, Rejection, Started, TakeSpec, Transition};
 use shared::telemetry::metrics;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
@@ -23,28 +28,39 @@ use super::active::{Run, StopReason};
 use crate::emitter::Emitter;
 use crate::handler::{HandlerError, TaskContext};
 
-pub async fn run(shared: Arc<Shared>, claim: Claim, slot: OwnedSemaphorePermit) {
-    let entrypoint = &claim.invocation.entrypoint;
-    let span = shared::telemetry::traced_span(|| {
-        tracing::info_span!(
-            "process task",
-            otel.name = %format_args!("process {entrypoint}"),
-            otel.kind = "consumer",
-            otel.status_code = Empty,
-            messaging.system = "taskcluster",
-            messaging.operation.type = "process",
-            messaging.operation.name = "process",
-            messaging.destination.name = %entrypoint,
-            messaging.message.id = %claim.lease.task_id,
-            taskcluster.worker.id = %shared.config.worker_id,
-            taskcluster.task.attempt = Empty,
-            taskcluster.task.status = Empty,
-        )
-    });
-    shared::telemetry::follow_producer(&span, &claim.invocation.trace_context);
-    run_claim(shared, claim, slot, span.clone())
-        .instrument(span)
-        .await;
+/// Runs `first` and then each task its finish hands back, holding the slot throughout.
+pub async fn run(
+    shared: Arc<Shared>,
+    first: Started,
+    slot: OwnedSemaphorePermit,
+    shutdown: CancellationToken,
+) {
+    let mut ready = VecDeque::from([first]);
+    while let Some(started) = ready.pop_front() {
+        let entrypoint = &started.claim.invocation.entrypoint;
+        let span = shared::telemetry::traced_span(|| {
+            tracing::info_span!(
+                "process task",
+                otel.name = %format_args!("process {entrypoint}"),
+                otel.kind = "consumer",
+                otel.status_code = Empty,
+                messaging.system = "taskcluster",
+                messaging.operation.type = "process",
+                messaging.operation.name = "process",
+                messaging.destination.name = %entrypoint,
+                messaging.message.id = %started.claim.lease.task_id,
+                taskcluster.worker.id = %shared.config.worker_id,
+                taskcluster.task.attempt = Empty,
+                taskcluster.task.status = Empty,
+            )
+        });
+        shared::telemetry::follow_producer(&span, &started.claim.invocation.trace_context);
+        let next = run_started(&shared, started, &shutdown, span.clone())
+            .instrument(span)
+            .await;
+        ready.extend(next);
+    }
+    drop(slot);
 }
 
 /// Milliseconds of a duration, as the store's clock counts.
@@ -52,32 +68,17 @@ fn ms(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-async fn run_claim(
-    shared: Arc<Shared>,
-    claim: Claim,
-    _slot: OwnedSemaphorePermit,
+/// One run; returns the tasks its finish took for this slot.
+async fn run_started(
+    shared: &Arc<Shared>,
+    started: Started,
+    shutdown: &CancellationToken,
     span: tracing::Span,
-) {
+) -> Vec<Started> {
+    let Started { claim, activation } = started;
     let task_id = claim.lease.task_id.clone();
     let entrypoint = claim.invocation.entrypoint.as_str();
     let config = &shared.config;
-    let activation = match shared
-        .store
-        .activate_execution(&claim.lease, config.lease_ttl, config.max_run)
-        .await
-    {
-        Ok(Some(activation)) => activation,
-        Ok(None) => {
-            metrics::fenced_write_rejected(entrypoint, "activate");
-            tracing::info!(%task_id, operation = "activate", "claim fenced out before activation");
-            return;
-        }
-        Err(err) => {
-            // Unknown whether it activated: the claim expires and recovery decides.
-            tracing::warn!(%task_id, error = %err, "could not activate");
-            return;
-        }
-    };
     let lease = activation.lease.clone();
     let started = tokio::time::Instant::now();
     span.record("taskcluster.task.attempt", activation.attempt);
@@ -96,8 +97,15 @@ async fn run_claim(
                 activation.attempt - 1
             ),
         );
-        finish(&shared, &lease, Transition::failed(error), started, &span).await;
-        return;
+        return finish(
+            shared,
+            &lease,
+            Transition::failed(error),
+            started,
+            &span,
+            shutdown,
+        )
+        .await;
     }
 
     let cancel = CancellationToken::new();
@@ -116,7 +124,7 @@ async fn run_claim(
     // this one, measured from just after activation, is never earlier.
     let deadline = tokio::time::Instant::now() + config.max_run;
     let outcome = run_handler(
-        &shared,
+        shared,
         &claim,
         activation.attempt,
         deadline,
@@ -134,7 +142,7 @@ async fn run_claim(
                 metrics::run_time(entrypoint, TaskStatus::Cancelled, started.elapsed());
             }
             tracing::info!(%task_id, ?reason, "run stopped; writing nothing");
-            return;
+            return Vec::new();
         }
         (None, Outcome::Done(Ok(output))) => Transition::completed(TaskResult {
             output: output.output,
@@ -159,7 +167,7 @@ async fn run_claim(
         )),
     };
     // Renewals move the deadline, never the owner or epoch that the fence compares.
-    finish(&shared, &lease, transition, started, &span).await;
+    finish(shared, &lease, transition, started, &span, shutdown).await
 }
 
 enum Outcome {
@@ -225,14 +233,16 @@ async fn run_handler(
     }
 }
 
-/// The fenced terminal write. A rejection means another worker or a cancel got there first.
+/// The fenced terminal write, taking the slot's next task in the same call unless the worker
+/// is shutting down. A rejection means another worker or a cancel got there first.
 async fn finish(
     shared: &Shared,
     lease: &Lease,
     transition: Transition,
     started: tokio::time::Instant,
     span: &tracing::Span,
-) {
+    shutdown: &CancellationToken,
+) -> Vec<Started> {
     let task_id = &lease.task_id;
     let entrypoint = lease.entrypoint.as_str();
     let status = transition.status;
@@ -240,33 +250,45 @@ async fn finish(
     if status == TaskStatus::Failed {
         span.record("otel.status_code", "ERROR");
     }
-    match shared
+    let take = (!shutdown.is_cancelled()).then(|| TakeSpec {
+        entrypoints: shared.entrypoints.keys(),
+        owner_id: shared.config.worker_id.clone(),
+        lease_ttl: shared.config.lease_ttl,
+        max_run: shared.config.max_run,
+        max: 1,
+    });
+    let finished = match shared
         .store
-        .compare_and_set(task_id, &[TaskStatus::Running], transition, Some(lease))
+        .finish_and_take(lease, transition, take.as_ref())
         .await
     {
-        Ok(CasOutcome::Applied(task)) => {
+        Ok(finished) => finished,
+        Err(err) => {
+            // The task stays running; its lease expires and recovery runs it again.
+            tracing::warn!(%task_id, error = %err, "could not write the result");
+            return Vec::new();
+        }
+    };
+    match finished.outcome {
+        CasOutcome::Applied(task) => {
             metrics::run_time(entrypoint, task.status, started.elapsed());
             metrics::task_finished(entrypoint, &task);
             tracing::debug!(%task_id, status = %task.status, "task finished");
         }
-        Ok(CasOutcome::Rejected {
+        CasOutcome::Rejected {
             reason: Rejection::Fenced,
             ..
-        }) => {
+        } => {
             metrics::fenced_write_rejected(entrypoint, "finish");
             tracing::warn!(%task_id, operation = "finish",
                 "result fenced out: the task belongs to another worker now");
         }
-        Ok(CasOutcome::Rejected { reason, .. }) => {
+        CasOutcome::Rejected { reason, .. } => {
             // A finished task holds no lease: this write's fence was stale too.
             metrics::fenced_write_rejected(entrypoint, "finish");
             tracing::info!(%task_id, ?reason, operation = "finish",
                 "result not written: the task was already finished");
         }
-        Err(err) => {
-            // The task stays running; its lease expires and recovery runs it again.
-            tracing::warn!(%task_id, error = %err, "could not write the result");
-        }
     }
+    finished.next
 }

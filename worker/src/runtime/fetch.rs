@@ -1,10 +1,15 @@
-//! The fetch loop: waits for a free slot, then claims as many tasks as there are free slots in
-//! one `take_next` (which blocks on the queues' doorbells when they are empty), and starts a run
-//! for each claim.
+//! The fetch loop: waits for a free slot, then claims and activates as many tasks as there are
+//! free slots in one `take_active`, and starts a slot for each. When the queues are empty it
+//! blocks on their doorbells with a plain `take_next`, whose claims (still `prepared`) can be
+//! handed back untouched if shutdown begins meanwhile, and activates what it gets. A busy slot
+//! takes its next task itself when it finishes one (see [`execute`]); it comes back here only
+//! when its finish brought nothing.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use shared::store::{Started, StoreError, TakeSpec};
+use shared::telemetry::metrics;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -32,35 +37,28 @@ pub async fn run(shared: Arc<Shared>, runs: &TaskTracker, shutdown: Cancellation
         }
         // Not raced against shutdown: a take cut short after its script ran would strand its
         // claims until their leases expire. `idle_wait` bounds how long shutdown waits here.
-        let taken = shared
-            .store
-            .take_next(
-                &keys,
-                &shared.config.worker_id,
-                shared.config.lease_ttl,
-                permits.len(),
-                shared.config.idle_wait,
-            )
-            .await;
+        let spec = TakeSpec {
+            entrypoints: keys.clone(),
+            owner_id: shared.config.worker_id.clone(),
+            lease_ttl: shared.config.lease_ttl,
+            max_run: shared.config.max_run,
+            max: permits.len(),
+        };
+        let taken = take(&shared, &spec, &shutdown).await;
         match taken {
-            Ok(claims) if shutdown.is_cancelled() => {
-                // Claimed while shutdown began: hand them straight back to the queue.
-                if !claims.is_empty() {
-                    tracing::info!(claims = claims.len(), "shutting down: handing claims back");
-                }
-                for claim in claims {
-                    if let Err(err) = shared.store.hand_off(&claim.lease).await {
-                        tracing::warn!(task_id = %claim.lease.task_id, error = %err,
-                            "could not hand a claim back; it returns when its lease expires");
-                    }
-                }
-                return;
-            }
-            Ok(claims) => {
+            Ok(started) => {
                 backoff = Duration::from_millis(50);
-                for claim in claims {
+                for started in started {
                     let Some(permit) = permits.pop() else { break };
-                    runs.spawn(execute::run(shared.clone(), claim, permit));
+                    runs.spawn(execute::run(
+                        shared.clone(),
+                        started,
+                        permit,
+                        shutdown.clone(),
+                    ));
+                }
+                if shutdown.is_cancelled() {
+                    return;
                 }
             }
             Err(err) => {
@@ -73,4 +71,62 @@ pub async fn run(shared: Arc<Shared>, runs: &TaskTracker, shutdown: Cancellation
             }
         }
     }
+}
+
+/// Takes and activates up to `spec.max` tasks: at once when some are queued, else after
+/// blocking up to `idle_wait` on the doorbells. Claims that arrive after shutdown began go back
+/// to the queue: a stopping worker starts nothing new.
+async fn take(
+    shared: &Shared,
+    spec: &TakeSpec,
+    shutdown: &CancellationToken,
+) -> Result<Vec<Started>, StoreError> {
+    let store = &shared.store;
+    let started = store.take_active(spec, Duration::ZERO).await?;
+    if !started.is_empty() {
+        return Ok(started);
+    }
+    let claims = store
+        .take_next(
+            &spec.entrypoints,
+            &spec.owner_id,
+            spec.lease_ttl,
+            spec.max,
+            shared.config.idle_wait,
+        )
+        .await?;
+    if shutdown.is_cancelled() {
+        if !claims.is_empty() {
+            tracing::info!(claims = claims.len(), "shutting down: handing claims back");
+        }
+        for claim in claims {
+            if let Err(err) = store.hand_off(&claim.lease).await {
+                tracing::warn!(task_id = %claim.lease.task_id, error = %err,
+                    "could not hand a claim back; it returns when its lease expires");
+            }
+        }
+        return Ok(Vec::new());
+    }
+    // Concurrent activations of one process share one store call.
+    let activations = claims
+        .iter()
+        .map(|claim| store.activate_execution(&claim.lease, spec.lease_ttl, spec.max_run));
+    let activations = futures::future::join_all(activations).await;
+    let mut started = Vec::with_capacity(claims.len());
+    for (claim, activation) in claims.into_iter().zip(activations) {
+        match activation {
+            Ok(Some(activation)) => started.push(Started { claim, activation }),
+            Ok(None) => {
+                metrics::fenced_write_rejected(&claim.invocation.entrypoint, "activate");
+                tracing::info!(task_id = %claim.lease.task_id, operation = "activate",
+                    "claim fenced out before activation");
+            }
+            Err(err) => {
+                // Unknown whether it activated: the claim expires and recovery decides.
+                tracing::warn!(task_id = %claim.lease.task_id, error = %err,
+                    "could not activate");
+            }
+        }
+    }
+    Ok(started)
 }

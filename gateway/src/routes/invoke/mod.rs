@@ -129,8 +129,8 @@ impl Run {
     }
 }
 
-/// Creates the task of a run and subscribes to it. A run that finishes before the
-/// subscription still reads as finished: the subscription starts with a snapshot.
+/// Creates the task of a run and subscribes to it, in one store call: the subscription is
+/// live before the task exists, so the run's every event reaches the watch.
 async fn start_run(
     state: &AppState,
     entrypoint: &EntrypointInfo,
@@ -139,7 +139,7 @@ async fn start_run(
     let max_attempts = admit::run_attempts(state, entrypoint);
     let entrypoint = entrypoint.key.as_str();
     let owner = AccessToken::generate().owner_hash();
-    let task = admit::create(
+    let (task, subscription) = admit::create_watched(
         state,
         Admit {
             owner: owner.clone(),
@@ -152,7 +152,7 @@ async fn start_run(
     )
     .await?;
     let guard = CancelOnDrop::new(state.store.clone(), &task.task_id, entrypoint);
-    let watch = watch::Watch::open(state.store.clone(), &task.task_id, &owner).await?;
+    let watch = watch::Watch::with(state.store.clone(), &task.task_id, &owner, subscription);
     Ok(Run {
         task,
         entrypoint: entrypoint.to_owned(),

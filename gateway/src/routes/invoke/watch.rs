@@ -12,7 +12,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use serde_json::Value;
 use shared::protocol::{Task, TaskError, TaskEventData, TaskEventKind, TaskResult, TaskStatus};
-use shared::store::{EventStream, StoredEvent, TaskStore};
+use shared::store::{EventStream, StoredEvent, Subscription, TaskStore};
 use shared::token::OwnerHash;
 
 use crate::error::ApiError;
@@ -82,6 +82,27 @@ impl Watch {
         Ok(watch)
     }
 
+    /// Follows `task_id` through a subscription taken from its first event (`after_seq = 0`),
+    /// as `TaskStore::create_watched` returns it.
+    pub fn with(
+        store: Arc<dyn TaskStore>,
+        task_id: &str,
+        owner: &OwnerHash,
+        subscription: Subscription,
+    ) -> Watch {
+        let mut watch = Watch {
+            store,
+            task_id: task_id.to_owned(),
+            owner: owner.clone(),
+            pending: VecDeque::new(),
+            live: None,
+            finished: None,
+            last_seq: 0,
+        };
+        watch.follow(subscription);
+        watch
+    }
+
     async fn subscribe(&mut self) -> Result<(), ApiError> {
         let subscription = self
             .store
@@ -92,6 +113,11 @@ impl Watch {
             tracing::error!(task_id = %self.task_id, "an invocation's task vanished");
             return Err(ApiError::internal());
         };
+        self.follow(subscription);
+        Ok(())
+    }
+
+    fn follow(&mut self, subscription: Subscription) {
         self.pending.extend(subscription.replay);
         self.finished = Terminal::of_task(&subscription.snapshot);
         self.live = if self.finished.is_some() {
@@ -99,7 +125,6 @@ impl Watch {
         } else {
             Some(subscription.events)
         };
-        Ok(())
     }
 
     /// The next stream event or the end of the run. Cancel-safe: dropping the future loses

@@ -16,7 +16,11 @@ impl Keys {
         }
     }
 
-    /// Hash: one task's record and invocation payload.
+    /// Hash: one task's record and invocation payload. Fields: status, phase, owner, created,
+    /// updated, invocation, entrypoint, max_attempts, handed_off, epoch (bumped by every
+    /// claim), attempt (bumped by every activation), seq (last event), and while they apply
+    /// context, admission_expires, lease_owner, lease_expires, run_deadline, run_ms, result,
+    /// error, receipt. Each transition writes it with one HSET (see `shared/lua/`).
     pub fn task(&self, id: &str) -> String {
         format!("{}:task:{id}", self.prefix)
     }
@@ -41,7 +45,8 @@ impl Keys {
         format!("{}:owner-live:{owner}", self.prefix)
     }
 
-    /// Sorted set: an entrypoint's ready queue, by enqueue time.
+    /// Sorted set: an entrypoint's ready queue, by enqueue time. Its heads come back with
+    /// every take and finish of a worker, as the candidates of that worker's next finish.
     pub fn queue(&self, entrypoint: &str) -> String {
         format!("{}:queue:{entrypoint}", self.prefix)
     }

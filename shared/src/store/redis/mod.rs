@@ -10,11 +10,14 @@
 //! - events are numbered per task, kept in a short log and published on a channel named from
 //!   the owner hash and task id ([`subscriber`]).
 //!
-//! Round trips: create 1; take 2 (peek, claim) for up to `max` tasks; activate 1; terminal
-//! write 1; heartbeat 1 per worker per tick whatever its number of leases. Concurrent creates,
-//! activations and compare-and-sets of one process share calls ([`batch`]).
+//! Round trips: create 1; take 2 (peek, claim) for up to `max` tasks, claimed and activated
+//! together by `take_active`; terminal write 1, which also takes and activates the worker's
+//! next task (`finish_and_take`, [`finish`]), so a busy worker makes about one per task;
+//! heartbeat 1 per worker per tick whatever its number of leases. Concurrent creates,
+//! activations, compare-and-sets and finishes of one process share calls ([`batch`]).
 
 mod batch;
+mod finish;
 mod keys;
 mod persistence;
 mod pool;
@@ -100,6 +103,7 @@ struct Inner {
     activations: Batcher<ScriptItem, Value>,
     swaps: Batcher<ScriptItem, Value>,
     takes: Batcher<take::TakeRequest, take::TakeOutcome>,
+    finishes: Batcher<finish::FinishRequest, finish::FinishOutcome>,
     shutdown: CancellationToken,
 }
 
@@ -109,6 +113,8 @@ pub(crate) struct Core {
     pool: Pool,
     keys: Keys,
     scripts: Scripts,
+    /// Queue heads the last take or finish saw: candidates of the next finish.
+    heads: take::Heads,
     /// The server, as script spans name it.
     peer: Peer,
 }
@@ -215,6 +221,7 @@ impl RedisStore {
         let core = Arc::new(Core {
             keys: keys.clone(),
             scripts: Scripts::load(),
+            heads: take::Heads::default(),
             peer: Peer::from_url(&config.url),
             config,
             pool,
@@ -253,6 +260,14 @@ impl RedisStore {
                     let core = core.clone();
                     Batcher::start(1, 1_024, move |requests| {
                         take::take_batch(core.clone(), requests)
+                    })
+                },
+                // Two lanes: one call in flight while the next batch gathers; each call takes
+                // its candidates out of the shared heads, so the two never try the same ones.
+                finishes: {
+                    let core = core.clone();
+                    Batcher::start(2, 256, move |requests| {
+                        finish::finish_batch(core.clone(), requests)
                     })
                 },
                 dispatcher: Dispatcher::start(client.clone(), shutdown.clone()),

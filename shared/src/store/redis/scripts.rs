@@ -21,6 +21,7 @@ pub struct Scripts {
     pub attach_receipt: Script,
     pub emit: Script,
     pub cas: Script,
+    pub finish_take: Script,
     pub due: Script,
     pub recover: Script,
 }
@@ -38,6 +39,7 @@ impl Scripts {
             attach_receipt: Script::new(lua!("attach_receipt")),
             emit: Script::new(lua!("emit")),
             cas: Script::new(lua!("cas")),
+            finish_take: Script::new(lua!("finish_take")),
             due: Script::new(lua!("due")),
             recover: Script::new(lua!("recover")),
         }

@@ -1,5 +1,7 @@
 //! Taking queued tasks: peek the queue heads, then one `take.lua` call that claims what is
-//! still queued. Concurrent takers of one process go through a single batch lane (see
+//! still queued (and, for `take_active`, activates it in the same call). The script also
+//! returns the queue heads after the take; they are kept in [`Heads`] so that the worker's next
+//! finish (`finish_take.lua`) can name candidate task keys without a read of its own. Concurrent takers of one process go through a single batch lane (see
 //! [`super::batch`]), so they never race each other for the same queue head: one peek and one
 //! script call serve every taker waiting at that moment. Only other processes compete, and a
 //! candidate one of them took is simply skipped by the script.
@@ -10,21 +12,122 @@ use std::sync::Arc;
 use redis::Value;
 
 use super::{Core, replies};
-use crate::store::{Claim, StoreError};
+use crate::store::{Activation, Claim, Lease, Started, StoreError};
 
-#[derive(Clone)]
-pub(crate) struct TakeRequest {
+/// What a take asks for; requests with equal keys share one peek and one script call.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub(crate) struct TakeKey {
     pub entrypoints: Vec<String>,
     pub holder: String,
     pub ttl_ms: u64,
+    /// The run limit when the claims are activated in the same call (`take_active`).
+    pub run_ms: Option<u64>,
+}
+
+#[derive(Clone)]
+pub(crate) struct TakeRequest {
+    pub key: TakeKey,
     pub max: usize,
+}
+
+/// A claim, activated when the request asked for it.
+pub(crate) struct Taken {
+    pub claim: Claim,
+    pub activation: Option<Activation>,
+}
+
+impl Taken {
+    pub fn started(self) -> Option<Started> {
+        let Taken { claim, activation } = self;
+        activation.map(|activation| Started { claim, activation })
+    }
 }
 
 /// What one request got, and whether the queues held candidates (so that a taker who got
 /// nothing looks again at once instead of waiting for the doorbell).
 pub(crate) struct TakeOutcome {
-    pub claims: Vec<Claim>,
+    pub claims: Vec<Taken>,
     pub saw_candidates: bool,
+}
+
+/// Queue heads (task ids, oldest first) per entrypoint as the last take or finish of this
+/// process saw them: the candidates of the next `finish_take.lua` call. Ids are taken out when
+/// a call uses them, so concurrent calls try different ones; a stale id costs one HMGET.
+#[derive(Default)]
+pub(crate) struct Heads {
+    by_entrypoint: std::sync::Mutex<HashMap<String, std::collections::VecDeque<String>>>,
+}
+
+impl Heads {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<String, std::collections::VecDeque<String>>> {
+        // Held for map operations only, never across an await.
+        self.by_entrypoint
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Up to `n` candidates per entrypoint, as (entrypoint index, id).
+    pub fn pick(&self, entrypoints: &[String], n: usize) -> Vec<(usize, String)> {
+        let mut heads = self.lock();
+        let mut picked = Vec::new();
+        for (index, entrypoint) in entrypoints.iter().enumerate() {
+            if let Some(ids) = heads.get_mut(entrypoint) {
+                let take = ids.len().min(n);
+                picked.extend(ids.drain(..take).map(|id| (index, id)));
+            }
+        }
+        picked
+    }
+
+    /// Replaces what is known of the queues of `entrypoints` with a script's `heads` reply.
+    pub fn refresh(&self, entrypoints: &[String], heads: Vec<Vec<String>>) {
+        let mut known = self.lock();
+        for (entrypoint, ids) in entrypoints.iter().zip(heads) {
+            known.insert(entrypoint.clone(), ids.into());
+        }
+    }
+}
+
+/// How many queue heads a call asks back: enough for every slot that `wanted` suggests may
+/// finish before the next call, and more for the races with other processes.
+pub(crate) fn heads_wanted(wanted: usize) -> usize {
+    wanted.saturating_mul(2).clamp(8, 256)
+}
+
+/// Parses a take script's claims: 9 values per claim, 11 when activated.
+pub(crate) fn parse_claims(
+    holder: &str,
+    flat: &[Value],
+    activated: bool,
+) -> Result<Vec<Taken>, StoreError> {
+    let width = if activated { 11 } else { 9 };
+    if !flat.len().is_multiple_of(width) {
+        return Err(StoreError::Corrupt("take reply has the wrong arity".into()));
+    }
+    flat.chunks(width)
+        .map(|chunk| {
+            let claim = replies::claim(holder, &chunk[..9])?;
+            let activation = match chunk.get(9..11) {
+                Some([attempt, deadline]) => Some(activation(&claim.lease, attempt, deadline)?),
+                _ => None,
+            };
+            Ok(Taken { claim, activation })
+        })
+        .collect()
+}
+
+fn activation(lease: &Lease, attempt: &Value, deadline: &Value) -> Result<Activation, StoreError> {
+    let int = |v: &Value| -> Result<u64, StoreError> {
+        redis::from_redis_value_ref::<u64>(v).map_err(|e| StoreError::Corrupt(e.to_string()))
+    };
+    Ok(Activation {
+        // Claimed and activated at the same instant: the claim's deadline is the lease's.
+        lease: lease.clone(),
+        attempt: u32::try_from(int(attempt)?).unwrap_or(u32::MAX),
+        run_deadline_ms: int(deadline)?,
+    })
 }
 
 /// Serves a batch of requests; requests that agree on entrypoints, holder and lease share one
@@ -33,27 +136,20 @@ pub(crate) async fn take_batch(
     core: Arc<Core>,
     requests: Vec<TakeRequest>,
 ) -> Result<Vec<TakeOutcome>, StoreError> {
-    let mut groups: HashMap<(Vec<String>, String, u64), Vec<usize>> = HashMap::new();
+    let mut groups: HashMap<TakeKey, Vec<usize>> = HashMap::new();
     let mut order = Vec::new();
     for (index, request) in requests.iter().enumerate() {
-        let key = (
-            request.entrypoints.clone(),
-            request.holder.clone(),
-            request.ttl_ms,
-        );
-        let members = groups.entry(key.clone()).or_default();
+        let members = groups.entry(request.key.clone()).or_default();
         if members.is_empty() {
-            order.push(key);
+            order.push(request.key.clone());
         }
         members.push(index);
     }
     let mut outcomes: Vec<Option<TakeOutcome>> = requests.iter().map(|_| None).collect();
     for key in order {
         let members = groups.remove(&key).unwrap_or_default();
-        let (entrypoints, holder, ttl_ms) = key;
         let wanted: usize = members.iter().map(|&i| requests[i].max).sum();
-        let (mut claims, saw_candidates) =
-            take_group(&core, &entrypoints, &holder, ttl_ms, wanted).await?;
+        let (mut claims, saw_candidates) = take_group(&core, &key, wanted).await?;
         claims.reverse();
         for index in members {
             let mut mine = Vec::new();
@@ -82,12 +178,11 @@ pub(crate) async fn take_batch(
 
 async fn take_group(
     core: &Core,
-    entrypoints: &[String],
-    holder: &str,
-    ttl_ms: u64,
+    key: &TakeKey,
     wanted: usize,
-) -> Result<(Vec<Claim>, bool), StoreError> {
+) -> Result<(Vec<Taken>, bool), StoreError> {
     let keys = &core.keys;
+    let entrypoints = &key.entrypoints;
     // Peek more candidates than wanted: other processes race for the same queue heads.
     let window = wanted.saturating_mul(2).clamp(4, 1_000);
     let mut peek = redis::pipe();
@@ -106,20 +201,28 @@ async fn take_group(
     for entrypoint in entrypoints {
         invocation.key(keys.queue(entrypoint));
     }
+    // Heads are only of use to a worker that finishes what it took (take_active).
+    let heads_back = if key.run_ms.is_some() {
+        heads_wanted(wanted)
+    } else {
+        0
+    };
     invocation
-        .arg(holder)
-        .arg(ttl_ms)
+        .arg(&key.holder)
+        .arg(key.ttl_ms)
         .arg(wanted)
-        .arg(entrypoints.len());
+        .arg(entrypoints.len())
+        .arg(key.run_ms.map(|ms| ms.to_string()).unwrap_or_default())
+        .arg(heads_back);
     for (index, ids) in heads.iter().enumerate() {
         for id in ids {
             invocation.key(keys.task(id)).arg(index + 1).arg(id);
         }
     }
-    let flat: Vec<Value> = core.eval("take", &invocation).await?;
-    let claims = flat
-        .chunks(9)
-        .map(|chunk| replies::claim(holder, chunk))
-        .collect::<Result<Vec<_>, _>>()?;
+    let (flat, fresh): (Vec<Value>, Vec<Vec<String>>) = core.eval("take", &invocation).await?;
+    if key.run_ms.is_some() {
+        core.heads.refresh(entrypoints, fresh);
+    }
+    let claims = parse_claims(&key.holder, &flat, key.run_ms.is_some())?;
     Ok((claims, true))
 }

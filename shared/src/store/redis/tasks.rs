@@ -8,15 +8,16 @@ use futures::StreamExt;
 use redis::Value;
 use tracing::Instrument;
 
+use super::finish::FinishRequest;
 use super::replies::{self, TASK_FIELDS};
 use super::subscriber::{Listener, Signal};
-use super::take::TakeRequest;
+use super::take::{TakeKey, TakeRequest, Taken};
 use super::{RedisStore, ScriptItem};
 use crate::protocol::{Task, TaskEvent, TaskStatus};
 use crate::store::{
-    Activation, Admission, CasOutcome, Claim, Durability, EventPayload, Lease, ListQuery, NewTask,
-    ReceiptRecorded, RecoveryReport, Rejection, StoreError, StoredEvent, StoredTask, Subscription,
-    TaskPage, TaskStore, Transition,
+    Activation, Admission, CasOutcome, Claim, Durability, EventPayload, Finished, Lease, ListQuery,
+    NewTask, ReceiptRecorded, RecoveryReport, Rejection, Started, StoreError, StoredEvent,
+    StoredTask, Subscription, TakeSpec, TaskPage, TaskStore, Transition,
 };
 use crate::token::OwnerHash;
 
@@ -120,6 +121,112 @@ impl RedisStore {
             cancelled,
             entrypoints,
         })
+    }
+
+    /// The `cas.lua` item of a compare-and-set, or the outcome when it is decided without
+    /// one (a fence of another task, a missing task).
+    async fn swap_item(
+        &self,
+        task_id: &str,
+        expected: &[TaskStatus],
+        next: &Transition,
+        fence: Option<&Lease>,
+    ) -> Result<Result<ScriptItem, CasOutcome>, StoreError> {
+        let keys = &self.inner.core.keys;
+        if fence.is_some_and(|lease| lease.task_id != task_id) {
+            // Epochs count per task: another task's lease must not pass as this one's fence.
+            let current = self.get(task_id).await?.map(|stored| stored.task);
+            let reason = if current.is_some() {
+                Rejection::Fenced
+            } else {
+                Rejection::NotFound
+            };
+            return Ok(Err(CasOutcome::Rejected { reason, current }));
+        }
+        let (owner, entrypoint) = match fence {
+            Some(lease) => (lease.task_owner.clone(), lease.entrypoint.clone()),
+            None => match self.owner_and_entrypoint(task_id).await? {
+                Some(found) => found,
+                None => {
+                    return Ok(Err(CasOutcome::Rejected {
+                        reason: Rejection::NotFound,
+                        current: None,
+                    }));
+                }
+            },
+        };
+        let expected_csv = expected.iter().fold(String::from(","), |mut acc, status| {
+            acc.push_str(status.as_str());
+            acc.push(',');
+            acc
+        });
+        let result_json = next.result.as_ref().map(to_json).transpose()?;
+        let error_json = next.error.as_ref().map(to_json).transpose()?;
+        let event = TaskEvent::for_transition(&Task {
+            task_id: task_id.to_owned(),
+            status: next.status,
+            context_id: None,
+            created_at: Default::default(),
+            updated_at: Default::default(),
+            result: next.result.clone(),
+            error: next.error.clone(),
+        });
+        Ok(Ok(ScriptItem {
+            keys: vec![
+                keys.task(task_id),
+                keys.events(task_id),
+                keys.owner_index(&owner),
+                keys.owner_live(&owner),
+                keys.queue(&entrypoint),
+            ],
+            args: vec![
+                task_id.to_owned(),
+                owner.as_str().to_owned(),
+                expected_csv,
+                next.status.as_str().to_owned(),
+                result_json.unwrap_or_default(),
+                error_json.unwrap_or_default(),
+                fence.map(|l| l.owner_id.clone()).unwrap_or_default(),
+                fence.map(|l| l.epoch.to_string()).unwrap_or_default(),
+                event.kind.as_str().to_owned(),
+                to_json(&event.data)?,
+                keys.task_channel(&owner, task_id),
+            ],
+        }))
+    }
+
+    /// Takes (and, with a run limit, activates) queued tasks: one batched take per look, and
+    /// the doorbell wait between looks while the queues are empty.
+    async fn take_waiting(
+        &self,
+        request: TakeRequest,
+        wait: Duration,
+    ) -> Result<Vec<Taken>, StoreError> {
+        if request.key.entrypoints.is_empty() || request.max == 0 {
+            return Ok(Vec::new());
+        }
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let outcome = self.inner.takes.call(request.clone()).await?;
+            if !outcome.claims.is_empty() {
+                return Ok(outcome.claims);
+            }
+            if outcome.saw_candidates {
+                // Every candidate went to another process (or was stale): look again at once.
+                continue;
+            }
+            let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if remaining.is_zero() {
+                return Ok(Vec::new());
+            }
+            self.wait_for_doorbell(&request.key.entrypoints, remaining)
+                .await?;
+            if tokio::time::Instant::now() >= deadline {
+                // One last look after the final wait, then give up.
+                let outcome = self.inner.takes.call(request).await?;
+                return Ok(outcome.claims);
+            }
+        }
     }
 
     async fn owner_and_entrypoint(
@@ -237,6 +344,38 @@ impl TaskStore for RedisStore {
         Err(StoreError::Capacity {
             max: self.inner.core.config.max_tasks,
         })
+    }
+
+    async fn create_watched(&self, new: NewTask) -> Result<(Task, Subscription), StoreError> {
+        let keys = &self.inner.core.keys;
+        // Listen first: every event of the task is published after its creation, so the live
+        // feed holds all of them from seq 2 on, and the snapshot is what the create wrote.
+        let listener = self
+            .inner
+            .dispatcher
+            .listen(keys.task_channel(&new.owner, &new.task_id))
+            .await?;
+        let task_id = new.task_id.clone();
+        let task = self.create(new).await?;
+        // create.lua logs and publishes `statusUpdate running` as seq 1 (before the listener
+        // could miss it, it is part of the snapshot's replay).
+        let first = TaskEvent::status(&task);
+        let replay = vec![StoredEvent {
+            seq: 1,
+            event: first.kind.as_str().to_owned(),
+            data: serde_json::to_value(&first.data)
+                .map_err(|err| StoreError::Corrupt(err.to_string()))?,
+        }];
+        let events = live_events(self.clone(), task_id, listener, 1);
+        Ok((
+            task.clone(),
+            Subscription {
+                snapshot: task,
+                snapshot_seq: 1,
+                replay,
+                events,
+            },
+        ))
     }
 
     async fn get(&self, task_id: &str) -> Result<Option<StoredTask>, StoreError> {
@@ -474,66 +613,9 @@ impl TaskStore for RedisStore {
         next: Transition,
         fence: Option<&Lease>,
     ) -> Result<CasOutcome, StoreError> {
-        let keys = &self.inner.core.keys;
-        if fence.is_some_and(|lease| lease.task_id != task_id) {
-            // Epochs count per task: another task's lease must not pass as this one's fence.
-            let current = self.get(task_id).await?.map(|stored| stored.task);
-            let reason = if current.is_some() {
-                Rejection::Fenced
-            } else {
-                Rejection::NotFound
-            };
-            return Ok(CasOutcome::Rejected { reason, current });
-        }
-        let (owner, entrypoint) = match fence {
-            Some(lease) => (lease.task_owner.clone(), lease.entrypoint.clone()),
-            None => match self.owner_and_entrypoint(task_id).await? {
-                Some(found) => found,
-                None => {
-                    return Ok(CasOutcome::Rejected {
-                        reason: Rejection::NotFound,
-                        current: None,
-                    });
-                }
-            },
-        };
-        let expected_csv = expected.iter().fold(String::from(","), |mut acc, status| {
-            acc.push_str(status.as_str());
-            acc.push(',');
-            acc
-        });
-        let result_json = next.result.as_ref().map(to_json).transpose()?;
-        let error_json = next.error.as_ref().map(to_json).transpose()?;
-        let event = TaskEvent::for_transition(&Task {
-            task_id: task_id.to_owned(),
-            status: next.status,
-            context_id: None,
-            created_at: Default::default(),
-            updated_at: Default::default(),
-            result: next.result.clone(),
-            error: next.error.clone(),
-        });
-        let item = ScriptItem {
-            keys: vec![
-                keys.task(task_id),
-                keys.events(task_id),
-                keys.owner_index(&owner),
-                keys.owner_live(&owner),
-                keys.queue(&entrypoint),
-            ],
-            args: vec![
-                task_id.to_owned(),
-                owner.as_str().to_owned(),
-                expected_csv,
-                next.status.as_str().to_owned(),
-                result_json.unwrap_or_default(),
-                error_json.unwrap_or_default(),
-                fence.map(|l| l.owner_id.clone()).unwrap_or_default(),
-                fence.map(|l| l.epoch.to_string()).unwrap_or_default(),
-                event.kind.as_str().to_owned(),
-                to_json(&event.data)?,
-                keys.task_channel(&owner, task_id),
-            ],
+        let item = match self.swap_item(task_id, expected, &next, fence).await? {
+            Ok(item) => item,
+            Err(rejected) => return Ok(rejected),
         };
         let reply = self
             .inner
@@ -541,30 +623,7 @@ impl TaskStore for RedisStore {
             .call(item)
             .instrument(self.inner.core.script_span("cas"))
             .await?;
-        let reply: Vec<Option<String>> =
-            redis::from_redis_value(reply).map_err(|err| StoreError::Corrupt(err.to_string()))?;
-        let (head, view) = reply.split_at(reply.len().min(2));
-        let reason = head.get(1).cloned().flatten().unwrap_or_default();
-        let current = if view.len() == 6 {
-            replies::task_view(task_id, view)?
-        } else {
-            None
-        };
-        Ok(match (reason.as_str(), current) {
-            ("OK", Some(task)) => CasOutcome::Applied(task),
-            ("STATUS", current) => CasOutcome::Rejected {
-                reason: Rejection::Status,
-                current,
-            },
-            ("FENCED", current) => CasOutcome::Rejected {
-                reason: Rejection::Fenced,
-                current,
-            },
-            _ => CasOutcome::Rejected {
-                reason: Rejection::NotFound,
-                current: None,
-            },
-        })
+        swap_outcome(task_id, reply)
     }
 
     async fn emit(&self, lease: &Lease, event: EventPayload) -> Result<Option<u64>, StoreError> {
@@ -650,36 +709,81 @@ impl TaskStore for RedisStore {
         max: usize,
         wait: Duration,
     ) -> Result<Vec<Claim>, StoreError> {
-        if entrypoints.is_empty() || max == 0 {
-            return Ok(Vec::new());
-        }
-        let deadline = tokio::time::Instant::now() + wait;
         let request = TakeRequest {
-            entrypoints: entrypoints.to_vec(),
-            holder: owner_id.to_owned(),
-            ttl_ms: ms(lease_ttl),
+            key: TakeKey {
+                entrypoints: entrypoints.to_vec(),
+                holder: owner_id.to_owned(),
+                ttl_ms: ms(lease_ttl),
+                run_ms: None,
+            },
             max,
         };
-        loop {
-            let outcome = self.inner.takes.call(request.clone()).await?;
-            if !outcome.claims.is_empty() {
-                return Ok(outcome.claims);
+        let taken = self.take_waiting(request, wait).await?;
+        Ok(taken.into_iter().map(|taken| taken.claim).collect())
+    }
+
+    async fn take_active(
+        &self,
+        spec: &TakeSpec,
+        wait: Duration,
+    ) -> Result<Vec<Started>, StoreError> {
+        let request = TakeRequest {
+            key: take_key(spec),
+            max: spec.max,
+        };
+        let taken = self.take_waiting(request, wait).await?;
+        Ok(taken.into_iter().filter_map(Taken::started).collect())
+    }
+
+    async fn finish_and_take(
+        &self,
+        lease: &Lease,
+        next: Transition,
+        take: Option<&TakeSpec>,
+    ) -> Result<Finished, StoreError> {
+        let item = match self
+            .swap_item(&lease.task_id, &[TaskStatus::Running], &next, Some(lease))
+            .await?
+        {
+            Ok(item) => item,
+            Err(outcome) => {
+                return Ok(Finished {
+                    outcome,
+                    next: Vec::new(),
+                });
             }
-            if outcome.saw_candidates {
-                // Every candidate went to another process (or was stale): look again at once.
-                continue;
-            }
-            let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
-            if remaining.is_zero() {
-                return Ok(Vec::new());
-            }
-            self.wait_for_doorbell(entrypoints, remaining).await?;
-            if tokio::time::Instant::now() >= deadline {
-                // One last look after the final wait, then give up.
-                let outcome = self.inner.takes.call(request).await?;
-                return Ok(outcome.claims);
+        };
+        let take = take.filter(|spec| spec.max > 0 && !spec.entrypoints.is_empty());
+        let reply = self
+            .inner
+            .finishes
+            .call(FinishRequest {
+                item,
+                take: take.map(|spec| (take_key(spec), spec.max)),
+            })
+            .instrument(self.inner.core.script_span("finish_take"))
+            .await?;
+        let outcome = swap_outcome(&lease.task_id, reply.swap)?;
+        let mut next: Vec<Started> = reply.next.into_iter().filter_map(Taken::started).collect();
+        if let Some(spec) = take
+            && next.len() < spec.max
+            && reply.more_queued
+        {
+            // Tasks are queued but none of the known heads was still free (another process
+            // took them, or this one had seen none): take them as the fetch loop would. The
+            // write above stands whatever this take does.
+            let rest = TakeSpec {
+                max: spec.max - next.len(),
+                ..spec.clone()
+            };
+            match self.take_active(&rest, Duration::ZERO).await {
+                Ok(more) => next.extend(more),
+                Err(err) => {
+                    tracing::warn!(error = %err, "finished, but could not take the next task");
+                }
             }
         }
+        Ok(Finished { outcome, next })
     }
 
     async fn renew_leases(
@@ -723,6 +827,43 @@ impl TaskStore for RedisStore {
         self.inner.shutdown.cancel();
         self.inner.core.pool.close();
     }
+}
+
+fn take_key(spec: &TakeSpec) -> TakeKey {
+    TakeKey {
+        entrypoints: spec.entrypoints.clone(),
+        holder: spec.owner_id.clone(),
+        ttl_ms: ms(spec.lease_ttl),
+        run_ms: Some(ms(spec.max_run)),
+    }
+}
+
+/// A `cas.lua` item's reply as an outcome.
+fn swap_outcome(task_id: &str, reply: Value) -> Result<CasOutcome, StoreError> {
+    let reply: Vec<Option<String>> =
+        redis::from_redis_value(reply).map_err(|err| StoreError::Corrupt(err.to_string()))?;
+    let (head, view) = reply.split_at(reply.len().min(2));
+    let reason = head.get(1).cloned().flatten().unwrap_or_default();
+    let current = if view.len() == 6 {
+        replies::task_view(task_id, view)?
+    } else {
+        None
+    };
+    Ok(match (reason.as_str(), current) {
+        ("OK", Some(task)) => CasOutcome::Applied(task),
+        ("STATUS", current) => CasOutcome::Rejected {
+            reason: Rejection::Status,
+            current,
+        },
+        ("FENCED", current) => CasOutcome::Rejected {
+            reason: Rejection::Fenced,
+            current,
+        },
+        _ => CasOutcome::Rejected {
+            reason: Rejection::NotFound,
+            current: None,
+        },
+    })
 }
 
 async fn renew(

@@ -1,0 +1,53 @@
+-- @include "finish_task"
+-- @include "log_event"
+-- swap_task(k, a, now, retention_ms, log_len, worker_prefix): one compare-and-set item (see
+-- cas.lua for the values in a: id, owner, expected, next, result, error, holder, epoch, event,
+-- data, channel). One HMGET, one HSET (status, updated, result/error, and for a terminal next
+-- status phase and seq), then finish_task and the event.
+-- Returns {1 | 0, 'OK' | 'NOT_FOUND' | 'STATUS' | 'FENCED', status, context, created, updated,
+--   result, error}
+local function swap_task(k, a, now, retention_ms, log_len, worker_prefix)
+  local f = redis.call('HMGET', k.task, 'status', 'owner', 'lease_owner', 'epoch',
+    'lease_expires', 'context', 'created', 'updated', 'result', 'error', 'phase', 'seq')
+  local status, holder, next_status = f[1], a.holder, a.next
+  if not status or f[2] ~= a.owner then
+    return {0, 'NOT_FOUND'}
+  end
+  local reason = 'OK'
+  if not string.find(a.expected, ',' .. status .. ',', 1, true)
+      or (status ~= 'running' and next_status == 'running') then
+    reason = 'STATUS'
+  elseif holder ~= '' and not (status == 'running' and f[3] == holder and f[4] == a.epoch
+      and f[5] and tonumber(f[5]) > now) then
+    reason = 'FENCED'
+  end
+  if reason ~= 'OK' then
+    return {0, reason, status, f[6], f[7], f[8], f[9], f[10]}
+  end
+  local result, err = f[9], f[10]
+  local seq = tonumber(f[12] or '0') + 1
+  local set = {'status', next_status, 'updated', now, 'seq', seq}
+  if a.result ~= '' then
+    result = a.result
+    set[#set + 1] = 'result'
+    set[#set + 1] = result
+  end
+  if a.error ~= '' then
+    err = a.error
+    set[#set + 1] = 'error'
+    set[#set + 1] = err
+  end
+  if next_status ~= 'running' then
+    set[#set + 1] = 'phase'
+    set[#set + 1] = 'terminal'
+  end
+  redis.call('HSET', k.task, unpack(set))
+  if next_status ~= 'running' then
+    finish_task(k, a.id, f[11], retention_ms)
+    if holder == '' and f[3] then
+      redis.call('PUBLISH', worker_prefix .. f[3], a.id)
+    end
+  end
+  log_event(k.events, a.channel, seq, a.event, a.data, log_len)
+  return {1, reason, next_status, f[6], f[7], now, result, err}
+end
