@@ -25,6 +25,12 @@
 //!   Then, unless `LATENCY_N` is 0, the same with one worker and ONE client for `LATENCY_N`
 //!   tasks: the latency of a task when nothing else is queued (the pipeline's own latency; the
 //!   closed loop of K clients at saturation mostly measures K / throughput).
+//! - `open`: open loop, one cluster (`OPEN_WORKERS` workers): after the same warm-up, tasks are
+//!   created on a fixed schedule, `OPEN_RATE` per second for `OPEN_DURATION_S` seconds
+//!   (`CLIENTS` owners in turn), each followed through its subscription to the terminal event
+//!   whatever became of the earlier ones (at most `OPEN_MAX_INFLIGHT` at once). Latency runs
+//!   from the scheduled creation time, so that a late send counts against it; reports the rate
+//!   achieved, latency percentiles and the same per-task costs as `throughput`.
 //! - `memory`: one cluster (`MEMORY_WORKERS` workers), `INFO memory` `used_memory` just before
 //!   `MEMORY_TASKS` tasks (input `{"i": n}`) and again once all of them are terminal (they stay
 //!   retained for `RETENTION_MS` of the gateway, 24 h by default); the difference / tasks is
@@ -44,11 +50,12 @@
 //! - `REDIS_URL` (required) — never a shared Redis: the bench resets its statistics;
 //! - `GATEWAY_BIN`, `WORKER_BIN` (default: next to this bench's profile directory, i.e.
 //!   `target/release/{gateway,worker}`);
-//! - `SCENARIOS` (throughput,memory), `WORKERS` (1,2,4), `WORKER_CONCURRENCY` (32),
+//! - `SCENARIOS` (throughput,open,memory), `WORKERS` (1,2,4), `WORKER_CONCURRENCY` (32),
 //!   `CLIENTS` (64), `N` (5000), `RUNS` (3, medians reported), `WARMUP` (2 × CLIENTS),
 //!   `LATENCY_N` (500, tasks of the one-client run; 0 skips it),
 //!   `ENTRYPOINTS` (echo: what the workers host, as in the worker benchmark), `MEMORY_TASKS`
-//!   (10000), `MEMORY_WORKERS` (2), `SERVICE_RUST_LOG` (warn: per-request logging would be
+//!   (10000), `MEMORY_WORKERS` (2), `OPEN_RATE` (2000), `OPEN_DURATION_S` (10),
+//!   `OPEN_WORKERS` (2), `OPEN_MAX_INFLIGHT` (4096), `SERVICE_RUST_LOG` (warn: per-request logging would be
 //!   measured too), `QUIET_PCT` (15), `QUIET_WAIT_S` (60), `FOREIGN_MAX` (30), `RETRIES` (1),
 //!   `RUN_TIMEOUT_S` (300), `BENCH_OUT` (JSON file), `BENCH_LABEL`.
 
@@ -108,6 +115,10 @@ struct Settings {
     entrypoints: String,
     memory_tasks: usize,
     memory_workers: usize,
+    open_rate: f64,
+    open_duration_s: f64,
+    open_workers: usize,
+    open_max_inflight: usize,
     service_rust_log: String,
     quiet_pct: f64,
     quiet_wait_s: u64,
@@ -134,6 +145,10 @@ impl Settings {
             "entrypoints": self.entrypoints,
             "memory_tasks": self.memory_tasks,
             "memory_workers": self.memory_workers,
+            "open_rate": self.open_rate,
+            "open_duration_s": self.open_duration_s,
+            "open_workers": self.open_workers,
+            "open_max_inflight": self.open_max_inflight,
             "service_rust_log": self.service_rust_log,
             "quiet_pct": self.quiet_pct,
             "quiet_wait_s": self.quiet_wait_s,
@@ -154,7 +169,7 @@ impl Settings {
             gateway_bin: bin_from_env("GATEWAY_BIN", "gateway"),
             worker_bin: bin_from_env("WORKER_BIN", "worker"),
             label: env_or("BENCH_LABEL", String::from("default"))?,
-            scenarios: env_list("SCENARIOS", "throughput,memory")?,
+            scenarios: env_list("SCENARIOS", "throughput,open,memory")?,
             workers: env_list("WORKERS", "1,2,4")?,
             worker_concurrency: env_or("WORKER_CONCURRENCY", 32)?,
             clients,
@@ -165,6 +180,10 @@ impl Settings {
             entrypoints: env_or("ENTRYPOINTS", String::from("echo"))?,
             memory_tasks: env_or("MEMORY_TASKS", 10_000)?,
             memory_workers: env_or("MEMORY_WORKERS", 2)?,
+            open_rate: env_or("OPEN_RATE", 2_000.0)?,
+            open_duration_s: env_or("OPEN_DURATION_S", 10.0)?,
+            open_workers: env_or("OPEN_WORKERS", 2)?,
+            open_max_inflight: env_or("OPEN_MAX_INFLIGHT", 4_096)?,
             service_rust_log: env_or("SERVICE_RUST_LOG", String::from("warn"))?,
             quiet_pct: env_or("QUIET_PCT", 15.0)?,
             quiet_wait_s: env_or("QUIET_WAIT_S", 60)?,
@@ -178,19 +197,23 @@ impl Settings {
             || settings.clients == 0
             || settings.worker_concurrency == 0
             || settings.memory_workers == 0
+            || settings.open_workers == 0
+            || settings.open_max_inflight == 0
+            || !(settings.open_rate > 0.0 && settings.open_rate.is_finite())
+            || !(settings.open_duration_s > 0.0 && settings.open_duration_s.is_finite())
             || settings.workers.contains(&0)
         {
             return Err(
-                "N, RUNS, CLIENTS, WORKER_CONCURRENCY, MEMORY_WORKERS and WORKERS must be positive"
+                "N, RUNS, CLIENTS, WORKER_CONCURRENCY, MEMORY_WORKERS, WORKERS, OPEN_WORKERS, OPEN_MAX_INFLIGHT, OPEN_RATE and OPEN_DURATION_S must be positive"
                     .into(),
             );
         }
         if let Some(unknown) = settings
             .scenarios
             .iter()
-            .find(|s| !["throughput", "memory"].contains(&s.as_str()))
+            .find(|s| !["throughput", "open", "memory"].contains(&s.as_str()))
         {
-            return Err(format!("unknown scenario {unknown:?} (throughput, memory)").into());
+            return Err(format!("unknown scenario {unknown:?} (throughput, open, memory)").into());
         }
         for bin in [&settings.gateway_bin, &settings.worker_bin] {
             if !bin.is_file() {
@@ -455,13 +478,15 @@ struct LoadResult {
 }
 
 /// One task, as a client follows it: create, subscribe, read until a terminal status.
+/// `start`: the instant latency is measured from (just before the POST in the closed loop; the
+/// scheduled creation time in the open loop, so that a late send counts against the latency).
 async fn one_task(
     client: &Client,
     card: &AgentCard,
     token: &str,
     input: &Value,
+    start: Instant,
 ) -> Res<(Sample, bool)> {
-    let start = Instant::now();
     let access = client
         .send_message(
             card,
@@ -527,7 +552,7 @@ async fn load(
                 if i >= n || Instant::now() > deadline {
                     return result;
                 }
-                match one_task(&client, &card, &token, &json!({ "i": i })).await {
+                match one_task(&client, &card, &token, &json!({ "i": i }), Instant::now()).await {
                     Ok((sample, completed)) => {
                         result.samples.push(sample);
                         if !completed {
@@ -913,6 +938,254 @@ async fn throughput_rows(
     Ok(rows)
 }
 
+// ----- open loop -----
+
+/// What one open-loop task came to.
+type Outcome = Result<(Sample, bool), String>;
+
+impl LoadResult {
+    fn settle(&mut self, outcome: Outcome) {
+        match outcome {
+            Ok((sample, completed)) => {
+                self.samples.push(sample);
+                if !completed {
+                    self.not_completed += 1;
+                }
+            }
+            Err(err) => {
+                self.errors += 1;
+                self.first_error.get_or_insert(err);
+            }
+        }
+    }
+}
+
+/// Open loop: tasks are created on a fixed schedule (`OPEN_RATE` per second for
+/// `OPEN_DURATION_S`), whatever happened to the earlier ones; each is then followed through its
+/// subscription to the terminal event. Latency runs from the scheduled creation time, so a send
+/// delayed by a busy client counts against it (no coordinated omission). At most
+/// `OPEN_MAX_INFLIGHT` tasks are followed at once: beyond that, sends wait (and are late).
+async fn open_run(
+    settings: &Settings,
+    admin: &mut MultiplexedConnection,
+    log_dir: &Path,
+    ticks: f64,
+) -> Res<Value> {
+    let workers = settings.open_workers;
+    let mut cluster = Cluster::start(settings, log_dir, "open", workers).await?;
+    let result = async {
+        let client = Client::new(ClientOptions::default())?;
+        let deadline = Instant::now() + Duration::from_secs(settings.run_timeout_s);
+        if settings.warmup > 0 {
+            let warm = load(
+                &client,
+                &cluster.card,
+                settings.clients,
+                settings.warmup,
+                deadline,
+            )
+            .await?;
+            if warm.errors > 0 {
+                return Err(format!(
+                    "warm-up: {} errors, first: {}",
+                    warm.errors,
+                    warm.first_error.unwrap_or_default()
+                )
+                .into());
+            }
+            cluster.wait_idle().await?;
+        }
+        let quiet = wait_quiet(
+            settings.quiet_pct,
+            settings.quiet_wait_s,
+            ticks,
+            CpuSnap::busy_with_softirq,
+        )
+        .await?;
+
+        reset_stats(admin).await?;
+        let redis0 = RedisSnap::take(admin).await?;
+        let cpu0 = CpuSnap::now()?;
+        let gw0 = cluster.gateway.ticks();
+        let wk0: u64 = cluster.workers.iter().map(BenchProc::ticks).sum();
+
+        let scheduled = (settings.open_rate * settings.open_duration_s).round().max(1.0) as usize;
+        let period_s = 1.0 / settings.open_rate;
+        // A pool of owners, as many as the closed loop's clients.
+        let tokens: Vec<String> = (0..settings.clients).map(|_| generate_token()).collect();
+        let mut inflight: JoinSet<Outcome> = JoinSet::new();
+        let mut tally = LoadResult::default();
+        let mut max_lag_ms: f64 = 0.0;
+        let mut late = 0usize;
+        let started = Instant::now() + Duration::from_millis(5);
+        let mut last_send = started;
+        for i in 0..scheduled {
+            let at = started + Duration::from_secs_f64(period_s * i as f64);
+            while inflight.len() >= settings.open_max_inflight {
+                if let Some(joined) = inflight.join_next().await {
+                    tally.settle(joined?);
+                }
+            }
+            while let Some(joined) = inflight.try_join_next() {
+                tally.settle(joined?);
+            }
+            tokio::time::sleep_until(at.into()).await;
+            let now = Instant::now();
+            let lag_ms = now.duration_since(at).as_secs_f64() * 1e3;
+            max_lag_ms = max_lag_ms.max(lag_ms);
+            if lag_ms > 1.0 {
+                late += 1;
+            }
+            last_send = now;
+            let client = client.clone();
+            let card = cluster.card.clone();
+            let token = tokens[i % tokens.len()].clone();
+            inflight.spawn(async move {
+                one_task(&client, &card, &token, &json!({ "i": i }), at)
+                    .await
+                    .map_err(|err| err.to_string())
+            });
+        }
+        let send_s = last_send.duration_since(started).as_secs_f64().max(1e-9);
+        let give_up = Instant::now() + PATIENCE;
+        while !inflight.is_empty() {
+            match tokio::time::timeout_at(give_up.into(), inflight.join_next()).await {
+                Ok(Some(joined)) => tally.settle(joined?),
+                Ok(None) => break,
+                Err(_) => {
+                    let left = inflight.len();
+                    inflight.abort_all();
+                    tally.errors += left;
+                    tally.first_error.get_or_insert(format!(
+                        "{left} tasks still unfinished {} s after the last send",
+                        PATIENCE.as_secs()
+                    ));
+                    break;
+                }
+            }
+        }
+        let LoadResult {
+            samples,
+            not_completed,
+            errors,
+            first_error,
+            ..
+        } = tally;
+        let end = samples
+            .iter()
+            .map(|s| s.done)
+            .max()
+            .unwrap_or_else(Instant::now);
+        let cpu1 = CpuSnap::now()?;
+        let gw1 = cluster.gateway.ticks();
+        let wk1: u64 = cluster.workers.iter().map(BenchProc::ticks).sum();
+        let redis1 = RedisSnap::take(admin).await?;
+        cluster.check_alive()?;
+        cluster.wait_idle().await?;
+
+        let wall_s = end.duration_since(started).as_secs_f64().max(1e-9);
+        let window_s = started.elapsed().as_secs_f64().max(1e-9);
+        let diff = redis1.since(&redis0, |_| 0);
+        let redis_cpu_s = redis1.cpu_s - redis0.cpu_s;
+        let gateway_cpu_s = gw1.saturating_sub(gw0) as f64 / ticks;
+        let worker_cpu_s = wk1.saturating_sub(wk0) as f64 / ticks;
+        let client_cpu_s = cpu1.own.saturating_sub(cpu0.own) as f64 / ticks;
+        let busy_s = cpu1
+            .busy_with_softirq()
+            .saturating_sub(cpu0.busy_with_softirq()) as f64
+            / ticks;
+        let foreign_cpu_pct =
+            ((busy_s - redis_cpu_s - gateway_cpu_s - worker_cpu_s - client_cpu_s).max(0.0)
+                / window_s)
+                * 100.0;
+        let completed = samples.len() - not_completed;
+        let per_task = |x: f64| x / completed.max(1) as f64;
+        let commands: BTreeMap<String, f64> = diff
+            .calls
+            .iter()
+            .map(|(k, v)| (k.clone(), per_task(*v as f64)))
+            .collect();
+        let latency = latency_stats(samples.iter().map(|s| s.total_ms));
+        let create = latency_stats(samples.iter().map(|s| s.create_ms));
+        let row = json!({
+            "workers": workers,
+            "worker_concurrency": settings.worker_concurrency,
+            "offered_rate": settings.open_rate,
+            "duration_s": settings.open_duration_s,
+            "scheduled": scheduled,
+            "completed": completed,
+            "not_completed": not_completed,
+            "errors": errors,
+            "first_error": first_error,
+            "send_rate": scheduled.saturating_sub(1) as f64 / send_s,
+            "completed_per_s": completed as f64 / wall_s,
+            "late_sends": late,
+            "max_send_lag_ms": max_lag_ms,
+            "max_inflight": settings.open_max_inflight,
+            "latency_ms": latency,
+            "create_ms": create,
+            "redis_cmds_per_task": per_task(server_cmds(&diff.calls) as f64),
+            "client_round_trips_per_task": per_task(client_round_trips(&diff.calls) as f64),
+            "redis_cpu_us_per_task": per_task(redis_cpu_s * 1e6),
+            "gateway_cpu_us_per_task": per_task(gateway_cpu_s * 1e6),
+            "worker_cpu_us_per_task": per_task(worker_cpu_s * 1e6),
+            "client_cpu_us_per_task": per_task(client_cpu_s * 1e6),
+            "redis_cpu_pct": redis_cpu_s / wall_s * 100.0,
+            "gateway_cpu_pct": gateway_cpu_s / wall_s * 100.0,
+            "worker_cpu_pct": worker_cpu_s / wall_s * 100.0,
+            "client_cpu_pct": client_cpu_s / wall_s * 100.0,
+            "foreign_cpu_pct": foreign_cpu_pct,
+            "quiet_before_pct": quiet,
+            "contaminated": foreign_cpu_pct > settings.foreign_max,
+            "commands_per_task": commands,
+        });
+        eprintln!(
+            "  open loop, {workers} workers, offered {:.0}/s for {:.1} s: sent {:.0}/s ({late} sends > 1 ms late, max lag {max_lag_ms:.1} ms), {completed} completed ({:.0}/s), {errors} errors; latency p50 {:.2} p90 {:.2} p99 {:.2} max {:.1} ms; per task {:.1} Redis cmds, {:.2} round trips; foreign {foreign_cpu_pct:.0}%",
+            settings.open_rate,
+            settings.open_duration_s,
+            row["send_rate"].as_f64().unwrap_or(0.0),
+            row["completed_per_s"].as_f64().unwrap_or(0.0),
+            latency["p50"],
+            latency["p90"],
+            latency["p99"],
+            latency["max"],
+            row["redis_cmds_per_task"].as_f64().unwrap_or(0.0),
+            row["client_round_trips_per_task"].as_f64().unwrap_or(0.0),
+        );
+        if let Some(err) = row["first_error"].as_str() {
+            eprintln!("  first error: {err}");
+        }
+        Ok::<_, BoxError>(row)
+    }
+    .await;
+    cluster.stop(admin).await?;
+    result
+}
+
+async fn open_rows(
+    settings: &Settings,
+    admin: &mut MultiplexedConnection,
+    log_dir: &Path,
+    ticks: f64,
+) -> Res<Value> {
+    let mut attempt = 0;
+    loop {
+        let row = open_run(settings, admin, log_dir, ticks)
+            .await
+            .map_err(|err| format!("open loop: {err}"))?;
+        let disturbed = row["contaminated"].as_bool().unwrap_or(false);
+        if run_again(
+            disturbed,
+            &mut attempt,
+            settings.retries,
+            settings.foreign_max,
+        ) {
+            continue;
+        }
+        return Ok(row);
+    }
+}
+
 // ----- memory -----
 
 async fn memory_run(
@@ -1021,6 +1294,7 @@ fn markdown(
     settings: &Settings,
     meta: &Value,
     rows: &[Value],
+    open: Option<&Value>,
     memory: Option<&Value>,
 ) -> Res<String> {
     let mut md = String::new();
@@ -1112,6 +1386,55 @@ fn markdown(
         }
         writeln!(md)?;
     }
+    if let Some(o) = open {
+        let lat = &o["latency_ms"];
+        writeln!(
+            md,
+            "### End to end, open loop: {} `echo` tasks/s offered for {} s, gateway + {} workers × {} slots\n",
+            f(&o["offered_rate"], 0),
+            f(&o["duration_s"], 1),
+            o["workers"],
+            o["worker_concurrency"],
+        )?;
+        writeln!(
+            md,
+            "Each task is created on a fixed schedule (`POST /tasks`, {} owners in turn) whatever became of the earlier ones, then followed through `GET /tasks/:id/subscribe` to its terminal event. Latency = scheduled creation time → terminal event received (a late send counts against it); create = scheduled time → POST answered. At most {} tasks are followed at once. Per task as above.\n",
+            settings.clients, o["max_inflight"],
+        )?;
+        writeln!(
+            md,
+            "| offered /s | sent /s | completed /s | p50 ms | p90 ms | p99 ms | max ms | create p50 / p99 ms | sends > 1 ms late (max lag ms) | Redis cmds/task | Redis RT/task | CPU µs/task redis / gateway / workers / clients | others % core | errors |"
+        )?;
+        writeln!(md, "|{}", "---|".repeat(14))?;
+        writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} | {} | {} / {} | {} ({}) | {} | {} | {} / {} / {} / {} | {}{} | {} |\n",
+            f(&o["offered_rate"], 0),
+            f(&o["send_rate"], 0),
+            f(&o["completed_per_s"], 0),
+            f(&lat["p50"], 2),
+            f(&lat["p90"], 2),
+            f(&lat["p99"], 2),
+            f(&lat["max"], 1),
+            f(&o["create_ms"]["p50"], 2),
+            f(&o["create_ms"]["p99"], 2),
+            o["late_sends"],
+            f(&o["max_send_lag_ms"], 1),
+            f(&o["redis_cmds_per_task"], 1),
+            f(&o["client_round_trips_per_task"], 2),
+            f(&o["redis_cpu_us_per_task"], 0),
+            f(&o["gateway_cpu_us_per_task"], 0),
+            f(&o["worker_cpu_us_per_task"], 0),
+            f(&o["client_cpu_us_per_task"], 0),
+            f(&o["foreign_cpu_pct"], 0),
+            if o["contaminated"].as_bool() == Some(true) {
+                " ⚠"
+            } else {
+                ""
+            },
+            o["errors"].as_u64().unwrap_or(0) + o["not_completed"].as_u64().unwrap_or(0),
+        )?;
+    }
     if let Some(mem) = memory {
         writeln!(
             md,
@@ -1173,21 +1496,27 @@ async fn main() -> Res<()> {
         } else {
             Vec::new()
         };
+        let open = if settings.runs_scenario("open") {
+            Some(open_rows(&settings, &mut admin, log_dir, ticks).await?)
+        } else {
+            None
+        };
         let memory = if settings.runs_scenario("memory") && settings.memory_tasks > 0 {
             Some(memory_run(&settings, &mut admin, log_dir).await?)
         } else {
             None
         };
-        Ok::<_, BoxError>((rows, memory))
+        Ok::<_, BoxError>((rows, open, memory))
     }
     .await;
-    let (rows, memory) = result?;
+    let (rows, open, memory) = result?;
 
-    let md = markdown(&settings, &meta, &rows, memory.as_ref())?;
+    let md = markdown(&settings, &meta, &rows, open.as_ref(), memory.as_ref())?;
     println!("{md}");
     let report = json!({
         "meta": meta,
         "e2e": rows,
+        "open": open,
         "memory": memory,
         "markdown": md,
     });

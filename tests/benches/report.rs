@@ -1,7 +1,8 @@
 //! Assembles the report of `scripts/bench-report` from the JSON its benchmarks wrote: a summary
 //! table (with ratios against BullMQ measured in the same session), then each benchmark's own
-//! section. Reads `REPORT_DIR/parts/{machine,e2e,worker,bullmq,bullmq-memory}.json` (any but
-//! `machine` may be missing) and writes `REPORT_DIR/report.md` and `REPORT_DIR/report.json`.
+//! section, and a table of the goals of issue P8 item 7 (measured, goal, ratio, upstream's
+//! quoted figures). Reads `REPORT_DIR/parts/{machine,e2e,worker,gateway,bullmq,bullmq-memory}.json`
+//! (any but `machine` may be missing) and writes `REPORT_DIR/report.md` and `REPORT_DIR/report.json`.
 //!
 //! A bench target only so that `cargo bench --no-run` builds it with the others before any
 //! measurement starts; without `--bench` it does nothing.
@@ -288,6 +289,337 @@ fn summary(
     lines
 }
 
+/// One line of the goals table (issue P8 item 7): a figure, its goal, and how they compare.
+struct Goal {
+    what: String,
+    measured: String,
+    target: String,
+    to_target: String,
+    upstream: String,
+    to_upstream: String,
+    met: String,
+}
+
+/// Higher is better (`at_least`) or lower is better: the verdict for a measured value.
+fn verdict(measured: Option<f64>, target: f64, at_least: bool) -> String {
+    match measured {
+        Some(x) if (at_least && x >= target) || (!at_least && x <= target) => "✅ yes".into(),
+        Some(_) => "❌ no".into(),
+        None => "– (not measured)".into(),
+    }
+}
+
+/// `a ÷ b` for a range of b: `1.08–1.67×` (the larger ratio against the smaller bound).
+fn ratio_range(ours: Option<f64>, low: f64, high: f64) -> String {
+    match ours {
+        Some(a) => format!("{:.2}–{:.2}×", a / high, a / low),
+        None => "–".into(),
+    }
+}
+
+fn gateway_row<'a>(gateway: &'a Value, mode: &str, scenario: &str) -> Option<&'a Value> {
+    gateway["rows"]
+        .as_array()?
+        .iter()
+        .find(|r| r["mode"].as_str() == Some(mode) && r["scenario"].as_str() == Some(scenario))
+}
+
+fn mib(kib: Option<f64>) -> String {
+    fmt(kib.map(|k| k / 1024.0), 1)
+}
+
+fn goals(
+    e2e: Option<&Value>,
+    worker: Option<&Value>,
+    bullmq: Option<&Value>,
+    gateway: Option<&Value>,
+) -> Vec<Goal> {
+    let mut goals = Vec::new();
+    let goal = |what: String, measured: String, target: String| Goal {
+        what,
+        measured,
+        target,
+        to_target: "–".into(),
+        upstream: String::new(),
+        to_upstream: String::new(),
+        met: String::new(),
+    };
+    // Gateway over HTTP, both modes: req/s against the goal and upstream's quoted range.
+    let http = [
+        (
+            "card",
+            "GET /.well-known/agent-card.json",
+            40_000.0,
+            Some((24_000.0, 37_000.0)),
+        ),
+        (
+            "invoke",
+            "POST /entrypoints/echo/invoke (echo through a worker)",
+            6_000.0,
+            Some((2_200.0, 2_800.0)),
+        ),
+        ("tasks", "POST /tasks", 10_000.0, None),
+    ];
+    for (scenario, what, target, upstream) in http {
+        for (mode, mode_label) in [
+            ("redis", "cluster mode (Redis, AOF everysec, 2 workers)"),
+            ("embedded", "embedded mode"),
+        ] {
+            let row = gateway.and_then(|g| gateway_row(g, mode, scenario));
+            let rps = row.and_then(|r| num(r, &["rps"]));
+            let mut g = goal(
+                format!("Gateway {what}, {mode_label}: req/s"),
+                match row {
+                    Some(r) => format!(
+                        "**{}** (p99 {} ms, {} non-2xx)",
+                        thousands(rps),
+                        fmt(num(r, &["p99_ms"]), 1),
+                        thousands(num(r, &["non_2xx"]))
+                    ),
+                    None => "–".into(),
+                },
+                format!("≥ {}", thousands(Some(target))),
+            );
+            g.to_target = ratio(rps, Some(target));
+            if let Some((low, high)) = upstream {
+                g.upstream = format!("{}–{}", thousands(Some(low)), thousands(Some(high)));
+                g.to_upstream = ratio_range(rps, low, high);
+            }
+            g.met = verdict(rps, target, true);
+            goals.push(g);
+        }
+    }
+    // Embedded memory with the default MAX_TASKS, and per retained task.
+    let retained = gateway.and_then(|g| num(g, &["retain", "rss_bytes_per_task"]));
+    if let Some(g) = gateway {
+        let start = num(g, &["start_rss_kib", "embedded"]);
+        let invoke = gateway_row(g, "embedded", "invoke");
+        let tasks = gateway_row(g, "embedded", "tasks");
+        if invoke.is_some() || tasks.is_some() {
+            let after_tasks = tasks.and_then(|r| num(r, &["gateway_rss_after_drain_kib"]));
+            let created = tasks
+                .and_then(|r| Some(num(r, &["requests"])? - num(r, &["non_2xx"]).unwrap_or(0.0)));
+            // The growth over the tasks scenario (from the RSS after the scenario before it,
+            // connections and buffers warm by then), against what keeping every task created
+            // would take: far below it means the default MAX_TASKS bounds the memory.
+            let before_tasks = invoke.and_then(|r| num(r, &["gateway_rss_kib"])).or(start);
+            let growth_kib = after_tasks.zip(before_tasks).map(|(b, a)| b - a);
+            let kept_kib = created.zip(retained).map(|(n, r)| n * r / 1024.0);
+            let mut l = goal(
+                format!(
+                    "Embedded gateway VmRSS under load, MAX_TASKS {} (MiB)",
+                    g["meta"]["embedded_max_tasks"].as_str().unwrap_or("?")
+                ),
+                format!(
+                    "start {}, after invoke {}, after tasks {} (peak {})",
+                    mib(start),
+                    mib(invoke.and_then(|r| num(r, &["gateway_rss_kib"]))),
+                    mib(after_tasks),
+                    mib(tasks
+                        .and_then(|r| num(r, &["gateway_hwm_after_drain_kib"]))
+                        .or_else(|| invoke.and_then(|r| num(r, &["gateway_hwm_kib"])))),
+                ),
+                "bounded".into(),
+            );
+            l.to_target = format!(
+                "{} MiB growth over {} tasks created; keeping them all: ≈ {} MiB",
+                mib(growth_kib),
+                thousands(created),
+                mib(kept_kib)
+            );
+            l.met = match (growth_kib, kept_kib) {
+                (Some(g), Some(k)) if k > 0.0 => {
+                    if g < k / 10.0 {
+                        "✅ yes (growth < 1/10 of keeping them)".into()
+                    } else {
+                        "❌ no (growth ≥ 1/10 of keeping them)".into()
+                    }
+                }
+                _ => "–".into(),
+            };
+            goals.push(l);
+        }
+        let mut l = goal(
+            "Embedded gateway RSS bytes per retained task".into(),
+            match g["retain"].as_object() {
+                Some(r) => format!(
+                    "**{}** ({} tasks, {} → {} MiB)",
+                    thousands(retained),
+                    thousands(r.get("tasks").and_then(Value::as_f64)),
+                    mib(r.get("rss_before_kib").and_then(Value::as_f64)),
+                    mib(r.get("rss_after_kib").and_then(Value::as_f64)),
+                ),
+                None => "–".into(),
+            },
+            "≤ 2,048".into(),
+        );
+        l.to_target = ratio(retained, Some(2048.0));
+        l.met = verdict(retained, 2048.0, false);
+        goals.push(l);
+    }
+    // End to end: closed-loop maximum, open-loop latency.
+    if let Some(rows) = e2e.and_then(|e| e["e2e"].as_array()) {
+        let best = rows
+            .iter()
+            .filter(|r| r["clients"].as_u64() != Some(1))
+            .filter_map(|r| Some((num(r, &["tasks_per_s", "median"])?, r)))
+            .max_by(|a, b| a.0.total_cmp(&b.0));
+        let mut l = goal(
+            "End to end over HTTP, closed loop, best row: tasks/s".into(),
+            match best {
+                Some((x, r)) => format!(
+                    "**{}** ({} worker(s), {} clients)",
+                    thousands(Some(x)),
+                    r["workers"],
+                    r["clients"]
+                ),
+                None => "–".into(),
+            },
+            "≥ 4,000".into(),
+        );
+        let x = best.map(|b| b.0);
+        l.to_target = ratio(x, Some(4000.0));
+        l.met = verdict(x, 4000.0, true);
+        goals.push(l);
+    }
+    if let Some(o) = e2e.map(|e| &e["open"]).filter(|o| o.is_object()) {
+        let p50 = num(o, &["latency_ms", "p50"]);
+        let offered = num(o, &["offered_rate"]);
+        let mut l = goal(
+            format!(
+                "End to end, open loop at {} tasks/s: latency p50 (ms)",
+                thousands(offered)
+            ),
+            format!(
+                "**{}** (p90 {}, p99 {}; sent {}/s, completed {}/s, {} errors)",
+                fmt(p50, 2),
+                fmt(num(o, &["latency_ms", "p90"]), 2),
+                fmt(num(o, &["latency_ms", "p99"]), 2),
+                thousands(num(o, &["send_rate"])),
+                thousands(num(o, &["completed_per_s"])),
+                o["errors"].as_u64().unwrap_or(0) + o["not_completed"].as_u64().unwrap_or(0),
+            ),
+            "≤ 3 at 2,000/s".into(),
+        );
+        l.to_target = ratio(p50, Some(3.0));
+        l.met = if offered.is_some_and(|r| r < 2000.0) {
+            format!("{} (offered below 2,000/s)", verdict(p50, 3.0, false))
+        } else {
+            verdict(p50, 3.0, false)
+        };
+        goals.push(l);
+        let mut l = goal(
+            "End to end, open loop: Redis commands / client round trips per task".into(),
+            format!(
+                "{} / {}",
+                fmt(num(o, &["redis_cmds_per_task"]), 1),
+                fmt(num(o, &["client_round_trips_per_task"]), 2)
+            ),
+            "(reported)".into(),
+        );
+        l.met = "–".into();
+        goals.push(l);
+    }
+    // Worker alone against BullMQ, and its client round trips.
+    if let Some(rows) = worker.and_then(|w| w["throughput"].as_array()) {
+        for (c, target) in [(64u64, 1.5), (1, 1.0)] {
+            let Some(row) = rows.iter().find(|r| {
+                r["processes"].as_u64() == Some(1) && r["concurrency"].as_u64() == Some(c)
+            }) else {
+                continue;
+            };
+            let ours = num(row, &["tasks_per_s", "median"]);
+            let theirs = bullmq
+                .and_then(|b| bullmq_proc(b, c))
+                .and_then(|(bc, b)| Some((bc, num(b, &["jobsPerS", "median"])?)));
+            let x = theirs.and_then(|(_, t)| ours.map(|o| o / t));
+            let mut l = goal(
+                format!("Worker alone, 1 process × {c}: ÷ BullMQ at c={c} (same session)"),
+                match theirs {
+                    Some((bc, t)) => format!(
+                        "**{}×** ({} vs {} tasks/s{})",
+                        fmt(x, 2),
+                        thousands(ours),
+                        thousands(Some(t)),
+                        if bc == c {
+                            String::new()
+                        } else {
+                            format!(", BullMQ c={bc}")
+                        }
+                    ),
+                    None => format!("{} tasks/s (BullMQ not run)", thousands(ours)),
+                },
+                format!("≥ {target:.1}×"),
+            );
+            l.to_target = x
+                .map(|x| format!("{:.2}×", x / target))
+                .unwrap_or_else(|| "–".into());
+            l.met = verdict(x, target, true);
+            goals.push(l);
+        }
+        if let Some(row) = rows
+            .iter()
+            .filter(|r| r["processes"].as_u64() == Some(1))
+            .max_by_key(|r| r["concurrency"].as_u64().unwrap_or(0))
+        {
+            let rt = num(row, &["client_round_trips_per_task", "median"]);
+            let others: Vec<String> = rows
+                .iter()
+                .filter(|r| !std::ptr::eq(*r, row))
+                .map(|r| {
+                    format!(
+                        "{} × {}: {}",
+                        r["processes"],
+                        r["concurrency"],
+                        fmt(num(r, &["client_round_trips_per_task", "median"]), 2)
+                    )
+                })
+                .collect();
+            let mut l = goal(
+                format!(
+                    "Worker side: client round trips to Redis per task, 1 process × {}",
+                    row["concurrency"]
+                ),
+                format!(
+                    "**{}**{}",
+                    fmt(rt, 2),
+                    if others.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (others: {})", others.join(", "))
+                    }
+                ),
+                "≤ 1.5".into(),
+            );
+            l.to_target = ratio(rt, Some(1.5));
+            l.met = verdict(rt, 1.5, false);
+            goals.push(l);
+        }
+    }
+    goals
+}
+
+fn goals_markdown(md: &mut String, goals: &[Goal]) -> Res<()> {
+    writeln!(md, "## Goals\n")?;
+    writeln!(
+        md,
+        "Issue P8 item 7. Ratio to goal = measured ÷ goal (for latency, bytes and round trips, below 1 is better). Upstream = the upstream TypeScript server's quoted figures for its in-process server (not measured here).\n"
+    )?;
+    writeln!(
+        md,
+        "| goal | measured | target | ratio to goal | upstream TypeScript (quoted) | ratio to upstream | met |\n|---|---|---|---:|---:|---:|---|"
+    )?;
+    for g in goals {
+        writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            g.what, g.measured, g.target, g.to_target, g.upstream, g.to_upstream, g.met
+        )?;
+    }
+    writeln!(md)?;
+    Ok(())
+}
+
 /// How busy other processes kept the machine while our runs were timed (each bench measures
 /// it: machine CPU minus its own processes'), as % of one core, per benchmark: when one part met
 /// more of it than another, their ratio is skewed.
@@ -353,6 +685,7 @@ fn markdown(
     worker: Option<&Value>,
     bullmq: Option<&Value>,
     bullmq_memory: Option<&Value>,
+    gateway: Option<&Value>,
 ) -> Res<String> {
     let s = |v: &Value| v.as_str().unwrap_or("?").to_owned();
     let mut md = String::new();
@@ -418,15 +751,16 @@ fn markdown(
         let part = |k: &str| d.get(k).and_then(Value::as_u64).unwrap_or(0);
         writeln!(
             md,
-            "| time taken | end to end {} s, worker alone {} s, BullMQ {} s |",
+            "| time taken | end to end {} s, worker alone {} s, gateway over HTTP {} s, BullMQ {} s |",
             part("e2e_s"),
             part("worker_s"),
+            part("gateway_s"),
             part("bullmq_s")
         )?;
     }
     writeln!(
         md,
-        "\nredis-server, the gateway, the workers, the benchmark clients (and BullMQ's node processes) all share these cores; one private redis-server without persistence (`--save \"\" --appendonly no`) serves every part. Single runs on this kind of machine vary by up to 2×: compare ratios measured in the same session more than absolute figures.\n"
+        "\nredis-server, the gateway, the workers, the benchmark clients (and BullMQ's node processes) all share these cores; one private redis-server without persistence (`--save \"\" --appendonly no`) serves every part but the gateway over HTTP, whose cluster mode has a redis-server of its own with AOF everysec. Single runs on this kind of machine vary by up to 2×: compare ratios measured in the same session more than absolute figures.\n"
     )?;
     writeln!(md, "## Summary\n")?;
     let lines = summary(e2e, worker, bullmq, bullmq_memory);
@@ -446,6 +780,7 @@ fn markdown(
         )?;
     }
     writeln!(md)?;
+    goals_markdown(&mut md, &goals(e2e, worker, bullmq, gateway))?;
     match bullmq {
         Some(b) => writeln!(
             md,
@@ -462,6 +797,29 @@ fn markdown(
     if let Some(e) = e2e {
         writeln!(md, "## End to end\n")?;
         writeln!(md, "{}", s(&e["markdown"]))?;
+    }
+    match gateway {
+        Some(g) => {
+            writeln!(md, "## Gateway over HTTP\n")?;
+            writeln!(
+                md,
+                "From `scripts/bench-gateway` (wrk, the release binaries of this run): cluster mode with its own redis-server (AOF everysec) and {} worker processes × {}; embedded mode (no Redis, in-process worker) with MAX_TASKS {} (the gateway's default unless set), then an embedded gateway keeping every task for the RSS per retained task.\n",
+                g["meta"]["workers"],
+                g["meta"]["worker_concurrency"],
+                g["meta"]["embedded_max_tasks"].as_str().unwrap_or("?"),
+            )?;
+            // Its heading one level down, under this section's.
+            let text = s(&g["markdown"]);
+            let text = text
+                .strip_prefix("### Gateway HTTP benchmark\n")
+                .unwrap_or(&text);
+            writeln!(md, "{}\n", text.trim())?;
+        }
+        None => {
+            if let Some(status) = machine["gateway_status"].as_str() {
+                writeln!(md, "## Gateway over HTTP\n\n{status}.\n")?;
+            }
+        }
     }
     if let Some(w) = worker {
         writeln!(md, "## Worker processes alone\n")?;
@@ -522,13 +880,28 @@ fn main() -> Res<()> {
     let worker = read_part(&dir, "worker")?;
     let bullmq = read_part(&dir, "bullmq")?;
     let bullmq_memory = read_part(&dir, "bullmq-memory")?;
+    let gateway = read_part(&dir, "gateway")?;
     let md = markdown(
         &machine,
         e2e.as_ref(),
         worker.as_ref(),
         bullmq.as_ref(),
         bullmq_memory.as_ref(),
+        gateway.as_ref(),
     )?;
+    let goals: Vec<Value> = goals(
+        e2e.as_ref(),
+        worker.as_ref(),
+        bullmq.as_ref(),
+        gateway.as_ref(),
+    )
+    .into_iter()
+    .map(|g| {
+        json!({"goal": g.what, "measured": g.measured.replace("**", ""), "target": g.target,
+                   "ratio_to_goal": g.to_target, "upstream": g.upstream,
+                   "ratio_to_upstream": g.to_upstream, "met": g.met})
+    })
+    .collect();
     let summary: Vec<Value> = summary(
         e2e.as_ref(),
         worker.as_ref(),
@@ -547,18 +920,21 @@ fn main() -> Res<()> {
             v
         })
     };
-    let (e2e, worker, bullmq) = (
+    let (e2e, worker, bullmq, gateway) = (
         strip(e2e, "markdown"),
         strip(worker, "markdown"),
         strip(bullmq, "reportMarkdown"),
+        strip(gateway, "markdown"),
     );
     let report = json!({
         "machine": machine,
         "summary": summary,
+        "goals": goals,
         "e2e": e2e,
         "worker": worker,
         "bullmq": bullmq,
         "bullmq_memory": bullmq_memory,
+        "gateway": gateway,
     });
     std::fs::write(dir.join("report.md"), &md)?;
     std::fs::write(
