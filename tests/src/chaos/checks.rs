@@ -332,7 +332,8 @@ async fn check_keys(
             "live" | "leases" | "admissions" | "queue" => {
                 report.violation(format!("{key} is left over with nothing live"));
             }
-            _ if name.is_empty() && kind == "registry" => {}
+            // The registry index and its version live while workers do, and expire with them.
+            _ if name.is_empty() && matches!(kind, "registry" | "registry-version") => {}
             _ => report.violation(format!("unexpected key {key}")),
         }
     }
