@@ -290,8 +290,12 @@ async fn one_trace_covers_a_task_from_gateway_to_worker_over_otlp_http() -> Test
         .filter(|s| s.service == "worker" && s.span.trace_id == consumer.span.trace_id)
         .filter_map(|s| attr(s, "db.operation.name"))
         .collect();
+    // The claim is activated by the take that found the task (before its trace is known);
+    // the run's fenced result is written (and the next task taken) inside the trace.
     assert!(
-        worker_scripts.iter().any(|s| s == "activate") && worker_scripts.iter().any(|s| s == "cas"),
+        worker_scripts
+            .iter()
+            .any(|s| s == "finish_take" || s == "cas"),
         "worker script spans: {worker_scripts:?}"
     );
 
