@@ -69,8 +69,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use harness::measure::commandstats::{
-    CLIENT_COMMANDS, RedisSnap, client_round_trips, client_star, command_names, reset_stats,
-    server_cmds,
+    CLIENT_COMMANDS, CommandDiff, RedisSnap, client_round_trips, client_star, command_names,
+    reset_stats, server_cmds,
 };
 use harness::measure::cpu::{CpuSnap, clock_ticks, run_again, wait_quiet};
 use harness::measure::env::{bin_from_env, env_list, env_or};
@@ -689,6 +689,99 @@ fn latency_stats(values: impl Iterator<Item = f64>) -> BTreeMap<&'static str, f6
     stats
 }
 
+/// Runs `settings.warmup` tasks (discarded) and waits until the cluster is idle again.
+async fn warm_up(
+    settings: &Settings,
+    client: &Client,
+    cluster: &mut Cluster,
+    clients: usize,
+    deadline: Instant,
+) -> Res<()> {
+    if settings.warmup == 0 {
+        return Ok(());
+    }
+    let warm = load(client, &cluster.card, clients, settings.warmup, deadline).await?;
+    if warm.errors > 0 {
+        return Err(format!(
+            "warm-up: {} errors, first: {}",
+            warm.errors,
+            warm.first_error.unwrap_or_default()
+        )
+        .into());
+    }
+    cluster.wait_idle().await
+}
+
+/// The counters a timed window starts from (Redis command stats reset at its start).
+struct Window {
+    redis0: RedisSnap,
+    cpu0: CpuSnap,
+    gateway0: u64,
+    workers0: u64,
+}
+
+/// What the cluster used during a window.
+struct Usage {
+    diff: CommandDiff,
+    redis_cpu_s: f64,
+    gateway_cpu_s: f64,
+    worker_cpu_s: f64,
+    client_cpu_s: f64,
+    /// CPU of processes outside the cluster and this bench, % of one core.
+    foreign_cpu_pct: f64,
+}
+
+impl Window {
+    async fn open(admin: &mut MultiplexedConnection, cluster: &Cluster) -> Res<Window> {
+        reset_stats(admin).await?;
+        Ok(Window {
+            redis0: RedisSnap::take(admin).await?,
+            cpu0: CpuSnap::now()?,
+            gateway0: cluster.gateway.ticks(),
+            workers0: cluster.workers.iter().map(BenchProc::ticks).sum(),
+        })
+    }
+
+    /// Reads the counters again, checks every service survived and waits for the cluster to be
+    /// idle; `started` is when the load began (the window for the foreign CPU share).
+    async fn close(
+        self,
+        admin: &mut MultiplexedConnection,
+        cluster: &mut Cluster,
+        started: Instant,
+        ticks: f64,
+    ) -> Res<Usage> {
+        let cpu1 = CpuSnap::now()?;
+        let gateway1 = cluster.gateway.ticks();
+        let workers1: u64 = cluster.workers.iter().map(BenchProc::ticks).sum();
+        let redis1 = RedisSnap::take(admin).await?;
+        cluster.check_alive()?;
+        cluster.wait_idle().await?;
+
+        let window_s = started.elapsed().as_secs_f64().max(1e-9);
+        let redis_cpu_s = redis1.cpu_s - self.redis0.cpu_s;
+        let gateway_cpu_s = gateway1.saturating_sub(self.gateway0) as f64 / ticks;
+        let worker_cpu_s = workers1.saturating_sub(self.workers0) as f64 / ticks;
+        let client_cpu_s = cpu1.own.saturating_sub(self.cpu0.own) as f64 / ticks;
+        let busy_s = cpu1
+            .busy_with_softirq()
+            .saturating_sub(self.cpu0.busy_with_softirq()) as f64
+            / ticks;
+        let foreign_cpu_pct =
+            ((busy_s - redis_cpu_s - gateway_cpu_s - worker_cpu_s - client_cpu_s).max(0.0)
+                / window_s)
+                * 100.0;
+        Ok(Usage {
+            diff: redis1.since(&self.redis0, |_| 0),
+            redis_cpu_s,
+            gateway_cpu_s,
+            worker_cpu_s,
+            client_cpu_s,
+            foreign_cpu_pct,
+        })
+    }
+}
+
 async fn throughput_run(
     settings: &Settings,
     admin: &mut MultiplexedConnection,
@@ -712,18 +805,7 @@ async fn throughput_run(
     let result = async {
         let client = Client::new(ClientOptions::default())?;
         let deadline = Instant::now() + Duration::from_secs(settings.run_timeout_s);
-        if settings.warmup > 0 {
-            let warm = load(&client, &cluster.card, clients, settings.warmup, deadline).await?;
-            if warm.errors > 0 {
-                return Err(format!(
-                    "warm-up: {} errors, first: {}",
-                    warm.errors,
-                    warm.first_error.unwrap_or_default()
-                )
-                .into());
-            }
-            cluster.wait_idle().await?;
-        }
+        warm_up(settings, &client, &mut cluster, clients, deadline).await?;
         let quiet = wait_quiet(
             settings.quiet_pct,
             settings.quiet_wait_s,
@@ -731,12 +813,7 @@ async fn throughput_run(
             CpuSnap::busy_with_softirq,
         )
         .await?;
-
-        reset_stats(admin).await?;
-        let redis0 = RedisSnap::take(admin).await?;
-        let cpu0 = CpuSnap::now()?;
-        let gw0 = cluster.gateway.ticks();
-        let wk0: u64 = cluster.workers.iter().map(BenchProc::ticks).sum();
+        let window = Window::open(admin, &cluster).await?;
 
         let result = load(&client, &cluster.card, clients, n, deadline).await?;
 
@@ -746,29 +823,16 @@ async fn throughput_run(
             .map(|s| s.done)
             .max()
             .unwrap_or_else(Instant::now);
-        let cpu1 = CpuSnap::now()?;
-        let gw1 = cluster.gateway.ticks();
-        let wk1: u64 = cluster.workers.iter().map(BenchProc::ticks).sum();
-        let redis1 = RedisSnap::take(admin).await?;
-        cluster.check_alive()?;
-        cluster.wait_idle().await?;
-
         let started = result.started.ok_or("no start time")?;
+        let Usage {
+            diff,
+            redis_cpu_s,
+            gateway_cpu_s,
+            worker_cpu_s,
+            client_cpu_s,
+            foreign_cpu_pct,
+        } = window.close(admin, &mut cluster, started, ticks).await?;
         let wall_s = end.duration_since(started).as_secs_f64().max(1e-9);
-        let window_s = started.elapsed().as_secs_f64().max(1e-9);
-        let diff = redis1.since(&redis0, |_| 0);
-        let redis_cpu_s = redis1.cpu_s - redis0.cpu_s;
-        let gateway_cpu_s = gw1.saturating_sub(gw0) as f64 / ticks;
-        let worker_cpu_s = wk1.saturating_sub(wk0) as f64 / ticks;
-        let client_cpu_s = cpu1.own.saturating_sub(cpu0.own) as f64 / ticks;
-        let busy_s = cpu1
-            .busy_with_softirq()
-            .saturating_sub(cpu0.busy_with_softirq()) as f64
-            / ticks;
-        let foreign_cpu_pct =
-            ((busy_s - redis_cpu_s - gateway_cpu_s - worker_cpu_s - client_cpu_s).max(0.0)
-                / window_s)
-                * 100.0;
         let completed = result.samples.len() - result.not_completed;
         Ok::<_, BoxError>(Run {
             workers,
@@ -976,25 +1040,7 @@ async fn open_run(
     let result = async {
         let client = Client::new(ClientOptions::default())?;
         let deadline = Instant::now() + Duration::from_secs(settings.run_timeout_s);
-        if settings.warmup > 0 {
-            let warm = load(
-                &client,
-                &cluster.card,
-                settings.clients,
-                settings.warmup,
-                deadline,
-            )
-            .await?;
-            if warm.errors > 0 {
-                return Err(format!(
-                    "warm-up: {} errors, first: {}",
-                    warm.errors,
-                    warm.first_error.unwrap_or_default()
-                )
-                .into());
-            }
-            cluster.wait_idle().await?;
-        }
+        warm_up(settings, &client, &mut cluster, settings.clients, deadline).await?;
         let quiet = wait_quiet(
             settings.quiet_pct,
             settings.quiet_wait_s,
@@ -1002,12 +1048,7 @@ async fn open_run(
             CpuSnap::busy_with_softirq,
         )
         .await?;
-
-        reset_stats(admin).await?;
-        let redis0 = RedisSnap::take(admin).await?;
-        let cpu0 = CpuSnap::now()?;
-        let gw0 = cluster.gateway.ticks();
-        let wk0: u64 = cluster.workers.iter().map(BenchProc::ticks).sum();
+        let window = Window::open(admin, &cluster).await?;
 
         let scheduled = (settings.open_rate * settings.open_duration_s).round().max(1.0) as usize;
         let period_s = 1.0 / settings.open_rate;
@@ -1076,28 +1117,15 @@ async fn open_run(
             .map(|s| s.done)
             .max()
             .unwrap_or_else(Instant::now);
-        let cpu1 = CpuSnap::now()?;
-        let gw1 = cluster.gateway.ticks();
-        let wk1: u64 = cluster.workers.iter().map(BenchProc::ticks).sum();
-        let redis1 = RedisSnap::take(admin).await?;
-        cluster.check_alive()?;
-        cluster.wait_idle().await?;
-
+        let Usage {
+            diff,
+            redis_cpu_s,
+            gateway_cpu_s,
+            worker_cpu_s,
+            client_cpu_s,
+            foreign_cpu_pct,
+        } = window.close(admin, &mut cluster, started, ticks).await?;
         let wall_s = end.duration_since(started).as_secs_f64().max(1e-9);
-        let window_s = started.elapsed().as_secs_f64().max(1e-9);
-        let diff = redis1.since(&redis0, |_| 0);
-        let redis_cpu_s = redis1.cpu_s - redis0.cpu_s;
-        let gateway_cpu_s = gw1.saturating_sub(gw0) as f64 / ticks;
-        let worker_cpu_s = wk1.saturating_sub(wk0) as f64 / ticks;
-        let client_cpu_s = cpu1.own.saturating_sub(cpu0.own) as f64 / ticks;
-        let busy_s = cpu1
-            .busy_with_softirq()
-            .saturating_sub(cpu0.busy_with_softirq()) as f64
-            / ticks;
-        let foreign_cpu_pct =
-            ((busy_s - redis_cpu_s - gateway_cpu_s - worker_cpu_s - client_cpu_s).max(0.0)
-                / window_s)
-                * 100.0;
         let completed = samples.len() - not_completed;
         let per_task = |x: f64| x / completed.max(1) as f64;
         let commands: BTreeMap<String, f64> = diff

@@ -10,6 +10,7 @@ use harness::process::ServiceProcess;
 use harness::redis_server::RedisServer;
 use serde_json::{Value, json};
 use shared::protocol::TaskStatus;
+use shared::registry::WorkerRegistry;
 use shared::store::{RedisStore, RedisStoreConfig, StoredTask, TaskStore};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -71,7 +72,6 @@ impl Cluster {
         let registry = self.store.registry();
         let start = tokio::time::Instant::now();
         loop {
-            use shared::registry::WorkerRegistry;
             if registry.workers().await?.len() == workers {
                 let card: Value = self
                     .client

@@ -147,14 +147,18 @@ impl Entrypoints {
         self.by_key.is_empty()
     }
 
+    /// The names in `keys` this set does not host.
+    fn unknown(&self, keys: &[String]) -> Vec<String> {
+        keys.iter()
+            .filter(|key| !self.by_key.contains_key(*key))
+            .cloned()
+            .collect()
+    }
+
     /// The same entrypoints with the named ones declared retry-safe; unknown names are
     /// returned as the error (a typo must not leave an entrypoint silently run once).
     pub fn retry_safe(mut self, keys: &[String]) -> Result<Entrypoints, Vec<String>> {
-        let unknown: Vec<String> = keys
-            .iter()
-            .filter(|key| !self.by_key.contains_key(*key))
-            .cloned()
-            .collect();
+        let unknown = self.unknown(keys);
         if !unknown.is_empty() {
             return Err(unknown);
         }
@@ -168,11 +172,7 @@ impl Entrypoints {
 
     /// Only the named entrypoints; unknown names are returned as the error.
     pub fn only(&self, keys: &[String]) -> Result<Entrypoints, Vec<String>> {
-        let unknown: Vec<String> = keys
-            .iter()
-            .filter(|key| !self.by_key.contains_key(*key))
-            .cloned()
-            .collect();
+        let unknown = self.unknown(keys);
         if !unknown.is_empty() {
             return Err(unknown);
         }

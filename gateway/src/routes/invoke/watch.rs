@@ -69,15 +69,7 @@ impl Watch {
         task_id: &str,
         owner: &OwnerHash,
     ) -> Result<Watch, ApiError> {
-        let mut watch = Watch {
-            store,
-            task_id: task_id.to_owned(),
-            owner: owner.clone(),
-            pending: VecDeque::new(),
-            live: None,
-            finished: None,
-            last_seq: 0,
-        };
+        let mut watch = Watch::new(store, task_id, owner);
         watch.subscribe().await?;
         Ok(watch)
     }
@@ -90,7 +82,14 @@ impl Watch {
         owner: &OwnerHash,
         subscription: Subscription,
     ) -> Watch {
-        let mut watch = Watch {
+        let mut watch = Watch::new(store, task_id, owner);
+        watch.follow(subscription);
+        watch
+    }
+
+    /// A watch that follows nothing yet.
+    fn new(store: Arc<dyn TaskStore>, task_id: &str, owner: &OwnerHash) -> Watch {
+        Watch {
             store,
             task_id: task_id.to_owned(),
             owner: owner.clone(),
@@ -98,9 +97,7 @@ impl Watch {
             live: None,
             finished: None,
             last_seq: 0,
-        };
-        watch.follow(subscription);
-        watch
+        }
     }
 
     async fn subscribe(&mut self) -> Result<(), ApiError> {

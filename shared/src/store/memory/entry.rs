@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use super::frozen::{Frozen, LoggedEvent};
+use super::frozen::{Frozen, LoggedEvent, Rebuilt};
 use super::subscriptions::Listeners;
 use crate::protocol::{Task, TaskStatus};
 use crate::store::{EventPayload, Lease, Phase, StoredEvent, StoredTask};
@@ -49,22 +49,19 @@ impl Entry {
     /// go through [`Entry::task`], [`Entry::stored`] and [`Entry::replay`].
     pub(super) fn freeze(&mut self) {
         self.thaw_in_place();
-        let last_seq = self.stored.seq;
-        for event in &mut self.log {
-            event.derive(&self.stored.task, last_seq);
-        }
         self.log.shrink_to_fit();
         let frozen = Frozen::take(&mut self.stored.invocation, &mut self.stored.task);
         self.frozen = Some(frozen);
     }
 
-    /// Undoes [`Entry::freeze`] before a write (a terminal task's receipt, say).
+    /// Undoes [`Entry::freeze`] before a write, and turns a logged terminal event back into
+    /// text: the write changes the task it would be rebuilt from.
     pub(super) fn thaw_in_place(&mut self) {
         if let Some(frozen) = self.frozen.take() {
             frozen.restore(&mut self.stored.invocation, &mut self.stored.task);
-            for event in &mut self.log {
-                event.materialize(&self.stored.task);
-            }
+        }
+        for event in &mut self.log {
+            event.materialize(&self.stored.task);
         }
     }
 
@@ -155,15 +152,37 @@ impl Entry {
                     && !self.has_live_lease(now)))
     }
 
-    /// Numbers, logs and sends one event.
+    /// Numbers, logs (as text) and sends one event.
     pub(super) fn publish(&mut self, payload: EventPayload, log_len: usize) -> u64 {
+        self.publish_as(payload, None, log_len)
+    }
+
+    /// Numbers and sends an event the task itself says; the log keeps only its place.
+    pub(super) fn publish_rebuilt(
+        &mut self,
+        payload: EventPayload,
+        rebuilt: Rebuilt,
+        log_len: usize,
+    ) -> u64 {
+        self.publish_as(payload, Some(rebuilt), log_len)
+    }
+
+    fn publish_as(
+        &mut self,
+        payload: EventPayload,
+        rebuilt: Option<Rebuilt>,
+        log_len: usize,
+    ) -> u64 {
         self.stored.seq += 1;
         let event = StoredEvent {
             seq: self.stored.seq,
             event: payload.event,
             data: payload.data,
         };
-        self.log.push_back(LoggedEvent::new(&event));
+        self.log.push_back(match rebuilt {
+            Some(rebuilt) => LoggedEvent::rebuilt(event.seq, rebuilt),
+            None => LoggedEvent::new(&event),
+        });
         self.listeners.publish(event);
         while self.log.len() > log_len {
             self.log.pop_front();

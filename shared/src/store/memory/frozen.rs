@@ -5,8 +5,9 @@
 //! strings; as text it costs its length. Retained terminal tasks are most of what the
 //! embedded store holds and are only read (rarely) after they end, so their bulky values are
 //! kept as one JSON text and parsed back on read. Two events of every log are what the task
-//! itself says (its creation's `statusUpdate running` and its terminal event), so once the task
-//! is terminal the log keeps only their place and rebuilds them from the task.
+//! itself says (its creation's `statusUpdate running` and its terminal event): the log keeps
+//! only their place, never their text, and rebuilds them from the task when a subscriber
+//! resumes. A later write to a terminal task turns its terminal event into text first.
 
 use std::collections::BTreeMap;
 
@@ -20,6 +21,15 @@ use crate::store::{EventPayload, Invocation, StoredEvent};
 pub(super) struct LoggedEvent {
     seq: u64,
     body: Body,
+}
+
+/// The events a log keeps by place only, because the task rebuilds them exactly.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Rebuilt {
+    /// The `statusUpdate running` of creation: `TaskEvent::status` of the new task.
+    Created,
+    /// The event of the terminal transition: `TaskEvent::for_transition` of the final task.
+    Terminal,
 }
 
 enum Body {
@@ -68,37 +78,19 @@ impl LoggedEvent {
         }
     }
 
-    /// Replaces the text of an event the task can rebuild (see the module header) by its
-    /// place. `last_seq` is the terminal event's number.
-    pub(super) fn derive(&mut self, task: &Task, last_seq: u64) {
-        let derived = if self.seq == 1 {
-            Body::Created
-        } else if self.seq == last_seq {
-            Body::Terminal
-        } else {
-            return;
+    /// The place of an event the task itself says (see the module header).
+    pub(super) fn rebuilt(seq: u64, rebuilt: Rebuilt) -> Self {
+        let body = match rebuilt {
+            Rebuilt::Created => Body::Created,
+            Rebuilt::Terminal => Body::Terminal,
         };
-        // Only when the rebuilt event is exactly the one that was sent.
-        let rebuilt = LoggedEvent {
-            seq: self.seq,
-            body: derived,
-        };
-        let same = match &self.body {
-            Body::Text { event, data } => {
-                let again = rebuilt.thaw(task);
-                again.event == **event
-                    && serde_json::from_str::<Value>(data).ok() == Some(again.data)
-            }
-            _ => false,
-        };
-        if same {
-            *self = rebuilt;
-        }
+        LoggedEvent { seq, body }
     }
 
-    /// Back to text, before the task changes again (a rebuilt event would change with it).
+    /// A terminal event back to text, before the task changes again (rebuilt from the task,
+    /// it would change with it). The creation event depends on the task's id alone.
     pub(super) fn materialize(&mut self, task: &Task) {
-        if !matches!(self.body, Body::Text { .. }) {
+        if matches!(self.body, Body::Terminal) {
             *self = LoggedEvent::new(&self.thaw(task));
         }
     }

@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::entry::{Entry, IndexKey};
+use super::frozen::Rebuilt;
 use super::millis;
 use super::owner_index::OwnerIndex;
 use crate::protocol::{Task, TaskError, TaskEvent, TaskStatus, Timestamp};
@@ -117,7 +118,11 @@ impl State {
             },
             order,
         );
-        entry.publish(TaskEvent::status(&task).into(), self.limits.event_log_len);
+        entry.publish_rebuilt(
+            TaskEvent::status(&task).into(),
+            Rebuilt::Created,
+            self.limits.event_log_len,
+        );
         match self.by_owner.entry(new.owner) {
             std::collections::hash_map::Entry::Occupied(mut ids) => {
                 ids.get_mut().insert((now, order), new.task_id.clone());
@@ -532,9 +537,15 @@ impl State {
         }
         let task = stored.task.clone();
         let entrypoint = stored.invocation.entrypoint.clone();
-        entry.publish(TaskEvent::for_transition(&task).into(), log_len);
         if terminal {
+            entry.publish_rebuilt(
+                TaskEvent::for_transition(&task).into(),
+                Rebuilt::Terminal,
+                log_len,
+            );
             entry.freeze();
+        } else {
+            entry.publish(TaskEvent::for_transition(&task).into(), log_len);
         }
         if terminal && was_queued {
             self.unqueue(&entrypoint, task_id);

@@ -102,9 +102,8 @@ pub(super) async fn decide(
                 Durability::Process
             })
         }
-        Err(err) if connection_failure(&err) => {
-            pool::settle::<()>(pool, conn, Err(err)).map(|()| Durability::Process)
-        }
+        // Also drops the broken connection from the pool.
+        Err(err) if connection_failure(&err) => pool::settle(pool, conn, Err(err)),
         Err(err) => {
             tracing::warn!(error = %err,
                 "cannot read Redis persistence settings (CONFIG refused): declaring process \
