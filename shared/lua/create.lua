@@ -6,28 +6,29 @@
 -- them and retries: reaping always happens before capacity is enforced.
 --
 -- KEYS[1] live  KEYS[2] admissions  KEYS[3] leases
--- KEYS[4 ..] per task, 6 keys: task, events, owner_index, owner_live, queue, wake
--- ARGV[1] max tasks  ARGV[2] event log length
--- ARGV[3 ..] per task, 9 values: id, owner hash, context id ('' for none), invocation json,
---   entrypoint, 'queued' | 'reserved', admission ttl ms, max attempts, channel
+-- KEYS[4 ..] per task, 5 keys: task, owner_index, owner_live, queue, wake
+-- ARGV[1] max tasks
+-- ARGV[2 ..] per task, 8 values: id, owner hash, context id ('' for none), invocation json,
+--   entrypoint, 'queued' | 'reserved', admission ttl ms, max attempts
 -- Returns per task: {1, created_ms} | {0, 'DUPLICATE'} | {0, 'CAPACITY', due_count}
--- Emits statusUpdate running (seq 1) per created task.
+-- Each created task's seq is 1: its `statusUpdate running`, which is neither logged nor
+-- published. The record rebuilds it (redis/event_log.rs), and nobody can listen to a task
+-- before its creation except the creator, whose create reply is that event.
 
 -- @include "now_ms"
--- @include "log_event"
 -- @include "ring_doorbell"
 
 local live, admissions, leases = KEYS[1], KEYS[2], KEYS[3]
-local max_tasks, log_len = tonumber(ARGV[1]), ARGV[2]
+local max_tasks = tonumber(ARGV[1])
 local now = now_ms()
 local out = {}
 
-for i = 0, (#KEYS - 3) / 6 - 1 do
-  local kb, ab = 4 + i * 6, 3 + i * 9
-  local task, events, owner_index = KEYS[kb], KEYS[kb + 1], KEYS[kb + 2]
-  local owner_live, queue, wake = KEYS[kb + 3], KEYS[kb + 4], KEYS[kb + 5]
+for i = 0, (#KEYS - 3) / 5 - 1 do
+  local kb, ab = 4 + i * 5, 2 + i * 8
+  local task, owner_index = KEYS[kb], KEYS[kb + 1]
+  local owner_live, queue, wake = KEYS[kb + 2], KEYS[kb + 3], KEYS[kb + 4]
   local id, owner, context, invocation = ARGV[ab], ARGV[ab + 1], ARGV[ab + 2], ARGV[ab + 3]
-  local entrypoint, mode, channel = ARGV[ab + 4], ARGV[ab + 5], ARGV[ab + 8]
+  local entrypoint, mode = ARGV[ab + 4], ARGV[ab + 5]
 
   if redis.call('EXISTS', task) == 1 then
     out[#out + 1] = {0, 'DUPLICATE'}
@@ -65,8 +66,6 @@ for i = 0, (#KEYS - 3) / 6 - 1 do
       redis.call('ZADD', queue, now, id)
       ring_doorbell(wake)
     end
-    log_event(events, channel, 1, 'statusUpdate',
-      '{"taskId":' .. cjson.encode(id) .. ',"status":"running"}', log_len)
     out[#out + 1] = {1, now}
   end
 end

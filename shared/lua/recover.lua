@@ -9,23 +9,23 @@
 --
 -- KEYS[1] leases  KEYS[2] admissions  KEYS[3] live
 -- KEYS[4 ..] per task, 6 keys: task, events, owner_index, owner_live, queue, wake
--- ARGV[1] mode  ARGV[2] retention ms  ARGV[3] event log length  ARGV[4] task channel prefix
--- ARGV[5 ..] task ids, in the order of their keys
+-- ARGV[1] mode  ARGV[2] retention ms  ARGV[3] task channel prefix
+-- ARGV[4 ..] task ids, in the order of their keys
 -- Returns {requeued ids, failed ids, cancelled ids}
 
 -- @include "now_ms"
--- @include "log_event"
+-- @include "publish_event"
 -- @include "finish_task"
 -- @include "enqueue"
 
 local leases, admissions, live = KEYS[1], KEYS[2], KEYS[3]
-local mode, retention, log_len, prefix = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local mode, retention, prefix = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local now = now_ms()
 local requeued, failed, cancelled = {}, {}, {}
 
-for i = 5, #ARGV do
+for i = 4, #ARGV do
   local id = ARGV[i]
-  local base = 4 + (i - 5) * 6
+  local base = 4 + (i - 4) * 6
   local k = {
     task = KEYS[base], events = KEYS[base + 1], owner_index = KEYS[base + 2],
     owner_live = KEYS[base + 3], queue = KEYS[base + 4], leases = leases,
@@ -50,7 +50,8 @@ for i = 5, #ARGV do
         'seq', seq)
     end
     finish_task(k, id, phase, retention)
-    log_event(k.events, channel, seq, event, data, log_len)
+    -- The terminal record rebuilds this event (redis/event_log.rs): published, not logged.
+    publish_event(channel, seq, event, data)
   end
 
   if status ~= 'running' then

@@ -3,7 +3,8 @@
 -- swap_task(k, a, now, retention_ms, log_len, worker_prefix): one compare-and-set item (see
 -- cas.lua for the values in a: id, owner, expected, next, result, error, holder, epoch, event,
 -- data, channel). One HMGET, one HSET (status, updated, result/error, and for a terminal next
--- status phase and seq), then finish_task and the event.
+-- status phase and seq), then finish_task and the event: a terminal event is only published,
+-- since the terminal record rebuilds it (redis/event_log.rs); any other is logged too.
 -- Returns {1 | 0, 'OK' | 'NOT_FOUND' | 'STATUS' | 'FENCED', status, context, created, updated,
 --   result, error}
 local function swap_task(k, a, now, retention_ms, log_len, worker_prefix)
@@ -48,6 +49,10 @@ local function swap_task(k, a, now, retention_ms, log_len, worker_prefix)
       redis.call('PUBLISH', worker_prefix .. f[3], a.id)
     end
   end
-  log_event(k.events, a.channel, seq, a.event, a.data, log_len)
+  if next_status ~= 'running' then
+    publish_event(a.channel, seq, a.event, a.data)
+  else
+    log_event(k.events, a.channel, seq, a.event, a.data, log_len)
+  end
   return {1, reason, next_status, f[6], f[7], now, result, err}
 end

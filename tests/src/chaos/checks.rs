@@ -9,7 +9,7 @@ use futures::StreamExt;
 use redis::AsyncCommands;
 use serde_json::Value;
 use shared::protocol::TaskStatus;
-use shared::store::{RedisStore, RedisStoreConfig, StoredTask, TaskStore};
+use shared::store::{RedisStore, RedisStoreConfig, StoredEvent, StoredTask, TaskStore};
 
 use super::cluster::Cluster;
 use super::load::{AckedTask, Load, SubscriberLog};
@@ -101,14 +101,6 @@ pub async fn count_mismatch(cluster: &Cluster) -> Option<(u64, u64)> {
 }
 
 /// One entry of a task's event log: `<seq>|<event>|<data>`.
-fn parse_event(entry: &str) -> Option<(u64, String, Value)> {
-    let mut parts = entry.splitn(3, '|');
-    let seq = parts.next()?.parse().ok()?;
-    let event = parts.next()?.to_owned();
-    let data = serde_json::from_str(parts.next()?).ok()?;
-    Some((seq, event, data))
-}
-
 fn terminal_event(event: &str, data: &Value) -> bool {
     matches!(event, "statusUpdate" | "resultUpdate" | "error")
         && data["status"].as_str().is_some_and(|s| s != "running")
@@ -118,7 +110,7 @@ fn terminal_event(event: &str, data: &Value) -> bool {
 fn check_task(
     task: &AckedTask,
     stored: Option<&StoredTask>,
-    log: &[String],
+    log: &[StoredEvent],
     cancel: (bool, bool),
     report: &mut ChaosReport,
 ) {
@@ -183,12 +175,16 @@ fn check_task(
         _ => {}
     }
 
-    // The event log: contiguous sequence numbers, one terminal event and it is the last (a
+    // The event log as subscribers read it (logged entries and the events the record
+    // rebuilds): contiguous sequence numbers from 1, one terminal event and it is the last (a
     // fenced write landing after the end would follow it), progress from runs in order (an
     // older run's write landing after a newer run's would be a fenced write that got through).
-    let events: Vec<_> = log.iter().filter_map(|entry| parse_event(entry)).collect();
-    if events.len() != log.len() {
-        report.violation(format!("task {id}: unreadable event log entries"));
+    let events: Vec<(u64, &str, &Value)> = log
+        .iter()
+        .map(|event| (event.seq, event.event.as_str(), &event.data))
+        .collect();
+    if events.first().map(|first| first.0) != Some(1) {
+        report.violation(format!("task {id}: its events do not start at seq 1"));
     }
     for pair in events.windows(2) {
         if pair[1].0 != pair[0].0 + 1 {
@@ -228,7 +224,7 @@ fn check_task(
     }
     let mut last_attempt = 0;
     for (_, event, data) in &events {
-        if event != "progress" {
+        if *event != "progress" {
             continue;
         }
         let Some(attempt) = data["attempt"].as_u64() else {
@@ -352,16 +348,19 @@ pub async fn check(
     report: &mut ChaosReport,
 ) -> Result<(), ChaosError> {
     let store = store(cluster).await?;
-    let mut redis = cluster.redis.client().await?;
     let tasks = load.tasks();
     let cancel_requested = load.cancel_requested();
     let cancel_acknowledged = load.cancel_acknowledged();
     let mut records: HashMap<String, StoredTask> = HashMap::new();
     for task in &tasks {
         let stored = store.get(&task.id).await?;
-        let log: Vec<String> = redis
-            .lrange(format!("{{{NAMESPACE}}}:events:{}", task.id), 0, -1)
-            .await?;
+        let log = match store.events_after(&task.id, 0).await {
+            Ok(log) => log,
+            Err(err) => {
+                report.violation(format!("task {}: unreadable event log: {err}", task.id));
+                Vec::new()
+            }
+        };
         check_task(
             task,
             stored.as_ref(),

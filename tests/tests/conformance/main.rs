@@ -72,6 +72,7 @@ macro_rules! conformance_tests {
                 owner_isolation_across_reads,
                 subscribe_then_snapshot_misses_nothing,
                 replay_resumes_after_a_sequence_number,
+                a_finished_task_replays_exactly_what_it_published,
                 events_of_other_tasks_stay_out,
                 dropping_a_subscription_leaves_the_others,
             }

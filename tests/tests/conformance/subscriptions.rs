@@ -3,10 +3,12 @@
 
 use serde_json::json;
 use shared::protocol::TaskStatus;
-use shared::store::{ListQuery, StoredEvent};
+use shared::store::{Admission, ListQuery, StoredEvent};
 use tokio::task::JoinSet;
 
-use crate::support::{BoxError, Fx, Harness, LONG, TestResult, next_event, other_owner, progress};
+use crate::support::{
+    BoxError, Fx, Harness, LONG, SHORT, TestResult, next_event, other_owner, outlive, progress,
+};
 
 fn seqs(events: &[StoredEvent]) -> Vec<u64> {
     events.iter().map(|event| event.seq).collect()
@@ -138,6 +140,72 @@ pub async fn replay_resumes_after_a_sequence_number(h: &impl Harness) -> TestRes
     fx.store.emit(&claim.lease, progress(4)).await?;
     let live = next_event(&mut resumed.events).await?;
     assert_eq!((live.seq, live.data), (5, json!({"step": 4})));
+    Ok(())
+}
+
+/// A finished task replays exactly what its subscribers heard, event by event, whichever way
+/// it ended (a worker's result after progress, a recovered run's failure, a cancel): the
+/// replay is the creation event followed by the live feed, data included, and ends with the
+/// terminal event, also after a later subscriber resumes mid-way.
+pub async fn a_finished_task_replays_exactly_what_it_published(h: &impl Harness) -> TestResult {
+    let fx = Fx::new(h).await?;
+    let completed = fx.queued("completed").await?;
+    let mut heard = fx.subscribe(&completed, None).await?;
+    let activation = fx.running("w1", LONG, LONG).await?;
+    fx.store.emit(&activation.lease, progress(1)).await?;
+    let done = fx
+        .complete(
+            &completed,
+            Some(&activation.lease),
+            json!({"i": 7, "s": "x"}),
+        )
+        .await?;
+    assert!(done.applied().is_some(), "{done:?}");
+    let mut live = vec![
+        next_event(&mut heard.events).await?,
+        next_event(&mut heard.events).await?,
+    ];
+
+    let mut once = fx.new_task("recovered", Admission::Queued);
+    once.max_attempts = 1;
+    let recovered = fx.store.create(once).await?.task_id;
+    let mut heard_failed = fx.subscribe(&recovered, None).await?;
+    fx.running("w1", SHORT, LONG).await?;
+    outlive(SHORT).await;
+    let report = fx.store.recover_expired(100).await?;
+    assert_eq!(report.failed, [recovered.as_str()]);
+    let failed_live = vec![next_event(&mut heard_failed.events).await?];
+
+    let cancelled = fx.queued("cancelled").await?;
+    let mut heard_cancel = fx.subscribe(&cancelled, None).await?;
+    assert!(fx.cancel(&cancelled).await?.applied().is_some());
+    let cancel_live = vec![next_event(&mut heard_cancel.events).await?];
+
+    for (id, mut published, end) in [
+        (&completed, std::mem::take(&mut live), "resultUpdate"),
+        (&recovered, failed_live, "error"),
+        (&cancelled, cancel_live, "statusUpdate"),
+    ] {
+        let replay = fx.subscribe(id, Some(0)).await?;
+        let first = replay.replay.first().ok_or("empty replay")?;
+        assert_eq!(
+            (first.seq, first.event.as_str(), &first.data),
+            (
+                1,
+                "statusUpdate",
+                &json!({"taskId": id, "status": "running"})
+            )
+        );
+        let mut expected = vec![first.clone()];
+        expected.append(&mut published);
+        assert_eq!(replay.replay, expected, "replay of {id}");
+        assert_eq!(replay.snapshot_seq, expected.len() as u64);
+        let last = expected.last().ok_or("no events")?;
+        assert_eq!(last.event, end);
+        assert_ne!(last.data["status"], "running");
+        let resumed = fx.subscribe(id, Some(1)).await?;
+        assert_eq!(resumed.replay, expected[1..]);
+    }
     Ok(())
 }
 

@@ -17,15 +17,19 @@ impl Keys {
     }
 
     /// Hash: one task's record and invocation payload. Fields: status, phase, owner, created,
-    /// updated, invocation, entrypoint, max_attempts, handed_off, epoch (bumped by every
-    /// claim), attempt (bumped by every activation), seq (last event), and while they apply
-    /// context, admission_expires, lease_owner, lease_expires, run_deadline, run_ms, result,
-    /// error, receipt. Each transition writes it with one HSET (see `shared/lua/`).
+    /// updated, invocation, entrypoint, attempt (bumped by every activation), seq (last
+    /// event), and while they apply context, result, error, receipt, and, until the task is
+    /// terminal, max_attempts, handed_off, epoch (bumped by every claim), admission_expires,
+    /// lease_owner, lease_expires, run_deadline, run_ms. Each transition writes it with one
+    /// HSET (see `shared/lua/`); the terminal one also drops the fields only a runnable task
+    /// needs, so a retained task is one small listpack.
     pub fn task(&self, id: &str) -> String {
         format!("{}:task:{id}", self.prefix)
     }
 
-    /// List: the task's last events, `<seq>|<event>|<data>`.
+    /// List: the task's last events that its record cannot rebuild (a worker's progress and
+    /// stream output), `<seq>|<event>|<data>`; absent for a task that emitted none. The
+    /// creation and terminal events are rebuilt from the hash (`event_log.rs`).
     pub fn events(&self, id: &str) -> String {
         format!("{}:events:{id}", self.prefix)
     }

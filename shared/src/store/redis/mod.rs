@@ -17,6 +17,7 @@
 //! activations, compare-and-sets and finishes of one process share calls ([`batch`]).
 
 mod batch;
+mod event_log;
 mod finish;
 mod keys;
 mod persistence;
@@ -208,10 +209,7 @@ impl RedisStore {
         let pool = pool::build(&config.url, config.pool_size, config.timeout)?;
         let shutdown = CancellationToken::new();
         let keys = Keys::new(&config.namespace);
-        let creates_args = vec![
-            config.max_tasks.to_string(),
-            config.event_log_len.to_string(),
-        ];
+        let creates_args = vec![config.max_tasks.to_string()];
         let swaps_args = vec![
             config.retention.as_millis().to_string(),
             config.event_log_len.to_string(),

@@ -8,6 +8,7 @@ use futures::StreamExt;
 use redis::Value;
 use tracing::Instrument;
 
+use super::event_log;
 use super::finish::FinishRequest;
 use super::replies::{self, TASK_FIELDS};
 use super::subscriber::{Listener, Signal};
@@ -87,7 +88,6 @@ impl RedisStore {
             .key(keys.live())
             .arg(mode)
             .arg(self.retention_ms())
-            .arg(self.inner.core.config.event_log_len)
             .arg(keys.task_channel_prefix());
         for (id, (owner, entrypoint)) in ids.iter().zip(&owners) {
             // A task that vanished meanwhile: the script only drops its stale index entries,
@@ -244,24 +244,46 @@ impl RedisStore {
             .map(|owner| (owner, entrypoint.unwrap_or_default())))
     }
 
-    /// Reads a task's event log entries with `seq > after`.
-    async fn events_after(
+    /// A task's events with `seq > after`: its log entries merged with the events its record
+    /// rebuilds (`event_log.rs`), read in one round trip. Public for checkers of the log.
+    pub async fn events_after(
         &self,
         task_id: &str,
         after: u64,
     ) -> Result<Vec<StoredEvent>, StoreError> {
-        let mut cmd = redis::cmd("LRANGE");
-        cmd.arg(self.inner.core.keys.events(task_id)).arg(0).arg(-1);
-        let entries: Vec<String> = self.query(&mut cmd).await?;
-        let mut events = Vec::new();
-        for entry in entries {
-            let event = replies::event(&entry)?;
-            if event.seq > after {
-                events.push(event);
-            }
-        }
-        Ok(events)
+        let keys = &self.inner.core.keys;
+        let mut read = redis::pipe();
+        read.cmd("HMGET")
+            .arg(keys.task(task_id))
+            .arg(&[
+                "status", "context", "created", "updated", "result", "error", "seq",
+            ])
+            .cmd("LRANGE")
+            .arg(keys.events(task_id))
+            .arg(0)
+            .arg(-1);
+        let (row, log): (Vec<Option<String>>, Vec<String>) = self.pipe(&read).await?;
+        let logged = log
+            .iter()
+            .map(|entry| replies::event(entry))
+            .collect::<Result<Vec<_>, _>>()?;
+        let events = match replies::task_view(task_id, row.get(..6).unwrap_or_default())? {
+            Some(task) => event_log::merged(&task, record_seq(&row, 6), logged),
+            None => logged,
+        };
+        Ok(events
+            .into_iter()
+            .filter(|event| event.seq > after)
+            .collect())
     }
+}
+
+/// The record's `seq` field at `index` of an HMGET row (0 when absent).
+fn record_seq(row: &[Option<String>], index: usize) -> u64 {
+    row.get(index)
+        .and_then(|s| s.as_deref())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
 }
 
 #[async_trait]
@@ -287,7 +309,6 @@ impl TaskStore for RedisStore {
             Ok(ScriptItem {
                 keys: vec![
                     keys.task(id),
-                    keys.events(id),
                     keys.owner_index(&new.owner),
                     keys.owner_live(&new.owner),
                     keys.queue(entrypoint),
@@ -302,7 +323,6 @@ impl TaskStore for RedisStore {
                     mode.to_owned(),
                     admission_ttl.to_string(),
                     new.max_attempts.to_string(),
-                    keys.task_channel(&new.owner, id),
                 ],
             })
         };
@@ -357,8 +377,8 @@ impl TaskStore for RedisStore {
             .await?;
         let task_id = new.task_id.clone();
         let task = self.create(new).await?;
-        // create.lua logs and publishes `statusUpdate running` as seq 1 (before the listener
-        // could miss it, it is part of the snapshot's replay).
+        // The task's seq 1 is its `statusUpdate running`, which create.lua neither logs nor
+        // publishes (the record rebuilds it): it is the snapshot's replay.
         let first = TaskEvent::status(&task);
         let replay = vec![StoredEvent {
             seq: 1,
@@ -678,19 +698,17 @@ impl TaskStore for RedisStore {
         let Some(snapshot) = replies::task_view(task_id, row.get(..6).unwrap_or_default())? else {
             return Ok(None);
         };
-        let snapshot_seq: u64 = row
-            .get(7)
-            .and_then(|s| s.as_deref())
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
+        let snapshot_seq = record_seq(&row, 7);
         let mut replay = Vec::new();
         if let Some(after) = after_seq {
-            for entry in &log {
-                let event = replies::event(entry)?;
-                if event.seq > after && event.seq <= snapshot_seq {
-                    replay.push(event);
-                }
-            }
+            let logged = log
+                .iter()
+                .map(|entry| replies::event(entry))
+                .collect::<Result<Vec<_>, _>>()?;
+            replay = event_log::merged(&snapshot, snapshot_seq, logged)
+                .into_iter()
+                .filter(|event| event.seq > after && event.seq <= snapshot_seq)
+                .collect();
         }
         let events = live_events(self.clone(), task_id.to_owned(), listener, snapshot_seq);
         Ok(Some(Subscription {

@@ -1,0 +1,130 @@
+//! What a retained task leaves in Redis: its record alone, without a copy of its result in an
+//! event log, and without the fields only a runnable task needs. A worker's own events (progress,
+//! stream output) are the only ones kept in a log. Sizes are printed, not asserted: the
+//! benchmark (`scripts/bench-report`) measures memory per retained task.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use harness::redis_server::RedisServer;
+use serde_json::json;
+use shared::protocol::{TaskResult, TaskStatus};
+use shared::store::redis::Keys;
+use shared::store::{
+    Admission, EventPayload, Invocation, NewTask, RedisStore, RedisStoreConfig, TaskStore,
+    Transition,
+};
+use shared::token::AccessToken;
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+const LEASE: Duration = Duration::from_secs(10);
+
+/// Creates, runs (emitting `progress` events first) and completes one `echo` task.
+async fn finish_one(store: &RedisStore, id: &str, progress: u64) -> TestResult {
+    let owner = AccessToken::generate().owner_hash();
+    store
+        .create(NewTask {
+            task_id: id.to_owned(),
+            owner,
+            invocation: Invocation {
+                entrypoint: "echo".into(),
+                input: json!({ "i": 1 }),
+                context_id: None,
+                metadata: None,
+                trace_context: Default::default(),
+            },
+            admission: Admission::Queued,
+            max_attempts: 3,
+        })
+        .await?;
+    let claims = store
+        .take_next(&["echo".into()], "w1", LEASE, 1, Duration::from_secs(5))
+        .await?;
+    let claim = claims.first().ok_or("nothing to take")?;
+    let activation = store
+        .activate_execution(&claim.lease, LEASE, Duration::from_secs(60))
+        .await?
+        .ok_or("activation refused")?;
+    for step in 0..progress {
+        let event = EventPayload {
+            event: "progress".into(),
+            data: json!({ "step": step }),
+        };
+        store.emit(&activation.lease, event).await?;
+    }
+    store
+        .compare_and_set(
+            id,
+            &[TaskStatus::Running],
+            Transition::completed(TaskResult::output(json!({ "i": 1 }))),
+            Some(&activation.lease),
+        )
+        .await?
+        .applied()
+        .ok_or("completion refused")?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_retained_task_is_its_record_alone() -> TestResult {
+    let server = RedisServer::start()?;
+    let mut config = RedisStoreConfig::new(server.url());
+    config.namespace = "fp".into();
+    let store = RedisStore::connect(config).await?;
+    let keys = Keys::new("fp");
+    finish_one(&store, "plain", 0).await?;
+    finish_one(&store, "chatty", 2).await?;
+
+    let mut conn = server.client().await?;
+    let exists = |key: String| redis::cmd("EXISTS").arg(key).to_owned();
+    let plain_log: u32 = exists(keys.events("plain")).query_async(&mut conn).await?;
+    let chatty_log: Vec<String> = redis::cmd("LRANGE")
+        .arg(keys.events("chatty"))
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut conn)
+        .await?;
+    assert_eq!(
+        plain_log, 0,
+        "a task without events of its own keeps no log"
+    );
+    let logged: Vec<&str> = chatty_log
+        .iter()
+        .filter_map(|entry| entry.split('|').nth(1))
+        .collect();
+    assert_eq!(logged, ["progress", "progress"], "{chatty_log:?}");
+
+    let fields: Vec<String> = redis::cmd("HKEYS")
+        .arg(keys.task("plain"))
+        .query_async(&mut conn)
+        .await?;
+    let fields: BTreeSet<&str> = fields.iter().map(String::as_str).collect();
+    let expected: BTreeSet<&str> = [
+        "status",
+        "phase",
+        "owner",
+        "created",
+        "updated",
+        "invocation",
+        "entrypoint",
+        "attempt",
+        "seq",
+        "result",
+    ]
+    .into();
+    assert_eq!(fields, expected);
+    let bytes: u64 = redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg(keys.task("plain"))
+        .query_async(&mut conn)
+        .await?;
+    println!("a retained echo task's record: {bytes} bytes (MEMORY USAGE)");
+
+    // The record still answers every read: the full replay ends with the result.
+    let events = store.events_after("plain", 0).await?;
+    let names: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();
+    assert_eq!(names, ["statusUpdate", "resultUpdate"]);
+    assert_eq!(events[1].data["result"]["output"], json!({ "i": 1 }));
+    Ok(())
+}
