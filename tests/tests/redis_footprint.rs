@@ -109,6 +109,7 @@ async fn a_retained_task_is_its_record_alone() -> TestResult {
         "invocation",
         "entrypoint",
         "attempt",
+        "max_attempts",
         "seq",
         "result",
     ]

@@ -2,9 +2,9 @@
 -- that no path can skip it. k holds the key names: task, events, leases, admissions, live,
 -- owner_index, owner_live, queue. The caller's own HSET of the transition sets status,
 -- phase 'terminal' and updated (one HSET per transition); this drops the fields that only a
--- task that can still run needs (lease, admission, fence epoch, hand-off, attempt limit and
--- run deadline: a retained task is smaller without them, and nothing reads them once it is
--- terminal) and the index entries that the task's phase before the transition can hold (nil:
+-- task that can still run needs (lease, admission, fence epoch, hand-off and run deadline: a
+-- retained task is smaller without them, and nothing reads them once it is terminal; the
+-- attempt count and its limit stay, for the record of how it ran) and the index entries that the task's phase before the transition can hold (nil:
 -- unknown, all of them).
 -- Invariants: the task leaves the live set exactly once (SREM is idempotent and only terminal
 -- transitions call this), so SCARD(live) is the exact cluster-wide count of non-terminal tasks;
@@ -12,7 +12,7 @@
 -- has no live task left, retention after its last task finished.
 local function finish_task(k, id, phase, retention_ms)
   redis.call('HDEL', k.task, 'lease_owner', 'lease_expires', 'admission_expires', 'epoch',
-    'handed_off', 'max_attempts', 'run_deadline', 'run_ms')
+    'handed_off', 'run_deadline', 'run_ms')
   if phase ~= 'queued' and phase ~= 'reserved' then
     redis.call('ZREM', k.leases, id)
   end

@@ -17,9 +17,9 @@ impl Keys {
     }
 
     /// Hash: one task's record and invocation payload. Fields: status, phase, owner, created,
-    /// updated, invocation, entrypoint, attempt (bumped by every activation), seq (last
-    /// event), and while they apply context, result, error, receipt, and, until the task is
-    /// terminal, max_attempts, handed_off, epoch (bumped by every claim), admission_expires,
+    /// updated, invocation, entrypoint, attempt (bumped by every activation), max_attempts,
+    /// seq (last event), and while they apply context, result, error, receipt, and, until the
+    /// task is terminal, handed_off, epoch (bumped by every claim), admission_expires,
     /// lease_owner, lease_expires, run_deadline, run_ms. Each transition writes it with one
     /// HSET (see `shared/lua/`); the terminal one also drops the fields only a runnable task
     /// needs, so a retained task is one small listpack.
