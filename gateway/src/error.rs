@@ -97,7 +97,7 @@ impl From<StoreError> for ApiError {
                 ErrorCode::InvalidState,
                 "A task with this id already exists",
             ),
-            StoreError::Corrupt(detail) => {
+            StoreError::Corrupt(detail) | StoreError::Incompatible(detail) => {
                 tracing::error!(error = %detail, "task store returned unreadable data");
                 ApiError::internal()
             }

@@ -15,15 +15,15 @@ for i = 2, #KEYS do
   local task = KEYS[i]
   local b = (i - 2) * 5
   local id, holder, epoch = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
-  local f = redis.call('HMGET', task, 'status', 'lease_owner', 'epoch', 'lease_expires', 'phase',
-    'attempt')
+  local f = redis.call('HMGET', task, 'st', 'lo', 'ec', 'lx', 'ph',
+    'at')
   if f[1] == 'running' and f[2] == holder and f[3] == epoch and f[4]
       and tonumber(f[4]) > now and f[5] == 'prepared' then
     local attempt = tonumber(f[6] or '0') + 1
     local expires = now + tonumber(ARGV[b + 4])
     local deadline = now + tonumber(ARGV[b + 5])
-    redis.call('HSET', task, 'phase', 'active', 'attempt', attempt, 'lease_expires', expires,
-      'run_deadline', deadline, 'run_ms', ARGV[b + 5])
+    redis.call('HSET', task, 'ph', 'active', 'at', attempt, 'lx', expires,
+      'rd', deadline, 'rm', ARGV[b + 5])
     redis.call('ZADD', leases, expires, id)
     out[#out + 1] = {attempt, expires, deadline}
   else

@@ -9,10 +9,10 @@
 
 local task = KEYS[1]
 if redis.call('EXISTS', task) == 0 then return 0 end
-redis.call('HSET', task, 'receipt', ARGV[1])
-local f = redis.call('HMGET', task, 'status', 'phase')
+redis.call('HSET', task, 'rc', ARGV[1])
+local f = redis.call('HMGET', task, 'st', 'ph')
 if f[1] == 'running' and f[2] == 'prepared' then
-  redis.call('HSET', task, 'handed_off', '1')
+  redis.call('HSET', task, 'ho', '1')
   return 2
 end
 return 1

@@ -13,8 +13,8 @@
 local task, leases, admissions, queue = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id, claimer = ARGV[1], ARGV[2]
 
-local f = redis.call('HMGET', task, 'status', 'phase', 'lease_expires', 'admission_expires',
-  'owner', 'invocation', 'attempt', 'max_attempts', 'entrypoint', 'created', 'epoch')
+local f = redis.call('HMGET', task, 'st', 'ph', 'lx', 'ax',
+  'ow', 'iv', 'at', 'ma', 'en', 'cr', 'ec')
 if not f[1] then return {0, 'MISSING'} end
 if f[1] ~= 'running' then return {0, 'NOT_RUNNING'} end
 local now = now_ms()
@@ -24,10 +24,10 @@ if f[2] == 'reserved' and f[4] and tonumber(f[4]) <= now then return {0, 'EXPIRE
 
 local epoch = tonumber(f[11] or '0') + 1
 local expires = now + tonumber(ARGV[3])
-redis.call('HSET', task, 'phase', 'prepared', 'epoch', epoch, 'lease_owner', claimer,
-  'lease_expires', expires)
+redis.call('HSET', task, 'ph', 'prepared', 'ec', epoch, 'lo', claimer,
+  'lx', expires)
 if f[4] then
-  redis.call('HDEL', task, 'admission_expires')
+  redis.call('HDEL', task, 'ax')
   redis.call('ZREM', admissions, id)
 end
 redis.call('ZREM', queue, id)

@@ -40,17 +40,17 @@ for i = 0, (#KEYS - 3) / 5 - 1 do
     local phase, handed_off = 'queued', '1'
     if mode == 'reserved' then phase, handed_off = 'reserved', '0' end
     -- One HSET: the record, its optional fields and seq 1 (the event below).
-    local set = {'status', 'running', 'phase', phase, 'handed_off', handed_off, 'owner', owner,
-      'created', now, 'updated', now, 'invocation', invocation, 'entrypoint', entrypoint,
-      'epoch', 0, 'attempt', 0, 'max_attempts', ARGV[ab + 7], 'seq', 1}
+    local set = {'st', 'running', 'ph', phase, 'ho', handed_off, 'ow', owner,
+      'cr', now, 'up', now, 'iv', invocation, 'en', entrypoint,
+      'ec', 0, 'at', 0, 'ma', ARGV[ab + 7], 'sq', 1}
     if context ~= '' then
-      set[#set + 1] = 'context'
+      set[#set + 1] = 'cx'
       set[#set + 1] = context
     end
     local expires = nil
     if mode == 'reserved' then
       expires = now + tonumber(ARGV[ab + 6])
-      set[#set + 1] = 'admission_expires'
+      set[#set + 1] = 'ax'
       set[#set + 1] = expires
     end
     redis.call('HSET', task, unpack(set))

@@ -12,6 +12,6 @@
 local task, leases, queue, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now = now_ms()
 if not lease_is_live(task, ARGV[2], ARGV[3], now) then return 0 end
-if redis.call('HGET', task, 'phase') ~= 'prepared' then return 0 end
+if redis.call('HGET', task, 'ph') ~= 'prepared' then return 0 end
 enqueue(task, queue, wake, leases, ARGV[1], now)
 return 1

@@ -14,10 +14,10 @@
 
 local task, leases, queue, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 if redis.call('EXISTS', task) == 0 then return 0 end
-redis.call('HSET', task, 'receipt', ARGV[4])
+redis.call('HSET', task, 'rc', ARGV[4])
 local now = now_ms()
 if lease_is_live(task, ARGV[2], ARGV[3], now)
-    and redis.call('HGET', task, 'phase') == 'prepared' then
+    and redis.call('HGET', task, 'ph') == 'prepared' then
   enqueue(task, queue, wake, leases, ARGV[1], now)
   return 2
 end

@@ -32,8 +32,8 @@ for i = 4, #ARGV do
     admissions = admissions, live = live,
   }
   local wake = KEYS[base + 5]
-  local f = redis.call('HMGET', k.task, 'status', 'phase', 'lease_expires', 'admission_expires',
-    'handed_off', 'attempt', 'max_attempts', 'run_deadline', 'run_ms', 'owner', 'seq')
+  local f = redis.call('HMGET', k.task, 'st', 'ph', 'lx', 'ax',
+    'ho', 'at', 'ma', 'rd', 'rm', 'ow', 'sq')
   local status, phase = f[1], f[2]
   local lease_due = f[3] and tonumber(f[3]) <= now
   local admission_due = f[4] and tonumber(f[4]) <= now
@@ -43,11 +43,11 @@ for i = 4, #ARGV do
   local function settle(next_status, event, data, err)
     local seq = tonumber(f[11] or '0') + 1
     if err then
-      redis.call('HSET', k.task, 'status', next_status, 'phase', 'terminal', 'updated', now,
-        'seq', seq, 'error', err)
+      redis.call('HSET', k.task, 'st', next_status, 'ph', 'terminal', 'up', now,
+        'sq', seq, 'er', err)
     else
-      redis.call('HSET', k.task, 'status', next_status, 'phase', 'terminal', 'updated', now,
-        'seq', seq)
+      redis.call('HSET', k.task, 'st', next_status, 'ph', 'terminal', 'up', now,
+        'sq', seq)
     end
     finish_task(k, id, phase, retention)
     -- The terminal record rebuilds this event (redis/event_log.rs): published, not logged.

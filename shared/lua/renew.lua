@@ -20,11 +20,11 @@ for i = 2, #KEYS do
   local id, holder, epoch = ARGV[base], ARGV[base + 1], ARGV[base + 2]
   local ok = lease_is_live(task, holder, epoch, now)
   if ok and only_prepared then
-    ok = redis.call('HGET', task, 'phase') == 'prepared'
+    ok = redis.call('HGET', task, 'ph') == 'prepared'
   end
   if ok then
     local expires = now + ttl
-    redis.call('HSET', task, 'lease_expires', expires)
+    redis.call('HSET', task, 'lx', expires)
     redis.call('ZADD', leases, expires, id)
     out[#out + 1] = expires
   else

@@ -9,10 +9,10 @@ use std::time::Duration;
 use harness::redis_server::RedisServer;
 use serde_json::json;
 use shared::protocol::{TaskResult, TaskStatus};
-use shared::store::redis::Keys;
+use shared::store::redis::{Keys, fields};
 use shared::store::{
-    Admission, EventPayload, Invocation, NewTask, RedisStore, RedisStoreConfig, TaskStore,
-    Transition,
+    Admission, EventPayload, Invocation, NewTask, RedisStore, RedisStoreConfig, StoreError,
+    TaskStore, Transition,
 };
 use shared::token::AccessToken;
 
@@ -101,17 +101,16 @@ async fn a_retained_task_is_its_record_alone() -> TestResult {
         .await?;
     let fields: BTreeSet<&str> = fields.iter().map(String::as_str).collect();
     let expected: BTreeSet<&str> = [
-        "status",
-        "phase",
-        "owner",
-        "created",
-        "updated",
-        "invocation",
-        "entrypoint",
-        "attempt",
-        "max_attempts",
-        "seq",
-        "result",
+        fields::STATUS,
+        fields::PHASE,
+        fields::OWNER,
+        fields::CREATED,
+        fields::UPDATED,
+        fields::INVOCATION,
+        fields::ATTEMPT,
+        fields::MAX_ATTEMPTS,
+        fields::SEQ,
+        fields::RESULT,
     ]
     .into();
     assert_eq!(fields, expected);
@@ -127,5 +126,65 @@ async fn a_retained_task_is_its_record_alone() -> TestResult {
     let names: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();
     assert_eq!(names, ["statusUpdate", "resultUpdate"]);
     assert_eq!(events[1].data["result"]["output"], json!({ "i": 1 }));
+    Ok(())
+}
+
+/// A namespace written under other field names is refused at connect, never read as empty:
+/// one stamped with another layout, and an unstamped one (from before the stamp) that holds live
+/// work. An empty namespace is stamped with this build's layout.
+#[tokio::test]
+async fn a_namespace_of_another_layout_is_refused() -> TestResult {
+    let server = RedisServer::start()?;
+    let mut conn = server.client().await?;
+    let connect = |namespace: &str| {
+        let mut config = RedisStoreConfig::new(server.url());
+        config.namespace = namespace.into();
+        RedisStore::connect(config)
+    };
+
+    connect("fresh").await?;
+    let stamp: String = redis::cmd("GET")
+        .arg(Keys::new("fresh").layout())
+        .query_async(&mut conn)
+        .await?;
+    assert_eq!(stamp, "2");
+    connect("fresh").await?;
+
+    let _: () = redis::cmd("SET")
+        .arg(Keys::new("newer").layout())
+        .arg("3")
+        .query_async(&mut conn)
+        .await?;
+    match connect("newer").await {
+        Err(StoreError::Incompatible(message)) => {
+            assert!(message.contains("layout 3"), "{message}")
+        }
+        other => {
+            return Err(format!("a layout-3 namespace was not refused: {:?}", other.err()).into());
+        }
+    }
+
+    let _: () = redis::cmd("SADD")
+        .arg(Keys::new("older").live())
+        .arg("a-task-of-layout-1")
+        .query_async(&mut conn)
+        .await?;
+    match connect("older").await {
+        Err(StoreError::Incompatible(message)) => {
+            assert!(message.contains("earlier version"), "{message}")
+        }
+        other => {
+            return Err(format!(
+                "an unstamped busy namespace was not refused: {:?}",
+                other.err()
+            )
+            .into());
+        }
+    }
+    let stamped: u32 = redis::cmd("EXISTS")
+        .arg(Keys::new("older").layout())
+        .query_async(&mut conn)
+        .await?;
+    assert_eq!(stamped, 0, "a refused namespace is left as it was");
     Ok(())
 }

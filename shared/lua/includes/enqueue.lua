@@ -2,8 +2,8 @@
 -- enqueue(task_key, queue_key, wake_key, leases_key, id, now): puts a running task in its
 -- entrypoint's ready queue (FIFO by enqueue time) with no lease.
 local function enqueue(task_key, queue_key, wake_key, leases_key, id, now)
-  redis.call('HSET', task_key, 'phase', 'queued', 'handed_off', '1')
-  redis.call('HDEL', task_key, 'lease_owner', 'lease_expires')
+  redis.call('HSET', task_key, 'ph', 'queued', 'ho', '1')
+  redis.call('HDEL', task_key, 'lo', 'lx')
   redis.call('ZREM', leases_key, id)
   redis.call('ZADD', queue_key, now, id)
   ring_doorbell(wake_key)

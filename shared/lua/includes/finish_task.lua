@@ -4,15 +4,15 @@
 -- phase 'terminal' and updated (one HSET per transition); this drops the fields that only a
 -- task that can still run needs (lease, admission, fence epoch, hand-off and run deadline: a
 -- retained task is smaller without them, and nothing reads them once it is terminal; the
--- attempt count and its limit stay, for the record of how it ran) and the index entries that the task's phase before the transition can hold (nil:
+-- attempt count and its limit stay, for the record of how it ran) and the entrypoint, which
+-- the invocation also names. Field names: redis/fields.rs. and the index entries that the task's phase before the transition can hold (nil:
 -- unknown, all of them).
 -- Invariants: the task leaves the live set exactly once (SREM is idempotent and only terminal
 -- transitions call this), so SCARD(live) is the exact cluster-wide count of non-terminal tasks;
 -- the task and its event log expire after retention; the owner's index expires once the owner
 -- has no live task left, retention after its last task finished.
 local function finish_task(k, id, phase, retention_ms)
-  redis.call('HDEL', k.task, 'lease_owner', 'lease_expires', 'admission_expires', 'epoch',
-    'handed_off', 'run_deadline', 'run_ms')
+  redis.call('HDEL', k.task, 'lo', 'lx', 'ax', 'ec', 'ho', 'rd', 'rm', 'en')
   if phase ~= 'queued' and phase ~= 'reserved' then
     redis.call('ZREM', k.leases, id)
   end

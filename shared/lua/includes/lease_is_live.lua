@@ -2,7 +2,7 @@
 -- lease, the lease has not expired and the task is still running. An expired lease is never
 -- revived: renewing it fails, whoever asks.
 local function lease_is_live(task_key, owner_id, epoch, now)
-  local f = redis.call('HMGET', task_key, 'status', 'lease_owner', 'epoch', 'lease_expires')
+  local f = redis.call('HMGET', task_key, 'st', 'lo', 'ec', 'lx')
   return f[1] == 'running' and f[2] == owner_id and f[3] == epoch
     and f[4] and tonumber(f[4]) > now
 end

@@ -8,8 +8,8 @@
 -- Returns {1 | 0, 'OK' | 'NOT_FOUND' | 'STATUS' | 'FENCED', status, context, created, updated,
 --   result, error}
 local function swap_task(k, a, now, retention_ms, log_len, worker_prefix)
-  local f = redis.call('HMGET', k.task, 'status', 'owner', 'lease_owner', 'epoch',
-    'lease_expires', 'context', 'created', 'updated', 'result', 'error', 'phase', 'seq')
+  local f = redis.call('HMGET', k.task, 'st', 'ow', 'lo', 'ec',
+    'lx', 'cx', 'cr', 'up', 'rs', 'er', 'ph', 'sq')
   local status, holder, next_status = f[1], a.holder, a.next
   if not status or f[2] ~= a.owner then
     return {0, 'NOT_FOUND'}
@@ -27,19 +27,19 @@ local function swap_task(k, a, now, retention_ms, log_len, worker_prefix)
   end
   local result, err = f[9], f[10]
   local seq = tonumber(f[12] or '0') + 1
-  local set = {'status', next_status, 'updated', now, 'seq', seq}
+  local set = {'st', next_status, 'up', now, 'sq', seq}
   if a.result ~= '' then
     result = a.result
-    set[#set + 1] = 'result'
+    set[#set + 1] = 'rs'
     set[#set + 1] = result
   end
   if a.error ~= '' then
     err = a.error
-    set[#set + 1] = 'error'
+    set[#set + 1] = 'er'
     set[#set + 1] = err
   end
   if next_status ~= 'running' then
-    set[#set + 1] = 'phase'
+    set[#set + 1] = 'ph'
     set[#set + 1] = 'terminal'
   end
   redis.call('HSET', k.task, unpack(set))

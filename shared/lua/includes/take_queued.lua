@@ -13,20 +13,20 @@ local function take_queued(leases, queues, tasks, picks, claimer, ttl, max, run_
   for i = 1, #picks do
     if claimed >= max then break end
     local queue, id, task = queues[picks[i][1]], picks[i][2], tasks[i]
-    local f = redis.call('HMGET', task, 'status', 'phase', 'owner', 'invocation', 'attempt',
-      'max_attempts', 'entrypoint', 'created', 'epoch')
+    local f = redis.call('HMGET', task, 'st', 'ph', 'ow', 'iv', 'at',
+      'ma', 'en', 'cr', 'ec')
     if f[1] == 'running' and f[2] == 'queued' then
       local epoch = tonumber(f[9] or '0') + 1
       local before = tonumber(f[5] or '0')
       local expires = now + ttl
       if run_ms then
         local deadline = now + run_ms
-        redis.call('HSET', task, 'phase', 'active', 'epoch', epoch, 'lease_owner', claimer,
-          'lease_expires', expires, 'attempt', before + 1, 'run_deadline', deadline,
-          'run_ms', run_ms)
+        redis.call('HSET', task, 'ph', 'active', 'ec', epoch, 'lo', claimer,
+          'lx', expires, 'at', before + 1, 'rd', deadline,
+          'rm', run_ms)
       else
-        redis.call('HSET', task, 'phase', 'prepared', 'epoch', epoch, 'lease_owner', claimer,
-          'lease_expires', expires)
+        redis.call('HSET', task, 'ph', 'prepared', 'ec', epoch, 'lo', claimer,
+          'lx', expires)
       end
       redis.call('ZADD', leases, expires, id)
       redis.call('ZREM', queue, id)

@@ -11,6 +11,9 @@ pub enum StoreError {
     Unavailable(String),
     #[error("task store returned data it cannot read: {0}")]
     Corrupt(String),
+    /// The namespace was written by another version's layout (refused at connect).
+    #[error("task store layout mismatch: {0}")]
+    Incompatible(String),
 }
 
 impl From<redis::RedisError> for StoreError {

@@ -87,13 +87,14 @@ pub async fn count_mismatch(cluster: &Cluster) -> Option<(u64, u64)> {
         local live = redis.call('SCARD', KEYS[1])
         local running = 0
         for _, key in ipairs(redis.call('KEYS', ARGV[1])) do
-          if redis.call('HGET', key, 'status') == 'running' then running = running + 1 end
+          if redis.call('HGET', key, ARGV[2]) == 'running' then running = running + 1 end
         end
         return {live, running}";
     let mut redis = cluster.redis.client().await.ok()?;
     let (live, running): (u64, u64) = redis::Script::new(SNAPSHOT)
         .key(format!("{{{NAMESPACE}}}:live"))
         .arg(format!("{{{NAMESPACE}}}:task:*"))
+        .arg(shared::store::redis::fields::STATUS)
         .invoke_async(&mut redis)
         .await
         .ok()?;
@@ -330,6 +331,8 @@ async fn check_keys(
             }
             // The registry index and its version live while workers do, and expire with them.
             _ if name.is_empty() && matches!(kind, "registry" | "registry-version") => {}
+            // The namespace's layout stamp stays for good (one key per namespace).
+            "layout" if name.is_empty() && !expiring => {}
             _ => report.violation(format!("unexpected key {key}")),
         }
     }

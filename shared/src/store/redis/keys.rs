@@ -16,13 +16,13 @@ impl Keys {
         }
     }
 
-    /// Hash: one task's record and invocation payload. Fields: status, phase, owner, created,
-    /// updated, invocation, entrypoint, attempt (bumped by every activation), max_attempts,
-    /// seq (last event), and while they apply context, result, error, receipt, and, until the
-    /// task is terminal, handed_off, epoch (bumped by every claim), admission_expires,
-    /// lease_owner, lease_expires, run_deadline, run_ms. Each transition writes it with one
-    /// HSET (see `shared/lua/`); the terminal one also drops the fields only a runnable task
-    /// needs, so a retained task is one small listpack.
+    /// Hash: one task's record and invocation payload, under the two-letter field names of
+    /// `fields.rs`: status, phase, owner, created, updated, invocation, attempt, max_attempts,
+    /// seq, and while they apply context, result, error, receipt, and, until the task is
+    /// terminal, entrypoint, handed-off flag, fence epoch, admission deadline, lease holder and
+    /// deadline, run deadline and limit. Each transition writes it with one HSET (see
+    /// `shared/lua/`); the terminal one also drops the fields only a runnable task needs, so a
+    /// retained task is one small listpack.
     pub fn task(&self, id: &str) -> String {
         format!("{}:task:{id}", self.prefix)
     }
@@ -110,5 +110,11 @@ impl Keys {
     /// worker named `version` would have its entry.)
     pub fn registry_version(&self) -> String {
         format!("{}:registry-version", self.prefix)
+    }
+
+    /// String: the store layout the namespace's data is written in (`schema.rs`); set once,
+    /// never expiring.
+    pub fn layout(&self) -> String {
+        format!("{}:layout", self.prefix)
     }
 }

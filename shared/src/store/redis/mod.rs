@@ -18,11 +18,13 @@
 
 mod batch;
 mod event_log;
+pub mod fields;
 mod finish;
 mod keys;
 mod persistence;
 mod pool;
 mod replies;
+mod schema;
 mod scripts;
 mod spans;
 mod subscriber;
@@ -277,6 +279,7 @@ impl RedisStore {
             }),
         };
         store.ping().await?;
+        store.check_layout().await?;
         Ok(store)
     }
 

@@ -7,28 +7,30 @@ use crate::protocol::{Task, TaskError, TaskResult, TaskStatus, Timestamp};
 use crate::store::{Claim, Invocation, Lease, Phase, StoreError, StoredEvent, StoredTask};
 use crate::token::OwnerHash;
 
+use super::fields;
+
 /// Fields read for a full [`StoredTask`], in this order.
 pub const TASK_FIELDS: [&str; 20] = [
-    "status",
-    "phase",
-    "owner",
-    "context",
-    "created",
-    "updated",
-    "result",
-    "error",
-    "invocation",
-    "admission_expires",
-    "lease_owner",
-    "epoch",
-    "lease_expires",
-    "attempt",
-    "max_attempts",
-    "run_deadline",
-    "handed_off",
-    "seq",
-    "entrypoint",
-    "receipt",
+    fields::STATUS,
+    fields::PHASE,
+    fields::OWNER,
+    fields::CONTEXT,
+    fields::CREATED,
+    fields::UPDATED,
+    fields::RESULT,
+    fields::ERROR,
+    fields::INVOCATION,
+    fields::ADMISSION_EXPIRES,
+    fields::LEASE_OWNER,
+    fields::EPOCH,
+    fields::LEASE_EXPIRES,
+    fields::ATTEMPT,
+    fields::MAX_ATTEMPTS,
+    fields::RUN_DEADLINE,
+    fields::HANDED_OFF,
+    fields::SEQ,
+    fields::ENTRYPOINT,
+    fields::RECEIPT,
 ];
 
 fn corrupt(what: impl Into<String>) -> StoreError {

@@ -24,6 +24,7 @@ pub struct Scripts {
     pub finish_take: Script,
     pub due: Script,
     pub recover: Script,
+    pub layout: Script,
 }
 
 impl Scripts {
@@ -42,6 +43,7 @@ impl Scripts {
             finish_take: Script::new(lua!("finish_take")),
             due: Script::new(lua!("due")),
             recover: Script::new(lua!("recover")),
+            layout: Script::new(lua!("layout")),
         }
     }
 }

@@ -9,6 +9,7 @@ use redis::Value;
 use tracing::Instrument;
 
 use super::event_log;
+use super::fields;
 use super::finish::FinishRequest;
 use super::replies::{self, TASK_FIELDS};
 use super::subscriber::{Listener, Signal};
@@ -77,8 +78,8 @@ impl RedisStore {
         for id in ids {
             read.cmd("HMGET")
                 .arg(keys.task(id))
-                .arg("owner")
-                .arg("entrypoint");
+                .arg(fields::OWNER)
+                .arg(fields::ENTRYPOINT);
         }
         let owners: Vec<(Option<String>, Option<String>)> = self.pipe(&read).await?;
         let mut invocation = self.inner.core.scripts.recover.prepare_invoke();
@@ -235,8 +236,8 @@ impl RedisStore {
     ) -> Result<Option<(OwnerHash, String)>, StoreError> {
         let mut cmd = redis::cmd("HMGET");
         cmd.arg(self.inner.core.keys.task(task_id))
-            .arg("owner")
-            .arg("entrypoint");
+            .arg(fields::OWNER)
+            .arg(fields::ENTRYPOINT);
         let (owner, entrypoint): (Option<String>, Option<String>) = self.query(&mut cmd).await?;
         Ok(owner
             .as_deref()
@@ -255,9 +256,8 @@ impl RedisStore {
         let mut read = redis::pipe();
         read.cmd("HMGET")
             .arg(keys.task(task_id))
-            .arg(&[
-                "status", "context", "created", "updated", "result", "error", "seq",
-            ])
+            .arg(&fields::VIEW)
+            .arg(fields::SEQ)
             .cmd("LRANGE")
             .arg(keys.events(task_id))
             .arg(0)
@@ -422,9 +422,10 @@ impl TaskStore for RedisStore {
         // Newest first by creation time; the index score is the creation time.
         let mut read = redis::pipe();
         for id in &ids {
-            read.cmd("HMGET").arg(keys.task(id)).arg(&[
-                "status", "context", "created", "updated", "result", "error", "owner",
-            ]);
+            read.cmd("HMGET")
+                .arg(keys.task(id))
+                .arg(&fields::VIEW)
+                .arg(fields::OWNER);
         }
         let rows: Vec<Vec<Option<String>>> = self.pipe(&read).await?;
         let mut matching = Vec::new();
@@ -684,9 +685,9 @@ impl TaskStore for RedisStore {
         let mut read = redis::pipe();
         read.cmd("HMGET")
             .arg(keys.task(task_id))
-            .arg(&[
-                "status", "context", "created", "updated", "result", "error", "owner", "seq",
-            ])
+            .arg(&fields::VIEW)
+            .arg(fields::OWNER)
+            .arg(fields::SEQ)
             .cmd("LRANGE")
             .arg(keys.events(task_id))
             .arg(0)

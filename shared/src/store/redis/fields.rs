@@ -1,0 +1,54 @@
+//! Field names of a task hash (`{ns}:task:<id>`), two letters each.
+//!
+//! A retained task is mostly its hash, and Redis keeps a small hash as one listpack where every
+//! field name is stored in full: names such as `admission_expires` cost more than the values
+//! they label. Two-letter names cut a retained `echo` task's record by about a fifth, and with
+//! it the Redis memory per retained task (see README, Performance). The Lua scripts in
+//! `shared/lua/` spell the same names as literals; this is the one place that says what each
+//! one means, and the store layout version ([`super::schema`]) changes whenever they do.
+
+/// `running`, `completed`, `failed` or `cancelled`.
+pub const STATUS: &str = "st";
+/// `reserved`, `prepared`, `queued`, `active` or `terminal`.
+pub const PHASE: &str = "ph";
+/// The owner hash (hex).
+pub const OWNER: &str = "ow";
+/// The context id, when the task has one.
+pub const CONTEXT: &str = "cx";
+/// Creation time, ms (Redis clock).
+pub const CREATED: &str = "cr";
+/// Time of the last transition, ms.
+pub const UPDATED: &str = "up";
+/// The invocation (JSON): entrypoint, input, context, metadata, trace context.
+pub const INVOCATION: &str = "iv";
+/// The entrypoint, until the task is terminal (then the invocation names it).
+pub const ENTRYPOINT: &str = "en";
+/// The fence epoch, bumped by every claim; until the task is terminal.
+pub const EPOCH: &str = "ec";
+/// Activations so far.
+pub const ATTEMPT: &str = "at";
+/// Runs allowed before an abandoned task fails.
+pub const MAX_ATTEMPTS: &str = "ma";
+/// Sequence number of the task's last event.
+pub const SEQ: &str = "sq";
+/// Admission deadline of a reserved task, ms.
+pub const ADMISSION_EXPIRES: &str = "ax";
+/// The lease holder's id.
+pub const LEASE_OWNER: &str = "lo";
+/// Lease deadline, ms.
+pub const LEASE_EXPIRES: &str = "lx";
+/// Deadline of the current run, ms.
+pub const RUN_DEADLINE: &str = "rd";
+/// The run limit the current run started with, ms.
+pub const RUN_MS: &str = "rm";
+/// The result (JSON) of a completed task.
+pub const RESULT: &str = "rs";
+/// The error (JSON) of a failed task.
+pub const ERROR: &str = "er";
+/// The receipt of the payment that admitted a paid task.
+pub const RECEIPT: &str = "rc";
+/// `1` once the task reached the ready queue; until the task is terminal.
+pub const HANDED_OFF: &str = "ho";
+
+/// The wire view of a task, in the order `replies::task_view` reads it.
+pub const VIEW: [&str; 6] = [STATUS, CONTEXT, CREATED, UPDATED, RESULT, ERROR];
