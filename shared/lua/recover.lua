@@ -39,14 +39,15 @@ for i = 4, #ARGV do
   local admission_due = f[4] and tonumber(f[4]) <= now
   local channel = prefix .. (f[10] or '') .. ':' .. id
 
-  -- One HSET per transition: status, phase, updated, seq (and the error of a failure).
+  -- One HSET per transition: status, updated, seq (and the error of a failure); finish_task
+  -- drops the phase (a terminal record has none).
   local function settle(next_status, event, data, err)
     local seq = tonumber(f[11] or '0') + 1
     if err then
-      redis.call('HSET', k.task, 'st', next_status, 'ph', 'terminal', 'up', now,
+      redis.call('HSET', k.task, 'st', next_status, 'up', now,
         'sq', seq, 'er', err)
     else
-      redis.call('HSET', k.task, 'st', next_status, 'ph', 'terminal', 'up', now,
+      redis.call('HSET', k.task, 'st', next_status, 'up', now,
         'sq', seq)
     end
     finish_task(k, id, phase, retention)

@@ -102,7 +102,6 @@ async fn a_retained_task_is_its_record_alone() -> TestResult {
     let fields: BTreeSet<&str> = fields.iter().map(String::as_str).collect();
     let expected: BTreeSet<&str> = [
         fields::STATUS,
-        fields::PHASE,
         fields::OWNER,
         fields::CREATED,
         fields::UPDATED,

@@ -1,18 +1,19 @@
 -- finish_task(k, id, phase, retention_ms): bookkeeping of every terminal transition, in one place so
 -- that no path can skip it. k holds the key names: task, events, leases, admissions, live,
--- owner_index, owner_live, queue. The caller's own HSET of the transition sets status,
--- phase 'terminal' and updated (one HSET per transition); this drops the fields that only a
--- task that can still run needs (lease, admission, fence epoch, hand-off and run deadline: a
--- retained task is smaller without them, and nothing reads them once it is terminal; the
--- attempt count and its limit stay, for the record of how it ran) and the entrypoint, which
--- the invocation also names. Field names: redis/fields.rs. and the index entries that the task's phase before the transition can hold (nil:
--- unknown, all of them).
+-- owner_index, owner_live, queue; phase is the task's phase before the transition (nil:
+-- unknown). The caller's own HSET of the transition sets status and updated (one HSET per
+-- transition). This drops the index entries that phase can hold, and the fields only a task
+-- that can still run needs: its phase (a terminal status implies it), lease, admission, fence
+-- epoch, hand-off flag, run deadline and limit, and the entrypoint (the invocation names it
+-- too). A retained task is smaller without them and nothing reads them once it is terminal;
+-- the attempt count and its limit stay, for the record of how it ran. Field names:
+-- redis/fields.rs.
 -- Invariants: the task leaves the live set exactly once (SREM is idempotent and only terminal
 -- transitions call this), so SCARD(live) is the exact cluster-wide count of non-terminal tasks;
 -- the task and its event log expire after retention; the owner's index expires once the owner
 -- has no live task left, retention after its last task finished.
 local function finish_task(k, id, phase, retention_ms)
-  redis.call('HDEL', k.task, 'lo', 'lx', 'ax', 'ec', 'ho', 'rd', 'rm', 'en')
+  redis.call('HDEL', k.task, 'ph', 'lo', 'lx', 'ax', 'ec', 'ho', 'rd', 'rm', 'en')
   if phase ~= 'queued' and phase ~= 'reserved' then
     redis.call('ZREM', k.leases, id)
   end

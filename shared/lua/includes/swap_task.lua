@@ -2,8 +2,7 @@
 -- @include "log_event"
 -- swap_task(k, a, now, retention_ms, log_len, worker_prefix): one compare-and-set item (see
 -- cas.lua for the values in a: id, owner, expected, next, result, error, holder, epoch, event,
--- data, channel). One HMGET, one HSET (status, updated, result/error, and for a terminal next
--- status phase and seq), then finish_task and the event: a terminal event is only published,
+-- data, channel). One HMGET, one HSET (status, updated, seq, result/error), then finish_task and the event: a terminal event is only published,
 -- since the terminal record rebuilds it (redis/event_log.rs); any other is logged too.
 -- Returns {1 | 0, 'OK' | 'NOT_FOUND' | 'STATUS' | 'FENCED', status, context, created, updated,
 --   result, error}
@@ -37,10 +36,6 @@ local function swap_task(k, a, now, retention_ms, log_len, worker_prefix)
     err = a.error
     set[#set + 1] = 'er'
     set[#set + 1] = err
-  end
-  if next_status ~= 'running' then
-    set[#set + 1] = 'ph'
-    set[#set + 1] = 'terminal'
   end
   redis.call('HSET', k.task, unpack(set))
   if next_status ~= 'running' then

@@ -9,7 +9,7 @@
 
 /// `running`, `completed`, `failed` or `cancelled`.
 pub const STATUS: &str = "st";
-/// `reserved`, `prepared`, `queued`, `active` or `terminal`.
+/// `reserved`, `prepared`, `queued` or `active`; absent once the task is terminal.
 pub const PHASE: &str = "ph";
 /// The owner hash (hex).
 pub const OWNER: &str = "ow";

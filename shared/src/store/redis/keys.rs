@@ -17,9 +17,9 @@ impl Keys {
     }
 
     /// Hash: one task's record and invocation payload, under the two-letter field names of
-    /// `fields.rs`: status, phase, owner, created, updated, invocation, attempt, max_attempts,
-    /// seq, and while they apply context, result, error, receipt, and, until the task is
-    /// terminal, entrypoint, handed-off flag, fence epoch, admission deadline, lease holder and
+    /// `fields.rs`: status, owner, created, updated, invocation, attempt, max_attempts, seq,
+    /// and while they apply context, result, error, receipt, and, until the task is terminal,
+    /// phase, entrypoint, handed-off flag, fence epoch, admission deadline, lease holder and
     /// deadline, run deadline and limit. Each transition writes it with one HSET (see
     /// `shared/lua/`); the terminal one also drops the fields only a runnable task needs, so a
     /// retained task is one small listpack.

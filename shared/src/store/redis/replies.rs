@@ -110,10 +110,13 @@ pub fn stored_task(id: &str, f: &[Option<String>]) -> Result<Option<StoredTask>,
         return Ok(None);
     };
     let owner = owner(f[2].as_deref().unwrap_or_default())?;
-    let phase = f[1]
-        .as_deref()
-        .and_then(Phase::parse)
-        .ok_or_else(|| corrupt("bad phase"))?;
+    // A terminal record keeps no phase: its status says it.
+    let phase = match f[1].as_deref() {
+        None if task.status.is_terminal() => Phase::Terminal,
+        text => text
+            .and_then(Phase::parse)
+            .ok_or_else(|| corrupt("bad phase"))?,
+    };
     let invocation: Invocation =
         json(&f[8], "invocation")?.ok_or_else(|| corrupt("missing invocation"))?;
     let entrypoint = f[18]
