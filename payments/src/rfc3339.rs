@@ -49,8 +49,7 @@ pub(crate) fn parse(text: &str) -> Option<u64> {
     let zone_ok = match rest {
         [b'Z'] => true,
         [sign, h1, h2, b':', m1, m2] => {
-            (*sign == b'+' || *sign == b'-')
-                && [h1, h2, m1, m2].iter().all(|b| b.is_ascii_digit())
+            (*sign == b'+' || *sign == b'-') && [h1, h2, m1, m2].iter().all(|b| b.is_ascii_digit())
         }
         _ => false,
     };

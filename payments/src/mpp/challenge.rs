@@ -51,7 +51,10 @@ impl std::fmt::Debug for ChallengeSecret {
 /// Why a challenge cannot be issued, written or read. Messages quote nothing of the input.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ChallengeError {
-    #[error("the challenge secret must be at least {} bytes", ChallengeSecret::MIN_BYTES)]
+    #[error(
+        "the challenge secret must be at least {} bytes",
+        ChallengeSecret::MIN_BYTES
+    )]
     WeakSecret,
     #[error("the payment request must be a JSON object")]
     RequestNotObject,
@@ -355,9 +358,8 @@ pub fn content_digest(body: &[u8]) -> String {
 }
 
 /// base64url-nopad of the JCS JSON of `value`.
-pub(crate) fn encode_canonical<T: Serialize + ?Sized>(value: &T) -> Result<String, ChallengeError> {
-    let json =
-        serde_json_canonicalizer::to_vec(value).map_err(|_| ChallengeError::Canonicalize)?;
+pub(crate) fn encode_canonical<T: Serialize>(value: &T) -> Result<String, ChallengeError> {
+    let json = serde_json_canonicalizer::to_vec(value).map_err(|_| ChallengeError::Canonicalize)?;
     Ok(b64::encode(&json))
 }
 
@@ -463,59 +465,171 @@ mod tests {
         let expires = "2025-01-06T12:00:00Z";
         let cases = [
             (
-                vector_challenge("api.example.com", "tempo", "charge", amount(), None, None, None)?,
+                vector_challenge(
+                    "api.example.com",
+                    "tempo",
+                    "charge",
+                    amount(),
+                    None,
+                    None,
+                    None,
+                )?,
                 "X6v1eo7fJ76gAxqY0xN9Jd__4lUyDDYmriryOM-5FO4",
             ),
             (
-                vector_challenge("api.example.com", "tempo", "charge", amount(), Some(expires), None, None)?,
+                vector_challenge(
+                    "api.example.com",
+                    "tempo",
+                    "charge",
+                    amount(),
+                    Some(expires),
+                    None,
+                    None,
+                )?,
                 "ChPX33RkKSZoSUyZcu8ai4hhkvjZJFkZVnvWs5s0iXI",
             ),
             (
-                vector_challenge("api.example.com", "tempo", "charge", amount(), None, Some(digest), None)?,
+                vector_challenge(
+                    "api.example.com",
+                    "tempo",
+                    "charge",
+                    amount(),
+                    None,
+                    Some(digest),
+                    None,
+                )?,
                 "JHB7EFsPVb-xsYCo8LHcOzeX1gfXWVoUSzQsZhKAfKM",
             ),
             (
-                vector_challenge("api.example.com", "tempo", "charge", amount(), Some(expires), Some(digest), None)?,
+                vector_challenge(
+                    "api.example.com",
+                    "tempo",
+                    "charge",
+                    amount(),
+                    Some(expires),
+                    Some(digest),
+                    None,
+                )?,
                 "m39jbWWCIfmfJZSwCfvKFFtBl0Qwf9X4nOmDb21peLA",
             ),
             (
-                vector_challenge("api.example.com", "tempo", "charge", amount(), None, None, Some(json!({"pi": "pi_3abc123XYZ"})))?,
+                vector_challenge(
+                    "api.example.com",
+                    "tempo",
+                    "charge",
+                    amount(),
+                    None,
+                    None,
+                    Some(json!({"pi": "pi_3abc123XYZ"})),
+                )?,
                 "rxzKZ2qjXvinqCH96RORTZEPs1KXsA-0AUjrCAPFOWc",
             ),
             (
-                vector_challenge("api.example.com", "tempo", "charge", amount(), Some(expires), None, Some(json!({"pi": "pi_3abc123XYZ"})))?,
+                vector_challenge(
+                    "api.example.com",
+                    "tempo",
+                    "charge",
+                    amount(),
+                    Some(expires),
+                    None,
+                    Some(json!({"pi": "pi_3abc123XYZ"})),
+                )?,
                 "KAfoMrA4fnzS1DPWN_cUv_b3_yHxCizdp6OhH7gluMY",
             ),
             (
-                vector_challenge("api.example.com", "tempo", "charge", json!({"recipient": "0xabcd", "currency": "0x1234", "amount": "1000000"}), None, None, None)?,
+                vector_challenge(
+                    "api.example.com",
+                    "tempo",
+                    "charge",
+                    json!({"recipient": "0xabcd", "currency": "0x1234", "amount": "1000000"}),
+                    None,
+                    None,
+                    None,
+                )?,
                 "_H5TOnnlW0zduQ5OhQ3EyLVze_TqxLDPda2CGZPZxOc",
             ),
             (
-                vector_challenge("api.example.com", "tempo", "charge", json!({"methodDetails": {"chainId": 42431}, "currency": "0x1234", "amount": "1000000"}), None, None, None)?,
+                vector_challenge(
+                    "api.example.com",
+                    "tempo",
+                    "charge",
+                    json!({"methodDetails": {"chainId": 42431}, "currency": "0x1234", "amount": "1000000"}),
+                    None,
+                    None,
+                    None,
+                )?,
                 "TqujwpuDDg_zsWGINAd5XObO2rRe6uYufpqvtDmr6N8",
             ),
             (
-                vector_challenge("api.example.com", "tempo", "charge", json!({}), None, None, None)?,
+                vector_challenge(
+                    "api.example.com",
+                    "tempo",
+                    "charge",
+                    json!({}),
+                    None,
+                    None,
+                    None,
+                )?,
                 "yLN7yChAejW9WNmb54HpJIWpdb1WWXeA3_aCx4dxmkU",
             ),
             (
-                vector_challenge("api.example.com", "tempo", "charge", amount(), None, None, Some(json!({})))?,
+                vector_challenge(
+                    "api.example.com",
+                    "tempo",
+                    "charge",
+                    amount(),
+                    None,
+                    None,
+                    Some(json!({})),
+                )?,
                 "vb4IyH-0LdJ3s7L0QAw8jIzcZkyxksPhIvEfmHmzA9k",
             ),
             (
-                vector_challenge("payments.other.com", "tempo", "charge", amount(), None, None, None)?,
+                vector_challenge(
+                    "payments.other.com",
+                    "tempo",
+                    "charge",
+                    amount(),
+                    None,
+                    None,
+                    None,
+                )?,
                 "3F5bOo2a9RUihdwKk4hGRvBvzQmVPBMDvW0YM-8GD00",
             ),
             (
-                vector_challenge("api.example.com", "stripe", "charge", amount(), None, None, None)?,
+                vector_challenge(
+                    "api.example.com",
+                    "stripe",
+                    "charge",
+                    amount(),
+                    None,
+                    None,
+                    None,
+                )?,
                 "o0ra2sd7HcB4Ph0Vns69gRDUhSj5WNOnUopcDqKPLz4",
             ),
             (
-                vector_challenge("api.example.com", "tempo", "session", amount(), None, None, None)?,
+                vector_challenge(
+                    "api.example.com",
+                    "tempo",
+                    "session",
+                    amount(),
+                    None,
+                    None,
+                    None,
+                )?,
                 "aAY7_IEDzsznNYplhOSE8cERQxvjFcT4Lcn-7FHjLVE",
             ),
             (
-                vector_challenge("api.example.com", "tempo", "charge", amount(), None, None, Some(json!({"pi": "pi_3abc123XYZ", "deposit": "dep_456"})))?,
+                vector_challenge(
+                    "api.example.com",
+                    "tempo",
+                    "charge",
+                    amount(),
+                    None,
+                    None,
+                    Some(json!({"pi": "pi_3abc123XYZ", "deposit": "dep_456"})),
+                )?,
                 "aKskU8sadR5ZuFbUCsIwhO-ENxuVpTw17FdwHEXsJDk",
             ),
         ];
@@ -570,10 +684,11 @@ mod tests {
     #[test]
     fn issues_bound_expiring_challenges() -> TestResult {
         let key = ChallengeSecret::new([7u8; 32])?;
-        let params = ChallengeParams::new("api.example.com", "evm", "charge", &json!({"amount": "1"}))?
-            .with_digest(content_digest(b"{\"hello\":1}"))?
-            .with_opaque(BTreeMap::from([("route".to_owned(), "echo".to_owned())]))?
-            .with_description("One echo".into())?;
+        let params =
+            ChallengeParams::new("api.example.com", "evm", "charge", &json!({"amount": "1"}))?
+                .with_digest(content_digest(b"{\"hello\":1}"))?
+                .with_opaque(BTreeMap::from([("route".to_owned(), "echo".to_owned())]))?
+                .with_description("One echo".into())?;
         let challenge = params.issue(&key, 1_736_942_700)?;
         assert_eq!(challenge.expires.as_deref(), Some("2025-01-15T12:05:00Z"));
         assert_eq!(challenge.expires_at(), Some(1_736_942_700));
@@ -605,9 +720,12 @@ mod tests {
         assert!(!garbage.id_matches(&key));
         assert_eq!(
             content_digest(b""),
-            "sha-256=:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hi8ns=:"
+            "sha-256=:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=:"
         );
-        assert_eq!(ChallengeSecret::new(vec![1u8; 31]).map(|_| ()), Err(ChallengeError::WeakSecret));
+        assert_eq!(
+            ChallengeSecret::new(vec![1u8; 31]).map(|_| ()),
+            Err(ChallengeError::WeakSecret)
+        );
         assert_eq!(format!("{key:?}"), "ChallengeSecret(<redacted>)");
         Ok(())
     }
@@ -615,9 +733,10 @@ mod tests {
     #[test]
     fn header_round_trips_through_the_parser() -> TestResult {
         let key = ChallengeSecret::new([9u8; 32])?;
-        let challenge = ChallengeParams::new("api.example.com", "evm", "charge", &json!({"amount": "1"}))?
-            .with_description(r#"Say "hi" \ bye"#.into())?
-            .issue(&key, 1_736_942_700)?;
+        let challenge =
+            ChallengeParams::new("api.example.com", "evm", "charge", &json!({"amount": "1"}))?
+                .with_description(r#"Say "hi" \ bye"#.into())?
+                .issue(&key, 1_736_942_700)?;
         let header = challenge.to_header()?;
         assert!(header.starts_with(&format!(
             "Payment id=\"{}\", realm=\"api.example.com\", method=\"evm\", intent=\"charge\", request=\"",
@@ -649,7 +768,15 @@ mod tests {
             "emoji \u{1f600}",
         ];
         for bad in injections {
-            for field in ["id", "realm", "request", "description", "digest", "expires", "opaque"] {
+            for field in [
+                "id",
+                "realm",
+                "request",
+                "description",
+                "digest",
+                "expires",
+                "opaque",
+            ] {
                 let mut challenge = good.clone();
                 match field {
                     "id" => challenge.id = bad.into(),
@@ -660,7 +787,11 @@ mod tests {
                     "expires" => challenge.expires = Some(bad.into()),
                     _ => challenge.opaque = Some(bad.into()),
                 }
-                assert_eq!(challenge.to_header(), Err(ChallengeError::UnsafeValue(field)), "{field} {bad:?}");
+                assert_eq!(
+                    challenge.to_header(),
+                    Err(ChallengeError::UnsafeValue(field)),
+                    "{field} {bad:?}"
+                );
             }
             assert!(ChallengeParams::new(bad, "evm", "charge", &json!({})).is_err());
             let params = ChallengeParams::new("r", "evm", "charge", &json!({}))?;

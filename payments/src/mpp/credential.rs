@@ -133,9 +133,20 @@ mod tests {
         assert_eq!(again, credential);
         assert!(!credential.to_authorization().contains('='));
         assert!(!format!("{credential:?}").contains("abc123"));
-        // Scheme without regard to case, padding tolerated, surrounding whitespace ignored.
-        let lower = format!(" payment  {}== ", header.trim_start_matches("Payment "));
-        assert!(PaymentCredential::parse_authorization(&lower).is_ok());
+        // Scheme without regard to case, surrounding whitespace ignored, padding tolerated.
+        let token = header.trim_start_matches("Payment ");
+        let lower = format!(" payment \t {token} ");
+        assert_eq!(PaymentCredential::parse_authorization(&lower)?, credential);
+        for source in ["a", "ab", "abc"] {
+            let sourced = PaymentCredential {
+                source: Some(source.into()),
+                ..credential.clone()
+            };
+            let token = sourced.to_authorization().split_off("Payment ".len());
+            let padding = "=".repeat((4 - token.len() % 4) % 4);
+            let padded = format!("Payment {token}{padding}");
+            assert_eq!(PaymentCredential::parse_authorization(&padded)?, sourced);
+        }
         Ok(())
     }
 
@@ -165,39 +176,84 @@ mod tests {
             ("Payment".into(), Some(CredentialError::Scheme)),
             ("Payment ".into(), Some(CredentialError::Scheme)),
             ("Payment  \t".into(), Some(CredentialError::Scheme)),
-            (format!("Bearer {}", encode(&good)), Some(CredentialError::Scheme)),
-            (format!("Paymentx {}", encode(&good)), Some(CredentialError::Scheme)),
-            (format!("Payment{}", encode(&good)), Some(CredentialError::Scheme)),
+            (
+                format!("Bearer {}", encode(&good)),
+                Some(CredentialError::Scheme),
+            ),
+            (
+                format!("Paymentx {}", encode(&good)),
+                Some(CredentialError::Scheme),
+            ),
+            (
+                format!("Payment{}", encode(&good)),
+                Some(CredentialError::Scheme),
+            ),
             ("Payment !!!".into(), Some(CredentialError::NotBase64Url)),
-            ("Payment abc def".into(), Some(CredentialError::NotBase64Url)),
-            ("Payment eyJ9, Basic x".into(), Some(CredentialError::NotBase64Url)),
+            (
+                "Payment abc def".into(),
+                Some(CredentialError::NotBase64Url),
+            ),
+            (
+                "Payment eyJ9, Basic x".into(),
+                Some(CredentialError::NotBase64Url),
+            ),
             ("Payment ey+/".into(), Some(CredentialError::NotBase64Url)),
             ("Payment e===".into(), Some(CredentialError::NotBase64Url)),
             ("Payment a".into(), Some(CredentialError::NotBase64Url)),
-            ("Payment \u{00e9}t\u{00e9}".into(), Some(CredentialError::NotBase64Url)),
+            (
+                "Payment \u{00e9}t\u{00e9}".into(),
+                Some(CredentialError::NotBase64Url),
+            ),
             (format!("Payment {}", b64::encode(b"{nope")), None),
             (format!("Payment {}", b64::encode(b"[]")), None),
             (format!("Payment {}", b64::encode(b"null")), None),
-            (format!("Payment {}", b64::encode("\u{1f600}".as_bytes())), None),
-            (format!("Payment {}", b64::encode(&[0xff, 0xfe, 0x00])), None),
+            (
+                format!("Payment {}", b64::encode("\u{1f600}".as_bytes())),
+                None,
+            ),
+            (
+                format!("Payment {}", b64::encode(&[0xff, 0xfe, 0x00])),
+                None,
+            ),
             (with(&["payload"], Value::Null), None),
             (with(&["challenge"], Value::Null), None),
             (with(&["challenge"], json!("abc")), None),
             (with(&["challenge", "id"], Value::Null), None),
             (with(&["challenge", "id"], json!(5)), None),
-            (with(&["challenge", "id"], json!("")), Some(CredentialError::EmptyId)),
+            (
+                with(&["challenge", "id"], json!("")),
+                Some(CredentialError::EmptyId),
+            ),
             (with(&["challenge", "realm"], Value::Null), None),
             (with(&["challenge", "method"], json!(["evm"])), None),
             (with(&["challenge", "intent"], Value::Null), None),
-            (with(&["challenge", "request"], json!({"amount": "1"})), None),
+            (
+                with(&["challenge", "request"], json!({"amount": "1"})),
+                None,
+            ),
             (with(&["challenge", "expires"], json!(1_736_942_700)), None),
             (with(&["challenge", "opaque"], json!({"a": "b"})), None),
             (with(&["source"], json!(7)), None),
-            (with(&["payload"], json!("0xabc")), Some(CredentialError::Payload)),
-            (with(&["payload"], json!([1, 2])), Some(CredentialError::Payload)),
-            (format!("Payment {}", b64::encode(&b"{\"payload\":{},\"challenge\":".repeat(1))), None),
-            (format!("Payment {}", b64::encode("[".repeat(3000).as_bytes())), None),
-            (format!("Payment {}", "A".repeat(MAX_CREDENTIAL_BYTES)), Some(CredentialError::TooLarge)),
+            (
+                with(&["payload"], json!("0xabc")),
+                Some(CredentialError::Payload),
+            ),
+            (
+                with(&["payload"], json!([1, 2])),
+                Some(CredentialError::Payload),
+            ),
+            (
+                format!("Payment {}", b64::encode(b"{\"payload\":{},\"challenge\":")),
+                None,
+            ),
+            (
+                format!("Payment {}", b64::encode("[".repeat(3000).as_bytes())),
+                None,
+            ),
+            (
+                format!("Payment {}", "A".repeat(MAX_CREDENTIAL_BYTES)),
+                Some(CredentialError::TooLarge),
+            ),
             ("x".repeat(1 << 20), Some(CredentialError::TooLarge)),
         ];
         for (header, expected) in &cases {
@@ -214,7 +270,9 @@ mod tests {
         extra["future"] = json!({"x": 1});
         extra["challenge"]["future"] = json!(1);
         extra["source"] = json!("did:pkh:eip155:84532:0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266");
-        let Ok(read) = PaymentCredential::parse_authorization(&format!("Payment {}", encode(&extra))) else {
+        let Ok(read) =
+            PaymentCredential::parse_authorization(&format!("Payment {}", encode(&extra)))
+        else {
             panic!("extra fields are ignored")
         };
         assert!(read.source.is_some_and(|s| s.starts_with("did:pkh:")));
@@ -228,8 +286,24 @@ mod tests {
             state
         };
         let pieces = [
-            "{", "}", "[", "]", ",", ":", "\"challenge\"", "\"payload\"", "\"id\"", "\"\"", "1",
-            "null", "true", "\"x\"", "\"request\"", "\"\u{1f600}\"", "\\", "-1e999",
+            "{",
+            "}",
+            "[",
+            "]",
+            ",",
+            ":",
+            "\"challenge\"",
+            "\"payload\"",
+            "\"id\"",
+            "\"\"",
+            "1",
+            "null",
+            "true",
+            "\"x\"",
+            "\"request\"",
+            "\"\u{1f600}\"",
+            "\\",
+            "-1e999",
         ];
         for round in 0..3_000 {
             let text: String = (0..next() % 30)

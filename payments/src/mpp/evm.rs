@@ -20,11 +20,11 @@ use alloy_primitives::{Address, B256, Signature, U256, keccak256};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::INTENT_CHARGE;
 use super::challenge::{ChallengeError, ChallengeParams, ChallengeSecret};
 use super::credential::PaymentCredential;
 use super::problem::Problem;
 use super::verify::{MppRejection, verify_challenge};
-use super::INTENT_CHARGE;
 use crate::credential::{Credential, NonceKey, X402Version};
 use crate::eip3009::{self, Authorization, AuthorizationError};
 use crate::network::{Network, USDC_DECIMALS};

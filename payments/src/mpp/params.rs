@@ -290,7 +290,10 @@ mod tests {
         );
         assert_eq!(parse("")?, vec![]);
         assert_eq!(parse(" , ,")?, vec![]);
-        assert_eq!(parse("Basic abc=")?.first().and_then(|c| c.token68.clone()), Some("abc=".into()));
+        assert_eq!(
+            parse("Basic abc=")?.first().and_then(|c| c.token68.clone()),
+            Some("abc=".into())
+        );
         Ok(())
     }
 
@@ -300,7 +303,10 @@ mod tests {
             ("id=\"x\"", ParamError::Syntax(0)),
             ("Payment id=\"x", ParamError::Unterminated),
             ("Payment id=\"x\\", ParamError::Unterminated),
-            ("Payment id=\"a\", id=\"b\"", ParamError::Duplicate("id".into())),
+            (
+                "Payment id=\"a\", id=\"b\"",
+                ParamError::Duplicate("id".into()),
+            ),
             ("Payment id=\"a\", ID=b", ParamError::Duplicate("id".into())),
             ("Payment id=\"a\"b", ParamError::Syntax(14)),
             ("Payment id=\"a\r\nb\"", ParamError::Syntax(13)),
@@ -312,10 +318,19 @@ mod tests {
         ] {
             assert_eq!(parse(value), Err(expected), "{value:?}");
         }
-        assert_eq!(parse(&"a".repeat(MAX_CHALLENGE_HEADER_BYTES + 1)), Err(ParamError::TooLarge));
-        assert_eq!(parse(&"A, ".repeat(MAX_CHALLENGES + 1)), Err(ParamError::TooMany));
+        assert_eq!(
+            parse(&"a".repeat(MAX_CHALLENGE_HEADER_BYTES + 1)),
+            Err(ParamError::TooLarge)
+        );
+        assert_eq!(
+            parse(&"A, ".repeat(MAX_CHALLENGES + 1)),
+            Err(ParamError::TooMany)
+        );
         let many: Vec<String> = (0..=MAX_PARAMS).map(|i| format!("p{i}=1")).collect();
-        assert_eq!(parse(&format!("P {}", many.join(","))), Err(ParamError::TooMany));
+        assert_eq!(
+            parse(&format!("P {}", many.join(","))),
+            Err(ParamError::TooMany)
+        );
         // Whatever comes in, an answer and no panic.
         let mut state = 0x9e37_79b9_7f4a_7c15_u64;
         let alphabet = b"Payment id=\"\\,; \t\r\n=abcXYZ019+/_-~\x7f\xc3\xa9";

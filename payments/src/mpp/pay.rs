@@ -6,14 +6,14 @@
 
 use alloy_primitives::{Address, B256, U256};
 
+use super::INTENT_CHARGE;
 use super::challenge::{Challenge, parse_www_authenticate};
 use super::credential::PaymentCredential;
 use super::evm::{
-    AuthorizationPayload, CREDENTIAL_AUTHORIZATION, ChargeRequest, METHOD, challenge_hash,
-    did_pkh, parse_amount,
+    AuthorizationPayload, CREDENTIAL_AUTHORIZATION, ChargeRequest, METHOD, challenge_hash, did_pkh,
+    parse_amount,
 };
 use super::params::ParamError;
-use super::INTENT_CHARGE;
 use crate::eip3009::{Authorization, signature_hex};
 use crate::network::Network;
 use crate::payer::LocalPayer;
@@ -238,7 +238,9 @@ mod tests {
             r#"{"amount":"1000","currency":"0x036CbD53842c5426634e7929541eC2318f3dCF7e","methodDetails":{"chainId":84532,"credentialTypes":["authorization"],"decimals":6},"recipient":"0x2222222222222222222222222222222222222222"}"#
         );
         let header = f.challenge.to_header()?;
-        let payment = f.payer.answer_mpp(&header, Some(U256::from(1000u64)), NOW)?;
+        let payment = f
+            .payer
+            .answer_mpp(&header, Some(U256::from(1000u64)), NOW)?;
         assert_eq!(
             payment.payer.to_checksum(None),
             "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266"
@@ -259,7 +261,10 @@ mod tests {
         // The nonce is the challenge hash: keccak256(id bytes ++ realm bytes).
         let mut packed = f.challenge.id.as_bytes().to_vec();
         packed.extend_from_slice(REALM.as_bytes());
-        assert_eq!(verified.authorization.nonce, alloy_primitives::keccak256(&packed));
+        assert_eq!(
+            verified.authorization.nonce,
+            alloy_primitives::keccak256(&packed)
+        );
         assert_eq!(verified.nonce_key().nonce, payment.nonce);
         assert_eq!(verified.authorization.valid_after, 0);
         assert_eq!(verified.authorization.valid_before, NOW + 300);
@@ -274,11 +279,23 @@ mod tests {
         keys.sort_unstable();
         assert_eq!(
             keys,
-            ["from", "nonce", "signature", "to", "type", "validAfter", "validBefore", "value"]
+            [
+                "from",
+                "nonce",
+                "signature",
+                "to",
+                "type",
+                "validAfter",
+                "validBefore",
+                "value"
+            ]
         );
         // The same authorization, as x402 v2, passes the x402 offline checks too (what the
         // facilitator will be handed).
-        assert_eq!(precheck(&verified.to_x402(&terms()?), &terms()?, NOW), Ok(payment.payer));
+        assert_eq!(
+            precheck(&verified.to_x402(&terms()?), &terms()?, NOW),
+            Ok(payment.payer)
+        );
         // Nothing printable shows the signature.
         let signature = crate::eip3009::signature_hex(&verified.signature);
         let printed = format!("{verified:?}{credential:?}{payment:?}");
@@ -364,16 +381,43 @@ mod tests {
         };
         let cases = [
             (edit("value", json!("999")), ChargeRejection::Amount),
-            (edit("to", json!("0x3333333333333333333333333333333333333333")), ChargeRejection::Recipient),
-            (edit("nonce", json!(format!("0x{}", "11".repeat(32)))), ChargeRejection::ChallengeBinding),
-            (edit("validBefore", json!((NOW + 3).to_string())), ChargeRejection::Expired),
-            (edit("validAfter", json!(NOW.to_string())), ChargeRejection::NotYetValid),
+            (
+                edit("to", json!("0x3333333333333333333333333333333333333333")),
+                ChargeRejection::Recipient,
+            ),
+            (
+                edit("nonce", json!(format!("0x{}", "11".repeat(32)))),
+                ChargeRejection::ChallengeBinding,
+            ),
+            (
+                edit("validBefore", json!((NOW + 3).to_string())),
+                ChargeRejection::Expired,
+            ),
+            (
+                edit("validAfter", json!(NOW.to_string())),
+                ChargeRejection::NotYetValid,
+            ),
             // A field changed after signing: the signature recovers someone else.
-            (edit("validBefore", json!((NOW + 200).to_string())), ChargeRejection::Signature),
-            (edit("from", json!("0x70997970C51812dc3A010C7d01b50e0d17dc79C8")), ChargeRejection::Signature),
-            (edit("type", json!("permit2")), ChargeRejection::CredentialType),
-            (edit("signature", json!("0x1234")), ChargeRejection::Field(crate::eip3009::AuthorizationError::Signature)),
-            (edit("value", json!("1e3")), ChargeRejection::Field(crate::eip3009::AuthorizationError::Field("value"))),
+            (
+                edit("validBefore", json!((NOW + 200).to_string())),
+                ChargeRejection::Signature,
+            ),
+            (
+                edit("from", json!("0x70997970C51812dc3A010C7d01b50e0d17dc79C8")),
+                ChargeRejection::Signature,
+            ),
+            (
+                edit("type", json!("permit2")),
+                ChargeRejection::CredentialType,
+            ),
+            (
+                edit("signature", json!("0x1234")),
+                ChargeRejection::Field(crate::eip3009::AuthorizationError::Signature),
+            ),
+            (
+                edit("value", json!("1e3")),
+                ChargeRejection::Field(crate::eip3009::AuthorizationError::Field("value")),
+            ),
             (edit("value", json!(1000)), ChargeRejection::Payload),
         ];
         for (header, expected) in cases {
@@ -390,7 +434,10 @@ mod tests {
             .sign(f.params_network()?, other.signer())
             .ok_or("signs")?;
         let header = edit("signature", json!(crate::eip3009::signature_hex(&forged)));
-        assert_eq!(check(&header), Err(MppRejection::Charge(ChargeRejection::Signature)));
+        assert_eq!(
+            check(&header),
+            Err(MppRejection::Charge(ChargeRejection::Signature))
+        );
 
         // A source naming someone else.
         let lying = PaymentCredential {
@@ -408,11 +455,21 @@ mod tests {
             Err(MppRejection::Challenge(ChallengeRejection::Expired))
         );
         let stranger = ChallengeSecret::new([5u8; 32])?;
-        let rejection = verify_authorization_header(&payment.authorization, &stranger, &f.params, NOW);
-        assert_eq!(rejection, Err(MppRejection::Challenge(ChallengeRejection::Unknown)));
-        assert_eq!(rejection.err().map(|r| r.problem()), Some(Problem::InvalidChallenge));
+        let rejection =
+            verify_authorization_header(&payment.authorization, &stranger, &f.params, NOW);
+        assert_eq!(
+            rejection,
+            Err(MppRejection::Challenge(ChallengeRejection::Unknown))
+        );
+        assert_eq!(
+            rejection.err().map(|r| r.problem()),
+            Some(Problem::InvalidChallenge)
+        );
         let garbage = check("Payment !!!");
-        assert_eq!(garbage.err().map(|r| r.problem()), Some(Problem::MalformedCredential));
+        assert_eq!(
+            garbage.err().map(|r| r.problem()),
+            Some(Problem::MalformedCredential)
+        );
         Ok(())
     }
 

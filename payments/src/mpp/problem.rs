@@ -118,6 +118,11 @@ mod tests {
             })
         );
         assert_eq!(Problem::MethodUnsupported.status(), 400);
-        assert!(Problem::InvalidChallenge.body("x", None).get("challengeId").is_none());
+        assert!(
+            Problem::InvalidChallenge
+                .body("x", None)
+                .get("challengeId")
+                .is_none()
+        );
     }
 }

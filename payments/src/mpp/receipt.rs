@@ -110,7 +110,10 @@ mod tests {
     fn reads_the_spec_example() -> TestResult {
         let header = "eyJzdGF0dXMiOiJzdWNjZXNzIiwibWV0aG9kIjoiaW52b2ljZSIsInRpbWVzdGFtcCI6IjIwMjUtMDEtMTVUMTI6MDA6MDBaIiwicmVmZXJlbmNlIjoiaW52XzEyMzQ1In0";
         let receipt = Receipt::decode(header)?;
-        assert_eq!(receipt, Receipt::success("invoice", "inv_12345", 1_736_942_400)?);
+        assert_eq!(
+            receipt,
+            Receipt::success("invoice", "inv_12345", 1_736_942_400)?
+        );
         assert_eq!(receipt.encode(), header);
         Ok(())
     }
@@ -119,7 +122,8 @@ mod tests {
     fn evm_receipt_round_trips() -> TestResult {
         let tx = format!("0x{}", "ab".repeat(32));
         let receipt = Receipt::evm("aB3cDeF4gHiJkLmN", 84532, &tx, 1_775_044_698)?;
-        let value: serde_json::Value = serde_json::from_slice(&b64::decode(&receipt.encode()).unwrap_or_default())?;
+        let value: serde_json::Value =
+            serde_json::from_slice(&b64::decode(&receipt.encode()).unwrap_or_default())?;
         assert_eq!(
             value,
             json!({
@@ -138,7 +142,8 @@ mod tests {
 
     #[test]
     fn refuses_bad_receipts() {
-        let encode = |value: serde_json::Value| b64::encode(&serde_json::to_vec(&value).unwrap_or_default());
+        let encode =
+            |value: serde_json::Value| b64::encode(&serde_json::to_vec(&value).unwrap_or_default());
         let good = json!({"status": "success", "method": "evm", "timestamp": "2025-01-15T12:00:00Z", "reference": "0x1"});
         assert!(Receipt::decode(&encode(good.clone())).is_ok());
         let mut failed = good.clone();
@@ -151,9 +156,18 @@ mod tests {
         if let Some(object) = missing.as_object_mut() {
             object.remove("reference");
         }
-        assert!(matches!(Receipt::decode(&encode(missing)), Err(ReceiptError::NotJson(_))));
+        assert!(matches!(
+            Receipt::decode(&encode(missing)),
+            Err(ReceiptError::NotJson(_))
+        ));
         assert_eq!(Receipt::decode("%%%"), Err(ReceiptError::NotBase64Url));
-        assert_eq!(Receipt::decode(&"A".repeat(MAX_CREDENTIAL_BYTES + 1)), Err(ReceiptError::TooLarge));
-        assert_eq!(Receipt::success("evm", "0x", u64::MAX), Err(ReceiptError::Time));
+        assert_eq!(
+            Receipt::decode(&"A".repeat(MAX_CREDENTIAL_BYTES + 1)),
+            Err(ReceiptError::TooLarge)
+        );
+        assert_eq!(
+            Receipt::success("evm", "0x", u64::MAX),
+            Err(ReceiptError::Time)
+        );
     }
 }

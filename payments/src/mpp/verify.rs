@@ -51,11 +51,31 @@ pub fn verify_challenge(
         return Err(ChallengeRejection::Unknown);
     }
     for (field, ours, theirs) in [
-        ("realm", Some(expected.realm.as_str()), Some(echoed.realm.as_str())),
-        ("method", Some(expected.method.as_str()), Some(echoed.method.as_str())),
-        ("intent", Some(expected.intent.as_str()), Some(echoed.intent.as_str())),
-        ("request", Some(expected.request.as_str()), Some(echoed.request.as_str())),
-        ("digest", expected.digest.as_deref(), echoed.digest.as_deref()),
+        (
+            "realm",
+            Some(expected.realm.as_str()),
+            Some(echoed.realm.as_str()),
+        ),
+        (
+            "method",
+            Some(expected.method.as_str()),
+            Some(echoed.method.as_str()),
+        ),
+        (
+            "intent",
+            Some(expected.intent.as_str()),
+            Some(echoed.intent.as_str()),
+        ),
+        (
+            "request",
+            Some(expected.request.as_str()),
+            Some(echoed.request.as_str()),
+        ),
+        (
+            "digest",
+            expected.digest.as_deref(),
+            echoed.digest.as_deref(),
+        ),
     ] {
         if ours != theirs {
             return Err(ChallengeRejection::Mismatch(field));
@@ -114,7 +134,8 @@ mod tests {
 
     const NOW: u64 = 1_800_000_000;
 
-    fn setup() -> Result<(ChallengeSecret, ChallengeParams, Challenge), Box<dyn std::error::Error>> {
+    fn setup() -> Result<(ChallengeSecret, ChallengeParams, Challenge), Box<dyn std::error::Error>>
+    {
         let secret = ChallengeSecret::new(*b"an example secret of 32+ bytes!!")?;
         let params = ChallengeParams::new(
             "api.example.com",
@@ -129,13 +150,22 @@ mod tests {
     #[test]
     fn accepts_what_it_issued_until_expiry() -> TestResult {
         let (secret, params, challenge) = setup()?;
-        assert_eq!(verify_challenge(&challenge, &secret, &params, NOW), Ok(NOW + 300));
-        assert_eq!(verify_challenge(&challenge, &secret, &params, NOW + 299), Ok(NOW + 300));
+        assert_eq!(
+            verify_challenge(&challenge, &secret, &params, NOW),
+            Ok(NOW + 300)
+        );
+        assert_eq!(
+            verify_challenge(&challenge, &secret, &params, NOW + 299),
+            Ok(NOW + 300)
+        );
         assert_eq!(
             verify_challenge(&challenge, &secret, &params, NOW + 300),
             Err(ChallengeRejection::Expired)
         );
-        assert_eq!(ChallengeRejection::Expired.problem(), Problem::PaymentExpired);
+        assert_eq!(
+            ChallengeRejection::Expired.problem(),
+            Problem::PaymentExpired
+        );
         Ok(())
     }
 
@@ -156,12 +186,30 @@ mod tests {
             &json!({"amount": "1", "currency": "0x036CbD53842c5426634e7929541eC2318f3dCF7e"}),
         )?;
         for tampered in [
-            Challenge { request: cheaper.request.clone(), ..challenge.clone() },
-            Challenge { expires: Some("2099-01-01T00:00:00Z".into()), ..challenge.clone() },
-            Challenge { id: "X6v1eo7fJ76gAxqY0xN9Jd__4lUyDDYmriryOM-5FO4".into(), ..challenge.clone() },
-            Challenge { id: "!!".into(), ..challenge.clone() },
-            Challenge { realm: "other.example.com".into(), ..challenge.clone() },
-            Challenge { digest: Some("sha-256=:x:".into()), ..challenge.clone() },
+            Challenge {
+                request: cheaper.request.clone(),
+                ..challenge.clone()
+            },
+            Challenge {
+                expires: Some("2099-01-01T00:00:00Z".into()),
+                ..challenge.clone()
+            },
+            Challenge {
+                id: "X6v1eo7fJ76gAxqY0xN9Jd__4lUyDDYmriryOM-5FO4".into(),
+                ..challenge.clone()
+            },
+            Challenge {
+                id: "!!".into(),
+                ..challenge.clone()
+            },
+            Challenge {
+                realm: "other.example.com".into(),
+                ..challenge.clone()
+            },
+            Challenge {
+                digest: Some("sha-256=:x:".into()),
+                ..challenge.clone()
+            },
         ] {
             assert_eq!(
                 verify_challenge(&tampered, &secret, &params, NOW),
@@ -181,7 +229,10 @@ mod tests {
             .clone()
             .with_opaque(BTreeMap::from([("route".to_owned(), "b".to_owned())]))?;
         let for_a = tagged.issue(&secret, NOW + 300)?;
-        assert_eq!(verify_challenge(&for_a, &secret, &tagged, NOW), Ok(NOW + 300));
+        assert_eq!(
+            verify_challenge(&for_a, &secret, &tagged, NOW),
+            Ok(NOW + 300)
+        );
         assert_eq!(
             verify_challenge(&for_a, &secret, &other_route, NOW),
             Err(ChallengeRejection::Mismatch("opaque"))

@@ -154,7 +154,10 @@ mod tests {
             resources: Some(vec![]),
             ..bare
         };
-        assert!(eip4361(&empty, 1, address).ends_with("Issued At: 2024-01-15T10:30:00.000Z\nResources:"));
+        assert!(
+            eip4361(&empty, 1, address)
+                .ends_with("Issued At: 2024-01-15T10:30:00.000Z\nResources:")
+        );
         Ok(())
     }
 }

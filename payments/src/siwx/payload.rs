@@ -255,13 +255,22 @@ mod tests {
         let header = "eyJkb21haW4iOiJhcGkuZXhhbXBsZS5jb20iLCJhZGRyZXNzIjoiMHg4NTdiMDY1MTlFOTFlM0E1NDUzODc5MWJEYmIwRTIyMzczZTM2YjY2IiwidXJpIjoiaHR0cHM6Ly9hcGkuZXhhbXBsZS5jb20vcHJlbWl1bS1kYXRhIiwidmVyc2lvbiI6IjEiLCJjaGFpbklkIjoiZWlwMTU1Ojg0NTMiLCJ0eXBlIjoiZWlwMTkxIiwibm9uY2UiOiJhMWIyYzNkNGU1ZjY3ODkwYTFiMmMzZDRlNWY2Nzg5MCIsImlzc3VlZEF0IjoiMjAyNC0wMS0xNVQxMDozMDowMC4wMDBaIiwiZXhwaXJhdGlvblRpbWUiOiIyMDI0LTAxLTE1VDEwOjM1OjAwLjAwMFoiLCJzdGF0ZW1lbnQiOiJTaWduIGluIHRvIGFjY2VzcyBwcmVtaXVtIGRhdGEiLCJyZXNvdXJjZXMiOlsiaHR0cHM6Ly9hcGkuZXhhbXBsZS5jb20vcHJlbWl1bS1kYXRhIl0sInNpZ25hdHVyZVNjaGVtZSI6ImVpcDE5MSIsInNpZ25hdHVyZSI6IjB4MmQ2YTc1ODhkNmFjY2E1MDVjYmYwZDlhNGEyMjdlMGM1MmM2YzM0MDA4YzhlODk4NmExMjgzMjU5NzY0MTczNjA4YTJjZTY0OTY2NDJlMzc3ZDZkYThkYmJmNTgzNmU5YmQxNTA5MmY5ZWNhYjA1ZGVkM2Q2MjkzYWYxNDhiNTcxYyJ9";
         let payload = SiwxPayload::decode(header)?;
         assert_eq!(payload.domain, "api.example.com");
-        assert_eq!(payload.address, "0x857b06519E91e3A54538791bDbb0E22373e36b66");
+        assert_eq!(
+            payload.address,
+            "0x857b06519E91e3A54538791bDbb0E22373e36b66"
+        );
         assert_eq!(payload.chain_id, "eip155:8453");
         assert_eq!(payload.kind, SignatureType::Eip191);
         assert_eq!(payload.nonce, "a1b2c3d4e5f67890a1b2c3d4e5f67890");
         assert_eq!(payload.issued_at, "2024-01-15T10:30:00.000Z");
-        assert_eq!(payload.expiration_time.as_deref(), Some("2024-01-15T10:35:00.000Z"));
-        assert_eq!(payload.statement.as_deref(), Some("Sign in to access premium data"));
+        assert_eq!(
+            payload.expiration_time.as_deref(),
+            Some("2024-01-15T10:35:00.000Z")
+        );
+        assert_eq!(
+            payload.statement.as_deref(),
+            Some("Sign in to access premium data")
+        );
         assert_eq!(payload.signature_scheme, Some(SignatureScheme::Eip191));
         assert_eq!(SiwxPayload::decode(&payload.encode())?, payload);
         assert!(!format!("{payload:?}").contains("2d6a7588"));
@@ -295,11 +304,17 @@ mod tests {
                 bad[field] = value;
             }
             assert!(
-                matches!(SiwxPayload::decode(&wire::encode(&bad)), Err(HeaderError::NotJson(_))),
+                matches!(
+                    SiwxPayload::decode(&wire::encode(&bad)),
+                    Err(HeaderError::NotJson(_))
+                ),
                 "{field}"
             );
         }
-        assert_eq!(SiwxPayload::decode("%%%").map(|_| ()), Err(HeaderError::NotBase64));
+        assert_eq!(
+            SiwxPayload::decode("%%%").map(|_| ()),
+            Err(HeaderError::NotBase64)
+        );
         assert_eq!(
             SiwxPayload::decode(&"A".repeat(crate::MAX_HEADER_BYTES + 1)).map(|_| ()),
             Err(HeaderError::TooLarge)
@@ -342,9 +357,13 @@ mod tests {
         assert_eq!(value["schema"]["required"][0], "domain");
         let mut extensions = Map::new();
         extensions.insert(SIGN_IN_WITH_X.into(), value);
-        assert_eq!(SiwxExtension::from_extensions(&extensions), Some(Ok(extension)));
+        assert_eq!(
+            SiwxExtension::from_extensions(&extensions),
+            Some(Ok(extension))
+        );
         assert_eq!(SiwxExtension::from_extensions(&Map::new()), None);
-        let random = SiwxExtension::declare("a", "https://a/", None, &[], 0, None).ok_or("in range")?;
+        let random =
+            SiwxExtension::declare("a", "https://a/", None, &[], 0, None).ok_or("in range")?;
         assert_eq!(random.info.nonce.len(), 32);
         assert!(random.info.nonce.bytes().all(|b| b.is_ascii_hexdigit()));
         Ok(())

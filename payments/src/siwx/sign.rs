@@ -93,7 +93,10 @@ mod tests {
     }
 
     /// Re-signs `payload` (as edited) with `key`, over the message it now describes.
-    fn resigned(mut payload: SiwxPayload, key: usize) -> Result<SiwxPayload, Box<dyn std::error::Error>> {
+    fn resigned(
+        mut payload: SiwxPayload,
+        key: usize,
+    ) -> Result<SiwxPayload, Box<dyn std::error::Error>> {
         let signer = payer(key)?;
         let chain_id = evm_chain_id(&payload.chain_id).ok_or("evm chain")?;
         let address: Address = payload.address.parse()?;
@@ -108,7 +111,10 @@ mod tests {
         let header = payer(0)?.sign_in_with_x(&extension(&["solana:5eykt4", "eip155:84532"])?)?;
         let payload = SiwxPayload::decode(&header)?;
         assert_eq!(payload.chain_id, "eip155:84532");
-        assert_eq!(payload.address, "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266");
+        assert_eq!(
+            payload.address,
+            "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266"
+        );
         let verified = verify_header(&header, &expect())?;
         assert_eq!(verified.address, payer(0)?.address());
         assert_eq!(verified.chain_id, 84532);
@@ -133,41 +139,218 @@ mod tests {
 
         // Tampered after signing: the message changes, so does the signer.
         for tampered in [
-            SiwxPayload { statement: Some("Sign in to pay 1000 USDC".into()), ..good.clone() },
-            SiwxPayload { nonce: "0123456789abcdef0123456789abcdee".into(), ..good.clone() },
-            SiwxPayload { resources: None, ..good.clone() },
-            SiwxPayload { uri: "https://api.example.com/other".into(), ..good.clone() },
-            SiwxPayload { expiration_time: Some("2027-01-15T08:06:00.000Z".into()), ..good.clone() },
+            SiwxPayload {
+                statement: Some("Sign in to pay 1000 USDC".into()),
+                ..good.clone()
+            },
+            SiwxPayload {
+                nonce: "0123456789abcdef0123456789abcdee".into(),
+                ..good.clone()
+            },
+            SiwxPayload {
+                resources: None,
+                ..good.clone()
+            },
+            SiwxPayload {
+                uri: "https://api.example.com/other".into(),
+                ..good.clone()
+            },
+            SiwxPayload {
+                expiration_time: Some("2027-01-15T08:06:00.000Z".into()),
+                ..good.clone()
+            },
         ] {
             assert_eq!(check(&tampered), Err(SiwxError::AddressMismatch));
         }
         // Another key's signature over the same message, claiming account #0.
-        assert_eq!(check(&resigned(good.clone(), 1)?), Err(SiwxError::AddressMismatch));
+        assert_eq!(
+            check(&resigned(good.clone(), 1)?),
+            Err(SiwxError::AddressMismatch)
+        );
         // Account #1 signing for itself is fine.
-        let own = resigned(SiwxPayload { address: payer(1)?.address().to_checksum(None), ..good.clone() }, 1)?;
+        let own = resigned(
+            SiwxPayload {
+                address: payer(1)?.address().to_checksum(None),
+                ..good.clone()
+            },
+            1,
+        )?;
         assert_eq!(check(&own)?.address, payer(1)?.address());
 
         // Properly signed, but not for here, or not now.
         let cases = [
-            (resigned(SiwxPayload { domain: "evil.example".into(), ..good.clone() }, 0)?, SiwxError::DomainMismatch),
-            (resigned(SiwxPayload { uri: "https://api.example.com.evil.example/x".into(), ..good.clone() }, 0)?, SiwxError::UriMismatch),
-            (resigned(SiwxPayload { uri: "http://api.example.com/x".into(), ..good.clone() }, 0)?, SiwxError::UriMismatch),
-            (resigned(SiwxPayload { uri: "api.example.com".into(), ..good.clone() }, 0)?, SiwxError::UriMismatch),
-            (resigned(SiwxPayload { chain_id: "eip155:1".into(), ..good.clone() }, 0)?, SiwxError::WrongChain),
-            (resigned(SiwxPayload { version: "2".into(), ..good.clone() }, 0)?, SiwxError::Version),
-            (SiwxPayload { kind: crate::siwx::SignatureType::Ed25519, ..good.clone() }, SiwxError::UnsupportedType),
-            (resigned(SiwxPayload { issued_at: "2027-01-15T08:01:00.000Z".into(), ..good.clone() }, 0)?, SiwxError::IssuedInFuture),
-            (resigned(SiwxPayload { not_before: Some("2027-01-15T08:01:00.000Z".into()), ..good.clone() }, 0)?, SiwxError::NotYetValid),
-            (resigned(SiwxPayload { statement: Some("two\nlines".into()), ..good.clone() }, 0)?, SiwxError::Malformed("statement")),
-            (resigned(SiwxPayload { nonce: "short".into(), ..good.clone() }, 0)?, SiwxError::Malformed("nonce")),
-            (resigned(SiwxPayload { nonce: "has-dash-1234".into(), ..good.clone() }, 0)?, SiwxError::Malformed("nonce")),
-            (resigned(SiwxPayload { issued_at: "yesterday".into(), ..good.clone() }, 0)?, SiwxError::Malformed("issuedAt")),
-            (resigned(SiwxPayload { expiration_time: Some("soon".into()), ..good.clone() }, 0)?, SiwxError::Malformed("expirationTime")),
-            (SiwxPayload { signature: "0x1234".into(), ..good.clone() }, SiwxError::BadSignature),
-            (SiwxPayload { signature: format!("0x{}", "00".repeat(65)), ..good.clone() }, SiwxError::BadSignature),
-            (SiwxPayload { address: "0xF39FD6E51AAD88F6F4CE6AB8827279CFFFB9226".into(), ..good.clone() }, SiwxError::InvalidAddress),
-            (SiwxPayload { address: "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92267".into(), ..good.clone() }, SiwxError::InvalidAddress),
-            (SiwxPayload { address: "0xF39fd6e51aad88F6F4ce6aB8827279cffFb92266".into(), ..good.clone() }, SiwxError::InvalidAddress),
+            (
+                resigned(
+                    SiwxPayload {
+                        domain: "evil.example".into(),
+                        ..good.clone()
+                    },
+                    0,
+                )?,
+                SiwxError::DomainMismatch,
+            ),
+            (
+                resigned(
+                    SiwxPayload {
+                        uri: "https://api.example.com.evil.example/x".into(),
+                        ..good.clone()
+                    },
+                    0,
+                )?,
+                SiwxError::UriMismatch,
+            ),
+            (
+                resigned(
+                    SiwxPayload {
+                        uri: "http://api.example.com/x".into(),
+                        ..good.clone()
+                    },
+                    0,
+                )?,
+                SiwxError::UriMismatch,
+            ),
+            (
+                resigned(
+                    SiwxPayload {
+                        uri: "api.example.com".into(),
+                        ..good.clone()
+                    },
+                    0,
+                )?,
+                SiwxError::UriMismatch,
+            ),
+            (
+                resigned(
+                    SiwxPayload {
+                        chain_id: "eip155:1".into(),
+                        ..good.clone()
+                    },
+                    0,
+                )?,
+                SiwxError::WrongChain,
+            ),
+            (
+                resigned(
+                    SiwxPayload {
+                        version: "2".into(),
+                        ..good.clone()
+                    },
+                    0,
+                )?,
+                SiwxError::Version,
+            ),
+            (
+                SiwxPayload {
+                    kind: crate::siwx::SignatureType::Ed25519,
+                    ..good.clone()
+                },
+                SiwxError::UnsupportedType,
+            ),
+            (
+                resigned(
+                    SiwxPayload {
+                        issued_at: "2027-01-15T08:01:00.000Z".into(),
+                        ..good.clone()
+                    },
+                    0,
+                )?,
+                SiwxError::IssuedInFuture,
+            ),
+            (
+                resigned(
+                    SiwxPayload {
+                        not_before: Some("2027-01-15T08:01:00.000Z".into()),
+                        ..good.clone()
+                    },
+                    0,
+                )?,
+                SiwxError::NotYetValid,
+            ),
+            (
+                resigned(
+                    SiwxPayload {
+                        statement: Some("two\nlines".into()),
+                        ..good.clone()
+                    },
+                    0,
+                )?,
+                SiwxError::Malformed("statement"),
+            ),
+            (
+                resigned(
+                    SiwxPayload {
+                        nonce: "short".into(),
+                        ..good.clone()
+                    },
+                    0,
+                )?,
+                SiwxError::Malformed("nonce"),
+            ),
+            (
+                resigned(
+                    SiwxPayload {
+                        nonce: "has-dash-1234".into(),
+                        ..good.clone()
+                    },
+                    0,
+                )?,
+                SiwxError::Malformed("nonce"),
+            ),
+            (
+                resigned(
+                    SiwxPayload {
+                        issued_at: "yesterday".into(),
+                        ..good.clone()
+                    },
+                    0,
+                )?,
+                SiwxError::Malformed("issuedAt"),
+            ),
+            (
+                resigned(
+                    SiwxPayload {
+                        expiration_time: Some("soon".into()),
+                        ..good.clone()
+                    },
+                    0,
+                )?,
+                SiwxError::Malformed("expirationTime"),
+            ),
+            (
+                SiwxPayload {
+                    signature: "0x1234".into(),
+                    ..good.clone()
+                },
+                SiwxError::BadSignature,
+            ),
+            (
+                SiwxPayload {
+                    signature: format!("0x{}", "00".repeat(65)),
+                    ..good.clone()
+                },
+                SiwxError::BadSignature,
+            ),
+            (
+                SiwxPayload {
+                    address: "0xF39FD6E51AAD88F6F4CE6AB8827279CFFFB9226".into(),
+                    ..good.clone()
+                },
+                SiwxError::InvalidAddress,
+            ),
+            (
+                SiwxPayload {
+                    address: "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92267".into(),
+                    ..good.clone()
+                },
+                SiwxError::InvalidAddress,
+            ),
+            (
+                SiwxPayload {
+                    address: "0xF39fd6e51aad88F6F4ce6aB8827279cffFb92266".into(),
+                    ..good.clone()
+                },
+                SiwxError::InvalidAddress,
+            ),
         ];
         for (payload, expected) in cases {
             assert_eq!(check(&payload), Err(expected));
@@ -179,17 +362,36 @@ mod tests {
         assert!(verify(&good, &at(NOW + 299)).is_ok());
         assert!(verify(&good, &at(NOW)).is_ok());
         assert_eq!(verify(&good, &at(NOW - 1)), Err(SiwxError::IssuedInFuture));
-        let skewed = Expectations { now: NOW - 2, clock_skew_seconds: 5, ..expect() };
+        let skewed = Expectations {
+            now: NOW - 2,
+            clock_skew_seconds: 5,
+            ..expect()
+        };
         assert!(verify(&good, &skewed).is_ok());
-        let open_ended = resigned(SiwxPayload { expiration_time: None, ..good.clone() }, 0)?;
+        let open_ended = resigned(
+            SiwxPayload {
+                expiration_time: None,
+                ..good.clone()
+            },
+            0,
+        )?;
         assert_eq!(verify(&open_ended, &at(NOW + 301)), Err(SiwxError::TooOld));
         assert_eq!(verify(&open_ended, &at(NOW + 300))?.valid_until, NOW + 300);
-        let strict = Expectations { max_age_seconds: 60, ..at(NOW + 61) };
+        let strict = Expectations {
+            max_age_seconds: 60,
+            ..at(NOW + 61)
+        };
         assert_eq!(verify(&good, &strict), Err(SiwxError::TooOld));
 
         // Headers that are not payloads.
-        assert_eq!(verify_header("%%%", &expect()), Err(SiwxError::Header(HeaderError::NotBase64)));
-        assert!(matches!(verify_header("e30", &expect()), Err(SiwxError::Header(HeaderError::NotJson(_)))));
+        assert_eq!(
+            verify_header("%%%", &expect()),
+            Err(SiwxError::Header(HeaderError::NotBase64))
+        );
+        assert!(matches!(
+            verify_header("e30", &expect()),
+            Err(SiwxError::Header(HeaderError::NotJson(_)))
+        ));
         Ok(())
     }
 
@@ -208,7 +410,10 @@ mod tests {
                 signature_scheme: None,
             },
         ];
-        assert_eq!(payer(0)?.sign_in_with_x(&solana_only), Err(SiwxSignError::NoSupportedChain));
+        assert_eq!(
+            payer(0)?.sign_in_with_x(&solana_only),
+            Err(SiwxSignError::NoSupportedChain)
+        );
         Ok(())
     }
 }

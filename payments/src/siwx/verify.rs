@@ -103,7 +103,7 @@ pub fn verify(payload: &SiwxPayload, expect: &Expectations) -> Result<VerifiedSi
     if payload.kind != SignatureType::Eip191 {
         return Err(SiwxError::UnsupportedType);
     }
-    if !expect.chains.iter().any(|chain| *chain == payload.chain_id) {
+    if !expect.chains.contains(&payload.chain_id) {
         return Err(SiwxError::WrongChain);
     }
     let chain_id = evm_chain_id(&payload.chain_id).ok_or(SiwxError::WrongChain)?;
