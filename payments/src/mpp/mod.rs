@@ -70,11 +70,11 @@ pub mod verify;
 
 pub use challenge::{Challenge, ChallengeError, ChallengeParams, ChallengeSecret};
 pub use credential::{CredentialError, PaymentCredential};
-pub use evm::{ChargeRejection, VerifiedCharge};
+pub use evm::{ChargeRejection, VerifiedCharge, charge_params, verify_authorization_header};
 pub use pay::{MppPayError, MppPayment};
 pub use problem::Problem;
 pub use receipt::{Receipt, ReceiptError};
-pub use verify::{ChallengeRejection, MppRejection};
+pub use verify::{ChallengeRejection, MppRejection, verify_challenge};
 
 /// The authentication scheme's name (compared without regard to case when read).
 pub const SCHEME: &str = "Payment";

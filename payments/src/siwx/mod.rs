@@ -38,7 +38,7 @@ pub mod verify;
 
 pub use payload::{SignatureType, SiwxExtension, SiwxInfo, SiwxPayload, SupportedChain};
 pub use sign::SiwxSignError;
-pub use verify::{Expectations, SiwxError, VerifiedSiwx, verify};
+pub use verify::{Expectations, SiwxError, VerifiedSiwx, verify, verify_header};
 
 /// The request header and the 402 extension key (headers are read without regard to case).
 pub const SIGN_IN_WITH_X: &str = "sign-in-with-x";
