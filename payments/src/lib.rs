@@ -12,15 +12,26 @@
 //! - [`precheck`]: the offline checks done before any facilitator is asked;
 //! - [`facilitator`]: the `/verify`, `/settle`, `/supported` contract and its HTTP client;
 //! - [`payer`]: the paying side: answer a 402 with a signed credential from a local key.
+//!
+//! Beside x402, two more ways in:
+//!
+//! - [`mpp`]: the Machine Payments Protocol, the IETF "Payment" HTTP authentication scheme
+//!   (`WWW-Authenticate: Payment` challenges with HMAC-bound ids, `Authorization: Payment`
+//!   credentials, `Payment-Receipt`), with its `evm` `charge` method paid by EIP-3009;
+//! - [`siwx`]: Sign-In-With-X (CAIP-122 / EIP-4361 signed with EIP-191), x402's
+//!   `sign-in-with-x` extension: proof of a wallet, no payment.
 
 pub mod amount;
 pub mod credential;
 pub mod dev;
 pub mod eip3009;
 pub mod facilitator;
+pub mod mpp;
 pub mod network;
 pub mod payer;
 pub mod precheck;
+mod rfc3339;
+pub mod siwx;
 pub mod terms;
 pub mod wire;
 

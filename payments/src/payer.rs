@@ -134,6 +134,11 @@ impl LocalPayer {
         self.signer.address()
     }
 
+    /// The key, for the other paying sides of this crate (MPP, SIWX); never leaves it.
+    pub(crate) fn signer(&self) -> &PrivateKeySigner {
+        &self.signer
+    }
+
     /// Signs an authorization for `terms` with a fresh random nonce, valid from a little before
     /// `now` until `now + maxTimeoutSeconds`.
     pub fn authorize(&self, terms: &Terms, now: u64) -> Result<(Authorization, String), PayError> {

@@ -53,7 +53,7 @@ pub fn decode<T: DeserializeOwned>(header: &str) -> Result<T, HeaderError> {
 
 /// serde's message without the input echoed back (it only ever names the position and the
 /// expectation, but keep it to the classification and position to be sure).
-fn describe(err: &serde_json::Error) -> String {
+pub(crate) fn describe(err: &serde_json::Error) -> String {
     use serde_json::error::Category;
     let what = match err.classify() {
         Category::Io => "unreadable",
