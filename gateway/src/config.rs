@@ -112,6 +112,23 @@ pub struct GatewayConfig {
     #[arg(long, env = "PAYMENT_TIMEOUT_SECONDS", default_value_t = payments::terms::DEFAULT_MAX_TIMEOUT_SECONDS)]
     pub payment_timeout_seconds: u64,
 
+    /// File holding the secret (at least 32 bytes; surrounding whitespace ignored) that MPP
+    /// challenge ids are HMAC-SHA256'd with, so that any gateway can check a challenge another
+    /// issued without shared state: every gateway of a cluster needs the same one. Routes
+    /// priced with `:mpp` answer 503 without a secret.
+    #[arg(long, env = "MPP_SECRET_FILE")]
+    pub mpp_secret_file: Option<std::path::PathBuf>,
+
+    /// The MPP secret itself, for platforms that inject secrets as environment variables
+    /// (prefer `MPP_SECRET_FILE`: a flag's value shows in the process list). Never logged.
+    #[arg(long, env = "MPP_SECRET", hide_env_values = true)]
+    pub mpp_secret: Option<crate::secret::Secret>,
+
+    /// The MPP protection space (`realm`) challenges name; default: the host the request
+    /// was sent to (X-Forwarded-Host honoured as for the card's URLs).
+    #[arg(long, env = "MPP_REALM")]
+    pub mpp_realm: Option<String>,
+
     /// A paid reservation not claimed within this long is reaped to `cancelled`, in
     /// milliseconds (upstream's paid admission TTL).
     #[arg(long, env = "PAID_ADMISSION_TTL_MS", default_value_t = 5 * 60 * 1000)]

@@ -28,6 +28,7 @@ pub mod prices;
 pub mod recent;
 pub mod request_id;
 pub mod routes;
+pub mod secret;
 pub mod serve;
 pub mod state;
 

@@ -13,7 +13,7 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 
 use payments::U256;
 use payments::amount::to_atomic;
-use shared::registry::{EntrypointInfo, Price, WorkerEntry};
+use shared::registry::{EntrypointInfo, PaymentProtocol, Price, WorkerEntry};
 
 /// Distinct disagreements remembered as already logged; past this the memory starts over (a
 /// disagreement then logs once more, which bounds memory without silencing anything for long).
@@ -78,13 +78,32 @@ pub fn merge(workers: &[WorkerEntry]) -> Merged {
         // A price with neither kind set is no price: every route treats the entrypoint as free.
         entrypoint.price = match (invoke, stream) {
             (None, None) => None,
-            (invoke, stream) => Some(Price { invoke, stream }),
+            (invoke, stream) => Some(Price {
+                invoke,
+                stream,
+                protocol: protocol_of(&hosts),
+            }),
         };
         // Any worker that may run it must tolerate a second run, or nobody gets one.
         entrypoint.retry_safe = hosts.iter().all(|(_, hosted)| hosted.retry_safe);
         merged.entrypoints.push(entrypoint);
     }
     merged
+}
+
+/// How the entrypoint is paid: MPP once every worker that prices it asks for MPP, x402
+/// otherwise (so a rolling change of protocol takes effect when the last worker has it, as
+/// `retry_safe` does).
+fn protocol_of(hosts: &[(&str, &EntrypointInfo)]) -> PaymentProtocol {
+    let mut priced = hosts
+        .iter()
+        .filter_map(|(_, hosted)| hosted.price.as_ref())
+        .peekable();
+    if priced.peek().is_some() && priced.all(|price| price.protocol == PaymentProtocol::Mpp) {
+        PaymentProtocol::Mpp
+    } else {
+        PaymentProtocol::X402
+    }
 }
 
 /// The highest price of `kind` among `hosts` (worker id, its view of entrypoint `key`),
@@ -245,6 +264,7 @@ mod tests {
             price: (invoke.is_some() || stream.is_some()).then(|| Price {
                 invoke: invoke.map(Into::into),
                 stream: stream.map(Into::into),
+                protocol: Default::default(),
             }),
             retry_safe: false,
         }
@@ -254,6 +274,7 @@ mod tests {
         Some(Price {
             invoke: invoke.map(Into::into),
             stream: stream.map(Into::into),
+            protocol: Default::default(),
         })
     }
 

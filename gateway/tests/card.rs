@@ -330,6 +330,7 @@ async fn the_card_follows_the_live_registry() -> TestResult {
             price: Some(Price {
                 invoke: Some("0.01".into()),
                 stream: None,
+                protocol: Default::default(),
             }),
             retry_safe: false,
         }],
@@ -543,6 +544,7 @@ fn priced_worker(worker_id: &str, key: &str, streaming: bool, amount: Option<&st
             price: amount.map(|amount| Price {
                 invoke: Some(amount.into()),
                 stream: streaming.then(|| amount.into()),
+                protocol: Default::default(),
             }),
             retry_safe: false,
         }],
@@ -680,6 +682,7 @@ async fn disagreeing_workers_show_the_highest_price() -> TestResult {
         Some(Price {
             invoke: Some("0.0100".into()),
             stream: Some("0.0100".into()),
+            protocol: Default::default(),
         })
     );
     let landing = get(&gw.app, "/", &[]).await?.text()?;

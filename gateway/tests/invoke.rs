@@ -387,6 +387,7 @@ async fn paid_entrypoints_need_a_payment_configuration() -> TestResult {
     .price(Price {
         invoke: Some("0.01".into()),
         stream: Some("0.01".into()),
+        protocol: Default::default(),
     })
     .info();
     let entry = WorkerEntry {

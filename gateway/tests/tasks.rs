@@ -1177,6 +1177,7 @@ async fn paid_gateway_with(
             price: Some(Price {
                 invoke: Some("0.01".into()),
                 stream: None,
+                protocol: Default::default(),
             }),
             retry_safe: false,
         }],

@@ -41,6 +41,9 @@ pub enum PayError {
     Signing,
     #[error("challenge: {0}")]
     Header(#[from] HeaderError),
+    /// An MPP ("Payment" scheme) challenge that could not be answered.
+    #[error("MPP challenge: {0}")]
+    Mpp(String),
 }
 
 /// A server's 402, as the payer reads it.

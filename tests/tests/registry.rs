@@ -38,6 +38,7 @@ fn entry(id: &str) -> WorkerEntry {
                 price: Some(Price {
                     invoke: Some("0.01".into()),
                     stream: None,
+                    protocol: Default::default(),
                 }),
                 retry_safe: false,
             },

@@ -30,15 +30,16 @@ pub struct WorkerConfig {
     #[arg(long, env = "WORKER_ENTRYPOINTS", value_delimiter = ',')]
     pub entrypoints: Vec<String>,
 
-    /// Prices, `KEY=AMOUNT` in decimal USDC with an optional `:x402` (the only payment
-    /// protocol so far), e.g. `echo=0.001`: invoking, creating a task of and (if it streams)
+    /// Prices, `KEY=AMOUNT` in decimal USDC with an optional payment protocol, `:x402` (the
+    /// default) or `:mpp` (the "Payment" HTTP authentication scheme), e.g. `echo=0.001` or
+    /// `summarize=0.01:mpp`: invoking, creating a task of and (if it streams)
     /// streaming that entrypoint cost AMOUNT. Repeatable or comma separated. `--price` flags
     /// replace `WORKER_PRICES` entirely (they are not merged). Naming an entrypoint this worker
     /// does not host, or a bad amount, stops the worker at start.
     #[arg(
         long = "price",
         env = "WORKER_PRICES",
-        value_name = "KEY=AMOUNT[:x402]",
+        value_name = "KEY=AMOUNT[:x402|:mpp]",
         value_delimiter = ','
     )]
     pub prices: Vec<PriceSpec>,

@@ -1,4 +1,4 @@
-//! Prices a worker is told at start (`--price KEY=AMOUNT[:x402]`, or `WORKER_PRICES`), and
+//! Prices a worker is told at start (`--price KEY=AMOUNT[:x402|:mpp]`, or `WORKER_PRICES`), and
 //! their application to the entrypoints it hosts.
 //!
 //! An amount is decimal USDC (`0.001`), validated with the payment crate's own parser so that
@@ -11,16 +11,10 @@ use std::fmt;
 use std::str::FromStr;
 
 use payments::amount::{AmountError, to_atomic, to_decimal};
+pub use shared::registry::PaymentProtocol;
 use shared::registry::Price;
 
 use crate::entrypoint::Entrypoints;
-
-/// How a priced entrypoint is paid. Only x402 for now; the suffix exists so that adding
-/// another protocol later does not change the syntax of prices already deployed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PaymentProtocol {
-    X402,
-}
 
 /// One `KEY=AMOUNT[:PROTOCOL]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,13 +30,13 @@ pub struct PriceSpec {
 /// is what an operator sees when the worker refuses to start.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PriceError {
-    #[error("price {0:?} is not KEY=AMOUNT[:x402] (e.g. echo=0.001)")]
+    #[error("price {0:?} is not KEY=AMOUNT[:x402|:mpp] (e.g. echo=0.001)")]
     Malformed(String),
     /// Not named `source`: the amount error's text is already in this message, and a
     /// `source` would print it twice on exit.
     #[error("price of {key:?}: {reason}")]
     Amount { key: String, reason: AmountError },
-    #[error("price of {key:?}: payment protocol {protocol:?} is not supported (only x402)")]
+    #[error("price of {key:?}: payment protocol {protocol:?} is not supported (x402 or mpp)")]
     Protocol { key: String, protocol: String },
     #[error("price of {key:?}: this worker hosts no such entrypoint (it hosts: {hosted})")]
     UnknownEntrypoint { key: String, hosted: String },
@@ -67,6 +61,7 @@ impl FromStr for PriceSpec {
         };
         let protocol = match protocol {
             None | Some("x402") => PaymentProtocol::X402,
+            Some("mpp") => PaymentProtocol::Mpp,
             Some(other) => {
                 return Err(PriceError::Protocol {
                     key: key.to_owned(),
@@ -88,10 +83,7 @@ impl FromStr for PriceSpec {
 
 impl fmt::Display for PriceSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let protocol = match self.protocol {
-            PaymentProtocol::X402 => "x402",
-        };
-        write!(f, "{}={}:{protocol}", self.key, self.amount)
+        write!(f, "{}={}:{}", self.key, self.amount, self.protocol.as_str())
     }
 }
 
@@ -115,6 +107,7 @@ pub fn apply(entrypoints: Entrypoints, prices: &[PriceSpec]) -> Result<Entrypoin
         let price = Price {
             invoke: Some(spec.amount.clone()),
             stream: entrypoint.streaming.then(|| spec.amount.clone()),
+            protocol: spec.protocol,
         };
         priced = priced.with(entrypoint.price(price));
     }
@@ -178,23 +171,27 @@ mod tests {
     }
 
     #[test]
-    fn refuses_other_protocols() {
+    fn refuses_other_protocols() -> Result<(), PriceError> {
         assert_eq!(
-            spec("echo=0.001:mpp"),
+            spec("echo=0.001:lightning"),
             Err(PriceError::Protocol {
                 key: "echo".into(),
-                protocol: "mpp".into()
+                protocol: "lightning".into()
             })
         );
         assert!(matches!(
             spec("echo=0.001:"),
             Err(PriceError::Protocol { .. })
         ));
-        let message = spec("echo=0.001:mpp").err().map(|e| e.to_string());
+        let message = spec("echo=0.001:lightning").err().map(|e| e.to_string());
         assert_eq!(
             message.as_deref(),
-            Some(r#"price of "echo": payment protocol "mpp" is not supported (only x402)"#)
+            Some(r#"price of "echo": payment protocol "lightning" is not supported (x402 or mpp)"#)
         );
+        let mpp = spec("echo=0.001:mpp")?;
+        assert_eq!(mpp.protocol, PaymentProtocol::Mpp);
+        assert_eq!(mpp.to_string(), "echo=0.001:mpp");
+        Ok(())
     }
 
     #[test]
@@ -206,14 +203,16 @@ mod tests {
             price("echo"),
             Some(Price {
                 invoke: Some("0.001".into()),
-                stream: None
+                stream: None,
+                protocol: Default::default(),
             })
         );
         assert_eq!(
             price("count"),
             Some(Price {
                 invoke: Some("0.002".into()),
-                stream: Some("0.002".into())
+                stream: Some("0.002".into()),
+                protocol: Default::default(),
             })
         );
         assert_eq!(price("sleep"), None);

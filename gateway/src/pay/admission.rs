@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use payments::mpp::Problem;
 use payments::wire::facilitator::FacilitatorRequest;
 use payments::{Credential, Terms, X402Version};
 use serde_json::Value;
@@ -39,10 +40,8 @@ use shared::store::{
 use shared::telemetry::metrics;
 use tokio::task::JoinHandle;
 
-use super::challenge::payment_required;
-use super::credential::Checked;
 use super::receipt::Receipt;
-use super::{FaultPoint, Gate};
+use super::{FaultPoint, Payment};
 use crate::admit::{self, Admit};
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -79,14 +78,30 @@ impl From<ApiError> for Refused {
     }
 }
 
-/// Admits `admit` as a paid task, paid with `checked` on `terms`.
+/// What a credential record in `settling` keeps: the facilitator request (to look a lost
+/// settlement up) and, for an MPP payment, the challenge it answered (for its receipt).
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SettlingRecord {
+    #[serde(flatten)]
+    pub request: FacilitatorRequest,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mpp_challenge_id: Option<String>,
+}
+
+/// Admits `admit` as a task paid by `payment` (its credential passed the offline checks).
 pub async fn admit_paid(
     state: &AppState,
-    gate: &Gate,
-    terms: &Terms,
-    checked: Checked,
+    payment: Payment<'_>,
     admit: Admit<'_>,
 ) -> Result<Paid, Refused> {
+    let Payment {
+        gate,
+        terms,
+        checked,
+        rail,
+    } = payment;
+    let terms = &terms;
     let credential = checked.credential;
     let store = state.store.clone();
     let entrypoint = admit.entrypoint.to_owned();
@@ -109,8 +124,10 @@ pub async fn admit_paid(
     {
         ClaimOutcome::Taken => {}
         ClaimOutcome::Held(CredentialState::Settled | CredentialState::Void) => {
-            return Err(Refused::Answer(payment_required(
+            // For MPP this is the challenge id used twice: the nonce is its hash.
+            return Err(Refused::Answer(rail.refused(
                 terms,
+                Problem::InvalidChallenge,
                 "payment credential was already used",
             )));
         }
@@ -172,7 +189,11 @@ pub async fn admit_paid(
                 .invalid_reason
                 .unwrap_or_else(|| "payment was not accepted".into());
             tracing::info!(%task_id, payer = %checked.payer, %reason, "payment refused by the facilitator");
-            return Err(Refused::Answer(payment_required(terms, &reason)));
+            return Err(Refused::Answer(rail.refused(
+                terms,
+                Problem::VerificationFailed,
+                &reason,
+            )));
         }
         Err(err) => {
             heartbeat.stop();
@@ -192,7 +213,11 @@ pub async fn admit_paid(
     // From `settling` on, the credential is never given back: funds may move even when the
     // facilitator's answer is lost. The record keeps the request, so that a lost answer can be
     // looked up later (see `recovery`).
-    let request_text = serde_json::to_string(&request).unwrap_or_default();
+    let request_text = serde_json::to_string(&SettlingRecord {
+        request: request.clone(),
+        mpp_challenge_id: rail.challenge_id().map(str::to_owned),
+    })
+    .unwrap_or_default();
     let advanced = gate
         .credentials
         .advance(
@@ -246,7 +271,7 @@ pub async fn admit_paid(
 
     // == irreversible from here: every answer carries the receipt ==
     FaultPoint::trip(gate.fault_point, FaultPoint::AfterSettle);
-    let receipt = Receipt::of(credential.version, &settlement);
+    let receipt = rail.receipt(terms, credential.version, &settlement);
     tracing::info!(%task_id, payer = %checked.payer, transaction = %settlement.transaction, "payment settled");
     // The credential record and the task are written at once: independent keys, and the
     // answer waits for both anyway.

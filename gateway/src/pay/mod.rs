@@ -24,6 +24,7 @@
 pub mod admission;
 pub mod challenge;
 pub mod credential;
+pub mod mpp;
 pub mod price;
 pub mod receipt;
 pub mod recovery;
@@ -52,6 +53,8 @@ pub struct Gate {
     pub admission_lease: Duration,
     /// Crash testing: where a paid admission aborts the process (`--fault-point`).
     pub fault_point: Option<FaultPoint>,
+    /// The MPP challenge key, for routes priced with `:mpp` (`--mpp-secret-file`).
+    pub mpp: Option<mpp::MppKey>,
 }
 
 /// Points of a paid admission where crash tests stop the gateway dead.
@@ -92,6 +95,8 @@ pub enum GateConfigError {
     Network(String, String),
     #[error("--facilitator-url (FACILITATOR_URL): {0}")]
     Facilitator(payments::FacilitatorError),
+    #[error(transparent)]
+    Mpp(#[from] mpp::MppConfigError),
 }
 
 impl Gate {
@@ -117,13 +122,9 @@ impl Gate {
             Duration::from_millis(config.facilitator_timeout_ms.max(1)),
         )
         .map_err(GateConfigError::Facilitator)?;
-        Ok(Some(Gate::new(
-            pay_to,
-            network,
-            Arc::new(facilitator),
-            credentials,
-            config,
-        )))
+        let mut gate = Gate::new(pay_to, network, Arc::new(facilitator), credentials, config);
+        gate.mpp = mpp::MppKey::from_config(config)?;
+        Ok(Some(gate))
     }
 
     /// A gate over any facilitator (tests use in-process ones).
@@ -143,6 +144,7 @@ impl Gate {
             admission_ttl: Duration::from_millis(config.paid_admission_ttl_ms.max(1)),
             admission_lease: Duration::from_millis(config.admission_lease_ms.max(3)),
             fault_point: config.fault_point.as_deref().and_then(FaultPoint::parse),
+            mpp: None,
         }
     }
 }
@@ -152,6 +154,59 @@ pub struct Payment<'a> {
     pub gate: &'a Gate,
     pub terms: payments::Terms,
     pub checked: credential::Checked,
+    pub rail: Rail<'a>,
+}
+
+/// The protocol a payment came by, which shapes its refusals and its receipt.
+pub enum Rail<'a> {
+    /// x402: `402` with `PAYMENT-REQUIRED`, receipt in `PAYMENT-RESPONSE` / `X-PAYMENT-RESPONSE`.
+    X402,
+    /// MPP: `402` with `WWW-Authenticate: Payment` and a problem body, receipt in
+    /// `Payment-Receipt`; `challenge_id` is the challenge the credential answered.
+    Mpp {
+        route: Box<mpp::MppRoute<'a>>,
+        challenge_id: String,
+    },
+}
+
+impl Rail<'_> {
+    /// The `402` of a payment refused after the offline checks: `problem` is MPP's name for
+    /// the reason (x402 carries only the words).
+    pub fn refused(
+        &self,
+        terms: &payments::Terms,
+        problem: payments::mpp::Problem,
+        reason: &str,
+    ) -> axum::response::Response {
+        match self {
+            Rail::X402 => challenge::payment_required(terms, reason),
+            Rail::Mpp { route, .. } => route.challenge(problem, reason),
+        }
+    }
+
+    /// The receipt of `settlement`, in the rail's header.
+    pub fn receipt(
+        &self,
+        terms: &payments::Terms,
+        version: payments::X402Version,
+        settlement: &payments::wire::facilitator::SettleResponse,
+    ) -> receipt::Receipt {
+        match self {
+            Rail::X402 => receipt::Receipt::of(version, settlement),
+            Rail::Mpp { challenge_id, .. } => {
+                receipt::Receipt::mpp(challenge_id, terms.network.chain_id, settlement)
+            }
+        }
+    }
+
+    /// The challenge id an MPP payment answered (kept with its credential record, so that a
+    /// recovered settlement gets the same receipt).
+    pub fn challenge_id(&self) -> Option<&str> {
+        match self {
+            Rail::X402 => None,
+            Rail::Mpp { challenge_id, .. } => Some(challenge_id),
+        }
+    }
 }
 
 /// The gate's first word on a request for `entrypoint` through `route`: `Ok(None)` when the
@@ -190,11 +245,39 @@ pub fn check_priced<'a>(
     let terms = gate
         .terms(entrypoint, price, resource)
         .map_err(|err| Box::new(err.into_response()))?;
+    let protocol = entrypoint
+        .price
+        .as_ref()
+        .map(|price| price.protocol)
+        .unwrap_or_default();
+    if protocol == shared::registry::PaymentProtocol::Mpp {
+        let Some(key) = gate.mpp.as_ref() else {
+            return Err(Box::new(mpp::mpp_disabled().into_response()));
+        };
+        let route = mpp::MppRoute::new(key, &terms, &origin)
+            .map_err(|err| Box::new(err.into_response()))?;
+        return match route.read(headers, &terms)? {
+            Some((checked, challenge_id)) => Ok(Payment {
+                gate,
+                terms,
+                checked,
+                rail: Rail::Mpp {
+                    route: Box::new(route),
+                    challenge_id,
+                },
+            }),
+            None => Err(Box::new(route.challenge(
+                payments::mpp::Problem::PaymentRequired,
+                "Payment is required",
+            ))),
+        };
+    }
     match credential::read(headers, &terms) {
         Ok(Some(checked)) => Ok(Payment {
             gate,
             terms,
             checked,
+            rail: Rail::X402,
         }),
         Ok(None) => Err(Box::new(challenge::payment_required(
             &terms,

@@ -1,5 +1,6 @@
 //! A settlement's receipt: the facilitator's settle answer, base64 JSON, in
-//! `PAYMENT-RESPONSE` (x402 v2) or `X-PAYMENT-RESPONSE` (v1) as the credential's version asks.
+//! `PAYMENT-RESPONSE` (x402 v2) or `X-PAYMENT-RESPONSE` (v1) as the credential's version asks,
+//! or MPP's `Payment-Receipt` (base64url JSON) for a payment by the "Payment" scheme.
 //! The same header and value are stored with the task, so `GET /tasks/{id}` hands the receipt
 //! again to a payer whose first answer was lost.
 
@@ -25,6 +26,23 @@ impl Receipt {
         }
     }
 
+    /// An MPP receipt (`Payment-Receipt`: the evm method, the transaction, the challenge it
+    /// answered and the chain).
+    pub fn mpp(challenge_id: &str, chain_id: u64, settlement: &SettleResponse) -> Receipt {
+        let value = payments::mpp::Receipt::evm(
+            challenge_id,
+            chain_id,
+            &settlement.transaction,
+            payments::unix_now(),
+        )
+        .map(|receipt| receipt.encode())
+        .unwrap_or_default();
+        Receipt {
+            header: payments::mpp::PAYMENT_RECEIPT.to_owned(),
+            value,
+        }
+    }
+
     /// The form stored in the task record.
     pub fn to_stored(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()
@@ -37,7 +55,11 @@ impl Receipt {
 
     /// Puts the receipt on `response`. Only the receipt headers are ever copied there.
     pub fn attach(&self, response: &mut Response) {
-        let allowed = [payments::PAYMENT_RESPONSE, payments::X_PAYMENT_RESPONSE];
+        let allowed = [
+            payments::PAYMENT_RESPONSE,
+            payments::X_PAYMENT_RESPONSE,
+            payments::mpp::PAYMENT_RECEIPT,
+        ];
         if !allowed.contains(&self.header.as_str()) {
             return;
         }
@@ -46,6 +68,13 @@ impl Receipt {
             HeaderValue::from_str(&self.value),
         ) {
             response.headers_mut().insert(name, value);
+            if self.header == payments::mpp::PAYMENT_RECEIPT {
+                // MPP: a receipt is for its payer only (the spec's "Caching").
+                response.headers_mut().insert(
+                    axum::http::header::CACHE_CONTROL,
+                    HeaderValue::from_static(payments::mpp::CACHE_CONTROL_RECEIPT),
+                );
+            }
         }
     }
 }

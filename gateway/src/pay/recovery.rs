@@ -18,13 +18,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use payments::wire::facilitator::FacilitatorRequest;
 use payments::{FacilitatorError, X402Version};
 use shared::credentials::{CredentialState, Stuck};
 use shared::store::TaskStore;
 use tokio_util::sync::CancellationToken;
 
 use super::Gate;
+use super::admission::SettlingRecord;
 use super::receipt::Receipt;
 
 /// Records looked at per sweep.
@@ -99,10 +99,11 @@ async fn recover(
             .await
             .unwrap_or(false)
     };
-    let Ok(request) = serde_json::from_str::<FacilitatorRequest>(&stuck.request) else {
+    let Ok(record) = serde_json::from_str::<SettlingRecord>(&stuck.request) else {
         // Nothing to ask about (a record written without its request): it stays unusable.
         return Ok(void().await);
     };
+    let request = record.request;
     let Some(settlement) = gate.facilitator.settlement(&request).await? else {
         tracing::info!(task_id = %stuck.holder, "lost settle answer: the credential was never settled");
         return Ok(void().await);
@@ -112,7 +113,10 @@ async fn recover(
     } else {
         X402Version::V2
     };
-    let receipt = Receipt::of(version, &settlement);
+    let receipt = match &record.mpp_challenge_id {
+        Some(challenge_id) => Receipt::mpp(challenge_id, gate.network.chain_id, &settlement),
+        None => Receipt::of(version, &settlement),
+    };
     match store
         .attach_receipt(&stuck.holder, &receipt.to_stored())
         .await

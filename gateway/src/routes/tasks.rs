@@ -166,9 +166,7 @@ async fn create_paid(
 ) -> Response {
     let admitted = pay::admission::admit_paid(
         state,
-        payment.gate,
-        &payment.terms,
-        payment.checked,
+        payment,
         Admit {
             owner: token.owner_hash(),
             entrypoint,

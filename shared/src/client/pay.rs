@@ -1,4 +1,4 @@
-//! Paying for priced calls (x402).
+//! Paying for priced calls (x402, and MPP's "Payment" HTTP authentication scheme).
 //!
 //! A priced `invoke`, `stream` or `send_message` first answers `402 Payment Required` with a
 //! challenge: x402 v2 in the `PAYMENT-REQUIRED` header and x402 v1 in the JSON body, either or
@@ -72,14 +72,39 @@ impl KeyPayer {
 
 impl Payer for KeyPayer {
     fn pay(&self, required: &PaymentRequired) -> Result<PaymentHeader, PayError> {
-        let challenge = required.challenge(self.version).ok_or_else(|| {
-            required
+        let Some(challenge) = required.challenge(self.version) else {
+            // No x402 offer: an MPP one ("Payment" scheme), else nothing to pay.
+            if let Some(www_authenticate) = required.mpp() {
+                return self.pay_mpp(www_authenticate);
+            }
+            return Err(required
                 .header_error
                 .clone()
-                .unwrap_or(PayError::NoChallenge)
-        })?;
+                .unwrap_or(PayError::NoChallenge));
+        };
         self.key
             .answer(&challenge, self.max_amount, payments::unix_now())
+    }
+}
+
+impl KeyPayer {
+    /// Answers an MPP challenge (`WWW-Authenticate: Payment …`) with an `evm` charge
+    /// credential in `Authorization: Payment …`.
+    fn pay_mpp(&self, www_authenticate: &str) -> Result<PaymentHeader, PayError> {
+        let payment = self
+            .key
+            .answer_mpp(www_authenticate, self.max_amount, payments::unix_now())
+            .map_err(|err| PayError::Mpp(err.to_string()))?;
+        Ok(PaymentHeader {
+            // Not an x402 credential; the field only matters to x402 headers.
+            version: X402Version::V2,
+            name: payments::mpp::AUTHORIZATION,
+            value: payment.authorization,
+            amount: payment.amount,
+            pay_to: payment.recipient,
+            payer: payment.payer,
+            nonce: payment.nonce,
+        })
     }
 }
 
@@ -112,6 +137,8 @@ pub struct PaymentRequired {
     /// Why a `PAYMENT-REQUIRED` header that was there could not be read (reported when there
     /// is nothing else to pay).
     header_error: Option<PayError>,
+    /// A `WWW-Authenticate` value offering the "Payment" scheme (MPP).
+    mpp: Option<String>,
 }
 
 impl PaymentRequired {
@@ -132,9 +159,26 @@ impl PaymentRequired {
         required
     }
 
+    /// Adds the 402's `WWW-Authenticate` value when it offers the "Payment" scheme (MPP).
+    pub fn with_www_authenticate(mut self, value: Option<&str>) -> Self {
+        self.mpp = value
+            .filter(|value| {
+                value
+                    .split(|c: char| c == ',' || c.is_whitespace())
+                    .any(|word| word.eq_ignore_ascii_case(payments::mpp::SCHEME))
+            })
+            .map(str::to_owned);
+        self
+    }
+
+    /// The MPP offer (`WWW-Authenticate` value), if the 402 made one.
+    pub fn mpp(&self) -> Option<&str> {
+        self.mpp.as_deref()
+    }
+
     /// No challenge at all: a 402 that is an error document, not an offer.
     pub fn is_empty(&self) -> bool {
-        self.v2.is_none() && self.v1.is_none()
+        self.v2.is_none() && self.v1.is_none() && self.mpp.is_none()
     }
 
     pub fn v2(&self) -> Option<&ChallengeV2> {
@@ -277,6 +321,11 @@ impl Client {
             .get(payments::PAYMENT_REQUIRED)
             .and_then(|value| value.to_str().ok())
             .map(str::to_owned);
+        let www_authenticate = response
+            .headers()
+            .get(reqwest::header::WWW_AUTHENTICATE)
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned);
         let bytes = read_limited(response, self.options.max_response_bytes)
             .await
             .map_err(|error| Unanswered {
@@ -285,7 +334,8 @@ impl Client {
                 settlement: settlement.clone(),
                 error,
             })?;
-        let required = PaymentRequired::parse(header.as_deref(), &bytes);
+        let required = PaymentRequired::parse(header.as_deref(), &bytes)
+            .with_www_authenticate(www_authenticate.as_deref());
         Ok((
             required,
             String::from_utf8_lossy(&bytes).into_owned(),

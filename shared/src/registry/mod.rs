@@ -27,6 +27,34 @@ pub struct Price {
     pub invoke: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream: Option<String>,
+    /// How it is paid. Absent (x402, and every worker from before MPP) reads as x402.
+    #[serde(default, skip_serializing_if = "PaymentProtocol::is_x402")]
+    pub protocol: PaymentProtocol,
+}
+
+/// The payment protocol a priced entrypoint asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PaymentProtocol {
+    /// x402 (`PAYMENT-SIGNATURE` / `X-PAYMENT`).
+    #[default]
+    X402,
+    /// MPP, the "Payment" HTTP authentication scheme (`Authorization: Payment`).
+    Mpp,
+}
+
+impl PaymentProtocol {
+    pub fn is_x402(&self) -> bool {
+        *self == PaymentProtocol::X402
+    }
+
+    /// The name the card's `payment_protocol` and the worker's `--price KEY=AMOUNT:NAME` use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PaymentProtocol::X402 => "x402",
+            PaymentProtocol::Mpp => "mpp",
+        }
+    }
 }
 
 /// One entrypoint as a worker advertises it.

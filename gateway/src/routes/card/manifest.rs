@@ -145,7 +145,7 @@ impl<'a> AgentCard<'a> {
                             streaming: entrypoint.streaming,
                             input_schema: schema(&entrypoint.input_schema),
                             output_schema: schema(&entrypoint.output_schema),
-                            payment_protocol: pricing.map(|_| payments::PROTOCOL),
+                            payment_protocol: pricing.map(|price| price.protocol.as_str()),
                             network: pricing.map(|_| network),
                             pricing,
                         },
@@ -224,11 +224,13 @@ mod tests {
         paid.price = Some(Price {
             invoke: Some("0.01".into()),
             stream: None,
+            protocol: Default::default(),
         });
         let mut unpriced = entrypoint("free", "Free", json!({}), json!({}));
         unpriced.price = Some(Price {
             invoke: None,
             stream: None,
+            protocol: Default::default(),
         });
         let entrypoints = [unpriced, paid];
         let card = serde_json::to_value(AgentCard::build(&config, "http://h", &entrypoints))
@@ -257,6 +259,7 @@ mod tests {
         paid.price = Some(Price {
             invoke: Some("0.002".into()),
             stream: Some("0.002".into()),
+            protocol: Default::default(),
         });
         let entrypoints = [paid];
         let card = AgentCard::build(&config, "http://h", &entrypoints);

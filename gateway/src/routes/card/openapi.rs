@@ -615,7 +615,7 @@ fn discovery_schemas() -> Value {
                             "streaming": {"type": "boolean"},
                             "input_schema": {"type": "object"},
                             "output_schema": {"type": "object"},
-                            "payment_protocol": {"type": "string", "enum": ["x402"]},
+                            "payment_protocol": {"type": "string", "enum": ["x402", "mpp"]},
                             "network": {"type": "string", "description": "CAIP-2, e.g. eip155:84532"},
                             "pricing": {"type": "object", "properties": {
                                 "invoke": {"type": "string", "description": "Decimal USDC"},

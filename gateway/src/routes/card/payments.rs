@@ -1,9 +1,10 @@
 //! The card's payment metadata, shaped as upstream's `createAgentCardWithPayments`
 //! (daydreamsai/lucid-agents, packages/payments/src/manifest.ts and x402-offers.ts):
 //!
-//! - a priced entrypoint gets `payment_protocol: "x402"` and `network` (the CAIP-2 id:
-//!   upstream normalizes `base-sepolia` to `eip155:84532` for manifests);
-//! - `payments[]` gets one x402 method per distinct offer (an entrypoint's invoke price, and
+//! - a priced entrypoint gets `payment_protocol` (`"x402"`, or `"mpp"` for one priced with
+//!   `--price KEY=AMOUNT:mpp`) and `network` (the CAIP-2 id: upstream normalizes
+//!   `base-sepolia` to `eip155:84532` for manifests);
+//! - `payments[]` gets one x402 method per distinct x402 offer (an entrypoint's invoke price, and
 //!   its stream price when it streams), deduplicated, in entrypoint order: payee, network,
 //!   facilitator endpoint, `priceModel.default` and the public offer under `extensions.x402`.
 //!
@@ -82,7 +83,8 @@ pub fn methods<'a>(
     let (payee, endpoint, network) = (payee.trim(), facilitator(endpoint), network(config));
     let mut methods: Vec<PaymentMethod<'a>> = Vec::new();
     for entrypoint in entrypoints {
-        let Some(price) = price(entrypoint) else {
+        // x402 offers only: an MPP-priced entrypoint's terms come in its 402 challenge.
+        let Some(price) = price(entrypoint).filter(|price| price.protocol.is_x402()) else {
             continue;
         };
         let stream = price.stream.as_deref().filter(|_| entrypoint.streaming);
@@ -127,6 +129,7 @@ mod tests {
             price: Some(Price {
                 invoke: Some(invoke.into()),
                 stream: stream.map(Into::into),
+                protocol: Default::default(),
             }),
             retry_safe: false,
         }

@@ -174,9 +174,7 @@ async fn start_paid_run(
     let owner = AccessToken::generate().owner_hash();
     let admitted = pay::admission::admit_paid(
         state,
-        payment.gate,
-        &payment.terms,
-        payment.checked,
+        payment,
         Admit {
             owner: owner.clone(),
             entrypoint,

@@ -1,0 +1,478 @@
+//! MPP (the "Payment" HTTP authentication scheme) against real processes: a private
+//! redis-server with AOF, the dev `facilitator`, a `worker` pricing `echo` and `sleep` with
+//! `:mpp`, and two `gateway`s sharing one MPP secret. Credentials are signed for real with
+//! Anvil #0's key by the `payments` crate's paying side, as an `mppx`-style client would.
+//!
+//! What is proven: the challenge (headers, problem body, the card) reserves nothing; a
+//! challenge issued by one gateway is paid at the other (stateless HMAC ids); one credential
+//! buys one execution and one settlement, also when 50 identical requests race over two
+//! gateways; a replayed challenge is `invalid-challenge`; the receipt comes in
+//! `Payment-Receipt` with `Cache-Control: private`; hostile `Authorization` headers are 402s,
+//! never 5xx, and never reach the logs; the Rust client pays MPP by itself.
+
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine;
+use harness::process::ServiceProcess;
+use harness::redis_server::{RedisOptions, RedisServer};
+use payments::LocalPayer;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use shared::client::{Client, ClientOptions, InvokeOptions, KeyPayer};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+const PATIENCE: Duration = Duration::from_secs(30);
+const POLL: Duration = Duration::from_millis(25);
+/// Anvil #0 pays, Anvil #1 is paid.
+const PAYER_KEY: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
+const PAYEE: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
+const PRICES: &str = "echo=0.001:mpp,sleep=0.002:mpp,summarize=0.001";
+const SECRET: &str = "an-mpp-secret-of-at-least-32-bytes-for-the-tests";
+const PROBLEMS: &str = "https://paymentauth.org/problems/";
+
+fn free_port() -> Res<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn http() -> Res<reqwest::Client> {
+    Ok(reqwest::Client::builder().timeout(PATIENCE).build()?)
+}
+
+async fn wait_healthy(process: &ServiceProcess, base: &str) -> TestResult {
+    let client = http()?;
+    let start = tokio::time::Instant::now();
+    loop {
+        if let Ok(response) = client.get(format!("{base}/health")).send().await
+            && response.status() == StatusCode::OK
+        {
+            return Ok(());
+        }
+        if start.elapsed() > PATIENCE {
+            return Err(format!(
+                "{} never became healthy:\n{}",
+                process.name(),
+                process.log()
+            )
+            .into());
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+struct Cluster {
+    gateways: Vec<(ServiceProcess, String)>,
+    facilitator: (ServiceProcess, String),
+    _worker: ServiceProcess,
+    redis: RedisServer,
+    http: reqwest::Client,
+}
+
+impl Cluster {
+    async fn start() -> Res<Cluster> {
+        let redis = RedisServer::start_with(RedisOptions::default().with_aof(true))?;
+        let port = free_port()?;
+        let facilitator = ServiceProcess::start(
+            "facilitator",
+            "facilitator",
+            &[],
+            &[("FACILITATOR_LISTEN", format!("127.0.0.1:{port}"))],
+        )?;
+        let facilitator_base = format!("http://127.0.0.1:{port}");
+        wait_healthy(&facilitator, &facilitator_base).await?;
+        let worker = ServiceProcess::start(
+            "worker",
+            "w1",
+            &[],
+            &[
+                ("REDIS_URL", redis.url()),
+                ("WORKER_ID", "w1".to_owned()),
+                ("WORKER_PRICES", PRICES.to_owned()),
+            ],
+        )?;
+        let mut gateways = Vec::new();
+        for name in ["g1", "g2"] {
+            let port = free_port()?;
+            let process = ServiceProcess::start(
+                "gateway",
+                name,
+                &[],
+                &[
+                    ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
+                    ("REDIS_URL", redis.url()),
+                    ("PAY_TO", PAYEE.to_owned()),
+                    ("FACILITATOR_URL", facilitator_base.clone()),
+                    ("MPP_SECRET", SECRET.to_owned()),
+                    // Both gateways name the same protection space, as behind one host.
+                    ("MPP_REALM", "agents.example".to_owned()),
+                    ("RUST_LOG", "debug".to_owned()),
+                ],
+            )?;
+            let base = format!("http://127.0.0.1:{port}");
+            wait_healthy(&process, &base).await?;
+            gateways.push((process, base));
+        }
+        let cluster = Cluster {
+            gateways,
+            facilitator: (facilitator, facilitator_base),
+            _worker: worker,
+            redis,
+            http: http()?,
+        };
+        for (_, base) in &cluster.gateways {
+            cluster.wait_for_price(base, "echo").await?;
+        }
+        Ok(cluster)
+    }
+
+    fn base(&self, i: usize) -> &str {
+        self.gateways.get(i).map_or("", |(_, base)| base.as_str())
+    }
+
+    async fn wait_for_price(&self, base: &str, key: &str) -> TestResult {
+        let start = tokio::time::Instant::now();
+        loop {
+            let card: Value = self
+                .http
+                .get(format!("{base}/.well-known/agent-card.json"))
+                .send()
+                .await?
+                .json()
+                .await?;
+            if card["entrypoints"][key]["payment_protocol"] == "mpp" {
+                return Ok(());
+            }
+            if start.elapsed() > PATIENCE {
+                return Err(format!("{key} never appeared priced for MPP: {card}").into());
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    async fn invoke(
+        &self,
+        gateway: usize,
+        key: &str,
+        authorization: Option<&str>,
+    ) -> Res<reqwest::Response> {
+        let mut request = self
+            .http
+            .post(format!("{}/entrypoints/{key}/invoke", self.base(gateway)))
+            .json(&json!({"input": {"ms": 1, "text": "hi"}}));
+        if let Some(value) = authorization {
+            request = request.header("authorization", value);
+        }
+        Ok(request.send().await?)
+    }
+
+    /// The `WWW-Authenticate` of an unpaid invoke of `key` at `gateway`.
+    async fn challenge(&self, gateway: usize, key: &str) -> Res<String> {
+        let response = self.invoke(gateway, key, None).await?;
+        assert_eq!(response.status(), StatusCode::PAYMENT_REQUIRED);
+        Ok(response
+            .headers()
+            .get("www-authenticate")
+            .ok_or("no WWW-Authenticate")?
+            .to_str()?
+            .to_owned())
+    }
+
+    async fn settled(&self) -> Res<u64> {
+        let stats: Value = self
+            .http
+            .get(format!("{}/control/stats", self.facilitator.1))
+            .send()
+            .await?
+            .json()
+            .await?;
+        stats["settled"]
+            .as_u64()
+            .ok_or_else(|| "no settled count".into())
+    }
+
+    async fn count(&self, pattern: &str) -> Res<usize> {
+        let mut conn = self.redis.client().await?;
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(pattern)
+            .query_async(&mut conn)
+            .await?;
+        Ok(keys.len())
+    }
+
+    fn logs(&self) -> String {
+        self.gateways
+            .iter()
+            .map(|(process, _)| process.log())
+            .collect()
+    }
+}
+
+fn payer() -> Res<LocalPayer> {
+    Ok(LocalPayer::from_hex(PAYER_KEY)?)
+}
+
+fn pay(www_authenticate: &str) -> Res<String> {
+    Ok(payer()?
+        .answer_mpp(www_authenticate, None, payments::unix_now())?
+        .authorization)
+}
+
+/// `name="value"` of a `WWW-Authenticate: Payment …` value.
+fn param<'a>(header: &'a str, name: &str) -> Option<&'a str> {
+    let start = header.find(&format!("{name}=\""))? + name.len() + 2;
+    let end = header[start..].find('"')?;
+    Some(&header[start..start + end])
+}
+
+async fn problem(response: reqwest::Response) -> Res<(StatusCode, Value)> {
+    let status = response.status();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let body: Value = response.json().await?;
+    assert!(
+        content_type.starts_with("application/problem+json"),
+        "{content_type}"
+    );
+    Ok((status, body))
+}
+
+#[tokio::test]
+async fn the_challenge_is_a_payment_auth_offer_that_reserves_nothing() -> TestResult {
+    let cluster = Cluster::start().await?;
+    let card: Value = cluster
+        .http
+        .get(format!("{}/.well-known/agent-card.json", cluster.base(0)))
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(card["entrypoints"]["echo"]["payment_protocol"], "mpp");
+    assert_eq!(card["entrypoints"]["summarize"]["payment_protocol"], "x402");
+    assert_eq!(card["entrypoints"]["echo"]["pricing"]["invoke"], "0.001");
+
+    let response = cluster.invoke(0, "echo", None).await?;
+    assert_eq!(response.status(), StatusCode::PAYMENT_REQUIRED);
+    assert_eq!(response.headers()["cache-control"], "no-store");
+    let header = response.headers()["www-authenticate"].to_str()?.to_owned();
+    assert!(header.starts_with("Payment "), "{header}");
+    assert_eq!(param(&header, "realm"), Some("agents.example"));
+    assert_eq!(param(&header, "method"), Some("evm"));
+    assert_eq!(param(&header, "intent"), Some("charge"));
+    assert!(param(&header, "expires").is_some() && param(&header, "opaque").is_some());
+    let request = param(&header, "request").ok_or("no request")?;
+    let terms: Value =
+        serde_json::from_slice(&base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(request)?)?;
+    assert_eq!(terms["amount"], "1000");
+    assert_eq!(
+        terms["recipient"].as_str().map(str::to_lowercase),
+        Some(PAYEE.to_lowercase())
+    );
+    let (status, body) = problem(response).await?;
+    assert_eq!(status, StatusCode::PAYMENT_REQUIRED);
+    assert_eq!(body["type"], format!("{PROBLEMS}payment-required"));
+    assert_eq!(body["challengeId"].as_str(), param(&header, "id"));
+
+    // Two challenges are two ids; neither reserved a task or a credential record.
+    let again = cluster.challenge(0, "echo").await?;
+    assert_ne!(param(&again, "id"), param(&header, "id"));
+    assert_eq!(cluster.count("{tc}:task:*").await?, 0);
+    assert_eq!(cluster.count("{tc}:cred:*").await?, 0);
+    assert_eq!(cluster.settled().await?, 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_challenge_from_one_gateway_is_paid_at_the_other_once() -> TestResult {
+    let cluster = Cluster::start().await?;
+    let challenge = cluster.challenge(0, "echo").await?;
+    let authorization = pay(&challenge)?;
+
+    let response = cluster.invoke(1, "echo", Some(&authorization)).await?;
+    let status = response.status();
+    let headers = response.headers().clone();
+    let body: Value = response.json().await?;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["output"], json!({"ms": 1, "text": "hi"}));
+    assert_eq!(headers["cache-control"], "private");
+    let receipt = headers["payment-receipt"].to_str()?;
+    let receipt = payments::mpp::Receipt::decode(receipt)?;
+    assert_eq!(receipt.status, "success");
+    assert_eq!(receipt.method, "evm");
+    assert_eq!(receipt.challenge_id.as_deref(), param(&challenge, "id"));
+    assert_eq!(cluster.settled().await?, 1);
+
+    // The same credential again, at either gateway: the challenge id is spent.
+    for gateway in [0, 1] {
+        let (status, body) = problem(
+            cluster
+                .invoke(gateway, "echo", Some(&authorization))
+                .await?,
+        )
+        .await?;
+        assert_eq!(status, StatusCode::PAYMENT_REQUIRED);
+        assert_eq!(
+            body["type"],
+            format!("{PROBLEMS}invalid-challenge"),
+            "{body}"
+        );
+    }
+    assert_eq!(cluster.settled().await?, 1);
+    // Nothing of the credential reached a log.
+    let signature_tail = &authorization[authorization.len().saturating_sub(24)..];
+    assert!(!cluster.logs().contains(signature_tail));
+    Ok(())
+}
+
+#[tokio::test]
+async fn fifty_identical_credentials_over_two_gateways_run_and_settle_once() -> TestResult {
+    let cluster = Arc::new(Cluster::start().await?);
+    let authorization = Arc::new(pay(&cluster.challenge(0, "echo").await?)?);
+    let mut racers = tokio::task::JoinSet::new();
+    for i in 0..50 {
+        let cluster = cluster.clone();
+        let authorization = authorization.clone();
+        racers.spawn(async move {
+            cluster
+                .invoke(i % 2, "echo", Some(&authorization))
+                .await
+                .map(|response| response.status().as_u16())
+                .map_err(|err| err.to_string())
+        });
+    }
+    let mut statuses = Vec::new();
+    while let Some(joined) = racers.join_next().await {
+        statuses.push(joined??);
+    }
+    let ok = statuses.iter().filter(|s| **s == 200).count();
+    assert_eq!(ok, 1, "{statuses:?}");
+    assert!(
+        statuses.iter().all(|s| matches!(s, 200 | 402 | 409)),
+        "{statuses:?}"
+    );
+    assert_eq!(cluster.settled().await?, 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn hostile_authorization_headers_are_402_never_5xx_and_never_logged() -> TestResult {
+    let cluster = Cluster::start().await?;
+    let challenge = cluster.challenge(0, "echo").await?;
+    let good = pay(&challenge)?;
+    let b64 = |value: &Value| {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(serde_json::to_vec(value).unwrap_or_default())
+    };
+    let decoded: Value = serde_json::from_slice(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(good.trim_start_matches("Payment ").trim())?,
+    )?;
+    let mut wrong_realm = decoded.clone();
+    wrong_realm["challenge"]["realm"] = json!("evil.example");
+    let mut injected = decoded.clone();
+    injected["challenge"]["realm"] = json!("x\"\r\nSet-Cookie: a=b");
+    let hostile = vec![
+        ("garbage", "Payment !!!not-base64!!!".to_owned()),
+        ("empty", "Payment ".to_owned()),
+        (
+            "not json",
+            format!(
+                "Payment {}",
+                base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b"{nope")
+            ),
+        ),
+        (
+            "wrong types",
+            format!("Payment {}", b64(&json!({"challenge": 7, "payload": []}))),
+        ),
+        ("overlong", format!("Payment {}", "A".repeat(20_000))),
+        ("wrong realm", format!("Payment {}", b64(&wrong_realm))),
+        ("header injection", format!("Payment {}", b64(&injected))),
+    ];
+    for (what, value) in &hostile {
+        let response = cluster.invoke(0, "echo", Some(value)).await?;
+        let status = response.status();
+        assert!(status.is_client_error(), "{what}: {status}");
+        if status == StatusCode::PAYMENT_REQUIRED {
+            let header = response.headers()["www-authenticate"].to_str()?.to_owned();
+            assert!(
+                !header.contains('\n') && !header.contains("Set-Cookie"),
+                "{what}: {header}"
+            );
+            let (_, body) = problem(response).await?;
+            assert!(
+                body["type"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with(PROBLEMS)),
+                "{what}: {body}"
+            );
+        }
+    }
+    // A credential for echo sent to sleep (another price): not this route's challenge.
+    let (status, body) = problem(cluster.invoke(0, "sleep", Some(&good)).await?).await?;
+    assert_eq!(status, StatusCode::PAYMENT_REQUIRED);
+    assert_eq!(
+        body["type"],
+        format!("{PROBLEMS}invalid-challenge"),
+        "{body}"
+    );
+    // None of it settled, reserved or reached a log.
+    assert_eq!(cluster.settled().await?, 0);
+    assert_eq!(cluster.count("{tc}:task:*").await?, 0);
+    let logs = cluster.logs();
+    assert!(!logs.contains(&good[good.len().saturating_sub(24)..]));
+    assert!(!logs.contains("not-base64") && !logs.contains(SECRET));
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_rust_client_pays_mpp_by_itself() -> TestResult {
+    let cluster = Cluster::start().await?;
+    let client = Client::new(ClientOptions::default())?;
+    let card = client.fetch_card(cluster.base(1)).await?;
+    let payer = KeyPayer::new(payer()?, None);
+    let options = InvokeOptions {
+        payer: Some(Arc::new(payer)),
+        ..InvokeOptions::default()
+    };
+    let result = client
+        .invoke(&card, "echo", &json!({"n": 3}), &options)
+        .await?;
+    assert_eq!(result.output, json!({"n": 3}));
+    let receipt = result
+        .settlement
+        .payment_receipt
+        .as_deref()
+        .ok_or("no Payment-Receipt")?;
+    let receipt = payments::mpp::Receipt::decode(receipt)?;
+    assert_eq!(receipt.status, "success");
+    assert_eq!(cluster.settled().await?, 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn taskctl_pays_mpp_from_its_key() -> TestResult {
+    let cluster = Cluster::start().await?;
+    let taskctl = harness::process::binary("taskctl")?;
+    let output = tokio::time::timeout(
+        PATIENCE,
+        tokio::process::Command::new(taskctl)
+            .args(["invoke", cluster.base(0), "echo", r#"{"k":1}"#, "--json"])
+            .env("TASKCTL_PAY_KEY", PAYER_KEY)
+            .output(),
+    )
+    .await??;
+    let stdout = String::from_utf8(output.stdout)?;
+    assert!(output.status.success(), "{stdout} {}", String::from_utf8_lossy(&output.stderr));
+    let result: Value = serde_json::from_str(stdout.trim())?;
+    assert_eq!(result["output"], json!({"k": 1}), "{result}");
+    assert_eq!(cluster.settled().await?, 1);
+    assert!(!stdout.contains(PAYER_KEY.trim_start_matches("0x")));
+    Ok(())
+}
