@@ -469,10 +469,65 @@ async fn taskctl_pays_mpp_from_its_key() -> TestResult {
     )
     .await??;
     let stdout = String::from_utf8(output.stdout)?;
-    assert!(output.status.success(), "{stdout} {}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let result: Value = serde_json::from_str(stdout.trim())?;
     assert_eq!(result["output"], json!({"k": 1}), "{result}");
     assert_eq!(cluster.settled().await?, 1);
     assert!(!stdout.contains(PAYER_KEY.trim_start_matches("0x")));
+    Ok(())
+}
+
+/// A paid task by MPP: the unpaid `POST /tasks` is a challenge that reserves nothing, the paid
+/// one answers with the task and its `Payment-Receipt`, and `GET /tasks/{id}` hands the same
+/// receipt to the owner again.
+#[tokio::test]
+async fn a_task_paid_by_mpp_keeps_its_receipt() -> TestResult {
+    let cluster = Cluster::start().await?;
+    let token = "mpp-task-owner-0123456789abcdef";
+    let send = |authorization: Option<String>| {
+        let mut request = cluster
+            .http
+            .post(format!("{}/tasks", cluster.base(0)))
+            .header("Task-Access-Token", token)
+            .json(&json!({
+                "skillId": "echo",
+                "message": {"role": "user", "content": {"text": "{\"t\":1}"}},
+            }));
+        if let Some(value) = authorization {
+            request = request.header("authorization", value);
+        }
+        request.send()
+    };
+    let unpaid = send(None).await?;
+    assert_eq!(unpaid.status(), StatusCode::PAYMENT_REQUIRED);
+    let challenge = unpaid.headers()["www-authenticate"].to_str()?.to_owned();
+    assert_eq!(cluster.count("{tc}:task:*").await?, 0);
+
+    let paid = send(Some(pay(&challenge)?)).await?;
+    let status = paid.status();
+    let receipt = paid
+        .headers()
+        .get("payment-receipt")
+        .map(|value| value.to_str().map(str::to_owned))
+        .transpose()?;
+    let body: Value = paid.json().await?;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let receipt = receipt.ok_or("no Payment-Receipt")?;
+    let task_id = body["taskId"].as_str().ok_or("no taskId")?;
+    assert_eq!(cluster.settled().await?, 1);
+
+    let again = cluster
+        .http
+        .get(format!("{}/tasks/{task_id}", cluster.base(1)))
+        .header("Task-Access-Token", token)
+        .send()
+        .await?;
+    assert_eq!(again.status(), StatusCode::OK);
+    assert_eq!(again.headers()["payment-receipt"].to_str()?, receipt);
+    assert_eq!(again.headers()["cache-control"], "private");
     Ok(())
 }
