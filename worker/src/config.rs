@@ -169,7 +169,7 @@ mod tests {
 
     #[test]
     fn rejects_bad_prices_at_parse_time() {
-        for price in ["echo=abc", "echo", "echo=0.001:mpp"] {
+        for price in ["echo=abc", "echo", "echo=0.001:lightning"] {
             let parsed = WorkerConfig::try_parse_from([
                 "worker",
                 "--redis-url",
