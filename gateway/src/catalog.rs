@@ -364,6 +364,7 @@ mod tests {
                     streaming: false,
                     price: None,
                     retry_safe: false,
+                    siwx: None,
                 })
                 .collect(),
         }

@@ -129,6 +129,11 @@ pub struct GatewayConfig {
     #[arg(long, env = "MPP_REALM")]
     pub mpp_realm: Option<String>,
 
+    /// How long a payer of a Sign-In-With-X entrypoint (worker `--siwx`) may run it again by
+    /// signing in instead of paying, in seconds.
+    #[arg(long, env = "ENTITLEMENT_TTL_SECONDS", default_value_t = 30 * 24 * 3600)]
+    pub entitlement_ttl_seconds: u64,
+
     /// A paid reservation not claimed within this long is reaped to `cancelled`, in
     /// milliseconds (upstream's paid admission TTL).
     #[arg(long, env = "PAID_ADMISSION_TTL_MS", default_value_t = 5 * 60 * 1000)]

@@ -267,6 +267,7 @@ mod tests {
                 protocol: Default::default(),
             }),
             retry_safe: false,
+            siwx: None,
         }
     }
 

@@ -82,6 +82,7 @@ mod tests {
             streaming: false,
             price: None,
             retry_safe: false,
+            siwx: None,
         }
     }
 

@@ -333,6 +333,7 @@ async fn the_card_follows_the_live_registry() -> TestResult {
                 protocol: Default::default(),
             }),
             retry_safe: false,
+            siwx: None,
         }],
     };
     gw.state
@@ -547,6 +548,7 @@ fn priced_worker(worker_id: &str, key: &str, streaming: bool, amount: Option<&st
                 protocol: Default::default(),
             }),
             retry_safe: false,
+            siwx: None,
         }],
     }
 }

@@ -457,6 +457,7 @@ fn entrypoint_with(input_schema: Value) -> EntrypointInfo {
         streaming: false,
         price: None,
         retry_safe: false,
+        siwx: None,
     }
 }
 
@@ -1180,6 +1181,7 @@ async fn paid_gateway_with(
                 protocol: Default::default(),
             }),
             retry_safe: false,
+            siwx: None,
         }],
     };
     registry.heartbeat(&entry, Duration::from_secs(600)).await?;

@@ -41,6 +41,7 @@ fn entry(id: &str) -> WorkerEntry {
                     protocol: Default::default(),
                 }),
                 retry_safe: false,
+                siwx: None,
             },
             EntrypointInfo {
                 key: "chat".into(),
@@ -50,6 +51,7 @@ fn entry(id: &str) -> WorkerEntry {
                 streaming: true,
                 price: None,
                 retry_safe: false,
+                siwx: None,
             },
         ],
     }

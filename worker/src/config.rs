@@ -57,6 +57,19 @@ pub struct WorkerConfig {
     )]
     pub retry_safe: Vec<String>,
 
+    /// Entrypoints that take Sign-In-With-X (`SIGN-IN-WITH-X`, a wallet's EIP-4361
+    /// signature): `KEY` lets a payer who already paid for a priced entrypoint run it again
+    /// by signing in, without paying; `KEY:auth-only` runs it for any signed-in caller and
+    /// answers 401 `auth_required` without a signature. Comma separated or repeated; a name
+    /// this worker does not host stops it at start.
+    #[arg(
+        long = "siwx",
+        env = "WORKER_SIWX",
+        value_name = "KEY[:auth-only]",
+        value_delimiter = ','
+    )]
+    pub siwx: Vec<String>,
+
     /// Lease lifetime in milliseconds; renewed every third of it. A dead worker's tasks are
     /// recovered about this long after it died.
     #[arg(long, env = "WORKER_LEASE_TTL_MS", default_value_t = 10_000)]

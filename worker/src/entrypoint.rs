@@ -10,7 +10,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use shared::registry::{EntrypointInfo, Price};
+use shared::registry::{EntrypointInfo, Price, SiwxPolicy};
 
 use crate::handler::{Handler, HandlerError, HandlerOutput, TaskContext};
 
@@ -24,6 +24,8 @@ pub struct Entrypoint {
     pub price: Option<Price>,
     /// May run again after its worker died mid-run (see [`EntrypointInfo::retry_safe`]).
     pub retry_safe: bool,
+    /// Sign-In-With-X policy (see [`EntrypointInfo::siwx`]).
+    pub siwx: Option<SiwxPolicy>,
     pub handler: Arc<dyn Handler>,
 }
 
@@ -42,6 +44,7 @@ impl Entrypoint {
             streaming: false,
             price: None,
             retry_safe: false,
+            siwx: None,
             handler: Arc::new(handler),
         }
     }
@@ -100,6 +103,12 @@ impl Entrypoint {
         self
     }
 
+    /// Takes Sign-In-With-X under `policy` (`--siwx`).
+    pub fn siwx(mut self, policy: Option<SiwxPolicy>) -> Self {
+        self.siwx = policy;
+        self
+    }
+
     /// How the registry (and so the Agent Card) describes it.
     pub fn info(&self) -> EntrypointInfo {
         EntrypointInfo {
@@ -110,6 +119,7 @@ impl Entrypoint {
             streaming: self.streaming,
             price: self.price.clone(),
             retry_safe: self.retry_safe,
+            siwx: self.siwx,
         }
     }
 }
@@ -170,6 +180,28 @@ impl Entrypoints {
         Ok(self)
     }
 
+    /// The same entrypoints with Sign-In-With-X as `specs` (`KEY` or `KEY:auth-only`) say;
+    /// unknown names or options are returned as the error.
+    pub fn siwx(mut self, specs: &[String]) -> Result<Entrypoints, Vec<String>> {
+        let mut bad = Vec::new();
+        for spec in specs {
+            let spec = spec.trim();
+            let (key, auth_only) = match spec.split_once(':') {
+                None => (spec, false),
+                Some((key, "auth-only")) => (key, true),
+                Some(_) => {
+                    bad.push(spec.to_owned());
+                    continue;
+                }
+            };
+            match self.by_key.get_mut(key) {
+                Some(entrypoint) => entrypoint.siwx = Some(SiwxPolicy { auth_only }),
+                None => bad.push(spec.to_owned()),
+            }
+        }
+        if bad.is_empty() { Ok(self) } else { Err(bad) }
+    }
+
     /// Only the named entrypoints; unknown names are returned as the error.
     pub fn only(&self, keys: &[String]) -> Result<Entrypoints, Vec<String>> {
         let unknown = self.unknown(keys);
@@ -188,5 +220,25 @@ impl Entrypoints {
 
     pub fn infos(&self) -> Vec<EntrypointInfo> {
         self.by_key.values().map(Entrypoint::info).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn siwx_specs_name_hosted_entrypoints_and_one_option() -> Result<(), Vec<String>> {
+        let hosted = crate::builtins::all().siwx(&["echo".into(), "summarize:auth-only".into()])?;
+        let policy = |key: &str| hosted.get(key).and_then(|entrypoint| entrypoint.siwx);
+        assert_eq!(policy("echo"), Some(SiwxPolicy { auth_only: false }));
+        assert_eq!(policy("summarize"), Some(SiwxPolicy { auth_only: true }));
+        assert_eq!(policy("sleep"), None);
+        let refused = crate::builtins::all().siwx(&["nope".into(), "echo:admin".into()]);
+        assert_eq!(
+            refused.err(),
+            Some(vec!["nope".to_owned(), "echo:admin".to_owned()])
+        );
+        Ok(())
     }
 }

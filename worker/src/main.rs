@@ -82,6 +82,12 @@ fn hosted(config: &WorkerConfig) -> Result<Entrypoints, String> {
                 unknown.join(", ")
             )
         })?;
+    let entrypoints = entrypoints.siwx(&config.siwx).map_err(|bad| {
+        format!(
+            "--siwx names entrypoints this worker does not host, or options other than auth-only: {}",
+            bad.join(", ")
+        )
+    })?;
     worker::prices::apply(entrypoints, &config.prices).map_err(|err| err.to_string())
 }
 

@@ -100,6 +100,7 @@ pub async fn admit_paid(
         terms,
         checked,
         rail,
+        entitles,
     } = payment;
     let terms = &terms;
     let credential = checked.credential;
@@ -272,6 +273,10 @@ pub async fn admit_paid(
     // == irreversible from here: every answer carries the receipt ==
     FaultPoint::trip(gate.fault_point, FaultPoint::AfterSettle);
     let receipt = rail.receipt(terms, credential.version, &settlement);
+    if entitles {
+        // The payer may sign in (SIWX) instead of paying again.
+        super::siwx::entitle(gate, &entrypoint, checked.payer).await;
+    }
     tracing::info!(%task_id, payer = %checked.payer, transaction = %settlement.transaction, "payment settled");
     // The credential record and the task are written at once: independent keys, and the
     // answer waits for both anyway.

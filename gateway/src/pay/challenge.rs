@@ -11,7 +11,20 @@ pub const CREDENTIAL_REQUIRED: &str = "X-PAYMENT header is required";
 
 /// `402` for `terms`, with `error` saying what was wrong with the credential (if one came).
 pub fn payment_required(terms: &Terms, error: &str) -> Response {
-    let v2 = payments::wire::encode(&terms.challenge_v2(Some(error)));
+    payment_required_with(terms, error, None)
+}
+
+/// [`payment_required`] with one more x402 v2 extension (the SIWX offer: `name`, `info`).
+pub fn payment_required_with(
+    terms: &Terms,
+    error: &str,
+    extension: Option<(&str, serde_json::Value)>,
+) -> Response {
+    let mut challenge = terms.challenge_v2(Some(error));
+    if let Some((name, value)) = extension {
+        challenge.extensions.insert(name.to_owned(), value);
+    }
+    let v2 = payments::wire::encode(&challenge);
     let body = serde_json::to_vec(&terms.challenge_v1(error)).unwrap_or_default();
     let mut response = (StatusCode::PAYMENT_REQUIRED, body).into_response();
     let headers = response.headers_mut();

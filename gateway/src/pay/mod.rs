@@ -28,6 +28,7 @@ pub mod mpp;
 pub mod price;
 pub mod receipt;
 pub mod recovery;
+pub mod siwx;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,6 +56,8 @@ pub struct Gate {
     pub fault_point: Option<FaultPoint>,
     /// The MPP challenge key, for routes priced with `:mpp` (`--mpp-secret-file`).
     pub mpp: Option<mpp::MppKey>,
+    /// How long a payer of a SIWX entrypoint may sign in instead of paying again.
+    pub entitlement_ttl: Duration,
 }
 
 /// Points of a paid admission where crash tests stop the gateway dead.
@@ -145,6 +148,7 @@ impl Gate {
             admission_lease: Duration::from_millis(config.admission_lease_ms.max(3)),
             fault_point: config.fault_point.as_deref().and_then(FaultPoint::parse),
             mpp: None,
+            entitlement_ttl: Duration::from_secs(config.entitlement_ttl_seconds.max(1)),
         }
     }
 }
@@ -155,6 +159,8 @@ pub struct Payment<'a> {
     pub terms: payments::Terms,
     pub checked: credential::Checked,
     pub rail: Rail<'a>,
+    /// A SIWX entrypoint: its settled payment entitles the payer to sign in next time.
+    pub entitles: bool,
 }
 
 /// The protocol a payment came by, which shapes its refusals and its receipt.
@@ -265,6 +271,7 @@ pub fn check_priced<'a>(
                     route: Box::new(route),
                     challenge_id,
                 },
+                entitles: entrypoint.siwx.is_some(),
             }),
             None => Err(Box::new(route.challenge(
                 payments::mpp::Problem::PaymentRequired,
@@ -272,17 +279,26 @@ pub fn check_priced<'a>(
             ))),
         };
     }
+    // A SIWX entrypoint's 402 also offers to sign in (for a payer entitled already).
+    let offer = entrypoint
+        .siwx
+        .and_then(|_| siwx::offer(gate, &origin))
+        .map(|offer| (payments::siwx::SIGN_IN_WITH_X, offer));
     match credential::read(headers, &terms) {
         Ok(Some(checked)) => Ok(Payment {
             gate,
             terms,
             checked,
             rail: Rail::X402,
+            entitles: entrypoint.siwx.is_some(),
         }),
-        Ok(None) => Err(Box::new(challenge::payment_required(
+        Ok(None) => Err(Box::new(challenge::payment_required_with(
             &terms,
             challenge::CREDENTIAL_REQUIRED,
+            offer,
         ))),
-        Err(reason) => Err(Box::new(challenge::payment_required(&terms, &reason))),
+        Err(reason) => Err(Box::new(challenge::payment_required_with(
+            &terms, &reason, offer,
+        ))),
     }
 }

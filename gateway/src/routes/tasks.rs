@@ -105,7 +105,13 @@ async fn create(
     let input = request.message.content.to_input();
     admit::validate_input(&entrypoint, &input)?;
 
-    let token = if let Some(price) = pay::price::price_of(&entrypoint, pay::Priced::Task) {
+    // Signed in (SIWX) for an auth-only entrypoint, or entitled to a priced one: no payment.
+    let signed_in = match pay::siwx::sign_in(&state, &entrypoint, &headers, &uri).await {
+        Ok(signed_in) => signed_in.is_some(),
+        Err(answer) => return Ok(*answer),
+    };
+    let price = pay::price::price_of(&entrypoint, pay::Priced::Task).filter(|_| !signed_in);
+    let token = if let Some(price) = price {
         // Checked before anything touches a payment: a paid task on a store that forgets it
         // on restart could lose a settled payment's capability.
         if state.store.durability() == Durability::Process {

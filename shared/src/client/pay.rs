@@ -34,6 +34,14 @@ use super::{Client, read_limited};
 /// ends the call without sending anything more.
 pub trait Payer: Send + Sync + fmt::Debug {
     fn pay(&self, required: &PaymentRequired) -> Result<PaymentHeader, PayError>;
+
+    /// A `SIGN-IN-WITH-X` header answering `offer` (a 401's or 402's
+    /// `extensions["sign-in-with-x"]`), when this payer signs in: an auth-only entrypoint then
+    /// runs, and a priced one runs unpaid for a payer entitled to it. `None`: no sign-in.
+    fn sign_in(&self, offer: &Value) -> Option<PaymentHeader> {
+        let _ = offer;
+        None
+    }
 }
 
 /// A [`LocalPayer`] with a spend cap and a preferred x402 version.
@@ -85,9 +93,29 @@ impl Payer for KeyPayer {
         self.key
             .answer(&challenge, self.max_amount, payments::unix_now())
     }
+
+    fn sign_in(&self, offer: &Value) -> Option<PaymentHeader> {
+        self.sign_siwx(offer)
+    }
 }
 
 impl KeyPayer {
+    /// Signs the SIWX offer with the key (EIP-4361 message, EIP-191 signature).
+    fn sign_siwx(&self, offer: &Value) -> Option<PaymentHeader> {
+        let extension: payments::siwx::SiwxExtension =
+            serde_json::from_value(offer.clone()).ok()?;
+        let value = self.key.sign_in_with_x(&extension).ok()?;
+        Some(PaymentHeader {
+            version: X402Version::V2,
+            name: payments::siwx::SIGN_IN_WITH_X,
+            value,
+            amount: U256::ZERO,
+            pay_to: Address::ZERO,
+            payer: self.key.address(),
+            nonce: Default::default(),
+        })
+    }
+
     /// Answers an MPP challenge (`WWW-Authenticate: Payment …`) with an `evm` charge
     /// credential in `Authorization: Payment …`.
     fn pay_mpp(&self, www_authenticate: &str) -> Result<PaymentHeader, PayError> {
@@ -169,6 +197,13 @@ impl PaymentRequired {
             })
             .map(str::to_owned);
         self
+    }
+
+    /// The Sign-In-With-X offer of the v2 challenge (`extensions["sign-in-with-x"]`), if any.
+    pub fn siwx(&self) -> Option<&Value> {
+        self.v2
+            .as_ref()
+            .and_then(|challenge| challenge.extensions.get(payments::siwx::SIGN_IN_WITH_X))
     }
 
     /// The MPP offer (`WWW-Authenticate` value), if the 402 made one.
@@ -267,11 +302,31 @@ impl Client {
         request: impl Fn(Option<&PaymentHeader>) -> RequestBuilder,
         payer: Option<&dyn Payer>,
     ) -> Result<Response, Unanswered> {
-        let response = request(None).send().await.map_err(Unanswered::network)?;
+        let mut response = request(None).send().await.map_err(Unanswered::network)?;
+        if let Some(payer) = payer
+            && response.status() == StatusCode::UNAUTHORIZED
+        {
+            response = self.sign_in_after_401(response, payer, &request).await?;
+        }
         if response.status() != StatusCode::PAYMENT_REQUIRED {
             return Ok(response);
         }
-        let (required, body, settlement) = self.read_402(response).await?;
+        let (mut required, mut body, mut settlement) = self.read_402(response).await?;
+        // A SIWX entrypoint: a payer entitled to it signs in instead of paying again; one that
+        // is not gets a fresh 402 and pays.
+        if let Some(sign_in) = payer
+            .zip(required.siwx())
+            .and_then(|(p, offer)| p.sign_in(offer))
+        {
+            let response = request(Some(&sign_in))
+                .send()
+                .await
+                .map_err(Unanswered::network)?;
+            if response.status() != StatusCode::PAYMENT_REQUIRED {
+                return Ok(response);
+            }
+            (required, body, settlement) = self.read_402(response).await?;
+        }
         let Some(payer) = payer else {
             return Err(Unanswered {
                 status: Some(402),
@@ -308,6 +363,45 @@ impl Client {
             body: Some(body),
             settlement,
         })
+    }
+
+    /// A 401 of an auth-only entrypoint: signs its SIWX offer and sends the request again;
+    /// without an offer (or a signature) the 401 is the call's error.
+    async fn sign_in_after_401(
+        &self,
+        response: Response,
+        payer: &dyn Payer,
+        request: &impl Fn(Option<&PaymentHeader>) -> RequestBuilder,
+    ) -> Result<Response, Unanswered> {
+        let bytes = read_limited(response, self.options.max_response_bytes)
+            .await
+            .map_err(|error| Unanswered {
+                status: Some(401),
+                body: None,
+                settlement: Settlement::default(),
+                error,
+            })?;
+        let body = String::from_utf8_lossy(&bytes).into_owned();
+        let offer = serde_json::from_slice::<Value>(&bytes)
+            .ok()
+            .and_then(|value| {
+                value
+                    .get("extensions")?
+                    .get(payments::siwx::SIGN_IN_WITH_X)
+                    .cloned()
+            });
+        match offer.and_then(|offer| payer.sign_in(&offer)) {
+            Some(sign_in) => request(Some(&sign_in))
+                .send()
+                .await
+                .map_err(Unanswered::network),
+            None => Err(Unanswered {
+                status: Some(401),
+                error: ClientError::remote(401, body.clone()),
+                body: Some(body),
+                settlement: Settlement::default(),
+            }),
+        }
     }
 
     /// A 402's challenge, body and settlement headers.

@@ -26,6 +26,19 @@ struct Record {
 #[derive(Default)]
 pub struct MemoryCredentials {
     records: Mutex<HashMap<String, Record>>,
+    /// Marks (`mark_once`, `mark`) by key, with their expiry.
+    marks: Mutex<HashMap<String, Instant>>,
+}
+
+impl MemoryCredentials {
+    fn marks<T>(&self, f: impl FnOnce(&mut HashMap<String, Instant>, Instant) -> T) -> T {
+        let mut marks = self.marks.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        if marks.len() >= SWEEP_AT {
+            marks.retain(|_, expires| *expires > now);
+        }
+        f(&mut marks, now)
+    }
 }
 
 impl MemoryCredentials {
@@ -50,6 +63,25 @@ fn live<'a>(records: &'a mut HashMap<String, Record>, key: &str) -> Option<&'a m
 
 #[async_trait]
 impl CredentialLedger for MemoryCredentials {
+    async fn mark_once(&self, key: &str, ttl: Duration) -> Result<bool, StoreError> {
+        Ok(self.marks(|marks, now| {
+            if marks.get(key).is_some_and(|expires| *expires > now) {
+                return false;
+            }
+            marks.insert(key.to_owned(), now + ttl);
+            true
+        }))
+    }
+
+    async fn mark(&self, key: &str, ttl: Duration) -> Result<(), StoreError> {
+        self.marks(|marks, now| marks.insert(key.to_owned(), now + ttl));
+        Ok(())
+    }
+
+    async fn marked(&self, key: &str) -> Result<bool, StoreError> {
+        Ok(self.marks(|marks, now| marks.get(key).is_some_and(|expires| *expires > now)))
+    }
+
     async fn claim(
         &self,
         key: &str,

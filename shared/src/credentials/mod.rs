@@ -97,6 +97,16 @@ pub trait CredentialLedger: Send + Sync + 'static {
     /// were lost. Records gone meanwhile are skipped.
     async fn stuck(&self, older_than: Duration, limit: usize) -> Result<Vec<Stuck>, StoreError>;
 
+    /// Sets mark `key` for `ttl` unless it is set: true the first time, false after (a
+    /// Sign-In-With-X nonce is spent once this way, cluster-wide).
+    async fn mark_once(&self, key: &str, ttl: Duration) -> Result<bool, StoreError>;
+
+    /// Sets (or renews) mark `key` for `ttl` (an entitlement).
+    async fn mark(&self, key: &str, ttl: Duration) -> Result<(), StoreError>;
+
+    /// Whether mark `key` is set and unexpired.
+    async fn marked(&self, key: &str) -> Result<bool, StoreError>;
+
     /// `settling -> next` of a stuck record, by its id, storing `receipt` when given.
     async fn resolve(
         &self,

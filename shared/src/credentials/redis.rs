@@ -23,6 +23,7 @@ macro_rules! lua {
 pub struct RedisCredentials {
     store: RedisStore,
     prefix: String,
+    marks: String,
     settling: String,
     scripts: Arc<Scripts>,
 }
@@ -38,6 +39,7 @@ impl RedisCredentials {
         RedisCredentials {
             prefix: format!("{{{}}}:cred:", store.config().namespace),
             settling: format!("{{{}}}:cred-settling", store.config().namespace),
+            marks: format!("{{{}}}:mark:", store.config().namespace),
             store: store.clone(),
             scripts: Arc::new(Scripts {
                 claim: Script::new(lua!("credential_claim")),
@@ -52,6 +54,15 @@ impl RedisCredentials {
         format!(
             "{}{}",
             self.prefix,
+            hex::encode(Sha256::digest(key.as_bytes()))
+        )
+    }
+
+    /// A mark's name (`mark_once`, `mark`): `{ns}:mark:<sha256(key)>`.
+    pub fn mark_key(&self, key: &str) -> String {
+        format!(
+            "{}{}",
+            self.marks,
             hex::encode(Sha256::digest(key.as_bytes()))
         )
     }
@@ -111,6 +122,34 @@ impl CredentialLedger for RedisCredentials {
         CredentialState::parse(&held)
             .map(ClaimOutcome::Held)
             .ok_or_else(|| StoreError::Corrupt(format!("credential record in state {held:?}")))
+    }
+
+    async fn mark_once(&self, key: &str, ttl: Duration) -> Result<bool, StoreError> {
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(self.mark_key(key))
+            .arg("1")
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl.as_millis().max(1).to_string());
+        let set: Option<String> = self.store.query(&mut cmd).await?;
+        Ok(set.is_some())
+    }
+
+    async fn mark(&self, key: &str, ttl: Duration) -> Result<(), StoreError> {
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(self.mark_key(key))
+            .arg("1")
+            .arg("PX")
+            .arg(ttl.as_millis().max(1).to_string());
+        let _: Option<String> = self.store.query(&mut cmd).await?;
+        Ok(())
+    }
+
+    async fn marked(&self, key: &str) -> Result<bool, StoreError> {
+        let mut cmd = redis::cmd("EXISTS");
+        cmd.arg(self.mark_key(key));
+        let found: u64 = self.store.query(&mut cmd).await?;
+        Ok(found == 1)
     }
 
     async fn release(&self, key: &str, holder: &str) -> Result<bool, StoreError> {

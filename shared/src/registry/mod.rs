@@ -74,6 +74,20 @@ pub struct EntrypointInfo {
     /// as false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub retry_safe: bool,
+    /// Sign-In-With-X (`--siwx KEY[:auth-only]`): the entrypoint takes a `SIGN-IN-WITH-X`
+    /// wallet signature, running for a payer already entitled to it (priced) or for any
+    /// signed-in caller (auth-only). Absent: no SIWX.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub siwx: Option<SiwxPolicy>,
+}
+
+/// An entrypoint's Sign-In-With-X policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SiwxPolicy {
+    /// Signing in is all it takes (no price); without a signature it answers 401.
+    #[serde(default)]
+    pub auth_only: bool,
 }
 
 /// A worker's registry entry.

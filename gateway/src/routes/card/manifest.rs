@@ -91,6 +91,20 @@ struct ManifestEntry<'a> {
     network: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pricing: Option<&'a Price>,
+    /// Sign-In-With-X, as upstream's card shows it: `{siwx: {enabled, auth_only}}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    authorization: Option<Authorization>,
+}
+
+#[derive(Debug, Serialize)]
+struct Authorization {
+    siwx: SiwxCard,
+}
+
+#[derive(Debug, Serialize)]
+struct SiwxCard {
+    enabled: bool,
+    auth_only: bool,
 }
 
 impl<'a> AgentCard<'a> {
@@ -148,6 +162,12 @@ impl<'a> AgentCard<'a> {
                             payment_protocol: pricing.map(|price| price.protocol.as_str()),
                             network: pricing.map(|_| network),
                             pricing,
+                            authorization: entrypoint.siwx.map(|policy| Authorization {
+                                siwx: SiwxCard {
+                                    enabled: true,
+                                    auth_only: policy.auth_only,
+                                },
+                            }),
                         },
                     )
                 })
@@ -188,6 +208,7 @@ mod tests {
             streaming: false,
             price: None,
             retry_safe: false,
+            siwx: None,
         }
     }
 

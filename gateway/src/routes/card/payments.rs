@@ -132,6 +132,7 @@ mod tests {
                 protocol: Default::default(),
             }),
             retry_safe: false,
+            siwx: None,
         }
     }
 

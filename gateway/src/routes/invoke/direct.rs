@@ -40,8 +40,9 @@ async fn handle(
 ) -> Result<Response, Response> {
     let entrypoint = find_entrypoint(state, key).await.map_err(answer)?;
     // The challenge comes first, as x402 middleware in front of a handler answers it.
-    let payment =
-        gate(state, &entrypoint, Kind::Invoke, request.headers(), uri).map_err(|answer| *answer)?;
+    let payment = gate(state, &entrypoint, Kind::Invoke, request.headers(), uri)
+        .await
+        .map_err(|answer| *answer)?;
     let idempotency_key = idempotent::read_key(request.headers()).map_err(answer)?;
     let body = read_json(request).await.map_err(answer)?;
     let input = extract_input(&body);

@@ -63,15 +63,20 @@ async fn find_entrypoint(state: &AppState, key: &str) -> Result<EntrypointInfo, 
     })
 }
 
-/// The payment gate's word on a request (see [`crate::pay`]): free, paid so far, or the
-/// answer to send (a `402` challenge).
-fn gate<'a>(
+/// The gate's word on a request (see [`crate::pay`]): free (also when it signed in with
+/// SIWX for an auth-only entrypoint or one its signer is entitled to), paid so far, or the
+/// answer to send (a `401` or `402` challenge).
+async fn gate<'a>(
     state: &'a AppState,
     entrypoint: &EntrypointInfo,
     kind: Kind,
     headers: &HeaderMap,
     uri: &Uri,
 ) -> Result<Option<pay::Payment<'a>>, Box<Response>> {
+    if let Some(signed_in) = pay::siwx::sign_in(state, entrypoint, headers, uri).await? {
+        tracing::debug!(entrypoint = %entrypoint.key, ?signed_in, "signed in: runs without payment");
+        return Ok(None);
+    }
     let route = match kind {
         Kind::Invoke => pay::Priced::Invoke,
         Kind::Stream => pay::Priced::Stream,

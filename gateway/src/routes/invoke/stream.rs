@@ -64,6 +64,7 @@ async fn handle(
         ));
     }
     let payment = gate(&state, &entrypoint, Kind::Stream, request.headers(), uri)
+        .await
         .map_err(|answer| *answer)?;
     let body = read_json(request)
         .await
