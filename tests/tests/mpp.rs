@@ -531,3 +531,33 @@ async fn a_task_paid_by_mpp_keeps_its_receipt() -> TestResult {
     assert_eq!(again.headers()["cache-control"], "private");
     Ok(())
 }
+
+/// A credential for a challenge past its `expires` is `payment-expired`, even with a valid
+/// HMAC (the test knows the cluster's secret, so it can re-date a challenge as a gateway
+/// would have issued it earlier), and nothing is settled.
+#[tokio::test]
+async fn an_expired_challenge_is_payment_expired() -> TestResult {
+    let cluster = Cluster::start().await?;
+    let issued = cluster.challenge(0, "echo").await?;
+    let mut challenge = payments::mpp::challenge::parse_www_authenticate(&issued)?
+        .into_iter()
+        .next()
+        .ok_or("no Payment challenge")??;
+    let an_hour_ago = payments::unix_now() - 3600;
+    challenge.expires = Some(
+        chrono::DateTime::from_timestamp(i64::try_from(an_hour_ago)?, 0)
+            .ok_or("bad time")?
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+    );
+    let secret = payments::mpp::ChallengeSecret::new(SECRET.as_bytes().to_vec())?;
+    challenge.id = challenge.compute_id(&secret)?;
+    // Paid as a client would have paid it when it was fresh.
+    let authorization = payer()?
+        .answer_mpp(&challenge.to_header()?, None, an_hour_ago - 60)?
+        .authorization;
+    let (status, body) = problem(cluster.invoke(1, "echo", Some(&authorization)).await?).await?;
+    assert_eq!(status, StatusCode::PAYMENT_REQUIRED);
+    assert_eq!(body["type"], format!("{PROBLEMS}payment-expired"), "{body}");
+    assert_eq!(cluster.settled().await?, 0);
+    Ok(())
+}

@@ -242,6 +242,14 @@ async fn auth_only_runs_for_a_signed_in_caller_once_per_nonce() -> TestResult {
             .await?,
     )
     .await?;
+    // A signature by one key claiming another address: refused.
+    let fresh = offer_of_401(cluster.invoke(0, "summarize", None).await?).await?;
+    let by_other = LocalPayer::from_hex(OTHER_KEY)?.sign_in_with_x(&fresh)?;
+    let mut claim: Value =
+        serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(&by_other)?)?;
+    claim["address"] = json!(payer()?.address().to_checksum(None));
+    let impostor = base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(&claim)?);
+    offer_of_401(cluster.invoke(0, "summarize", Some(&impostor)).await?).await?;
     // Nothing of the headers reached a log.
     let logs = cluster.logs();
     assert!(!logs.contains(&signed[signed.len().saturating_sub(24)..]));
