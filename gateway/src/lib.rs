@@ -16,6 +16,7 @@
 //!
 //! [`app`] builds the router; tests drive it without a socket.
 
+pub mod a2a;
 pub mod admit;
 pub mod catalog;
 pub mod config;

@@ -1,0 +1,344 @@
+//! The runtime's tasks as A2A v1.0 sees them, and A2A messages as the runtime's inputs.
+//!
+//! - States: a task not running yet (reserved, claimed, queued) is `TASK_STATE_SUBMITTED`, a
+//!   running one `TASK_STATE_WORKING`; `completed`, `failed` and `cancelled` are
+//!   `TASK_STATE_COMPLETED`, `TASK_STATE_FAILED` and `TASK_STATE_CANCELED`.
+//! - A task: its id, its context (the task id when it was created without one: A2A requires
+//!   one), its status with the time of its last transition and, for a failure, an agent
+//!   message carrying the error (text and data); the result as one artifact (a text part for
+//!   a string output, a data part otherwise); the history as the user message that started
+//!   it, rebuilt from the stored input.
+//! - An input: one data part is its value; one text part is parsed as JSON when it is JSON and
+//!   kept as text otherwise (the Lucid profile's rule for `content.text`); several parts are
+//!   the array of their values, files as `{url|bytes, mediaType, filename}`.
+//! - The skill: the message's `metadata.skillId`, else the configured default, else the only
+//!   skill; several skills and none named is an invalid-params error.
+
+use std::collections::HashMap;
+
+use a2a::{Artifact, Message, Part, PartContent, Role, Task, TaskState, TaskStatus};
+use base64::Engine;
+use serde_json::{Value, json};
+use shared::protocol::TaskStatus as RuntimeStatus;
+use shared::store::{Phase, StoredTask};
+
+/// The A2A state of a runtime task in `phase` with `status`.
+pub fn state_of(status: RuntimeStatus, phase: Phase) -> TaskState {
+    match status {
+        RuntimeStatus::Running if phase == Phase::Active => TaskState::Working,
+        RuntimeStatus::Running => TaskState::Submitted,
+        RuntimeStatus::Completed => TaskState::Completed,
+        RuntimeStatus::Failed => TaskState::Failed,
+        RuntimeStatus::Cancelled => TaskState::Canceled,
+    }
+}
+
+/// `stored` as an A2A task, with at most `history_length` messages of history (`None`: all).
+pub fn task_of(stored: &StoredTask, history_length: Option<usize>) -> Task {
+    let task = &stored.task;
+    let context_id = task
+        .context_id
+        .clone()
+        .unwrap_or_else(|| task.task_id.clone());
+    let timestamp = i64::try_from(task.updated_at.0)
+        .ok()
+        .and_then(chrono::DateTime::from_timestamp_millis);
+    let message = task.error.as_ref().map(|error| {
+        agent_message(
+            &task.task_id,
+            &context_id,
+            vec![
+                Part::text(error.message.clone()),
+                Part::data(json!({"code": error.code, "message": error.message})),
+            ],
+        )
+    });
+    let artifacts = task.result.as_ref().map(|result| {
+        vec![Artifact {
+            artifact_id: format!("{}-result", task.task_id),
+            name: Some("result".into()),
+            description: None,
+            parts: vec![part_of(&result.output)],
+            metadata: None,
+            extensions: None,
+        }]
+    });
+    let mut history = vec![Message {
+        message_id: format!("{}-input", task.task_id),
+        context_id: Some(context_id.clone()),
+        task_id: Some(task.task_id.clone()),
+        role: Role::User,
+        parts: vec![part_of(&stored.invocation.input)],
+        metadata: None,
+        extensions: None,
+        reference_task_ids: None,
+    }];
+    if let Some(length) = history_length {
+        history.truncate(length);
+    }
+    Task {
+        id: task.task_id.clone(),
+        context_id,
+        status: TaskStatus {
+            state: state_of(task.status, stored.phase),
+            message,
+            timestamp,
+        },
+        artifacts,
+        history: Some(history),
+        metadata: None,
+    }
+}
+
+/// An agent message of task `task_id`.
+fn agent_message(task_id: &str, context_id: &str, parts: Vec<Part>) -> Message {
+    Message {
+        message_id: format!("{task_id}-status"),
+        context_id: Some(context_id.to_owned()),
+        task_id: Some(task_id.to_owned()),
+        role: Role::Agent,
+        parts,
+        metadata: None,
+        extensions: None,
+        reference_task_ids: None,
+    }
+}
+
+/// A value as one part: text for a string, data otherwise.
+fn part_of(value: &Value) -> Part {
+    match value {
+        Value::String(text) => Part::text(text.clone()),
+        other => Part::data(other.clone()),
+    }
+}
+
+/// Why a message cannot be an input.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InputError {
+    #[error("the message has no parts")]
+    Empty,
+}
+
+/// The runtime input of `message` (see the module's rules).
+pub fn input_of(message: &Message) -> Result<Value, InputError> {
+    match message.parts.as_slice() {
+        [] => Err(InputError::Empty),
+        [
+            Part {
+                content: PartContent::Text(text),
+                ..
+            },
+        ] => Ok(serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.clone()))),
+        [only] => Ok(value_of(only)),
+        parts => Ok(Value::Array(parts.iter().map(value_of).collect())),
+    }
+}
+
+fn value_of(part: &Part) -> Value {
+    let file = |key: &str, value: Value| {
+        let mut file = serde_json::Map::new();
+        file.insert(key.to_owned(), value);
+        if let Some(media_type) = &part.media_type {
+            file.insert("mediaType".into(), Value::String(media_type.clone()));
+        }
+        if let Some(filename) = &part.filename {
+            file.insert("filename".into(), Value::String(filename.clone()));
+        }
+        Value::Object(file)
+    };
+    match &part.content {
+        PartContent::Text(text) => Value::String(text.clone()),
+        PartContent::Data(value) => value.clone(),
+        PartContent::Url(url) => file("url", Value::String(url.clone())),
+        PartContent::Raw(bytes) => file(
+            "bytes",
+            Value::String(base64::engine::general_purpose::STANDARD.encode(bytes)),
+        ),
+    }
+}
+
+/// Why no skill could be chosen (the spec's invalid-params error).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SkillError {
+    #[error("metadata.skillId must be a string")]
+    NotAString,
+    #[error("several skills are offered; name one in metadata.skillId")]
+    Ambiguous,
+    #[error("no skill is offered")]
+    None,
+}
+
+/// The skill a message asks for: `metadata.skillId`, else `default`, else the only one of
+/// `skills`. An unknown named skill is returned as named (the caller answers it as unknown).
+pub fn skill_of(
+    metadata: Option<&HashMap<String, Value>>,
+    default: Option<&str>,
+    skills: &[&str],
+) -> Result<String, SkillError> {
+    if let Some(named) = metadata.and_then(|metadata| metadata.get("skillId")) {
+        return named
+            .as_str()
+            .map(str::to_owned)
+            .ok_or(SkillError::NotAString);
+    }
+    if let Some(default) = default {
+        return Ok(default.to_owned());
+    }
+    match skills {
+        [only] => Ok((*only).to_owned()),
+        [] => Err(SkillError::None),
+        _ => Err(SkillError::Ambiguous),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use shared::protocol::{Task as RuntimeTask, TaskError, TaskResult, Timestamp};
+    use shared::store::Invocation;
+    use shared::token::AccessToken;
+
+    use super::*;
+
+    fn stored(status: RuntimeStatus, phase: Phase, input: Value) -> StoredTask {
+        StoredTask {
+            task: RuntimeTask {
+                task_id: "t1".into(),
+                status,
+                context_id: None,
+                created_at: Timestamp(1_700_000_000_000),
+                updated_at: Timestamp(1_700_000_001_000),
+                result: None,
+                error: None,
+            },
+            owner: AccessToken::generate().owner_hash(),
+            phase,
+            invocation: Invocation {
+                entrypoint: "echo".into(),
+                input,
+                context_id: None,
+                metadata: None,
+                trace_context: Default::default(),
+            },
+            admission_expires_at_ms: None,
+            lease: None,
+            attempt: 1,
+            max_attempts: 3,
+            run_deadline_ms: None,
+            handed_off: true,
+            seq: 2,
+            receipt: None,
+        }
+    }
+
+    #[test]
+    fn states_follow_status_and_phase() {
+        assert_eq!(
+            state_of(RuntimeStatus::Running, Phase::Queued),
+            TaskState::Submitted
+        );
+        assert_eq!(
+            state_of(RuntimeStatus::Running, Phase::Reserved),
+            TaskState::Submitted
+        );
+        assert_eq!(
+            state_of(RuntimeStatus::Running, Phase::Active),
+            TaskState::Working
+        );
+        assert_eq!(
+            state_of(RuntimeStatus::Cancelled, Phase::Terminal),
+            TaskState::Canceled
+        );
+    }
+
+    #[test]
+    fn a_completed_task_has_its_result_as_an_artifact_and_its_input_as_history()
+    -> Result<(), serde_json::Error> {
+        let mut done = stored(RuntimeStatus::Completed, Phase::Terminal, json!({"i": 1}));
+        done.task.result = Some(TaskResult::output(json!({"i": 1})));
+        let task = serde_json::to_value(task_of(&done, None))?;
+        assert_eq!(task["id"], "t1");
+        assert_eq!(task["contextId"], "t1");
+        assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED");
+        assert!(
+            task["status"]["timestamp"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("2023-11-14T22:13:21"))
+        );
+        assert_eq!(task["artifacts"][0]["parts"][0]["data"], json!({"i": 1}));
+        assert_eq!(task["history"][0]["role"], "ROLE_USER");
+        assert_eq!(task["history"][0]["parts"][0]["data"], json!({"i": 1}));
+        let without = serde_json::to_value(task_of(&done, Some(0)))?;
+        assert_eq!(without["history"], json!([]));
+        Ok(())
+    }
+
+    #[test]
+    fn a_failed_task_says_why_in_its_status_message() -> Result<(), serde_json::Error> {
+        let mut failed = stored(RuntimeStatus::Failed, Phase::Terminal, json!("text in"));
+        failed.task.error = Some(TaskError::new("task_timeout", "too slow"));
+        let task = serde_json::to_value(task_of(&failed, None))?;
+        assert_eq!(task["status"]["state"], "TASK_STATE_FAILED");
+        assert_eq!(task["status"]["message"]["role"], "ROLE_AGENT");
+        assert_eq!(task["status"]["message"]["parts"][0]["text"], "too slow");
+        assert_eq!(
+            task["status"]["message"]["parts"][1]["data"]["code"],
+            "task_timeout"
+        );
+        assert_eq!(task["history"][0]["parts"][0]["text"], "text in");
+        assert!(task.get("artifacts").is_none());
+        Ok(())
+    }
+
+    #[test]
+    fn inputs_come_from_parts() -> Result<(), InputError> {
+        let message = |parts| Message::new(Role::User, parts);
+        assert_eq!(
+            input_of(&message(vec![Part::text(r#"{"n":3}"#)]))?,
+            json!({"n": 3})
+        );
+        assert_eq!(
+            input_of(&message(vec![Part::text("hello")]))?,
+            json!("hello")
+        );
+        assert_eq!(
+            input_of(&message(vec![Part::data(json!([1, 2]))]))?,
+            json!([1, 2])
+        );
+        let mut file = Part::url("https://x.example/a.png");
+        file.media_type = Some("image/png".into());
+        assert_eq!(
+            input_of(&message(vec![
+                Part::text("see"),
+                file,
+                Part::raw(vec![1, 2])
+            ]))?,
+            json!(["see", {"url": "https://x.example/a.png", "mediaType": "image/png"}, {"bytes": "AQI="}])
+        );
+        assert_eq!(input_of(&message(vec![])), Err(InputError::Empty));
+        Ok(())
+    }
+
+    #[test]
+    fn the_skill_is_named_defaulted_or_the_only_one() {
+        let named: HashMap<String, Value> = [("skillId".to_owned(), json!("sleep"))].into();
+        assert_eq!(
+            skill_of(Some(&named), Some("echo"), &["echo", "sleep"]),
+            Ok("sleep".into())
+        );
+        assert_eq!(
+            skill_of(None, Some("echo"), &["echo", "sleep"]),
+            Ok("echo".into())
+        );
+        assert_eq!(skill_of(None, None, &["echo"]), Ok("echo".into()));
+        assert_eq!(
+            skill_of(None, None, &["echo", "sleep"]),
+            Err(SkillError::Ambiguous)
+        );
+        assert_eq!(skill_of(None, None, &[]), Err(SkillError::None));
+        let wrong: HashMap<String, Value> = [("skillId".to_owned(), json!(7))].into();
+        assert_eq!(
+            skill_of(Some(&wrong), None, &["echo"]),
+            Err(SkillError::NotAString)
+        );
+    }
+}
