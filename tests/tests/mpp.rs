@@ -10,146 +10,47 @@
 //! `Payment-Receipt` with `Cache-Control: private`; hostile `Authorization` headers are 402s,
 //! never 5xx, and never reach the logs; the Rust client pays MPP by itself.
 
-use std::net::TcpListener;
 use std::sync::Arc;
-use std::time::Duration;
 
 use base64::Engine;
-use harness::process::ServiceProcess;
-use harness::redis_server::{RedisOptions, RedisServer};
+use harness::paid::{PATIENCE, PAYEE, PAYER_KEY, PaidCluster, Res};
 use payments::LocalPayer;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use shared::client::{Client, ClientOptions, InvokeOptions, KeyPayer};
 
-type TestResult = Result<(), Box<dyn std::error::Error>>;
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
+type TestResult = Res<()>;
 
-const PATIENCE: Duration = Duration::from_secs(30);
-const POLL: Duration = Duration::from_millis(25);
-/// Anvil #0 pays, Anvil #1 is paid.
-const PAYER_KEY: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
-const PAYEE: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
 const PRICES: &str = "echo=0.001:mpp,sleep=0.002:mpp,summarize=0.001";
 const SECRET: &str = "an-mpp-secret-of-at-least-32-bytes-for-the-tests";
 const PROBLEMS: &str = "https://paymentauth.org/problems/";
 
-fn free_port() -> Res<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
+/// The suite's cluster: the shared paying cluster, plus this suite's requests.
+struct Cluster(PaidCluster);
 
-fn http() -> Res<reqwest::Client> {
-    Ok(reqwest::Client::builder().timeout(PATIENCE).build()?)
-}
+impl std::ops::Deref for Cluster {
+    type Target = PaidCluster;
 
-async fn wait_healthy(process: &ServiceProcess, base: &str) -> TestResult {
-    let client = http()?;
-    let start = tokio::time::Instant::now();
-    loop {
-        if let Ok(response) = client.get(format!("{base}/health")).send().await
-            && response.status() == StatusCode::OK
-        {
-            return Ok(());
-        }
-        if start.elapsed() > PATIENCE {
-            return Err(format!(
-                "{} never became healthy:\n{}",
-                process.name(),
-                process.log()
-            )
-            .into());
-        }
-        tokio::time::sleep(POLL).await;
+    fn deref(&self) -> &PaidCluster {
+        &self.0
     }
-}
-
-struct Cluster {
-    gateways: Vec<(ServiceProcess, String)>,
-    facilitator: (ServiceProcess, String),
-    _worker: ServiceProcess,
-    redis: RedisServer,
-    http: reqwest::Client,
 }
 
 impl Cluster {
     async fn start() -> Res<Cluster> {
-        let redis = RedisServer::start_with(RedisOptions::default().with_aof(true))?;
-        let port = free_port()?;
-        let facilitator = ServiceProcess::start(
-            "facilitator",
-            "facilitator",
-            &[],
-            &[("FACILITATOR_LISTEN", format!("127.0.0.1:{port}"))],
-        )?;
-        let facilitator_base = format!("http://127.0.0.1:{port}");
-        wait_healthy(&facilitator, &facilitator_base).await?;
-        let worker = ServiceProcess::start(
-            "worker",
-            "w1",
-            &[],
-            &[
-                ("REDIS_URL", redis.url()),
-                ("WORKER_ID", "w1".to_owned()),
-                ("WORKER_PRICES", PRICES.to_owned()),
-            ],
-        )?;
-        let mut gateways = Vec::new();
-        for name in ["g1", "g2"] {
-            let port = free_port()?;
-            let process = ServiceProcess::start(
-                "gateway",
-                name,
-                &[],
+        let ready = |card: &Value| card["entrypoints"]["echo"]["payment_protocol"] == "mpp";
+        Ok(Cluster(
+            PaidCluster::start(
+                &[("WORKER_PRICES", PRICES.to_owned())],
                 &[
-                    ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
-                    ("REDIS_URL", redis.url()),
-                    ("PAY_TO", PAYEE.to_owned()),
-                    ("FACILITATOR_URL", facilitator_base.clone()),
                     ("MPP_SECRET", SECRET.to_owned()),
                     // Both gateways name the same protection space, as behind one host.
                     ("MPP_REALM", "agents.example".to_owned()),
-                    ("RUST_LOG", "debug".to_owned()),
                 ],
-            )?;
-            let base = format!("http://127.0.0.1:{port}");
-            wait_healthy(&process, &base).await?;
-            gateways.push((process, base));
-        }
-        let cluster = Cluster {
-            gateways,
-            facilitator: (facilitator, facilitator_base),
-            _worker: worker,
-            redis,
-            http: http()?,
-        };
-        for (_, base) in &cluster.gateways {
-            cluster.wait_for_price(base, "echo").await?;
-        }
-        Ok(cluster)
-    }
-
-    fn base(&self, i: usize) -> &str {
-        self.gateways.get(i).map_or("", |(_, base)| base.as_str())
-    }
-
-    async fn wait_for_price(&self, base: &str, key: &str) -> TestResult {
-        let start = tokio::time::Instant::now();
-        loop {
-            let card: Value = self
-                .http
-                .get(format!("{base}/.well-known/agent-card.json"))
-                .send()
-                .await?
-                .json()
-                .await?;
-            if card["entrypoints"][key]["payment_protocol"] == "mpp" {
-                return Ok(());
-            }
-            if start.elapsed() > PATIENCE {
-                return Err(format!("{key} never appeared priced for MPP: {card}").into());
-            }
-            tokio::time::sleep(POLL).await;
-        }
+                ready,
+            )
+            .await?,
+        ))
     }
 
     async fn invoke(
@@ -178,35 +79,6 @@ impl Cluster {
             .ok_or("no WWW-Authenticate")?
             .to_str()?
             .to_owned())
-    }
-
-    async fn settled(&self) -> Res<u64> {
-        let stats: Value = self
-            .http
-            .get(format!("{}/control/stats", self.facilitator.1))
-            .send()
-            .await?
-            .json()
-            .await?;
-        stats["settled"]
-            .as_u64()
-            .ok_or_else(|| "no settled count".into())
-    }
-
-    async fn count(&self, pattern: &str) -> Res<usize> {
-        let mut conn = self.redis.client().await?;
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(pattern)
-            .query_async(&mut conn)
-            .await?;
-        Ok(keys.len())
-    }
-
-    fn logs(&self) -> String {
-        self.gateways
-            .iter()
-            .map(|(process, _)| process.log())
-            .collect()
     }
 }
 

@@ -1,0 +1,170 @@
+//! A paying cluster as real processes, for the MPP and Sign-In-With-X suites: a private
+//! redis-server with AOF (paid tasks need a durable store), the dev `facilitator`, one `worker`
+//! and two `gateway`s taking payments through it. Each suite passes the worker's and the
+//! gateways' extra settings and what the card must show before it starts testing.
+
+use std::net::TcpListener;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::process::ServiceProcess;
+use crate::redis_server::{RedisOptions, RedisServer};
+
+pub type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// How long any one wait for the cluster lasts.
+pub const PATIENCE: Duration = Duration::from_secs(30);
+/// Between two looks at a condition being polled for.
+const POLL: Duration = Duration::from_millis(25);
+/// Anvil #0: the payer (the facilitator funds it with 1000 USDC by default).
+pub const PAYER_KEY: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
+/// Anvil #1: the payee every gateway names.
+pub const PAYEE: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
+
+pub fn free_port() -> Res<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+pub fn http() -> Res<reqwest::Client> {
+    Ok(reqwest::Client::builder().timeout(PATIENCE).build()?)
+}
+
+/// Polls `base/health` until it answers 200.
+pub async fn wait_healthy(process: &ServiceProcess, base: &str) -> Res<()> {
+    let client = http()?;
+    let start = tokio::time::Instant::now();
+    loop {
+        if let Ok(response) = client.get(format!("{base}/health")).send().await
+            && response.status() == reqwest::StatusCode::OK
+        {
+            return Ok(());
+        }
+        if start.elapsed() > PATIENCE {
+            return Err(format!(
+                "{} never became healthy:\n{}",
+                process.name(),
+                process.log()
+            )
+            .into());
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Redis, the facilitator, worker `w1` and gateways `g1` and `g2`; they stop when it drops.
+pub struct PaidCluster {
+    gateways: Vec<(ServiceProcess, String)>,
+    facilitator: (ServiceProcess, String),
+    _worker: ServiceProcess,
+    pub redis: RedisServer,
+    pub http: reqwest::Client,
+}
+
+impl PaidCluster {
+    /// Starts the cluster with `worker_env` and `gateway_env` added to the worker's and every
+    /// gateway's settings, and waits until each gateway's card passes `ready`.
+    pub async fn start(
+        worker_env: &[(&str, String)],
+        gateway_env: &[(&str, String)],
+        ready: impl Fn(&Value) -> bool,
+    ) -> Res<PaidCluster> {
+        let redis = RedisServer::start_with(RedisOptions::default().with_aof(true))?;
+        let port = free_port()?;
+        let facilitator = ServiceProcess::start(
+            "facilitator",
+            "facilitator",
+            &[],
+            &[("FACILITATOR_LISTEN", format!("127.0.0.1:{port}"))],
+        )?;
+        let facilitator_base = format!("http://127.0.0.1:{port}");
+        wait_healthy(&facilitator, &facilitator_base).await?;
+        let mut envs = vec![("REDIS_URL", redis.url()), ("WORKER_ID", "w1".to_owned())];
+        envs.extend(worker_env.iter().cloned());
+        let worker = ServiceProcess::start("worker", "w1", &[], &envs)?;
+        let mut gateways = Vec::new();
+        for name in ["g1", "g2"] {
+            let port = free_port()?;
+            let mut envs = vec![
+                ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
+                ("REDIS_URL", redis.url()),
+                ("PAY_TO", PAYEE.to_owned()),
+                ("FACILITATOR_URL", facilitator_base.clone()),
+                ("RUST_LOG", "debug".to_owned()),
+            ];
+            envs.extend(gateway_env.iter().cloned());
+            let process = ServiceProcess::start("gateway", name, &[], &envs)?;
+            let base = format!("http://127.0.0.1:{port}");
+            wait_healthy(&process, &base).await?;
+            gateways.push((process, base));
+        }
+        let cluster = PaidCluster {
+            gateways,
+            facilitator: (facilitator, facilitator_base),
+            _worker: worker,
+            redis,
+            http: http()?,
+        };
+        for (_, base) in &cluster.gateways {
+            cluster.wait_for_card(base, &ready).await?;
+        }
+        Ok(cluster)
+    }
+
+    /// The URL of gateway `i` (0 or 1).
+    pub fn base(&self, i: usize) -> &str {
+        self.gateways.get(i).map_or("", |(_, base)| base.as_str())
+    }
+
+    async fn wait_for_card(&self, base: &str, ready: &impl Fn(&Value) -> bool) -> Res<()> {
+        let start = tokio::time::Instant::now();
+        loop {
+            let card: Value = self
+                .http
+                .get(format!("{base}/.well-known/agent-card.json"))
+                .send()
+                .await?
+                .json()
+                .await?;
+            if ready(&card) {
+                return Ok(());
+            }
+            if start.elapsed() > PATIENCE {
+                return Err(format!("the card never became ready: {card}").into());
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Settlements the facilitator made.
+    pub async fn settled(&self) -> Res<u64> {
+        let stats: Value = self
+            .http
+            .get(format!("{}/control/stats", self.facilitator.1))
+            .send()
+            .await?
+            .json()
+            .await?;
+        stats["settled"]
+            .as_u64()
+            .ok_or_else(|| "no settled count".into())
+    }
+
+    /// Keys of the namespace matching `pattern`.
+    pub async fn count(&self, pattern: &str) -> Res<usize> {
+        let mut conn = self.redis.client().await?;
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(pattern)
+            .query_async(&mut conn)
+            .await?;
+        Ok(keys.len())
+    }
+
+    /// Every gateway's log so far.
+    pub fn logs(&self) -> String {
+        self.gateways
+            .iter()
+            .map(|(process, _)| process.log())
+            .collect()
+    }
+}
