@@ -83,8 +83,10 @@ pub struct MppRoute<'a> {
 impl<'a> MppRoute<'a> {
     /// The route's parameters for `terms`, in the configured realm or else `origin`'s host.
     pub fn new(key: &'a MppKey, terms: &Terms, origin: &str) -> Result<Self, ApiError> {
-        let host = origin.split_once("://").map_or(origin, |(_, host)| host);
-        let realm = key.realm.as_deref().unwrap_or(host);
+        let realm = key
+            .realm
+            .as_deref()
+            .unwrap_or(crate::routes::card::origin::host_of(origin));
         let params = mpp::charge_params(realm, terms).map_err(|err| {
             tracing::error!(error = %err, "could not build an MPP challenge");
             ApiError::new(

@@ -27,6 +27,7 @@ use shared::registry::EntrypointInfo;
 
 use super::Gate;
 use crate::error::ApiError;
+use crate::routes::card::origin::host_of;
 use crate::state::AppState;
 
 /// How long an offered sign-in stays valid (and a spent nonce is remembered past it).
@@ -43,10 +44,9 @@ pub enum SignedIn {
 
 /// The SIWX offer of `entrypoint`, as the request at `origin` should sign it.
 pub fn offer(gate: &Gate, origin: &str) -> Option<Value> {
-    let host = origin.split_once("://").map_or(origin, |(_, host)| host);
-    let chain = format!("{}{}", siwx::EIP155, gate.network.chain_id);
+    let chain = chain_of(gate);
     let extension = SiwxExtension::declare(
-        host,
+        host_of(origin),
         origin,
         Some("Sign in to use this agent"),
         &[chain.as_str()],
@@ -54,6 +54,11 @@ pub fn offer(gate: &Gate, origin: &str) -> Option<Value> {
         Some(OFFER_SECONDS),
     )?;
     serde_json::to_value(extension).ok()
+}
+
+/// The CAIP-2 id of the gateway's network, the one chain it accepts signatures for.
+fn chain_of(gate: &Gate) -> String {
+    format!("{}{}", siwx::EIP155, gate.network.chain_id)
 }
 
 /// The entitlement mark of `address` to `entrypoint`.
@@ -100,14 +105,11 @@ pub async fn sign_in(
     let text = value
         .to_str()
         .map_err(|_| refuse("the SIGN-IN-WITH-X header is not ASCII"))?;
-    let host = origin
-        .split_once("://")
-        .map_or(origin.as_str(), |(_, host)| host);
-    let chain = format!("{}{}", siwx::EIP155, gate.network.chain_id);
+    let chain = chain_of(gate);
     let now = payments::unix_now();
     let verified = siwx::verify_header(
         text,
-        &Expectations::new(host, &origin, &[chain.as_str()], now),
+        &Expectations::new(host_of(&origin), &origin, &[chain.as_str()], now),
     )
     .map_err(|err| refuse(&format!("sign-in refused: {err}")))?;
     let keep = Duration::from_secs(

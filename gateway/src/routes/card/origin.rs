@@ -36,6 +36,11 @@ pub fn request_origin(headers: &HeaderMap, uri: &Uri, listen: &str) -> String {
     format!("{scheme}://{host}")
 }
 
+/// The `host[:port]` of an origin [`request_origin`] built.
+pub fn host_of(origin: &str) -> &str {
+    origin.split_once("://").map_or(origin, |(_, host)| host)
+}
+
 fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|value| value.to_str().ok())
 }
