@@ -56,6 +56,12 @@ pub struct GatewayConfig {
     #[arg(long, env = "MAX_ATTEMPTS", default_value_t = shared::store::DEFAULT_MAX_ATTEMPTS)]
     pub max_attempts: u32,
 
+    /// The skill an A2A message runs when it names none in `metadata.skillId` (the A2A
+    /// bindings under `/a2a`). Unset: the only skill, and an invalid-params error when
+    /// several are offered.
+    #[arg(long, env = "A2A_DEFAULT_SKILL")]
+    pub a2a_default_skill: Option<String>,
+
     /// Longest a direct invoke waits for its worker, in milliseconds.
     #[arg(long, env = "INVOKE_TIMEOUT_MS", default_value_t = 15 * 60 * 1000)]
     pub invoke_timeout_ms: u64,

@@ -70,6 +70,12 @@ pub struct WorkerConfig {
     )]
     pub siwx: Vec<String>,
 
+    /// Also host `tck`, the A2A conformance agent the A2A TCK (a2aproject/a2a-tck) drives: it
+    /// behaves by the prefix of the A2A message's messageId. Not one of the default built-ins;
+    /// with this flag it is hosted even when `--entrypoints` does not name it.
+    #[arg(long, env = "A2A_TCK_AGENT", default_value_t = false)]
+    pub a2a_tck_agent: bool,
+
     /// Lease lifetime in milliseconds; renewed every third of it. A dead worker's tasks are
     /// recovered about this long after it died.
     #[arg(long, env = "WORKER_LEASE_TTL_MS", default_value_t = 10_000)]
@@ -192,6 +198,19 @@ mod tests {
             ]);
             assert!(parsed.is_err(), "{price}");
         }
+    }
+
+    #[test]
+    fn the_a2a_tck_agent_is_off_unless_asked_for() {
+        let parse = |args: &[&str]| {
+            let base = ["worker", "--redis-url", "redis://x/"];
+            match WorkerConfig::try_parse_from(base.iter().chain(args)) {
+                Ok(config) => config.a2a_tck_agent,
+                Err(err) => panic!("{err}"),
+            }
+        };
+        assert!(!parse(&[]));
+        assert!(parse(&["--a2a-tck-agent"]));
     }
 
     #[test]

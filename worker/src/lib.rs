@@ -3,7 +3,8 @@
 //! - [`handler`]: what a handler receives ([`handler::TaskContext`]) and returns;
 //! - [`emitter`]: fenced progress and stream events from a running handler;
 //! - [`entrypoint`]: entrypoint definitions (schemas, streaming, price) and the set a worker hosts;
-//! - [`builtins`]: `echo`, `sleep`, `fail`, `count`, `summarize`;
+//! - [`builtins`]: `echo`, `sleep`, `fail`, `count`, `summarize`, and the A2A TCK agent `tck`
+//!   (only with `--a2a-tck-agent`);
 //! - [`prices`]: `--price KEY=AMOUNT` parsed and applied to the hosted entrypoints;
 //! - [`runtime`]: the claim loop, heartbeat, cancellation, recovery sweep and drain;
 //! - [`config`]: settings, each a flag and an environment variable.

@@ -62,17 +62,27 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The entrypoints this worker hosts (`--entrypoints`, default every built-in), priced
-/// (`--price`). A mistyped name or price stops the worker: it must not leave a paid
-/// entrypoint free, nor host something other than what was asked.
+/// The entrypoints this worker hosts (`--entrypoints`, default every built-in, plus the A2A
+/// TCK agent with `--a2a-tck-agent`), priced (`--price`). A mistyped name or price stops the
+/// worker: it must not leave a paid entrypoint free, nor host something other than what was
+/// asked.
 fn hosted(config: &WorkerConfig) -> Result<Entrypoints, String> {
-    let builtins = worker::builtins::all();
+    let mut builtins = worker::builtins::all();
+    if config.a2a_tck_agent {
+        builtins = builtins.with(worker::builtins::tck::entrypoint());
+    }
     let entrypoints = if config.entrypoints.is_empty() {
         builtins
     } else {
-        builtins
+        let only = builtins
             .only(&config.entrypoints)
-            .map_err(|unknown| format!("unknown entrypoints: {}", unknown.join(", ")))?
+            .map_err(|unknown| format!("unknown entrypoints: {}", unknown.join(", ")))?;
+        // The flag asks for the agent by itself: `--entrypoints` need not name it too.
+        if config.a2a_tck_agent {
+            only.with(worker::builtins::tck::entrypoint())
+        } else {
+            only
+        }
     };
     let entrypoints = entrypoints
         .retry_safe(&config.retry_safe)

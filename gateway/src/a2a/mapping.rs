@@ -16,7 +16,10 @@
 
 use std::collections::HashMap;
 
-use a2a::{Artifact, Message, Part, PartContent, Role, Task, TaskState, TaskStatus};
+use a2a::{
+    Artifact, Message, Part, PartContent, Role, Task, TaskArtifactUpdateEvent, TaskState,
+    TaskStatus,
+};
 use base64::Engine;
 use serde_json::{Value, json};
 use shared::protocol::TaskStatus as RuntimeStatus;
@@ -36,35 +39,50 @@ pub fn state_of(status: RuntimeStatus, phase: Phase) -> TaskState {
 /// `stored` as an A2A task, with at most `history_length` messages of history (`None`: all).
 pub fn task_of(stored: &StoredTask, history_length: Option<usize>) -> Task {
     let task = &stored.task;
-    let context_id = task
-        .context_id
-        .clone()
-        .unwrap_or_else(|| task.task_id.clone());
+    let context_id = context_of(stored);
     let timestamp = i64::try_from(task.updated_at.0)
         .ok()
         .and_then(chrono::DateTime::from_timestamp_millis);
-    let message = task.error.as_ref().map(|error| {
-        agent_message(
-            &task.task_id,
-            &context_id,
-            vec![
-                Part::text(error.message.clone()),
-                Part::data(json!({"code": error.code, "message": error.message})),
-            ],
-        )
-    });
-    let artifacts = task.result.as_ref().map(|result| {
-        vec![Artifact {
+    let native = task
+        .result
+        .as_ref()
+        .and_then(|result| native_of(&result.output));
+    let mut state = state_of(task.status, stored.phase);
+    let message = match (&task.error, &native) {
+        (Some(error), _) => {
+            if error.code == REJECTED {
+                state = TaskState::Rejected;
+            }
+            Some(agent_message(
+                &task.task_id,
+                &context_id,
+                vec![
+                    Part::text(error.message.clone()),
+                    Part::data(json!({"code": error.code, "message": error.message})),
+                ],
+            ))
+        }
+        (None, Some(native)) => native
+            .message
+            .clone()
+            .map(|parts| agent_message(&task.task_id, &context_id, parts)),
+        (None, None) => None,
+    };
+    let artifacts = match (&task.result, native) {
+        (Some(_), Some(native)) => Some(native.artifacts_for(&task.task_id)),
+        (Some(result), None) => Some(vec![Artifact {
             artifact_id: format!("{}-result", task.task_id),
             name: Some("result".into()),
             description: None,
             parts: vec![part_of(&result.output)],
             metadata: None,
             extensions: None,
-        }]
-    });
+        }]),
+        (None, _) => None,
+    }
+    .filter(|artifacts| !artifacts.is_empty());
     let mut history = vec![Message {
-        message_id: format!("{}-input", task.task_id),
+        message_id: message_id_of(stored).unwrap_or_else(|| format!("{}-input", task.task_id)),
         context_id: Some(context_id.clone()),
         task_id: Some(task.task_id.clone()),
         role: Role::User,
@@ -80,12 +98,206 @@ pub fn task_of(stored: &StoredTask, history_length: Option<usize>) -> Task {
         id: task.task_id.clone(),
         context_id,
         status: TaskStatus {
-            state: state_of(task.status, stored.phase),
+            state,
             message,
             timestamp,
         },
         artifacts,
         history: Some(history),
+        metadata: None,
+    }
+}
+
+/// The error code a skill fails with to refuse the work: `TASK_STATE_REJECTED`.
+pub const REJECTED: &str = "rejected";
+
+/// The context of a stored task (its id when it was created without one: A2A requires one).
+pub fn context_of(stored: &StoredTask) -> String {
+    stored
+        .task
+        .context_id
+        .clone()
+        .unwrap_or_else(|| stored.task.task_id.clone())
+}
+
+/// The `messageId` of the A2A message that created the task, kept in its metadata.
+pub fn message_id_of(stored: &StoredTask) -> Option<String> {
+    stored
+        .invocation
+        .metadata
+        .as_ref()?
+        .get("a2a")?
+        .get("messageId")?
+        .as_str()
+        .map(str::to_owned)
+}
+
+/// The runtime metadata of a task created by the A2A message `message_id`, with the
+/// message's own metadata: what a skill sees as `ctx.metadata`.
+pub fn metadata_of(message_id: &str, metadata: Option<&HashMap<String, Value>>) -> Value {
+    let mut a2a = serde_json::Map::new();
+    a2a.insert("messageId".into(), Value::String(message_id.to_owned()));
+    if let Some(metadata) = metadata {
+        a2a.insert(
+            "metadata".into(),
+            Value::Object(metadata.clone().into_iter().collect()),
+        );
+    }
+    json!({ "a2a": a2a })
+}
+
+/// A run's output written for A2A: an object whose only member is `a2a`, holding
+/// `message` (`{parts}`: the final status message), `artifacts` (`[{artifactId?, name?,
+/// description?, parts}]`) and `reply` (`true`: the caller of `SendMessage` gets the message
+/// itself rather than the task).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Native {
+    pub message: Option<Vec<Part>>,
+    pub artifacts: Vec<NativeArtifact>,
+    pub reply: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NativeArtifact {
+    #[serde(default)]
+    pub artifact_id: Option<String>,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub description: Option<String>,
+    pub parts: Vec<Part>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NativeWire {
+    #[serde(default)]
+    message: Option<NativeMessage>,
+    #[serde(default)]
+    artifacts: Vec<NativeArtifact>,
+    #[serde(default)]
+    reply: bool,
+}
+
+#[derive(serde::Deserialize)]
+struct NativeMessage {
+    parts: Vec<Part>,
+}
+
+impl Native {
+    /// The artifacts with their ids (`{task}-artifact-{i}` where the run named none).
+    pub fn artifacts_for(&self, task_id: &str) -> Vec<Artifact> {
+        self.artifacts
+            .iter()
+            .enumerate()
+            .map(|(i, artifact)| Artifact {
+                artifact_id: artifact
+                    .artifact_id
+                    .clone()
+                    .unwrap_or_else(|| format!("{task_id}-artifact-{i}")),
+                name: artifact.name.clone(),
+                description: artifact.description.clone(),
+                parts: artifact.parts.clone(),
+                metadata: None,
+                extensions: None,
+            })
+            .collect()
+    }
+}
+
+/// `output` read as an A2A-native output, if it is one (see [`Native`]).
+pub fn native_of(output: &Value) -> Option<Native> {
+    let Value::Object(map) = output else {
+        return None;
+    };
+    if map.len() != 1 {
+        return None;
+    }
+    let wire: NativeWire = serde_json::from_value(map.get("a2a")?.clone()).ok()?;
+    Some(Native {
+        message: wire.message.map(|message| message.parts),
+        artifacts: wire.artifacts,
+        reply: wire.reply,
+    })
+}
+
+/// The message a run answered with instead of a task (`{"a2a": {"reply": true, ...}}`).
+pub fn reply_of(stored: &StoredTask) -> Option<Message> {
+    let native = native_of(&stored.task.result.as_ref()?.output)?;
+    if !native.reply {
+        return None;
+    }
+    let mut message = agent_message(
+        &stored.task.task_id,
+        &context_of(stored),
+        native.message.unwrap_or_default(),
+    );
+    message.message_id = format!("{}-reply", stored.task.task_id);
+    Some(message)
+}
+
+/// A stream event of a run as an artifact update: `{"a2a": {"artifact", "append",
+/// "lastChunk"}}` as written; anything else as a chunk of the artifact `{task}-stream`
+/// (`first`: the first such chunk, not appended).
+pub fn artifact_event(
+    task_id: &str,
+    context_id: &str,
+    kind: &str,
+    data: Value,
+    first: bool,
+) -> TaskArtifactUpdateEvent {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Chunk {
+        artifact: NativeArtifact,
+        #[serde(default)]
+        append: Option<bool>,
+        #[serde(default)]
+        last_chunk: Option<bool>,
+    }
+    let native = match &data {
+        Value::Object(map) if map.len() == 1 => map
+            .get("a2a")
+            .and_then(|chunk| serde_json::from_value::<Chunk>(chunk.clone()).ok()),
+        _ => None,
+    };
+    if let Some(chunk) = native {
+        let artifact = Native {
+            artifacts: vec![chunk.artifact],
+            ..Native::default()
+        }
+        .artifacts_for(task_id)
+        .into_iter()
+        .next();
+        if let Some(artifact) = artifact {
+            return TaskArtifactUpdateEvent {
+                task_id: task_id.to_owned(),
+                context_id: context_id.to_owned(),
+                artifact,
+                append: chunk.append,
+                last_chunk: chunk.last_chunk,
+                metadata: None,
+            };
+        }
+    }
+    let part = match (kind, data) {
+        ("text", Value::String(text)) => Part::text(text),
+        (_, value) => part_of(&value),
+    };
+    TaskArtifactUpdateEvent {
+        task_id: task_id.to_owned(),
+        context_id: context_id.to_owned(),
+        artifact: Artifact {
+            artifact_id: format!("{task_id}-stream"),
+            name: Some("stream".into()),
+            description: None,
+            parts: vec![part],
+            metadata: None,
+            extensions: None,
+        },
+        append: Some(!first),
+        last_chunk: None,
         metadata: None,
     }
 }

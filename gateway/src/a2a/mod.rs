@@ -1,4 +1,75 @@
-//! The official A2A v1.0 bindings (issue P10), built on the `a2a-lf` crate's types. So far:
-//! [`mapping`], the runtime's tasks and inputs as A2A messages, tasks and states.
+//! The official A2A v1.0 bindings over the same task runtime as the Lucid profile, mounted
+//! under `{base}/a2a` so that their paths never meet the profile's (`GET /tasks` exists in
+//! both):
+//!
+//! - `GET {base}/a2a/.well-known/agent-card.json`: the strict A2A card ([`card`]);
+//! - `POST {base}/a2a/jsonrpc`: the JSON-RPC 2.0 binding ([`jsonrpc`]);
+//! - `{base}/a2a/v1/...`: the HTTP+JSON binding ([`rest`]).
+//!
+//! Both bindings run the same operations ([`service`]) on the runtime's tasks, mapped to and
+//! from A2A by [`mapping`]; every call names its protocol version ([`version`]) and its
+//! caller by bearer token ([`caller`]); errors carry the spec's codes ([`error`]).
 
+pub mod caller;
+pub mod card;
+pub mod error;
+pub mod jsonrpc;
 pub mod mapping;
+pub mod rest;
+pub mod service;
+pub mod version;
+
+use axum::Router;
+use axum::extract::{OriginalUri, State};
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+
+use crate::error::ApiError;
+use crate::routes::card::request_origin;
+use crate::state::AppState;
+
+/// Where the bindings live under the base path.
+pub const PREFIX: &str = "/a2a";
+
+/// The JSON-RPC endpoint's URL for a card built at `base_url` (origin and base path).
+pub fn jsonrpc_url(base_url: &str) -> String {
+    format!("{base_url}{PREFIX}/jsonrpc")
+}
+
+/// The HTTP+JSON binding's base URL for a card built at `base_url`.
+pub fn rest_url(base_url: &str) -> String {
+    format!("{base_url}{PREFIX}/v1")
+}
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route(
+            &format!("{PREFIX}/.well-known/agent-card.json"),
+            get(agent_card),
+        )
+        .route(&format!("{PREFIX}/jsonrpc"), post(jsonrpc::handle))
+        .nest(&format!("{PREFIX}/v1"), rest::router())
+}
+
+async fn agent_card(
+    State(state): State<AppState>,
+    OriginalUri(uri): OriginalUri,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let mut base = request_origin(&headers, &uri, &state.config.listen);
+    base.push_str(&state.config.base_path());
+    let snapshot = crate::admit::entrypoints(&state).await?;
+    let card = card::build(&state.config, &base, snapshot.entrypoints());
+    let mut response = axum::Json(card).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=30"),
+    );
+    headers.insert(
+        header::VARY,
+        HeaderValue::from_static("Host, X-Forwarded-Host, X-Forwarded-Proto"),
+    );
+    Ok(response)
+}

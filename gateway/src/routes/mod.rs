@@ -18,6 +18,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .merge(card::router(state))
         .merge(tasks::router())
         .merge(invoke::router())
+        .merge(crate::a2a::router())
 }
 
 /// Unknown routes: `404 {"error":{"code":"not_found","message":"Not found"}}`.

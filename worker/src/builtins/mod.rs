@@ -8,16 +8,22 @@
 //!
 //! `echo` and `sleep` match the upstream benchmark agent's built-ins (descriptions, outputs and
 //! input errors); the others are ours.
+//!
+//! One more is not in [`all`] and is hosted only with `--a2a-tck-agent`:
+//!
+//! - [`tck`]: the A2A conformance agent the A2A TCK drives; streams, and behaves by the A2A
+//!   message's `messageId` prefix (artifacts, a direct reply, a rejection, streamed chunks).
 
 pub mod count;
 pub mod echo;
 pub mod fail;
 pub mod sleep;
 pub mod summarize;
+pub mod tck;
 
 use crate::entrypoint::Entrypoints;
 
-/// All built-in entrypoints.
+/// The default built-in entrypoints (every one but [`tck`]).
 pub fn all() -> Entrypoints {
     Entrypoints::new()
         .with(echo::entrypoint())

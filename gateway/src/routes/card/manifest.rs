@@ -26,7 +26,9 @@ pub struct AgentCard<'a> {
     name: &'a str,
     description: &'a str,
     url: String,
-    supported_interfaces: [Interface; 1],
+    /// The Lucid profile's interface first (upstream clients read it), then the official A2A
+    /// v1.0 bindings ([`crate::a2a`]).
+    supported_interfaces: [Interface; 3],
     version: &'a str,
     capabilities: Capabilities,
     default_input_modes: &'static [&'static str],
@@ -45,6 +47,8 @@ pub struct AgentCard<'a> {
 struct Interface {
     url: String,
     protocol_binding: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    protocol_version: Option<&'static str>,
 }
 
 #[derive(Debug, Serialize)]
@@ -121,10 +125,23 @@ impl<'a> AgentCard<'a> {
             protocol_version: PROTOCOL_VERSION,
             name: &config.agent_name,
             description: &config.agent_description,
-            supported_interfaces: [Interface {
-                url: url.clone(),
-                protocol_binding: PROTOCOL_BINDING,
-            }],
+            supported_interfaces: [
+                Interface {
+                    url: url.clone(),
+                    protocol_binding: PROTOCOL_BINDING,
+                    protocol_version: None,
+                },
+                Interface {
+                    url: crate::a2a::jsonrpc_url(base_url),
+                    protocol_binding: a2a::TRANSPORT_PROTOCOL_JSONRPC,
+                    protocol_version: Some(a2a::VERSION),
+                },
+                Interface {
+                    url: crate::a2a::rest_url(base_url),
+                    protocol_binding: a2a::TRANSPORT_PROTOCOL_HTTP_JSON,
+                    protocol_version: Some(a2a::VERSION),
+                },
+            ],
             url,
             version: &config.agent_version,
             capabilities: Capabilities {

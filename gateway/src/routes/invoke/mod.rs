@@ -16,7 +16,7 @@ mod direct;
 mod idempotent;
 mod outcome;
 mod stream;
-mod watch;
+pub mod watch;
 
 use std::sync::Arc;
 

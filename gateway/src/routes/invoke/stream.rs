@@ -188,6 +188,7 @@ async fn relay(state: AppState, mut run: Run, tx: mpsc::Sender<Bytes>) {
             next = run.watch.next() => next,
         };
         match next {
+            Ok(RunEvent::Running) => {}
             Ok(RunEvent::Stream { kind, data }) => {
                 if tx.send(frames.event(&kind, data)).await.is_err() {
                     return;

@@ -45,6 +45,8 @@ impl Terminal {
 /// What a run produced next.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RunEvent {
+    /// A worker started running the task (its `statusUpdate running`).
+    Running,
     /// A stream event (`text`, `delta`, `asset`, `control`) with the worker's data.
     Stream { kind: String, data: Value },
     /// The run ended; nothing follows.
@@ -160,8 +162,8 @@ impl Watch {
     }
 }
 
-/// Stream events and terminal transitions; everything else (`statusUpdate running`,
-/// `progress`, unknown names) is skipped.
+/// Stream events, the start of a run and terminal transitions; everything else (`progress`,
+/// unknown names) is skipped.
 fn classify(event: StoredEvent) -> Option<RunEvent> {
     if STREAM_KINDS.contains(&event.event.as_str()) {
         return Some(RunEvent::Stream {
@@ -171,7 +173,10 @@ fn classify(event: StoredEvent) -> Option<RunEvent> {
     }
     TaskEventKind::parse(&event.event)?;
     let data: TaskEventData = serde_json::from_value(event.data).ok()?;
-    let status = data.status.filter(|status| status.is_terminal())?;
+    let status = data.status?;
+    if !status.is_terminal() {
+        return Some(RunEvent::Running);
+    }
     Some(RunEvent::Finished(Terminal {
         status,
         result: data.result,
@@ -208,7 +213,7 @@ mod tests {
                 "statusUpdate",
                 json!({"taskId": "t", "status": "running"})
             )),
-            None
+            Some(RunEvent::Running)
         );
         assert_eq!(classify(event(3, "progress", json!({"sleeping": 5}))), None);
         assert_eq!(

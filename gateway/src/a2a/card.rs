@@ -1,0 +1,83 @@
+//! The A2A v1.0 Agent Card at `{base}/a2a/.well-known/agent-card.json`: the official shape
+//! and nothing else (the spec's schema allows no extra members), so strict A2A clients and
+//! the TCK read it as it is. The Lucid profile's card at `/.well-known/agent-card.json` keeps
+//! its upstream shape and lists the same two interfaces.
+
+use std::collections::HashMap;
+
+use a2a::{
+    AgentCapabilities, AgentCard, AgentInterface, AgentSkill, HttpAuthSecurityScheme,
+    SecurityScheme,
+};
+use shared::registry::EntrypointInfo;
+
+use super::{caller, jsonrpc_url, rest_url, service};
+use crate::config::GatewayConfig;
+
+/// The card for `entrypoints` as seen from `base_url` (`scheme://host` and the base path).
+pub fn build(config: &GatewayConfig, base_url: &str, entrypoints: &[EntrypointInfo]) -> AgentCard {
+    let modes = |modes: &[&str]| {
+        modes
+            .iter()
+            .map(|mode| (*mode).to_owned())
+            .collect::<Vec<_>>()
+    };
+    AgentCard {
+        name: config.agent_name.clone(),
+        description: config.agent_description.clone(),
+        version: config.agent_version.clone(),
+        supported_interfaces: vec![
+            AgentInterface::new(jsonrpc_url(base_url), a2a::TRANSPORT_PROTOCOL_JSONRPC),
+            AgentInterface::new(rest_url(base_url), a2a::TRANSPORT_PROTOCOL_HTTP_JSON),
+        ],
+        capabilities: AgentCapabilities {
+            streaming: Some(true),
+            push_notifications: Some(false),
+            extensions: None,
+            extended_agent_card: Some(false),
+        },
+        default_input_modes: modes(service::INPUT_MODES),
+        default_output_modes: modes(service::OUTPUT_MODES),
+        skills: entrypoints.iter().map(skill).collect(),
+        provider: None,
+        documentation_url: None,
+        icon_url: None,
+        security_schemes: Some(HashMap::from([(
+            caller::SCHEME.to_owned(),
+            SecurityScheme::HttpAuth(HttpAuthSecurityScheme {
+                scheme: "Bearer".into(),
+                description: Some(
+                    "Any secret of 20 to 256 characters: the caller's tasks are the tasks \
+                     created with it"
+                        .into(),
+                ),
+                bearer_format: None,
+            }),
+        )])),
+        security_requirements: Some(vec![HashMap::from([(
+            caller::SCHEME.to_owned(),
+            Vec::new(),
+        )])]),
+        signatures: None,
+    }
+}
+
+fn skill(entrypoint: &EntrypointInfo) -> AgentSkill {
+    let mut tags = vec!["taskcluster".to_owned()];
+    if entrypoint.streaming {
+        tags.push("streaming".into());
+    }
+    if entrypoint.price.is_some() {
+        tags.push("paid".into());
+    }
+    AgentSkill {
+        id: entrypoint.key.clone(),
+        name: entrypoint.key.clone(),
+        description: entrypoint.description.clone(),
+        tags,
+        examples: None,
+        input_modes: None,
+        output_modes: None,
+        security_requirements: None,
+    }
+}

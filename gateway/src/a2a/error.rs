@@ -1,0 +1,304 @@
+//! A2A errors and how each binding writes them.
+//!
+//! One [`A2aError`] carries the spec's code (`-32001` task not found … `-32009` version not
+//! supported, and JSON-RPC's own `-32700` … `-32603`) and a message. JSON-RPC writes it as the
+//! `error` member with `data` holding a `google.rpc.ErrorInfo` (reason, domain
+//! `a2a-protocol.org`); HTTP+JSON writes it as AIP-193 `{"error": {code, status, message,
+//! details}}` with the HTTP status of the spec's error table (the A2A TCK's table: not
+//! cancelable is `409`, an unsupported content type `415`).
+
+use a2a::errordetails::{PROTOCOL_DOMAIN, TypedDetail};
+use a2a::{JsonRpcError, error_code, error_reason};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+/// An A2A error: the spec's code and a message safe to show the caller.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message} ({code})")]
+pub struct A2aError {
+    pub code: i32,
+    pub message: String,
+    /// Set for errors of authentication: the HTTP status is `401` on both bindings and the
+    /// response carries `WWW-Authenticate: Bearer`.
+    pub unauthenticated: bool,
+}
+
+impl A2aError {
+    pub fn new(code: i32, message: impl Into<String>) -> Self {
+        A2aError {
+            code,
+            message: message.into(),
+            unauthenticated: false,
+        }
+    }
+
+    pub fn task_not_found(task_id: &str) -> Self {
+        A2aError::new(
+            error_code::TASK_NOT_FOUND,
+            format!("Task {} not found", quoted(task_id)),
+        )
+    }
+
+    pub fn not_cancelable(task_id: &str) -> Self {
+        A2aError::new(
+            error_code::TASK_NOT_CANCELABLE,
+            format!(
+                "Task {} is in a terminal state and cannot be canceled",
+                quoted(task_id)
+            ),
+        )
+    }
+
+    pub fn push_not_supported() -> Self {
+        A2aError::new(
+            error_code::PUSH_NOTIFICATION_NOT_SUPPORTED,
+            "Push notifications are not supported by this agent",
+        )
+    }
+
+    pub fn unsupported(message: impl Into<String>) -> Self {
+        A2aError::new(error_code::UNSUPPORTED_OPERATION, message)
+    }
+
+    pub fn content_type(media_type: &str) -> Self {
+        A2aError::new(
+            error_code::CONTENT_TYPE_NOT_SUPPORTED,
+            format!("Media type {} is not supported", quoted(media_type)),
+        )
+    }
+
+    pub fn invalid_agent_response(message: impl Into<String>) -> Self {
+        A2aError::new(error_code::INVALID_AGENT_RESPONSE, message)
+    }
+
+    pub fn extended_card_not_configured() -> Self {
+        A2aError::new(
+            error_code::EXTENDED_CARD_NOT_CONFIGURED,
+            "This agent has no extended agent card",
+        )
+    }
+
+    pub fn version(requested: &str) -> Self {
+        A2aError::new(
+            error_code::VERSION_NOT_SUPPORTED,
+            format!(
+                "A2A-Version {} is not supported; this agent speaks 1.0",
+                quoted(requested)
+            ),
+        )
+    }
+
+    pub fn parse(message: impl Into<String>) -> Self {
+        A2aError::new(error_code::PARSE_ERROR, message)
+    }
+
+    pub fn invalid_request(message: impl Into<String>) -> Self {
+        A2aError::new(error_code::INVALID_REQUEST, message)
+    }
+
+    pub fn method_not_found(method: &str) -> Self {
+        A2aError::new(
+            error_code::METHOD_NOT_FOUND,
+            format!("Method {} not found", quoted(truncated(method))),
+        )
+    }
+
+    pub fn invalid_params(message: impl Into<String>) -> Self {
+        A2aError::new(error_code::INVALID_PARAMS, message)
+    }
+
+    pub fn internal() -> Self {
+        A2aError::new(error_code::INTERNAL_ERROR, "Internal error")
+    }
+
+    /// The store or the registry is unreachable: the caller may retry.
+    pub fn unavailable() -> Self {
+        A2aError::new(
+            error_code::INTERNAL_ERROR,
+            "The task store is unavailable; retry shortly",
+        )
+    }
+
+    pub fn unauthenticated(message: impl Into<String>) -> Self {
+        A2aError {
+            code: error_code::INVALID_REQUEST,
+            message: message.into(),
+            unauthenticated: true,
+        }
+    }
+
+    /// The spec's reason name (`TASK_NOT_FOUND`, …), or `UNAUTHENTICATED`.
+    pub fn reason(&self) -> &'static str {
+        if self.unauthenticated {
+            "UNAUTHENTICATED"
+        } else {
+            error_reason(self.code)
+        }
+    }
+
+    /// The `google.rpc.ErrorInfo` detail both bindings carry.
+    fn error_info(&self) -> Value {
+        serde_json::to_value(TypedDetail::error_info(
+            self.reason(),
+            PROTOCOL_DOMAIN,
+            None,
+        ))
+        .unwrap_or_else(|_| json!({}))
+    }
+
+    /// The JSON-RPC `error` member.
+    pub fn to_jsonrpc(&self) -> JsonRpcError {
+        JsonRpcError {
+            code: self.code,
+            message: self.message.clone(),
+            data: Some(Value::Array(vec![self.error_info()])),
+        }
+    }
+
+    /// The HTTP status of this error on the HTTP+JSON binding.
+    pub fn http_status(&self) -> StatusCode {
+        if self.unauthenticated {
+            return StatusCode::UNAUTHORIZED;
+        }
+        match self.code {
+            error_code::TASK_NOT_FOUND | error_code::METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
+            error_code::TASK_NOT_CANCELABLE => StatusCode::CONFLICT,
+            error_code::CONTENT_TYPE_NOT_SUPPORTED => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            error_code::INVALID_AGENT_RESPONSE => StatusCode::BAD_GATEWAY,
+            error_code::INTERNAL_ERROR => StatusCode::INTERNAL_SERVER_ERROR,
+            _ => StatusCode::BAD_REQUEST,
+        }
+    }
+
+    /// The gRPC status name AIP-193 puts beside the code.
+    fn grpc_status(&self) -> &'static str {
+        if self.unauthenticated {
+            return "UNAUTHENTICATED";
+        }
+        match self.code {
+            error_code::TASK_NOT_FOUND | error_code::METHOD_NOT_FOUND => "NOT_FOUND",
+            error_code::TASK_NOT_CANCELABLE
+            | error_code::EXTENDED_CARD_NOT_CONFIGURED
+            | error_code::EXTENSION_SUPPORT_REQUIRED => "FAILED_PRECONDITION",
+            error_code::PUSH_NOTIFICATION_NOT_SUPPORTED
+            | error_code::UNSUPPORTED_OPERATION
+            | error_code::VERSION_NOT_SUPPORTED => "UNIMPLEMENTED",
+            error_code::INVALID_AGENT_RESPONSE | error_code::INTERNAL_ERROR => "INTERNAL",
+            _ => "INVALID_ARGUMENT",
+        }
+    }
+
+    /// The HTTP+JSON binding's error response.
+    pub fn to_rest(&self) -> Response {
+        let status = self.http_status();
+        let body = json!({
+            "error": {
+                "code": status.as_u16(),
+                "status": self.grpc_status(),
+                "message": self.message,
+                "details": [self.error_info()],
+            }
+        });
+        let mut response = (status, axum::Json(body)).into_response();
+        self.challenge(&mut response);
+        response
+    }
+
+    /// `WWW-Authenticate: Bearer` on authentication errors.
+    pub fn challenge(&self, response: &mut Response) {
+        if self.unauthenticated {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"a2a\""),
+            );
+        }
+    }
+}
+
+impl From<crate::error::ApiError> for A2aError {
+    /// A Lucid profile error met on a shared path (admission, input validation, the store):
+    /// its status decides the A2A code, and its message or issues are kept.
+    fn from(err: crate::error::ApiError) -> Self {
+        let message = match (&err.message, &err.issues) {
+            (Some(message), _) => message.clone(),
+            (None, Some(issues)) => {
+                format!("The input does not match the skill's schema: {issues}")
+            }
+            (None, None) => err.code.as_str().to_owned(),
+        };
+        match err.status {
+            StatusCode::SERVICE_UNAVAILABLE => A2aError::new(error_code::INTERNAL_ERROR, message),
+            status if status.is_client_error() => A2aError::invalid_params(message),
+            _ => A2aError::internal(),
+        }
+    }
+}
+
+impl From<shared::store::StoreError> for A2aError {
+    fn from(err: shared::store::StoreError) -> Self {
+        tracing::warn!(error = %err, "task store call failed during an A2A request");
+        A2aError::unavailable()
+    }
+}
+
+/// `"text"` as JSON writes it.
+fn quoted(text: &str) -> String {
+    Value::String(text.to_owned()).to_string()
+}
+
+/// At most 64 characters of what a caller sent, so an error never echoes a huge value back.
+pub fn truncated(text: &str) -> &str {
+    match text.char_indices().nth(64) {
+        Some((end, _)) => &text[..end],
+        None => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jsonrpc_errors_carry_error_info() -> Result<(), serde_json::Error> {
+        let error = serde_json::to_value(A2aError::task_not_found("t1").to_jsonrpc())?;
+        assert_eq!(error["code"], -32001);
+        assert_eq!(
+            error["data"][0]["@type"],
+            "type.googleapis.com/google.rpc.ErrorInfo"
+        );
+        assert_eq!(error["data"][0]["reason"], "TASK_NOT_FOUND");
+        assert_eq!(error["data"][0]["domain"], "a2a-protocol.org");
+        Ok(())
+    }
+
+    #[test]
+    fn rest_statuses_follow_the_spec_table() {
+        assert_eq!(
+            A2aError::task_not_found("x").http_status(),
+            StatusCode::NOT_FOUND
+        );
+        assert_eq!(
+            A2aError::not_cancelable("x").http_status(),
+            StatusCode::CONFLICT
+        );
+        assert_eq!(
+            A2aError::content_type("a/b").http_status(),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE
+        );
+        assert_eq!(
+            A2aError::version("9.0").http_status(),
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(
+            A2aError::unauthenticated("no").http_status(),
+            StatusCode::UNAUTHORIZED
+        );
+    }
+
+    #[test]
+    fn long_names_are_cut() {
+        let long = "m".repeat(10_000);
+        assert!(A2aError::method_not_found(&long).message.len() < 100);
+    }
+}

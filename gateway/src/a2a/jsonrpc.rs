@@ -1,0 +1,313 @@
+//! The JSON-RPC 2.0 binding: `POST {base}/a2a/jsonrpc`.
+//!
+//! One request object per call. Whatever a client sends gets a JSON-RPC answer with the
+//! spec's code, never a 5xx: unparsable JSON is `-32700`; a batch, a non-object, a wrong
+//! `jsonrpc`, a missing or non-string `method`, or an id that is not a string of at most 256
+//! characters, an integer or null is `-32600` (answered with id null: such an id is not
+//! echoed); an unknown method is `-32601`; params of the wrong shape are `-32602`. Errors are
+//! HTTP 200 like any JSON-RPC answer, except authentication (`401` with
+//! `WWW-Authenticate: Bearer`) and the payment gate's own answers (`402`), which keep their
+//! HTTP meaning. The streaming methods answer `text/event-stream`, each event
+//! `data: {"jsonrpc":"2.0","id":…,"result":StreamResponse}`.
+
+use std::convert::Infallible;
+
+use a2a::{JsonRpcId, JsonRpcResponse, methods};
+use axum::body::Bytes;
+use axum::extract::{OriginalUri, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::error::{A2aError, truncated};
+use super::service::{self, Caller, Refusal, Reply};
+use super::{caller, version};
+use crate::routes::tasks::KEEP_ALIVE_INTERVAL;
+use crate::state::AppState;
+
+/// The longest string id echoed back.
+const MAX_ID_LEN: usize = 256;
+
+/// `POST /a2a/jsonrpc`.
+pub async fn handle(
+    State(state): State<AppState>,
+    OriginalUri(uri): OriginalUri,
+    headers: HeaderMap,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Response {
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return answer_error(
+                JsonRpcId::Null,
+                &A2aError::invalid_request("The request body is too large"),
+            );
+        }
+        Err(_) => {
+            return answer_error(
+                JsonRpcId::Null,
+                &A2aError::invalid_request("The request body could not be read"),
+            );
+        }
+    };
+    let request: Value = match serde_json::from_slice(&body) {
+        Ok(request) => request,
+        Err(_) => return answer_error(JsonRpcId::Null, &A2aError::parse("Invalid JSON")),
+    };
+    let (id, method, params) = match envelope(request) {
+        Ok(parts) => parts,
+        Err((id, err)) => return answer_error(id, &err),
+    };
+    if let Err(err) = version::check(&headers, uri.query()) {
+        return answer_error(id, &err);
+    }
+    if !methods::is_valid(&method) {
+        return answer_error(id, &A2aError::method_not_found(&method));
+    }
+    let owner = match caller::owner(&headers) {
+        Ok(owner) => owner,
+        Err(err) => return answer_error(id, &err),
+    };
+    let caller = Caller {
+        state: &state,
+        owner,
+        headers: &headers,
+        uri: &uri,
+    };
+    dispatch(&caller, id, &method, params).await
+}
+
+async fn dispatch(caller: &Caller<'_>, id: JsonRpcId, method: &str, params: Value) -> Response {
+    match method {
+        methods::SEND_MESSAGE => match parse(params) {
+            Ok(request) => match service::send(caller, request).await {
+                Ok(reply) => answer_reply(id, reply),
+                Err(refusal) => answer_refusal(id, refusal),
+            },
+            Err(err) => answer_error(id, &err),
+        },
+        methods::SEND_STREAMING_MESSAGE => match parse(params) {
+            Ok(request) => match service::stream(caller, request).await {
+                Ok(Reply { value, receipt }) => {
+                    let mut response = sse(id, value);
+                    if let Some(receipt) = receipt {
+                        receipt.attach(&mut response);
+                    }
+                    response
+                }
+                Err(refusal) => answer_refusal(id, refusal),
+            },
+            Err(err) => answer_error(id, &err),
+        },
+        methods::GET_TASK => match parse(params) {
+            Ok(request) => answer(id, service::get(caller, request).await),
+            Err(err) => answer_error(id, &err),
+        },
+        methods::LIST_TASKS => match parse(params) {
+            Ok(request) => answer(id, service::list(caller, request).await),
+            Err(err) => answer_error(id, &err),
+        },
+        methods::CANCEL_TASK => match parse(params) {
+            Ok(request) => answer(id, service::cancel(caller, request).await),
+            Err(err) => answer_error(id, &err),
+        },
+        methods::SUBSCRIBE_TO_TASK => match parse::<a2a::SubscribeToTaskRequest>(params) {
+            Ok(request) => match service::subscribe(caller, request).await {
+                Ok(events) => sse(id, events),
+                Err(err) => answer_error(id, &err),
+            },
+            Err(err) => answer_error(id, &err),
+        },
+        methods::GET_EXTENDED_AGENT_CARD => {
+            answer_error(id, &A2aError::extended_card_not_configured())
+        }
+        // The push-notification methods: this agent has none (`capabilities.pushNotifications`
+        // is false).
+        _ => answer_error(id, &A2aError::push_not_supported()),
+    }
+}
+
+/// Reads the envelope: `(id, method, params)`, or the id to answer with and the error.
+fn envelope(request: Value) -> Result<(JsonRpcId, String, Value), (JsonRpcId, A2aError)> {
+    let invalid = |id: JsonRpcId, message: &str| (id, A2aError::invalid_request(message));
+    let Value::Object(mut request) = request else {
+        let message = if request.is_array() {
+            "Batch requests are not supported; send one request object"
+        } else {
+            "A JSON-RPC request is an object"
+        };
+        return Err(invalid(JsonRpcId::Null, message));
+    };
+    let id = match request.remove("id") {
+        None | Some(Value::Null) => JsonRpcId::Null,
+        Some(Value::String(id)) if id.len() <= MAX_ID_LEN => JsonRpcId::String(id),
+        Some(Value::Number(number)) => match number.as_i64() {
+            Some(id) => JsonRpcId::Number(id),
+            None => return Err(invalid(JsonRpcId::Null, "id must be an integer")),
+        },
+        Some(Value::String(_)) => {
+            return Err(invalid(
+                JsonRpcId::Null,
+                "id must be at most 256 characters",
+            ));
+        }
+        Some(_) => {
+            return Err(invalid(
+                JsonRpcId::Null,
+                "id must be a string, an integer or null",
+            ));
+        }
+    };
+    if request.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err(invalid(id, "jsonrpc must be \"2.0\""));
+    }
+    let method = match request.remove("method") {
+        Some(Value::String(method)) => method,
+        _ => return Err(invalid(id, "method must be a string")),
+    };
+    let params = match request.remove("params") {
+        None | Some(Value::Null) => Value::Object(Default::default()),
+        Some(params @ Value::Object(_)) => params,
+        Some(_) => {
+            return Err((id, A2aError::invalid_params("params must be an object")));
+        }
+    };
+    Ok((id, method, params))
+}
+
+/// `params` as the method's request type; a mismatch is `-32602` with serde's reason, cut
+/// short (it may quote the offending value).
+fn parse<T: DeserializeOwned>(params: Value) -> Result<T, A2aError> {
+    serde_json::from_value(params).map_err(|err| {
+        let reason = err.to_string();
+        A2aError::invalid_params(format!("Invalid params: {}", truncated(&reason)))
+    })
+}
+
+fn answer<T: serde::Serialize>(id: JsonRpcId, result: Result<T, A2aError>) -> Response {
+    match result.and_then(|value| serde_json::to_value(value).map_err(|_| A2aError::internal())) {
+        Ok(value) => json(StatusCode::OK, &JsonRpcResponse::success(id, value)),
+        Err(err) => answer_error(id, &err),
+    }
+}
+
+fn answer_reply<T: serde::Serialize>(id: JsonRpcId, reply: Reply<T>) -> Response {
+    let mut response = answer(id, Ok(reply.value));
+    if let Some(receipt) = reply.receipt {
+        receipt.attach(&mut response);
+    }
+    response
+}
+
+fn answer_refusal(id: JsonRpcId, refusal: Refusal) -> Response {
+    match refusal {
+        Refusal::A2a(err) => answer_error(id, &err),
+        Refusal::Http(response) => response,
+    }
+}
+
+pub fn answer_error(id: JsonRpcId, err: &A2aError) -> Response {
+    let status = if err.unauthenticated {
+        StatusCode::UNAUTHORIZED
+    } else {
+        StatusCode::OK
+    };
+    let mut response = json(status, &JsonRpcResponse::error(id, err.to_jsonrpc()));
+    err.challenge(&mut response);
+    response
+}
+
+fn json(status: StatusCode, body: &JsonRpcResponse) -> Response {
+    match serde_json::to_vec(body) {
+        Ok(bytes) => {
+            let mut response = (status, bytes).into_response();
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            response
+        }
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+/// The events of a streaming method as SSE, each a JSON-RPC response of `id`.
+fn sse(id: JsonRpcId, events: BoxStream<'static, a2a::StreamResponse>) -> Response {
+    let frames = events.map(move |event| {
+        let data = serde_json::to_value(event)
+            .map(|result| JsonRpcResponse::success(id.clone(), result))
+            .and_then(|response| serde_json::to_string(&response))
+            .unwrap_or_default();
+        Ok::<_, Infallible>(Event::default().data(data))
+    });
+    Sse::new(frames)
+        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE_INTERVAL))
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn code_of(request: Value) -> i32 {
+        match envelope(request) {
+            Ok(_) => 0,
+            Err((_, err)) => err.code,
+        }
+    }
+
+    #[test]
+    fn envelopes_are_checked() {
+        assert_eq!(code_of(json!([])), -32600);
+        assert_eq!(
+            code_of(json!([{"jsonrpc": "2.0", "id": 1, "method": "GetTask"}])),
+            -32600
+        );
+        assert_eq!(code_of(json!("x")), -32600);
+        assert_eq!(
+            code_of(json!({"jsonrpc": "1.0", "id": 1, "method": "GetTask"})),
+            -32600
+        );
+        assert_eq!(
+            code_of(json!({"jsonrpc": "2.0", "id": 1, "method": 7})),
+            -32600
+        );
+        assert_eq!(
+            code_of(json!({"jsonrpc": "2.0", "id": 1.5, "method": "GetTask"})),
+            -32600
+        );
+        assert_eq!(
+            code_of(json!({"jsonrpc": "2.0", "id": 1e300, "method": "GetTask"})),
+            -32600
+        );
+        assert_eq!(
+            code_of(json!({"jsonrpc": "2.0", "id": {"a": 1}, "method": "GetTask"})),
+            -32600
+        );
+        assert_eq!(
+            code_of(json!({"jsonrpc": "2.0", "id": "i".repeat(300), "method": "GetTask"})),
+            -32600
+        );
+        assert_eq!(
+            code_of(json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": [1]})),
+            -32602
+        );
+        assert_eq!(
+            code_of(json!({"jsonrpc": "2.0", "id": "a", "method": "GetTask"})),
+            0
+        );
+    }
+
+    #[test]
+    fn a_refused_id_is_not_echoed() {
+        let huge = "i".repeat(300);
+        let refused = envelope(json!({"jsonrpc": "2.0", "id": huge, "method": "GetTask"}));
+        assert!(matches!(refused, Err((JsonRpcId::Null, _))));
+    }
+}

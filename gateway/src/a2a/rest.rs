@@ -1,0 +1,414 @@
+//! The HTTP+JSON binding under `{base}/a2a/v1`:
+//!
+//! - `POST /message:send`, `POST /message:stream` (SSE, each event a `StreamResponse`);
+//! - `GET /tasks/{id}` (`?historyLength=`), `GET /tasks` (`?contextId=&status=&pageSize=
+//!   &pageToken=&historyLength=&statusTimestampAfter=&includeArtifacts=`);
+//! - `POST /tasks/{id}:cancel`, `GET|POST /tasks/{id}:subscribe` (SSE);
+//! - `GET /extendedAgentCard` (none: `ExtendedAgentCardNotConfiguredError`);
+//! - `/tasks/{id}/pushNotificationConfigs[/{configId}]`: `PushNotificationNotSupportedError`.
+//!
+//! Errors are AIP-193 bodies with the spec's HTTP status ([`A2aError::to_rest`]); unknown
+//! paths under the binding are `404` in the same shape.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+
+use a2a::{
+    CancelTaskRequest, GetTaskRequest, ListTasksRequest, SendMessageRequest,
+    SubscribeToTaskRequest, TaskState,
+};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{OriginalUri, Path, RawQuery, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get, post};
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use serde::de::DeserializeOwned;
+
+use super::error::{A2aError, truncated};
+use super::service::{self, Caller, Refusal, Reply};
+use super::{caller, version};
+use crate::routes::tasks::KEEP_ALIVE_INTERVAL;
+use crate::state::AppState;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/message:send", post(send))
+        .route("/message:stream", post(stream))
+        .route("/tasks", get(list))
+        .route("/tasks/{task}", get(task_get).post(task_post))
+        .route("/tasks/{task}/pushNotificationConfigs", any(push))
+        .route("/tasks/{task}/pushNotificationConfigs/{config}", any(push))
+        .route("/extendedAgentCard", get(extended_card))
+        .fallback(unknown)
+}
+
+/// The checks every call starts with: the protocol version, then the caller.
+fn caller<'a>(
+    state: &'a AppState,
+    headers: &'a HeaderMap,
+    uri: &'a Uri,
+) -> Result<Caller<'a>, A2aError> {
+    version::check(headers, uri.query())?;
+    Ok(Caller {
+        state,
+        owner: caller::owner(headers)?,
+        headers,
+        uri,
+    })
+}
+
+async fn send(
+    State(state): State<AppState>,
+    OriginalUri(uri): OriginalUri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let caller = match caller(&state, &headers, &uri) {
+        Ok(caller) => caller,
+        Err(err) => return err.to_rest(),
+    };
+    let request: SendMessageRequest = match body_of(&body) {
+        Ok(request) => request,
+        Err(err) => return err.to_rest(),
+    };
+    match service::send(&caller, request).await {
+        Ok(reply) => ok_reply(reply),
+        Err(refusal) => refused(refusal),
+    }
+}
+
+async fn stream(
+    State(state): State<AppState>,
+    OriginalUri(uri): OriginalUri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let caller = match caller(&state, &headers, &uri) {
+        Ok(caller) => caller,
+        Err(err) => return err.to_rest(),
+    };
+    let request: SendMessageRequest = match body_of(&body) {
+        Ok(request) => request,
+        Err(err) => return err.to_rest(),
+    };
+    match service::stream(&caller, request).await {
+        Ok(Reply { value, receipt }) => {
+            let mut response = sse(value);
+            if let Some(receipt) = receipt {
+                receipt.attach(&mut response);
+            }
+            response
+        }
+        Err(refusal) => refused(refusal),
+    }
+}
+
+async fn list(
+    State(state): State<AppState>,
+    OriginalUri(uri): OriginalUri,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let caller = match caller(&state, &headers, &uri) {
+        Ok(caller) => caller,
+        Err(err) => return err.to_rest(),
+    };
+    let request = match list_request(query.as_deref().unwrap_or_default()) {
+        Ok(request) => request,
+        Err(err) => return err.to_rest(),
+    };
+    ok_or_error(service::list(&caller, request).await)
+}
+
+/// `GET /tasks/{id}` and `GET /tasks/{id}:subscribe`.
+async fn task_get(
+    State(state): State<AppState>,
+    OriginalUri(uri): OriginalUri,
+    headers: HeaderMap,
+    Path(task): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let caller = match caller(&state, &headers, &uri) {
+        Ok(caller) => caller,
+        Err(err) => return err.to_rest(),
+    };
+    match task.rsplit_once(':') {
+        Some((id, "subscribe")) => subscribe(&caller, id).await,
+        Some((_, action)) => unknown_action(action),
+        None => {
+            let query = match pairs(query.as_deref().unwrap_or_default()) {
+                Ok(query) => query,
+                Err(err) => return err.to_rest(),
+            };
+            let history_length = match query.get("historyLength").map(|n| int(n, "historyLength")) {
+                None => None,
+                Some(Ok(n)) => Some(n),
+                Some(Err(err)) => return err.to_rest(),
+            };
+            let request = GetTaskRequest {
+                id: task,
+                history_length,
+                tenant: None,
+            };
+            ok_or_error(service::get(&caller, request).await)
+        }
+    }
+}
+
+/// `POST /tasks/{id}:cancel` and `POST /tasks/{id}:subscribe`.
+async fn task_post(
+    State(state): State<AppState>,
+    OriginalUri(uri): OriginalUri,
+    headers: HeaderMap,
+    Path(task): Path<String>,
+    body: Bytes,
+) -> Response {
+    let caller = match caller(&state, &headers, &uri) {
+        Ok(caller) => caller,
+        Err(err) => return err.to_rest(),
+    };
+    match task.rsplit_once(':') {
+        Some((id, "cancel")) => {
+            // The body may carry metadata; a body that is there must be a JSON object.
+            let metadata = if body.iter().all(u8::is_ascii_whitespace) {
+                None
+            } else {
+                match body_of::<CancelBody>(&body) {
+                    Ok(body) => body.metadata,
+                    Err(err) => return err.to_rest(),
+                }
+            };
+            let request = CancelTaskRequest {
+                id: id.to_owned(),
+                metadata,
+                tenant: None,
+            };
+            ok_or_error(service::cancel(&caller, request).await)
+        }
+        Some((id, "subscribe")) => subscribe(&caller, id).await,
+        Some((_, action)) => unknown_action(action),
+        None => A2aError::method_not_found("POST /tasks/{id}").to_rest(),
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct CancelBody {
+    #[serde(default)]
+    metadata: Option<HashMap<String, serde_json::Value>>,
+}
+
+async fn subscribe(caller: &Caller<'_>, id: &str) -> Response {
+    let request = SubscribeToTaskRequest {
+        id: id.to_owned(),
+        tenant: None,
+    };
+    match service::subscribe(caller, request).await {
+        Ok(events) => sse(events),
+        Err(err) => err.to_rest(),
+    }
+}
+
+async fn push(
+    State(state): State<AppState>,
+    OriginalUri(uri): OriginalUri,
+    headers: HeaderMap,
+) -> Response {
+    match caller(&state, &headers, &uri) {
+        Ok(_) => A2aError::push_not_supported().to_rest(),
+        Err(err) => err.to_rest(),
+    }
+}
+
+async fn extended_card(
+    State(state): State<AppState>,
+    OriginalUri(uri): OriginalUri,
+    headers: HeaderMap,
+) -> Response {
+    match caller(&state, &headers, &uri) {
+        Ok(_) => A2aError::extended_card_not_configured().to_rest(),
+        Err(err) => err.to_rest(),
+    }
+}
+
+async fn unknown() -> Response {
+    A2aError::method_not_found("this path").to_rest()
+}
+
+fn unknown_action(action: &str) -> Response {
+    A2aError::method_not_found(&format!(":{}", truncated(action))).to_rest()
+}
+
+/// A JSON body as `T`: unparsable is `-32700`-like `400`, a wrong shape invalid params.
+fn body_of<T: DeserializeOwned>(body: &[u8]) -> Result<T, A2aError> {
+    let value: serde_json::Value =
+        serde_json::from_slice(body).map_err(|_| A2aError::parse("Invalid JSON"))?;
+    if !value.is_object() {
+        return Err(A2aError::invalid_request("The body must be a JSON object"));
+    }
+    serde_json::from_value(value).map_err(|err| {
+        let reason = err.to_string();
+        A2aError::invalid_params(format!("Invalid request: {}", truncated(&reason)))
+    })
+}
+
+/// The query string's pairs, percent-decoded; a name given twice is invalid.
+fn pairs(query: &str) -> Result<HashMap<String, String>, A2aError> {
+    let mut pairs = HashMap::new();
+    for (name, value) in form_urlencoded(query)? {
+        if pairs.insert(name.clone(), value).is_some() {
+            return Err(A2aError::invalid_params(format!(
+                "Query parameter {} is given twice",
+                truncated(&name)
+            )));
+        }
+    }
+    Ok(pairs)
+}
+
+fn form_urlencoded(query: &str) -> Result<Vec<(String, String)>, A2aError> {
+    serde_urlencoded_pairs(query)
+        .map_err(|_| A2aError::invalid_params("The query string is not valid"))
+}
+
+/// `application/x-www-form-urlencoded` decoding through axum's own `Query` extractor types.
+fn serde_urlencoded_pairs(query: &str) -> Result<Vec<(String, String)>, ()> {
+    let uri: Uri = format!("/?{query}").parse().map_err(|_| ())?;
+    axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&uri)
+        .map(|query| query.0)
+        .map_err(|_| ())
+}
+
+fn int(value: &str, name: &str) -> Result<i32, A2aError> {
+    value
+        .parse()
+        .map_err(|_| A2aError::invalid_params(format!("{name} must be an integer")))
+}
+
+fn list_request(query: &str) -> Result<ListTasksRequest, A2aError> {
+    let mut query = pairs(query)?;
+    let status = match query.remove("status") {
+        None => None,
+        Some(state) => Some(
+            serde_json::from_value::<TaskState>(serde_json::Value::String(state.clone())).map_err(
+                |_| {
+                    A2aError::invalid_params(format!(
+                        "status {} is not a task state",
+                        truncated(&state)
+                    ))
+                },
+            )?,
+        ),
+    };
+    let status_timestamp_after = match query.remove("statusTimestampAfter") {
+        None => None,
+        Some(time) => Some(
+            chrono::DateTime::parse_from_rfc3339(&time)
+                .map_err(|_| {
+                    A2aError::invalid_params("statusTimestampAfter must be an RFC 3339 timestamp")
+                })?
+                .with_timezone(&chrono::Utc),
+        ),
+    };
+    let include_artifacts = match query.remove("includeArtifacts").as_deref() {
+        None => None,
+        Some("true") => Some(true),
+        Some("false") => Some(false),
+        Some(_) => {
+            return Err(A2aError::invalid_params(
+                "includeArtifacts must be true or false",
+            ));
+        }
+    };
+    Ok(ListTasksRequest {
+        context_id: query.remove("contextId"),
+        status,
+        page_size: query
+            .remove("pageSize")
+            .map(|n| int(&n, "pageSize"))
+            .transpose()?,
+        page_token: query.remove("pageToken"),
+        history_length: query
+            .remove("historyLength")
+            .map(|n| int(&n, "historyLength"))
+            .transpose()?,
+        status_timestamp_after,
+        include_artifacts,
+        tenant: None,
+    })
+}
+
+fn ok_or_error<T: serde::Serialize>(result: Result<T, A2aError>) -> Response {
+    match result {
+        Ok(value) => json_ok(&value),
+        Err(err) => err.to_rest(),
+    }
+}
+
+fn ok_reply<T: serde::Serialize>(reply: Reply<T>) -> Response {
+    let mut response = json_ok(&reply.value);
+    if let Some(receipt) = reply.receipt {
+        receipt.attach(&mut response);
+    }
+    response
+}
+
+fn refused(refusal: Refusal) -> Response {
+    match refusal {
+        Refusal::A2a(err) => err.to_rest(),
+        Refusal::Http(response) => response,
+    }
+}
+
+fn json_ok(value: &impl serde::Serialize) -> Response {
+    match serde_json::to_vec(value) {
+        Ok(bytes) => {
+            let mut response = (StatusCode::OK, bytes).into_response();
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            response
+        }
+        Err(_) => A2aError::internal().to_rest(),
+    }
+}
+
+fn sse(events: BoxStream<'static, a2a::StreamResponse>) -> Response {
+    let frames = events.map(|event| {
+        let data = serde_json::to_string(&event).unwrap_or_default();
+        Ok::<_, Infallible>(Event::default().data(data))
+    });
+    Sse::new(frames)
+        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE_INTERVAL))
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_queries_are_read_and_checked() -> Result<(), A2aError> {
+        let request = list_request(
+            "contextId=c%201&status=TASK_STATE_COMPLETED&pageSize=2&includeArtifacts=true",
+        )?;
+        assert_eq!(request.context_id.as_deref(), Some("c 1"));
+        assert_eq!(request.status, Some(TaskState::Completed));
+        assert_eq!(request.page_size, Some(2));
+        assert_eq!(request.include_artifacts, Some(true));
+        for bad in [
+            "pageSize=x",
+            "status=DONE",
+            "includeArtifacts=yes",
+            "statusTimestampAfter=yesterday",
+            "pageSize=1&pageSize=2",
+        ] {
+            assert!(list_request(bad).is_err(), "{bad}");
+        }
+        Ok(())
+    }
+}
