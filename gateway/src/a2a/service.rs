@@ -688,7 +688,7 @@ mod tests {
     #[test]
     fn page_tokens_round_trip_and_foreign_ones_are_refused() {
         assert_eq!(page_offset(&page_token(150)).ok(), Some(150));
-        for foreign in ["", "abc", "!!!", "bzox"] {
+        for foreign in ["", "abc", "!!!", "bzp4"] {
             assert!(page_offset(foreign).is_err(), "{foreign}");
         }
     }

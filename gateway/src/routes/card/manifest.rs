@@ -229,7 +229,8 @@ mod tests {
         }
     }
 
-    /// The upstream capture of `GET /.well-known/agent-card.json`, byte for byte.
+    /// The upstream capture of `GET /.well-known/agent-card.json`, byte for byte, but for the
+    /// two A2A v1.0 bindings appended to `supportedInterfaces` after upstream's own interface.
     #[test]
     fn matches_the_upstream_capture() {
         let mut config = GatewayConfig::for_tests();
@@ -250,7 +251,7 @@ mod tests {
             serde_json::to_string(&entrypoints[1].output_schema).unwrap_or_default(),
         );
         let expected = format!(
-            r#"{{"protocolVersion":"1.0","name":"bench-agent","description":"Baseline echo/sleep agent","url":"http://127.0.0.1:8787/","supportedInterfaces":[{{"url":"http://127.0.0.1:8787/","protocolBinding":"HTTP+JSON"}}],"version":"1.0.0","capabilities":{{"streaming":false,"pushNotifications":false,"stateTransitionHistory":true}},"defaultInputModes":["application/json"],"defaultOutputModes":["application/json","text/plain"],"skills":[{{"id":"echo","name":"echo","description":"Returns its input","inputModes":["application/json"],"outputModes":["application/json","text/plain"],"streaming":false}},{{"id":"sleep","name":"sleep","description":"Waits input.ms milliseconds","inputModes":["application/json"],"outputModes":["application/json","text/plain"],"streaming":false,"x_input_schema":{i},"x_output_schema":{o}}}],"supportsAuthenticatedExtendedCard":false,"entrypoints":{{"echo":{{"description":"Returns its input","streaming":false}},"sleep":{{"description":"Waits input.ms milliseconds","streaming":false,"input_schema":{i},"output_schema":{o}}}}}}}"#
+            r#"{{"protocolVersion":"1.0","name":"bench-agent","description":"Baseline echo/sleep agent","url":"http://127.0.0.1:8787/","supportedInterfaces":[{{"url":"http://127.0.0.1:8787/","protocolBinding":"HTTP+JSON"}},{{"url":"http://127.0.0.1:8787/a2a/jsonrpc","protocolBinding":"JSONRPC","protocolVersion":"1.0"}},{{"url":"http://127.0.0.1:8787/a2a/v1","protocolBinding":"HTTP+JSON","protocolVersion":"1.0"}}],"version":"1.0.0","capabilities":{{"streaming":false,"pushNotifications":false,"stateTransitionHistory":true}},"defaultInputModes":["application/json"],"defaultOutputModes":["application/json","text/plain"],"skills":[{{"id":"echo","name":"echo","description":"Returns its input","inputModes":["application/json"],"outputModes":["application/json","text/plain"],"streaming":false}},{{"id":"sleep","name":"sleep","description":"Waits input.ms milliseconds","inputModes":["application/json"],"outputModes":["application/json","text/plain"],"streaming":false,"x_input_schema":{i},"x_output_schema":{o}}}],"supportsAuthenticatedExtendedCard":false,"entrypoints":{{"echo":{{"description":"Returns its input","streaming":false}},"sleep":{{"description":"Waits input.ms milliseconds","streaming":false,"input_schema":{i},"output_schema":{o}}}}}}}"#
         );
         assert_eq!(text, expected);
     }
