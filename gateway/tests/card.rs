@@ -125,7 +125,11 @@ async fn both_card_paths_serve_the_same_card() -> TestResult {
     assert_eq!(card["url"], "http://agent.test:8080/");
     assert_eq!(
         card["supportedInterfaces"],
-        json!([{"url": "http://agent.test:8080/", "protocolBinding": "HTTP+JSON"}])
+        json!([
+            {"url": "http://agent.test:8080/", "protocolBinding": "HTTP+JSON"},
+            {"url": "http://agent.test:8080/a2a/jsonrpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+            {"url": "http://agent.test:8080/a2a/v1", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"}
+        ])
     );
     assert_eq!(
         card["capabilities"],
