@@ -76,7 +76,12 @@ fn skill(entrypoint: &EntrypointInfo) -> AgentSkill {
         description: entrypoint.description.clone(),
         tags,
         examples: None,
-        input_modes: None,
+        input_modes: Some(
+            service::input_modes(entrypoint)
+                .iter()
+                .map(|mode| (*mode).to_owned())
+                .collect(),
+        ),
         output_modes: None,
         security_requirements: None,
     }

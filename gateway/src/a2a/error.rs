@@ -68,6 +68,39 @@ impl A2aError {
         )
     }
 
+    /// A request body declared as something other than JSON.
+    pub fn body_type(content_type: &str) -> Self {
+        A2aError::new(
+            error_code::CONTENT_TYPE_NOT_SUPPORTED,
+            format!(
+                "Content-Type {} is not supported; send application/json",
+                quoted(truncated(content_type))
+            ),
+        )
+    }
+
+    /// Checks a request's declared body type: absent or JSON (`application/json`,
+    /// `application/*+json`) passes.
+    pub fn check_body_type(headers: &axum::http::HeaderMap) -> Result<(), A2aError> {
+        let Some(value) = headers.get(header::CONTENT_TYPE) else {
+            return Ok(());
+        };
+        let text = value.to_str().unwrap_or("(not text)");
+        let essence = text
+            .split(';')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_ascii_lowercase();
+        if essence == "application/json"
+            || (essence.starts_with("application/") && essence.ends_with("+json"))
+        {
+            Ok(())
+        } else {
+            Err(A2aError::body_type(text))
+        }
+    }
+
     pub fn invalid_agent_response(message: impl Into<String>) -> Self {
         A2aError::new(error_code::INVALID_AGENT_RESPONSE, message)
     }

@@ -54,6 +54,9 @@ pub async fn handle(
             );
         }
     };
+    if let Err(err) = A2aError::check_body_type(&headers) {
+        return answer_error(JsonRpcId::Null, &err);
+    }
     let request: Value = match serde_json::from_slice(&body) {
         Ok(request) => request,
         Err(_) => return answer_error(JsonRpcId::Null, &A2aError::parse("Invalid JSON")),

@@ -49,6 +49,8 @@ pub fn router() -> Router<AppState> {
             get(agent_card),
         )
         .route(&format!("{PREFIX}/jsonrpc"), post(jsonrpc::handle))
+        // Clients that join a relative "/" to the card's URL (httpx does) end it with a slash.
+        .route(&format!("{PREFIX}/jsonrpc/"), post(jsonrpc::handle))
         .nest(&format!("{PREFIX}/v1"), rest::router())
 }
 

@@ -71,7 +71,7 @@ async fn send(
         Ok(caller) => caller,
         Err(err) => return err.to_rest(),
     };
-    let request: SendMessageRequest = match body_of(&body) {
+    let request: SendMessageRequest = match body_of(&headers, &body) {
         Ok(request) => request,
         Err(err) => return err.to_rest(),
     };
@@ -91,7 +91,7 @@ async fn stream(
         Ok(caller) => caller,
         Err(err) => return err.to_rest(),
     };
-    let request: SendMessageRequest = match body_of(&body) {
+    let request: SendMessageRequest = match body_of(&headers, &body) {
         Ok(request) => request,
         Err(err) => return err.to_rest(),
     };
@@ -177,7 +177,7 @@ async fn task_post(
             let metadata = if body.iter().all(u8::is_ascii_whitespace) {
                 None
             } else {
-                match body_of::<CancelBody>(&body) {
+                match body_of::<CancelBody>(&headers, &body) {
                     Ok(body) => body.metadata,
                     Err(err) => return err.to_rest(),
                 }
@@ -242,8 +242,10 @@ fn unknown_action(action: &str) -> Response {
     A2aError::method_not_found(&format!(":{}", truncated(action))).to_rest()
 }
 
-/// A JSON body as `T`: unparsable is `-32700`-like `400`, a wrong shape invalid params.
-fn body_of<T: DeserializeOwned>(body: &[u8]) -> Result<T, A2aError> {
+/// A JSON body as `T`: declared as another type is `415`, unparsable a parse error (`400`),
+/// a wrong shape invalid params.
+fn body_of<T: DeserializeOwned>(headers: &HeaderMap, body: &[u8]) -> Result<T, A2aError> {
+    A2aError::check_body_type(headers)?;
     let value: serde_json::Value =
         serde_json::from_slice(body).map_err(|_| A2aError::parse("Invalid JSON"))?;
     if !value.is_object() {

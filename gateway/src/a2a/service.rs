@@ -400,6 +400,14 @@ async fn start(caller: &Caller<'_>, request: SendMessageRequest) -> Result<Start
         ))
         .into());
     };
+    let modes = input_modes(&entrypoint);
+    for part in &message.parts {
+        if let Some(media_type) = &part.media_type
+            && !accepted(modes, media_type)
+        {
+            return Err(A2aError::content_type(super::error::truncated(media_type)).into());
+        }
+    }
     let input =
         mapping::input_of(&message).map_err(|err| A2aError::invalid_params(err.to_string()))?;
     admit::validate_input(&entrypoint, &input).map_err(A2aError::from)?;
@@ -523,13 +531,6 @@ async fn check_message(
     if message.parts.is_empty() {
         return Err(A2aError::invalid_params("The message has no parts"));
     }
-    for part in &message.parts {
-        if let Some(media_type) = &part.media_type
-            && !accepted(media_type)
-        {
-            return Err(A2aError::content_type(super::error::truncated(media_type)));
-        }
-    }
     if let Some(context_id) = &message.context_id {
         check_id("contextId", context_id)?;
     }
@@ -555,16 +556,37 @@ async fn check_message(
     )))
 }
 
-/// Whether a part's declared media type is one skills take (parameters such as `charset`
-/// ignored, case-insensitive).
-fn accepted(media_type: &str) -> bool {
+/// The media types a skill takes: any for a skill without an input schema (it takes any
+/// JSON, and a file part is `{url|bytes, mediaType, filename}`), else text and JSON, which
+/// are all its schema can accept.
+pub fn input_modes(entrypoint: &EntrypointInfo) -> &'static [&'static str] {
+    if crate::routes::card::accepts_anything(&entrypoint.input_schema) {
+        ANY_INPUT
+    } else {
+        INPUT_MODES
+    }
+}
+
+/// The input modes of a skill that takes anything.
+pub const ANY_INPUT: &[&str] = &["*/*"];
+
+/// Whether a part's declared media type is one of `modes` (parameters such as `charset`
+/// ignored, case-insensitive; `*/*` and `type/*` match as in HTTP).
+fn accepted(modes: &[&str], media_type: &str) -> bool {
     let essence = media_type
         .split(';')
         .next()
         .unwrap_or_default()
         .trim()
         .to_ascii_lowercase();
-    INPUT_MODES.contains(&essence.as_str())
+    let Some((kind, _)) = essence.split_once('/') else {
+        return false;
+    };
+    modes.iter().any(|mode| {
+        *mode == "*/*"
+            || *mode == essence
+            || mode.strip_suffix("/*").is_some_and(|prefix| prefix == kind)
+    })
 }
 
 /// A task's stream: the task as first read, then its updates from the watch, closing after
@@ -695,10 +717,14 @@ mod tests {
 
     #[test]
     fn media_types_ignore_parameters_and_case() {
-        assert!(accepted("text/plain; charset=utf-8"));
-        assert!(accepted("Application/JSON"));
-        assert!(!accepted("application/x-unsupported-tck-type"));
-        assert!(!accepted(""));
+        assert!(accepted(INPUT_MODES, "text/plain; charset=utf-8"));
+        assert!(accepted(INPUT_MODES, "Application/JSON"));
+        assert!(!accepted(INPUT_MODES, "application/x-unsupported-tck-type"));
+        assert!(!accepted(INPUT_MODES, ""));
+        assert!(accepted(ANY_INPUT, "application/x-unsupported-tck-type"));
+        assert!(!accepted(ANY_INPUT, "not a media type"));
+        assert!(accepted(&["image/*"], "image/png"));
+        assert!(!accepted(&["image/*"], "imagex/png"));
     }
 
     #[test]

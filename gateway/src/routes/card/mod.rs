@@ -38,6 +38,12 @@ use crate::state::AppState;
 
 pub use origin::request_origin;
 
+/// Whether an entrypoint's input schema accepts any JSON (`{}`, `true`, `null`): the card
+/// then publishes none.
+pub fn accepts_anything(schema: &serde_json::Value) -> bool {
+    manifest::schema(schema).is_none()
+}
+
 const JSON: &str = "application/json; charset=utf-8";
 
 /// Short (30 s): the card reflects live workers, and a stale card only costs a client one more
