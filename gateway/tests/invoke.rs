@@ -55,6 +55,7 @@ fn test_entrypoints() -> Entrypoints {
                     output: input,
                     usage: Some(json!({"total_tokens": 2})),
                     model: Some("test-model".into()),
+                    awaits_input: false,
                 })
             },
         ))

@@ -1052,6 +1052,22 @@ impl TaskStore for ClaimsDurable {
     async fn hand_off(&self, lease: &Lease) -> Result<bool, StoreError> {
         self.0.hand_off(lease).await
     }
+    async fn await_input(
+        &self,
+        lease: &Lease,
+        request: serde_json::Value,
+    ) -> Result<bool, StoreError> {
+        self.0.await_input(lease, request).await
+    }
+    async fn resume(
+        &self,
+        task_id: &str,
+        owner: &OwnerHash,
+        input: serde_json::Value,
+        metadata: Option<serde_json::Value>,
+    ) -> Result<shared::store::Resumed, StoreError> {
+        self.0.resume(task_id, owner, input, metadata).await
+    }
     async fn record_receipt(
         &self,
         lease: &Lease,

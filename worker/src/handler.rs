@@ -14,12 +14,16 @@ use tokio_util::sync::CancellationToken;
 
 use crate::emitter::Emitter;
 
-/// What a successful run returns: the task's `result`.
+/// What a successful run returns: the task's `result`, or a request for more input.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HandlerOutput {
     pub output: Value,
     pub usage: Option<Value>,
     pub model: Option<String>,
+    /// The run ends without finishing the task: `output` is what it asks its caller for
+    /// (A2A's `input-required`). The task waits, holding no worker, until the caller answers
+    /// (the task is resumed with the answer as its input) or cancels it.
+    pub awaits_input: bool,
 }
 
 impl HandlerOutput {
@@ -28,6 +32,16 @@ impl HandlerOutput {
             output,
             usage: None,
             model: None,
+            awaits_input: false,
+        }
+    }
+
+    /// Ends the run asking the caller for more input with `request` (for A2A callers, an
+    /// agent message `{"parts": [...]}`).
+    pub fn input_required(request: Value) -> Self {
+        HandlerOutput {
+            awaits_input: true,
+            ..HandlerOutput::new(request)
         }
     }
 }

@@ -185,7 +185,7 @@ fn envelope(request: Value) -> Result<(JsonRpcId, String, Value), (JsonRpcId, A2
 /// `params` as the method's request type; a mismatch is `-32602` with serde's reason, cut
 /// short (it may quote the offending value).
 fn parse<T: DeserializeOwned>(params: Value) -> Result<T, A2aError> {
-    serde_json::from_value(params).map_err(|err| {
+    serde_json::from_value(super::proto_json::json_names(params)).map_err(|err| {
         let reason = err.to_string();
         A2aError::invalid_params(format!("Invalid params: {}", truncated(&reason)))
     })

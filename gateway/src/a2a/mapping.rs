@@ -29,6 +29,7 @@ use shared::store::{Phase, StoredTask};
 pub fn state_of(status: RuntimeStatus, phase: Phase) -> TaskState {
     match status {
         RuntimeStatus::Running if phase == Phase::Active => TaskState::Working,
+        RuntimeStatus::Running if phase == Phase::Waiting => TaskState::InputRequired,
         RuntimeStatus::Running => TaskState::Submitted,
         RuntimeStatus::Completed => TaskState::Completed,
         RuntimeStatus::Failed => TaskState::Failed,
@@ -66,7 +67,11 @@ pub fn task_of(stored: &StoredTask, history_length: Option<usize>) -> Task {
             .message
             .clone()
             .map(|parts| agent_message(&task.task_id, &context_id, parts)),
-        (None, None) => None,
+        (None, None) => stored
+            .input_request
+            .as_ref()
+            .filter(|_| stored.phase == Phase::Waiting)
+            .map(|request| request_message(&task.task_id, &context_id, request)),
     };
     let artifacts = match (&task.result, native) {
         (Some(_), Some(native)) => Some(native.artifacts_for(&task.task_id)),
@@ -81,18 +86,34 @@ pub fn task_of(stored: &StoredTask, history_length: Option<usize>) -> Task {
         (None, _) => None,
     }
     .filter(|artifacts| !artifacts.is_empty());
-    let mut history = vec![Message {
-        message_id: message_id_of(stored).unwrap_or_else(|| format!("{}-input", task.task_id)),
-        context_id: Some(context_id.clone()),
-        task_id: Some(task.task_id.clone()),
-        role: Role::User,
-        parts: vec![part_of(&stored.invocation.input)],
-        metadata: None,
-        extensions: None,
-        reference_task_ids: None,
-    }];
+    let mut history = Vec::with_capacity(stored.turns.len() * 2 + 1);
+    for (i, turn) in stored.turns.iter().enumerate() {
+        let metadata = turn.get("metadata");
+        history.push(user_message(
+            &task.task_id,
+            &context_id,
+            metadata
+                .and_then(message_id_in)
+                .unwrap_or_else(|| format!("{}-input-{i}", task.task_id)),
+            turn.get("input").unwrap_or(&Value::Null),
+        ));
+        let mut request = request_message(
+            &task.task_id,
+            &context_id,
+            turn.get("request").unwrap_or(&Value::Null),
+        );
+        request.message_id = format!("{}-request-{i}", task.task_id);
+        history.push(request);
+    }
+    history.push(user_message(
+        &task.task_id,
+        &context_id,
+        message_id_of(stored).unwrap_or_else(|| format!("{}-input", task.task_id)),
+        &stored.invocation.input,
+    ));
+    // `historyLength` keeps the most recent messages.
     if let Some(length) = history_length {
-        history.truncate(length);
+        history.drain(..history.len().saturating_sub(length));
     }
     Task {
         id: task.task_id.clone(),
@@ -120,16 +141,47 @@ pub fn context_of(stored: &StoredTask) -> String {
         .unwrap_or_else(|| stored.task.task_id.clone())
 }
 
-/// The `messageId` of the A2A message that created the task, kept in its metadata.
+/// The `messageId` of the A2A message that started the task's current turn, kept in its
+/// metadata.
 pub fn message_id_of(stored: &StoredTask) -> Option<String> {
-    stored
-        .invocation
-        .metadata
-        .as_ref()?
+    message_id_in(stored.invocation.metadata.as_ref()?)
+}
+
+fn message_id_in(metadata: &Value) -> Option<String> {
+    metadata
         .get("a2a")?
         .get("messageId")?
         .as_str()
         .map(str::to_owned)
+}
+
+/// A user message of task `task_id` carrying `input`.
+fn user_message(task_id: &str, context_id: &str, message_id: String, input: &Value) -> Message {
+    Message {
+        message_id,
+        context_id: Some(context_id.to_owned()),
+        task_id: Some(task_id.to_owned()),
+        role: Role::User,
+        parts: vec![part_of(input)],
+        metadata: None,
+        extensions: None,
+        reference_task_ids: None,
+    }
+}
+
+/// What a run asked its caller for, as the agent message A2A shows with
+/// `TASK_STATE_INPUT_REQUIRED`: `{"parts": [...]}` as written, anything else as one part.
+pub fn request_message(task_id: &str, context_id: &str, request: &Value) -> Message {
+    #[derive(serde::Deserialize)]
+    struct Request {
+        parts: Vec<Part>,
+    }
+    let parts = serde_json::from_value::<Request>(request.clone())
+        .map(|request| request.parts)
+        .unwrap_or_else(|_| vec![part_of(request)]);
+    let mut message = agent_message(task_id, context_id, parts);
+    message.message_id = format!("{task_id}-request");
+    message
 }
 
 /// The runtime metadata of a task created by the A2A message `message_id`, with the
@@ -439,6 +491,8 @@ mod tests {
             handed_off: true,
             seq: 2,
             receipt: None,
+            input_request: None,
+            turns: Vec::new(),
         }
     }
 

@@ -15,6 +15,7 @@ pub mod card;
 pub mod error;
 pub mod jsonrpc;
 pub mod mapping;
+pub mod proto_json;
 pub mod rest;
 pub mod service;
 pub mod version;

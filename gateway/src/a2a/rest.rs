@@ -251,7 +251,7 @@ fn body_of<T: DeserializeOwned>(headers: &HeaderMap, body: &[u8]) -> Result<T, A
     if !value.is_object() {
         return Err(A2aError::invalid_request("The body must be a JSON object"));
     }
-    serde_json::from_value(value).map_err(|err| {
+    serde_json::from_value(super::proto_json::json_names(value)).map_err(|err| {
         let reason = err.to_string();
         A2aError::invalid_params(format!("Invalid request: {}", truncated(&reason)))
     })
@@ -261,6 +261,8 @@ fn body_of<T: DeserializeOwned>(headers: &HeaderMap, body: &[u8]) -> Result<T, A
 fn pairs(query: &str) -> Result<HashMap<String, String>, A2aError> {
     let mut pairs = HashMap::new();
     for (name, value) in form_urlencoded(query)? {
+        // ProtoJSON's proto names too: `history_length` is `historyLength`.
+        let name = super::proto_json::camel(&name);
         if pairs.insert(name.clone(), value).is_some() {
             return Err(A2aError::invalid_params(format!(
                 "Query parameter {} is given twice",

@@ -21,7 +21,8 @@ use futures::stream::BoxStream;
 use shared::protocol::TaskStatus as RuntimeStatus;
 use shared::registry::EntrypointInfo;
 use shared::store::{
-    CasOutcome, Durability, ListQuery, Phase, Rejection, StoredTask, Subscription, Transition,
+    CasOutcome, Durability, ListQuery, Phase, Rejection, Resumed, StoredTask, Subscription,
+    Transition,
 };
 use shared::telemetry::metrics;
 use shared::token::OwnerHash;
@@ -99,7 +100,8 @@ pub async fn send(
         let mut watch = started.watch;
         let finished = tokio::time::timeout(wait, async {
             loop {
-                if let RunEvent::Finished(_) = watch.next().await? {
+                if let RunEvent::Finished(_) | RunEvent::InputRequired { .. } = watch.next().await?
+                {
                     return Ok::<(), crate::error::ApiError>(());
                 }
             }
@@ -133,6 +135,7 @@ pub async fn stream(
         caller.owner.clone(),
         first,
         started.watch,
+        true,
     );
     Ok(Reply {
         value: events,
@@ -140,8 +143,9 @@ pub async fn stream(
     })
 }
 
-/// `SubscribeToTask`: the task as it stands, then its updates until its final status. A task
-/// already finished has nothing to follow: `UnsupportedOperationError`, as the spec says.
+/// `SubscribeToTask`: the task as it stands, then its updates until its final status (through
+/// any number of `input-required` turns). A task already finished has nothing to follow:
+/// `UnsupportedOperationError`, as the spec says.
 pub async fn subscribe(
     caller: &Caller<'_>,
     request: SubscribeToTaskRequest,
@@ -154,12 +158,20 @@ pub async fn subscribe(
             request.id
         )));
     }
-    let watch = Watch::open(caller.state.store.clone(), &request.id, &caller.owner).await?;
+    // From the snapshot on: the task event comes first, the updates after it.
+    let watch = Watch::open_after(
+        caller.state.store.clone(),
+        &request.id,
+        &caller.owner,
+        stored.seq,
+    )
+    .await?;
     Ok(follow(
         caller.state.store.clone(),
         caller.owner.clone(),
         stored,
         watch,
+        false,
     ))
 }
 
@@ -311,11 +323,13 @@ fn empty_page(page_size: usize) -> ListTasksResponse {
 /// The runtime statuses a task in A2A `state` has (`None`: no runtime task is ever in it).
 fn runtime_statuses(state: TaskState) -> Option<Vec<RuntimeStatus>> {
     match state {
-        TaskState::Submitted | TaskState::Working => Some(vec![RuntimeStatus::Running]),
+        TaskState::Submitted | TaskState::Working | TaskState::InputRequired => {
+            Some(vec![RuntimeStatus::Running])
+        }
         TaskState::Completed => Some(vec![RuntimeStatus::Completed]),
         TaskState::Failed | TaskState::Rejected => Some(vec![RuntimeStatus::Failed]),
         TaskState::Canceled => Some(vec![RuntimeStatus::Cancelled]),
-        TaskState::InputRequired | TaskState::AuthRequired | TaskState::Unspecified => None,
+        TaskState::AuthRequired | TaskState::Unspecified => None,
     }
 }
 
@@ -377,7 +391,9 @@ struct Started {
 async fn start(caller: &Caller<'_>, request: SendMessageRequest) -> Result<Started, Refusal> {
     let state = caller.state;
     let message = request.message;
-    check_message(state, caller, &message).await?;
+    if let Some(waiting) = check_message(state, caller, &message).await? {
+        return resume(caller, waiting, message).await;
+    }
     let skills = admit::entrypoints(state).await.map_err(A2aError::from)?;
     let keys: Vec<&str> = skills
         .entrypoints()
@@ -400,17 +416,7 @@ async fn start(caller: &Caller<'_>, request: SendMessageRequest) -> Result<Start
         ))
         .into());
     };
-    let modes = input_modes(&entrypoint);
-    for part in &message.parts {
-        if let Some(media_type) = &part.media_type
-            && !accepted(modes, media_type)
-        {
-            return Err(A2aError::content_type(super::error::truncated(media_type)).into());
-        }
-    }
-    let input =
-        mapping::input_of(&message).map_err(|err| A2aError::invalid_params(err.to_string()))?;
-    admit::validate_input(&entrypoint, &input).map_err(A2aError::from)?;
+    let input = input_for(&entrypoint, &message)?;
     let context_id = message
         .context_id
         .clone()
@@ -478,6 +484,87 @@ async fn start(caller: &Caller<'_>, request: SendMessageRequest) -> Result<Start
     }
 }
 
+/// The runtime input of `message` for `entrypoint`: its parts of media types the skill takes,
+/// mapped ([`mapping::input_of`]) and checked against the skill's input schema.
+fn input_for(
+    entrypoint: &EntrypointInfo,
+    message: &Message,
+) -> Result<serde_json::Value, A2aError> {
+    let modes = input_modes(entrypoint);
+    for part in &message.parts {
+        if let Some(media_type) = &part.media_type
+            && !accepted(modes, media_type)
+        {
+            return Err(A2aError::content_type(super::error::truncated(media_type)));
+        }
+    }
+    let input =
+        mapping::input_of(message).map_err(|err| A2aError::invalid_params(err.to_string()))?;
+    admit::validate_input(entrypoint, &input).map_err(A2aError::from)?;
+    Ok(input)
+}
+
+/// A message answering a task that waits for input: the task's own skill runs the next turn
+/// with it (a paid task's turns are part of what was paid for).
+async fn resume(
+    caller: &Caller<'_>,
+    waiting: StoredTask,
+    message: Message,
+) -> Result<Started, Refusal> {
+    let state = caller.state;
+    let task_id = waiting.task.task_id.clone();
+    let skill = waiting.invocation.entrypoint.clone();
+    if let Some(named) = message
+        .metadata
+        .as_ref()
+        .and_then(|metadata| metadata.get("skillId"))
+        && named.as_str() != Some(skill.as_str())
+    {
+        return Err(A2aError::invalid_params(format!(
+            "Task {task_id} runs skill {}; a follow-up message cannot name another",
+            serde_json::Value::String(skill.clone())
+        ))
+        .into());
+    }
+    let Some(entrypoint) = admit::entrypoint(state, &skill)
+        .await
+        .map_err(A2aError::from)?
+    else {
+        return Err(A2aError::unsupported(format!(
+            "Task {task_id}'s skill is not offered any more"
+        ))
+        .into());
+    };
+    let input = input_for(&entrypoint, &message)?;
+    let metadata = mapping::metadata_of(&message.message_id, message.metadata.as_ref());
+    match state
+        .store
+        .resume(&task_id, &caller.owner, input, Some(metadata))
+        .await
+        .map_err(A2aError::from)?
+    {
+        Resumed::Queued { seq, .. } => {
+            tracing::info!(%task_id, entrypoint = %skill, "A2A task resumed with input");
+            let watch = Watch::open_after(state.store.clone(), &task_id, &caller.owner, seq)
+                .await
+                .map_err(A2aError::from)?;
+            Ok(Started {
+                task_id,
+                watch,
+                receipt: None,
+            })
+        }
+        Resumed::NotFound => Err(A2aError::task_not_found(&task_id).into()),
+        Resumed::NotWaiting(task) if task.status.is_terminal() => Err(A2aError::unsupported(
+            format!("Task {task_id} is in a terminal state and takes no more messages"),
+        )
+        .into()),
+        Resumed::NotWaiting(_) => {
+            Err(A2aError::unsupported(format!("Task {task_id} is not waiting for input")).into())
+        }
+    }
+}
+
 fn started(
     state: &AppState,
     owner: &OwnerHash,
@@ -514,14 +601,14 @@ async fn gate<'a>(
     .map_err(|answer| Refusal::Http(*answer))
 }
 
-/// What a message must be before it is admitted: from the user, with an id and parts of
-/// accepted media types, and, when it names a task, addressed to one of the caller's tasks
-/// that can take it.
+/// What a message must be before it is admitted: from the user, with an id and parts, and,
+/// when it names a task, addressed to one of the caller's tasks that waits for input (which it
+/// returns: the message resumes it).
 async fn check_message(
     state: &AppState,
     caller: &Caller<'_>,
     message: &Message,
-) -> Result<(), A2aError> {
+) -> Result<Option<StoredTask>, A2aError> {
     check_id("messageId", &message.message_id)?;
     if message.role != Role::User {
         return Err(A2aError::invalid_params(
@@ -535,7 +622,7 @@ async fn check_message(
         check_id("contextId", context_id)?;
     }
     let Some(task_id) = &message.task_id else {
-        return Ok(());
+        return Ok(None);
     };
     check_id("taskId", task_id)?;
     let stored = read_owned(state, &caller.owner, task_id).await?;
@@ -551,9 +638,12 @@ async fn check_message(
             "Task {task_id} is in a terminal state and takes no more messages"
         )));
     }
-    Err(A2aError::unsupported(format!(
-        "Task {task_id} is not waiting for input"
-    )))
+    if stored.phase != Phase::Waiting {
+        return Err(A2aError::unsupported(format!(
+            "Task {task_id} is not waiting for input"
+        )));
+    }
+    Ok(Some(stored))
 }
 
 /// The media types a skill takes: any for a skill without an input schema (it takes any
@@ -590,12 +680,14 @@ fn accepted(modes: &[&str], media_type: &str) -> bool {
 }
 
 /// A task's stream: the task as first read, then its updates from the watch, closing after
-/// the final status update.
+/// the final status update or, with `closes_on_input`, after an `input-required` one (the
+/// end of a `SendStreamingMessage` turn; a subscription follows the task through its turns).
 fn follow(
     store: Arc<dyn shared::store::TaskStore>,
     owner: OwnerHash,
     first: StoredTask,
     watch: Watch,
+    closes_on_input: bool,
 ) -> BoxStream<'static, StreamResponse> {
     struct Follow {
         store: Arc<dyn shared::store::TaskStore>,
@@ -624,7 +716,7 @@ fn follow(
         working_sent,
         done: first.task.status.is_terminal(),
     };
-    futures::stream::unfold(follow, |mut follow| async move {
+    futures::stream::unfold(follow, move |mut follow| async move {
         loop {
             if let Some(event) = follow.pending.pop_front() {
                 return Some((event, follow));
@@ -639,6 +731,27 @@ fn follow(
                         follow
                             .pending
                             .push_back(status_event(&follow.task_id, &follow.context_id, TaskState::Working));
+                    }
+                }
+                Ok(RunEvent::InputRequired { request }) => {
+                    // The next turn's run starts afresh: it gets its own `working` update.
+                    follow.working_sent = false;
+                    let message =
+                        mapping::request_message(&follow.task_id, &follow.context_id, &request);
+                    follow
+                        .pending
+                        .push_back(StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+                            task_id: follow.task_id.clone(),
+                            context_id: follow.context_id.clone(),
+                            status: TaskStatus {
+                                state: TaskState::InputRequired,
+                                message: Some(message),
+                                timestamp: Some(chrono::Utc::now()),
+                            },
+                            metadata: None,
+                        }));
+                    if closes_on_input {
+                        follow.done = true;
                     }
                 }
                 Ok(RunEvent::Stream { kind, data }) => {
@@ -733,6 +846,6 @@ mod tests {
             runtime_statuses(TaskState::Working),
             Some(vec![RuntimeStatus::Running])
         );
-        assert_eq!(runtime_statuses(TaskState::InputRequired), None);
+        assert_eq!(runtime_statuses(TaskState::AuthRequired), None);
     }
 }

@@ -6,6 +6,7 @@
 //! ```text
 //! reserved (admission expires) -> queued -> prepared (claim, short lease)
 //!    -> active (lease renewed by heartbeat, hard run deadline) -> completed | failed | cancelled
+//!    active -> waiting (the run asked for input) -> queued (resumed with it) | cancelled
 //! ```
 //!
 //! Every claim bumps a per-task fencing epoch. Renewals, activation, progress and fenced terminal
@@ -28,6 +29,8 @@ pub use types::*;
 use std::time::Duration;
 
 use async_trait::async_trait;
+
+use serde_json::Value;
 
 use crate::protocol::{Task, TaskStatus};
 use crate::token::OwnerHash;
@@ -131,6 +134,25 @@ pub trait TaskStore: Send + Sync + 'static {
         next: Transition,
         fence: Option<&Lease>,
     ) -> Result<CasOutcome, StoreError>;
+
+    /// Ends the lease holder's run without finishing the task: `active -> waiting`, releasing
+    /// the lease, keeping `request` (what the run asks its caller for) and publishing an
+    /// `inputRequired` event `{taskId, status: "running", request}`. The task stays live
+    /// (it counts toward capacity) until [`TaskStore::resume`] or a cancel. Fenced: `false`
+    /// when `lease` is stale.
+    async fn await_input(&self, lease: &Lease, request: Value) -> Result<bool, StoreError>;
+
+    /// The caller's answer to a waiting task: `waiting -> queued` with `input` and `metadata`
+    /// as the invocation's new input and metadata, the previous turn appended to the task's
+    /// turns, its attempts counted afresh, and a `statusUpdate running` event. Only the
+    /// task's owner may resume it (another owner's task reads as missing).
+    async fn resume(
+        &self,
+        task_id: &str,
+        owner: &OwnerHash,
+        input: Value,
+        metadata: Option<Value>,
+    ) -> Result<Resumed, StoreError>;
 
     /// Appends a custom event (progress, stream output) to the task's event log and publishes it.
     /// Fenced. Returns the event's sequence number, or `None` when the fence is stale.

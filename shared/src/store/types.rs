@@ -64,6 +64,10 @@ pub enum Phase {
     Queued,
     Prepared,
     Active,
+    /// A run ended asking its caller for more input ([`super::TaskStore::await_input`]): no
+    /// lease, not queued, until [`super::TaskStore::resume`] queues it again or it is
+    /// cancelled.
+    Waiting,
     Terminal,
 }
 
@@ -74,6 +78,7 @@ impl Phase {
             Phase::Queued => "queued",
             Phase::Prepared => "prepared",
             Phase::Active => "active",
+            Phase::Waiting => "waiting",
             Phase::Terminal => "terminal",
         }
     }
@@ -84,6 +89,7 @@ impl Phase {
             Phase::Queued,
             Phase::Prepared,
             Phase::Active,
+            Phase::Waiting,
             Phase::Terminal,
         ]
         .into_iter()
@@ -128,6 +134,46 @@ pub struct StoredTask {
     /// The receipt of the payment that admitted the task (a paid task), as
     /// [`super::TaskStore::record_receipt`] stored it.
     pub receipt: Option<String>,
+    /// While the task is `waiting`: what its last run asked the caller for (the handler's
+    /// JSON, e.g. an A2A agent message).
+    pub input_request: Option<Value>,
+    /// The turns before the current one, oldest first, each `{input, metadata?, request}`:
+    /// the input a run was given and what it asked for when it ended waiting. Empty for a
+    /// task that never waited.
+    pub turns: Vec<Value>,
+}
+
+/// The name of the event [`super::TaskStore::await_input`] publishes.
+pub const INPUT_REQUIRED_EVENT: &str = "inputRequired";
+
+/// The data of the `inputRequired` event of task `task_id`.
+pub fn input_required_data(task_id: &str, request: &Value) -> Value {
+    serde_json::json!({"taskId": task_id, "status": "running", "request": request})
+}
+
+/// The turn a waiting task ends when it is resumed: the input and metadata its last run was
+/// given and what that run asked for.
+pub fn turn_of(invocation: &Invocation, request: Option<&Value>) -> Value {
+    let mut turn = serde_json::Map::new();
+    turn.insert("input".into(), invocation.input.clone());
+    if let Some(metadata) = &invocation.metadata {
+        turn.insert("metadata".into(), metadata.clone());
+    }
+    turn.insert("request".into(), request.cloned().unwrap_or(Value::Null));
+    Value::Object(turn)
+}
+
+/// What [`super::TaskStore::resume`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Resumed {
+    /// The task was waiting: it is queued again with the new input, the previous turn kept
+    /// in [`StoredTask::turns`]. `seq` numbers the resume's own event: what the new turn
+    /// publishes comes after it.
+    Queued { task: Task, seq: u64 },
+    /// No such task, or another owner's.
+    NotFound,
+    /// The task is not waiting for input (running, or finished): `current` is its state.
+    NotWaiting(Task),
 }
 
 /// What [`super::TaskStore::record_receipt`] did.

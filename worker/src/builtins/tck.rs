@@ -28,8 +28,8 @@ pub const KEY: &str = "tck";
 /// The error code that maps to A2A's `TASK_STATE_REJECTED`.
 pub const REJECTED: &str = "rejected";
 
-/// The error code of [`input_required`] (a placeholder until runs can pause for input).
-pub const INPUT_REQUIRED: &str = "input_required";
+/// What [`input_required`] asks for.
+pub const INPUT_REQUEST: &str = "Input required: send a follow-up message";
 
 /// How long `test-resubscribe-message-id` runs before completing, so the TCK can resubscribe
 /// to the task while it is still working.
@@ -123,7 +123,15 @@ pub fn entrypoint() -> Entrypoint {
     Entrypoint::new(
         KEY,
         "A2A TCK conformance agent: behaves by the message's messageId prefix",
-        |_input: Value, ctx: TaskContext| async move { run(ctx).await.map(HandlerOutput::new) },
+        |_input: Value, ctx: TaskContext| async move {
+            if matches!(
+                behaviour(message_id(ctx.metadata.as_ref())),
+                Behaviour::InputRequired
+            ) {
+                return Ok(input_required());
+            }
+            run(ctx).await.map(HandlerOutput::new)
+        },
     )
     .streaming()
 }
@@ -152,7 +160,7 @@ async fn run(ctx: TaskContext) -> Result<Value, HandlerError> {
             "a2a": {"reply": true, "message": {"parts": [{"text": "Direct message response"}]}}
         })),
         Behaviour::Reject => Err(HandlerError::new(REJECTED, "rejected")),
-        Behaviour::InputRequired => input_required(),
+        Behaviour::InputRequired => Ok(input_required().output),
         Behaviour::StreamText(text) => {
             let streamed = artifact("stream", json!([{ "text": text }]));
             emit_chunk(&ctx, &streamed, false, true).await?;
@@ -195,13 +203,10 @@ async fn run(ctx: TaskContext) -> Result<Value, HandlerError> {
     }
 }
 
-/// `tck-input-required`. A placeholder: a run cannot yet pause for more input, so it fails
-/// with [`INPUT_REQUIRED`] instead of leaving the task in `TASK_STATE_INPUT_REQUIRED`.
-fn input_required() -> Result<Value, HandlerError> {
-    Err(HandlerError::new(
-        INPUT_REQUIRED,
-        "This agent cannot pause for input",
-    ))
+/// `tck-input-required`: the run ends asking for more input (`TASK_STATE_INPUT_REQUIRED`); the
+/// task waits until a follow-up message resumes it, which then behaves by its own messageId.
+fn input_required() -> HandlerOutput {
+    HandlerOutput::input_required(json!({"parts": [{"text": INPUT_REQUEST}]}))
 }
 
 /// An artifact named as its id.
@@ -423,9 +428,14 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn input_required_fails_for_now() -> TestResult {
-        let outcome = run_for("tck-input-required-1").await?;
-        assert_eq!(error(outcome)?.code, INPUT_REQUIRED);
+    async fn input_required_asks_for_input() -> TestResult {
+        let harness = Harness::start(KEY, json!("x")).await?;
+        let mut ctx = harness.ctx.clone();
+        ctx.metadata = Some(json!({"a2a": {"messageId": "tck-input-required-1"}}));
+        let outcome = entrypoint().handler.call(json!("x"), ctx).await;
+        let output = outcome.map_err(|err| format!("handler failed: {err}"))?;
+        assert!(output.awaits_input);
+        assert_eq!(output.output["parts"][0]["text"], INPUT_REQUEST);
         Ok(())
     }
 

@@ -144,6 +144,9 @@ async fn run_started(
             tracing::info!(%task_id, ?reason, "run stopped; writing nothing");
             return Vec::new();
         }
+        (None, Outcome::Done(Ok(output))) if output.awaits_input => {
+            return await_input(shared, &lease, output.output, started).await;
+        }
         (None, Outcome::Done(Ok(output))) => Transition::completed(TaskResult {
             output: output.output,
             usage: output.usage,
@@ -231,6 +234,34 @@ async fn run_handler(
             Outcome::Done(Err(HandlerError::cancelled()))
         }
     }
+}
+
+/// The fenced `active -> waiting` write of a run that asked for input. The slot takes its next
+/// task through the usual fetch: a waiting task is no finish to take it with.
+async fn await_input(
+    shared: &Shared,
+    lease: &Lease,
+    request: serde_json::Value,
+    started: tokio::time::Instant,
+) -> Vec<Started> {
+    let task_id = &lease.task_id;
+    let entrypoint = lease.entrypoint.as_str();
+    match shared.store.await_input(lease, request).await {
+        Ok(true) => {
+            metrics::run_time(entrypoint, TaskStatus::Running, started.elapsed());
+            tracing::debug!(%task_id, "task waits for input");
+        }
+        Ok(false) => {
+            metrics::fenced_write_rejected(entrypoint, "await_input");
+            tracing::warn!(%task_id, operation = "await_input",
+                "input request fenced out: the task was cancelled or belongs to another worker");
+        }
+        Err(err) => {
+            // The task stays active; its lease expires and recovery runs it again.
+            tracing::warn!(%task_id, error = %err, "could not write the input request");
+        }
+    }
+    Vec::new()
 }
 
 /// The fenced terminal write, taking the slot's next task in the same call unless the worker

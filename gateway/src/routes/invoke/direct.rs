@@ -115,8 +115,18 @@ async fn run_to_end(state: &AppState, mut run: Run) -> Result<Response, Response
 
 async fn wait(watch: &mut Watch) -> Result<Terminal, ApiError> {
     loop {
-        if let RunEvent::Finished(terminal) = watch.next().await? {
-            return Ok(terminal);
+        match watch.next().await? {
+            RunEvent::Finished(terminal) => return Ok(terminal),
+            // A direct invoke is one run: one that asks for more input fails the request, and
+            // the dropped run cancels the waiting task.
+            RunEvent::InputRequired { .. } => {
+                return Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    ErrorCode::InvalidState,
+                    "The entrypoint asked for more input; multi-turn tasks need the A2A binding",
+                ));
+            }
+            RunEvent::Running | RunEvent::Stream { .. } => {}
         }
     }
 }

@@ -189,6 +189,20 @@ async fn relay(state: AppState, mut run: Run, tx: mpsc::Sender<Bytes>) {
         };
         match next {
             Ok(RunEvent::Running) => {}
+            Ok(RunEvent::InputRequired { .. }) => {
+                // A direct stream is one run: a run that asks for more input ends it as a
+                // failure, and the dropped run cancels the waiting task.
+                let failed = Terminal {
+                    status: TaskStatus::Failed,
+                    result: None,
+                    error: Some(shared::protocol::TaskError::new(
+                        "input_required",
+                        "The entrypoint asked for more input; multi-turn tasks need the A2A binding",
+                    )),
+                };
+                send_all(&tx, frames.finish(&failed)).await;
+                return;
+            }
             Ok(RunEvent::Stream { kind, data }) => {
                 if tx.send(frames.event(&kind, data)).await.is_err() {
                     return;

@@ -45,8 +45,11 @@ impl Terminal {
 /// What a run produced next.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RunEvent {
-    /// A worker started running the task (its `statusUpdate running`).
+    /// The task is running: created, or resumed with new input (its `statusUpdate running`).
     Running,
+    /// The run ended asking for more input (`inputRequired`): the task waits for its
+    /// caller's answer. `request` is what the run asked for.
+    InputRequired { request: Value },
     /// A stream event (`text`, `delta`, `asset`, `control`) with the worker's data.
     Stream { kind: String, data: Value },
     /// The run ended; nothing follows.
@@ -72,6 +75,19 @@ impl Watch {
         owner: &OwnerHash,
     ) -> Result<Watch, ApiError> {
         let mut watch = Watch::new(store, task_id, owner);
+        watch.subscribe().await?;
+        Ok(watch)
+    }
+
+    /// Subscribes to `task_id` from the event after `after_seq`.
+    pub async fn open_after(
+        store: Arc<dyn TaskStore>,
+        task_id: &str,
+        owner: &OwnerHash,
+        after_seq: u64,
+    ) -> Result<Watch, ApiError> {
+        let mut watch = Watch::new(store, task_id, owner);
+        watch.last_seq = after_seq;
         watch.subscribe().await?;
         Ok(watch)
     }
@@ -165,6 +181,10 @@ impl Watch {
 /// Stream events, the start of a run and terminal transitions; everything else (`progress`,
 /// unknown names) is skipped.
 fn classify(event: StoredEvent) -> Option<RunEvent> {
+    if event.event == shared::store::INPUT_REQUIRED_EVENT {
+        let request = event.data.get("request").cloned().unwrap_or(Value::Null);
+        return Some(RunEvent::InputRequired { request });
+    }
     if STREAM_KINDS.contains(&event.event.as_str()) {
         return Some(RunEvent::Stream {
             kind: event.event,

@@ -31,7 +31,9 @@ use super::{
     Subscription, TaskPage, TaskStore, Transition,
 };
 use crate::protocol::{Task, TaskStatus, Timestamp};
+use crate::store::Resumed;
 use crate::token::OwnerHash;
+use serde_json::Value;
 
 /// Where the store reads the time, in milliseconds since the Unix epoch.
 pub trait Clock: Send + Sync {
@@ -239,6 +241,20 @@ impl TaskStore for MemoryStore {
             .or_default()
             .push(tx);
         Ok(rx)
+    }
+
+    async fn await_input(&self, lease: &Lease, request: Value) -> Result<bool, StoreError> {
+        Ok(self.with_state(|state, now| state.await_input(lease, request, now)))
+    }
+
+    async fn resume(
+        &self,
+        task_id: &str,
+        owner: &OwnerHash,
+        input: Value,
+        metadata: Option<Value>,
+    ) -> Result<Resumed, StoreError> {
+        Ok(self.with_state(|state, now| state.resume(task_id, owner, input, metadata, now)))
     }
 
     async fn emit(&self, lease: &Lease, event: EventPayload) -> Result<Option<u64>, StoreError> {

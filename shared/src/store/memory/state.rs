@@ -11,6 +11,8 @@
 //!
 //! `reindex` keeps `terminal` and `due` in step with a task after every mutation.
 
+use crate::store::Resumed;
+use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -115,6 +117,8 @@ impl State {
                 handed_off: false,
                 seq: 0,
                 receipt: None,
+                input_request: None,
+                turns: Vec::new(),
             },
             order,
         );
@@ -334,6 +338,68 @@ impl State {
         (entry.holds(lease, now) && phase_ok).then(|| entry.publish(payload, log_len))
     }
 
+    /// `active -> waiting` under `lease` (see [`crate::store::TaskStore::await_input`]).
+    pub(super) fn await_input(&mut self, lease: &Lease, request: Value, now: u64) -> bool {
+        let log_len = self.limits.event_log_len;
+        let Some(entry) = self.tasks.get_mut(&lease.task_id) else {
+            return false;
+        };
+        if !entry.holds(lease, now) || entry.stored.phase != Phase::Active {
+            return false;
+        }
+        let stored = &mut entry.stored;
+        stored.phase = Phase::Waiting;
+        stored.lease = None;
+        stored.run_deadline_ms = None;
+        stored.task.updated_at = Timestamp(now);
+        let data = crate::store::input_required_data(&lease.task_id, &request);
+        stored.input_request = Some(request);
+        entry.publish(
+            EventPayload {
+                event: crate::store::INPUT_REQUIRED_EVENT.to_owned(),
+                data,
+            },
+            log_len,
+        );
+        self.reindex(&lease.task_id);
+        true
+    }
+
+    /// `waiting -> queued` with a new input (see [`crate::store::TaskStore::resume`]).
+    pub(super) fn resume(
+        &mut self,
+        task_id: &str,
+        owner: &OwnerHash,
+        input: Value,
+        metadata: Option<Value>,
+        now: u64,
+    ) -> Resumed {
+        self.purge(now);
+        let log_len = self.limits.event_log_len;
+        let Some(entry) = self.tasks.get_mut(task_id) else {
+            return Resumed::NotFound;
+        };
+        if &entry.stored.owner != owner {
+            return Resumed::NotFound;
+        }
+        if entry.stored.task.status != TaskStatus::Running || entry.stored.phase != Phase::Waiting {
+            return Resumed::NotWaiting(entry.task());
+        }
+        let stored = &mut entry.stored;
+        let request = stored.input_request.take();
+        let turn = crate::store::turn_of(&stored.invocation, request.as_ref());
+        stored.turns.push(turn);
+        stored.invocation.input = input;
+        stored.invocation.metadata = metadata;
+        stored.attempt = 0;
+        stored.task.updated_at = Timestamp(now);
+        let task = stored.task.clone();
+        let seq = entry.publish(TaskEvent::status(&task).into(), log_len);
+        self.enqueue(task_id);
+        self.reindex(task_id);
+        Resumed::Queued { task, seq }
+    }
+
     pub(super) fn subscribe(
         &mut self,
         task_id: &str,
@@ -460,7 +526,7 @@ impl State {
                 }
                 // A lease in any other phase is not something a store transition produces;
                 // drop it so the task is claimable again.
-                Phase::Reserved | Phase::Queued | Phase::Terminal => {
+                Phase::Reserved | Phase::Queued | Phase::Waiting | Phase::Terminal => {
                     if let Some(entry) = self.tasks.get_mut(&task_id) {
                         entry.stored.lease = None;
                     }
@@ -534,6 +600,7 @@ impl State {
             stored.phase = Phase::Terminal;
             stored.lease = None;
             stored.admission_expires_at_ms = None;
+            stored.input_request = None;
         }
         let task = stored.task.clone();
         let entrypoint = stored.invocation.entrypoint.clone();
@@ -558,8 +625,9 @@ impl State {
     fn claim(&mut self, task_id: &str, owner_id: &str, ttl_ms: u64, now: u64) -> Option<Claim> {
         let entry = self.tasks.get_mut(task_id)?;
         // An active task whose lease expired belongs to recovery, which counts its attempts.
+        // A waiting task runs again only when its owner resumes it.
         if entry.stored.task.status != TaskStatus::Running
-            || entry.stored.phase == Phase::Active
+            || matches!(entry.stored.phase, Phase::Active | Phase::Waiting)
             || entry.has_live_lease(now)
         {
             return None;

@@ -9,7 +9,7 @@
 
 /// `running`, `completed`, `failed` or `cancelled`.
 pub const STATUS: &str = "st";
-/// `reserved`, `prepared`, `queued` or `active`; absent once the task is terminal.
+/// `reserved`, `prepared`, `queued`, `active` or `waiting`; absent once the task is terminal.
 pub const PHASE: &str = "ph";
 /// The owner hash (hex).
 pub const OWNER: &str = "ow";
@@ -49,6 +49,10 @@ pub const ERROR: &str = "er";
 pub const RECEIPT: &str = "rc";
 /// `1` once the task reached the ready queue; until the task is terminal.
 pub const HANDED_OFF: &str = "ho";
+/// What the last run of a `waiting` task asked for (JSON); only while it waits.
+pub const INPUT_REQUEST: &str = "iq";
+/// The task's earlier turns (a JSON array of `{input, metadata?, request}`), once it waited.
+pub const TURNS: &str = "tu";
 
 /// The wire view of a task, in the order `replies::task_view` reads it.
 pub const VIEW: [&str; 6] = [STATUS, CONTEXT, CREATED, UPDATED, RESULT, ERROR];

@@ -10,7 +10,7 @@ use crate::token::OwnerHash;
 use super::fields;
 
 /// Fields read for a full [`StoredTask`], in this order.
-pub const TASK_FIELDS: [&str; 20] = [
+pub const TASK_FIELDS: [&str; 22] = [
     fields::STATUS,
     fields::PHASE,
     fields::OWNER,
@@ -31,6 +31,8 @@ pub const TASK_FIELDS: [&str; 20] = [
     fields::SEQ,
     fields::ENTRYPOINT,
     fields::RECEIPT,
+    fields::INPUT_REQUEST,
+    fields::TURNS,
 ];
 
 fn corrupt(what: impl Into<String>) -> StoreError {
@@ -146,6 +148,8 @@ pub fn stored_task(id: &str, f: &[Option<String>]) -> Result<Option<StoredTask>,
         handed_off: f[16].as_deref() == Some("1"),
         seq: num(&f[17], "seq")?,
         receipt: f[19].clone(),
+        input_request: json::<serde_json::Value>(&f[20], "input_request")?,
+        turns: json::<Vec<serde_json::Value>>(&f[21], "turns")?.unwrap_or_default(),
     }))
 }
 

@@ -18,10 +18,13 @@ use super::{RedisStore, ScriptItem};
 use crate::protocol::{Task, TaskEvent, TaskStatus};
 use crate::store::{
     Activation, Admission, CasOutcome, Claim, Durability, EventPayload, Finished, Lease, ListQuery,
-    NewTask, ReceiptRecorded, RecoveryReport, Rejection, Started, StoreError, StoredEvent,
+    NewTask, ReceiptRecorded, RecoveryReport, Rejection, Resumed, Started, StoreError, StoredEvent,
     StoredTask, Subscription, TakeSpec, TaskPage, TaskStore, Transition,
 };
 use crate::token::OwnerHash;
+
+/// Reads-then-writes a resume tries before giving up on a task that keeps changing.
+const RESUME_TRIES: u32 = 8;
 
 fn ms(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
@@ -667,6 +670,114 @@ impl TaskStore for RedisStore {
             )
             .await?;
         Ok(seq)
+    }
+
+    async fn await_input(
+        &self,
+        lease: &Lease,
+        request: serde_json::Value,
+    ) -> Result<bool, StoreError> {
+        let keys = &self.inner.core.keys;
+        let data = crate::store::input_required_data(&lease.task_id, &request);
+        let seq: Option<u64> = self
+            .eval(
+                "await_input",
+                self.inner
+                    .core
+                    .scripts
+                    .await_input
+                    .key(keys.task(&lease.task_id))
+                    .key(keys.events(&lease.task_id))
+                    .key(keys.leases())
+                    .arg(&lease.task_id)
+                    .arg(&lease.owner_id)
+                    .arg(lease.epoch)
+                    .arg(to_json(&request)?)
+                    .arg(to_json(&data)?)
+                    .arg(keys.task_channel(&lease.task_owner, &lease.task_id))
+                    .arg(self.inner.core.config.event_log_len),
+            )
+            .await?;
+        Ok(seq.is_some())
+    }
+
+    async fn resume(
+        &self,
+        task_id: &str,
+        owner: &OwnerHash,
+        input: serde_json::Value,
+        metadata: Option<serde_json::Value>,
+    ) -> Result<Resumed, StoreError> {
+        let keys = &self.inner.core.keys;
+        // The turn and the new invocation are built here from a read, so that user JSON
+        // never passes through Lua's cjson; the script applies them only if no event came
+        // since the read (a concurrent resume or cancel), and a stale read is read again.
+        for _ in 0..RESUME_TRIES {
+            let Some(stored) = self.get(task_id).await? else {
+                return Ok(Resumed::NotFound);
+            };
+            if &stored.owner != owner {
+                return Ok(Resumed::NotFound);
+            }
+            if stored.task.status != TaskStatus::Running
+                || stored.phase != crate::store::Phase::Waiting
+            {
+                return Ok(Resumed::NotWaiting(stored.task));
+            }
+            let turn = crate::store::turn_of(&stored.invocation, stored.input_request.as_ref());
+            let mut invocation = stored.invocation.clone();
+            invocation.input = input.clone();
+            invocation.metadata = metadata.clone();
+            let reply: Vec<Option<String>> = self
+                .eval(
+                    "resume",
+                    self.inner
+                        .core
+                        .scripts
+                        .resume
+                        .key(keys.task(task_id))
+                        .key(keys.events(task_id))
+                        .key(keys.queue(&invocation.entrypoint))
+                        .key(keys.wake(&invocation.entrypoint))
+                        .key(keys.leases())
+                        .arg(task_id)
+                        .arg(owner.as_str())
+                        .arg(stored.seq)
+                        .arg(to_json(&invocation)?)
+                        .arg(to_json(&turn)?)
+                        .arg(keys.task_channel(owner, task_id))
+                        .arg(self.inner.core.config.event_log_len),
+                )
+                .await?;
+            let head = reply.first().cloned().flatten().unwrap_or_default();
+            let reason = reply.get(1).cloned().flatten().unwrap_or_default();
+            match (head.as_str(), reason.as_str()) {
+                ("1", updated) => {
+                    let bad = || StoreError::Corrupt("resume: bad reply".into());
+                    let mut task = stored.task;
+                    task.updated_at =
+                        crate::protocol::Timestamp(updated.parse().map_err(|_| bad())?);
+                    let seq = reply
+                        .get(2)
+                        .cloned()
+                        .flatten()
+                        .and_then(|seq| seq.parse().ok())
+                        .ok_or_else(bad)?;
+                    return Ok(Resumed::Queued { task, seq });
+                }
+                (_, "STALE") => continue,
+                (_, "NOT_WAITING") if reply.len() == 8 => {
+                    return match replies::task_view(task_id, &reply[2..])? {
+                        Some(task) => Ok(Resumed::NotWaiting(task)),
+                        None => Ok(Resumed::NotFound),
+                    };
+                }
+                _ => return Ok(Resumed::NotFound),
+            }
+        }
+        Err(StoreError::Unavailable(format!(
+            "task {task_id} changed under {RESUME_TRIES} resumes in a row"
+        )))
     }
 
     async fn subscribe(
