@@ -3,7 +3,7 @@
 //!
 //! - `support`: the `Harness` trait, `StoreCfg`, the per-test fixture and helpers;
 //! - one module per theme: `lifecycle`, `leases`, `capacity`, `subscriptions`, `recovery`,
-//!   `list`, `property`, `take_finish`. Each test is `pub async fn name(h: &impl Harness) -> TestResult`.
+//!   `list`, `property`, `take_finish`, `turns`. Each test is `pub async fn name(h: &impl Harness) -> TestResult`.
 //!
 //! `conformance_tests!(module, harness_expr)` instantiates every test as a `#[tokio::test]`
 //! under `module::<theme>::<test>`, evaluating `harness_expr` once per test. A new test is
@@ -19,6 +19,7 @@ mod recovery;
 mod subscriptions;
 mod support;
 mod take_finish;
+mod turns;
 
 use std::sync::Arc;
 
@@ -104,6 +105,13 @@ macro_rules! conformance_tests {
                 a_fenced_out_finish_is_never_lost_or_applied,
                 concurrent_finish_and_take_hands_each_task_out_once,
                 create_watched_follows_the_run_from_its_first_event,
+            }
+            turns {
+                a_run_can_wait_for_input_and_be_resumed,
+                a_waiting_task_can_be_cancelled,
+                await_input_is_fenced,
+                concurrent_resumes_resume_once,
+                recovery_leaves_a_waiting_task_alone,
             }
         );
     };
