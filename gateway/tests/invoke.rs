@@ -94,6 +94,18 @@ fn test_entrypoints() -> Entrypoints {
         )
         .with(
             Entrypoint::new(
+                "asks",
+                "Ends its run asking for more input",
+                |_input: Value, _ctx: TaskContext| async move {
+                    Ok::<_, HandlerError>(HandlerOutput::input_required(
+                        json!({"parts": [{"text": "which one?"}]}),
+                    ))
+                },
+            )
+            .streaming(),
+        )
+        .with(
+            Entrypoint::new(
                 "trickle",
                 "Emits a text event, then waits until cancelled",
                 |_input: Value, ctx: TaskContext| async move {
@@ -686,6 +698,34 @@ async fn a_failing_stream_ends_with_error_then_run_end_failed() -> TestResult {
         events[3].data["error"],
         json!({"code": "internal_error", "message": "it broke"})
     );
+    Ok(())
+}
+
+/// A direct run is one run: one that asks for more input fails the request, and the waiting
+/// task is cancelled rather than left holding a capacity slot.
+#[tokio::test]
+async fn a_run_that_asks_for_input_fails_a_direct_invoke_or_stream() -> TestResult {
+    let gw = start(GatewayConfig::for_tests()).await?;
+    let reply = invoke(&gw, "asks", r#"{"input":{}}"#).await?;
+    assert_eq!(reply.status, StatusCode::CONFLICT, "{}", reply.text());
+    assert_eq!(reply.json()?["error"]["code"], "invalid_state");
+    until_idle(&gw.state).await?;
+
+    let reply = stream(&gw, "asks", r#"{"input":{}}"#).await?;
+    let events = parse_sse(&reply.text())?;
+    let kinds: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();
+    assert_eq!(kinds, ["run-start", "error", "run-end"]);
+    assert_eq!(events[2].data["status"], "failed");
+    // Codes outside the profile's list read as `internal_error` on the wire; the message says
+    // why.
+    assert!(
+        events[2].data["error"]["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("more input")),
+        "{}",
+        events[2].data
+    );
+    until_idle(&gw.state).await?;
     Ok(())
 }
 
