@@ -308,6 +308,13 @@ pub fn artifact_event(
         #[serde(default)]
         last_chunk: Option<bool>,
     }
+    // Workers wrap each stream event's payload in its kind (`{"delta": ...}`, `{"text": ...}`).
+    let data = match data {
+        Value::Object(mut map) if map.len() == 1 && map.contains_key(kind) => {
+            map.remove(kind).unwrap_or(Value::Null)
+        }
+        other => other,
+    };
     let native = match &data {
         Value::Object(map) if map.len() == 1 => map
             .get("a2a")
@@ -552,6 +559,42 @@ mod tests {
         );
         assert_eq!(task["history"][0]["parts"][0]["text"], "text in");
         assert!(task.get("artifacts").is_none());
+        Ok(())
+    }
+
+    #[test]
+    fn stream_events_become_artifact_updates() -> Result<(), serde_json::Error> {
+        let chunk = json!({"delta": {"a2a": {
+            "artifact": {"artifactId": "c", "parts": [{"text": "chunk-2"}]},
+            "append": true,
+            "lastChunk": true
+        }}});
+        let event = serde_json::to_value(artifact_event("t", "ctx", "delta", chunk, false))?;
+        assert_eq!(event["artifact"]["artifactId"], "c");
+        assert_eq!(event["artifact"]["parts"][0]["text"], "chunk-2");
+        assert_eq!(
+            (event["append"].clone(), event["lastChunk"].clone()),
+            (json!(true), json!(true))
+        );
+        let text = serde_json::to_value(artifact_event(
+            "t",
+            "ctx",
+            "text",
+            json!({"text": "hi"}),
+            true,
+        ))?;
+        assert_eq!(text["artifact"]["artifactId"], "t-stream");
+        assert_eq!(text["artifact"]["parts"][0]["text"], "hi");
+        assert_eq!(text["append"], false);
+        let delta = serde_json::to_value(artifact_event(
+            "t",
+            "ctx",
+            "delta",
+            json!({"delta": 3}),
+            false,
+        ))?;
+        assert_eq!(delta["artifact"]["parts"][0]["data"], 3);
+        assert_eq!(delta["append"], true);
         Ok(())
     }
 
