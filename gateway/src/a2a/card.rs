@@ -6,8 +6,8 @@
 use std::collections::HashMap;
 
 use a2a::{
-    AgentCapabilities, AgentCard, AgentInterface, AgentSkill, HttpAuthSecurityScheme,
-    SecurityScheme,
+    AgentCapabilities, AgentCard, AgentInterface, AgentSkill, ApiKeySecurityScheme,
+    HttpAuthSecurityScheme, SecurityScheme,
 };
 use shared::registry::EntrypointInfo;
 
@@ -42,22 +42,35 @@ pub fn build(config: &GatewayConfig, base_url: &str, entrypoints: &[EntrypointIn
         provider: None,
         documentation_url: None,
         icon_url: None,
-        security_schemes: Some(HashMap::from([(
-            caller::SCHEME.to_owned(),
-            SecurityScheme::HttpAuth(HttpAuthSecurityScheme {
-                scheme: "Bearer".into(),
-                description: Some(
-                    "Any secret of 20 to 256 characters: the caller's tasks are the tasks \
-                     created with it"
-                        .into(),
-                ),
-                bearer_format: None,
-            }),
-        )])),
-        security_requirements: Some(vec![HashMap::from([(
-            caller::SCHEME.to_owned(),
-            Vec::new(),
-        )])]),
+        security_schemes: Some(HashMap::from([
+            (
+                caller::SCHEME.to_owned(),
+                SecurityScheme::HttpAuth(HttpAuthSecurityScheme {
+                    scheme: "Bearer".into(),
+                    description: Some(
+                        "Any secret of 20 to 256 characters: the caller's tasks are the tasks \
+                         created with it"
+                            .into(),
+                    ),
+                    bearer_format: None,
+                }),
+            ),
+            (
+                caller::API_KEY_SCHEME.to_owned(),
+                SecurityScheme::ApiKey(ApiKeySecurityScheme {
+                    location: "header".into(),
+                    name: "Task-Access-Token".into(),
+                    description: Some(
+                        "The same token, for a caller whose Authorization header pays (MPP)".into(),
+                    ),
+                }),
+            ),
+        ])),
+        // Either scheme identifies the caller.
+        security_requirements: Some(vec![
+            HashMap::from([(caller::SCHEME.to_owned(), Vec::new())]),
+            HashMap::from([(caller::API_KEY_SCHEME.to_owned(), Vec::new())]),
+        ]),
         signatures: None,
     }
 }

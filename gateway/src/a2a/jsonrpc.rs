@@ -10,14 +10,11 @@
 //! HTTP meaning. The streaming methods answer `text/event-stream`, each event
 //! `data: {"jsonrpc":"2.0","id":…,"result":StreamResponse}`.
 
-use std::convert::Infallible;
-
 use a2a::{JsonRpcId, JsonRpcResponse, methods};
 use axum::body::Bytes;
 use axum::extract::{OriginalUri, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use serde::de::DeserializeOwned;
@@ -25,8 +22,7 @@ use serde_json::Value;
 
 use super::error::{A2aError, truncated};
 use super::service::{self, Caller, Refusal, Reply};
-use super::{caller, version};
-use crate::routes::tasks::KEEP_ALIVE_INTERVAL;
+use super::{caller, version, wire};
 use crate::state::AppState;
 
 /// The longest string id echoed back.
@@ -95,13 +91,7 @@ async fn dispatch(caller: &Caller<'_>, id: JsonRpcId, method: &str, params: Valu
         },
         methods::SEND_STREAMING_MESSAGE => match parse(params) {
             Ok(request) => match service::stream(caller, request).await {
-                Ok(Reply { value, receipt }) => {
-                    let mut response = sse(id, value);
-                    if let Some(receipt) = receipt {
-                        receipt.attach(&mut response);
-                    }
-                    response
-                }
+                Ok(Reply { value, receipt }) => wire::with_receipt(sse(id, value), receipt),
                 Err(refusal) => answer_refusal(id, refusal),
             },
             Err(err) => answer_error(id, &err),
@@ -199,11 +189,7 @@ fn answer<T: serde::Serialize>(id: JsonRpcId, result: Result<T, A2aError>) -> Re
 }
 
 fn answer_reply<T: serde::Serialize>(id: JsonRpcId, reply: Reply<T>) -> Response {
-    let mut response = answer(id, Ok(reply.value));
-    if let Some(receipt) = reply.receipt {
-        receipt.attach(&mut response);
-    }
-    response
+    wire::with_receipt(answer(id, Ok(reply.value)), reply.receipt)
 }
 
 fn answer_refusal(id: JsonRpcId, refusal: Refusal) -> Response {
@@ -225,31 +211,21 @@ pub fn answer_error(id: JsonRpcId, err: &A2aError) -> Response {
 }
 
 fn json(status: StatusCode, body: &JsonRpcResponse) -> Response {
-    match serde_json::to_vec(body) {
-        Ok(bytes) => {
-            let mut response = (status, bytes).into_response();
-            response.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
-            response
-        }
-        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
-    }
+    wire::json(status, body)
 }
 
 /// The events of a streaming method as SSE, each a JSON-RPC response of `id`.
 fn sse(id: JsonRpcId, events: BoxStream<'static, a2a::StreamResponse>) -> Response {
-    let frames = events.map(move |event| {
-        let data = serde_json::to_value(event)
-            .map(|result| JsonRpcResponse::success(id.clone(), result))
-            .and_then(|response| serde_json::to_string(&response))
-            .unwrap_or_default();
-        Ok::<_, Infallible>(Event::default().data(data))
-    });
-    Sse::new(frames)
-        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE_INTERVAL))
-        .into_response()
+    wire::sse(
+        events
+            .map(move |event| {
+                serde_json::to_value(event)
+                    .map(|result| JsonRpcResponse::success(id.clone(), result))
+                    .and_then(|response| serde_json::to_string(&response))
+                    .unwrap_or_default()
+            })
+            .boxed(),
+    )
 }
 
 #[cfg(test)]

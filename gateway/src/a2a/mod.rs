@@ -19,6 +19,7 @@ pub mod proto_json;
 pub mod rest;
 pub mod service;
 pub mod version;
+pub mod wire;
 
 use axum::Router;
 use axum::extract::{OriginalUri, State};

@@ -11,7 +11,6 @@
 //! paths under the binding are `404` in the same shape.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 
 use a2a::{
     CancelTaskRequest, GetTaskRequest, ListTasksRequest, SendMessageRequest,
@@ -20,9 +19,8 @@ use a2a::{
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{OriginalUri, Path, RawQuery, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
-use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::Response;
 use axum::routing::{any, get, post};
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -30,8 +28,7 @@ use serde::de::DeserializeOwned;
 
 use super::error::{A2aError, truncated};
 use super::service::{self, Caller, Refusal, Reply};
-use super::{caller, version};
-use crate::routes::tasks::KEEP_ALIVE_INTERVAL;
+use super::{caller, version, wire};
 use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
@@ -61,22 +58,30 @@ fn caller<'a>(
     })
 }
 
+/// What both message routes start with: the caller, then the request in the body.
+fn message_call<'a>(
+    state: &'a AppState,
+    headers: &'a HeaderMap,
+    uri: &'a Uri,
+    body: &[u8],
+) -> Result<(Caller<'a>, SendMessageRequest), Response> {
+    let caller = caller(state, headers, uri).map_err(|err| err.to_rest())?;
+    let request = body_of(headers, body).map_err(|err| err.to_rest())?;
+    Ok((caller, request))
+}
+
 async fn send(
     State(state): State<AppState>,
     OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let caller = match caller(&state, &headers, &uri) {
-        Ok(caller) => caller,
-        Err(err) => return err.to_rest(),
-    };
-    let request: SendMessageRequest = match body_of(&headers, &body) {
-        Ok(request) => request,
-        Err(err) => return err.to_rest(),
+    let (caller, request) = match message_call(&state, &headers, &uri, &body) {
+        Ok(call) => call,
+        Err(response) => return response,
     };
     match service::send(&caller, request).await {
-        Ok(reply) => ok_reply(reply),
+        Ok(reply) => wire::with_receipt(json_ok(&reply.value), reply.receipt),
         Err(refusal) => refused(refusal),
     }
 }
@@ -87,22 +92,12 @@ async fn stream(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let caller = match caller(&state, &headers, &uri) {
-        Ok(caller) => caller,
-        Err(err) => return err.to_rest(),
-    };
-    let request: SendMessageRequest = match body_of(&headers, &body) {
-        Ok(request) => request,
-        Err(err) => return err.to_rest(),
+    let (caller, request) = match message_call(&state, &headers, &uri, &body) {
+        Ok(call) => call,
+        Err(response) => return response,
     };
     match service::stream(&caller, request).await {
-        Ok(Reply { value, receipt }) => {
-            let mut response = sse(value);
-            if let Some(receipt) = receipt {
-                receipt.attach(&mut response);
-            }
-            response
-        }
+        Ok(Reply { value, receipt }) => wire::with_receipt(sse(value), receipt),
         Err(refusal) => refused(refusal),
     }
 }
@@ -352,14 +347,6 @@ fn ok_or_error<T: serde::Serialize>(result: Result<T, A2aError>) -> Response {
     }
 }
 
-fn ok_reply<T: serde::Serialize>(reply: Reply<T>) -> Response {
-    let mut response = json_ok(&reply.value);
-    if let Some(receipt) = reply.receipt {
-        receipt.attach(&mut response);
-    }
-    response
-}
-
 fn refused(refusal: Refusal) -> Response {
     match refusal {
         Refusal::A2a(err) => err.to_rest(),
@@ -368,27 +355,15 @@ fn refused(refusal: Refusal) -> Response {
 }
 
 fn json_ok(value: &impl serde::Serialize) -> Response {
-    match serde_json::to_vec(value) {
-        Ok(bytes) => {
-            let mut response = (StatusCode::OK, bytes).into_response();
-            response.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
-            response
-        }
-        Err(_) => A2aError::internal().to_rest(),
-    }
+    wire::json(StatusCode::OK, value)
 }
 
 fn sse(events: BoxStream<'static, a2a::StreamResponse>) -> Response {
-    let frames = events.map(|event| {
-        let data = serde_json::to_string(&event).unwrap_or_default();
-        Ok::<_, Infallible>(Event::default().data(data))
-    });
-    Sse::new(frames)
-        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE_INTERVAL))
-        .into_response()
+    wire::sse(
+        events
+            .map(|event| serde_json::to_string(&event).unwrap_or_default())
+            .boxed(),
+    )
 }
 
 #[cfg(test)]
