@@ -64,10 +64,8 @@ fn message_call<'a>(
     headers: &'a HeaderMap,
     uri: &'a Uri,
     body: &[u8],
-) -> Result<(Caller<'a>, SendMessageRequest), Response> {
-    let caller = caller(state, headers, uri).map_err(|err| err.to_rest())?;
-    let request = body_of(headers, body).map_err(|err| err.to_rest())?;
-    Ok((caller, request))
+) -> Result<(Caller<'a>, SendMessageRequest), A2aError> {
+    Ok((caller(state, headers, uri)?, body_of(headers, body)?))
 }
 
 async fn send(
@@ -78,7 +76,7 @@ async fn send(
 ) -> Response {
     let (caller, request) = match message_call(&state, &headers, &uri, &body) {
         Ok(call) => call,
-        Err(response) => return response,
+        Err(err) => return err.to_rest(),
     };
     match service::send(&caller, request).await {
         Ok(reply) => wire::with_receipt(json_ok(&reply.value), reply.receipt),
@@ -94,7 +92,7 @@ async fn stream(
 ) -> Response {
     let (caller, request) = match message_call(&state, &headers, &uri, &body) {
         Ok(call) => call,
-        Err(response) => return response,
+        Err(err) => return err.to_rest(),
     };
     match service::stream(&caller, request).await {
         Ok(Reply { value, receipt }) => wire::with_receipt(sse(value), receipt),
