@@ -4,7 +4,7 @@
 //! priced skill, the same payment gate) as the Lucid profile's `POST /tasks`, owned by the
 //! caller's bearer token, run by workers, recovered when a worker dies.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,13 +16,13 @@ use a2a::{
 use axum::http::{HeaderMap, Uri};
 use axum::response::Response;
 use base64::Engine;
-use futures::StreamExt;
 use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
 use shared::protocol::TaskStatus as RuntimeStatus;
 use shared::registry::EntrypointInfo;
 use shared::store::{
-    CasOutcome, Durability, ListQuery, Phase, Rejection, Resumed, StoredTask, Subscription,
-    Transition,
+    CasOutcome, Durability, ListQuery, MAX_LIST_LIMIT, Phase, Rejection, Resumed, StoredTask,
+    Subscription, Transition,
 };
 use shared::telemetry::metrics;
 use shared::token::OwnerHash;
@@ -219,8 +219,15 @@ pub async fn cancel(caller: &Caller<'_>, request: CancelTaskRequest) -> Result<T
     Ok(mapping::task_of(&cancelled, None))
 }
 
-/// `ListTasks`: the caller's tasks, newest first, filtered by context and state, in pages of
-/// `pageSize` (1 to 100, default 50) with opaque page tokens.
+/// `ListTasks`: the caller's tasks, most recently updated first, filtered by context, state
+/// and update time, in pages of `pageSize` (1 to 100, default 50) with opaque page tokens.
+///
+/// The store lists an owner's tasks by creation and by runtime status, which is coarser than
+/// A2A's states (`failed` is FAILED or REJECTED; `running` is SUBMITTED, WORKING or
+/// INPUT_REQUIRED) and ordered otherwise. So the candidates are read whole from the store (its
+/// wire view, a thousand per round trip, at most [`LIST_SCAN_MAX`]), filtered and ordered here,
+/// and only the page's tasks are read in full; `totalSize` counts what matched. A page token is
+/// the position in that order, so tasks updated between two calls can move across pages.
 pub async fn list(
     caller: &Caller<'_>,
     request: ListTasksRequest,
@@ -253,52 +260,89 @@ pub async fn list(
             None => return Ok(empty_page(page_size)),
         },
     };
-    let page = caller
-        .state
-        .store
-        .list(
-            &caller.owner,
-            &ListQuery {
-                context_id: request.context_id.clone(),
-                statuses,
-                limit: Some(page_size),
-                offset,
-            },
-        )
-        .await?;
-    let reads = page.tasks.iter().map(|task| {
-        let store = caller.state.store.clone();
-        let task_id = task.task_id.clone();
-        async move { store.get(&task_id).await }
+    let store = &caller.state.store;
+    let mut candidates = Vec::new();
+    loop {
+        let page = store
+            .list(
+                &caller.owner,
+                &ListQuery {
+                    context_id: request.context_id.clone(),
+                    statuses: statuses.clone(),
+                    limit: Some(MAX_LIST_LIMIT),
+                    offset: candidates.len(),
+                },
+            )
+            .await?;
+        let read = page.tasks.len();
+        candidates.extend(page.tasks);
+        if !page.has_more || read == 0 || candidates.len() >= LIST_SCAN_MAX {
+            break;
+        }
+    }
+    let after = request
+        .status_timestamp_after
+        .map(|time| time.timestamp_millis());
+    candidates.retain(|task: &shared::protocol::Task| {
+        let rejected = task
+            .error
+            .as_ref()
+            .is_some_and(|error| error.code == mapping::REJECTED);
+        let state_ok = match &wanted {
+            Some(TaskState::Failed) => !rejected,
+            Some(TaskState::Rejected) => rejected,
+            _ => true,
+        };
+        let time_ok =
+            after.is_none_or(|after| i64::try_from(task.updated_at.0).unwrap_or(i64::MAX) > after);
+        state_ok && time_ok
     });
-    let stored: Vec<Option<StoredTask>> = futures::future::try_join_all(reads).await?;
-    let after = request.status_timestamp_after.map(|t| t.timestamp_millis());
-    let include_artifacts = request.include_artifacts.unwrap_or(false);
-    let mut tasks: Vec<Task> = stored
+    // States inside `running` depend on the phase, which only the full record holds.
+    let mut records: HashMap<String, StoredTask> = HashMap::new();
+    if let Some(state @ (TaskState::Submitted | TaskState::Working | TaskState::InputRequired)) =
+        &wanted
+    {
+        let ids = candidates.iter().map(|task| task.task_id.clone()).collect();
+        for stored in read_all(caller, ids).await? {
+            if mapping::state_of(stored.task.status, stored.phase) == *state {
+                records.insert(stored.task.task_id.clone(), stored);
+            }
+        }
+        candidates.retain(|task| records.contains_key(&task.task_id));
+    }
+    candidates.sort_by(|a, b| {
+        b.updated_at
+            .cmp(&a.updated_at)
+            .then_with(|| a.task_id.cmp(&b.task_id))
+    });
+    let total = candidates.len();
+    let page_ids: Vec<String> = candidates
         .into_iter()
-        .flatten()
-        .filter(|stored| stored.owner == caller.owner)
-        .filter(|stored| {
-            after.is_none_or(|after| {
-                i64::try_from(stored.task.updated_at.0).unwrap_or(i64::MAX) > after
-            })
-        })
+        .skip(offset)
+        .take(page_size)
+        .map(|task| task.task_id)
+        .collect();
+    let missing = page_ids
+        .iter()
+        .filter(|id| !records.contains_key(*id))
+        .cloned()
+        .collect::<Vec<_>>();
+    for stored in read_all(caller, missing).await? {
+        records.insert(stored.task.task_id.clone(), stored);
+    }
+    let include_artifacts = request.include_artifacts.unwrap_or(false);
+    let tasks = page_ids
+        .iter()
+        .filter_map(|id| records.get(id))
         .map(|stored| {
-            let mut task = mapping::task_of(&stored, history_length);
+            let mut task = mapping::task_of(stored, history_length);
             if !include_artifacts {
                 task.artifacts = None;
             }
             task
         })
-        .filter(|task| {
-            wanted
-                .as_ref()
-                .is_none_or(|state| task.status.state == *state)
-        })
         .collect();
-    // Most recently updated first, as the spec orders a page.
-    tasks.sort_by_key(|task| std::cmp::Reverse(task.status.timestamp));
-    let next_page_token = if page.has_more {
+    let next_page_token = if offset + page_size < total {
         page_token(offset + page_size)
     } else {
         String::new()
@@ -307,8 +351,32 @@ pub async fn list(
         tasks,
         next_page_token,
         page_size: page_size as i32,
-        total_size: i32::try_from(page.total).unwrap_or(i32::MAX),
+        total_size: i32::try_from(total).unwrap_or(i32::MAX),
     })
+}
+
+/// Record reads one `ListTasks` keeps in flight.
+const READS_IN_FLIGHT: usize = 32;
+
+/// The most tasks one `ListTasks` looks through.
+pub const LIST_SCAN_MAX: usize = 10_000;
+
+/// The caller's full records of `ids` (gone or foreign ones left out), in their order.
+async fn read_all(caller: &Caller<'_>, ids: Vec<String>) -> Result<Vec<StoredTask>, A2aError> {
+    let reads = ids.into_iter().map(|task_id| {
+        let store = caller.state.store.clone();
+        async move { store.get(&task_id).await }
+    });
+    // A bounded number in flight: a state filter may read every running task of the owner.
+    let records: Vec<Option<StoredTask>> = futures::stream::iter(reads)
+        .buffered(READS_IN_FLIGHT)
+        .try_collect()
+        .await?;
+    Ok(records
+        .into_iter()
+        .flatten()
+        .filter(|stored| stored.owner == caller.owner)
+        .collect())
 }
 
 fn empty_page(page_size: usize) -> ListTasksResponse {
@@ -698,7 +766,24 @@ fn follow(
         streamed: HashSet<String>,
         pending: std::collections::VecDeque<StreamResponse>,
         working_sent: bool,
+        /// The last update said `input-required`: a resume says `submitted` again.
+        asked: bool,
         done: bool,
+    }
+    impl Follow {
+        /// A worker shows it runs the task (an event of its own): `working`, once per turn.
+        /// The runtime publishes nothing when a worker picks a task up, so this is the first
+        /// moment a follower can know.
+        fn working(&mut self) {
+            if !self.working_sent {
+                self.working_sent = true;
+                self.pending.push_back(status_event(
+                    &self.task_id,
+                    &self.context_id,
+                    TaskState::Working,
+                ));
+            }
+        }
     }
     let task_id = first.task.task_id.clone();
     let context_id = mapping::context_of(&first);
@@ -714,6 +799,7 @@ fn follow(
         streamed: HashSet::new(),
         pending,
         working_sent,
+        asked: first.phase == Phase::Waiting,
         done: first.task.status.is_terminal(),
     };
     futures::stream::unfold(follow, move |mut follow| async move {
@@ -725,17 +811,24 @@ fn follow(
                 return None;
             }
             match follow.watch.next().await {
+                // Created or resumed: queued for a worker. Only a resume changes what the
+                // follower last heard (`input-required`).
                 Ok(RunEvent::Running) => {
-                    if !follow.working_sent {
-                        follow.working_sent = true;
-                        follow
-                            .pending
-                            .push_back(status_event(&follow.task_id, &follow.context_id, TaskState::Working));
+                    if follow.asked {
+                        follow.asked = false;
+                        follow.pending.push_back(status_event(
+                            &follow.task_id,
+                            &follow.context_id,
+                            TaskState::Submitted,
+                        ));
                     }
                 }
+                Ok(RunEvent::Progress) => follow.working(),
                 Ok(RunEvent::InputRequired { request }) => {
+                    follow.working();
                     // The next turn's run starts afresh: it gets its own `working` update.
                     follow.working_sent = false;
+                    follow.asked = true;
                     let message =
                         mapping::request_message(&follow.task_id, &follow.context_id, &request);
                     follow
@@ -755,6 +848,7 @@ fn follow(
                     }
                 }
                 Ok(RunEvent::Stream { kind, data }) => {
+                    follow.working();
                     let first = !follow.streamed.contains(&format!("{}-stream", follow.task_id));
                     let event =
                         mapping::artifact_event(&follow.task_id, &follow.context_id, &kind, data, first);
@@ -772,6 +866,10 @@ fn follow(
                         }
                     };
                     let task = mapping::task_of(&stored, None);
+                    // A task that ended by a worker's hand (not cancelled before it ran) worked.
+                    if stored.attempt > 0 && stored.task.status != RuntimeStatus::Cancelled {
+                        follow.working();
+                    }
                     for artifact in task.artifacts.clone().unwrap_or_default() {
                         if !follow.streamed.contains(&artifact.artifact_id) {
                             follow.pending.push_back(StreamResponse::ArtifactUpdate(

@@ -126,7 +126,7 @@ async fn wait(watch: &mut Watch) -> Result<Terminal, ApiError> {
                     "The entrypoint asked for more input; multi-turn tasks need the A2A binding",
                 ));
             }
-            RunEvent::Running | RunEvent::Stream { .. } => {}
+            RunEvent::Running | RunEvent::Progress | RunEvent::Stream { .. } => {}
         }
     }
 }

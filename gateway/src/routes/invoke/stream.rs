@@ -188,7 +188,7 @@ async fn relay(state: AppState, mut run: Run, tx: mpsc::Sender<Bytes>) {
             next = run.watch.next() => next,
         };
         match next {
-            Ok(RunEvent::Running) => {}
+            Ok(RunEvent::Running | RunEvent::Progress) => {}
             Ok(RunEvent::InputRequired { .. }) => {
                 // A direct stream is one run: a run that asks for more input ends it as a
                 // failure, and the dropped run cancels the waiting task.

@@ -17,6 +17,9 @@ use shared::token::OwnerHash;
 
 use crate::error::ApiError;
 
+/// The event name of a worker's progress reports.
+const PROGRESS: &str = "progress";
+
 /// Event names a worker emits that a stream relays.
 pub const STREAM_KINDS: [&str; 4] = ["text", "delta", "asset", "control"];
 
@@ -47,6 +50,8 @@ impl Terminal {
 pub enum RunEvent {
     /// The task is running: created, or resumed with new input (its `statusUpdate running`).
     Running,
+    /// A worker's `progress` event: the run is under way.
+    Progress,
     /// The run ended asking for more input (`inputRequired`): the task waits for its
     /// caller's answer. `request` is what the run asked for.
     InputRequired { request: Value },
@@ -178,9 +183,12 @@ impl Watch {
     }
 }
 
-/// Stream events, the start of a run and terminal transitions; everything else (`progress`,
-/// unknown names) is skipped.
+/// Stream events, progress, the (re)queueing of a task, input requests and terminal
+/// transitions; unknown names are skipped.
 fn classify(event: StoredEvent) -> Option<RunEvent> {
+    if event.event == PROGRESS {
+        return Some(RunEvent::Progress);
+    }
     if event.event == shared::store::INPUT_REQUIRED_EVENT {
         let request = event.data.get("request").cloned().unwrap_or(Value::Null);
         return Some(RunEvent::InputRequired { request });
@@ -235,7 +243,10 @@ mod tests {
             )),
             Some(RunEvent::Running)
         );
-        assert_eq!(classify(event(3, "progress", json!({"sleeping": 5}))), None);
+        assert_eq!(
+            classify(event(3, "progress", json!({"sleeping": 5}))),
+            Some(RunEvent::Progress)
+        );
         assert_eq!(
             classify(event(
                 4,
