@@ -96,6 +96,7 @@ pub fn task_of(stored: &StoredTask, history_length: Option<usize>) -> Task {
                 .and_then(message_id_in)
                 .unwrap_or_else(|| format!("{}-input-{i}", task.task_id)),
             turn.get("input").unwrap_or(&Value::Null),
+            metadata,
         ));
         let mut request = request_message(
             &task.task_id,
@@ -110,6 +111,7 @@ pub fn task_of(stored: &StoredTask, history_length: Option<usize>) -> Task {
         &context_id,
         message_id_of(stored).unwrap_or_else(|| format!("{}-input", task.task_id)),
         &stored.invocation.input,
+        stored.invocation.metadata.as_ref(),
     ));
     // `historyLength` keeps the most recent messages.
     if let Some(length) = history_length {
@@ -155,14 +157,20 @@ fn message_id_in(metadata: &Value) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// A user message of task `task_id` carrying `input`.
-fn user_message(task_id: &str, context_id: &str, message_id: String, input: &Value) -> Message {
+/// A user message of task `task_id`: the turn with `input` and `metadata`.
+fn user_message(
+    task_id: &str,
+    context_id: &str,
+    message_id: String,
+    input: &Value,
+    metadata: Option<&Value>,
+) -> Message {
     Message {
         message_id,
         context_id: Some(context_id.to_owned()),
         task_id: Some(task_id.to_owned()),
         role: Role::User,
-        parts: vec![part_of(input)],
+        parts: sent_parts(metadata, input),
         metadata: None,
         extensions: None,
         reference_task_ids: None,
@@ -186,16 +194,37 @@ pub fn request_message(task_id: &str, context_id: &str, request: &Value) -> Mess
 
 /// The runtime metadata of a task created by the A2A message `message_id`, with the
 /// message's own metadata: what a skill sees as `ctx.metadata`.
-pub fn metadata_of(message_id: &str, metadata: Option<&HashMap<String, Value>>) -> Value {
+///
+/// The message's parts are kept too (`parts`) when the input does not give them back as they
+/// were sent (a text part that read as JSON, several parts, a file's name or media type), so
+/// the task's history shows the message the caller sent.
+pub fn metadata_of(message: &Message, input: &Value) -> Value {
     let mut a2a = serde_json::Map::new();
-    a2a.insert("messageId".into(), Value::String(message_id.to_owned()));
-    if let Some(metadata) = metadata {
+    a2a.insert(
+        "messageId".into(),
+        Value::String(message.message_id.clone()),
+    );
+    if let Some(metadata) = &message.metadata {
         a2a.insert(
             "metadata".into(),
             Value::Object(metadata.clone().into_iter().collect()),
         );
     }
+    if message.parts != [part_of(input)]
+        && let Ok(parts) = serde_json::to_value(&message.parts)
+    {
+        a2a.insert("parts".into(), parts);
+    }
     json!({ "a2a": a2a })
+}
+
+/// The parts of the message that started a turn: as sent when they were kept, else rebuilt
+/// from the turn's input.
+fn sent_parts(metadata: Option<&Value>, input: &Value) -> Vec<Part> {
+    metadata
+        .and_then(|metadata| metadata.get("a2a")?.get("parts"))
+        .and_then(|parts| serde_json::from_value(parts.clone()).ok())
+        .unwrap_or_else(|| vec![part_of(input)])
 }
 
 /// A run's output written for A2A: an object whose only member is `a2a`, holding
@@ -595,6 +624,22 @@ mod tests {
         ))?;
         assert_eq!(delta["artifact"]["parts"][0]["data"], 3);
         assert_eq!(delta["append"], true);
+        Ok(())
+    }
+
+    #[test]
+    fn history_shows_the_message_as_sent() -> Result<(), serde_json::Error> {
+        let sent = Message::new(Role::User, vec![Part::text(r#"{"n":3}"#)]);
+        let input = input_of(&sent).unwrap_or_default();
+        let mut task = stored(RuntimeStatus::Running, Phase::Queued, input.clone());
+        task.invocation.metadata = Some(metadata_of(&sent, &input));
+        let history = serde_json::to_value(task_of(&task, None))?["history"].clone();
+        assert_eq!(history[0]["parts"], json!([{"text": r#"{"n":3}"#}]));
+        assert_eq!(history[0]["messageId"], json!(sent.message_id));
+        // A part the input gives back as it was is not kept twice.
+        let plain = Message::new(Role::User, vec![Part::text("hello")]);
+        let kept = metadata_of(&plain, &json!("hello"));
+        assert!(kept["a2a"].get("parts").is_none());
         Ok(())
     }
 

@@ -489,15 +489,13 @@ async fn start(caller: &Caller<'_>, request: SendMessageRequest) -> Result<Start
         .context_id
         .clone()
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let metadata = mapping::metadata_of(&message, &input);
     let admit = Admit {
         owner: caller.owner.clone(),
         entrypoint: &entrypoint.key,
         input,
         context_id: Some(context_id),
-        metadata: Some(mapping::metadata_of(
-            &message.message_id,
-            message.metadata.as_ref(),
-        )),
+        metadata: Some(metadata),
         max_attempts: state.config.max_attempts,
     };
     match gate(caller, &entrypoint).await? {
@@ -604,7 +602,7 @@ async fn resume(
         .into());
     };
     let input = input_for(&entrypoint, &message)?;
-    let metadata = mapping::metadata_of(&message.message_id, message.metadata.as_ref());
+    let metadata = mapping::metadata_of(&message, &input);
     match state
         .store
         .resume(&task_id, &caller.owner, input, Some(metadata))
