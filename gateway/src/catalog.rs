@@ -79,6 +79,8 @@ struct Entries {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Document {
     Card,
+    /// The strict A2A v1.0 card of the `/a2a` bindings.
+    A2aCard,
     Entrypoints,
     OpenApi,
     Landing,

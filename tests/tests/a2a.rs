@@ -979,6 +979,22 @@ async fn cards_versions_callers_and_refusals() -> Res {
         );
     }
 
+    // The card carries a strong validator and answers a revalidation with 304.
+    let url = format!("{}/a2a/.well-known/agent-card.json", cluster.base);
+    let first = cluster.http.get(&url).send().await?;
+    let etag = first
+        .headers()
+        .get(reqwest::header::ETAG)
+        .ok_or("the A2A card has no ETag")?
+        .clone();
+    let again = cluster
+        .http
+        .get(&url)
+        .header(reqwest::header::IF_NONE_MATCH, etag)
+        .send()
+        .await?;
+    assert_eq!(again.status(), StatusCode::NOT_MODIFIED);
+
     // The Lucid card lists the same two interfaces after its own.
     let lucid: Value = cluster
         .http

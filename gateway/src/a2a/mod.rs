@@ -23,12 +23,13 @@ pub mod wire;
 
 use axum::Router;
 use axum::extract::{OriginalUri, State};
-use axum::http::{HeaderMap, HeaderValue, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::HeaderMap;
+use axum::response::Response;
 use axum::routing::{get, post};
 
 use crate::error::ApiError;
-use crate::routes::card::request_origin;
+use crate::catalog::Document;
+use crate::routes::card::{JSON, cached, request_origin};
 use crate::state::AppState;
 
 /// Where the bindings live under the base path.
@@ -56,6 +57,8 @@ pub fn router() -> Router<AppState> {
         .nest(&format!("{PREFIX}/v1"), rest::router())
 }
 
+/// The A2A card, built once per registry listing and origin (like the profile's card) and
+/// served with its ETag and `Cache-Control`; `If-None-Match` answers 304.
 async fn agent_card(
     State(state): State<AppState>,
     OriginalUri(uri): OriginalUri,
@@ -64,16 +67,11 @@ async fn agent_card(
     let mut base = request_origin(&headers, &uri, &state.config.listen);
     base.push_str(&state.config.base_path());
     let snapshot = crate::admit::entrypoints(&state).await?;
-    let card = card::build(&state.config, &base, snapshot.entrypoints());
-    let mut response = axum::Json(card).into_response();
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("public, max-age=30"),
-    );
-    headers.insert(
-        header::VARY,
-        HeaderValue::from_static("Host, X-Forwarded-Host, X-Forwarded-Proto"),
-    );
-    Ok(response)
+    let card = snapshot.document(Document::A2aCard, &base, |entrypoints| {
+        serde_json::to_vec(&card::build(&state.config, &base, entrypoints)).map_err(|err| {
+            tracing::error!(error = %err, "the A2A card did not serialize");
+            ApiError::internal()
+        })
+    })?;
+    Ok(cached(&headers, JSON, &card))
 }

@@ -44,7 +44,7 @@ pub fn accepts_anything(schema: &serde_json::Value) -> bool {
     manifest::schema(schema).is_none()
 }
 
-const JSON: &str = "application/json; charset=utf-8";
+pub(crate) const JSON: &str = "application/json; charset=utf-8";
 
 /// Short (30 s): the card reflects live workers, and a stale card only costs a client one more
 /// fetch.
@@ -198,7 +198,11 @@ fn to_json(value: &impl Serialize) -> Result<Vec<u8>, ApiError> {
 
 /// `200` with the document, or `304` when the client already holds it (`If-None-Match`); both
 /// with the validators and caching headers, in this order.
-fn cached(request: &HeaderMap, content_type: &'static str, document: &Built) -> Response {
+pub(crate) fn cached(
+    request: &HeaderMap,
+    content_type: &'static str,
+    document: &Built,
+) -> Response {
     let etag = document.etag.to_str().unwrap_or_default();
     let not_modified = request
         .get_all(header::IF_NONE_MATCH)
