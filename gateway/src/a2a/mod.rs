@@ -27,8 +27,8 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::routing::{get, post};
 
-use crate::error::ApiError;
 use crate::catalog::Document;
+use crate::error::ApiError;
 use crate::routes::card::{JSON, cached, request_origin};
 use crate::state::AppState;
 
