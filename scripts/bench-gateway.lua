@@ -6,6 +6,7 @@
 --   card    GET  /.well-known/agent-card.json
 --   invoke  POST /entrypoints/echo/invoke   {"input":{"x":1}}
 --   tasks   POST /tasks (Task-Access-Token) {"skillId":"echo","message":{...}}
+--   a2a     POST /a2a/jsonrpc SendMessage to echo (bearer token, A2A-Version 1.0)
 --
 -- The request is built once per thread (no request() or response() callback), so the script
 -- costs wrk nothing per request; wrk's own summary counts status >= 400 and socket errors.
@@ -26,6 +27,17 @@ local scenarios = {
     body = '{"skillId":"echo","message":{"role":"user","content":{"text":"{\\"x\\":1}"}}}',
     headers = { ["Content-Type"] = "application/json", ["Task-Access-Token"] = token },
   },
+  a2a = {
+    method = "POST",
+    path = "/a2a/jsonrpc",
+    body = '{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"role":"ROLE_USER",'
+      .. '"messageId":"bench","parts":[{"data":{"x":1}}],"metadata":{"skillId":"echo"}}}}',
+    headers = {
+      ["Content-Type"] = "application/json",
+      ["Authorization"] = "Bearer " .. token,
+      ["A2A-Version"] = "1.0",
+    },
+  },
 }
 
 -- wrk.init calls this before it formats the thread's request, so what is set here is sent.
@@ -33,7 +45,7 @@ function init(args)
   local name = args[1] or "card"
   local scenario = scenarios[name]
   if scenario == nil then
-    error("unknown scenario '" .. name .. "' (card, invoke, tasks)")
+    error("unknown scenario '" .. name .. "' (card, invoke, tasks, a2a)")
   end
   -- The URL's path is the base path (BASE_PATH), if any.
   local base = wrk.path or "/"
