@@ -13,10 +13,15 @@ pub struct GatewayConfig {
     #[arg(long = "listen", env = "LISTEN_ADDR", default_value = "127.0.0.1:8080")]
     pub listen: String,
 
-    /// Redis of the cluster. Unset: embedded single-process mode (in-memory store and an
+    /// Redis of the cluster. Unset (and no --redis-cluster-urls): embedded single-process mode (in-memory store and an
     /// in-process worker hosting the built-in entrypoints).
     #[arg(long, env = "REDIS_URL")]
     pub redis_url: Option<String>,
+
+    /// Seed nodes of a Redis Cluster holding the tasks, comma separated
+    /// (`redis://127.0.0.1:7000,redis://127.0.0.1:7001`), instead of --redis-url.
+    #[arg(long, env = "REDIS_CLUSTER_URLS", value_delimiter = ',')]
+    pub redis_cluster_urls: Vec<String>,
 
     /// Key namespace (hash tag) shared by the cluster's gateways and workers.
     #[arg(long, env = "REDIS_NAMESPACE", default_value = "tc")]

@@ -22,9 +22,14 @@ async fn main() -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let background = TaskTracker::new();
 
-    let state = match &config.redis_url {
+    let cluster_store = config
+        .redis_url
+        .clone()
+        .or_else(|| (!config.redis_cluster_urls.is_empty()).then(String::new));
+    let state = match &cluster_store {
         Some(url) => {
             let mut store_config = RedisStoreConfig::new(url.clone());
+            store_config.cluster_urls = config.redis_cluster_urls.clone();
             store_config.namespace = config.namespace.clone();
             store_config.max_tasks = config.max_tasks;
             store_config.retention = Duration::from_millis(config.retention_ms);

@@ -14,9 +14,15 @@ use crate::runtime::RuntimeConfig;
     about = "Runs tasks of the agent task service from Redis."
 )]
 pub struct WorkerConfig {
-    /// Redis holding the cluster's tasks (required: workers only run in a cluster).
-    #[arg(long, env = "REDIS_URL")]
-    pub redis_url: String,
+    /// Redis holding the cluster's tasks (required, or --redis-cluster-urls: workers only run
+    /// in a cluster).
+    #[arg(long, env = "REDIS_URL", required_unless_present = "redis_cluster_urls")]
+    pub redis_url: Option<String>,
+
+    /// Seed nodes of a Redis Cluster holding the tasks, comma separated
+    /// (`redis://127.0.0.1:7000,redis://127.0.0.1:7001`), instead of --redis-url.
+    #[arg(long, env = "REDIS_CLUSTER_URLS", value_delimiter = ',')]
+    pub redis_cluster_urls: Vec<String>,
 
     /// Key namespace (hash tag) shared by the cluster's gateways and workers.
     #[arg(long, env = "REDIS_NAMESPACE", default_value = "tc")]

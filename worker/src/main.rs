@@ -32,7 +32,8 @@ async fn main() -> anyhow::Result<()> {
         tracing::info!(prices = %prices.join(", "), "priced entrypoints (decimal USDC)");
     }
 
-    let mut store_config = RedisStoreConfig::new(config.redis_url.clone());
+    let mut store_config = RedisStoreConfig::new(config.redis_url.clone().unwrap_or_default());
+    store_config.cluster_urls = config.redis_cluster_urls.clone();
     store_config.namespace = config.namespace.clone();
     store_config.pool_size = (config.concurrency / 2).clamp(4, 64);
     let store = RedisStore::connect(store_config)

@@ -43,7 +43,7 @@ use tracing::Instrument;
 use redis::Value;
 
 use self::batch::Batcher;
-use self::pool::Pool;
+use self::pool::Connections;
 use self::scripts::Scripts;
 use self::spans::Peer;
 use self::subscriber::Dispatcher;
@@ -55,6 +55,9 @@ pub use self::persistence::DurabilitySetting;
 #[derive(Debug, Clone)]
 pub struct RedisStoreConfig {
     pub url: String,
+    /// Seed nodes of a Redis Cluster (`redis://host:port` each); when given, the store runs on
+    /// the cluster and `url` is unused.
+    pub cluster_urls: Vec<String>,
     /// Hash tag of every key; clusters sharing one Redis use different namespaces.
     pub namespace: String,
     /// Cluster-wide cap on non-terminal tasks.
@@ -76,6 +79,7 @@ impl RedisStoreConfig {
     pub fn new(url: impl Into<String>) -> Self {
         RedisStoreConfig {
             url: url.into(),
+            cluster_urls: Vec::new(),
             namespace: "tc".into(),
             max_tasks: DEFAULT_MAX_TASKS,
             retention: DEFAULT_RETENTION,
@@ -99,7 +103,7 @@ struct Inner {
     dispatcher: Dispatcher,
     /// Connections reserved for blocking reads (BLPOP on doorbells): a blocked connection
     /// cannot carry other commands, so these never serve anything else.
-    blocking: Mutex<Vec<redis::aio::MultiplexedConnection>>,
+    blocking: Mutex<Vec<Blocking>>,
     /// Decided once at connect (see [`persistence`]).
     durability: Durability,
     creates: Batcher<ScriptItem, Value>,
@@ -113,13 +117,28 @@ struct Inner {
 /// What the batch lanes share with the store: connections, key names, scripts, settings.
 pub(crate) struct Core {
     config: RedisStoreConfig,
-    pool: Pool,
+    connections: Connections,
     keys: Keys,
     scripts: Scripts,
     /// Queue heads the last take or finish saw: candidates of the next finish.
     heads: take::Heads,
     /// The server, as script spans name it.
     peer: Peer,
+}
+
+/// A connection reserved for blocking reads.
+enum Blocking {
+    Single(redis::aio::MultiplexedConnection),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl Blocking {
+    async fn query<T: redis::FromRedisValue>(&mut self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
+        match self {
+            Blocking::Single(conn) => cmd.query_async(conn).await,
+            Blocking::Cluster(conn) => cmd.query_async(conn).await,
+        }
+    }
 }
 
 /// One item of a batched script call: its own keys and arguments, after the call's shared ones.
@@ -129,21 +148,17 @@ pub(crate) struct ScriptItem {
 }
 
 impl Core {
-    /// Runs a pipeline on a pooled connection.
+    /// Runs a pipeline.
     async fn pipe<T: redis::FromRedisValue>(
         &self,
         pipe: &redis::Pipeline,
     ) -> Result<T, StoreError> {
-        let mut conn = pool::get(&self.pool).await?;
-        let result = pipe.query_async(&mut *conn).await;
-        pool::settle(&self.pool, conn, result)
+        self.connections.pipe(pipe).await
     }
 
-    /// Runs one command on a pooled connection.
+    /// Runs one command.
     async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, StoreError> {
-        let mut conn = pool::get(&self.pool).await?;
-        let result = cmd.query_async(&mut *conn).await;
-        pool::settle(&self.pool, conn, result)
+        self.connections.query(cmd).await
     }
 
     /// Runs a script invocation (EVALSHA, reloading on NOSCRIPT) on a pooled connection, in a
@@ -153,13 +168,10 @@ impl Core {
         script: &'static str,
         invocation: &redis::ScriptInvocation<'_>,
     ) -> Result<T, StoreError> {
-        async {
-            let mut conn = pool::get(&self.pool).await?;
-            let result = invocation.invoke_async(&mut *conn).await;
-            pool::settle(&self.pool, conn, result)
-        }
-        .instrument(self.peer.script_span(script))
-        .await
+        self.connections
+            .eval(invocation)
+            .instrument(self.peer.script_span(script))
+            .await
     }
 
     /// A traced caller's span around a batched call of `script` (the batch itself runs on a
@@ -207,8 +219,30 @@ fn batched(
 impl RedisStore {
     /// Connects and checks that Redis answers.
     pub async fn connect(config: RedisStoreConfig) -> Result<RedisStore, StoreError> {
-        let client = redis::Client::open(config.url.as_str())?;
-        let pool = pool::build(&config.url, config.pool_size, config.timeout)?;
+        // Pub/sub and blocking reads use their own connections: to `url`, or to the first
+        // cluster seed (classic pub/sub reaches every node of a cluster).
+        let subscribe_url = config
+            .cluster_urls
+            .first()
+            .cloned()
+            .unwrap_or_else(|| config.url.clone());
+        let client = redis::Client::open(subscribe_url.as_str())?;
+        let subscribers = if config.cluster_urls.is_empty() {
+            vec![client.clone()]
+        } else {
+            config
+                .cluster_urls
+                .iter()
+                .map(|url| redis::Client::open(url.as_str()))
+                .collect::<Result<Vec<_>, _>>()?
+        };
+        let connections = Connections::open(
+            &config.url,
+            &config.cluster_urls,
+            config.pool_size,
+            config.timeout,
+        )
+        .await?;
         let shutdown = CancellationToken::new();
         let keys = Keys::new(&config.namespace);
         let creates_args = vec![config.max_tasks.to_string()];
@@ -222,12 +256,12 @@ impl RedisStore {
             keys: keys.clone(),
             scripts: Scripts::load(),
             heads: take::Heads::default(),
-            peer: Peer::from_url(&config.url),
+            peer: Peer::from_url(&subscribe_url),
             config,
-            pool,
+            connections,
         });
         // Also the first round trip: an unreachable Redis fails here.
-        let durability = persistence::decide(&core.pool, durability_setting).await?;
+        let durability = persistence::decide(&core, durability_setting).await?;
         let lanes = 4;
         let store = RedisStore {
             inner: Arc::new(Inner {
@@ -270,7 +304,7 @@ impl RedisStore {
                         finish::finish_batch(core.clone(), requests)
                     })
                 },
-                dispatcher: Dispatcher::start(client.clone(), shutdown.clone()),
+                dispatcher: Dispatcher::start(subscribers, shutdown.clone()),
                 blocking: Mutex::new(Vec::new()),
                 durability,
                 core,
@@ -328,6 +362,25 @@ impl RedisStore {
         self.inner.core.eval(script, invocation).await
     }
 
+    /// A new connection for blocking reads: to the server, or a cluster connection of its own
+    /// (a blocked node connection cannot carry the store's other commands).
+    async fn blocking_connection(&self) -> Result<Blocking, StoreError> {
+        let config = &self.inner.core.config;
+        if config.cluster_urls.is_empty() {
+            let connection = redis::AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(config.timeout))
+                .set_response_timeout(None);
+            return Ok(Blocking::Single(
+                self.inner
+                    .client
+                    .get_multiplexed_async_connection_with_config(&connection)
+                    .await?,
+            ));
+        }
+        let client = pool::cluster_client(&config.cluster_urls, None)?;
+        Ok(Blocking::Cluster(client.get_async_connection().await?))
+    }
+
     /// Blocks on the doorbells of `entrypoints` for up to `wait`; true when one rang.
     async fn wait_for_doorbell(
         &self,
@@ -337,17 +390,9 @@ impl RedisStore {
         let taken = self.inner.blocking.lock().await.pop();
         let mut conn = match taken {
             Some(conn) => conn,
-            None => {
-                // No response timeout here: the server holds the reply for `wait` on purpose;
-                // the client-side bound below is `wait` plus the usual timeout.
-                let config = redis::AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(self.inner.core.config.timeout))
-                    .set_response_timeout(None);
-                self.inner
-                    .client
-                    .get_multiplexed_async_connection_with_config(&config)
-                    .await?
-            }
+            // No response timeout here: the server holds the reply for `wait` on purpose; the
+            // client-side bound below is `wait` plus the usual timeout.
+            None => self.blocking_connection().await?,
         };
         let keys: Vec<String> = entrypoints
             .iter()
@@ -358,7 +403,7 @@ impl RedisStore {
         cmd.arg(&keys).arg(seconds);
         let bound = wait + self.inner.core.config.timeout;
         let reply: Result<Result<Option<(String, String)>, redis::RedisError>, _> =
-            tokio::time::timeout(bound, cmd.query_async(&mut conn)).await;
+            tokio::time::timeout(bound, conn.query(&cmd)).await;
         match reply {
             Ok(Ok(rang)) => {
                 self.inner.blocking.lock().await.push(conn);

@@ -12,7 +12,7 @@
 
 use std::str::FromStr;
 
-use super::pool::{self, Pool};
+use super::pool;
 use crate::store::{Durability, StoreError};
 
 /// How a [`super::RedisStore`] decides what its writes are worth.
@@ -62,9 +62,10 @@ pub fn fsynced(appendonly: &str, appendfsync: &str) -> bool {
             || appendfsync.eq_ignore_ascii_case("everysec"))
 }
 
-/// Decides the store's durability; only a connection failure is an error.
+/// Decides the store's durability; only a connection failure is an error. On a Redis Cluster
+/// every seed node is read, and the store is durable only if all of them fsync their AOF.
 pub(super) async fn decide(
-    pool: &Pool,
+    core: &super::Core,
     setting: DurabilitySetting,
 ) -> Result<Durability, StoreError> {
     match setting {
@@ -72,6 +73,40 @@ pub(super) async fn decide(
         DurabilitySetting::Process => return Ok(Durability::Process),
         DurabilitySetting::Detect => {}
     }
+    let pool = match &core.connections {
+        super::Connections::Single(pool) => pool,
+        super::Connections::Cluster(_) => {
+            let config = redis::AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(core.config.timeout))
+                .set_response_timeout(Some(core.config.timeout));
+            let mut durability = Durability::Durable;
+            for url in &core.config.cluster_urls {
+                let client = redis::Client::open(url.as_str())?;
+                let mut conn = client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
+                let read: Result<(Vec<String>, Vec<String>), redis::RedisError> =
+                    settings_read().query_async(&mut conn).await;
+                if judge(read)? == Durability::Process {
+                    durability = Durability::Process;
+                }
+            }
+            return Ok(durability);
+        }
+    };
+    let read = settings_read();
+    let mut conn = pool::get(pool).await?;
+    let result: Result<(Vec<String>, Vec<String>), redis::RedisError> =
+        read.query_async(&mut *conn).await;
+    match result {
+        // Also drops the broken connection from the pool.
+        Err(err) if connection_failure(&err) => pool::settle(pool, conn, Err(err)),
+        other => judge(other),
+    }
+}
+
+/// `CONFIG GET appendonly`, `CONFIG GET appendfsync`.
+fn settings_read() -> redis::Pipeline {
     let mut read = redis::pipe();
     read.cmd("CONFIG")
         .arg("GET")
@@ -79,9 +114,13 @@ pub(super) async fn decide(
         .cmd("CONFIG")
         .arg("GET")
         .arg("appendfsync");
-    let mut conn = pool::get(pool).await?;
-    let result: Result<(Vec<String>, Vec<String>), redis::RedisError> =
-        read.query_async(&mut *conn).await;
+    read
+}
+
+/// What one server's persistence settings are worth.
+fn judge(
+    result: Result<(Vec<String>, Vec<String>), redis::RedisError>,
+) -> Result<Durability, StoreError> {
     match result {
         Ok((appendonly, appendfsync)) => {
             let appendonly = appendonly.get(1).map(String::as_str).unwrap_or("no");
@@ -102,8 +141,7 @@ pub(super) async fn decide(
                 Durability::Process
             })
         }
-        // Also drops the broken connection from the pool.
-        Err(err) if connection_failure(&err) => pool::settle(pool, conn, Err(err)),
+        Err(err) if connection_failure(&err) => Err(err.into()),
         Err(err) => {
             tracing::warn!(error = %err,
                 "cannot read Redis persistence settings (CONFIG refused): declaring process \

@@ -1,4 +1,5 @@
-//! Pooled Redis connections for ordinary commands and scripts.
+//! Redis connections for ordinary commands and scripts: a pool of connections to one server,
+//! or one multiplexed Redis Cluster connection ([`Connections`]).
 //!
 //! deadpool-redis creates the connections; the manager here only replaces its recycle step,
 //! which sends UNWATCH + PING on every checkout: one extra round trip per store operation,
@@ -84,4 +85,98 @@ pub async fn get(pool: &Pool) -> Result<Pooled, StoreError> {
     pool.get()
         .await
         .map_err(|err| StoreError::Unavailable(err.to_string()))
+}
+
+/// Where commands go: one server through the pool, or a Redis Cluster through the redis
+/// crate's cluster client, which routes each command by its keys' slot and follows MOVED and
+/// ASK. Every key of a command, pipeline or script carries the namespace's hash tag, so each
+/// lands on one slot.
+pub enum Connections {
+    Single(Pool),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl Connections {
+    /// Opens them: a pool to `url`, or, with `cluster_urls` given, a cluster connection seeded
+    /// by them. `timeout` bounds connecting and each reply either way.
+    pub async fn open(
+        url: &str,
+        cluster_urls: &[String],
+        size: usize,
+        timeout: Duration,
+    ) -> Result<Connections, StoreError> {
+        if cluster_urls.is_empty() {
+            return build(url, size, timeout).map(Connections::Single);
+        }
+        let client = cluster_client(cluster_urls, Some(timeout))?;
+        let connection = client.get_async_connection().await?;
+        Ok(Connections::Cluster(connection))
+    }
+
+    pub async fn pipe<T: redis::FromRedisValue>(
+        &self,
+        pipe: &redis::Pipeline,
+    ) -> Result<T, StoreError> {
+        match self {
+            Connections::Single(pool) => {
+                let mut conn = get(pool).await?;
+                let result = pipe.query_async(&mut *conn).await;
+                settle(pool, conn, result)
+            }
+            Connections::Cluster(cluster) => Ok(pipe.query_async(&mut cluster.clone()).await?),
+        }
+    }
+
+    pub async fn query<T: redis::FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+    ) -> Result<T, StoreError> {
+        match self {
+            Connections::Single(pool) => {
+                let mut conn = get(pool).await?;
+                let result = cmd.query_async(&mut *conn).await;
+                settle(pool, conn, result)
+            }
+            Connections::Cluster(cluster) => Ok(cmd.query_async(&mut cluster.clone()).await?),
+        }
+    }
+
+    /// EVALSHA, reloading the script on NOSCRIPT.
+    pub async fn eval<T: redis::FromRedisValue>(
+        &self,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<T, StoreError> {
+        match self {
+            Connections::Single(pool) => {
+                let mut conn = get(pool).await?;
+                let result = invocation.invoke_async(&mut *conn).await;
+                settle(pool, conn, result)
+            }
+            Connections::Cluster(cluster) => {
+                Ok(invocation.invoke_async(&mut cluster.clone()).await?)
+            }
+        }
+    }
+
+    /// Stops handing out connections (the pool's); a cluster connection closes when its last
+    /// clone is dropped.
+    pub fn close(&self) {
+        if let Connections::Single(pool) = self {
+            pool.close();
+        }
+    }
+}
+
+/// A cluster client seeded by `urls`; `response_timeout` `None` for blocking commands.
+pub fn cluster_client(
+    urls: &[String],
+    response_timeout: Option<Duration>,
+) -> Result<redis::cluster::ClusterClient, StoreError> {
+    let mut builder = redis::cluster::ClusterClient::builder(urls.iter().map(String::as_str));
+    if let Some(timeout) = response_timeout {
+        builder = builder
+            .connection_timeout(timeout)
+            .response_timeout(timeout);
+    }
+    Ok(builder.build()?)
 }

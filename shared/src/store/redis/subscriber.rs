@@ -57,9 +57,12 @@ impl Drop for Listener {
 }
 
 impl Dispatcher {
-    pub fn start(client: redis::Client, shutdown: CancellationToken) -> Self {
+    /// Listens through `clients`, the first that answers: one server, or a Redis Cluster's
+    /// seed nodes (classic pub/sub reaches every node of a cluster, so any of them hears every
+    /// channel). A lost connection is replaced by the next one's.
+    pub fn start(clients: Vec<redis::Client>, shutdown: CancellationToken) -> Self {
         let (commands, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(client, rx, shutdown));
+        tokio::spawn(run(clients, rx, shutdown));
         Dispatcher {
             commands,
             next_id: Default::default(),
@@ -97,13 +100,19 @@ impl Dispatcher {
 type Listeners = HashMap<String, Vec<(u64, mpsc::UnboundedSender<Signal>)>>;
 
 async fn run(
-    client: redis::Client,
+    clients: Vec<redis::Client>,
     mut commands: mpsc::UnboundedReceiver<Command>,
     shutdown: CancellationToken,
 ) {
     let mut listeners: Listeners = HashMap::new();
     let mut backoff = Duration::from_millis(50);
+    let mut turn = 0usize;
     loop {
+        let Some(client) = clients.get(turn % clients.len().max(1)) else {
+            return;
+        };
+        // The next attempt, after a failure or a lost connection, tries the next node.
+        turn = turn.wrapping_add(1);
         let connected = tokio::select! {
             _ = shutdown.cancelled() => return,
             conn = client.get_async_pubsub() => conn,

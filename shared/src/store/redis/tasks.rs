@@ -955,7 +955,7 @@ impl TaskStore for RedisStore {
 
     async fn close(&self) {
         self.inner.shutdown.cancel();
-        self.inner.core.pool.close();
+        self.inner.core.connections.close();
     }
 }
 
