@@ -4,6 +4,8 @@
 //! - [`process`]: the workspace's `gateway`/`worker` binaries as real processes, signalled and
 //!   stopped on drop;
 //! - [`redis_server`]: a private `redis-server` on a free loopback port, stopped on drop;
+//! - [`redis_cluster`]: a private Redis Cluster (masters and replicas, each a [`redis_server`]
+//!   node) joined by `redis-cli --cluster create`, with failover helpers, stopped on drop;
 //! - [`paid`]: a paying cluster (Redis with AOF, the dev facilitator, a worker, two gateways)
 //!   for the MPP and Sign-In-With-X suites;
 //! - [`otlp`]: an in-process OTLP receiver (HTTP/protobuf and gRPC) collecting what services
@@ -15,4 +17,5 @@ pub mod measure;
 pub mod otlp;
 pub mod paid;
 pub mod process;
+pub mod redis_cluster;
 pub mod redis_server;
