@@ -191,39 +191,90 @@ impl Harness for RedisHarness {
     /// admission deadlines, queues and per-owner live counters must be gone. Only the
     /// namespace's layout stamp stays.
     async fn check_no_leaks(&self) -> Result<(), BoxError> {
-        let namespace = self
-            .namespace
-            .lock()
-            .map(|ns| ns.clone())
-            .unwrap_or_default();
-        let keys = shared::store::redis::Keys::new(&namespace);
+        let namespace = latest(&self.namespace);
         let mut conn = self.server.client().await?;
-        let found: Vec<String> = ::redis::cmd("KEYS")
-            .arg(keys.all_pattern())
-            .query_async(&mut conn)
-            .await?;
-        let retention_ms = i64::try_from(shared::store::DEFAULT_RETENTION.as_millis())?;
-        for key in found {
-            let ttl: i64 = ::redis::cmd("PTTL")
-                .arg(&key)
-                .query_async(&mut conn)
-                .await?;
-            let kind = key.split(':').nth(1).unwrap_or_default();
-            if key == keys.layout() && ttl == -1 {
-                // The namespace's layout stamp: one key, kept for good (schema.rs).
-                continue;
-            }
-            let bound = match kind {
-                "task" | "events" | "owner" => retention_ms,
-                "wake" => 60_000,
-                _ => return Err(format!("{key} outlives every task").into()),
-            };
-            if !(1..=bound).contains(&ttl) {
-                return Err(format!("{key} would not expire (PTTL {ttl})").into());
-            }
-        }
-        Ok(())
+        no_leaks(&namespace, &mut conn).await
     }
 }
 
+/// The namespace of the latest store a harness made.
+fn latest(namespace: &std::sync::Mutex<String>) -> String {
+    namespace.lock().map(|ns| ns.clone()).unwrap_or_default()
+}
+
+/// The leak check of a namespace on the server (or cluster node) that holds it.
+async fn no_leaks(
+    namespace: &str,
+    conn: &mut impl ::redis::aio::ConnectionLike,
+) -> Result<(), BoxError> {
+    let keys = shared::store::redis::Keys::new(namespace);
+    let found: Vec<String> = ::redis::cmd("KEYS")
+        .arg(keys.all_pattern())
+        .query_async(conn)
+        .await?;
+    let retention_ms = i64::try_from(shared::store::DEFAULT_RETENTION.as_millis())?;
+    for key in found {
+        let ttl: i64 = ::redis::cmd("PTTL").arg(&key).query_async(conn).await?;
+        let kind = key.split(':').nth(1).unwrap_or_default();
+        if key == keys.layout() && ttl == -1 {
+            // The namespace's layout stamp: one key, kept for good (schema.rs).
+            continue;
+        }
+        let bound = match kind {
+            "task" | "events" | "owner" => retention_ms,
+            "wake" => 60_000,
+            _ => return Err(format!("{key} outlives every task").into()),
+        };
+        if !(1..=bound).contains(&ttl) {
+            return Err(format!("{key} would not expire (PTTL {ttl})").into());
+        }
+    }
+    Ok(())
+}
+
 conformance_tests!(redis, RedisHarness::new());
+
+/// The Redis store on a real local Redis Cluster (three masters, no replicas: the conformance
+/// suite checks the store, the chaos run and the failover tests check the cluster) owned by the
+/// harness, one per test. Every key of a namespace carries its hash tag, so a namespace lives
+/// in one slot of one master: the store must work through the cluster client's routing.
+struct RedisClusterHarness {
+    cluster: harness::redis_cluster::RedisCluster,
+    namespace: std::sync::Mutex<String>,
+}
+
+impl RedisClusterHarness {
+    fn new() -> Self {
+        match harness::redis_cluster::RedisCluster::start(3, 0) {
+            Ok(cluster) => RedisClusterHarness {
+                cluster,
+                namespace: Default::default(),
+            },
+            Err(err) => panic!("cannot start a Redis Cluster for the suite: {err}"),
+        }
+    }
+}
+
+impl Harness for RedisClusterHarness {
+    async fn store(&self, cfg: StoreCfg) -> Result<Arc<dyn TaskStore>, BoxError> {
+        let mut config = shared::store::RedisStoreConfig::new(String::new());
+        config.cluster_urls = self.cluster.urls();
+        config.namespace = format!("t{}", shared::token::AccessToken::generate().expose());
+        if let Ok(mut latest) = self.namespace.lock() {
+            latest.clone_from(&config.namespace);
+        }
+        config.max_tasks = cfg.max_tasks;
+        config.retention = cfg.retention;
+        Ok(Arc::new(shared::store::RedisStore::connect(config).await?))
+    }
+
+    async fn check_no_leaks(&self) -> Result<(), BoxError> {
+        let namespace = latest(&self.namespace);
+        let layout = shared::store::redis::Keys::new(&namespace).layout();
+        let owner = self.cluster.master_of_key(&layout)?;
+        let mut conn = self.cluster.node(owner)?.client().await?;
+        no_leaks(&namespace, &mut conn).await
+    }
+}
+
+conformance_tests!(redis_cluster, RedisClusterHarness::new());
