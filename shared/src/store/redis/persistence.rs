@@ -62,8 +62,8 @@ pub fn fsynced(appendonly: &str, appendfsync: &str) -> bool {
             || appendfsync.eq_ignore_ascii_case("everysec"))
 }
 
-/// Decides the store's durability; only a connection failure is an error. On a Redis Cluster
-/// every seed node is read, and the store is durable only if all of them fsync their AOF.
+/// Decides the store's durability; only a connection failure is an error. A Redis Cluster is
+/// `process` unless the operator says otherwise (see below).
 pub(super) async fn decide(
     core: &super::Core,
     setting: DurabilitySetting,
@@ -76,22 +76,16 @@ pub(super) async fn decide(
     let pool = match &core.connections {
         super::Connections::Single(pool) => pool,
         super::Connections::Cluster(_) => {
-            let config = redis::AsyncConnectionConfig::new()
-                .set_connection_timeout(Some(core.config.timeout))
-                .set_response_timeout(Some(core.config.timeout));
-            let mut durability = Durability::Durable;
-            for url in &core.config.cluster_urls {
-                let client = redis::Client::open(url.as_str())?;
-                let mut conn = client
-                    .get_multiplexed_async_connection_with_config(&config)
-                    .await?;
-                let read: Result<(Vec<String>, Vec<String>), redis::RedisError> =
-                    settings_read().query_async(&mut conn).await;
-                if judge(read)? == Durability::Process {
-                    durability = Durability::Process;
-                }
-            }
-            return Ok(durability);
+            // A failover promotes a replica, and replication is asynchronous: a write the old
+            // master acknowledged (and fsynced) may be missing on the new one. AOF on every
+            // node does not make the cluster durable, so only an operator who has made it so
+            // (REDIS_DURABILITY=durable) gets paid tasks on it.
+            tracing::info!(
+                "on a Redis Cluster a failover can lose writes the old master acknowledged: \
+                 the task store declares process durability and paid tasks are refused \
+                 (set REDIS_DURABILITY=durable only where replication is made synchronous)"
+            );
+            return Ok(Durability::Process);
         }
     };
     let read = settings_read();

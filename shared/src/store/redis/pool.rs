@@ -127,10 +127,7 @@ impl Connections {
         }
     }
 
-    pub async fn query<T: redis::FromRedisValue>(
-        &self,
-        cmd: &redis::Cmd,
-    ) -> Result<T, StoreError> {
+    pub async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, StoreError> {
         match self {
             Connections::Single(pool) => {
                 let mut conn = get(pool).await?;
