@@ -16,7 +16,11 @@ use crate::runtime::RuntimeConfig;
 pub struct WorkerConfig {
     /// Redis holding the cluster's tasks (required, or --redis-cluster-urls: workers only run
     /// in a cluster).
-    #[arg(long, env = "REDIS_URL", required_unless_present = "redis_cluster_urls")]
+    #[arg(
+        long,
+        env = "REDIS_URL",
+        required_unless_present = "redis_cluster_urls"
+    )]
     pub redis_url: Option<String>,
 
     /// Seed nodes of a Redis Cluster holding the tasks, comma separated

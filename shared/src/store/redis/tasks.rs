@@ -23,6 +23,12 @@ use crate::store::{
 };
 use crate::token::OwnerHash;
 
+/// How long a subscription keeps trying to read its task's event log (after a gap or a
+/// reconnect) before it ends: longer than a Redis Cluster failover.
+const FILL_PATIENCE: Duration = Duration::from_secs(30);
+const FILL_RETRY_FIRST: Duration = Duration::from_millis(50);
+const FILL_RETRY_MAX: Duration = Duration::from_secs(1);
+
 /// Reads-then-writes a resume tries before giving up on a task that keeps changing.
 const RESUME_TRIES: u32 = 8;
 
@@ -1033,6 +1039,8 @@ fn live_events(
         listener: Listener,
         last: u64,
         ready: std::collections::VecDeque<StoredEvent>,
+        /// A gap (or a reconnect) to fill from the event log before going on.
+        fill: bool,
     }
     let state = State {
         store,
@@ -1040,8 +1048,11 @@ fn live_events(
         listener,
         last: from_seq,
         ready: Default::default(),
+        fill: false,
     };
     futures::stream::unfold(state, |mut state| async move {
+        let mut failing_since: Option<tokio::time::Instant> = None;
+        let mut pause = FILL_RETRY_FIRST;
         loop {
             if let Some(event) = state.ready.pop_front() {
                 if event.seq > state.last {
@@ -1050,24 +1061,40 @@ fn live_events(
                 }
                 continue;
             }
-            let signal = state.listener.signals.recv().await?;
-            let fill = match signal {
-                Signal::Message(entry) => match replies::event(&entry) {
-                    Ok(event) if event.seq == state.last + 1 => {
-                        state.ready.push_back(event);
-                        false
-                    }
-                    Ok(event) => event.seq > state.last,
-                    Err(_) => true,
-                },
-                Signal::Resync => true,
-            };
-            if fill {
+            if !state.fill {
+                let signal = state.listener.signals.recv().await?;
+                state.fill = match signal {
+                    Signal::Message(entry) => match replies::event(&entry) {
+                        Ok(event) if event.seq == state.last + 1 => {
+                            state.ready.push_back(event);
+                            false
+                        }
+                        Ok(event) => event.seq > state.last,
+                        Err(_) => true,
+                    },
+                    Signal::Resync => true,
+                };
+            }
+            if state.fill {
                 match state.store.events_after(&state.task_id, state.last).await {
-                    Ok(events) => state.ready.extend(events),
+                    Ok(events) => {
+                        state.ready.extend(events);
+                        state.fill = false;
+                        failing_since = None;
+                        pause = FILL_RETRY_FIRST;
+                    }
+                    // The store may be failing over (a Redis Cluster promoting a replica takes
+                    // seconds): keep trying for a while rather than end the subscriber's
+                    // stream, which would lose the task's end for it.
                     Err(err) => {
-                        tracing::warn!(error = %err, "could not read a task's event log");
-                        return None;
+                        let since = *failing_since.get_or_insert_with(tokio::time::Instant::now);
+                        if since.elapsed() >= FILL_PATIENCE {
+                            tracing::warn!(error = %err, "could not read a task's event log");
+                            return None;
+                        }
+                        tracing::debug!(error = %err, "event log unreadable; retrying");
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(FILL_RETRY_MAX);
                     }
                 }
             }
