@@ -23,6 +23,12 @@ pub struct GatewayConfig {
     #[arg(long, env = "REDIS_CLUSTER_URLS", value_delimiter = ',')]
     pub redis_cluster_urls: Vec<String>,
 
+    /// Bound on connecting to Redis and on each reply, in milliseconds: a call past it fails
+    /// (503 at the gateway) instead of hanging. On a Redis Cluster, set it above the time a
+    /// failover takes if calls should wait one out.
+    #[arg(long, env = "REDIS_TIMEOUT_MS", default_value_t = 2_000)]
+    pub redis_timeout_ms: u64,
+
     /// Key namespace (hash tag) shared by the cluster's gateways and workers.
     #[arg(long, env = "REDIS_NAMESPACE", default_value = "tc")]
     pub namespace: String,

@@ -30,6 +30,7 @@ async fn main() -> anyhow::Result<()> {
         Some(url) => {
             let mut store_config = RedisStoreConfig::new(url.clone());
             store_config.cluster_urls = config.redis_cluster_urls.clone();
+            store_config.timeout = Duration::from_millis(config.redis_timeout_ms.max(1));
             store_config.namespace = config.namespace.clone();
             store_config.max_tasks = config.max_tasks;
             store_config.retention = Duration::from_millis(config.retention_ms);

@@ -28,6 +28,12 @@ pub struct WorkerConfig {
     #[arg(long, env = "REDIS_CLUSTER_URLS", value_delimiter = ',')]
     pub redis_cluster_urls: Vec<String>,
 
+    /// Bound on connecting to Redis and on each reply, in milliseconds: a call past it fails
+    /// (503 at the gateway) instead of hanging. On a Redis Cluster, set it above the time a
+    /// failover takes if calls should wait one out.
+    #[arg(long, env = "REDIS_TIMEOUT_MS", default_value_t = 2_000)]
+    pub redis_timeout_ms: u64,
+
     /// Key namespace (hash tag) shared by the cluster's gateways and workers.
     #[arg(long, env = "REDIS_NAMESPACE", default_value = "tc")]
     pub namespace: String,
@@ -173,6 +179,30 @@ mod tests {
         assert_eq!(config.concurrency, 4);
         assert_eq!(config.entrypoints, vec!["echo", "sleep"]);
         assert_eq!(config.runtime().lease_ttl, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_cluster_replaces_the_redis_url_and_the_timeout_is_settable() {
+        let parsed = WorkerConfig::try_parse_from([
+            "worker",
+            "--redis-cluster-urls",
+            "redis://127.0.0.1:7000,redis://127.0.0.1:7001",
+            "--redis-timeout-ms",
+            "5000",
+        ]);
+        match parsed {
+            Ok(config) => {
+                assert_eq!(config.redis_url, None);
+                assert_eq!(config.redis_cluster_urls.len(), 2);
+                assert_eq!(config.redis_timeout_ms, 5000);
+            }
+            Err(err) => panic!("{err}"),
+        }
+        let default = WorkerConfig::try_parse_from(["worker", "--redis-url", "redis://x/"]);
+        assert_eq!(
+            default.map(|config| config.redis_timeout_ms).ok(),
+            Some(2000)
+        );
     }
 
     #[test]

@@ -34,6 +34,7 @@ async fn main() -> anyhow::Result<()> {
 
     let mut store_config = RedisStoreConfig::new(config.redis_url.clone().unwrap_or_default());
     store_config.cluster_urls = config.redis_cluster_urls.clone();
+    store_config.timeout = std::time::Duration::from_millis(config.redis_timeout_ms.max(1));
     store_config.namespace = config.namespace.clone();
     store_config.pool_size = (config.concurrency / 2).clamp(4, 64);
     let store = RedisStore::connect(store_config)
