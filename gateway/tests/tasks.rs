@@ -1056,8 +1056,9 @@ impl TaskStore for ClaimsDurable {
         &self,
         lease: &Lease,
         request: serde_json::Value,
+        patience: Duration,
     ) -> Result<bool, StoreError> {
-        self.0.await_input(lease, request).await
+        self.0.await_input(lease, request, patience).await
     }
     async fn resume(
         &self,

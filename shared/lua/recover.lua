@@ -59,6 +59,13 @@ for i = 4, #ARGV do
     -- Stale index entries of a finished or expired task.
     redis.call('ZREM', leases, id)
     redis.call('ZREM', admissions, id)
+  elseif phase == 'waiting' and admission_due then
+    -- Nobody answered the task's request in time.
+    local err = cjson.encode({code = 'input_timeout',
+      message = "No input arrived before the task's waiting deadline"})
+    settle('failed', 'error',
+      '{"taskId":' .. cjson.encode(id) .. ',"status":"failed","error":' .. err .. '}', err)
+    failed[#failed + 1] = id
   elseif (phase == 'reserved' and admission_due)
       or (phase == 'prepared' and lease_due and f[5] ~= '1') then
     settle('cancelled', 'statusUpdate',

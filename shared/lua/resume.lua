@@ -6,7 +6,7 @@
 -- and the caller reads again. Attempts count afresh, so each turn gets the full number of
 -- runs. Logs and publishes 'statusUpdate running' (a logged entry: only seq 1's is rebuilt).
 --
--- KEYS[1] task  KEYS[2] events  KEYS[3] queue  KEYS[4] wake  KEYS[5] leases
+-- KEYS[1] task  KEYS[2] events  KEYS[3] queue  KEYS[4] wake  KEYS[5] leases  KEYS[6] admissions
 -- ARGV[1] task id  ARGV[2] owner hash  ARGV[3] expected seq  ARGV[4] invocation json
 -- ARGV[5] turn json  ARGV[6] channel  ARGV[7] event log length
 -- Returns {1, updated, seq} | {0, 'NOT_FOUND'} | {0, 'STALE'}
@@ -17,6 +17,7 @@
 -- @include "log_event"
 
 local task, events, queue, wake, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local admissions = KEYS[6]
 local id = ARGV[1]
 local f = redis.call('HMGET', task, 'st', 'ow', 'ph', 'sq', 'tu', 'cx', 'cr', 'up', 'rs', 'er')
 if not f[1] or f[2] ~= ARGV[2] then return {0, 'NOT_FOUND'} end
@@ -33,7 +34,9 @@ end
 local now = now_ms()
 local seq = redis.call('HINCRBY', task, 'sq', 1)
 redis.call('HSET', task, 'iv', ARGV[4], 'tu', turns, 'at', 0, 'up', now)
-redis.call('HDEL', task, 'iq')
+-- The answer came: the waiting deadline goes with the request.
+redis.call('HDEL', task, 'iq', 'ax')
+redis.call('ZREM', admissions, id)
 enqueue(task, queue, wake, leases, id, now)
 log_event(events, ARGV[6], seq, 'statusUpdate',
   '{"taskId":' .. cjson.encode(id) .. ',"status":"running"}', ARGV[7])

@@ -102,6 +102,11 @@ pub struct WorkerConfig {
     #[arg(long, env = "MAX_RUN_MS", default_value_t = 15 * 60 * 1_000)]
     pub max_run_ms: u64,
 
+    /// How long a task whose run asked for more input (A2A `input-required`) waits for its
+    /// caller's answer, in milliseconds; then it fails with `input_timeout`.
+    #[arg(long, env = "INPUT_TIMEOUT_MS", default_value_t = 24 * 60 * 60 * 1000)]
+    pub input_timeout_ms: u64,
+
     /// Runs a task may get after losing workers; a later run fails it.
     #[arg(long, env = "MAX_ATTEMPTS", default_value_t = shared::store::DEFAULT_MAX_ATTEMPTS)]
     pub max_attempts: u32,
@@ -149,6 +154,7 @@ impl WorkerConfig {
             lease_ttl: Duration::from_millis(self.lease_ttl_ms.max(30)),
             max_run: Duration::from_millis(self.max_run_ms.max(1)),
             max_attempts: self.max_attempts.max(1),
+            input_timeout: Duration::from_millis(self.input_timeout_ms.max(1)),
             drain_timeout: Duration::from_millis(self.drain_timeout_ms),
             recovery_interval: Duration::from_millis(self.recovery_interval_ms.max(10)),
             idle_wait: Duration::from_secs(1),

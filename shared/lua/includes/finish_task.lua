@@ -17,7 +17,7 @@ local function finish_task(k, id, phase, retention_ms)
   if phase ~= 'queued' and phase ~= 'reserved' then
     redis.call('ZREM', k.leases, id)
   end
-  if phase == nil or phase == 'reserved' then
+  if phase == nil or phase == 'reserved' or phase == 'waiting' then
     redis.call('ZREM', k.admissions, id)
   end
   if phase == nil or phase == 'queued' then

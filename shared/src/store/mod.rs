@@ -138,9 +138,16 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Ends the lease holder's run without finishing the task: `active -> waiting`, releasing
     /// the lease, keeping `request` (what the run asks its caller for) and publishing an
     /// `inputRequired` event `{taskId, status: "running", request}`. The task stays live
-    /// (it counts toward capacity) until [`TaskStore::resume`] or a cancel. Fenced: `false`
+    /// (it counts toward capacity) until [`TaskStore::resume`], a cancel, or `patience`
+    /// running out: then the sweeps ([`TaskStore::recover_expired`],
+    /// [`TaskStore::reap_expired_admissions`]) fail it with `input_timeout`. Fenced: `false`
     /// when `lease` is stale.
-    async fn await_input(&self, lease: &Lease, request: Value) -> Result<bool, StoreError>;
+    async fn await_input(
+        &self,
+        lease: &Lease,
+        request: Value,
+        patience: Duration,
+    ) -> Result<bool, StoreError>;
 
     /// The caller's answer to a waiting task: `waiting -> queued` with `input` and `metadata`
     /// as the invocation's new input and metadata, the previous turn appended to the task's

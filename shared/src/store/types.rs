@@ -143,6 +143,9 @@ pub struct StoredTask {
     pub turns: Vec<Value>,
 }
 
+/// The error code of a waiting task whose caller did not answer in time.
+pub const INPUT_TIMEOUT: &str = "input_timeout";
+
 /// The name of the event [`super::TaskStore::await_input`] publishes.
 pub const INPUT_REQUIRED_EVENT: &str = "inputRequired";
 

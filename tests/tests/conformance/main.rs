@@ -112,6 +112,8 @@ macro_rules! conformance_tests {
                 await_input_is_fenced,
                 concurrent_resumes_resume_once,
                 recovery_leaves_a_waiting_task_alone,
+                an_unanswered_request_times_out,
+                an_answer_clears_the_waiting_deadline,
             }
         );
     };

@@ -19,7 +19,11 @@ pub async fn a_run_can_wait_for_input_and_be_resumed(h: &impl Harness) -> TestRe
     let mut sub = fx.subscribe(&id, None).await?;
     let first = fx.running("w1", LONG, LONG).await?;
     let request = json!({"parts": [{"text": "which city?"}]});
-    assert!(fx.store.await_input(&first.lease, request.clone()).await?);
+    assert!(
+        fx.store
+            .await_input(&first.lease, request.clone(), LONG)
+            .await?
+    );
 
     let asked = next_event(&mut sub.events).await?;
     assert_eq!(asked.event, "inputRequired");
@@ -42,7 +46,11 @@ pub async fn a_run_can_wait_for_input_and_be_resumed(h: &impl Harness) -> TestRe
     fx.take_nothing("w2").await?;
     assert_eq!(fx.store.claim_execution(&id, "w2", LONG).await?, None);
     assert_eq!(fx.store.emit(&first.lease, progress(1)).await?, None);
-    assert!(!fx.store.await_input(&first.lease, json!("again")).await?);
+    assert!(
+        !fx.store
+            .await_input(&first.lease, json!("again"), LONG)
+            .await?
+    );
     let late = fx.complete(&id, Some(&first.lease), json!("late")).await?;
     assert_eq!(rejection(&late)?.0, Rejection::Fenced);
 
@@ -113,7 +121,11 @@ pub async fn a_waiting_task_can_be_cancelled(h: &impl Harness) -> TestResult {
     let fx = Fx::new(h).await?;
     let id = fx.queued("a").await?;
     let run = fx.running("w1", LONG, LONG).await?;
-    assert!(fx.store.await_input(&run.lease, json!("more?")).await?);
+    assert!(
+        fx.store
+            .await_input(&run.lease, json!("more?"), LONG)
+            .await?
+    );
     let cancelled = fx.cancel(&id).await?;
     assert_eq!(
         cancelled.applied().map(|task| task.status),
@@ -134,14 +146,14 @@ pub async fn await_input_is_fenced(h: &impl Harness) -> TestResult {
     let id = fx.queued("a").await?;
     // A prepared claim has no run yet.
     let claim = fx.take("w1", LONG).await?;
-    assert!(!fx.store.await_input(&claim.lease, json!("q")).await?);
+    assert!(!fx.store.await_input(&claim.lease, json!("q"), LONG).await?);
     let run = fx.activate(&claim.lease, LONG, LONG).await?;
     let mut stale = run.lease.clone();
     stale.epoch += 1;
-    assert!(!fx.store.await_input(&stale, json!("q")).await?);
+    assert!(!fx.store.await_input(&stale, json!("q"), LONG).await?);
     // A cancelled task's run is fenced out.
     fx.cancel(&id).await?;
-    assert!(!fx.store.await_input(&run.lease, json!("q")).await?);
+    assert!(!fx.store.await_input(&run.lease, json!("q"), LONG).await?);
     assert_eq!(fx.status(&id).await?, Some(TaskStatus::Cancelled));
     let missing = fx
         .store
@@ -160,7 +172,7 @@ pub async fn concurrent_resumes_resume_once(h: &impl Harness) -> TestResult {
     let fx = Fx::new(h).await?;
     let id = fx.queued("a").await?;
     let run = fx.running("w1", LONG, LONG).await?;
-    assert!(fx.store.await_input(&run.lease, json!("q")).await?);
+    assert!(fx.store.await_input(&run.lease, json!("q"), LONG).await?);
     let outcomes = join_all((0..20).map(|i| {
         let store = fx.store.clone();
         let (id, owner) = (id.clone(), fx.owner.clone());
@@ -186,11 +198,63 @@ pub async fn recovery_leaves_a_waiting_task_alone(h: &impl Harness) -> TestResul
     let fx = Fx::new(h).await?;
     let id = fx.queued("a").await?;
     let run = fx.running("w1", SHORT, LONG).await?;
-    assert!(fx.store.await_input(&run.lease, json!("q")).await?);
+    assert!(fx.store.await_input(&run.lease, json!("q"), LONG).await?);
     outlive(SHORT).await;
     let report = fx.store.recover_expired(100).await?;
     assert!(!report.requeued.contains(&id) && !report.failed.contains(&id));
     assert_eq!(fx.stored(&id).await?.phase, Phase::Waiting);
     fx.take_nothing("w2").await?;
+    Ok(())
+}
+
+/// A request nobody answers in time fails the task with `input_timeout`, through either sweep,
+/// and frees its capacity slot.
+pub async fn an_unanswered_request_times_out(h: &impl Harness) -> TestResult {
+    let fx = Fx::new(h).await?;
+    let swept = fx.queued("swept").await?;
+    let reaped = fx.queued("reaped").await?;
+    let mut sub = fx.subscribe(&swept, None).await?;
+    for _ in [&swept, &reaped] {
+        let run = fx.running("w1", LONG, LONG).await?;
+        assert!(fx.store.await_input(&run.lease, json!("q"), SHORT).await?);
+    }
+    assert_eq!(next_event(&mut sub.events).await?.event, "inputRequired");
+    outlive(SHORT).await;
+
+    let report = fx.store.recover_expired(100).await?;
+    assert!(report.failed.contains(&swept), "{report:?}");
+    assert!(fx.store.reap_expired_admissions().await? <= 1);
+    for id in [&swept, &reaped] {
+        let stored = fx.stored(id).await?;
+        assert_eq!(stored.task.status, TaskStatus::Failed, "{id}");
+        assert_eq!(
+            stored.task.error.as_ref().map(|error| error.code.as_str()),
+            Some(shared::store::INPUT_TIMEOUT)
+        );
+    }
+    let failed = next_event(&mut sub.events).await?;
+    assert_eq!(failed.event, "error");
+    assert_eq!(failed.data["error"]["code"], shared::store::INPUT_TIMEOUT);
+    assert_eq!(fx.store.live_count().await?, 0);
+    let late = fx.store.resume(&swept, &fx.owner, json!("x"), None).await?;
+    assert!(matches!(late, Resumed::NotWaiting(task) if task.status == TaskStatus::Failed));
+    Ok(())
+}
+
+/// An answer takes the deadline away: the next turn runs however long the wait was.
+pub async fn an_answer_clears_the_waiting_deadline(h: &impl Harness) -> TestResult {
+    let fx = Fx::new(h).await?;
+    let id = fx.queued("a").await?;
+    let run = fx.running("w1", LONG, LONG).await?;
+    assert!(fx.store.await_input(&run.lease, json!("q"), SHORT).await?);
+    let resumed = fx.store.resume(&id, &fx.owner, json!("a"), None).await?;
+    assert!(matches!(resumed, Resumed::Queued { .. }), "{resumed:?}");
+    outlive(SHORT).await;
+    let report = fx.store.recover_expired(100).await?;
+    assert!(!report.failed.contains(&id), "{report:?}");
+    assert_eq!(fx.store.reap_expired_admissions().await?, 0);
+    assert_eq!(fx.status(&id).await?, Some(TaskStatus::Running));
+    let claim = fx.take("w2", LONG).await?;
+    assert_eq!(claim.lease.task_id, id);
     Ok(())
 }

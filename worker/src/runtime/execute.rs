@@ -246,7 +246,11 @@ async fn await_input(
 ) -> Vec<Started> {
     let task_id = &lease.task_id;
     let entrypoint = lease.entrypoint.as_str();
-    match shared.store.await_input(lease, request).await {
+    match shared
+        .store
+        .await_input(lease, request, shared.config.input_timeout)
+        .await
+    {
         Ok(true) => {
             metrics::run_time(entrypoint, TaskStatus::Running, started.elapsed());
             tracing::debug!(%task_id, "task waits for input");

@@ -27,6 +27,9 @@ use crate::entrypoint::Entrypoints;
 pub const DEFAULT_GAUGE_INTERVAL: Duration = Duration::from_secs(5);
 
 /// How a worker runs; see [`crate::config::WorkerConfig`] for the defaults and flags.
+/// How long a waiting task waits for its caller by default: a day.
+pub const DEFAULT_INPUT_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
     pub worker_id: String,
@@ -39,6 +42,9 @@ pub struct RuntimeConfig {
     pub max_run: Duration,
     /// Runs a task may get; a later activation fails it with `task_attempts_exhausted`.
     pub max_attempts: u32,
+    /// How long a task whose run asked for input waits for the answer before it fails with
+    /// `input_timeout`.
+    pub input_timeout: Duration,
     /// How long SIGTERM waits for running handlers.
     pub drain_timeout: Duration,
     /// How often this worker sweeps for expired leases.
@@ -59,6 +65,7 @@ impl RuntimeConfig {
             lease_ttl: Duration::from_secs(10),
             max_run: Duration::from_secs(15 * 60),
             max_attempts: shared::store::DEFAULT_MAX_ATTEMPTS,
+            input_timeout: DEFAULT_INPUT_TIMEOUT,
             drain_timeout: Duration::from_secs(30),
             recovery_interval: Duration::from_millis(500),
             idle_wait: Duration::from_secs(1),

@@ -104,7 +104,7 @@ impl Entry {
         }
         let deadline = match (&stored.lease, stored.phase) {
             (Some(lease), _) => Some(lease.expires_at_ms),
-            (None, Phase::Reserved) => stored.admission_expires_at_ms,
+            (None, Phase::Reserved | Phase::Waiting) => stored.admission_expires_at_ms,
             (None, _) => None,
         };
         deadline.map(|ms| (ms, self.order))
@@ -136,6 +136,16 @@ impl Entry {
 
     pub(super) fn admission_expired(&self, now: u64) -> bool {
         self.stored.phase == Phase::Reserved
+            && self
+                .stored
+                .admission_expires_at_ms
+                .is_some_and(|at| at <= now)
+    }
+
+    /// A waiting task whose caller did not answer before its deadline.
+    pub(super) fn input_expired(&self, now: u64) -> bool {
+        self.stored.task.status == TaskStatus::Running
+            && self.stored.phase == Phase::Waiting
             && self
                 .stored
                 .admission_expires_at_ms

@@ -243,8 +243,14 @@ impl TaskStore for MemoryStore {
         Ok(rx)
     }
 
-    async fn await_input(&self, lease: &Lease, request: Value) -> Result<bool, StoreError> {
-        Ok(self.with_state(|state, now| state.await_input(lease, request, now)))
+    async fn await_input(
+        &self,
+        lease: &Lease,
+        request: Value,
+        patience: Duration,
+    ) -> Result<bool, StoreError> {
+        let patience = millis(patience);
+        Ok(self.with_state(|state, now| state.await_input(lease, request, patience, now)))
     }
 
     async fn resume(

@@ -339,7 +339,13 @@ impl State {
     }
 
     /// `active -> waiting` under `lease` (see [`crate::store::TaskStore::await_input`]).
-    pub(super) fn await_input(&mut self, lease: &Lease, request: Value, now: u64) -> bool {
+    pub(super) fn await_input(
+        &mut self,
+        lease: &Lease,
+        request: Value,
+        patience_ms: u64,
+        now: u64,
+    ) -> bool {
         let log_len = self.limits.event_log_len;
         let Some(entry) = self.tasks.get_mut(&lease.task_id) else {
             return false;
@@ -351,6 +357,8 @@ impl State {
         stored.phase = Phase::Waiting;
         stored.lease = None;
         stored.run_deadline_ms = None;
+        // The waiting deadline lives where an admission's does: the sweeps read it there.
+        stored.admission_expires_at_ms = Some(now.saturating_add(patience_ms));
         stored.task.updated_at = Timestamp(now);
         let data = crate::store::input_required_data(&lease.task_id, &request);
         stored.input_request = Some(request);
@@ -389,6 +397,7 @@ impl State {
         let request = stored.input_request.take();
         let turn = crate::store::turn_of(&stored.invocation, request.as_ref());
         stored.turns.push(turn);
+        stored.admission_expires_at_ms = None;
         stored.invocation.input = input;
         stored.invocation.metadata = metadata;
         stored.attempt = 0;
@@ -484,6 +493,11 @@ impl State {
             report
                 .entrypoints
                 .insert(task_id.clone(), stored.invocation.entrypoint.clone());
+            if entry.input_expired(now) {
+                self.apply(&task_id, Transition::failed(input_timeout()), now);
+                report.failed.push(task_id);
+                continue;
+            }
             if entry.reapable(now) {
                 self.apply(&task_id, Transition::cancelled(), now);
                 report.cancelled.push(task_id);
@@ -542,6 +556,15 @@ impl State {
     pub(super) fn reap(&mut self, now: u64) -> u64 {
         let mut reaped = 0;
         for task_id in self.due_by(now) {
+            if self
+                .tasks
+                .get(&task_id)
+                .is_some_and(|entry| entry.input_expired(now))
+            {
+                self.apply(&task_id, Transition::failed(input_timeout()), now);
+                reaped += 1;
+                continue;
+            }
             if self
                 .tasks
                 .get(&task_id)
@@ -790,4 +813,12 @@ impl State {
             .get(task_id)
             .map_or(0, |entry| entry.listeners.len())
     }
+}
+
+/// The failure of a waiting task whose caller did not answer in time.
+fn input_timeout() -> TaskError {
+    TaskError::new(
+        crate::store::INPUT_TIMEOUT,
+        "No input arrived before the task's waiting deadline",
+    )
 }

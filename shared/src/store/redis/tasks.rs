@@ -682,6 +682,7 @@ impl TaskStore for RedisStore {
         &self,
         lease: &Lease,
         request: serde_json::Value,
+        patience: Duration,
     ) -> Result<bool, StoreError> {
         let keys = &self.inner.core.keys;
         let data = crate::store::input_required_data(&lease.task_id, &request);
@@ -695,13 +696,15 @@ impl TaskStore for RedisStore {
                     .key(keys.task(&lease.task_id))
                     .key(keys.events(&lease.task_id))
                     .key(keys.leases())
+                    .key(keys.admissions())
                     .arg(&lease.task_id)
                     .arg(&lease.owner_id)
                     .arg(lease.epoch)
                     .arg(to_json(&request)?)
                     .arg(to_json(&data)?)
                     .arg(keys.task_channel(&lease.task_owner, &lease.task_id))
-                    .arg(self.inner.core.config.event_log_len),
+                    .arg(self.inner.core.config.event_log_len)
+                    .arg(ms(patience)),
             )
             .await?;
         Ok(seq.is_some())
@@ -746,6 +749,7 @@ impl TaskStore for RedisStore {
                         .key(keys.queue(&invocation.entrypoint))
                         .key(keys.wake(&invocation.entrypoint))
                         .key(keys.leases())
+                        .key(keys.admissions())
                         .arg(task_id)
                         .arg(owner.as_str())
                         .arg(stored.seq)
