@@ -22,7 +22,7 @@ use shared::protocol::TaskStatus as RuntimeStatus;
 use shared::registry::EntrypointInfo;
 use shared::store::{
     CasOutcome, Durability, ListQuery, MAX_LIST_LIMIT, Phase, Rejection, Resumed, StoredTask,
-    Subscription, Transition,
+    Transition,
 };
 use shared::telemetry::metrics;
 use shared::token::OwnerHash;
@@ -188,11 +188,11 @@ pub async fn get(caller: &Caller<'_>, request: GetTaskRequest) -> Result<Task, A
 pub async fn cancel(caller: &Caller<'_>, request: CancelTaskRequest) -> Result<Task, A2aError> {
     check_id("id", &request.id)?;
     let state = caller.state;
-    let stored = read_owned(state, &caller.owner, &request.id).await?;
+    let mut stored = read_owned(state, &caller.owner, &request.id).await?;
     if stored.task.status.is_terminal() {
         return Err(A2aError::not_cancelable(&request.id));
     }
-    match state
+    let cancelled = match state
         .store
         .compare_and_set(
             &request.id,
@@ -205,6 +205,7 @@ pub async fn cancel(caller: &Caller<'_>, request: CancelTaskRequest) -> Result<T
         CasOutcome::Applied(task) => {
             tracing::info!(task_id = %task.task_id, "task cancelled over A2A");
             metrics::task_finished(&stored.invocation.entrypoint, &task);
+            task
         }
         CasOutcome::Rejected {
             reason: Rejection::Status | Rejection::Fenced,
@@ -214,9 +215,12 @@ pub async fn cancel(caller: &Caller<'_>, request: CancelTaskRequest) -> Result<T
             reason: Rejection::NotFound,
             ..
         } => return Err(A2aError::task_not_found(&request.id)),
-    }
-    let cancelled = read_owned(state, &caller.owner, &request.id).await?;
-    Ok(mapping::task_of(&cancelled, None))
+    };
+    // The record read before, as the cancel left it: no second read.
+    stored.task = cancelled;
+    stored.phase = Phase::Terminal;
+    stored.input_request = None;
+    Ok(mapping::task_of(&stored, None))
 }
 
 /// `ListTasks`: the caller's tasks, most recently updated first, filtered by context, state
@@ -504,13 +508,17 @@ async fn start(caller: &Caller<'_>, request: SendMessageRequest) -> Result<Start
                 .await
                 .map_err(A2aError::from)?;
             tracing::info!(task_id = %task.task_id, entrypoint = %entrypoint.key, "A2A task created");
-            Ok(started(
-                state,
+            let watch = Watch::with(
+                state.store.clone(),
+                &task.task_id,
                 &caller.owner,
-                task.task_id,
                 subscription,
-                None,
-            ))
+            );
+            Ok(Started {
+                task_id: task.task_id,
+                watch,
+                receipt: None,
+            })
         }
         Some(payment) => {
             if state.store.durability() == Durability::Process {
@@ -628,21 +636,6 @@ async fn resume(
         Resumed::NotWaiting(_) => {
             Err(A2aError::unsupported(format!("Task {task_id} is not waiting for input")).into())
         }
-    }
-}
-
-fn started(
-    state: &AppState,
-    owner: &OwnerHash,
-    task_id: String,
-    subscription: Subscription,
-    receipt: Option<Receipt>,
-) -> Started {
-    let watch = Watch::with(state.store.clone(), &task_id, owner, subscription);
-    Started {
-        task_id,
-        watch,
-        receipt,
     }
 }
 

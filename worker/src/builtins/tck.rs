@@ -123,21 +123,15 @@ pub fn entrypoint() -> Entrypoint {
     Entrypoint::new(
         KEY,
         "A2A TCK conformance agent: behaves by the message's messageId prefix",
-        |_input: Value, ctx: TaskContext| async move {
-            if matches!(
-                behaviour(message_id(ctx.metadata.as_ref())),
-                Behaviour::InputRequired
-            ) {
-                return Ok(input_required());
-            }
-            run(ctx).await.map(HandlerOutput::new)
-        },
+        |_input: Value, ctx: TaskContext| run(ctx),
     )
     .streaming()
 }
 
-async fn run(ctx: TaskContext) -> Result<Value, HandlerError> {
-    match behaviour(message_id(ctx.metadata.as_ref())) {
+async fn run(ctx: TaskContext) -> Result<HandlerOutput, HandlerError> {
+    let output = match behaviour(message_id(ctx.metadata.as_ref())) {
+        // The one behaviour that does not finish its task.
+        Behaviour::InputRequired => return Ok(input_required()),
         Behaviour::Complete => Ok(status_message("Hello from TCK")),
         Behaviour::ArtifactText => Ok(artifacts(vec![artifact(
             "text",
@@ -160,7 +154,6 @@ async fn run(ctx: TaskContext) -> Result<Value, HandlerError> {
             "a2a": {"reply": true, "message": {"parts": [{"text": "Direct message response"}]}}
         })),
         Behaviour::Reject => Err(HandlerError::new(REJECTED, "rejected")),
-        Behaviour::InputRequired => Ok(input_required().output),
         Behaviour::StreamText(text) => {
             let streamed = artifact("stream", json!([{ "text": text }]));
             emit_chunk(&ctx, &streamed, false, true).await?;
@@ -200,7 +193,8 @@ async fn run(ctx: TaskContext) -> Result<Value, HandlerError> {
                 () = tokio::time::sleep(RESUBSCRIBE_WAIT) => Ok(status_message("Resubscribe complete")),
             }
         }
-    }
+    }?;
+    Ok(HandlerOutput::new(output))
 }
 
 /// `tck-input-required`: the run ends asking for more input (`TASK_STATE_INPUT_REQUIRED`); the
