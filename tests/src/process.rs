@@ -40,6 +40,25 @@ fn profile_dir() -> Option<PathBuf> {
 /// Path of a workspace binary (`gateway`, `worker`, `taskctl`). The first call in a test
 /// process for each binary runs `cargo build --bin <name>` (a no-op when up to date): `cargo test -p cluster-tests`
 /// alone would not rebuild the binaries, and a stale one would test yesterday's code.
+/// `text` without its terminal colour codes (ANSI CSI sequences: `ESC [` parameters, ended by
+/// a letter), as the services and `redis-cli` colour what they print.
+pub fn plain(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 pub fn binary(name: &str) -> Result<PathBuf, ProcessError> {
     static BUILT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
     let dir =

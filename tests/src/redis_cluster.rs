@@ -52,16 +52,16 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::fmt;
 use std::fs::{self, File};
-use std::net::{Ipv4Addr, TcpListener};
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 
-use crate::redis_server::{HarnessError, RedisOptions, RedisServer, find_redis_server};
+use crate::redis_server::{
+    self, HarnessError, RedisOptions, RedisServer, describe, find_redis_server, is_executable,
+};
 
 /// Name of the environment variable that overrides the `redis-cli` binary.
 pub const REDIS_CLI_ENV: &str = "REDIS_CLI";
@@ -69,8 +69,6 @@ pub const REDIS_CLI_ENV: &str = "REDIS_CLI";
 /// Number of hash slots of a Redis Cluster.
 pub const SLOTS: u16 = 16384;
 
-/// Port a system Redis usually listens on; never used, not even as a cluster bus port.
-const SYSTEM_REDIS_PORT: u16 = 6379;
 /// Start attempts per node with a fresh cluster bus port when the chosen one was taken.
 const BUS_PORT_ATTEMPTS: u32 = 5;
 /// Default `cluster-node-timeout`: how long a node may be unreachable before failover starts.
@@ -1002,19 +1000,9 @@ fn start_node(options: &ClusterOptions) -> Result<(RedisServer, u16), ClusterErr
     ))
 }
 
-/// Picks a currently free loopback port by binding port 0 and releasing it (never 6379).
+/// A free loopback port for a node's cluster bus.
 fn free_port() -> Result<u16, ClusterError> {
-    loop {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .map_err(|e| ClusterError::io("binding 127.0.0.1:0 to pick a free port", e))?;
-        let port = listener
-            .local_addr()
-            .map_err(|e| ClusterError::io("reading the picked port", e))?
-            .port();
-        if port != SYSTEM_REDIS_PORT {
-            return Ok(port);
-        }
-    }
+    Ok(redis_server::free_port()?)
 }
 
 /// A short-lived synchronous connection for the harness' status queries.
@@ -1064,44 +1052,13 @@ pub fn find_redis_cli() -> Result<PathBuf, ClusterError> {
     resolve_binary(OsString::from("redis-cli"), "PATH")
 }
 
-/// Resolves `name` as a path when it contains a `/`, otherwise through `PATH`.
+/// `redis_server::resolve_binary`, its failure as this harness's.
 fn resolve_binary(name: OsString, origin: &str) -> Result<PathBuf, ClusterError> {
-    let candidate = PathBuf::from(&name);
-    if candidate.components().count() > 1 {
-        return if is_executable(&candidate) {
-            Ok(candidate)
-        } else {
-            Err(ClusterError::CliNotFound {
-                detail: format!(
-                    "{origin} = {} is not an executable file",
-                    candidate.display()
-                ),
-            })
-        };
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(&candidate))
-        .find(|p| is_executable(p))
-        .ok_or_else(|| ClusterError::CliNotFound {
-            detail: format!(
-                "no executable {} on PATH (from {origin}); set {REDIS_CLI_ENV} to override",
-                candidate.display()
-            ),
-        })
-}
-
-fn is_executable(path: &Path) -> bool {
-    fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-}
-
-fn describe(status: ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => format!("exit code {code}"),
-        (None, Some(sig)) => format!("killed by signal {sig}"),
-        _ => status.to_string(),
-    }
+    redis_server::resolve_binary(name, origin, REDIS_CLI_ENV).map_err(|err| {
+        ClusterError::CliNotFound {
+            detail: err.to_string(),
+        }
+    })
 }
 
 /// The last `lines` lines of a file, with the ANSI colours of `redis-cli` removed.
@@ -1111,25 +1068,7 @@ fn file_tail(path: &Path, lines: usize) -> String {
     };
     let all: Vec<&str> = text.lines().collect();
     let start = all.len().saturating_sub(lines);
-    strip_ansi(&all[start..].join("\n"))
-}
-
-fn strip_ansi(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            // CSI: ESC [ parameters final-byte.
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    crate::process::plain(&all[start..].join("\n"))
 }
 
 impl fmt::Display for Role {
@@ -1148,7 +1087,7 @@ mod tests {
     #[test]
     fn strips_redis_cli_colours() {
         assert_eq!(
-            strip_ansi("\u{1b}[29;1m>>> Done\n\u{1b}[0m[OK] x"),
+            crate::process::plain("\u{1b}[29;1m>>> Done\n\u{1b}[0m[OK] x"),
             ">>> Done\n[OK] x"
         );
     }

@@ -199,7 +199,11 @@ impl RedisServer {
     /// Starts a server with the given options.
     pub fn start_with(options: RedisOptions) -> Result<Self, HarnessError> {
         let binary = match &options.binary {
-            Some(binary) => resolve_binary(binary.as_os_str().to_owned(), "RedisOptions::binary")?,
+            Some(binary) => resolve_binary(
+                binary.as_os_str().to_owned(),
+                "RedisOptions::binary",
+                REDIS_SERVER_ENV,
+            )?,
             None => find_redis_server()?,
         };
         let dir = tempfile::Builder::new()
@@ -371,13 +375,20 @@ impl Drop for RedisServer {
 /// Locates `redis-server`: `$REDIS_SERVER` (a path, or a name looked up in `PATH`), else `PATH`.
 pub fn find_redis_server() -> Result<PathBuf, HarnessError> {
     match std::env::var_os(REDIS_SERVER_ENV) {
-        Some(value) if !value.is_empty() => resolve_binary(value, REDIS_SERVER_ENV),
-        _ => resolve_binary(OsString::from("redis-server"), "PATH"),
+        Some(value) if !value.is_empty() => {
+            resolve_binary(value, REDIS_SERVER_ENV, REDIS_SERVER_ENV)
+        }
+        _ => resolve_binary(OsString::from("redis-server"), "PATH", REDIS_SERVER_ENV),
     }
 }
 
-/// Resolves `name` as a path when it contains a `/`, otherwise through `PATH`.
-fn resolve_binary(name: OsString, origin: &str) -> Result<PathBuf, HarnessError> {
+/// Resolves `name` as a path when it contains a `/`, otherwise through `PATH`; `override_env`
+/// is the variable a missing binary's error suggests.
+pub(crate) fn resolve_binary(
+    name: OsString,
+    origin: &str,
+    override_env: &str,
+) -> Result<PathBuf, HarnessError> {
     let candidate = PathBuf::from(&name);
     if candidate.components().count() > 1 {
         return if is_executable(&candidate) {
@@ -397,18 +408,18 @@ fn resolve_binary(name: OsString, origin: &str) -> Result<PathBuf, HarnessError>
         .find(|p| is_executable(p))
         .ok_or_else(|| HarnessError::NotFound {
             detail: format!(
-                "no executable {} on PATH (from {origin}); set {REDIS_SERVER_ENV} to override",
+                "no executable {} on PATH (from {origin}); set {override_env} to override",
                 candidate.display()
             ),
         })
 }
 
-fn is_executable(path: &Path) -> bool {
+pub(crate) fn is_executable(path: &Path) -> bool {
     fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-/// Picks a currently free loopback port by binding port 0 and releasing it.
-fn free_port() -> Result<u16, HarnessError> {
+/// Picks a currently free loopback port by binding port 0 and releasing it (never 6379).
+pub(crate) fn free_port() -> Result<u16, HarnessError> {
     loop {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
             .map_err(|e| HarnessError::io("binding 127.0.0.1:0 to pick a free port", e))?;
@@ -655,7 +666,7 @@ fn send_signal(child: &Child, sig: Signal) -> Result<(), HarnessError> {
     }
 }
 
-fn describe(status: ExitStatus) -> String {
+pub(crate) fn describe(status: ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
         (Some(code), _) => format!("exit code {code}"),

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use harness::process::ServiceProcess;
+use harness::process::{ServiceProcess, plain};
 use harness::redis_server::RedisServer;
 use serde_json::{Value, json};
 
@@ -155,25 +155,6 @@ async fn wait_for_cluster(
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-/// `text` without its terminal colour codes (the services colour their logs).
-fn plain(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            // ESC [ parameters, ended by a letter.
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// The last `lines` lines of a service's log, plain.

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use harness::paid::{free_port, wait_healthy};
-use harness::process::ServiceProcess;
+use harness::process::{ServiceProcess, plain};
 use harness::redis_cluster::RedisCluster;
 use nix::sys::signal::Signal;
 use reqwest::StatusCode;
@@ -353,24 +353,6 @@ fn still_running(processes: &mut [&mut ServiceProcess]) -> Res {
         })?;
     }
     Ok(())
-}
-
-/// A log line without its ANSI colours.
-fn plain(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// The warnings and errors a process logged, for the report printed with `--nocapture`: the
