@@ -32,12 +32,13 @@ async fn main() -> anyhow::Result<()> {
             store_config.cluster_urls = config.redis_cluster_urls.clone();
             store_config.timeout = Duration::from_millis(config.redis_timeout_ms.max(1));
             store_config.namespace = config.namespace.clone();
+            store_config.shards = config.shards;
             store_config.max_tasks = config.max_tasks;
             store_config.retention = Duration::from_millis(config.retention_ms);
             store_config.durability = config.redis_durability;
             let store = RedisStore::connect(store_config)
                 .await
-                .context("cannot reach Redis")?;
+                .context("cannot open the task store in Redis")?;
             tracing::info!(durability = ?store.declared_durability(), "task store durability");
             tracing::info!("cluster mode: tasks in Redis, run by worker processes");
             let payments = match Gate::from_config(&config, Arc::new(store.credentials())) {

@@ -34,6 +34,12 @@ pub struct WorkerConfig {
     #[arg(long, env = "REDIS_TIMEOUT_MS", default_value_t = 2_000)]
     pub redis_timeout_ms: u64,
 
+    /// Shards the namespace's tasks are split into, each under its own hash tag, so that a
+    /// Redis Cluster spreads them over its masters (1 to 256). Every gateway and worker of a
+    /// namespace must use the same count; a process started with another is refused.
+    #[arg(long, env = "REDIS_SHARDS", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub shards: u16,
+
     /// Key namespace (hash tag) shared by the cluster's gateways and workers.
     #[arg(long, env = "REDIS_NAMESPACE", default_value = "tc")]
     pub namespace: String,

@@ -36,10 +36,11 @@ async fn main() -> anyhow::Result<()> {
     store_config.cluster_urls = config.redis_cluster_urls.clone();
     store_config.timeout = std::time::Duration::from_millis(config.redis_timeout_ms.max(1));
     store_config.namespace = config.namespace.clone();
+    store_config.shards = config.shards;
     store_config.pool_size = (config.concurrency / 2).clamp(4, 64);
     let store = RedisStore::connect(store_config)
         .await
-        .context("cannot reach Redis")?;
+        .context("cannot open the task store in Redis")?;
     let registry = Arc::new(RedisRegistry::new(&store));
 
     let shutdown = CancellationToken::new();

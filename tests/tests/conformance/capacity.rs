@@ -9,6 +9,7 @@ use crate::support::{BoxError, Fx, Harness, LONG, SHORT, StoreCfg, TestResult, o
 async fn fx_with_max(h: &impl Harness, max_tasks: u64) -> Result<Fx, BoxError> {
     let cfg = StoreCfg {
         max_tasks,
+        one_shard: true,
         ..StoreCfg::default()
     };
     Fx::with_cfg(h, cfg).await

@@ -156,18 +156,25 @@ impl Harness for MemoryHarness {
 conformance_tests!(memory, MemoryHarness);
 
 /// The Redis store on a private `redis-server` owned by the harness (one per test); each
-/// `store()` call gets a namespace of its own, so stores of one test share nothing.
+/// `store()` call gets a namespace of its own, so stores of one test share nothing. `shards`
+/// splits each namespace (one server does not check slots: the cluster suite below does).
 struct RedisHarness {
     server: harness::redis_server::RedisServer,
+    shards: u16,
     /// Namespace of the latest store, for the leak check.
     namespace: std::sync::Mutex<String>,
 }
 
 impl RedisHarness {
     fn new() -> Self {
+        Self::sharded(1)
+    }
+
+    fn sharded(shards: u16) -> Self {
         match harness::redis_server::RedisServer::start() {
             Ok(server) => RedisHarness {
                 server,
+                shards,
                 namespace: Default::default(),
             },
             Err(err) => panic!("cannot start redis-server for the suite: {err}"),
@@ -176,9 +183,14 @@ impl RedisHarness {
 }
 
 impl Harness for RedisHarness {
+    fn shards(&self) -> usize {
+        usize::from(self.shards)
+    }
+
     async fn store(&self, cfg: StoreCfg) -> Result<Arc<dyn TaskStore>, BoxError> {
         let mut config = shared::store::RedisStoreConfig::new(self.server.url());
         config.namespace = format!("t{}", shared::token::AccessToken::generate().expose());
+        config.shards = self.shards;
         if let Ok(mut latest) = self.namespace.lock() {
             latest.clone_from(&config.namespace);
         }
@@ -195,8 +207,21 @@ impl Harness for RedisHarness {
     async fn check_no_leaks(&self) -> Result<(), BoxError> {
         let namespace = latest(&self.namespace);
         let mut conn = self.server.client().await?;
-        no_leaks(&namespace, &mut conn).await
+        for tag in hash_tags(&namespace, self.shards) {
+            no_leaks(&tag, &mut conn).await?;
+        }
+        Ok(())
     }
+}
+
+/// The hash tags (as `Keys::new` takes them) of a namespace split into `shards`: its own and,
+/// when sharded, each shard's.
+fn hash_tags(namespace: &str, shards: u16) -> Vec<String> {
+    let mut tags = vec![namespace.to_owned()];
+    if shards > 1 {
+        tags.extend((0..shards).map(|shard| format!("{namespace}:{shard}")));
+    }
+    tags
 }
 
 /// The namespace of the latest store a harness made.
@@ -204,12 +229,10 @@ fn latest(namespace: &std::sync::Mutex<String>) -> String {
     namespace.lock().map(|ns| ns.clone()).unwrap_or_default()
 }
 
-/// The leak check of a namespace on the server (or cluster node) that holds it.
-async fn no_leaks(
-    namespace: &str,
-    conn: &mut impl ::redis::aio::ConnectionLike,
-) -> Result<(), BoxError> {
-    let keys = shared::store::redis::Keys::new(namespace);
+/// The leak check of one hash tag of a namespace (the namespace's own, or a shard's) on the
+/// server (or cluster node) that holds it.
+async fn no_leaks(tag: &str, conn: &mut impl ::redis::aio::ConnectionLike) -> Result<(), BoxError> {
+    let keys = shared::store::redis::Keys::new(tag);
     let found: Vec<String> = ::redis::cmd("KEYS")
         .arg(keys.all_pattern())
         .query_async(conn)
@@ -217,7 +240,11 @@ async fn no_leaks(
     let retention_ms = i64::try_from(shared::store::DEFAULT_RETENTION.as_millis())?;
     for key in found {
         let ttl: i64 = ::redis::cmd("PTTL").arg(&key).query_async(conn).await?;
-        let kind = key.split(':').nth(1).unwrap_or_default();
+        // `{tag}:kind:...`, where a shard's tag holds a colon too.
+        let kind = key
+            .split_once("}:")
+            .and_then(|(_, rest)| rest.split(':').next())
+            .unwrap_or_default();
         if key == keys.layout() && ttl == -1 {
             // The namespace's layout stamp: one key, kept for good (schema.rs).
             continue;
@@ -236,10 +263,14 @@ async fn no_leaks(
 
 conformance_tests!(redis, RedisHarness::new());
 
+conformance_tests!(redis_sharded, RedisHarness::sharded(3));
+
 /// The Redis store on a real local Redis Cluster (three masters, no replicas: the conformance
 /// suite checks the store, the chaos run and the failover tests check the cluster) owned by the
-/// harness, one per test. Every key of a namespace carries its hash tag, so a namespace lives
-/// in one slot of one master: the store must work through the cluster client's routing.
+/// harness, one per test. Each namespace is split into three shards, whose hash tags land in
+/// slots of different masters as the hash falls: every script and pipeline must stay within
+/// one slot (the cluster refuses CROSSSLOT), and the store must work through the cluster
+/// client's routing.
 struct RedisClusterHarness {
     cluster: harness::redis_cluster::RedisCluster,
     namespace: std::sync::Mutex<String>,
@@ -257,11 +288,19 @@ impl RedisClusterHarness {
     }
 }
 
+/// Shards of each namespace of the cluster suite.
+const CLUSTER_SHARDS: u16 = 3;
+
 impl Harness for RedisClusterHarness {
+    fn shards(&self) -> usize {
+        usize::from(CLUSTER_SHARDS)
+    }
+
     async fn store(&self, cfg: StoreCfg) -> Result<Arc<dyn TaskStore>, BoxError> {
         let mut config = shared::store::RedisStoreConfig::new(String::new());
         config.cluster_urls = self.cluster.urls();
         config.namespace = format!("t{}", shared::token::AccessToken::generate().expose());
+        config.shards = CLUSTER_SHARDS;
         if let Ok(mut latest) = self.namespace.lock() {
             latest.clone_from(&config.namespace);
         }
@@ -272,10 +311,13 @@ impl Harness for RedisClusterHarness {
 
     async fn check_no_leaks(&self) -> Result<(), BoxError> {
         let namespace = latest(&self.namespace);
-        let layout = shared::store::redis::Keys::new(&namespace).layout();
-        let owner = self.cluster.master_of_key(&layout)?;
-        let mut conn = self.cluster.node(owner)?.client().await?;
-        no_leaks(&namespace, &mut conn).await
+        for tag in hash_tags(&namespace, CLUSTER_SHARDS) {
+            let layout = shared::store::redis::Keys::new(&tag).layout();
+            let owner = self.cluster.master_of_key(&layout)?;
+            let mut conn = self.cluster.node(owner)?.client().await?;
+            no_leaks(&tag, &mut conn).await?;
+        }
+        Ok(())
     }
 }
 

@@ -38,6 +38,9 @@ pub const EMPTY_WAIT: Duration = Duration::from_millis(50);
 pub struct StoreCfg {
     pub max_tasks: u64,
     pub retention: Duration,
+    /// Give every task of the test ids of one shard, with a `max_tasks` that is the test's
+    /// bound per shard: capacity is per shard, so the capacity tests hold on sharded stores.
+    pub one_shard: bool,
 }
 
 impl Default for StoreCfg {
@@ -45,6 +48,7 @@ impl Default for StoreCfg {
         StoreCfg {
             max_tasks: DEFAULT_MAX_TASKS,
             retention: DEFAULT_RETENTION,
+            one_shard: false,
         }
     }
 }
@@ -52,6 +56,12 @@ impl Default for StoreCfg {
 /// Makes stores for the suite. One harness value is built per test (the expression given to
 /// `conformance_tests!`), so it may own per-test resources such as a private server.
 pub trait Harness: Send + Sync {
+    /// Shards the harness's stores are split into (`shared::store::redis::shard_index` places
+    /// ids); 1 for an unsharded store.
+    fn shards(&self) -> usize {
+        1
+    }
+
     /// A new store with these limits that shares nothing (tasks, queues, counts) with stores
     /// from earlier calls. Called once per test, and once per case by the property test.
     fn store(
@@ -124,6 +134,8 @@ pub struct Fx {
     pub owner: OwnerHash,
     pub entrypoint: String,
     tag: String,
+    /// The store's shard count when every id must land in shard 0 ([`StoreCfg::one_shard`]).
+    pinned_shards: Option<usize>,
 }
 
 impl Fx {
@@ -131,19 +143,33 @@ impl Fx {
         Fx::with_cfg(harness, StoreCfg::default()).await
     }
 
-    pub async fn with_cfg(harness: &impl Harness, cfg: StoreCfg) -> Result<Fx, BoxError> {
+    pub async fn with_cfg(harness: &impl Harness, mut cfg: StoreCfg) -> Result<Fx, BoxError> {
         let tag = tag();
+        let shards = harness.shards();
+        let pinned_shards = (cfg.one_shard && shards > 1).then_some(shards);
+        if pinned_shards.is_some() {
+            // The test's bound applies to the one shard its tasks land in.
+            cfg.max_tasks = cfg.max_tasks.saturating_mul(shards as u64);
+        }
         Ok(Fx {
             store: harness.store(cfg).await?,
             owner: AccessToken::generate().owner_hash(),
             entrypoint: format!("ep-{tag}"),
             tag,
+            pinned_shards,
         })
     }
 
-    /// The task id a test calls `name`.
+    /// The task id a test calls `name` (in shard 0 when the test pins its tasks to one shard).
     pub fn id(&self, name: &str) -> String {
-        format!("{}-{name}", self.tag)
+        let id = format!("{}-{name}", self.tag);
+        let Some(shards) = self.pinned_shards else {
+            return id;
+        };
+        (0..)
+            .map(|n| format!("{id}~{n}"))
+            .find(|candidate| shared::store::redis::shard_index(candidate, shards) == 0)
+            .unwrap_or(id)
     }
 
     pub fn invocation(&self, name: &str) -> Invocation {

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use redis::Value;
 
+use super::shards::Shard;
 use super::take::{TakeKey, Taken, heads_wanted, parse_claims};
 use super::{Core, ScriptItem};
 use crate::store::StoreError;
@@ -29,9 +30,11 @@ pub(crate) struct FinishOutcome {
     pub more_queued: bool,
 }
 
-/// Serves a batch: one script call per distinct take (in practice one per worker process).
+/// Serves a batch of finishes of tasks in shard `shard`: one script call per distinct take (in
+/// practice one per worker process).
 pub(crate) async fn finish_batch(
     core: Arc<Core>,
+    shard: usize,
     requests: Vec<FinishRequest>,
 ) -> Result<Vec<FinishOutcome>, StoreError> {
     let mut groups: HashMap<Option<TakeKey>, Vec<usize>> = HashMap::new();
@@ -53,7 +56,7 @@ pub(crate) async fn finish_batch(
             .sum();
         let items: Vec<&ScriptItem> = members.iter().map(|&i| &requests[i].item).collect();
         let (swaps, mut claims, more_queued) =
-            finish_group(&core, key.as_ref(), &items, wanted).await?;
+            finish_group(&core, &core.shards[shard], key.as_ref(), &items, wanted).await?;
         if swaps.len() != members.len() {
             return Err(StoreError::Corrupt("finish reply arity".into()));
         }
@@ -82,16 +85,17 @@ pub(crate) async fn finish_batch(
 
 async fn finish_group(
     core: &Core,
+    shard: &Shard,
     take: Option<&TakeKey>,
     items: &[&ScriptItem],
     wanted: usize,
 ) -> Result<(Vec<Value>, Vec<Taken>, bool), StoreError> {
-    let keys = &core.keys;
+    let keys = &shard.keys;
     let config = &core.config;
     let no_entrypoints = Vec::new();
     let entrypoints = take.map_or(&no_entrypoints, |key| &key.entrypoints);
     let candidates = if wanted > 0 {
-        core.heads.pick(entrypoints, wanted.saturating_mul(2))
+        shard.heads.pick(entrypoints, wanted.saturating_mul(2))
     } else {
         Vec::new()
     };
@@ -106,7 +110,7 @@ async fn finish_group(
     invocation
         .arg(u64::try_from(config.retention.as_millis()).unwrap_or(u64::MAX))
         .arg(config.event_log_len)
-        .arg(keys.worker_channel_prefix())
+        .arg(core.keys.worker_channel_prefix())
         .arg(take.map(|key| key.holder.as_str()).unwrap_or_default())
         .arg(take.map_or(0, |key| key.ttl_ms))
         .arg(take.and_then(|key| key.run_ms).unwrap_or(0))
@@ -132,7 +136,7 @@ async fn finish_group(
     };
     let more_queued = heads.iter().any(|ids| !ids.is_empty());
     if wanted > 0 {
-        core.heads.refresh(entrypoints, heads);
+        shard.heads.refresh(entrypoints, heads);
     }
     Ok((swaps, parse_claims(&key.holder, &flat, true)?, more_queued))
 }

@@ -26,14 +26,17 @@ mod pool;
 mod replies;
 mod schema;
 mod scripts;
+mod shards;
 mod spans;
 mod subscriber;
 mod take;
 mod tasks;
 
 pub use keys::Keys;
+pub use shards::{MAX_SHARDS, capacity_per_shard, shard_index};
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Mutex;
@@ -45,6 +48,7 @@ use redis::Value;
 use self::batch::Batcher;
 use self::pool::Connections;
 use self::scripts::Scripts;
+use self::shards::Shard;
 use self::spans::Peer;
 use self::subscriber::Dispatcher;
 use super::{DEFAULT_MAX_TASKS, DEFAULT_RETENTION, Durability, StoreError};
@@ -60,7 +64,10 @@ pub struct RedisStoreConfig {
     pub cluster_urls: Vec<String>,
     /// Hash tag of every key; clusters sharing one Redis use different namespaces.
     pub namespace: String,
-    /// Cluster-wide cap on non-terminal tasks.
+    /// Shards the namespace is split into ([`shards`]); every process of a namespace must use
+    /// the same count, which the layout stamp records.
+    pub shards: u16,
+    /// Cap on non-terminal tasks, split evenly over the shards ([`capacity_per_shard`]).
     pub max_tasks: u64,
     /// How long terminal tasks are kept.
     pub retention: Duration,
@@ -81,6 +88,7 @@ impl RedisStoreConfig {
             url: url.into(),
             cluster_urls: Vec::new(),
             namespace: "tc".into(),
+            shards: 1,
             max_tasks: DEFAULT_MAX_TASKS,
             retention: DEFAULT_RETENTION,
             event_log_len: 64,
@@ -106,25 +114,41 @@ struct Inner {
     blocking: Mutex<Vec<Blocking>>,
     /// Decided once at connect (see [`persistence`]).
     durability: Durability,
+    /// The batch lanes of each shard's single-slot scripts, by shard index.
+    lanes: Vec<ShardLanes>,
+    /// Takes go through one lane for every shard: it visits the shards in turn.
+    takes: Batcher<take::TakeRequest, take::TakeOutcome>,
+    shutdown: CancellationToken,
+}
+
+/// One shard's batchers: a batch is one script call, so it never mixes shards.
+struct ShardLanes {
     creates: Batcher<ScriptItem, Value>,
     activations: Batcher<ScriptItem, Value>,
     swaps: Batcher<ScriptItem, Value>,
-    takes: Batcher<take::TakeRequest, take::TakeOutcome>,
     finishes: Batcher<finish::FinishRequest, finish::FinishOutcome>,
-    shutdown: CancellationToken,
 }
 
 /// What the batch lanes share with the store: connections, key names, scripts, settings.
 pub(crate) struct Core {
     config: RedisStoreConfig,
     connections: Connections,
+    /// Namespace-wide keys and channel names (registry, layout stamp, pub/sub).
     keys: Keys,
+    /// The namespace's shards, by index ([`shards`]).
+    shards: Vec<Shard>,
     scripts: Scripts,
-    /// Queue heads the last take or finish saw: candidates of the next finish.
-    heads: take::Heads,
+    /// Counts finishes: every [`FINISH_ROTATION`]th one takes from the shards in turn instead
+    /// of from its own shard.
+    finish_turns: AtomicUsize,
     /// The server, as script spans name it.
     peer: Peer,
 }
+
+/// With several shards, a finish takes the next task from its own shard (one call), except
+/// every this many finishes, which take from the shards in turn: a worker kept busy by one
+/// shard still visits the others, so no shard's queue starves.
+const FINISH_ROTATION: usize = 4;
 
 /// A connection reserved for blocking reads.
 enum Blocking {
@@ -148,6 +172,38 @@ pub(crate) struct ScriptItem {
 }
 
 impl Core {
+    /// The shard that holds task `id`.
+    pub(crate) fn shard_of(&self, id: &str) -> &Shard {
+        let index = shards::shard_index(id, self.shards.len());
+        &self.shards[index.min(self.shards.len() - 1)]
+    }
+
+    /// True when this finish should take from the shards in turn rather than its own.
+    pub(crate) fn finish_rotates(&self) -> bool {
+        self.shards.len() > 1
+            && self
+                .finish_turns
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(FINISH_ROTATION)
+    }
+
+    /// Runs one pipeline per shard concurrently (each pipeline's keys in its own shard), in
+    /// shard order.
+    pub(crate) async fn pipe_per_shard<T: redis::FromRedisValue>(
+        &self,
+        pipes: Vec<redis::Pipeline>,
+    ) -> Result<Vec<T>, StoreError> {
+        futures::future::try_join_all(pipes.iter().map(|pipe| async move {
+            if pipe.is_empty() {
+                // Nothing to ask this shard: the empty reply, without a round trip.
+                return redis::from_redis_value(Value::Array(Vec::new()))
+                    .map_err(|err| StoreError::Corrupt(err.to_string()));
+            }
+            self.pipe(pipe).await
+        }))
+        .await
+    }
+
     /// Runs a pipeline.
     async fn pipe<T: redis::FromRedisValue>(
         &self,
@@ -216,6 +272,51 @@ fn batched(
     })
 }
 
+/// The batchers of shard `index`: their shared keys are that shard's.
+fn shard_lanes(
+    core: &Arc<Core>,
+    index: usize,
+    creates_args: &[String],
+    swaps_args: &[String],
+) -> ShardLanes {
+    let keys = &core.shards[index].keys;
+    let lanes = 4;
+    ShardLanes {
+        creates: batched(
+            core,
+            lanes,
+            "create",
+            |s| &s.create,
+            vec![keys.live(), keys.admissions(), keys.leases()],
+            creates_args.to_vec(),
+        ),
+        activations: batched(
+            core,
+            lanes,
+            "activate",
+            |s| &s.activate,
+            vec![keys.leases()],
+            vec![],
+        ),
+        swaps: batched(
+            core,
+            lanes,
+            "cas",
+            |s| &s.cas,
+            vec![keys.leases(), keys.admissions(), keys.live()],
+            swaps_args.to_vec(),
+        ),
+        // Two lanes: one call in flight while the next batch gathers; each call takes its
+        // candidates out of the shard's heads, so the two never try the same ones.
+        finishes: {
+            let core = core.clone();
+            Batcher::start(2, 256, move |requests| {
+                finish::finish_batch(core.clone(), index, requests)
+            })
+        },
+    }
+}
+
 impl RedisStore {
     /// Connects and checks that Redis answers.
     pub async fn connect(config: RedisStoreConfig) -> Result<RedisStore, StoreError> {
@@ -243,9 +344,16 @@ impl RedisStore {
             config.timeout,
         )
         .await?;
+        if config.shards == 0 || config.shards > MAX_SHARDS {
+            return Err(StoreError::Incompatible(format!(
+                "shard count {} is out of range: 1 to {MAX_SHARDS}",
+                config.shards
+            )));
+        }
         let shutdown = CancellationToken::new();
         let keys = Keys::new(&config.namespace);
-        let creates_args = vec![config.max_tasks.to_string()];
+        let shards = Shard::all(&config.namespace, config.shards);
+        let creates_args = vec![capacity_per_shard(config.max_tasks, shards.len()).to_string()];
         let swaps_args = vec![
             config.retention.as_millis().to_string(),
             config.event_log_len.to_string(),
@@ -254,54 +362,28 @@ impl RedisStore {
         let durability_setting = config.durability;
         let core = Arc::new(Core {
             keys: keys.clone(),
+            shards,
             scripts: Scripts::load(),
-            heads: take::Heads::default(),
+            finish_turns: AtomicUsize::new(0),
             peer: Peer::from_url(&subscribe_url),
             config,
             connections,
         });
         // Also the first round trip: an unreachable Redis fails here.
         let durability = persistence::decide(&core, durability_setting).await?;
-        let lanes = 4;
+        let lanes = core
+            .shards
+            .iter()
+            .map(|shard| shard_lanes(&core, shard.index, &creates_args, &swaps_args))
+            .collect();
         let store = RedisStore {
             inner: Arc::new(Inner {
-                creates: batched(
-                    &core,
-                    lanes,
-                    "create",
-                    |s| &s.create,
-                    vec![keys.live(), keys.admissions(), keys.leases()],
-                    creates_args,
-                ),
-                activations: batched(
-                    &core,
-                    lanes,
-                    "activate",
-                    |s| &s.activate,
-                    vec![keys.leases()],
-                    vec![],
-                ),
-                swaps: batched(
-                    &core,
-                    lanes,
-                    "cas",
-                    |s| &s.cas,
-                    vec![keys.leases(), keys.admissions(), keys.live()],
-                    swaps_args,
-                ),
+                lanes,
                 // One lane: the takers of this process never race each other.
                 takes: {
                     let core = core.clone();
                     Batcher::start(1, 1_024, move |requests| {
                         take::take_batch(core.clone(), requests)
-                    })
-                },
-                // Two lanes: one call in flight while the next batch gathers; each call takes
-                // its candidates out of the shared heads, so the two never try the same ones.
-                finishes: {
-                    let core = core.clone();
-                    Batcher::start(2, 256, move |requests| {
-                        finish::finish_batch(core.clone(), requests)
                     })
                 },
                 dispatcher: Dispatcher::start(subscribers, shutdown.clone()),
@@ -326,8 +408,37 @@ impl RedisStore {
         &self.inner.core.config
     }
 
+    /// The namespace-wide keys (registry, layout stamp, channel names); a task's keys are its
+    /// shard's ([`Self::shard_keys`]).
     pub fn keys(&self) -> &Keys {
         &self.inner.core.keys
+    }
+
+    /// The keys of the shard that holds task `id`.
+    pub fn shard_keys(&self, id: &str) -> &Keys {
+        &self.inner.core.shard_of(id).keys
+    }
+
+    /// How many shards the namespace is split into.
+    pub fn shard_count(&self) -> usize {
+        self.inner.core.shards.len()
+    }
+
+    /// KEYS/SCAN patterns that together match every key of the namespace: its own and each
+    /// shard's (one pattern when unsharded).
+    pub fn key_patterns(&self) -> Vec<String> {
+        let core = &self.inner.core;
+        let mut patterns = vec![core.keys.all_pattern()];
+        if core.shards.len() > 1 {
+            patterns.extend(core.shards.iter().map(|shard| shard.keys.all_pattern()));
+        }
+        patterns
+    }
+
+    /// The batchers of the shard that holds task `id`.
+    fn lanes_of(&self, id: &str) -> &ShardLanes {
+        let index = self.inner.core.shard_of(id).index;
+        &self.inner.lanes[index]
     }
 
     /// Round trip to Redis (readiness checks).
@@ -381,12 +492,97 @@ impl RedisStore {
         Ok(Blocking::Cluster(client.get_async_connection().await?))
     }
 
-    /// Blocks on the doorbells of `entrypoints` for up to `wait`; true when one rang.
+    /// Blocks on the doorbells of `entrypoints` in every shard for up to `wait`; true when one
+    /// rang. One blocking read covers them all, except on a Redis Cluster with several shards,
+    /// where a command cannot name keys of several slots: there each shard gets its own read,
+    /// and the first ring ends the wait ([`Self::wait_for_any_shard`]).
     async fn wait_for_doorbell(
         &self,
         entrypoints: &[String],
         wait: Duration,
     ) -> Result<bool, StoreError> {
+        let core = &self.inner.core;
+        let wake_keys = |shard: &Shard| -> Vec<String> {
+            entrypoints.iter().map(|ep| shard.keys.wake(ep)).collect()
+        };
+        let clustered = matches!(core.connections, Connections::Cluster(_));
+        if !clustered || core.shards.len() == 1 {
+            let keys: Vec<String> = core.shards.iter().flat_map(wake_keys).collect();
+            return Ok(self.blocking_pop(&keys, wait).await?.is_some());
+        }
+        self.wait_for_any_shard(core.shards.iter().map(wake_keys).collect(), wait)
+            .await
+    }
+
+    /// One blocking read per group of keys, concurrently; true at the first ring. A read that
+    /// rings after the wait ended puts its ring back, so that another worker gets it.
+    async fn wait_for_any_shard(
+        &self,
+        groups: Vec<Vec<String>>,
+        wait: Duration,
+    ) -> Result<bool, StoreError> {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(groups.len());
+        for keys in groups {
+            let store = self.clone();
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let popped = store.blocking_pop(&keys, wait).await;
+                if let Err(tokio::sync::mpsc::error::SendError(Ok(Some(key)))) =
+                    tx.send(popped).await
+                {
+                    store.ring_again(&key).await;
+                }
+            });
+        }
+        drop(tx);
+        let mut failure = None;
+        let mut rang = false;
+        while let Some(popped) = rx.recv().await {
+            match popped {
+                Ok(Some(_)) => {
+                    rang = true;
+                    break;
+                }
+                Ok(None) => {}
+                Err(err) => failure = Some(err),
+            }
+        }
+        // Reads still blocked will find the channel closed and put their rings back; rings
+        // already delivered but unread are put back here.
+        rx.close();
+        while let Ok(popped) = rx.try_recv() {
+            if let Ok(Some(key)) = popped {
+                self.ring_again(&key).await;
+            }
+        }
+        match failure {
+            Some(err) if !rang => Err(err),
+            _ => Ok(rang),
+        }
+    }
+
+    /// Puts back a doorbell ring nobody will act on.
+    async fn ring_again(&self, wake_key: &str) {
+        let mut pipe = redis::pipe();
+        pipe.cmd("LPUSH")
+            .arg(wake_key)
+            .arg("1")
+            .ignore()
+            .cmd("PEXPIRE")
+            .arg(wake_key)
+            .arg(60_000)
+            .ignore();
+        if let Err(err) = self.pipe::<()>(&pipe).await {
+            tracing::debug!(error = %err, "could not put a doorbell ring back");
+        }
+    }
+
+    /// BLPOP on `keys` for up to `wait`: the key that rang, if one did.
+    async fn blocking_pop(
+        &self,
+        keys: &[String],
+        wait: Duration,
+    ) -> Result<Option<String>, StoreError> {
         let taken = self.inner.blocking.lock().await.pop();
         let mut conn = match taken {
             Some(conn) => conn,
@@ -394,20 +590,16 @@ impl RedisStore {
             // client-side bound below is `wait` plus the usual timeout.
             None => self.blocking_connection().await?,
         };
-        let keys: Vec<String> = entrypoints
-            .iter()
-            .map(|ep| self.inner.core.keys.wake(ep))
-            .collect();
         let seconds = wait.as_secs_f64().max(0.01);
         let mut cmd = redis::cmd("BLPOP");
-        cmd.arg(&keys).arg(seconds);
+        cmd.arg(keys).arg(seconds);
         let bound = wait + self.inner.core.config.timeout;
         let reply: Result<Result<Option<(String, String)>, redis::RedisError>, _> =
             tokio::time::timeout(bound, conn.query(&cmd)).await;
         match reply {
             Ok(Ok(rang)) => {
                 self.inner.blocking.lock().await.push(conn);
-                Ok(rang.is_some())
+                Ok(rang.map(|(key, _)| key))
             }
             Ok(Err(err)) => {
                 // The spares broke with this one (a Redis restart): open fresh ones next time.
@@ -417,6 +609,7 @@ impl RedisStore {
             Err(_) => Err(StoreError::Unavailable("blocking read timed out".into())),
         }
     }
+
     /// Listens for cancellations of tasks that `worker_id` holds: yields task ids.
     pub(super) async fn cancellation_feed(
         &self,

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use redis::Value;
 
+use super::shards::Shard;
 use super::{Core, replies};
 use crate::store::{Activation, Claim, Lease, Started, StoreError};
 
@@ -176,26 +177,88 @@ pub(crate) async fn take_batch(
         .collect())
 }
 
+/// Takes up to `wanted` for one group: peeks every shard's queues (one pipeline per shard, at
+/// once), picks the `wanted` oldest candidates over all shards, and runs the take script in
+/// each shard that holds some of them, oldest first. Queues are FIFO within a shard, and across
+/// shards the task that has waited longest goes first, so no shard starves.
 async fn take_group(
     core: &Core,
     key: &TakeKey,
     wanted: usize,
 ) -> Result<(Vec<Taken>, bool), StoreError> {
-    let keys = &core.keys;
     let entrypoints = &key.entrypoints;
     // Peek more candidates than wanted: other processes race for the same queue heads.
     let window = wanted.saturating_mul(2).clamp(4, 1_000);
-    let mut peek = redis::pipe();
-    for entrypoint in entrypoints {
-        peek.cmd("ZRANGE")
-            .arg(keys.queue(entrypoint))
-            .arg(0)
-            .arg(window - 1);
-    }
-    let heads: Vec<Vec<String>> = core.pipe(&peek).await?;
-    if heads.iter().all(Vec::is_empty) {
+    let peeks = core
+        .shards
+        .iter()
+        .map(|shard| {
+            let mut peek = redis::pipe();
+            for entrypoint in entrypoints {
+                peek.cmd("ZRANGE")
+                    .arg(shard.keys.queue(entrypoint))
+                    .arg(0)
+                    .arg(window - 1)
+                    .arg("WITHSCORES");
+            }
+            peek
+        })
+        .collect();
+    let peeked: Vec<Vec<Vec<(String, f64)>>> = core.pipe_per_shard(peeks).await?;
+    // Every candidate as (enqueued at, shard, entrypoint index, id), oldest first.
+    let mut candidates: Vec<(f64, usize, usize, String)> = peeked
+        .into_iter()
+        .enumerate()
+        .flat_map(|(shard, queues)| {
+            queues
+                .into_iter()
+                .enumerate()
+                .flat_map(move |(queue, heads)| {
+                    heads
+                        .into_iter()
+                        .map(move |(id, enqueued)| (enqueued, shard, queue, id))
+                })
+        })
+        .collect();
+    if candidates.is_empty() {
         return Ok((Vec::new(), false));
     }
+    // Ties by id, as a sorted set orders them: one shard or many, the same order.
+    candidates.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.3.cmp(&b.3)));
+    // How many each shard should give, and the shards in the order of their oldest pick.
+    let mut share = vec![0usize; core.shards.len()];
+    let mut order = Vec::new();
+    for (_, shard, _, _) in candidates.iter().take(wanted) {
+        if share[*shard] == 0 {
+            order.push(*shard);
+        }
+        share[*shard] += 1;
+    }
+    let mut claims = Vec::new();
+    for shard in order {
+        // All of the shard's candidates, oldest first: the script skips those another process
+        // took meanwhile and stops at the shard's share.
+        let picks: Vec<(usize, &str)> = candidates
+            .iter()
+            .filter(|(_, s, _, _)| *s == shard)
+            .map(|(_, _, queue, id)| (*queue, id.as_str()))
+            .collect();
+        let taken = take_in_shard(core, &core.shards[shard], key, share[shard], &picks).await?;
+        claims.extend(taken);
+    }
+    Ok((claims, true))
+}
+
+/// One `take.lua` call in `shard`, over the candidates peeked there.
+async fn take_in_shard(
+    core: &Core,
+    shard: &Shard,
+    key: &TakeKey,
+    wanted: usize,
+    picks: &[(usize, &str)],
+) -> Result<Vec<Taken>, StoreError> {
+    let keys = &shard.keys;
+    let entrypoints = &key.entrypoints;
     let mut invocation = core.scripts.take.prepare_invoke();
     invocation.key(keys.leases());
     for entrypoint in entrypoints {
@@ -214,15 +277,12 @@ async fn take_group(
         .arg(entrypoints.len())
         .arg(key.run_ms.map(|ms| ms.to_string()).unwrap_or_default())
         .arg(heads_back);
-    for (index, ids) in heads.iter().enumerate() {
-        for id in ids {
-            invocation.key(keys.task(id)).arg(index + 1).arg(id);
-        }
+    for (queue, id) in picks {
+        invocation.key(keys.task(id)).arg(queue + 1).arg(*id);
     }
     let (flat, fresh): (Vec<Value>, Vec<Vec<String>>) = core.eval("take", &invocation).await?;
     if key.run_ms.is_some() {
-        core.heads.refresh(entrypoints, fresh);
+        shard.heads.refresh(entrypoints, fresh);
     }
-    let claims = parse_claims(&key.holder, &flat, key.run_ms.is_some())?;
-    Ok((claims, true))
+    parse_claims(&key.holder, &flat, key.run_ms.is_some())
 }

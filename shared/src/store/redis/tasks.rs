@@ -14,7 +14,7 @@ use super::finish::FinishRequest;
 use super::replies::{self, TASK_FIELDS};
 use super::subscriber::{Listener, Signal};
 use super::take::{TakeKey, TakeRequest, Taken};
-use super::{RedisStore, ScriptItem};
+use super::{Keys, RedisStore, ScriptItem, capacity_per_shard};
 use crate::protocol::{Task, TaskEvent, TaskStatus};
 use crate::store::{
     Activation, Admission, CasOutcome, Claim, Durability, EventPayload, Finished, Lease, ListQuery,
@@ -57,30 +57,85 @@ impl RedisStore {
         ms(self.inner.core.config.retention)
     }
 
-    /// Runs `recover.lua` over the due ids in `mode` (`reap` or `recover`).
+    /// Runs `recover.lua` over the due ids in `mode` (`reap` or `recover`): the `limit`
+    /// earliest deadlines over every shard, each shard's in one call.
     async fn settle_due(&self, mode: &str, limit: usize) -> Result<RecoveryReport, StoreError> {
-        let keys = &self.inner.core.keys;
-        let due: Vec<String> = self
-            .eval(
-                "due",
-                self.inner
-                    .core
-                    .scripts
-                    .due
-                    .key(keys.leases())
-                    .key(keys.admissions())
-                    .arg(limit.max(1)),
-            )
-            .await?;
-        self.settle(mode, &due).await
+        let shards = self.inner.core.shards.len();
+        let mut due: Vec<(f64, usize, String)> = Vec::new();
+        for shard in 0..shards {
+            due.extend(
+                self.due_in(shard, limit)
+                    .await?
+                    .into_iter()
+                    .map(|(id, deadline)| (deadline, shard, id)),
+            );
+        }
+        due.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.2.cmp(&b.2)));
+        due.truncate(limit.max(1));
+        let mut report = RecoveryReport::default();
+        for shard in 0..shards {
+            let ids: Vec<String> = due
+                .iter()
+                .filter(|(_, s, _)| *s == shard)
+                .map(|(_, _, id)| id.clone())
+                .collect();
+            let settled = self.settle(shard, mode, &ids).await?;
+            report.requeued.extend(settled.requeued);
+            report.failed.extend(settled.failed);
+            report.cancelled.extend(settled.cancelled);
+            report.entrypoints.extend(settled.entrypoints);
+        }
+        if shards > 1 {
+            // Earliest deadline first, as one shard's sweep reports them.
+            let rank = |id: &String| due.iter().position(|(_, _, due)| due == id);
+            report.requeued.sort_by_key(rank);
+            report.failed.sort_by_key(rank);
+            report.cancelled.sort_by_key(rank);
+        }
+        Ok(report)
     }
 
-    /// Settles the given tasks if their deadlines passed (re-checked inside the script).
-    async fn settle(&self, mode: &str, ids: &[String]) -> Result<RecoveryReport, StoreError> {
+    /// Up to `limit` lease and `limit` admission ids of shard `shard` whose deadlines passed,
+    /// with their deadlines.
+    async fn due_in(&self, shard: usize, limit: usize) -> Result<Vec<(String, f64)>, StoreError> {
+        let keys = &self.inner.core.shards[shard].keys;
+        self.eval(
+            "due",
+            self.inner
+                .core
+                .scripts
+                .due
+                .key(keys.leases())
+                .key(keys.admissions())
+                .arg(limit.max(1)),
+        )
+        .await
+    }
+
+    /// Reaps the due admissions of shard `shard` (a create that met its full capacity);
+    /// returns how many it cancelled.
+    async fn reap_shard(&self, shard: usize) -> Result<usize, StoreError> {
+        let due: Vec<String> = self
+            .due_in(shard, 1_000)
+            .await?
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        Ok(self.settle(shard, "reap", &due).await?.cancelled.len())
+    }
+
+    /// Settles the given tasks of shard `shard` if their deadlines passed (re-checked inside
+    /// the script).
+    async fn settle(
+        &self,
+        shard: usize,
+        mode: &str,
+        ids: &[String],
+    ) -> Result<RecoveryReport, StoreError> {
         if ids.is_empty() {
             return Ok(RecoveryReport::default());
         }
-        let keys = &self.inner.core.keys;
+        let keys = &self.inner.core.shards[shard].keys;
         // The script's per-task keys include the owner's index and the entrypoint's queue,
         // so read both first (one pipelined round trip; recovery is the rare path).
         let mut read = redis::pipe();
@@ -98,7 +153,7 @@ impl RedisStore {
             .key(keys.live())
             .arg(mode)
             .arg(self.retention_ms())
-            .arg(keys.task_channel_prefix());
+            .arg(self.keys().task_channel_prefix());
         for (id, (owner, entrypoint)) in ids.iter().zip(&owners) {
             // A task that vanished meanwhile: the script only drops its stale index entries,
             // so the owner keys it names are never touched.
@@ -133,6 +188,26 @@ impl RedisStore {
         })
     }
 
+    /// The sum of one counting command (`ZCARD`, `SCARD`) over a key of every shard.
+    async fn sum_over_shards(
+        &self,
+        command: &str,
+        key: impl Fn(&Keys) -> String,
+    ) -> Result<u64, StoreError> {
+        let core = &self.inner.core;
+        let pipes = core
+            .shards
+            .iter()
+            .map(|shard| {
+                let mut pipe = redis::pipe();
+                pipe.cmd(command).arg(key(&shard.keys));
+                pipe
+            })
+            .collect();
+        let counts: Vec<(u64,)> = core.pipe_per_shard(pipes).await?;
+        Ok(counts.into_iter().map(|(count,)| count).sum())
+    }
+
     /// The `cas.lua` item of a compare-and-set, or the outcome when it is decided without
     /// one (a fence of another task, a missing task).
     async fn swap_item(
@@ -142,7 +217,7 @@ impl RedisStore {
         next: &Transition,
         fence: Option<&Lease>,
     ) -> Result<Result<ScriptItem, CasOutcome>, StoreError> {
-        let keys = &self.inner.core.keys;
+        let keys = self.shard_keys(task_id);
         if fence.is_some_and(|lease| lease.task_id != task_id) {
             // Epochs count per task: another task's lease must not pass as this one's fence.
             let current = self.get(task_id).await?.map(|stored| stored.task);
@@ -200,7 +275,7 @@ impl RedisStore {
                 fence.map(|l| l.epoch.to_string()).unwrap_or_default(),
                 event.kind.as_str().to_owned(),
                 to_json(&event.data)?,
-                keys.task_channel(&owner, task_id),
+                self.keys().task_channel(&owner, task_id),
             ],
         }))
     }
@@ -244,7 +319,7 @@ impl RedisStore {
         task_id: &str,
     ) -> Result<Option<(OwnerHash, String)>, StoreError> {
         let mut cmd = redis::cmd("HMGET");
-        cmd.arg(self.inner.core.keys.task(task_id))
+        cmd.arg(self.shard_keys(task_id).task(task_id))
             .arg(fields::OWNER)
             .arg(fields::ENTRYPOINT);
         let (owner, entrypoint): (Option<String>, Option<String>) = self.query(&mut cmd).await?;
@@ -261,7 +336,7 @@ impl RedisStore {
         task_id: &str,
         after: u64,
     ) -> Result<Vec<StoredEvent>, StoreError> {
-        let keys = &self.inner.core.keys;
+        let keys = self.shard_keys(task_id);
         let mut read = redis::pipe();
         read.cmd("HMGET")
             .arg(keys.task(task_id))
@@ -307,7 +382,7 @@ impl TaskStore for RedisStore {
     }
 
     async fn create(&self, new: NewTask) -> Result<Task, StoreError> {
-        let keys = &self.inner.core.keys;
+        let keys = self.shard_keys(&new.task_id);
         let id = &new.task_id;
         let entrypoint = &new.invocation.entrypoint;
         let (mode, admission_ttl) = match new.admission {
@@ -337,7 +412,7 @@ impl TaskStore for RedisStore {
         };
         for round in 0..2 {
             let reply = self
-                .inner
+                .lanes_of(id)
                 .creates
                 .call(item()?)
                 .instrument(self.inner.core.script_span("create"))
@@ -361,8 +436,9 @@ impl TaskStore for RedisStore {
                     return Err(StoreError::Duplicate(id.clone()));
                 }
                 [_, reason, due] if text(reason)? == "CAPACITY" => {
-                    // Reap what is due, then enforce capacity once more.
-                    if round == 0 && int(due)? > 0 && self.reap_expired_admissions().await? > 0 {
+                    // Reap what is due in the task's shard, then enforce capacity once more.
+                    let shard = self.inner.core.shard_of(id).index;
+                    if round == 0 && int(due)? > 0 && self.reap_shard(shard).await? > 0 {
                         continue;
                     }
                     break;
@@ -371,12 +447,12 @@ impl TaskStore for RedisStore {
             }
         }
         Err(StoreError::Capacity {
-            max: self.inner.core.config.max_tasks,
+            max: capacity_per_shard(self.inner.core.config.max_tasks, self.shard_count()),
         })
     }
 
     async fn create_watched(&self, new: NewTask) -> Result<(Task, Subscription), StoreError> {
-        let keys = &self.inner.core.keys;
+        let keys = self.keys();
         // Listen first: every event of the task is published after its creation, so the live
         // feed holds all of them from seq 2 on, and the snapshot is what the create wrote.
         let listener = self
@@ -409,18 +485,40 @@ impl TaskStore for RedisStore {
 
     async fn get(&self, task_id: &str) -> Result<Option<StoredTask>, StoreError> {
         let mut cmd = redis::cmd("HMGET");
-        cmd.arg(self.inner.core.keys.task(task_id))
+        cmd.arg(self.shard_keys(task_id).task(task_id))
             .arg(&TASK_FIELDS[..]);
         let fields: Vec<Option<String>> = self.query(&mut cmd).await?;
         replies::stored_task(task_id, &fields)
     }
 
     async fn list(&self, owner: &OwnerHash, query: &ListQuery) -> Result<TaskPage, StoreError> {
-        let keys = &self.inner.core.keys;
-        let index = keys.owner_index(owner);
-        let mut cmd = redis::cmd("ZRANGE");
-        cmd.arg(&index).arg(0).arg(-1).arg("REV");
-        let ids: Vec<String> = self.query(&mut cmd).await?;
+        let core = &self.inner.core;
+        // Each shard indexes the owner's tasks it holds, scored by creation time: read every
+        // index at once and merge them newest first (ties by id, as one ZRANGE REV orders them).
+        let indexes = core
+            .shards
+            .iter()
+            .map(|shard| {
+                let mut pipe = redis::pipe();
+                pipe.cmd("ZRANGE")
+                    .arg(shard.keys.owner_index(owner))
+                    .arg(0)
+                    .arg(-1)
+                    .arg("REV")
+                    .arg("WITHSCORES");
+                pipe
+            })
+            .collect();
+        let indexed: Vec<(Vec<(String, f64)>,)> = core.pipe_per_shard(indexes).await?;
+        let mut ids: Vec<(f64, usize, String)> = indexed
+            .into_iter()
+            .enumerate()
+            .flat_map(|(shard, (entries,))| {
+                entries
+                    .into_iter()
+                    .map(move |(id, score)| (score, shard, id))
+            })
+            .collect();
         if ids.is_empty() {
             return Ok(TaskPage {
                 tasks: Vec::new(),
@@ -428,18 +526,30 @@ impl TaskStore for RedisStore {
                 has_more: false,
             });
         }
-        // Newest first by creation time; the index score is the creation time.
-        let mut read = redis::pipe();
-        for id in &ids {
-            read.cmd("HMGET")
-                .arg(keys.task(id))
-                .arg(&fields::VIEW)
-                .arg(fields::OWNER);
-        }
-        let rows: Vec<Vec<Option<String>>> = self.pipe(&read).await?;
+        ids.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| b.2.cmp(&a.2)));
+        let reads = core
+            .shards
+            .iter()
+            .map(|shard| {
+                let mut read = redis::pipe();
+                for (_, _, id) in ids.iter().filter(|(_, s, _)| *s == shard.index) {
+                    read.cmd("HMGET")
+                        .arg(shard.keys.task(id))
+                        .arg(&fields::VIEW)
+                        .arg(fields::OWNER);
+                }
+                read
+            })
+            .collect();
+        let per_shard: Vec<Vec<Vec<Option<String>>>> = core.pipe_per_shard(reads).await?;
+        let mut rows: Vec<std::vec::IntoIter<Vec<Option<String>>>> =
+            per_shard.into_iter().map(Vec::into_iter).collect();
         let mut matching = Vec::new();
-        let mut gone = Vec::new();
-        for (id, row) in ids.iter().zip(rows) {
+        let mut gone: Vec<Vec<String>> = vec![Vec::new(); core.shards.len()];
+        for (_, shard, id) in &ids {
+            let row = rows[*shard]
+                .next()
+                .ok_or_else(|| corrupt("owner listing: a read is missing"))?;
             let owned = row.get(6).and_then(|o| o.as_deref()) == Some(owner.as_str());
             match replies::task_view(id, row.get(..6).unwrap_or_default())? {
                 Some(task) if owned => {
@@ -447,13 +557,15 @@ impl TaskStore for RedisStore {
                         matching.push(task);
                     }
                 }
-                _ => gone.push(id.clone()),
+                _ => gone[*shard].push(id.clone()),
             }
         }
-        if !gone.is_empty() {
-            // Tasks that expired after retention: drop them from the index.
+        for (shard, gone) in gone.iter().enumerate().filter(|(_, g)| !g.is_empty()) {
+            // Tasks that expired after retention: drop them from the shard's index.
             let mut prune = redis::cmd("ZREM");
-            prune.arg(&index).arg(&gone);
+            prune
+                .arg(core.shards[shard].keys.owner_index(owner))
+                .arg(gone);
             let _: u64 = self.query(&mut prune).await?;
         }
         let total = matching.len();
@@ -477,7 +589,7 @@ impl TaskStore for RedisStore {
         owner_id: &str,
         lease_ttl: Duration,
     ) -> Result<Option<Claim>, StoreError> {
-        let keys = &self.inner.core.keys;
+        let keys = self.shard_keys(task_id);
         // The claim takes a queued task out of its entrypoint's queue, whose name the record
         // holds: one read first (claims by id are the admission path, not the worker's).
         let Some((_, entrypoint)) = self.owner_and_entrypoint(task_id).await? else {
@@ -507,7 +619,8 @@ impl TaskStore for RedisStore {
             }
             Some((_, [reason])) => {
                 if text(reason)? == "EXPIRED" {
-                    self.settle("reap", &[task_id.to_owned()]).await?;
+                    let shard = self.inner.core.shard_of(task_id).index;
+                    self.settle(shard, "reap", &[task_id.to_owned()]).await?;
                 }
                 Ok(None)
             }
@@ -525,7 +638,7 @@ impl TaskStore for RedisStore {
     }
 
     async fn hand_off(&self, lease: &Lease) -> Result<bool, StoreError> {
-        let keys = &self.inner.core.keys;
+        let keys = self.shard_keys(&lease.task_id);
         let done: u64 = self
             .eval(
                 "hand_off",
@@ -557,10 +670,10 @@ impl TaskStore for RedisStore {
                     .core
                     .scripts
                     .record_receipt
-                    .key(self.inner.core.keys.task(&lease.task_id))
-                    .key(self.inner.core.keys.leases())
-                    .key(self.inner.core.keys.queue(&lease.entrypoint))
-                    .key(self.inner.core.keys.wake(&lease.entrypoint))
+                    .key(self.shard_keys(&lease.task_id).task(&lease.task_id))
+                    .key(self.shard_keys(&lease.task_id).leases())
+                    .key(self.shard_keys(&lease.task_id).queue(&lease.entrypoint))
+                    .key(self.shard_keys(&lease.task_id).wake(&lease.entrypoint))
                     .arg(&lease.task_id)
                     .arg(&lease.owner_id)
                     .arg(lease.epoch)
@@ -586,7 +699,7 @@ impl TaskStore for RedisStore {
                     .core
                     .scripts
                     .attach_receipt
-                    .key(self.inner.core.keys.task(task_id))
+                    .key(self.shard_keys(task_id).task(task_id))
                     .arg(receipt),
             )
             .await?;
@@ -604,7 +717,7 @@ impl TaskStore for RedisStore {
         max_run: Duration,
     ) -> Result<Option<Activation>, StoreError> {
         let item = ScriptItem {
-            keys: vec![self.inner.core.keys.task(&lease.task_id)],
+            keys: vec![self.shard_keys(&lease.task_id).task(&lease.task_id)],
             args: vec![
                 lease.task_id.clone(),
                 lease.owner_id.clone(),
@@ -614,7 +727,7 @@ impl TaskStore for RedisStore {
             ],
         };
         let reply = self
-            .inner
+            .lanes_of(&lease.task_id)
             .activations
             .call(item)
             .instrument(self.inner.core.script_span("activate"))
@@ -648,7 +761,7 @@ impl TaskStore for RedisStore {
             Err(rejected) => return Ok(rejected),
         };
         let reply = self
-            .inner
+            .lanes_of(task_id)
             .swaps
             .call(item)
             .instrument(self.inner.core.script_span("cas"))
@@ -657,7 +770,7 @@ impl TaskStore for RedisStore {
     }
 
     async fn emit(&self, lease: &Lease, event: EventPayload) -> Result<Option<u64>, StoreError> {
-        let keys = &self.inner.core.keys;
+        let keys = self.shard_keys(&lease.task_id);
         let seq: Option<u64> = self
             .eval(
                 "emit",
@@ -671,7 +784,7 @@ impl TaskStore for RedisStore {
                     .arg(lease.epoch)
                     .arg(&event.event)
                     .arg(to_json(&event.data)?)
-                    .arg(keys.task_channel(&lease.task_owner, &lease.task_id))
+                    .arg(self.keys().task_channel(&lease.task_owner, &lease.task_id))
                     .arg(self.inner.core.config.event_log_len),
             )
             .await?;
@@ -684,7 +797,7 @@ impl TaskStore for RedisStore {
         request: serde_json::Value,
         patience: Duration,
     ) -> Result<bool, StoreError> {
-        let keys = &self.inner.core.keys;
+        let keys = self.shard_keys(&lease.task_id);
         let data = crate::store::input_required_data(&lease.task_id, &request);
         let seq: Option<u64> = self
             .eval(
@@ -702,7 +815,7 @@ impl TaskStore for RedisStore {
                     .arg(lease.epoch)
                     .arg(to_json(&request)?)
                     .arg(to_json(&data)?)
-                    .arg(keys.task_channel(&lease.task_owner, &lease.task_id))
+                    .arg(self.keys().task_channel(&lease.task_owner, &lease.task_id))
                     .arg(self.inner.core.config.event_log_len)
                     .arg(ms(patience)),
             )
@@ -717,7 +830,7 @@ impl TaskStore for RedisStore {
         input: serde_json::Value,
         metadata: Option<serde_json::Value>,
     ) -> Result<Resumed, StoreError> {
-        let keys = &self.inner.core.keys;
+        let keys = self.shard_keys(task_id);
         // The turn and the new invocation are built here from a read, so that user JSON
         // never passes through Lua's cjson; the script applies them only if no event came
         // since the read (a concurrent resume or cancel), and a stale read is read again.
@@ -755,7 +868,7 @@ impl TaskStore for RedisStore {
                         .arg(stored.seq)
                         .arg(to_json(&invocation)?)
                         .arg(to_json(&turn)?)
-                        .arg(keys.task_channel(owner, task_id))
+                        .arg(self.keys().task_channel(owner, task_id))
                         .arg(self.inner.core.config.event_log_len),
                 )
                 .await?;
@@ -796,12 +909,12 @@ impl TaskStore for RedisStore {
         owner: &OwnerHash,
         after_seq: Option<u64>,
     ) -> Result<Option<Subscription>, StoreError> {
-        let keys = &self.inner.core.keys;
+        let keys = self.shard_keys(task_id);
         // Listen first, then read: every event is either in the snapshot/log or arrives live.
         let listener = self
             .inner
             .dispatcher
-            .listen(keys.task_channel(owner, task_id))
+            .listen(self.keys().task_channel(owner, task_id))
             .await?;
         let mut read = redis::pipe();
         read.cmd("HMGET")
@@ -894,12 +1007,17 @@ impl TaskStore for RedisStore {
             }
         };
         let take = take.filter(|spec| spec.max > 0 && !spec.entrypoints.is_empty());
+        // With several shards, every few finishes leave the next take to the shards' turn
+        // (below), so that a worker busy with one shard still visits the others.
+        let rotate = take.is_some() && self.inner.core.finish_rotates();
         let reply = self
-            .inner
+            .lanes_of(&lease.task_id)
             .finishes
             .call(FinishRequest {
                 item,
-                take: take.map(|spec| (take_key(spec), spec.max)),
+                take: take
+                    .filter(|_| !rotate)
+                    .map(|spec| (take_key(spec), spec.max)),
             })
             .instrument(self.inner.core.script_span("finish_take"))
             .await?;
@@ -907,11 +1025,12 @@ impl TaskStore for RedisStore {
         let mut next: Vec<Started> = reply.next.into_iter().filter_map(Taken::started).collect();
         if let Some(spec) = take
             && next.len() < spec.max
-            && reply.more_queued
+            && (reply.more_queued || rotate || self.shard_count() > 1)
         {
             // Tasks are queued but none of the known heads was still free (another process
-            // took them, or this one had seen none): take them as the fetch loop would. The
-            // write above stands whatever this take does.
+            // took them, or this one had seen none), or this finish leaves the take to the
+            // shards' turn, or its shard ran dry while others may hold work: take as the fetch
+            // loop would. The write above stands whatever this take does.
             let rest = TakeSpec {
                 max: spec.max - next.len(),
                 ..spec.clone()
@@ -946,21 +1065,16 @@ impl TaskStore for RedisStore {
     }
 
     async fn queue_depth(&self, entrypoint: &str) -> Result<u64, StoreError> {
-        let mut cmd = redis::cmd("ZCARD");
-        cmd.arg(self.inner.core.keys.queue(entrypoint));
-        self.query(&mut cmd).await
+        self.sum_over_shards("ZCARD", |keys| keys.queue(entrypoint))
+            .await
     }
 
     async fn lease_count(&self) -> Result<u64, StoreError> {
-        let mut cmd = redis::cmd("ZCARD");
-        cmd.arg(self.inner.core.keys.leases());
-        self.query(&mut cmd).await
+        self.sum_over_shards("ZCARD", Keys::leases).await
     }
 
     async fn live_count(&self) -> Result<u64, StoreError> {
-        let mut cmd = redis::cmd("SCARD");
-        cmd.arg(self.inner.core.keys.live());
-        self.query(&mut cmd).await
+        self.sum_over_shards("SCARD", Keys::live).await
     }
 
     async fn close(&self) {
@@ -1015,18 +1129,41 @@ async fn renew(
     if leases.is_empty() {
         return Ok(Vec::new());
     }
-    let keys = &store.inner.core.keys;
-    let mut invocation = store.inner.core.scripts.renew.prepare_invoke();
-    invocation.key(keys.leases()).arg(ms(lease_ttl)).arg(phases);
-    for lease in leases {
-        invocation
-            .key(keys.task(&lease.task_id))
-            .arg(&lease.task_id)
-            .arg(&lease.owner_id)
-            .arg(lease.epoch);
+    // One call per shard that holds some of the leases, all at once.
+    let core = &store.inner.core;
+    let mut by_shard: Vec<Vec<usize>> = vec![Vec::new(); core.shards.len()];
+    for (position, lease) in leases.iter().enumerate() {
+        by_shard[core.shard_of(&lease.task_id).index].push(position);
     }
-    let deadlines: Vec<u64> = store.eval("renew", &invocation).await?;
-    Ok(deadlines.into_iter().map(|deadline| deadline > 0).collect())
+    let calls = by_shard
+        .iter()
+        .enumerate()
+        .filter(|(_, positions)| !positions.is_empty())
+        .map(|(shard, positions)| async move {
+            let keys = &core.shards[shard].keys;
+            let mut invocation = core.scripts.renew.prepare_invoke();
+            invocation.key(keys.leases()).arg(ms(lease_ttl)).arg(phases);
+            for &position in positions {
+                let lease = &leases[position];
+                invocation
+                    .key(keys.task(&lease.task_id))
+                    .arg(&lease.task_id)
+                    .arg(&lease.owner_id)
+                    .arg(lease.epoch);
+            }
+            let deadlines: Vec<u64> = store.eval("renew", &invocation).await?;
+            if deadlines.len() != positions.len() {
+                return Err(corrupt("renew reply arity"));
+            }
+            Ok::<_, StoreError>(positions.iter().copied().zip(deadlines).collect::<Vec<_>>())
+        });
+    let mut renewed = vec![false; leases.len()];
+    for shard in futures::future::try_join_all(calls).await? {
+        for (position, deadline) in shard {
+            renewed[position] = deadline > 0;
+        }
+    }
+    Ok(renewed)
 }
 
 /// Events after `from_seq`, in order and without gaps: live messages are checked against the

@@ -1,0 +1,120 @@
+//! Sharding: a namespace split into S shards, each under its own hash tag, so that on a Redis
+//! Cluster the shards spread over the masters while every script still touches one slot.
+//!
+//! - **Where a task lives:** shard `hash(id) mod S` ([`shard_index`]), so anyone holding a
+//!   task id finds its keys without a lookup. The hash is the first 8 bytes of the id's
+//!   SHA-256: stable across builds, platforms and Rust versions (std's hasher promises none of
+//!   that), and spread evenly whatever ids look like.
+//! - **Per shard** (`{ns:i}`, or `{ns}` when S = 1, the unsharded layout): task records, event
+//!   logs, the live set, lease and admission deadlines, queues and doorbells, owner indexes and
+//!   owner live counters. A task's transitions touch only its own shard's keys.
+//! - **Namespace-wide** (`{ns}`): the layout stamp (which records S), the worker registry,
+//!   idempotency records, payment credentials; pub/sub channel names are namespace-wide too
+//!   (classic pub/sub is not slotted).
+//! - **Capacity** is per shard: each admits `ceil(max_tasks / S)` live tasks, so that creation
+//!   stays one single-slot script. Ids spread evenly, so the cluster-wide bound is `max_tasks`
+//!   up to rounding; a shard that is full refuses even while another has room.
+
+use sha2::{Digest, Sha256};
+
+use super::Keys;
+use super::take::Heads;
+
+/// Most shards a namespace can have: enough for any cluster (a shard per master is plenty),
+/// few enough that per-shard sweeps and listings stay cheap.
+pub const MAX_SHARDS: u16 = 256;
+
+/// The shard of task `id` among `count`.
+pub fn shard_index(id: &str, count: usize) -> usize {
+    if count <= 1 {
+        return 0;
+    }
+    let digest = Sha256::digest(id.as_bytes());
+    let mut head = [0u8; 8];
+    head.copy_from_slice(&digest[..8]);
+    // The remainder is below `count`, a usize.
+    usize::try_from(u64::from_be_bytes(head) % count as u64).unwrap_or(0)
+}
+
+/// One shard: its keys and the queue heads this process last saw in it.
+pub(crate) struct Shard {
+    pub index: usize,
+    pub keys: Keys,
+    /// Queue heads the last take or finish in this shard saw: candidates of the next finish.
+    pub heads: Heads,
+}
+
+impl Shard {
+    /// The shards of `namespace`; one shard keeps the unsharded key names (`{ns}`), so a
+    /// namespace written before sharding existed is shard 0 of 1.
+    pub fn all(namespace: &str, count: u16) -> Vec<Shard> {
+        let count = count.clamp(1, MAX_SHARDS);
+        (0..usize::from(count))
+            .map(|index| Shard {
+                index,
+                keys: if count == 1 {
+                    Keys::new(namespace)
+                } else {
+                    Keys::new(&format!("{namespace}:{index}"))
+                },
+                heads: Heads::default(),
+            })
+            .collect()
+    }
+}
+
+/// Each shard's share of `max_tasks` (rounded up, so that S shards admit at least `max_tasks`).
+pub fn capacity_per_shard(max_tasks: u64, count: usize) -> u64 {
+    max_tasks.div_ceil(count.max(1) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_shard_is_always_zero_and_keeps_the_unsharded_names() {
+        assert_eq!(shard_index("anything", 1), 0);
+        let shards = Shard::all("tc", 1);
+        assert_eq!(shards.len(), 1);
+        assert_eq!(shards[0].keys.live(), "{tc}:live");
+    }
+
+    #[test]
+    fn shards_have_their_own_hash_tags() {
+        let shards = Shard::all("tc", 3);
+        let live: Vec<String> = shards.iter().map(|s| s.keys.live()).collect();
+        assert_eq!(live, ["{tc:0}:live", "{tc:1}:live", "{tc:2}:live"]);
+    }
+
+    #[test]
+    fn ids_spread_over_every_shard_and_stay_put() {
+        let mut counts = [0usize; 4];
+        for n in 0..4_000 {
+            let id = format!("task-{n}");
+            let shard = shard_index(&id, 4);
+            assert_eq!(shard, shard_index(&id, 4));
+            counts[shard] += 1;
+        }
+        // Uniform would be 1,000 each; a fair hash stays well within a third of that.
+        assert!(
+            counts.iter().all(|&c| (700..1_300).contains(&c)),
+            "{counts:?}"
+        );
+    }
+
+    #[test]
+    fn known_ids_have_fixed_shards() {
+        // Pinned (the first 8 bytes of SHA-256, big-endian, mod 5): every build of every
+        // process must agree on where a task lives, or tasks written by one are lost to another.
+        let shards: Vec<usize> = (0..8).map(|n| shard_index(&format!("t{n}"), 5)).collect();
+        assert_eq!(shards, [3, 1, 0, 2, 2, 4, 1, 1]);
+    }
+
+    #[test]
+    fn capacity_is_split_rounding_up() {
+        assert_eq!(capacity_per_shard(10, 4), 3);
+        assert_eq!(capacity_per_shard(8, 4), 2);
+        assert_eq!(capacity_per_shard(5, 1), 5);
+    }
+}
