@@ -33,6 +33,7 @@ async fn main() -> anyhow::Result<()> {
             store_config.timeout = Duration::from_millis(config.redis_timeout_ms.max(1));
             store_config.namespace = config.namespace.clone();
             store_config.shards = config.shards;
+            store_config.wait_replicas = config.redis_wait_replicas;
             store_config.max_tasks = config.max_tasks;
             store_config.retention = Duration::from_millis(config.retention_ms);
             store_config.durability = config.redis_durability;

@@ -34,6 +34,18 @@ pub struct WorkerConfig {
     #[arg(long, env = "REDIS_TIMEOUT_MS", default_value_t = 2_000)]
     pub redis_timeout_ms: u64,
 
+    /// What the Redis task store's writes are worth: `detect`, `durable` or `process`, as on
+    /// the gateway. On a Redis Cluster, `durable` makes every write wait for a replica (see
+    /// --redis-wait-replicas); set it on the workers as on the gateways.
+    #[arg(long, env = "REDIS_DURABILITY", default_value = "detect")]
+    pub redis_durability: shared::store::DurabilitySetting,
+
+    /// On a Redis Cluster: replicas each write must reach (Redis WAIT) before it is
+    /// acknowledged, so that a failover keeps it. Default: 1 with REDIS_DURABILITY=durable,
+    /// else 0. A write that cannot reach them in --redis-timeout-ms fails (503 at the gateway).
+    #[arg(long, env = "REDIS_WAIT_REPLICAS")]
+    pub redis_wait_replicas: Option<usize>,
+
     /// Shards the namespace's tasks are split into, each under its own hash tag, so that a
     /// Redis Cluster spreads them over its masters (1 to 256). Every gateway and worker of a
     /// namespace must use the same count; a process started with another is refused.

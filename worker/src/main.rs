@@ -37,6 +37,8 @@ async fn main() -> anyhow::Result<()> {
     store_config.timeout = std::time::Duration::from_millis(config.redis_timeout_ms.max(1));
     store_config.namespace = config.namespace.clone();
     store_config.shards = config.shards;
+    store_config.wait_replicas = config.redis_wait_replicas;
+    store_config.durability = config.redis_durability;
     store_config.pool_size = (config.concurrency / 2).clamp(4, 64);
     let store = RedisStore::connect(store_config)
         .await

@@ -16,6 +16,12 @@ impl Keys {
         }
     }
 
+    /// The hash tag itself (`{ns}`): a key name in this namespace's (or shard's) slot, for
+    /// routing a keyless command there.
+    pub fn tag(&self) -> &str {
+        &self.prefix
+    }
+
     /// Hash: one task's record and invocation payload, under the two-letter field names of
     /// `fields.rs`: status, owner, created, updated, invocation, attempt, max_attempts, seq,
     /// and while they apply context, result, error, receipt, and, until the task is terminal,

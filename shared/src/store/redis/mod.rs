@@ -80,6 +80,10 @@ pub struct RedisStoreConfig {
     /// at connect ([`DurabilitySetting::Detect`]), or stated by the operator where `CONFIG` is
     /// disabled (managed Redis).
     pub durability: DurabilitySetting,
+    /// Replicas every script's writes must reach (WAIT) before the store acknowledges them, on
+    /// a Redis Cluster. `None`: one when the operator declares the cluster `durable` (so that a
+    /// failover, which promotes a replica, keeps every acknowledged write), none otherwise.
+    pub wait_replicas: Option<usize>,
 }
 
 impl RedisStoreConfig {
@@ -95,6 +99,7 @@ impl RedisStoreConfig {
             pool_size: 32,
             timeout: Duration::from_secs(2),
             durability: DurabilitySetting::Detect,
+            wait_replicas: None,
         }
     }
 }
@@ -138,6 +143,8 @@ pub(crate) struct Core {
     /// The namespace's shards, by index ([`shards`]).
     shards: Vec<Shard>,
     scripts: Scripts,
+    /// Replicas each script's writes must reach before it returns (WAIT; Redis Cluster only).
+    wait_replicas: usize,
     /// Counts finishes: every [`FINISH_ROTATION`]th one takes from the shards in turn instead
     /// of from its own shard.
     finish_turns: AtomicUsize,
@@ -218,14 +225,23 @@ impl Core {
     }
 
     /// Runs a script invocation (EVALSHA, reloading on NOSCRIPT) on a pooled connection, in a
-    /// CLIENT span named `script` when the caller is traced.
+    /// CLIENT span named `script` when the caller is traced. `keys` names the slot the script
+    /// writes (the namespace's or a shard's): where it must be replicated before the reply.
     async fn eval<T: redis::FromRedisValue>(
         &self,
         script: &'static str,
+        keys: &Keys,
         invocation: &redis::ScriptInvocation<'_>,
     ) -> Result<T, StoreError> {
+        let replicated = (self.wait_replicas > 0).then(|| pool::Replicated {
+            route_key: keys.tag(),
+            replicas: self.wait_replicas,
+            // Half the reply bound: WAIT answers (with a count short of the replicas) before
+            // the client gives up on the reply.
+            timeout: (self.config.timeout / 2).max(Duration::from_millis(1)),
+        });
         self.connections
-            .eval(invocation)
+            .eval(invocation, replicated)
             .instrument(self.peer.script_span(script))
             .await
     }
@@ -240,6 +256,7 @@ impl Core {
 /// A batcher for one script: shared keys and arguments first, then each item's.
 fn batched(
     core: &Arc<Core>,
+    shard: usize,
     lanes: usize,
     script: &'static str,
     pick: fn(&Scripts) -> &redis::Script,
@@ -267,7 +284,8 @@ fn batched(
                     invocation.arg(arg);
                 }
             }
-            core.eval::<Vec<Value>>(script, &invocation).await
+            core.eval::<Vec<Value>>(script, &core.shards[shard].keys, &invocation)
+                .await
         }
     })
 }
@@ -284,6 +302,7 @@ fn shard_lanes(
     ShardLanes {
         creates: batched(
             core,
+            index,
             lanes,
             "create",
             |s| &s.create,
@@ -292,6 +311,7 @@ fn shard_lanes(
         ),
         activations: batched(
             core,
+            index,
             lanes,
             "activate",
             |s| &s.activate,
@@ -300,6 +320,7 @@ fn shard_lanes(
         ),
         swaps: batched(
             core,
+            index,
             lanes,
             "cas",
             |s| &s.cas,
@@ -360,7 +381,19 @@ impl RedisStore {
             keys.worker_channel_prefix(),
         ];
         let durability_setting = config.durability;
+        let wait_replicas = if config.cluster_urls.is_empty() {
+            0
+        } else {
+            config
+                .wait_replicas
+                .unwrap_or(if durability_setting == DurabilitySetting::Durable {
+                    1
+                } else {
+                    0
+                })
+        };
         let core = Arc::new(Core {
+            wait_replicas,
             keys: keys.clone(),
             shards,
             scripts: Scripts::load(),
@@ -464,13 +497,25 @@ impl RedisStore {
         self.inner.core.pipe(pipe).await
     }
 
-    /// Runs a script invocation (EVALSHA, reloading on NOSCRIPT) on a pooled connection.
+    /// Runs a script invocation (EVALSHA, reloading on NOSCRIPT) on a pooled connection, over
+    /// keys of the namespace's own slot (registry, idempotency, credentials, layout).
     pub(crate) async fn eval<T: redis::FromRedisValue>(
         &self,
         script: &'static str,
         invocation: &redis::ScriptInvocation<'_>,
     ) -> Result<T, StoreError> {
-        self.inner.core.eval(script, invocation).await
+        let core = &self.inner.core;
+        core.eval(script, &core.keys, invocation).await
+    }
+
+    /// [`Self::eval`] over keys of the slot `keys` names (a shard's).
+    pub(crate) async fn eval_in<T: redis::FromRedisValue>(
+        &self,
+        keys: &Keys,
+        script: &'static str,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<T, StoreError> {
+        self.inner.core.eval(script, keys, invocation).await
     }
 
     /// A new connection for blocking reads: to the server, or a cluster connection of its own

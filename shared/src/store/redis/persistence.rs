@@ -78,12 +78,14 @@ pub(super) async fn decide(
         super::Connections::Cluster(_) => {
             // A failover promotes a replica, and replication is asynchronous: a write the old
             // master acknowledged (and fsynced) may be missing on the new one. AOF on every
-            // node does not make the cluster durable, so only an operator who has made it so
-            // (REDIS_DURABILITY=durable) gets paid tasks on it.
+            // node does not make the cluster durable; an operator who declares it durable
+            // (REDIS_DURABILITY=durable) gets every script's writes WAITed for on a replica
+            // before they are acknowledged (`pool::Replicated`), and paid tasks.
             tracing::info!(
                 "on a Redis Cluster a failover can lose writes the old master acknowledged: \
                  the task store declares process durability and paid tasks are refused \
-                 (set REDIS_DURABILITY=durable only where replication is made synchronous)"
+                 (REDIS_DURABILITY=durable makes every write wait for a replica, with AOF on \
+                 every node)"
             );
             return Ok(Durability::Process);
         }

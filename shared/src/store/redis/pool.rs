@@ -138,10 +138,12 @@ impl Connections {
         }
     }
 
-    /// EVALSHA, reloading the script on NOSCRIPT.
+    /// EVALSHA, reloading the script on NOSCRIPT; on a cluster with `replicated`, then WAIT
+    /// until the script's writes reached that many replicas of its master.
     pub async fn eval<T: redis::FromRedisValue>(
         &self,
         invocation: &redis::ScriptInvocation<'_>,
+        replicated: Option<Replicated<'_>>,
     ) -> Result<T, StoreError> {
         match self {
             Connections::Single(pool) => {
@@ -150,7 +152,12 @@ impl Connections {
                 settle(pool, conn, result)
             }
             Connections::Cluster(cluster) => {
-                Ok(invocation.invoke_async(&mut cluster.clone()).await?)
+                let mut conn = cluster.clone();
+                let reply = invocation.invoke_async(&mut conn).await?;
+                if let Some(replicated) = replicated {
+                    replicated.wait(&mut conn).await?;
+                }
+                Ok(reply)
             }
         }
     }
@@ -176,4 +183,41 @@ pub fn cluster_client(
             .response_timeout(timeout);
     }
     Ok(builder.build()?)
+}
+
+/// A write that must reach `replicas` replicas before it is acknowledged: on a Redis Cluster a
+/// failover promotes a replica, and replication is asynchronous, so a write only the old master
+/// held is lost with it. WAIT makes the acknowledgement wait for the copies.
+#[derive(Debug, Clone, Copy)]
+pub struct Replicated<'a> {
+    /// Any key in the written slot: WAIT goes to that slot's master, over the same node
+    /// connection as the write (WAIT counts the acknowledged offset of its own connection).
+    pub route_key: &'a str,
+    pub replicas: usize,
+    pub timeout: Duration,
+}
+
+impl Replicated<'_> {
+    async fn wait(
+        self,
+        conn: &mut redis::cluster_async::ClusterConnection,
+    ) -> Result<(), StoreError> {
+        use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(self.replicas)
+            .arg(u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX));
+        let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_key(
+            self.route_key,
+            SlotAddr::Master,
+        )));
+        let acknowledged: usize = redis::from_redis_value(conn.route_command(cmd, route).await?)
+            .map_err(|err| StoreError::Corrupt(err.to_string()))?;
+        if acknowledged < self.replicas {
+            return Err(StoreError::Unavailable(format!(
+                "a write reached {acknowledged} of {} replicas within {:?}; it may be lost in a failover",
+                self.replicas, self.timeout
+            )));
+        }
+        Ok(())
+    }
 }

@@ -280,7 +280,8 @@ async fn take_in_shard(
     for (queue, id) in picks {
         invocation.key(keys.task(id)).arg(queue + 1).arg(*id);
     }
-    let (flat, fresh): (Vec<Value>, Vec<Vec<String>>) = core.eval("take", &invocation).await?;
+    let (flat, fresh): (Vec<Value>, Vec<Vec<String>>) =
+        core.eval("take", keys, &invocation).await?;
     if key.run_ms.is_some() {
         shard.heads.refresh(entrypoints, fresh);
     }

@@ -99,7 +99,8 @@ impl RedisStore {
     /// with their deadlines.
     async fn due_in(&self, shard: usize, limit: usize) -> Result<Vec<(String, f64)>, StoreError> {
         let keys = &self.inner.core.shards[shard].keys;
-        self.eval(
+        self.eval_in(
+            keys,
             "due",
             self.inner
                 .core
@@ -172,7 +173,7 @@ impl RedisStore {
                 .arg(id);
         }
         let (requeued, failed, cancelled): (Vec<String>, Vec<String>, Vec<String>) =
-            self.eval("recover", &invocation).await?;
+            self.eval_in(keys, "recover", &invocation).await?;
         let mut entrypoints: std::collections::HashMap<String, String> = ids
             .iter()
             .zip(owners)
@@ -596,7 +597,8 @@ impl TaskStore for RedisStore {
             return Ok(None);
         };
         let reply: Vec<Value> = self
-            .eval(
+            .eval_in(
+                keys,
                 "claim",
                 self.inner
                     .core
@@ -640,7 +642,8 @@ impl TaskStore for RedisStore {
     async fn hand_off(&self, lease: &Lease) -> Result<bool, StoreError> {
         let keys = self.shard_keys(&lease.task_id);
         let done: u64 = self
-            .eval(
+            .eval_in(
+                keys,
                 "hand_off",
                 self.inner
                     .core
@@ -663,17 +666,19 @@ impl TaskStore for RedisStore {
         lease: &Lease,
         receipt: &str,
     ) -> Result<ReceiptRecorded, StoreError> {
+        let keys = self.shard_keys(&lease.task_id);
         let done: u64 = self
-            .eval(
+            .eval_in(
+                keys,
                 "record_receipt",
                 self.inner
                     .core
                     .scripts
                     .record_receipt
-                    .key(self.shard_keys(&lease.task_id).task(&lease.task_id))
-                    .key(self.shard_keys(&lease.task_id).leases())
-                    .key(self.shard_keys(&lease.task_id).queue(&lease.entrypoint))
-                    .key(self.shard_keys(&lease.task_id).wake(&lease.entrypoint))
+                    .key(keys.task(&lease.task_id))
+                    .key(keys.leases())
+                    .key(keys.queue(&lease.entrypoint))
+                    .key(keys.wake(&lease.entrypoint))
                     .arg(&lease.task_id)
                     .arg(&lease.owner_id)
                     .arg(lease.epoch)
@@ -692,14 +697,16 @@ impl TaskStore for RedisStore {
         task_id: &str,
         receipt: &str,
     ) -> Result<ReceiptRecorded, StoreError> {
+        let keys = self.shard_keys(task_id);
         let done: u64 = self
-            .eval(
+            .eval_in(
+                keys,
                 "attach_receipt",
                 self.inner
                     .core
                     .scripts
                     .attach_receipt
-                    .key(self.shard_keys(task_id).task(task_id))
+                    .key(keys.task(task_id))
                     .arg(receipt),
             )
             .await?;
@@ -772,7 +779,8 @@ impl TaskStore for RedisStore {
     async fn emit(&self, lease: &Lease, event: EventPayload) -> Result<Option<u64>, StoreError> {
         let keys = self.shard_keys(&lease.task_id);
         let seq: Option<u64> = self
-            .eval(
+            .eval_in(
+                keys,
                 "emit",
                 self.inner
                     .core
@@ -800,7 +808,8 @@ impl TaskStore for RedisStore {
         let keys = self.shard_keys(&lease.task_id);
         let data = crate::store::input_required_data(&lease.task_id, &request);
         let seq: Option<u64> = self
-            .eval(
+            .eval_in(
+                keys,
                 "await_input",
                 self.inner
                     .core
@@ -851,7 +860,8 @@ impl TaskStore for RedisStore {
             invocation.input = input.clone();
             invocation.metadata = metadata.clone();
             let reply: Vec<Option<String>> = self
-                .eval(
+                .eval_in(
+                    keys,
                     "resume",
                     self.inner
                         .core
@@ -1151,7 +1161,7 @@ async fn renew(
                     .arg(&lease.owner_id)
                     .arg(lease.epoch);
             }
-            let deadlines: Vec<u64> = store.eval("renew", &invocation).await?;
+            let deadlines: Vec<u64> = store.eval_in(keys, "renew", &invocation).await?;
             if deadlines.len() != positions.len() {
                 return Err(corrupt("renew reply arity"));
             }
