@@ -5,6 +5,9 @@
 //!   invoke, a Lucid task created on one gateway and followed over SSE on another whose pub/sub
 //!   seed is *not* the master of the namespace's slot (the terminal event crosses the cluster
 //!   bus), and A2A `SendMessage`.
+//! - `a_sharded_namespace_spreads_over_the_masters`: with `REDIS_SHARDS=6`, tasks created
+//!   through a gateway land on several masters, two workers run them all, and the owner's
+//!   listing merges every shard.
 //! - `tasks_survive_a_master_failover`: the master of the namespace's slot is SIGKILLed while
 //!   `sleep` tasks run and wait in the queue; its replica takes over; every task created before
 //!   the kill ends, the processes keep running, `/ready` comes back, new tasks complete through
@@ -49,11 +52,17 @@ impl Gateway {
     /// Starts a gateway on the cluster seeded by `seeds` (in this order: its pub/sub listens
     /// through the first) and waits until `/health` answers.
     async fn start(name: &str, seeds: &[String]) -> Res<Gateway> {
+        Self::start_with(name, seeds, &[]).await
+    }
+
+    /// [`Gateway::start`] with more settings.
+    async fn start_with(name: &str, seeds: &[String], extra: &[(&str, String)]) -> Res<Gateway> {
         let port = free_port()?;
-        let envs = [
+        let mut envs = vec![
             ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
             ("REDIS_CLUSTER_URLS", seeds.join(",")),
         ];
+        envs.extend(extra.iter().cloned());
         let process = ServiceProcess::start("gateway", name, &[], &envs)?;
         let base = format!("http://127.0.0.1:{port}");
         wait_healthy(&process, &base).await?;
@@ -663,5 +672,74 @@ async fn tasks_survive_a_master_failover() -> Res {
         warnings(&a.process, 30),
         warnings(&b.process, 30),
     );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sharded_namespace_spreads_over_the_masters() -> Res {
+    const SHARDS: usize = 6;
+    const TASKS: usize = 36;
+    let cluster = RedisCluster::start(3, 0)?;
+    let seeds = cluster.urls();
+    let shards = [("REDIS_SHARDS", SHARDS.to_string())];
+    let mut workers = [
+        start_worker("w1", &seeds, &shards)?,
+        start_worker("w2", &seeds, &shards)?,
+    ];
+    let mut gateway = Gateway::start_with("gateway", &seeds, &shards).await?;
+
+    let mut ids = Vec::new();
+    for n in 0..TASKS {
+        ids.push(create_task(&gateway.base, "echo", json!({ "n": n })).await?);
+    }
+    for id in &ids {
+        match wait_outcome(&gateway.base, id, PATIENCE).await? {
+            Outcome::Terminal(body) => ensure(body["status"] == "completed", || {
+                format!("task {id}: {body}")
+            })?,
+            lost => return Err(format!("task {id}: {}", lost.describe()).into()),
+        }
+    }
+
+    // The tasks' records live in several masters' keyspaces, each under its shard's tag.
+    let mut masters_used = 0;
+    let mut records = 0;
+    for master in cluster.masters()? {
+        let mut conn = cluster.node_connection(master).await?;
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("{tc:*}:task:*")
+            .query_async(&mut conn)
+            .await?;
+        if !keys.is_empty() {
+            masters_used += 1;
+        }
+        records += keys.len();
+    }
+    ensure(records == TASKS && masters_used >= 2, || {
+        format!("{records} task records over {masters_used} masters")
+    })?;
+
+    // The owner's listing merges the shards' indexes.
+    let listing: Value = http()?
+        .get(format!("{}/tasks?limit=1000", gateway.base))
+        .header("Task-Access-Token", TOKEN)
+        .send()
+        .await?
+        .json()
+        .await?;
+    let listed: std::collections::HashSet<&str> = listing["tasks"]
+        .as_array()
+        .map(|tasks| tasks.iter().filter_map(|t| t["taskId"].as_str()).collect())
+        .unwrap_or_default();
+    ensure(
+        listing["total"] == json!(TASKS)
+            && listed.len() == TASKS
+            && ids.iter().all(|id| listed.contains(id.as_str())),
+        || format!("listing: {listing}"),
+    )?;
+
+    let mut processes: Vec<&mut ServiceProcess> = workers.iter_mut().collect();
+    processes.push(&mut gateway.process);
+    still_running(&mut processes)?;
     Ok(())
 }
