@@ -24,8 +24,18 @@ use crate::state::AppState;
 /// asks, see [`crate::prices`]), or as it was within the grace period (see [`crate::recent`]);
 /// `None` when no worker hosts it. Read from this gateway's cached registry view, which is
 /// never older than the refresh interval nor the grace period (see [`crate::catalog`]).
+///
+/// Before any worker was listed since this gateway started, an unknown entrypoint is `503
+/// service_unavailable` (retry), not `404`: a gateway started while the workers' registry
+/// entries have lapsed (a Redis failover that outlasted their TTL) has no memory of them yet
+/// (see [`crate::recent`]), and a client told "not found" would give up on a skill that is back
+/// within a heartbeat.
 pub async fn entrypoint(state: &AppState, key: &str) -> Result<Option<EntrypointInfo>, ApiError> {
-    Ok(state.catalog.entrypoint(&*state.registry, key).await?)
+    let found = state.catalog.entrypoint(&*state.registry, key).await?;
+    if found.is_none() && !state.catalog.listed_any() {
+        return Err(ApiError::no_workers_yet());
+    }
+    Ok(found)
 }
 
 /// The cached registry view for discovery: every entrypoint the live workers host, by key

@@ -46,6 +46,10 @@ pub struct Catalog {
     /// which costs a lock, not a round trip, so nothing is ever stale.
     local: bool,
     recent: RecentEntrypoints,
+    /// Some worker was listed since this gateway started: until then an empty registry means
+    /// the cluster's workers have not registered (yet, or again after a Redis failover), not
+    /// that a skill does not exist.
+    listed_any: std::sync::atomic::AtomicBool,
     current: RwLock<Current>,
     /// Held by the one request that checks the registry; the others wait for its outcome.
     checking: tokio::sync::Mutex<()>,
@@ -112,6 +116,7 @@ impl Catalog {
             refresh,
             local: false,
             recent: RecentEntrypoints::new(grace),
+            listed_any: std::sync::atomic::AtomicBool::new(false),
             current: RwLock::new(Current::default()),
             checking: tokio::sync::Mutex::new(()),
         }
@@ -131,6 +136,11 @@ impl Catalog {
             local: true,
             ..Catalog::new(Duration::ZERO, grace)
         }
+    }
+
+    /// True once the registry listed some worker since this gateway started.
+    pub fn listed_any(&self) -> bool {
+        self.listed_any.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The snapshot for discovery: at most the refresh interval old.
@@ -255,6 +265,10 @@ impl Catalog {
         if let Ok(snapshot) = &outcome {
             // Listed live as of `started` at the earliest: the grace counts from there.
             self.recent.remember(snapshot.entrypoints(), started);
+            if !snapshot.entrypoints().is_empty() {
+                self.listed_any
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+            }
         }
         outcome
     }

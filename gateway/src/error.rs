@@ -66,6 +66,16 @@ impl ApiError {
         .retry_after(1)
     }
 
+    /// No worker has been listed since the gateway started: nothing can be admitted yet.
+    pub fn no_workers_yet() -> Self {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::ServiceUnavailable,
+            "No worker has registered yet; retry shortly",
+        )
+        .retry_after(1)
+    }
+
     pub fn internal() -> Self {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,

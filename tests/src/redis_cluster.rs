@@ -12,6 +12,10 @@
 //!    `appendfsync everysec`, and an explicit `--cluster-port` (the cluster bus) on a second free
 //!    port, since the default `port + 10000` may be taken or above 65535;
 //! 2. it joins them with `redis-cli --cluster create ... --cluster-replicas R --cluster-yes`;
+//!    that tool refuses fewer than 3 masters, so 1 or 2 masters without replicas (what a
+//!    scale-out benchmark compares against 4) are joined by hand instead: each node gets an even
+//!    range of slots (`CLUSTER ADDSLOTSRANGE`) and its own config epoch, and node 0 meets the
+//!    others (`CLUSTER MEET` with the bus port);
 //! 3. it waits, bounded, until every node reports `cluster_state:ok`, every node sees the same
 //!    configuration (roles, masters of the replicas, slots), all 16384 slots are owned by running
 //!    masters, the layout is `masters` masters with `replicas_per_master` replicas each, every
@@ -45,8 +49,8 @@
 //!
 //! The server binary is `$REDIS_SERVER` or `redis-server` from `PATH`; `redis-cli` is
 //! `$REDIS_CLI`, else the `redis-cli` next to that server binary, else `redis-cli` from `PATH`.
-//! Requires Redis 7.0 or later (`--cluster-port`, sharded pub/sub) and at least 3 masters (the
-//! minimum `redis-cli --cluster create` accepts).
+//! Requires Redis 7.0 or later (`--cluster-port`, `CLUSTER ADDSLOTSRANGE`, sharded pub/sub), and
+//! at least 3 masters (the minimum `redis-cli --cluster create` accepts) when there are replicas.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -167,7 +171,8 @@ impl ClusterError {
 /// How to start a [`RedisCluster`]; see [`ClusterOptions::new`].
 #[derive(Debug, Clone)]
 pub struct ClusterOptions {
-    /// Number of masters (at least 3); the slots are split evenly between them.
+    /// Number of masters (at least 3 with replicas, at least 1 without); the slots are split
+    /// evenly between them.
     pub masters: usize,
     /// Replicas of each master.
     pub replicas_per_master: usize,
@@ -344,13 +349,20 @@ impl RedisCluster {
 
     /// Starts a cluster with the given options.
     pub fn start_with(options: ClusterOptions) -> Result<Self, ClusterError> {
-        if options.masters < 3 {
+        // Replicas are only assigned by `redis-cli --cluster create`, which wants 3 masters.
+        let by_hand = options.masters < 3;
+        if options.masters == 0 || (by_hand && options.replicas_per_master > 0) {
             return Err(ClusterError::Layout(format!(
-                "{} masters requested; redis-cli --cluster create needs at least 3",
-                options.masters
+                "{} masters with {} replicas each requested; redis-cli --cluster create needs at \
+                 least 3 masters, and fewer (at least 1) are only joined without replicas",
+                options.masters, options.replicas_per_master
             )));
         }
-        let cli = find_redis_cli()?;
+        let cli = if by_hand {
+            None
+        } else {
+            Some(find_redis_cli()?)
+        };
         let mut nodes = Vec::with_capacity(options.node_count());
         for _ in 0..options.node_count() {
             let (server, bus_port) = start_node(&options)?;
@@ -367,7 +379,10 @@ impl RedisCluster {
             seeds: Vec::new(),
             options,
         };
-        cluster.create(&cli)?;
+        match &cli {
+            Some(cli) => cluster.create(cli)?,
+            None => cluster.join_by_hand()?,
+        }
         let layout = (cluster.options.masters, cluster.options.replicas_per_master);
         let topology =
             cluster.wait_settled("the new cluster to settle", |_| Ok(()), Some(layout))?;
@@ -688,6 +703,41 @@ impl RedisCluster {
                 None => std::thread::sleep(Duration::from_millis(20)),
             }
         }
+    }
+
+    /// Joins 1 or 2 masters without replicas, which `redis-cli --cluster create` refuses: each
+    /// node gets an even, contiguous range of the slots and a distinct config epoch (as that
+    /// tool sets them, so that no epoch collision has to be resolved), then node 0 meets every
+    /// other node on its client and bus ports. The caller waits for the cluster to settle.
+    fn join_by_hand(&self) -> Result<(), ClusterError> {
+        let count = self.nodes.len();
+        let slots = usize::from(SLOTS);
+        for (index, node) in self.nodes.iter().enumerate() {
+            let port = node.server.port();
+            let _: () = query(
+                port,
+                redis::cmd("CLUSTER").arg("SET-CONFIG-EPOCH").arg(index + 1),
+            )?;
+            let _: () = query(
+                port,
+                redis::cmd("CLUSTER")
+                    .arg("ADDSLOTSRANGE")
+                    .arg(slots * index / count)
+                    .arg(slots * (index + 1) / count - 1),
+            )?;
+        }
+        let first = self.entry(0)?.server.port();
+        for node in self.nodes.iter().skip(1) {
+            let _: () = query(
+                first,
+                redis::cmd("CLUSTER")
+                    .arg("MEET")
+                    .arg("127.0.0.1")
+                    .arg(node.server.port())
+                    .arg(node.bus_port),
+            )?;
+        }
+        Ok(())
     }
 
     /// Polls [`check_settled`](Self::check_settled) plus `extra` until both pass, a node that
@@ -1093,10 +1143,15 @@ mod tests {
     }
 
     #[test]
-    fn fewer_than_three_masters_is_a_layout_error() {
+    fn fewer_than_three_masters_with_replicas_is_a_layout_error() {
         let result = RedisCluster::start(2, 1);
         assert!(
             matches!(&result, Err(ClusterError::Layout(message)) if message.contains("at least 3")),
+            "{result:?}"
+        );
+        let result = RedisCluster::start(0, 0);
+        assert!(
+            matches!(&result, Err(ClusterError::Layout(_))),
             "{result:?}"
         );
     }

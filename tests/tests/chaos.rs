@@ -10,7 +10,12 @@ async fn no_task_is_lost_or_corrupted_under_crashes() -> Result<(), Box<dyn std:
         .ok()
         .and_then(|seed| seed.parse().ok())
         .unwrap_or_else(rand::random);
-    let report = chaos::run(ChaosConfig::small(seed)).await?;
+    let config = ChaosConfig {
+        // Set to keep every log of the run (they are in temporary directories otherwise).
+        logs_dir: std::env::var_os("CHAOS_LOGS_DIR").map(Into::into),
+        ..ChaosConfig::small(seed)
+    };
+    let report = chaos::run(config).await?;
     println!("{report}");
     assert!(report.passed(), "{report}");
     // Every kind of fault really happened, and tasks really were re-run after them.

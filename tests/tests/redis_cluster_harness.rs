@@ -289,6 +289,37 @@ async fn replica_takes_over_a_killed_master() -> TestResult {
     Ok(())
 }
 
+/// One and two masters without replicas (below what `redis-cli --cluster create` accepts) are
+/// joined by hand: every slot is served, split evenly, and the cluster client works across them.
+#[tokio::test]
+async fn one_and_two_masters_without_replicas() -> TestResult {
+    for masters in [1, 2] {
+        let cluster = RedisCluster::start(masters, 0)?;
+        let topology = cluster.topology()?;
+        assert_eq!(topology.masters().len(), masters, "{topology:?}");
+        assert!(topology.replicas().is_empty(), "{topology:?}");
+        let expected: Vec<Vec<(u16, u16)>> = (0..masters)
+            .map(|i| {
+                let share = SLOTS / masters as u16;
+                vec![(share * i as u16, share * (i as u16 + 1) - 1)]
+            })
+            .collect();
+        let served: Vec<Vec<(u16, u16)>> = topology.nodes.iter().map(|n| n.slots.clone()).collect();
+        assert_eq!(served, expected, "{topology:?}");
+        let mut conn = cluster.connection().await?;
+        let mut owners = BTreeSet::new();
+        for i in 0..8 {
+            let key = format!("{{tc:{i}}}");
+            let () = conn.set(&key, i).await?;
+            let value: i64 = conn.get(&key).await?;
+            assert_eq!(value, i);
+            owners.insert(cluster.master_of_key(&key)?);
+        }
+        assert_eq!(owners.len(), masters, "keys of 8 tags on {owners:?}");
+    }
+    Ok(())
+}
+
 #[test]
 fn panicking_test_still_stops_every_node() -> TestResult {
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(u16, u16, PathBuf)>::new()));

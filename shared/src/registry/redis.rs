@@ -79,7 +79,10 @@ impl WorkerRegistry for RedisRegistry {
             .arg(&entry.worker_id)
             .arg(json)
             .arg(ttl_ms.to_string());
-        let _expires: u64 = self.store.eval("register_worker", &invocation).await?;
+        let _expires: u64 = self
+            .store
+            .eval_unreplicated("register_worker", &invocation)
+            .await?;
         Ok(())
     }
 
@@ -91,7 +94,10 @@ impl WorkerRegistry for RedisRegistry {
             .key(keys.registry_entry(worker_id))
             .key(keys.registry_version())
             .arg(worker_id);
-        let _removed: u64 = self.store.eval("deregister_worker", &invocation).await?;
+        let _removed: u64 = self
+            .store
+            .eval_unreplicated("deregister_worker", &invocation)
+            .await?;
         Ok(())
     }
 
@@ -122,8 +128,10 @@ impl WorkerRegistry for RedisRegistry {
         let keys = self.store.keys();
         let mut invocation = self.scripts.version.prepare_invoke();
         invocation.key(keys.registry()).key(keys.registry_version());
-        let (stamp, expired): (String, u64) =
-            self.store.eval("registry_version", &invocation).await?;
+        let (stamp, expired): (String, u64) = self
+            .store
+            .eval_unreplicated("registry_version", &invocation)
+            .await?;
         let stamp = stamp
             .parse()
             .map_err(|err| StoreError::Corrupt(format!("registry version {stamp:?}: {err}")))?;

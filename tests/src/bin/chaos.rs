@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use harness::chaos::{self, ChaosConfig};
+use harness::chaos::{self, ChaosConfig, RedisTopology};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -33,17 +33,43 @@ struct Args {
     /// Mean milliseconds between two faults.
     #[arg(long, env = "CHAOS_FAULT_INTERVAL_MS", default_value_t = 700)]
     fault_interval_ms: u64,
+    /// WORKER_LEASE_TTL_MS of the workers (also how long their registry entries outlive their
+    /// last heartbeat, and a stall lasts twice this plus 500 ms).
+    #[arg(long, env = "CHAOS_LEASE_TTL_MS", default_value_t = 1_000)]
+    lease_ttl_ms: u64,
     /// Seed of the task mix and the fault schedule (random when absent).
     #[arg(long, env = "CHAOS_SEED")]
     seed: Option<u64>,
-    /// Skip the Redis crash and restart.
+    /// Skip the Redis fault (a single server's crash and restart, a cluster master's kill and
+    /// failover).
     #[arg(long, env = "CHAOS_NO_REDIS_RESTART")]
     no_redis_restart: bool,
+    /// Run on a Redis Cluster of this many masters (3 or more with replicas) instead of one
+    /// redis-server (0); its Redis fault is a master's SIGKILL and its replica's takeover.
+    #[arg(long, env = "CHAOS_REDIS_MASTERS", default_value_t = 0)]
+    redis_masters: usize,
+    /// Replicas of each cluster master (at least 1 for the failover).
+    #[arg(long, env = "CHAOS_REDIS_REPLICAS", default_value_t = 1)]
+    redis_replicas: usize,
+    /// REDIS_SHARDS of every gateway and worker: hash tags the tasks spread over.
+    #[arg(long, env = "CHAOS_SHARDS", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    shards: u16,
+    /// Copy every service's and Redis node's log into this directory at the end.
+    #[arg(long, env = "CHAOS_LOGS_DIR")]
+    logs_dir: Option<std::path::PathBuf>,
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
     let seed = args.seed.unwrap_or_else(rand::random);
+    let redis = match args.redis_masters {
+        0 => RedisTopology::Single,
+        // The cluster harness refuses layouts it cannot build (replicas need 3 masters).
+        masters => RedisTopology::Cluster {
+            masters,
+            replicas: args.redis_replicas,
+        },
+    };
     let config = ChaosConfig {
         tasks: args.tasks,
         gateways: args.gateways.max(1),
@@ -53,6 +79,10 @@ fn main() -> ExitCode {
         rate: args.rate,
         fault_interval: Duration::from_millis(args.fault_interval_ms.max(10)),
         restart_redis: !args.no_redis_restart,
+        redis,
+        shards: args.shards,
+        logs_dir: args.logs_dir,
+        lease_ttl_ms: args.lease_ttl_ms.max(30),
         ..ChaosConfig::full(seed)
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()

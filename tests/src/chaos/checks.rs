@@ -9,12 +9,17 @@ use futures::StreamExt;
 use redis::AsyncCommands;
 use serde_json::Value;
 use shared::protocol::TaskStatus;
-use shared::store::{RedisStore, RedisStoreConfig, StoredEvent, StoredTask, TaskStore};
+use shared::store::{RedisStore, StoredEvent, StoredTask, TaskStore};
 
 use super::cluster::Cluster;
 use super::load::{AckedTask, Load, SubscriberLog};
 use super::report::ChaosReport;
+use super::topology::{Routed, key_tags, shard_tags};
 use super::{ChaosError, NAMESPACE};
+
+/// Bound on one mid-run count comparison: during a failover the cluster client waits for the
+/// new master, and a fault must not hold the injector much longer than that.
+const SNAPSHOT_PATIENCE: Duration = Duration::from_secs(10);
 
 /// How long settling took and whether everything finished.
 #[derive(Debug, Default, Clone)]
@@ -25,8 +30,7 @@ pub struct SettleStats {
 }
 
 async fn store(cluster: &Cluster) -> Result<RedisStore, ChaosError> {
-    let mut config = RedisStoreConfig::new(cluster.redis.url());
-    config.namespace = NAMESPACE.to_owned();
+    let config = cluster.redis.store_config(cluster.shards);
     Ok(RedisStore::connect(config).await?)
 }
 
@@ -76,13 +80,42 @@ pub async fn settle(
     })
 }
 
-/// Compares, in one atomic step while the load runs, the store's count of non-terminal tasks
-/// (the live set that `MAX_TASKS` bounds) with the task records whose status is `running`:
-/// `Some((live, running))` when they differ, `None` when they agree or Redis is down.
+/// Compares, in one atomic step per shard while the load runs, the store's count of
+/// non-terminal tasks (the live sets that `MAX_TASKS` bounds) with the task records whose status
+/// is `running`: `Ok(Some((live, running)))`, summed over the shards, when a shard's differ,
+/// `Ok(None)` when they agree, `Err` when Redis could not be read (down, failing over).
 ///
-/// The script reads keys it does not declare (`KEYS` over the namespace), which only a
-/// standalone Redis allows; it is a test's look at the whole state, not a pattern to follow.
-pub async fn count_mismatch(cluster: &Cluster) -> Option<(u64, u64)> {
+/// The script reads keys it does not declare (`KEYS` over the shard's tag), which a standalone
+/// Redis allows, and a cluster node too as long as they are in the slot of the declared key (a
+/// shard's keys all are, and `KEYS` on a node lists only its own); it is a test's look at the
+/// whole state, not a pattern to follow.
+pub async fn count_mismatch(cluster: &Cluster) -> Result<Option<(u64, u64)>, String> {
+    let snapshots = async {
+        let mut redis = cluster.redis.routed().await.map_err(|e| e.to_string())?;
+        let (mut live, mut running, mut differ) = (0, 0, false);
+        for tag in shard_tags(cluster.shards) {
+            let (shard_live, shard_running) = match &mut redis {
+                Routed::Single(conn) => snapshot(conn, &tag).await,
+                Routed::Cluster(conn) => snapshot(conn, &tag).await,
+            }
+            .map_err(|e| format!("shard {{{tag}}}: {e}"))?;
+            differ |= shard_live != shard_running;
+            live += shard_live;
+            running += shard_running;
+        }
+        Ok::<_, String>((differ, live, running))
+    };
+    let (differ, live, running) = tokio::time::timeout(SNAPSHOT_PATIENCE, snapshots)
+        .await
+        .map_err(|_| format!("no answer within {SNAPSHOT_PATIENCE:?}"))??;
+    Ok(differ.then_some((live, running)))
+}
+
+/// One shard's `(live count, running records)`, read atomically on the shard's node.
+async fn snapshot<C: redis::aio::ConnectionLike>(
+    conn: &mut C,
+    tag: &str,
+) -> redis::RedisResult<(u64, u64)> {
     const SNAPSHOT: &str = r"
         local live = redis.call('SCARD', KEYS[1])
         local running = 0
@@ -90,15 +123,19 @@ pub async fn count_mismatch(cluster: &Cluster) -> Option<(u64, u64)> {
           if redis.call('HGET', key, ARGV[2]) == 'running' then running = running + 1 end
         end
         return {live, running}";
-    let mut redis = cluster.redis.client().await.ok()?;
-    let (live, running): (u64, u64) = redis::Script::new(SNAPSHOT)
-        .key(format!("{{{NAMESPACE}}}:live"))
-        .arg(format!("{{{NAMESPACE}}}:task:*"))
+    redis::Script::new(SNAPSHOT)
+        .key(format!("{{{tag}}}:live"))
+        .arg(format!("{{{tag}}}:task:*"))
         .arg(shared::store::redis::fields::STATUS)
-        .invoke_async(&mut redis)
+        .invoke_async(conn)
         .await
-        .ok()?;
-    (live != running).then_some((live, running))
+}
+
+/// Splits `{tag}:kind:name` when `tag` is one of `tags`.
+fn split_key<'k>(key: &'k str, tags: &[String]) -> Option<(&'k str, &'k str)> {
+    let (tag, rest) = key.strip_prefix('{')?.split_once("}:")?;
+    tags.iter().any(|known| known == tag).then_some(())?;
+    Some(rest.split_once(':').unwrap_or((rest, "")))
 }
 
 /// One entry of a task's event log: `<seq>|<event>|<data>`.
@@ -118,8 +155,15 @@ fn check_task(
     let id = &task.id;
     let (cancel_requested, cancel_acknowledged) = cancel;
     let Some(stored) = stored else {
+        let when = match report.faults.redis_fault_at {
+            Some(fault) if task.acked_at <= fault => {
+                format!("{:.1?} before the Redis fault", fault - task.acked_at)
+            }
+            Some(fault) => format!("{:.1?} after the Redis fault", task.acked_at - fault),
+            None => "with no Redis fault".to_owned(),
+        };
         report.violation(format!(
-            "acknowledged task {id} ({}) is gone",
+            "acknowledged task {id} ({}) is gone (acknowledged {when})",
             task.entrypoint
         ));
         return;
@@ -277,6 +321,25 @@ fn check_subscriber(log: &SubscriberLog, stored: Option<&StoredTask>, report: &m
     }
 }
 
+/// Every key of the namespace (under `{tc}` or a shard's `{tc:i}`), each with a connection to
+/// the node holding it: a cluster's masters are scanned one by one.
+async fn namespace_keys(
+    cluster: &Cluster,
+) -> Result<Vec<(String, redis::aio::MultiplexedConnection)>, ChaosError> {
+    let mut keys = Vec::new();
+    for mut node in cluster.redis.key_holders().await? {
+        // Matches `{tc}:...` and `{tc:0}:...`; the caller flags any other tag.
+        let mut iter: redis::AsyncIter<String> = node.scan_match(format!("{{{NAMESPACE}*")).await?;
+        let mut found = Vec::new();
+        while let Some(key) = iter.next_item().await {
+            found.push(key?);
+        }
+        drop(iter);
+        keys.extend(found.into_iter().map(|key| (key, node.clone())));
+    }
+    Ok(keys)
+}
+
 /// The key space once everything is terminal: nothing live, nothing queued or leased, and
 /// every key either expires or is one of the cluster's few permanent structures.
 async fn check_keys(
@@ -285,21 +348,16 @@ async fn check_keys(
     acknowledged: &HashSet<&str>,
     report: &mut ChaosReport,
 ) -> Result<(), ChaosError> {
-    let mut redis = cluster.redis.client().await?;
-    let prefix = format!("{{{NAMESPACE}}}:");
-    let keys: Vec<String> = {
-        let mut iter: redis::AsyncIter<String> = redis.scan_match(format!("{prefix}*")).await?;
-        let mut keys = Vec::new();
-        while let Some(key) = iter.next_item().await {
-            keys.push(key?);
-        }
-        keys
-    };
+    let keys = namespace_keys(cluster).await?;
+    let tags = key_tags(cluster.shards);
     report.keys = keys.len();
     let mut non_terminal = 0u64;
-    for key in &keys {
-        let rest = &key[prefix.len()..];
-        let (kind, name) = rest.split_once(':').unwrap_or((rest, ""));
+    for (key, mut redis) in keys {
+        let key = &key;
+        let Some((kind, name)) = split_key(key, &tags) else {
+            report.violation(format!("unexpected key {key}"));
+            continue;
+        };
         let ttl: i64 = redis.pttl(key).await?;
         let expiring = ttl > 0;
         match kind {

@@ -1,16 +1,17 @@
-//! The processes of a chaos run: one Redis with `appendfsync always`, gateways on fixed
-//! loopback ports (a restarted gateway comes back at the same address, as behind a load
+//! The processes of a chaos run: Redis with `appendfsync always` (one server or a cluster, see
+//! `topology.rs`), gateways on fixed loopback ports (a restarted gateway comes back at the same address, as behind a load
 //! balancer) and workers. Killed processes are kept until the end, so that their logs can be
 //! searched and printed.
 
 use std::net::TcpListener;
+use std::path::Path;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
+use super::topology::RedisNodes;
 use super::{ChaosConfig, ChaosError};
 use crate::process::ServiceProcess;
-use crate::redis_server::{RedisOptions, RedisServer};
 
 /// Bound on a restarted process becoming ready; reached only when something is broken.
 const READY_PATIENCE: Duration = Duration::from_secs(30);
@@ -23,7 +24,9 @@ pub struct Slot {
 }
 
 pub struct Cluster {
-    pub redis: RedisServer,
+    pub redis: RedisNodes,
+    /// `REDIS_SHARDS` of every process.
+    pub shards: u16,
     pub gateways: Vec<Slot>,
     pub workers: Vec<Slot>,
     lease_ttl_ms: u64,
@@ -44,9 +47,7 @@ fn free_port() -> Result<u16, ChaosError> {
 
 impl Cluster {
     pub async fn start(config: &ChaosConfig) -> Result<Cluster, ChaosError> {
-        let redis = tokio::task::block_in_place(|| {
-            RedisServer::start_with(RedisOptions::default().with_aof(true))
-        })?;
+        let redis = RedisNodes::start(config).await?;
         let mut gateways = Vec::new();
         for _ in 0..config.gateways {
             gateways.push(Slot {
@@ -64,6 +65,7 @@ impl Cluster {
             .collect();
         let mut cluster = Cluster {
             redis,
+            shards: config.shards,
             gateways,
             workers,
             lease_ttl_ms: config.lease_ttl_ms,
@@ -92,22 +94,17 @@ impl Cluster {
 
     /// Starts gateway `index` and waits until `/health` answers.
     pub async fn start_gateway(&mut self, index: usize) -> Result<(), ChaosError> {
-        let url = self.redis.url();
+        let mut env = self.redis.service_env(index, self.shards);
         let slot = &mut self.gateways[index];
         slot.generation += 1;
         let name = format!("gateway-{index}.{}", slot.generation);
-        let process = ServiceProcess::start(
-            "gateway",
-            &name,
-            &[],
-            &[
-                ("REDIS_URL", url),
-                ("LISTEN_ADDR", format!("127.0.0.1:{}", slot.port)),
-                // Capacity is not under test here; retention outlasts the run.
-                ("MAX_TASKS", "1000000".to_owned()),
-                ("RETENTION_MS", "3600000".to_owned()),
-            ],
-        )?;
+        env.extend([
+            ("LISTEN_ADDR", format!("127.0.0.1:{}", slot.port)),
+            // Capacity is not under test here; retention outlasts the run.
+            ("MAX_TASKS", "1000000".to_owned()),
+            ("RETENTION_MS", "3600000".to_owned()),
+        ]);
+        let process = ServiceProcess::start("gateway", &name, &[], &env)?;
         slot.process = Some(process);
         let health = format!("http://127.0.0.1:{}/health", slot.port);
         let start = tokio::time::Instant::now();
@@ -117,15 +114,26 @@ impl Cluster {
             {
                 return Ok(());
             }
-            if start.elapsed() > READY_PATIENCE {
+            // A gateway that exited (it could not open the store) will not answer: say so now
+            // rather than at the patience's end.
+            let exited = !self.gateways[index]
+                .process
+                .as_mut()
+                .is_some_and(ServiceProcess::is_running);
+            if exited || start.elapsed() > READY_PATIENCE {
                 let log = self.gateways[index]
                     .process
                     .as_ref()
                     .map(ServiceProcess::log)
                     .unwrap_or_default();
-                return Err(ChaosError::Setup(format!(
-                    "{name} never became healthy:\n{log}"
-                )));
+                // The error, without the backtrace RUST_BACKTRACE adds to it.
+                let log = log.split("Stack backtrace:").next().unwrap_or_default();
+                let outcome = if exited {
+                    "exited"
+                } else {
+                    "never became healthy"
+                };
+                return Err(ChaosError::Setup(format!("{name} {outcome}:\n{log}")));
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -133,23 +141,21 @@ impl Cluster {
 
     /// Starts worker `index` under a new id (as a restarted pod would get a new name).
     pub fn start_worker(&mut self, index: usize) -> Result<(), ChaosError> {
-        let url = self.redis.url();
+        // Offset from the gateways, so that on a cluster the workers' first seeds differ too.
+        let mut env = self
+            .redis
+            .service_env(self.gateways.len() + index, self.shards);
         let slot = &mut self.workers[index];
         slot.generation += 1;
         let name = format!("worker-{index}.{}", slot.generation);
-        let process = ServiceProcess::start(
-            "worker",
-            &name,
-            &[],
-            &[
-                ("REDIS_URL", url),
-                ("WORKER_ID", name.clone()),
-                ("WORKER_LEASE_TTL_MS", self.lease_ttl_ms.to_string()),
-                ("WORKER_RECOVERY_INTERVAL_MS", "200".to_owned()),
-                ("WORKER_CONCURRENCY", self.worker_concurrency.to_string()),
-                ("RUST_LOG", "info".to_owned()),
-            ],
-        )?;
+        env.extend([
+            ("WORKER_ID", name.clone()),
+            ("WORKER_LEASE_TTL_MS", self.lease_ttl_ms.to_string()),
+            ("WORKER_RECOVERY_INTERVAL_MS", "200".to_owned()),
+            ("WORKER_CONCURRENCY", self.worker_concurrency.to_string()),
+            ("RUST_LOG", "info".to_owned()),
+        ]);
+        let process = ServiceProcess::start("worker", &name, &[], &env)?;
         slot.process = Some(process);
         Ok(())
     }
@@ -203,17 +209,6 @@ impl Cluster {
         Ok(())
     }
 
-    /// SIGKILL, then a restart on the same port and directory: the AOF (fsynced on every
-    /// write) brings every acknowledged write back.
-    pub fn crash_and_restart_redis(&mut self, down_for: Duration) -> Result<(), ChaosError> {
-        tokio::task::block_in_place(|| {
-            self.redis.kill()?;
-            std::thread::sleep(down_for);
-            self.redis.restart()
-        })?;
-        Ok(())
-    }
-
     /// Restarts whatever is down and continues whatever is stopped.
     pub async fn revive_all(&mut self) -> Result<(), ChaosError> {
         for index in 0..self.workers.len() {
@@ -257,6 +252,18 @@ impl Cluster {
             .chain(self.graveyard.iter())
     }
 
+    /// Copies every log of the run (services dead or alive, Redis nodes) into `dir`.
+    pub fn save_logs(&self, dir: &Path) -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        for process in self.all_processes() {
+            std::fs::write(dir.join(format!("{}.log", process.name())), process.log())?;
+        }
+        for (name, path) in self.redis.log_files() {
+            std::fs::copy(path, dir.join(format!("{name}.log")))?;
+        }
+        Ok(())
+    }
+
     /// SIGTERM everything and wait, as an operator stopping the cluster would.
     pub async fn stop(mut self) {
         tokio::task::block_in_place(|| {
@@ -270,7 +277,7 @@ impl Cluster {
                     let _ = process.wait_exit(Duration::from_secs(15));
                 }
             }
-            let _ = self.redis.stop();
+            self.redis.stop();
         });
     }
 }

@@ -27,6 +27,8 @@ pub struct AckedTask {
     pub owner: usize,
     pub entrypoint: &'static str,
     pub input: Value,
+    /// When the client got the 200: set against the Redis fault when a task goes missing.
+    pub acked_at: Instant,
 }
 
 /// What one SSE subscriber saw, over all its connections.
@@ -51,6 +53,8 @@ pub struct DriveStats {
 }
 
 pub struct Load {
+    /// When the load started: the clock of the report's timeline.
+    pub started: Instant,
     http: reqwest::Client,
     gateways: Vec<String>,
     owners: Vec<String>,
@@ -103,6 +107,7 @@ impl Load {
             .map(|_| shared::client::generate_token())
             .collect();
         Ok(Load {
+            started: Instant::now(),
             http,
             gateways,
             owners,
@@ -190,7 +195,7 @@ impl Load {
             "skillId": entrypoint,
             "message": {"role": "user", "content": {"text": input.to_string()}},
         });
-        let Some((status, text)) = self
+        let Some((status, text, gateway)) = self
             .until_answered(Method::POST, "/tasks", owner, Some(&body), index)
             .await
         else {
@@ -201,7 +206,10 @@ impl Load {
         let task_id = match (status, answer["taskId"].as_str()) {
             (200, Some(id)) => id.to_owned(),
             _ => {
-                self.violation(format!("create of {entrypoint} answered {status}: {text}"));
+                self.violation(format!(
+                    "create of {entrypoint} answered {status} at {gateway}, {:.1?} into the load: {text}",
+                    self.started.elapsed()
+                ));
                 return;
             }
         };
@@ -210,6 +218,7 @@ impl Load {
             owner,
             entrypoint,
             input,
+            acked_at: Instant::now(),
         };
         lock(&self.tasks).push(task.clone());
         self.acknowledged.fetch_add(1, Ordering::Relaxed);
@@ -245,7 +254,7 @@ impl Load {
         owner: usize,
         body: Option<&Value>,
         mut turn: usize,
-    ) -> Option<(u16, String)> {
+    ) -> Option<(u16, String, &str)> {
         let deadline = Instant::now() + self.config.settle_timeout;
         while Instant::now() < deadline {
             turn += 1;
@@ -261,7 +270,7 @@ impl Load {
                 if !(500..600).contains(&status)
                     && let Ok(text) = response.text().await
                 {
-                    return Some((status, text));
+                    return Some((status, text, self.gateway(turn)));
                 }
             }
             self.retries.fetch_add(1, Ordering::Relaxed);
@@ -275,7 +284,7 @@ impl Load {
     async fn cancel(&self, task_id: &str, owner: usize) {
         lock(&self.cancel_requested).insert(task_id.to_owned());
         let path = format!("/tasks/{task_id}/cancel");
-        let Some((status, text)) = self
+        let Some((status, text, _)) = self
             .until_answered(Method::POST, &path, owner, None, owner)
             .await
         else {
@@ -303,10 +312,10 @@ impl Load {
             .until_answered(Method::GET, &path, other_owner, None, other_owner)
             .await
         {
-            Some((404, _)) => {
+            Some((404, _, _)) => {
                 self.probes.fetch_add(1, Ordering::Relaxed);
             }
-            Some((status, _)) => self.violation(format!(
+            Some((status, _, _)) => self.violation(format!(
                 "task {task_id} answered {status} to another owner's token"
             )),
             None => self.violation(format!("probe of {task_id} never got an answer")),

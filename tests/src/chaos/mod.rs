@@ -3,6 +3,10 @@
 //! `appendfsync always`) is killed and restarted once; then check the invariants of the design
 //! (`../shared/DESIGN.md`) against what clients saw and what Redis holds.
 //!
+//! Redis is one `redis-server` or, with [`RedisTopology::Cluster`], a Redis Cluster whose fault
+//! is a master's SIGKILL and its replica's takeover (asynchronous replication: what the dead
+//! master acknowledged but had not yet sent may be gone, which the checks then report).
+//!
 //! [`run`] is shared by the `chaos` binary (`scripts/chaos`, thousands of tasks) and by the
 //! smaller run in the test suite (`tests/tests/chaos.rs`). Everything random comes from one
 //! seed, printed in the report, so a failing schedule of faults can be replayed (process timing
@@ -12,15 +16,20 @@ mod checks;
 mod cluster;
 mod load;
 mod monkey;
+mod redis_fault;
 mod report;
+mod topology;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 pub use report::ChaosReport;
+pub use topology::RedisTopology;
 
 use crate::process::ProcessError;
+use crate::redis_cluster::ClusterError;
 use crate::redis_server::HarnessError;
 
 /// Namespace of the cluster's keys (the services' default).
@@ -46,7 +55,12 @@ pub struct ChaosConfig {
     pub subscribe_one_in: usize,
     /// Mean pause between two faults.
     pub fault_interval: Duration,
-    /// Kill Redis (SIGKILL) and restart it once, half-way through the load.
+    /// One Redis server, or a Redis Cluster.
+    pub redis: RedisTopology,
+    /// `REDIS_SHARDS` of every gateway and worker: how many hash tags the tasks spread over.
+    pub shards: u16,
+    /// The Redis fault, once, half-way through the load: kill the single server (SIGKILL) and
+    /// restart it, or kill a cluster's master and let its replica take over.
     pub restart_redis: bool,
     /// `WORKER_LEASE_TTL_MS`: short, so that recoveries happen within the run.
     pub lease_ttl_ms: u64,
@@ -55,6 +69,9 @@ pub struct ChaosConfig {
     /// Bound on the wait for every task to finish once the faults stop; reached only when
     /// something is lost or stuck.
     pub settle_timeout: Duration,
+    /// Where to copy every process's and Redis node's log at the end (they live in temporary
+    /// directories otherwise), to read a failing run's evidence.
+    pub logs_dir: Option<PathBuf>,
 }
 
 impl ChaosConfig {
@@ -70,10 +87,13 @@ impl ChaosConfig {
             owners: 16,
             subscribe_one_in: 4,
             fault_interval: Duration::from_millis(700),
+            redis: RedisTopology::Single,
+            shards: 1,
             restart_redis: true,
             lease_ttl_ms: 1_000,
             seed,
             settle_timeout: Duration::from_secs(120),
+            logs_dir: None,
         }
     }
 
@@ -96,6 +116,8 @@ pub enum ChaosError {
     Redis(#[from] HarnessError),
     #[error(transparent)]
     Process(#[from] ProcessError),
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
     #[error("redis: {0}")]
     RedisCommand(#[from] redis::RedisError),
     #[error("store: {0}")]
@@ -111,6 +133,7 @@ pub enum ChaosError {
 pub async fn run(config: ChaosConfig) -> Result<ChaosReport, ChaosError> {
     let started = Instant::now();
     let cluster = cluster::Cluster::start(&config).await?;
+    let up = started.elapsed();
     let gateways = cluster.gateway_urls();
     let load = Arc::new(load::Load::new(&config, gateways)?);
 
@@ -130,13 +153,26 @@ pub async fn run(config: ChaosConfig) -> Result<ChaosReport, ChaosError> {
     cluster.revive_all().await?;
 
     let settle = checks::settle(&cluster, &load, config.settle_timeout).await?;
+    let subscribers_started = Instant::now();
     let subscribers = load.finish_subscribers(config.settle_timeout).await;
+    let subscribers_took = subscribers_started.elapsed();
     let mut report = ChaosReport::new(&config, faults, drive, settle, subscribers);
+    let checks_started = Instant::now();
     checks::check(&cluster, &load, &mut report).await?;
+    report.phases = vec![
+        ("start", up),
+        ("subscribers' end", subscribers_took),
+        ("checks", checks_started.elapsed()),
+    ];
     report.fenced_results = cluster.count_in_worker_logs("result fenced out");
     report.leases_lost = cluster.count_in_worker_logs("lease lost");
     report.acknowledged = load.acknowledged.load(Ordering::Relaxed);
     report.elapsed = started.elapsed();
+    if let Some(dir) = &config.logs_dir
+        && let Err(err) = cluster.save_logs(dir)
+    {
+        eprintln!("chaos: could not save the logs in {}: {err}", dir.display());
+    }
     cluster.stop().await;
     Ok(report)
 }

@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use super::ChaosConfig;
 use super::checks::SettleStats;
 use super::load::{DriveStats, SubscriberLog};
 use super::monkey::FaultCounts;
+use super::{ChaosConfig, RedisTopology};
 
 /// Violations printed in full; the rest are counted.
 const SHOWN_VIOLATIONS: usize = 40;
@@ -38,6 +38,8 @@ pub struct ChaosReport {
     pub leases_lost: usize,
     pub keys: usize,
     pub elapsed: Duration,
+    /// How long the phases the other lines do not time took.
+    pub phases: Vec<(&'static str, Duration)>,
     pub violations: Vec<String>,
 }
 
@@ -60,14 +62,32 @@ impl ChaosReport {
                 "mid-run, the store counted {live} live tasks while {running} records were running"
             ));
         }
+        // A snapshot that never reads Redis would pass for agreement every time.
+        if faults.count_checks > 0 && faults.count_unreadable.len() == faults.count_checks {
+            report.violation(format!(
+                "no mid-run count snapshot could read Redis, e.g. {:?}",
+                faults.count_unreadable.first()
+            ));
+        }
         for error in &faults.errors {
             report.violation(format!("the cluster did not come back: {error}"));
         }
-        if config.restart_redis && faults.redis_restarts != 1 {
-            report.violation(format!(
-                "Redis was restarted {} times",
-                faults.redis_restarts
-            ));
+        match config.redis {
+            RedisTopology::Single if config.restart_redis && faults.redis_restarts != 1 => {
+                report.violation(format!(
+                    "Redis was restarted {} times",
+                    faults.redis_restarts
+                ));
+            }
+            RedisTopology::Cluster { .. }
+                if config.restart_redis && faults.master_failovers != 1 =>
+            {
+                report.violation(format!(
+                    "{} Redis Cluster masters were failed over",
+                    faults.master_failovers
+                ));
+            }
+            _ => {}
         }
         if !settle.unfinished.is_empty() {
             report.violation(format!(
@@ -106,13 +126,27 @@ impl fmt::Display for ChaosReport {
                 config.lease_ttl_ms,
                 config.seed
             )?;
+            writeln!(f, "redis: {}; REDIS_SHARDS={}", config.redis, config.shards)?;
         }
         let faults = &self.faults;
+        let redis_fault = match self.config.as_ref().map(|config| config.redis) {
+            Some(RedisTopology::Cluster { .. }) => format!(
+                "{} master SIGKILL+replica failover",
+                faults.master_failovers
+            ),
+            _ => format!(
+                "{} Redis crash+restart (appendfsync always)",
+                faults.redis_restarts
+            ),
+        };
         writeln!(
             f,
-            "faults: {} worker SIGKILLs, {} worker stalls past the lease, {} gateway SIGKILLs, {} Redis crash+restart (appendfsync always)",
-            faults.worker_kills, faults.worker_stalls, faults.gateway_kills, faults.redis_restarts
+            "faults: {} worker SIGKILLs, {} worker stalls past the lease, {} gateway SIGKILLs, {redis_fault}",
+            faults.worker_kills, faults.worker_stalls, faults.gateway_kills
         )?;
+        for note in &faults.redis_notes {
+            writeln!(f, "  redis: {note}")?;
+        }
         writeln!(
             f,
             "load: {} acknowledged in {:.1?} ({} requests retried on another gateway), {} created without acknowledgement; settled {:.1?} later",
@@ -145,15 +179,32 @@ impl fmt::Display for ChaosReport {
             "subscribers: {} followed their task ({} events, {} reconnections); {} probes with another owner's token got 404",
             self.subscribers, self.subscriber_events, self.subscriber_reconnects, self.drive.probes
         )?;
+        let unreadable = match self.faults.count_unreadable.first() {
+            Some(first) => format!(
+                " ({} more could not read Redis, e.g. {first})",
+                self.faults.count_unreadable.len()
+            ),
+            None => String::new(),
+        };
         writeln!(
             f,
-            "counts: live count = running records in {} atomic mid-run snapshots and at the end; {} keys in Redis at the end",
-            self.faults.count_checks, self.keys
+            "counts: live count = running records in {} atomic mid-run snapshots and at the end{unreadable}; {} keys in Redis at the end",
+            self.faults.count_checks - self.faults.count_unreadable.len(),
+            self.keys
         )?;
-        writeln!(f, "elapsed: {:.1?}", self.elapsed)?;
+        let phases: Vec<String> = self
+            .phases
+            .iter()
+            .map(|(phase, took)| format!("{phase} {took:.1?}"))
+            .collect();
+        writeln!(f, "elapsed: {:.1?} ({})", self.elapsed, phases.join(", "))?;
         if self.violations.is_empty() {
             writeln!(f, "result: PASS, no invariant violated")
         } else {
+            writeln!(f, "fault timeline (since the load started):")?;
+            for entry in &self.faults.timeline {
+                writeln!(f, "  {entry}")?;
+            }
             writeln!(f, "result: FAIL, {} violations:", self.violations.len())?;
             for violation in self.violations.iter().take(SHOWN_VIOLATIONS) {
                 writeln!(f, "  - {violation}")?;

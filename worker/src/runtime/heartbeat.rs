@@ -1,7 +1,7 @@
 //! The heartbeat: every third of the lease TTL, one store call renews every lease this worker
 //! holds; a lease the store refuses stops its handler, and so does a lease whose last confirmed
 //! renewal is older than the TTL (the store was unreachable: it has expired there by now). The
-//! same tick refreshes the worker's registry entry. Beside it, the cancellation listener stops
+//! same tick refreshes the worker's registry entry, concurrently. Beside it, the cancellation listener stops
 //! handlers of cancelled tasks at once.
 
 use std::sync::Arc;
@@ -26,38 +26,47 @@ pub async fn run(
             _ = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let leases = shared.active.leases();
-        if !leases.is_empty() {
-            let asked_at = tokio::time::Instant::now();
-            match shared.store.renew_leases(&leases, ttl).await {
-                Ok(renewed) => {
-                    for (lease, ok) in leases.iter().zip(renewed) {
-                        if ok {
-                            shared.active.renewed(lease, asked_at);
-                        } else if shared.active.stop(&lease.task_id, StopReason::LeaseLost) {
-                            shared::telemetry::metrics::fenced_write_rejected(
-                                &lease.entrypoint,
-                                "renew",
-                            );
-                            tracing::warn!(task_id = %lease.task_id, "lease lost; stopping its handler");
-                        }
-                    }
+        // Concurrently: renewals wait on every shard that holds a lease, and one shard's
+        // master failing over must not hold back the registry entry (in the namespace's own
+        // slot), or the worker would look gone to gateways while it is running.
+        let refresh = async {
+            if let Some((registry, entry)) = &registry
+                && let Err(err) = registry.heartbeat(entry, ttl).await
+            {
+                tracing::warn!(error = %err, "could not refresh the registry entry");
+            }
+        };
+        tokio::join!(renew(&shared, ttl), refresh);
+    }
+}
+
+/// Renews every lease this worker holds, stopping the handlers of those the store refused or
+/// could not confirm within their TTL.
+async fn renew(shared: &Shared, ttl: std::time::Duration) {
+    let leases = shared.active.leases();
+    if leases.is_empty() {
+        return;
+    }
+    let asked_at = tokio::time::Instant::now();
+    match shared.store.renew_leases(&leases, ttl).await {
+        Ok(renewed) => {
+            for (lease, ok) in leases.iter().zip(renewed) {
+                if ok {
+                    shared.active.renewed(lease, asked_at);
+                } else if shared.active.stop(&lease.task_id, StopReason::LeaseLost) {
+                    shared::telemetry::metrics::fenced_write_rejected(&lease.entrypoint, "renew");
+                    tracing::warn!(task_id = %lease.task_id, "lease lost; stopping its handler");
                 }
-                Err(err) => tracing::warn!(error = %err, "could not renew leases"),
-            }
-            let stale = shared.active.stop_stale(ttl, tokio::time::Instant::now());
-            if stale > 0 {
-                tracing::warn!(
-                    stale,
-                    "leases not renewed within their TTL; stopping handlers"
-                );
             }
         }
-        if let Some((registry, entry)) = &registry
-            && let Err(err) = registry.heartbeat(entry, ttl).await
-        {
-            tracing::warn!(error = %err, "could not refresh the registry entry");
-        }
+        Err(err) => tracing::warn!(error = %err, "could not renew leases"),
+    }
+    let stale = shared.active.stop_stale(ttl, tokio::time::Instant::now());
+    if stale > 0 {
+        tracing::warn!(
+            stale,
+            "leases not renewed within their TTL; stopping handlers"
+        );
     }
 }
 

@@ -246,6 +246,20 @@ impl Core {
             .await
     }
 
+    /// [`Self::eval`] without waiting for replicas: for reads, and for writes a failover may
+    /// lose harmlessly (the registry's heartbeats, which the next tick writes again; the layout
+    /// stamp, which the next process writes again).
+    async fn eval_unreplicated<T: redis::FromRedisValue>(
+        &self,
+        script: &'static str,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<T, StoreError> {
+        self.connections
+            .eval(invocation, None)
+            .instrument(self.peer.script_span(script))
+            .await
+    }
+
     /// A traced caller's span around a batched call of `script` (the batch itself runs on a
     /// lane task that has no caller).
     pub(crate) fn script_span(&self, script: &'static str) -> tracing::Span {
@@ -506,6 +520,15 @@ impl RedisStore {
     ) -> Result<T, StoreError> {
         let core = &self.inner.core;
         core.eval(script, &core.keys, invocation).await
+    }
+
+    /// [`Self::eval`] without waiting for replicas (see `Core::eval_unreplicated`).
+    pub(crate) async fn eval_unreplicated<T: redis::FromRedisValue>(
+        &self,
+        script: &'static str,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<T, StoreError> {
+        self.inner.core.eval_unreplicated(script, invocation).await
     }
 
     /// [`Self::eval`] over keys of the slot `keys` names (a shard's).

@@ -99,8 +99,8 @@ impl RedisStore {
     /// with their deadlines.
     async fn due_in(&self, shard: usize, limit: usize) -> Result<Vec<(String, f64)>, StoreError> {
         let keys = &self.inner.core.shards[shard].keys;
-        self.eval_in(
-            keys,
+        // A read: nothing to replicate.
+        self.eval_unreplicated(
             "due",
             self.inner
                 .core
