@@ -6,6 +6,7 @@
 //! - [`redis_server`]: a private `redis-server` on a free loopback port, stopped on drop;
 //! - [`redis_cluster`]: a private Redis Cluster (masters and replicas, each a [`redis_server`]
 //!   node) joined by `redis-cli --cluster create`, with failover helpers, stopped on drop;
+//! - [`store_fixtures`]: a queued task and ids placed in a shard, for the store-level suites;
 //! - [`paid`]: a paying cluster (Redis with AOF, the dev facilitator, a worker, two gateways)
 //!   for the MPP and Sign-In-With-X suites;
 //! - [`otlp`]: an in-process OTLP receiver (HTTP/protobuf and gRPC) collecting what services
@@ -19,3 +20,4 @@ pub mod paid;
 pub mod process;
 pub mod redis_cluster;
 pub mod redis_server;
+pub mod store_fixtures;

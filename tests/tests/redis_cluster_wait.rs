@@ -5,32 +5,14 @@
 use std::time::Duration;
 
 use harness::redis_cluster::RedisCluster;
-use serde_json::json;
+use harness::store_fixtures::{ids_in_shard, queued_task};
 use shared::protocol::TaskStatus;
-use shared::store::redis::shard_index;
 use shared::store::{
-    Admission, Durability, DurabilitySetting, Invocation, NewTask, RedisStore, RedisStoreConfig,
-    StoreError, TaskStore,
+    Durability, DurabilitySetting, RedisStore, RedisStoreConfig, StoreError, TaskStore,
 };
 use shared::token::{AccessToken, OwnerHash};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
-
-fn new_task(id: &str, owner: &OwnerHash) -> NewTask {
-    NewTask {
-        task_id: id.to_owned(),
-        owner: owner.clone(),
-        invocation: Invocation {
-            entrypoint: "echo".into(),
-            input: json!({ "id": id }),
-            context_id: None,
-            metadata: None,
-            trace_context: Default::default(),
-        },
-        admission: Admission::Queued,
-        max_attempts: 3,
-    }
-}
 
 async fn durable_store(cluster: &RedisCluster, shards: u16) -> Result<RedisStore, StoreError> {
     let mut config = RedisStoreConfig::new(String::new());
@@ -39,15 +21,6 @@ async fn durable_store(cluster: &RedisCluster, shards: u16) -> Result<RedisStore
     config.shards = shards;
     config.timeout = Duration::from_millis(1_500);
     RedisStore::connect(config).await
-}
-
-/// `count` ids that land in shard `shard` of `shards`.
-fn ids_in_shard(prefix: &str, shard: usize, shards: usize, count: usize) -> Vec<String> {
-    (0..)
-        .map(|n| format!("{prefix}-{n}"))
-        .filter(|id| shard_index(id, shards) == shard)
-        .take(count)
-        .collect()
 }
 
 /// Creates a task named after `prefix`, retrying (under a new id each time, since a refused
@@ -59,7 +32,7 @@ async fn create_when_durable(
 ) -> Result<String, Box<dyn std::error::Error>> {
     let mut last = None;
     for id in ids_in_shard(prefix, 0, SHARDS, 40) {
-        match store.create(new_task(&id, owner)).await {
+        match store.create(queued_task(&id, owner, "echo")).await {
             Ok(_) => return Ok(id),
             Err(err) => last = Some(err),
         }
@@ -77,7 +50,7 @@ async fn acknowledged_writes_survive_a_failover_and_unreplicable_ones_are_refuse
     let owner = AccessToken::generate().owner_hash();
     let kept = ids_in_shard("kept", 0, SHARDS, 20);
     for id in &kept {
-        store.create(new_task(id, &owner)).await?;
+        store.create(queued_task(id, &owner, "echo")).await?;
     }
 
     // Shard 0's master dies the moment after the acknowledgements; its replica takes over.
@@ -110,7 +83,7 @@ async fn acknowledged_writes_survive_a_failover_and_unreplicable_ones_are_refuse
     // The promoted replica has no replica of its own yet: a write to its shard cannot be made
     // durable and is refused rather than acknowledged.
     let refused = ids_in_shard("unreplicated", 0, SHARDS, 1).concat();
-    match store.create(new_task(&refused, &owner)).await {
+    match store.create(queued_task(&refused, &owner, "echo")).await {
         Err(StoreError::Unavailable(message)) => {
             assert!(message.contains("replicas"), "{message}");
         }
@@ -119,7 +92,7 @@ async fn acknowledged_writes_survive_a_failover_and_unreplicable_ones_are_refuse
     if other_master != master {
         // The other shard's master still has its replica: its writes go on.
         let id = ids_in_shard("elsewhere", 1, SHARDS, 1).concat();
-        store.create(new_task(&id, &owner)).await?;
+        store.create(queued_task(&id, &owner, "echo")).await?;
     }
 
     // The old master comes back as the new master's replica: writes are durable again.

@@ -6,12 +6,10 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use harness::redis_server::{RedisOptions, RedisServer};
-use serde_json::json;
+use harness::store_fixtures::queued_task;
 use shared::protocol::{TaskResult, TaskStatus};
-use shared::store::{
-    Admission, Invocation, NewTask, RedisStore, RedisStoreConfig, StoreError, TaskStore, Transition,
-};
-use shared::token::{AccessToken, OwnerHash};
+use shared::store::{RedisStore, RedisStoreConfig, StoreError, TaskStore, Transition};
+use shared::token::AccessToken;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -20,22 +18,6 @@ const RUN: Duration = Duration::from_secs(60);
 
 async fn store(server: &RedisServer) -> Result<RedisStore, StoreError> {
     RedisStore::connect(RedisStoreConfig::new(server.url())).await
-}
-
-fn new_task(id: &str, owner: &OwnerHash) -> NewTask {
-    NewTask {
-        task_id: id.to_owned(),
-        owner: owner.clone(),
-        invocation: Invocation {
-            entrypoint: "echo".into(),
-            input: json!({ "id": id }),
-            context_id: None,
-            metadata: None,
-            trace_context: Default::default(),
-        },
-        admission: Admission::Queued,
-        max_attempts: 3,
-    }
 }
 
 /// The first request after a restart may meet a connection that broke with it (and purges the
@@ -82,7 +64,7 @@ async fn scripts_survive_script_flush() -> TestResult {
     let server = RedisServer::start()?;
     let store = store(&server).await?;
     let owner = AccessToken::generate().owner_hash();
-    store.create(new_task("a", &owner)).await?;
+    store.create(queued_task("a", &owner, "echo")).await?;
 
     let mut conn = server.client().await?;
     let _: String = redis::cmd("SCRIPT")
@@ -90,7 +72,7 @@ async fn scripts_survive_script_flush() -> TestResult {
         .query_async(&mut conn)
         .await?;
 
-    store.create(new_task("b", &owner)).await?;
+    store.create(queued_task("b", &owner, "echo")).await?;
     run_one(&store).await?;
     run_one(&store).await?;
     assert_eq!(store.live_count().await?, 0);
@@ -104,7 +86,7 @@ async fn acknowledged_tasks_survive_a_redis_crash_with_aof() -> TestResult {
     let owner = AccessToken::generate().owner_hash();
     let ids: Vec<String> = (0..200).map(|i| format!("task-{i}")).collect();
     for id in &ids {
-        store.create(new_task(id, &owner)).await?;
+        store.create(queued_task(id, &owner, "echo")).await?;
     }
 
     server.kill()?; // SIGKILL: no shutdown, no final fsync
@@ -133,7 +115,7 @@ async fn a_subscriber_misses_nothing_across_a_redis_restart() -> TestResult {
     let store = store(&server).await?;
     let token = AccessToken::generate();
     let owner = token.owner_hash();
-    store.create(new_task("watched", &owner)).await?;
+    store.create(queued_task("watched", &owner, "echo")).await?;
     let mut subscription = store
         .subscribe("watched", &owner, None)
         .await?

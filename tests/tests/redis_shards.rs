@@ -6,14 +6,11 @@ use std::time::Duration;
 
 use harness::process::ServiceProcess;
 use harness::redis_server::RedisServer;
+use harness::store_fixtures::{ids_in_shard, queued_task};
 use serde_json::json;
 use shared::protocol::{TaskResult, TaskStatus};
-use shared::store::redis::shard_index;
-use shared::store::{
-    Admission, Invocation, NewTask, RedisStore, RedisStoreConfig, StoreError, TakeSpec, TaskStore,
-    Transition,
-};
-use shared::token::{AccessToken, OwnerHash};
+use shared::store::{RedisStore, RedisStoreConfig, StoreError, TakeSpec, TaskStore, Transition};
+use shared::token::AccessToken;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -24,31 +21,6 @@ async fn store(server: &RedisServer, shards: u16) -> Result<RedisStore, StoreErr
     let mut config = RedisStoreConfig::new(server.url());
     config.shards = shards;
     RedisStore::connect(config).await
-}
-
-fn new_task(id: &str, owner: &OwnerHash, entrypoint: &str) -> NewTask {
-    NewTask {
-        task_id: id.to_owned(),
-        owner: owner.clone(),
-        invocation: Invocation {
-            entrypoint: entrypoint.to_owned(),
-            input: json!({ "id": id }),
-            context_id: None,
-            metadata: None,
-            trace_context: Default::default(),
-        },
-        admission: Admission::Queued,
-        max_attempts: 3,
-    }
-}
-
-/// `count` ids named after `prefix` that land in shard `shard` of `shards`.
-fn ids_in_shard(prefix: &str, shard: usize, shards: usize, count: usize) -> Vec<String> {
-    (0..)
-        .map(|n| format!("{prefix}-{n}"))
-        .filter(|id| shard_index(id, shards) == shard)
-        .take(count)
-        .collect()
 }
 
 fn incompatible(result: Result<RedisStore, StoreError>) -> Result<String, String> {
@@ -65,7 +37,7 @@ async fn another_shard_count_is_refused_in_both_directions() -> TestResult {
     let owner = AccessToken::generate().owner_hash();
     // An unsharded namespace holding a task: nobody may read it as sharded.
     let one = store(&server, 1).await?;
-    one.create(new_task("kept", &owner, "echo")).await?;
+    one.create(queued_task("kept", &owner, "echo")).await?;
     let message = incompatible(store(&server, 2).await).map_err(|e| e.to_string())?;
     assert!(message.contains("split into 1 shard"), "{message}");
     assert!(message.contains("REDIS_SHARDS=1"), "{message}");
@@ -133,13 +105,13 @@ async fn a_worker_chained_on_one_shard_still_serves_the_others() -> TestResult {
     // the shard it just finished in would run the lone task last, behind newer work.
     let crowded = ids_in_shard("crowded", 0, 2, 40);
     for id in &crowded[..20] {
-        store.create(new_task(id, &owner, "work")).await?;
+        store.create(queued_task(id, &owner, "work")).await?;
     }
     let mut running = store.take_active(&spec, Duration::ZERO).await?;
     let lone = ids_in_shard("lone", 1, 2, 1).concat();
-    store.create(new_task(&lone, &owner, "work")).await?;
+    store.create(queued_task(&lone, &owner, "work")).await?;
     for id in &crowded[20..] {
-        store.create(new_task(id, &owner, "work")).await?;
+        store.create(queued_task(id, &owner, "work")).await?;
     }
 
     let mut order = Vec::new();
@@ -175,15 +147,15 @@ async fn capacity_is_per_shard_and_tasks_use_every_shard() -> TestResult {
     let owner = AccessToken::generate().owner_hash();
     // Each shard admits ceil(4 / 2) = 2.
     let first = ids_in_shard("first", 0, 2, 3);
-    store.create(new_task(&first[0], &owner, "echo")).await?;
-    store.create(new_task(&first[1], &owner, "echo")).await?;
-    match store.create(new_task(&first[2], &owner, "echo")).await {
+    store.create(queued_task(&first[0], &owner, "echo")).await?;
+    store.create(queued_task(&first[1], &owner, "echo")).await?;
+    match store.create(queued_task(&first[2], &owner, "echo")).await {
         Err(StoreError::Capacity { max: 2 }) => {}
         other => return Err(format!("a third task in a full shard: {other:?}").into()),
     }
     let second = ids_in_shard("second", 1, 2, 2);
     for id in &second {
-        store.create(new_task(id, &owner, "echo")).await?;
+        store.create(queued_task(id, &owner, "echo")).await?;
     }
     assert_eq!(store.live_count().await?, 4);
     assert_eq!(store.queue_depth("echo").await?, 4);
