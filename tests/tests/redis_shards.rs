@@ -164,7 +164,10 @@ async fn capacity_is_per_shard_and_tasks_use_every_shard() -> TestResult {
     let mut conn = server.client().await?;
     for (shard, ids) in [(0, &first[..2]), (1, &second[..])] {
         let live: Vec<String> = redis::cmd("SMEMBERS")
-            .arg(format!("{{tc:{shard}}}:live"))
+            .arg(format!(
+                "{{{}}}:live",
+                shared::store::redis::shard_tag("tc", shard, 2)
+            ))
             .query_async(&mut conn)
             .await?;
         let mut live = live;
@@ -187,5 +190,34 @@ async fn capacity_is_per_shard_and_tasks_use_every_shard() -> TestResult {
     let mut all: Vec<String> = first[..2].iter().chain(&second).cloned().collect();
     all.sort();
     assert_eq!(listed, all);
+    Ok(())
+}
+
+#[tokio::test]
+async fn shards_spread_evenly_over_the_masters_of_a_cluster() -> TestResult {
+    use shared::store::redis::{shard_tag, tag_slot};
+    for masters in [2usize, 3] {
+        let cluster = harness::redis_cluster::RedisCluster::start(masters, 0)?;
+        for shards in [masters, 2 * masters] {
+            let mut per_master = std::collections::BTreeMap::<usize, usize>::new();
+            for shard in 0..shards {
+                let tag = shard_tag("tc", shard, shards);
+                let key = format!("{{{tag}}}:live");
+                // The store's slot arithmetic is the cluster's.
+                assert_eq!(
+                    usize::from(cluster.key_slot(&key)?),
+                    tag_slot(&tag),
+                    "{key}"
+                );
+                *per_master.entry(cluster.master_of_key(&key)?).or_default() += 1;
+            }
+            // S a multiple of P: S / P shards on each master.
+            assert_eq!(per_master.len(), masters, "{shards} shards: {per_master:?}");
+            assert!(
+                per_master.values().all(|&n| n == shards / masters),
+                "{shards} shards: {per_master:?}"
+            );
+        }
+    }
     Ok(())
 }

@@ -61,7 +61,9 @@ pub fn shard_tags(shards: u16) -> Vec<String> {
         return vec![NAMESPACE.to_owned()];
     }
     (0..shards)
-        .map(|shard| format!("{NAMESPACE}:{shard}"))
+        .map(|shard| {
+            shared::store::redis::shard_tag(NAMESPACE, usize::from(shard), usize::from(shards))
+        })
         .collect()
 }
 

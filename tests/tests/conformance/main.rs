@@ -219,7 +219,10 @@ impl Harness for RedisHarness {
 fn hash_tags(namespace: &str, shards: u16) -> Vec<String> {
     let mut tags = vec![namespace.to_owned()];
     if shards > 1 {
-        tags.extend((0..shards).map(|shard| format!("{namespace}:{shard}")));
+        let count = usize::from(shards);
+        tags.extend(
+            (0..count).map(|shard| shared::store::redis::shard_tag(namespace, shard, count)),
+        );
     }
     tags
 }

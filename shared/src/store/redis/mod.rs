@@ -33,7 +33,7 @@ mod take;
 mod tasks;
 
 pub use keys::Keys;
-pub use shards::{MAX_SHARDS, capacity_per_shard, shard_index};
+pub use shards::{MAX_SHARDS, capacity_per_shard, shard_index, shard_tag, tag_slot};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -5,9 +5,16 @@
 //!   task id finds its keys without a lookup. The hash is the first 8 bytes of the id's
 //!   SHA-256: stable across builds, platforms and Rust versions (std's hasher promises none of
 //!   that), and spread evenly whatever ids look like.
-//! - **Per shard** (`{ns:i}`, or `{ns}` when S = 1, the unsharded layout): task records, event
-//!   logs, the live set, lease and admission deadlines, queues and doorbells, owner indexes and
-//!   owner live counters. A task's transitions touch only its own shard's keys.
+//! - **Per shard** (tag [`shard_tag`]: `{ns:i}` or `{ns:i.n}`, or `{ns}` when S = 1, the
+//!   unsharded layout): task records, event logs, the live set, lease and admission deadlines,
+//!   queues and doorbells, owner indexes and owner live counters. A task's transitions touch
+//!   only its own shard's keys.
+//! - **Placement:** shard i's tag is chosen so that its Redis Cluster slot lies in the i-th S-th
+//!   of the slot range. A cluster splits the slots into contiguous equal ranges, one per master
+//!   (`redis-cli --cluster create`), so S shards on P masters, S a multiple of P, land S/P on
+//!   each master, whatever the namespace. Plain `{ns:i}` tags would fall where CRC16 puts them,
+//!   and CRC16 is linear: `{ns:0}` and `{ns:1}` differ by a fixed XOR that never crosses the
+//!   middle slot, so two shards on two masters would always share one.
 //! - **Namespace-wide** (`{ns}`): the layout stamp (which records S), the worker registry,
 //!   idempotency records, payment credentials; pub/sub channel names are namespace-wide too
 //!   (classic pub/sub is not slotted).
@@ -16,6 +23,9 @@
 //!   up to rounding; a shard that is full refuses even while another has room.
 
 use sha2::{Digest, Sha256};
+
+/// Slots of a Redis Cluster.
+const SLOTS: usize = 16_384;
 
 use super::Keys;
 use super::take::Heads;
@@ -36,6 +46,35 @@ pub fn shard_index(id: &str, count: usize) -> usize {
     usize::try_from(u64::from_be_bytes(head) % count as u64).unwrap_or(0)
 }
 
+/// The Redis Cluster slot of a hash tag's content (CRC16/XMODEM mod 16384, as Redis computes it).
+pub fn tag_slot(tag: &str) -> usize {
+    usize::from(crc16::State::<crc16::XMODEM>::calculate(tag.as_bytes())) % SLOTS
+}
+
+/// The hash tag content of shard `index` of `count` in `namespace`: the namespace itself for one
+/// shard; else the first of `ns:i`, `ns:i.1`, `ns:i.2`, ... whose slot lies well inside the
+/// i-th `count`-th of the slot range (about `count` tries; computed once at connect).
+pub fn shard_tag(namespace: &str, index: usize, count: usize) -> String {
+    if count <= 1 {
+        return namespace.to_owned();
+    }
+    // The middle three quarters of the range: clear of where tools round the split between
+    // masters differently (redis-cli gives slot 10922 of 3 masters to the second).
+    let (low, high) = (index * SLOTS / count, (index + 1) * SLOTS / count);
+    let margin = (high - low) / 8;
+    let range = low + margin..high - margin;
+    (0..)
+        .map(|n| {
+            if n == 0 {
+                format!("{namespace}:{index}")
+            } else {
+                format!("{namespace}:{index}.{n}")
+            }
+        })
+        .find(|tag| range.contains(&tag_slot(tag)))
+        .unwrap_or_else(|| format!("{namespace}:{index}"))
+}
+
 /// One shard: its keys and the queue heads this process last saw in it.
 pub(crate) struct Shard {
     pub index: usize,
@@ -52,11 +91,7 @@ impl Shard {
         (0..usize::from(count))
             .map(|index| Shard {
                 index,
-                keys: if count == 1 {
-                    Keys::new(namespace)
-                } else {
-                    Keys::new(&format!("{namespace}:{index}"))
-                },
+                keys: Keys::new(&shard_tag(namespace, index, usize::from(count))),
                 heads: Heads::default(),
             })
             .collect()
@@ -81,10 +116,30 @@ mod tests {
     }
 
     #[test]
-    fn shards_have_their_own_hash_tags() {
-        let shards = Shard::all("tc", 3);
-        let live: Vec<String> = shards.iter().map(|s| s.keys.live()).collect();
-        assert_eq!(live, ["{tc:0}:live", "{tc:1}:live", "{tc:2}:live"]);
+    fn shards_have_their_own_hash_tags_in_their_own_slot_ranges() {
+        for count in [2usize, 3, 4, 6, 16, 256] {
+            let shards = Shard::all("tc", count as u16);
+            for (index, shard) in shards.iter().enumerate() {
+                let tag = shard_tag("tc", index, count);
+                assert!(tag.starts_with(&format!("tc:{index}")), "{tag}");
+                assert_eq!(shard.keys.live(), format!("{{{tag}}}:live"));
+                let slot = tag_slot(&tag);
+                assert!(
+                    (index * SLOTS / count..(index + 1) * SLOTS / count).contains(&slot),
+                    "shard {index} of {count}: {tag} in slot {slot}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_slot_is_redis_cluster_s() {
+        // `CLUSTER KEYSLOT` of these keys on Redis 7 (the hash tag decides the slot).
+        assert_eq!(tag_slot("foo"), 12_182);
+        assert_eq!(tag_slot("tc"), 6_232);
+        // Plain `tc:0` and `tc:1` share a half of the slot range (CRC16 is linear): the reason
+        // tags are chosen by slot.
+        assert_eq!(tag_slot("tc:0") < SLOTS / 2, tag_slot("tc:1") < SLOTS / 2);
     }
 
     #[test]
