@@ -2,9 +2,10 @@
 //! tests/src/redis_cluster.rs), configured with `REDIS_CLUSTER_URLS` only (no `REDIS_URL`).
 //!
 //! - `a_cluster_of_processes_runs_on_redis_cluster`: the card lists the built-ins, direct
-//!   invoke, a Lucid task created on one gateway and followed over SSE on another whose pub/sub
-//!   seed is *not* the master of the namespace's slot (the terminal event crosses the cluster
-//!   bus), and A2A `SendMessage`.
+//!   invoke, a Lucid task created on one gateway and followed over SSE on another whose first
+//!   seed is *not* the master of the namespace's slot: the subscription is a shard channel on
+//!   that master all the same (sharded pub/sub, nothing on the cluster bus), and A2A
+//!   `SendMessage`.
 //! - `a_sharded_namespace_spreads_over_the_masters`: with `REDIS_SHARDS=6`, tasks created
 //!   through a gateway land on several masters, two workers run them all, and the owner's
 //!   listing merges every shard.
@@ -49,8 +50,8 @@ struct Gateway {
 }
 
 impl Gateway {
-    /// Starts a gateway on the cluster seeded by `seeds` (in this order: its pub/sub listens
-    /// through the first) and waits until `/health` answers.
+    /// Starts a gateway on the cluster seeded by `seeds` (in this order) and waits until
+    /// `/health` answers.
     async fn start(name: &str, seeds: &[String]) -> Res<Gateway> {
         Self::start_with(name, seeds, &[]).await
     }
@@ -81,7 +82,7 @@ fn start_worker(name: &str, seeds: &[String], extra: &[(&str, String)]) -> Res<S
     Ok(ServiceProcess::start("worker", name, &[], &envs)?)
 }
 
-/// The cluster's seed list with node `first` in front (the node a process' pub/sub uses).
+/// The cluster's seed list with node `first` in front (the node a process asks first).
 fn seeds_from(cluster: &RedisCluster, first: usize) -> Res<Vec<String>> {
     let mut seeds = vec![cluster.url(first)?];
     for url in cluster.urls() {
@@ -228,10 +229,17 @@ fn is_terminal(status: &Value) -> bool {
 
 /// Channels matching `pattern` that node `index` has subscribers for (`PUBSUB CHANNELS` is
 /// local to a node: it names the node's own subscriptions).
-async fn node_channels(cluster: &RedisCluster, index: usize, pattern: &str) -> Res<Vec<String>> {
+/// The channels matching `pattern` that node `index` has subscribers on: classic ones with
+/// `kind` `CHANNELS`, sharded ones with `SHARDCHANNELS`.
+async fn node_channels(
+    cluster: &RedisCluster,
+    index: usize,
+    kind: &str,
+    pattern: &str,
+) -> Res<Vec<String>> {
     let mut conn = cluster.node_connection(index).await?;
     let channels: Vec<String> = redis::cmd("PUBSUB")
-        .arg("CHANNELS")
+        .arg(kind)
         .arg(pattern)
         .query_async(&mut conn)
         .await?;
@@ -406,8 +414,8 @@ async fn a_cluster_of_processes_runs_on_redis_cluster() -> Res {
     let [listener_node, third] = others[..] else {
         return Err(format!("expected 2 masters besides {owner}, got {others:?}").into());
     };
-    // Nobody's pub/sub goes through the slot's master: the worker and gateway A use `third`,
-    // gateway B `listener_node`. Scripts publish on the slot's master (`owner`).
+    // No process has the slot's master first among its seeds: the worker and gateway A have
+    // `third`, gateway B `listener_node`. Scripts publish on the slot's master (`owner`).
     let mut worker = start_worker("w1", &seeds_from(&cluster, third)?, &[])?;
     let mut a = Gateway::start("gateway-a", &seeds_from(&cluster, third)?).await?;
     let mut b = Gateway::start("gateway-b", &seeds_from(&cluster, listener_node)?).await?;
@@ -425,19 +433,30 @@ async fn a_cluster_of_processes_runs_on_redis_cluster() -> Res {
 
     // A task created at A, followed at B. The worker is stopped while the task is created and
     // B subscribes, so B's snapshot cannot be terminal: the end can only reach B live, through
-    // pub/sub on `listener_node`, published by the script on `owner`.
+    // the shard channel B subscribed on `owner`, where the script publishes it.
     worker.signal(Signal::SIGSTOP)?;
     let task_id = create_task(&a.base, "sleep", json!({"ms": 300})).await?;
     let response = open_sse(&b.base, &task_id).await?;
     let pattern = format!("{{tc}}:ch:*:{task_id}");
-    let on_listener = node_channels(&cluster, listener_node, &pattern).await?;
-    let on_owner = node_channels(&cluster, owner, &pattern).await?;
-    ensure(on_listener.len() == 1 && on_owner.is_empty(), || {
-        format!(
-            "task channel subscribed on node {listener_node}: {on_listener:?}, \
-             on the slot's master {owner}: {on_owner:?}"
-        )
-    })?;
+    let sharded_on_owner = node_channels(&cluster, owner, "SHARDCHANNELS", &pattern).await?;
+    let mut classic = Vec::new();
+    let mut sharded_elsewhere = Vec::new();
+    for node in [listener_node, third, owner] {
+        classic.extend(node_channels(&cluster, node, "CHANNELS", &pattern).await?);
+        if node != owner {
+            sharded_elsewhere
+                .extend(node_channels(&cluster, node, "SHARDCHANNELS", &pattern).await?);
+        }
+    }
+    ensure(
+        sharded_on_owner.len() == 1 && classic.is_empty() && sharded_elsewhere.is_empty(),
+        || {
+            format!(
+                "task channel: sharded on the slot's master {owner}: {sharded_on_owner:?}, \
+                 on other masters: {sharded_elsewhere:?}, classic: {classic:?}"
+            )
+        },
+    )?;
     worker.signal(Signal::SIGCONT)?;
     let events = sse_events(response, PATIENCE).await?;
     let names: Vec<&str> = events.iter().map(|(name, _)| name.as_str()).collect();
@@ -482,8 +501,8 @@ async fn tasks_survive_a_master_failover() -> Res {
         .into_iter()
         .find(|&m| m != owner)
         .ok_or("a single master")?;
-    // The worker and gateway A reach the cluster (and listen) through the master that dies;
-    // gateway B through another.
+    // The worker and gateway A reach the cluster through the master that dies first; gateway
+    // B through another.
     let mut worker = start_worker(
         "w1",
         &seeds_from(&cluster, owner)?,
@@ -608,8 +627,9 @@ async fn tasks_survive_a_master_failover() -> Res {
     }
 
     // The subscribers opened before the kill, at both gateways, each end with the task's end:
-    // at A, whose pub/sub node was the killed master, the listener reconnects through the next
-    // seed and re-reads the event log, retrying while the slot has no master yet.
+    // every subscription was on the killed master (the slot's), so each gateway subscribes
+    // again on the promoted replica and re-reads the event log, retrying while the slot has no
+    // master yet.
     for (id, gateway, reader) in streams {
         let events = reader
             .await?

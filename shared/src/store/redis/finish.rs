@@ -110,7 +110,7 @@ async fn finish_group(
     invocation
         .arg(u64::try_from(config.retention.as_millis()).unwrap_or(u64::MAX))
         .arg(config.event_log_len)
-        .arg(core.keys.worker_channel_prefix())
+        .arg(keys.worker_channel_prefix())
         .arg(take.map(|key| key.holder.as_str()).unwrap_or_default())
         .arg(take.map_or(0, |key| key.ttl_ms))
         .arg(take.and_then(|key| key.run_ms).unwrap_or(0))

@@ -1,6 +1,6 @@
-//! Key and channel names, one function each. Every key carries the namespace as its hash tag
-//! (`{ns}`), so all of a namespace's keys live in one Redis Cluster slot and every script can
-//! declare all its keys in KEYS: moving to Cluster is a key-scheme change, not a rewrite.
+//! Key and channel names, one function each. Every key and channel carries its shard's hash tag
+//! (`{ns}` unsharded; see `shards.rs`), so each shard lives in one Redis Cluster slot, every
+//! script can declare all its keys in KEYS, and a script's `SPUBLISH` stays in its own slot.
 
 use crate::token::OwnerHash;
 
@@ -88,7 +88,8 @@ impl Keys {
         format!("{}:registry", self.prefix)
     }
 
-    /// Pub/sub channel of one task, readable only by someone who knows the owner hash.
+    /// Pub/sub channel of one task (in the task's shard), readable only by someone who knows
+    /// the owner hash.
     pub fn task_channel(&self, owner: &OwnerHash, id: &str) -> String {
         format!("{}{owner}:{id}", self.task_channel_prefix())
     }
@@ -97,7 +98,8 @@ impl Keys {
         format!("{}:ch:", self.prefix)
     }
 
-    /// Pub/sub channel on which a worker hears that one of its tasks was cancelled.
+    /// Pub/sub channel on which a worker hears that one of its tasks in this shard was
+    /// cancelled (a worker listens on every shard's).
     pub fn worker_channel(&self, worker_id: &str) -> String {
         format!("{}{worker_id}", self.worker_channel_prefix())
     }

@@ -47,10 +47,10 @@ use redis::Value;
 
 use self::batch::Batcher;
 use self::pool::Connections;
-use self::scripts::Scripts;
+use self::scripts::{PubSub, Scripts};
 use self::shards::Shard;
 use self::spans::Peer;
-use self::subscriber::Dispatcher;
+use self::subscriber::{Dispatcher, Source};
 use super::{DEFAULT_MAX_TASKS, DEFAULT_RETENTION, Durability, StoreError};
 
 pub use self::persistence::DurabilitySetting;
@@ -305,13 +305,14 @@ fn batched(
 }
 
 /// The batchers of shard `index`: their shared keys are that shard's.
-fn shard_lanes(
-    core: &Arc<Core>,
-    index: usize,
-    creates_args: &[String],
-    swaps_args: &[String],
-) -> ShardLanes {
+fn shard_lanes(core: &Arc<Core>, index: usize, creates_args: &[String]) -> ShardLanes {
     let keys = &core.shards[index].keys;
+    // A finished task's holder hears of it on its cancellation channel in this shard's slot.
+    let swaps_args = vec![
+        core.config.retention.as_millis().to_string(),
+        core.config.event_log_len.to_string(),
+        keys.worker_channel_prefix(),
+    ];
     let lanes = 4;
     ShardLanes {
         creates: batched(
@@ -339,7 +340,7 @@ fn shard_lanes(
             "cas",
             |s| &s.cas,
             vec![keys.leases(), keys.admissions(), keys.live()],
-            swaps_args.to_vec(),
+            swaps_args,
         ),
         // Two lanes: one call in flight while the next batch gathers; each call takes its
         // candidates out of the shard's heads, so the two never try the same ones.
@@ -355,22 +356,21 @@ fn shard_lanes(
 impl RedisStore {
     /// Connects and checks that Redis answers.
     pub async fn connect(config: RedisStoreConfig) -> Result<RedisStore, StoreError> {
-        // Pub/sub and blocking reads use their own connections: to `url`, or to the first
-        // cluster seed (classic pub/sub reaches every node of a cluster).
+        // Blocking reads use their own connections: to `url`, or to the first cluster seed.
         let subscribe_url = config
             .cluster_urls
             .first()
             .cloned()
             .unwrap_or_else(|| config.url.clone());
         let client = redis::Client::open(subscribe_url.as_str())?;
-        let subscribers = if config.cluster_urls.is_empty() {
-            vec![client.clone()]
+        // One server: classic pub/sub. A cluster: sharded pub/sub, each task's channel in its
+        // shard's slot, so events stay on the master that wrote them.
+        let (pubsub, subscribe_from) = if config.cluster_urls.is_empty() {
+            (PubSub::Classic, Source::Servers(vec![client.clone()]))
         } else {
-            config
-                .cluster_urls
-                .iter()
-                .map(|url| redis::Client::open(url.as_str()))
-                .collect::<Result<Vec<_>, _>>()?
+            let urls = config.cluster_urls.clone();
+            let timeout = config.timeout;
+            (PubSub::Sharded, Source::Cluster { urls, timeout })
         };
         let connections = Connections::open(
             &config.url,
@@ -389,11 +389,6 @@ impl RedisStore {
         let keys = Keys::new(&config.namespace);
         let shards = Shard::all(&config.namespace, config.shards);
         let creates_args = vec![capacity_per_shard(config.max_tasks, shards.len()).to_string()];
-        let swaps_args = vec![
-            config.retention.as_millis().to_string(),
-            config.event_log_len.to_string(),
-            keys.worker_channel_prefix(),
-        ];
         let durability_setting = config.durability;
         let wait_replicas = if config.cluster_urls.is_empty() {
             0
@@ -410,7 +405,7 @@ impl RedisStore {
             wait_replicas,
             keys: keys.clone(),
             shards,
-            scripts: Scripts::load(),
+            scripts: Scripts::load(pubsub),
             finish_turns: AtomicUsize::new(0),
             peer: Peer::from_url(&subscribe_url),
             config,
@@ -421,7 +416,7 @@ impl RedisStore {
         let lanes = core
             .shards
             .iter()
-            .map(|shard| shard_lanes(&core, shard.index, &creates_args, &swaps_args))
+            .map(|shard| shard_lanes(&core, shard.index, &creates_args))
             .collect();
         let store = RedisStore {
             inner: Arc::new(Inner {
@@ -433,7 +428,7 @@ impl RedisStore {
                         take::take_batch(core.clone(), requests)
                     })
                 },
-                dispatcher: Dispatcher::start(subscribers, shutdown.clone()),
+                dispatcher: Dispatcher::start(subscribe_from, shutdown.clone()),
                 blocking: Mutex::new(Vec::new()),
                 durability,
                 core,
@@ -455,7 +450,7 @@ impl RedisStore {
         &self.inner.core.config
     }
 
-    /// The namespace-wide keys (registry, layout stamp, channel names); a task's keys are its
+    /// The namespace-wide keys (registry, layout stamp); a task's keys and channels are its
     /// shard's ([`Self::shard_keys`]).
     pub fn keys(&self) -> &Keys {
         &self.inner.core.keys
@@ -678,26 +673,32 @@ impl RedisStore {
         }
     }
 
-    /// Listens for cancellations of tasks that `worker_id` holds: yields task ids.
+    /// Listens for cancellations of tasks that `worker_id` holds: yields task ids. Each shard
+    /// publishes on its own channel for the worker (in the shard's slot), so this listens on
+    /// all of them.
     pub(super) async fn cancellation_feed(
         &self,
         worker_id: &str,
     ) -> Result<tokio::sync::mpsc::UnboundedReceiver<String>, StoreError> {
-        let mut listener = self
-            .inner
-            .dispatcher
-            .listen(self.inner.core.keys.worker_channel(worker_id))
-            .await?;
+        let listeners = futures::future::try_join_all(self.inner.core.shards.iter().map(|shard| {
+            self.inner
+                .dispatcher
+                .listen(shard.keys.worker_channel(worker_id))
+        }))
+        .await?;
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            while let Some(signal) = listener.signals.recv().await {
-                if let subscriber::Signal::Message(id) = signal
-                    && tx.send(id).is_err()
-                {
-                    break;
+        for mut listener in listeners {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                while let Some(signal) = listener.signals.recv().await {
+                    if let subscriber::Signal::Message(id) = signal
+                        && tx.send(id).is_err()
+                    {
+                        break;
+                    }
                 }
-            }
-        });
+            });
+        }
         Ok(rx)
     }
 }

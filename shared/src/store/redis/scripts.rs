@@ -29,25 +29,87 @@ pub struct Scripts {
     pub layout: Script,
 }
 
+/// How the scripts publish task events and cancellations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PubSub {
+    /// `PUBLISH`: one server (any Redis version) hears it on classic channels.
+    Classic,
+    /// `SPUBLISH` (Redis 7): on a Redis Cluster the message stays on the master that owns the
+    /// channel's slot, which is the script's own shard's (channel names carry the shard's tag).
+    Sharded,
+}
+
+/// One Lua source serves both flavours: the sharded variant only swaps the publish command,
+/// so the scripts cannot drift apart (a Lua script cannot tell by itself whether it runs on
+/// a cluster).
+fn script(text: &str, pubsub: PubSub) -> Script {
+    match pubsub {
+        PubSub::Classic => Script::new(text),
+        PubSub::Sharded => {
+            Script::new(&text.replace("redis.call('PUBLISH'", "redis.call('SPUBLISH'"))
+        }
+    }
+}
+
 impl Scripts {
-    pub fn load() -> Self {
+    pub fn load(pubsub: PubSub) -> Self {
         Scripts {
-            create: Script::new(lua!("create")),
-            claim: Script::new(lua!("claim")),
-            take: Script::new(lua!("take")),
-            renew: Script::new(lua!("renew")),
-            activate: Script::new(lua!("activate")),
-            hand_off: Script::new(lua!("hand_off")),
-            record_receipt: Script::new(lua!("record_receipt")),
-            attach_receipt: Script::new(lua!("attach_receipt")),
-            emit: Script::new(lua!("emit")),
-            await_input: Script::new(lua!("await_input")),
-            resume: Script::new(lua!("resume")),
-            cas: Script::new(lua!("cas")),
-            finish_take: Script::new(lua!("finish_take")),
-            due: Script::new(lua!("due")),
-            recover: Script::new(lua!("recover")),
-            layout: Script::new(lua!("layout")),
+            create: script(lua!("create"), pubsub),
+            claim: script(lua!("claim"), pubsub),
+            take: script(lua!("take"), pubsub),
+            renew: script(lua!("renew"), pubsub),
+            activate: script(lua!("activate"), pubsub),
+            hand_off: script(lua!("hand_off"), pubsub),
+            record_receipt: script(lua!("record_receipt"), pubsub),
+            attach_receipt: script(lua!("attach_receipt"), pubsub),
+            emit: script(lua!("emit"), pubsub),
+            await_input: script(lua!("await_input"), pubsub),
+            resume: script(lua!("resume"), pubsub),
+            cas: script(lua!("cas"), pubsub),
+            finish_take: script(lua!("finish_take"), pubsub),
+            due: script(lua!("due"), pubsub),
+            recover: script(lua!("recover"), pubsub),
+            layout: script(lua!("layout"), pubsub),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sharded_flavour_publishes_only_on_sharded_channels() {
+        let publishers = [
+            "emit",
+            "cas",
+            "finish_take",
+            "recover",
+            "await_input",
+            "resume",
+        ];
+        for name in publishers {
+            let text = match name {
+                "emit" => lua!("emit"),
+                "cas" => lua!("cas"),
+                "finish_take" => lua!("finish_take"),
+                "recover" => lua!("recover"),
+                "await_input" => lua!("await_input"),
+                _ => lua!("resume"),
+            };
+            assert!(
+                text.contains("redis.call('PUBLISH'"),
+                "{name} publishes classically"
+            );
+            let sharded = text.replace("redis.call('PUBLISH'", "redis.call('SPUBLISH'");
+            assert!(
+                !sharded.contains("'PUBLISH'"),
+                "{name} keeps a classic publish"
+            );
+            assert_ne!(
+                script(text, PubSub::Classic).get_hash(),
+                script(text, PubSub::Sharded).get_hash()
+            );
         }
     }
 }

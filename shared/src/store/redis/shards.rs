@@ -7,7 +7,8 @@
 //!   that), and spread evenly whatever ids look like.
 //! - **Per shard** (tag [`shard_tag`]: `{ns:i}` or `{ns:i.n}`, or `{ns}` when S = 1, the
 //!   unsharded layout): task records, event logs, the live set, lease and admission deadlines,
-//!   queues and doorbells, owner indexes and owner live counters. A task's transitions touch
+//!   queues and doorbells, owner indexes and owner live counters, and the pub/sub channels of
+//!   its tasks and of its tasks' holders (sharded pub/sub on a cluster). A task's transitions touch
 //!   only its own shard's keys.
 //! - **Placement:** shard i's tag is chosen so that its Redis Cluster slot lies in the i-th S-th
 //!   of the slot range. A cluster splits the slots into contiguous equal ranges, one per master
@@ -16,8 +17,7 @@
 //!   and CRC16 is linear: `{ns:0}` and `{ns:1}` differ by a fixed XOR that never crosses the
 //!   middle slot, so two shards on two masters would always share one.
 //! - **Namespace-wide** (`{ns}`): the layout stamp (which records S), the worker registry,
-//!   idempotency records, payment credentials; pub/sub channel names are namespace-wide too
-//!   (classic pub/sub is not slotted).
+//!   idempotency records, payment credentials.
 //! - **Capacity** is per shard: each admits `ceil(max_tasks / S)` live tasks, so that creation
 //!   stays one single-slot script. Ids spread evenly, so the cluster-wide bound is `max_tasks`
 //!   up to rounding; a shard that is full refuses even while another has room.

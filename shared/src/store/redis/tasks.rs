@@ -154,7 +154,7 @@ impl RedisStore {
             .key(keys.live())
             .arg(mode)
             .arg(self.retention_ms())
-            .arg(self.keys().task_channel_prefix());
+            .arg(keys.task_channel_prefix());
         for (id, (owner, entrypoint)) in ids.iter().zip(&owners) {
             // A task that vanished meanwhile: the script only drops its stale index entries,
             // so the owner keys it names are never touched.
@@ -276,7 +276,7 @@ impl RedisStore {
                 fence.map(|l| l.epoch.to_string()).unwrap_or_default(),
                 event.kind.as_str().to_owned(),
                 to_json(&event.data)?,
-                self.keys().task_channel(&owner, task_id),
+                self.shard_keys(task_id).task_channel(&owner, task_id),
             ],
         }))
     }
@@ -453,7 +453,7 @@ impl TaskStore for RedisStore {
     }
 
     async fn create_watched(&self, new: NewTask) -> Result<(Task, Subscription), StoreError> {
-        let keys = self.keys();
+        let keys = self.shard_keys(&new.task_id);
         // Listen first: every event of the task is published after its creation, so the live
         // feed holds all of them from seq 2 on, and the snapshot is what the create wrote.
         let listener = self
@@ -792,7 +792,7 @@ impl TaskStore for RedisStore {
                     .arg(lease.epoch)
                     .arg(&event.event)
                     .arg(to_json(&event.data)?)
-                    .arg(self.keys().task_channel(&lease.task_owner, &lease.task_id))
+                    .arg(keys.task_channel(&lease.task_owner, &lease.task_id))
                     .arg(self.inner.core.config.event_log_len),
             )
             .await?;
@@ -824,7 +824,7 @@ impl TaskStore for RedisStore {
                     .arg(lease.epoch)
                     .arg(to_json(&request)?)
                     .arg(to_json(&data)?)
-                    .arg(self.keys().task_channel(&lease.task_owner, &lease.task_id))
+                    .arg(keys.task_channel(&lease.task_owner, &lease.task_id))
                     .arg(self.inner.core.config.event_log_len)
                     .arg(ms(patience)),
             )
@@ -878,7 +878,7 @@ impl TaskStore for RedisStore {
                         .arg(stored.seq)
                         .arg(to_json(&invocation)?)
                         .arg(to_json(&turn)?)
-                        .arg(self.keys().task_channel(owner, task_id))
+                        .arg(keys.task_channel(owner, task_id))
                         .arg(self.inner.core.config.event_log_len),
                 )
                 .await?;
@@ -924,7 +924,7 @@ impl TaskStore for RedisStore {
         let listener = self
             .inner
             .dispatcher
-            .listen(self.keys().task_channel(owner, task_id))
+            .listen(keys.task_channel(owner, task_id))
             .await?;
         let mut read = redis::pipe();
         read.cmd("HMGET")

@@ -1,0 +1,78 @@
+//! Classic pub/sub on one dedicated connection: a single server, or a cluster's seed nodes in
+//! turn (classic channels reach every node of a cluster).
+
+use futures::StreamExt;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::{Command, FIRST_BACKOFF, Listeners, refuse_for};
+
+pub(super) async fn run(
+    clients: Vec<redis::Client>,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+    shutdown: CancellationToken,
+) {
+    let mut listeners = Listeners::default();
+    let mut backoff = FIRST_BACKOFF;
+    let mut turn = 0usize;
+    loop {
+        let Some(client) = clients.get(turn % clients.len().max(1)) else {
+            return;
+        };
+        // The next attempt, after a failure or a lost connection, tries the next node.
+        turn = turn.wrapping_add(1);
+        let connected = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            conn = client.get_async_pubsub() => conn,
+        };
+        let (mut sink, mut stream) = match connected {
+            Ok(pubsub) => pubsub.split(),
+            Err(err) => {
+                if !refuse_for(&mut backoff, &err, &mut commands, &mut listeners, &shutdown).await {
+                    return;
+                }
+                continue;
+            }
+        };
+        backoff = FIRST_BACKOFF;
+        if !listeners.is_empty() {
+            if sink.subscribe(&listeners.channels()).await.is_err() {
+                continue;
+            }
+            listeners.resync_all();
+        }
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                cmd = commands.recv() => match cmd {
+                    None => return,
+                    Some(Command::Subscribe { channel, id, sink: tx, ready }) => {
+                        let fresh = listeners.add(&channel, id, tx);
+                        let result = if fresh { sink.subscribe(&channel).await } else { Ok(()) };
+                        match result {
+                            Ok(()) => { let _ = ready.send(Ok(())); }
+                            Err(err) => {
+                                listeners.remove(&channel, id);
+                                let _ = ready.send(Err(err.into()));
+                                break;
+                            }
+                        }
+                    }
+                    Some(Command::Unsubscribe { channel, id }) => {
+                        if listeners.remove(&channel, id) && sink.unsubscribe(&channel).await.is_err() {
+                            break;
+                        }
+                    }
+                },
+                msg = stream.next() => match msg {
+                    None => break,
+                    Some(msg) => {
+                        let Ok(payload) = msg.get_payload::<String>() else { continue };
+                        listeners.deliver(msg.get_channel_name(), payload);
+                    }
+                },
+            }
+        }
+        tracing::warn!("pub/sub connection lost; reconnecting");
+    }
+}
