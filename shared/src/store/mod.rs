@@ -246,6 +246,28 @@ pub trait TaskStore: Send + Sync + 'static {
         lease_ttl: Duration,
     ) -> Result<Vec<bool>, StoreError>;
 
+    /// [`TaskStore::renew_leases`] for a store split into shards that can fail apart: one
+    /// shard that does not answer leaves its leases [`Renewal::Unconfirmed`] instead of
+    /// failing the others' renewals. An error only when no shard answered. The default (one
+    /// shard) maps `renew_leases`.
+    async fn renew_each(
+        &self,
+        leases: &[Lease],
+        lease_ttl: Duration,
+    ) -> Result<Vec<Renewal>, StoreError> {
+        let renewed = self.renew_leases(leases, lease_ttl).await?;
+        Ok(renewed
+            .into_iter()
+            .map(|held| {
+                if held {
+                    Renewal::Renewed
+                } else {
+                    Renewal::Lost
+                }
+            })
+            .collect())
+    }
+
     /// Recovers up to `limit` tasks whose lease expired. Safe to run from every worker at once.
     async fn recover_expired(&self, limit: usize) -> Result<RecoveryReport, StoreError>;
 

@@ -205,6 +205,18 @@ pub struct Claim {
     pub created_at_ms: u64,
 }
 
+/// What renewing one lease found ([`super::TaskStore::renew_each`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renewal {
+    /// Still held, its deadline pushed back.
+    Renewed,
+    /// Not held any more: recovered, cancelled, or taken over. Its handler must stop.
+    Lost,
+    /// Not known: the shard that holds it did not answer (its master failing over, say) while
+    /// others did. The lease stands until its deadline, as far as this worker knows.
+    Unconfirmed,
+}
+
 /// A successful activation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Activation {

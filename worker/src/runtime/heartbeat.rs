@@ -1,12 +1,14 @@
 //! The heartbeat: every third of the lease TTL, one store call renews every lease this worker
 //! holds; a lease the store refuses stops its handler, and so does a lease whose last confirmed
-//! renewal is older than the TTL (the store was unreachable: it has expired there by now). The
+//! renewal is older than the TTL (its shard was unreachable: it has expired there by now). A
+//! shard that does not answer holds back only its own leases' renewals. The
 //! same tick refreshes the worker's registry entry, concurrently. Beside it, the cancellation listener stops
 //! handlers of cancelled tasks at once.
 
 use std::sync::Arc;
 
 use shared::registry::{WorkerEntry, WorkerRegistry};
+use shared::store::Renewal;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 
@@ -48,15 +50,28 @@ async fn renew(shared: &Shared, ttl: std::time::Duration) {
         return;
     }
     let asked_at = tokio::time::Instant::now();
-    match shared.store.renew_leases(&leases, ttl).await {
-        Ok(renewed) => {
-            for (lease, ok) in leases.iter().zip(renewed) {
-                if ok {
-                    shared.active.renewed(lease, asked_at);
-                } else if shared.active.stop(&lease.task_id, StopReason::LeaseLost) {
-                    shared::telemetry::metrics::fenced_write_rejected(&lease.entrypoint, "renew");
-                    tracing::warn!(task_id = %lease.task_id, "lease lost; stopping its handler");
+    match shared.store.renew_each(&leases, ttl).await {
+        Ok(renewals) => {
+            let mut unconfirmed = 0usize;
+            for (lease, renewal) in leases.iter().zip(renewals) {
+                match renewal {
+                    Renewal::Renewed => shared.active.renewed(lease, asked_at),
+                    Renewal::Lost => {
+                        if shared.active.stop(&lease.task_id, StopReason::LeaseLost) {
+                            shared::telemetry::metrics::fenced_write_rejected(
+                                &lease.entrypoint,
+                                "renew",
+                            );
+                            tracing::warn!(task_id = %lease.task_id, "lease lost; stopping its handler");
+                        }
+                    }
+                    // Its shard did not answer: the lease stands until its deadline, which
+                    // the staleness check below enforces.
+                    Renewal::Unconfirmed => unconfirmed += 1,
                 }
+            }
+            if unconfirmed > 0 {
+                tracing::warn!(unconfirmed, "some leases' shards did not answer; retrying");
             }
         }
         Err(err) => tracing::warn!(error = %err, "could not renew leases"),

@@ -18,8 +18,8 @@ use super::{Keys, RedisStore, ScriptItem, capacity_per_shard};
 use crate::protocol::{Task, TaskEvent, TaskStatus};
 use crate::store::{
     Activation, Admission, CasOutcome, Claim, Durability, EventPayload, Finished, Lease, ListQuery,
-    NewTask, ReceiptRecorded, RecoveryReport, Rejection, Resumed, Started, StoreError, StoredEvent,
-    StoredTask, Subscription, TakeSpec, TaskPage, TaskStore, Transition,
+    NewTask, ReceiptRecorded, RecoveryReport, Rejection, Renewal, Resumed, Started, StoreError,
+    StoredEvent, StoredTask, Subscription, TakeSpec, TaskPage, TaskStore, Transition,
 };
 use crate::token::OwnerHash;
 
@@ -636,7 +636,7 @@ impl TaskStore for RedisStore {
         lease_ttl: Duration,
     ) -> Result<bool, StoreError> {
         let renewed = renew(self, std::slice::from_ref(lease), lease_ttl, "prepared").await?;
-        Ok(renewed.first().copied().unwrap_or(false))
+        Ok(all_confirmed(renewed)?.first().copied().unwrap_or(false))
     }
 
     async fn hand_off(&self, lease: &Lease) -> Result<bool, StoreError> {
@@ -1060,6 +1060,14 @@ impl TaskStore for RedisStore {
         leases: &[Lease],
         lease_ttl: Duration,
     ) -> Result<Vec<bool>, StoreError> {
+        all_confirmed(renew(self, leases, lease_ttl, "any").await?)
+    }
+
+    async fn renew_each(
+        &self,
+        leases: &[Lease],
+        lease_ttl: Duration,
+    ) -> Result<Vec<Renewal>, StoreError> {
         renew(self, leases, lease_ttl, "any").await
     }
 
@@ -1135,11 +1143,12 @@ async fn renew(
     leases: &[Lease],
     lease_ttl: Duration,
     phases: &str,
-) -> Result<Vec<bool>, StoreError> {
+) -> Result<Vec<Renewal>, StoreError> {
     if leases.is_empty() {
         return Ok(Vec::new());
     }
-    // One call per shard that holds some of the leases, all at once.
+    // One call per shard that holds some of the leases, all at once; a shard that fails
+    // leaves its leases unconfirmed without holding back the others'.
     let core = &store.inner.core;
     let mut by_shard: Vec<Vec<usize>> = vec![Vec::new(); core.shards.len()];
     for (position, lease) in leases.iter().enumerate() {
@@ -1161,19 +1170,54 @@ async fn renew(
                     .arg(&lease.owner_id)
                     .arg(lease.epoch);
             }
-            let deadlines: Vec<u64> = store.eval_in(keys, "renew", &invocation).await?;
-            if deadlines.len() != positions.len() {
-                return Err(corrupt("renew reply arity"));
-            }
-            Ok::<_, StoreError>(positions.iter().copied().zip(deadlines).collect::<Vec<_>>())
+            let reply: Result<Vec<u64>, StoreError> =
+                store.eval_in(keys, "renew", &invocation).await;
+            let deadlines: Result<Vec<u64>, StoreError> = match reply {
+                Ok(deadlines) if deadlines.len() != positions.len() => {
+                    Err(corrupt("renew reply arity"))
+                }
+                other => other,
+            };
+            (positions, deadlines)
         });
-    let mut renewed = vec![false; leases.len()];
-    for shard in futures::future::try_join_all(calls).await? {
-        for (position, deadline) in shard {
-            renewed[position] = deadline > 0;
+    let mut renewed = vec![Renewal::Unconfirmed; leases.len()];
+    let mut first_error = None;
+    let mut answered = false;
+    for (positions, deadlines) in futures::future::join_all(calls).await {
+        match deadlines {
+            Ok(deadlines) => {
+                answered = true;
+                for (&position, deadline) in positions.iter().zip(deadlines) {
+                    renewed[position] = if deadline > 0 {
+                        Renewal::Renewed
+                    } else {
+                        Renewal::Lost
+                    };
+                }
+            }
+            Err(err) => {
+                first_error.get_or_insert(err);
+            }
         }
     }
-    Ok(renewed)
+    match first_error {
+        Some(err) if !answered => Err(err),
+        _ => Ok(renewed),
+    }
+}
+
+/// All of `renewed` as held or not; an error when any of them could not be confirmed.
+fn all_confirmed(renewed: Vec<Renewal>) -> Result<Vec<bool>, StoreError> {
+    renewed
+        .into_iter()
+        .map(|renewal| match renewal {
+            Renewal::Renewed => Ok(true),
+            Renewal::Lost => Ok(false),
+            Renewal::Unconfirmed => Err(StoreError::Unavailable(
+                "a shard holding some of the leases did not answer".into(),
+            )),
+        })
+        .collect()
 }
 
 /// Events after `from_seq`, in order and without gaps: live messages are checked against the
