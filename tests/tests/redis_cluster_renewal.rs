@@ -58,7 +58,12 @@ async fn a_dead_shard_leaves_only_its_own_leases_unconfirmed() -> TestResult {
     // Shard 1 loses one lease (its task is cancelled); shard 0's master dies.
     let cancelled = &leases[2].task_id;
     store
-        .compare_and_set(cancelled, &[TaskStatus::Running], Transition::cancelled(), None)
+        .compare_and_set(
+            cancelled,
+            &[TaskStatus::Running],
+            Transition::cancelled(),
+            None,
+        )
         .await?;
     let dead = cluster.master_of_key(&store.shard_keys(&leases[0].task_id).live())?;
     for lease in &leases[2..] {
