@@ -1,8 +1,11 @@
-//! Store-level fixtures of the Redis suites: a queued task, and ids placed in a given shard.
+//! Store-level fixtures of the Redis suites: a queued task, ids placed in a given shard, a
+//! cluster store's settings and a running lease.
+
+use std::time::Duration;
 
 use serde_json::json;
 use shared::store::redis::shard_index;
-use shared::store::{Admission, Invocation, NewTask};
+use shared::store::{Admission, Invocation, Lease, NewTask, RedisStoreConfig, TaskStore};
 use shared::token::OwnerHash;
 
 /// A free (queued) task of `entrypoint` whose input names its id, with 3 attempts.
@@ -29,4 +32,33 @@ pub fn ids_in_shard(prefix: &str, shard: usize, shards: usize, count: usize) -> 
         .filter(|id| shard_index(id, shards) == shard)
         .take(count)
         .collect()
+}
+
+/// The settings of a store on the Redis Cluster seeded by `urls`, split into `shards`, whose
+/// calls give up after `timeout` (short, so that a dead node fails a call quickly).
+pub fn cluster_store_config(urls: Vec<String>, shards: u16, timeout: Duration) -> RedisStoreConfig {
+    let mut config = RedisStoreConfig::new(String::new());
+    config.cluster_urls = urls;
+    config.shards = shards;
+    config.timeout = timeout;
+    config
+}
+
+/// Claims and starts task `id` for `worker` with `ttl` as lease and run limit: its running
+/// lease.
+pub async fn start_running(
+    store: &impl TaskStore,
+    id: &str,
+    worker: &str,
+    ttl: Duration,
+) -> Result<Lease, Box<dyn std::error::Error>> {
+    let claim = store
+        .claim_execution(id, worker, ttl)
+        .await?
+        .ok_or("claim refused")?;
+    let started = store
+        .activate_execution(&claim.lease, ttl, ttl)
+        .await?
+        .ok_or("activation refused")?;
+    Ok(started.lease)
 }

@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use harness::redis_cluster::RedisCluster;
-use harness::store_fixtures::{ids_in_shard, queued_task};
+use harness::store_fixtures::{cluster_store_config, ids_in_shard, queued_task, start_running};
 use serde_json::json;
 use shared::protocol::{TaskResult, TaskStatus};
 use shared::store::{
-    EventPayload, EventStream, Lease, RedisStore, RedisStoreConfig, StoreError, StoredEvent,
-    Subscription, TaskStore, Transition,
+    EventPayload, EventStream, Lease, RedisStore, StoreError, StoredEvent, Subscription, TaskStore,
+    Transition,
 };
 use shared::token::{AccessToken, OwnerHash};
 
@@ -30,11 +30,8 @@ const EVENT_BOUND: Duration = Duration::from_secs(30);
 const TRIES: usize = 60;
 
 async fn store(cluster: &RedisCluster) -> Result<RedisStore, StoreError> {
-    let mut config = RedisStoreConfig::new(String::new());
-    config.cluster_urls = cluster.urls();
-    config.shards = SHARDS as u16;
-    config.timeout = Duration::from_millis(1_500);
-    RedisStore::connect(config).await
+    let timeout = Duration::from_millis(1_500);
+    RedisStore::connect(cluster_store_config(cluster.urls(), SHARDS as u16, timeout)).await
 }
 
 /// A task created, claimed and started by [`WORKER`], and its owner's subscription.
@@ -44,19 +41,12 @@ async fn running_task(
     owner: &OwnerHash,
 ) -> Result<(Lease, Subscription), BoxError> {
     store.create(queued_task(id, owner, "echo")).await?;
-    let claim = store
-        .claim_execution(id, WORKER, LEASE)
-        .await?
-        .ok_or("claim refused")?;
-    let started = store
-        .activate_execution(&claim.lease, LEASE, LEASE)
-        .await?
-        .ok_or("activation refused")?;
+    let lease = start_running(store, id, WORKER, LEASE).await?;
     let subscription = store
         .subscribe(id, owner, None)
         .await?
         .ok_or("subscription refused")?;
-    Ok((started.lease, subscription))
+    Ok((lease, subscription))
 }
 
 async fn next_event(events: &mut EventStream) -> Result<StoredEvent, BoxError> {

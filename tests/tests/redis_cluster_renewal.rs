@@ -6,11 +6,9 @@
 use std::time::Duration;
 
 use harness::redis_cluster::{ClusterOptions, RedisCluster};
-use harness::store_fixtures::{ids_in_shard, queued_task};
+use harness::store_fixtures::{cluster_store_config, ids_in_shard, queued_task, start_running};
 use shared::protocol::TaskStatus;
-use shared::store::{
-    Lease, RedisStore, RedisStoreConfig, Renewal, StoreError, TaskStore, Transition,
-};
+use shared::store::{Lease, RedisStore, Renewal, StoreError, TaskStore, Transition};
 use shared::token::AccessToken;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -27,11 +25,9 @@ async fn a_dead_shard_leaves_only_its_own_leases_unconfirmed() -> TestResult {
             .arg("--cluster-require-full-coverage")
             .arg("no"),
     )?;
-    let mut config = RedisStoreConfig::new(String::new());
-    config.cluster_urls = cluster.urls();
-    config.shards = SHARDS as u16;
-    config.timeout = Duration::from_millis(1_000);
-    let store = RedisStore::connect(config).await?;
+    let timeout = Duration::from_millis(1_000);
+    let store =
+        RedisStore::connect(cluster_store_config(cluster.urls(), SHARDS as u16, timeout)).await?;
     let owner = AccessToken::generate().owner_hash();
 
     // Two running tasks per shard, held by one worker.
@@ -39,15 +35,7 @@ async fn a_dead_shard_leaves_only_its_own_leases_unconfirmed() -> TestResult {
     for shard in 0..SHARDS {
         for id in ids_in_shard("r", shard, SHARDS, 2) {
             store.create(queued_task(&id, &owner, "echo")).await?;
-            let claim = store
-                .claim_execution(&id, WORKER, LEASE)
-                .await?
-                .ok_or("claim refused")?;
-            let started = store
-                .activate_execution(&claim.lease, LEASE, LEASE)
-                .await?
-                .ok_or("activation refused")?;
-            leases.push(started.lease);
+            leases.push(start_running(&store, &id, WORKER, LEASE).await?);
         }
     }
     assert_eq!(

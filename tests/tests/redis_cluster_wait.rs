@@ -5,21 +5,16 @@
 use std::time::Duration;
 
 use harness::redis_cluster::RedisCluster;
-use harness::store_fixtures::{ids_in_shard, queued_task};
+use harness::store_fixtures::{cluster_store_config, ids_in_shard, queued_task};
 use shared::protocol::TaskStatus;
-use shared::store::{
-    Durability, DurabilitySetting, RedisStore, RedisStoreConfig, StoreError, TaskStore,
-};
+use shared::store::{Durability, DurabilitySetting, RedisStore, StoreError, TaskStore};
 use shared::token::{AccessToken, OwnerHash};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 async fn durable_store(cluster: &RedisCluster, shards: u16) -> Result<RedisStore, StoreError> {
-    let mut config = RedisStoreConfig::new(String::new());
-    config.cluster_urls = cluster.urls();
+    let mut config = cluster_store_config(cluster.urls(), shards, Duration::from_millis(1_500));
     config.durability = DurabilitySetting::Durable;
-    config.shards = shards;
-    config.timeout = Duration::from_millis(1_500);
     RedisStore::connect(config).await
 }
 
