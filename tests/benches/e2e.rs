@@ -63,7 +63,6 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -73,7 +72,7 @@ use harness::measure::commandstats::{
     reset_stats, server_cmds,
 };
 use harness::measure::cpu::{CpuSnap, clock_ticks, run_again, wait_quiet};
-use harness::measure::env::{bin_from_env, env_list, env_or};
+use harness::measure::env::{bin_from_env, env_list, env_or, require_bins};
 use harness::measure::output::{LogDir, bench_requested, cpus, loadavg, write_json};
 use harness::measure::redis_admin::{
     admin_connection, delete_matching, parse_info, scan_page, server_facts,
@@ -215,15 +214,10 @@ impl Settings {
         {
             return Err(format!("unknown scenario {unknown:?} (throughput, open, memory)").into());
         }
-        for bin in [&settings.gateway_bin, &settings.worker_bin] {
-            if !bin.is_file() {
-                return Err(format!(
-                    "{} not found: `cargo build --release -p gateway -p worker`, or set GATEWAY_BIN / WORKER_BIN",
-                    bin.display()
-                )
-                .into());
-            }
-        }
+        require_bins(
+            &[&settings.gateway_bin, &settings.worker_bin],
+            "`cargo build --release -p gateway -p worker`, or set GATEWAY_BIN / WORKER_BIN",
+        )?;
         Ok(settings)
     }
 
@@ -279,19 +273,6 @@ async fn memory_usage(admin: &mut MultiplexedConnection, key: &str) -> Res<Optio
 
 // ----- service processes -----
 
-/// A service process in `log_dir`. Its environment is `envs` alone: nothing of the bench's
-/// environment (N, WORKERS, ...) may reach the services, they read similarly named settings.
-fn spawn_service(
-    bin: &Path,
-    name: &str,
-    log_dir: &Path,
-    envs: &[(&str, String)],
-) -> Res<BenchProc> {
-    let mut command = Command::new(bin);
-    command.env_clear().envs(envs.iter().map(|(k, v)| (k, v)));
-    BenchProc::spawn(command, name, log_dir.join(format!("{name}.log")))
-}
-
 fn free_port() -> Res<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
@@ -330,7 +311,7 @@ impl Cluster {
         let mut ids = Vec::new();
         for w in 0..workers {
             let id = format!("{namespace}-w{w}");
-            procs.push(spawn_service(
+            procs.push(BenchProc::service(
                 &settings.worker_bin,
                 &id,
                 log_dir,
@@ -355,7 +336,7 @@ impl Cluster {
         let (gateway, url) = loop {
             attempt += 1;
             let port = free_port()?;
-            let mut gateway = spawn_service(
+            let mut gateway = BenchProc::service(
                 &settings.gateway_bin,
                 &format!("{namespace}-gateway"),
                 log_dir,

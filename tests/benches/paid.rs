@@ -56,8 +56,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use harness::measure::cpu::{CpuSnap, clock_ticks, process_ticks, wait_quiet};
-use harness::measure::env::{bin_from_env, env_or};
-use harness::measure::output::{LogDir, bench_requested, cpus, loadavg};
+use harness::measure::env::{bin_from_env, env_or, require_bins};
+use harness::measure::output::{LogDir, bench_requested, cpu_model, cpus, loadavg};
 use harness::measure::redis_admin::{admin_connection, server_facts};
 use harness::measure::service::{BenchProc, terminate_all};
 use harness::measure::stats::{percentile, thousands};
@@ -146,37 +146,19 @@ impl Settings {
                     .into(),
             );
         }
-        for bin in [
-            &settings.gateway_bin,
-            &settings.worker_bin,
-            &settings.facilitator_bin,
-        ] {
-            if !bin.is_file() {
-                return Err(format!(
-                    "{} not found: `cargo build --release -p gateway -p worker -p facilitator`, or set GATEWAY_BIN / WORKER_BIN / FACILITATOR_BIN",
-                    bin.display()
-                )
-                .into());
-            }
-        }
+        require_bins(
+            &[
+                &settings.gateway_bin,
+                &settings.worker_bin,
+                &settings.facilitator_bin,
+            ],
+            "`cargo build --release -p gateway -p worker -p facilitator`, or set GATEWAY_BIN / WORKER_BIN / FACILITATOR_BIN",
+        )?;
         Ok(settings)
     }
 }
 
 // ----- the cluster -----
-
-/// A service process in `log_dir`. Its environment is `envs` alone: nothing of the bench's
-/// environment (DURATION, WORKERS, REDIS_URL of a caller...) may reach the services.
-fn spawn_service(
-    bin: &Path,
-    name: &str,
-    log_dir: &Path,
-    envs: &[(&str, String)],
-) -> Res<BenchProc> {
-    let mut command = Command::new(bin);
-    command.env_clear().envs(envs.iter().map(|(k, v)| (k, v)));
-    BenchProc::spawn(command, name, log_dir.join(format!("{name}.log")))
-}
 
 fn free_port() -> Res<u16> {
     // Port 0 never yields 6379 in practice, but a system Redis may own it: skip it anyway.
@@ -203,7 +185,7 @@ async fn spawn_listening(
         let port = free_port()?;
         let mut all = vec![(listen_var, format!("127.0.0.1:{port}"))];
         all.extend(envs.iter().cloned());
-        let mut proc = spawn_service(bin, name, log_dir, &all)?;
+        let mut proc = BenchProc::service(bin, name, log_dir, &all)?;
         tokio::time::sleep(Duration::from_millis(100)).await;
         match proc.check_alive() {
             Ok(()) => return Ok((proc, format!("http://127.0.0.1:{port}"))),
@@ -261,7 +243,7 @@ impl Cluster {
         let mut ids = Vec::new();
         for w in 0..settings.workers {
             let id = format!("paid-bench-w{w}-{}", std::process::id());
-            workers.push(spawn_service(
+            workers.push(BenchProc::service(
                 &settings.worker_bin,
                 &id,
                 log_dir,
@@ -837,18 +819,6 @@ fn commit() -> String {
     } else {
         hash
     }
-}
-
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|text| {
-            text.lines()
-                .find(|line| line.starts_with("model name"))
-                .and_then(|line| line.split_once(':'))
-                .map(|(_, model)| model.trim().to_owned())
-        })
-        .unwrap_or_else(|| "?".into())
 }
 
 fn statuses(map: &BTreeMap<String, usize>) -> String {

@@ -74,8 +74,8 @@ use std::time::{Duration, Instant};
 
 use harness::measure::commandstats::{RedisSnap, client_star, reset_stats};
 use harness::measure::cpu::{CpuSnap, clock_ticks, process_ticks, run_again, wait_quiet};
-use harness::measure::env::{bin_from_env, env_list, env_or};
-use harness::measure::output::{LogDir, bench_requested, cpus, loadavg, write_json};
+use harness::measure::env::{bin_from_env, env_list, env_or, require_bins};
+use harness::measure::output::{LogDir, bench_requested, cpu_model, cpus, loadavg, write_json};
 use harness::measure::redis_admin::{admin_connection, server_facts};
 use harness::measure::service::{BenchProc, terminate_all};
 use harness::measure::stats::{Stat, percentile, stat, thousands};
@@ -266,15 +266,10 @@ impl Settings {
         {
             return Err(format!("unknown scenario {unknown:?} (drain, e2e)").into());
         }
-        for bin in [&settings.gateway_bin, &settings.worker_bin] {
-            if !bin.is_file() {
-                return Err(format!(
-                    "{} not found: `cargo build --release -p gateway -p worker`, or set GATEWAY_BIN / WORKER_BIN",
-                    bin.display()
-                )
-                .into());
-            }
-        }
+        require_bins(
+            &[&settings.gateway_bin, &settings.worker_bin],
+            "`cargo build --release -p gateway -p worker`, or set GATEWAY_BIN / WORKER_BIN",
+        )?;
         Ok(settings)
     }
 
@@ -484,19 +479,6 @@ fn pick_namespace(
 
 // ----- service processes -----
 
-/// A service process in `log_dir`. Its environment is `envs` alone: nothing of the bench's
-/// environment (N, WORKERS, ...) may reach the services, they read similarly named settings.
-fn spawn_service(
-    bin: &Path,
-    name: &str,
-    log_dir: &Path,
-    envs: &[(&str, String)],
-) -> Res<BenchProc> {
-    let mut command = Command::new(bin);
-    command.env_clear().envs(envs.iter().map(|(k, v)| (k, v)));
-    BenchProc::spawn(command, name, log_dir.join(format!("{name}.log")))
-}
-
 /// What every service of a run is told: where Redis is, the namespace and the shards.
 fn common_env(
     settings: &Settings,
@@ -531,7 +513,12 @@ fn spawn_workers(
             ),
             ("WORKER_ENTRYPOINTS", String::from("echo")),
         ]);
-        workers.push(spawn_service(&settings.worker_bin, &id, log_dir, &envs)?);
+        workers.push(BenchProc::service(
+            &settings.worker_bin,
+            &id,
+            log_dir,
+            &envs,
+        )?);
     }
     Ok(workers)
 }
@@ -558,7 +545,7 @@ async fn spawn_gateway(
             ("MAX_TASKS", MAX_TASKS.to_string()),
         ]);
         let name = format!("{namespace}-g{g}");
-        let mut gateway = spawn_service(&settings.gateway_bin, &name, log_dir, &envs)?;
+        let mut gateway = BenchProc::service(&settings.gateway_bin, &name, log_dir, &envs)?;
         tokio::time::sleep(Duration::from_millis(100)).await;
         match gateway.check_alive() {
             Ok(()) => return Ok((gateway, format!("http://127.0.0.1:{port}"))),
@@ -1454,18 +1441,6 @@ fn takes_shards(bin: &Path) -> bool {
         .ok()
         .and_then(|out| String::from_utf8(out.stdout).ok())
         .is_some_and(|help| help.contains("REDIS_SHARDS"))
-}
-
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|text| {
-            text.lines()
-                .find(|line| line.starts_with("model name"))
-                .and_then(|line| line.split_once(':'))
-                .map(|(_, model)| model.trim().to_owned())
-        })
-        .unwrap_or_default()
 }
 
 async fn layout_rows(ctx: &Ctx<'_>, layout: Layout, cpus: usize) -> Res<Vec<Row>> {

@@ -64,8 +64,8 @@ use harness::measure::commandstats::{
     server_cmds,
 };
 use harness::measure::cpu::{CpuSnap, clock_ticks, run_again, wait_quiet};
-use harness::measure::env::{bin_from_env, env_list, env_or};
-use harness::measure::output::{LogDir, bench_requested, cpus, loadavg, write_json};
+use harness::measure::env::{bin_from_env, env_list, env_or, require_bins};
+use harness::measure::output::{LogDir, bench_requested, cpu_model, cpus, loadavg, write_json};
 use harness::measure::redis_admin::{admin_connection, delete_matching, server_facts};
 use harness::measure::service::{BenchProc, terminate_all};
 use harness::measure::stats::{Stat, stat, thousands};
@@ -163,13 +163,10 @@ impl Settings {
         {
             return Err(format!("unknown scenario {unknown:?} (single, multi, recovery)").into());
         }
-        if !settings.worker_bin.is_file() {
-            return Err(format!(
-                "worker binary {} not found: build it with `cargo build --release -p worker` or set WORKER_BIN",
-                settings.worker_bin.display()
-            )
-            .into());
-        }
+        require_bins(
+            &[&settings.worker_bin],
+            "build it with `cargo build --release -p worker` or set WORKER_BIN",
+        )?;
         Ok(settings)
     }
 
@@ -985,21 +982,12 @@ fn markdown(
 
 async fn meta(settings: &Settings, admin: &mut MultiplexedConnection) -> Res<serde_json::Value> {
     let server = server_facts(admin).await?;
-    let cpu_model = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|text| {
-            text.lines()
-                .find(|line| line.starts_with("model name"))
-                .and_then(|line| line.split_once(':'))
-                .map(|(_, model)| model.trim().to_owned())
-        })
-        .unwrap_or_default();
     Ok(json!({
         "label": settings.label,
         "redis_version": server.version,
         "persistence": server.persistence,
         "cpus": cpus(),
-        "cpu_model": cpu_model,
+        "cpu_model": cpu_model(),
         "loadavg_at_start": loadavg(),
         "settings": settings,
     }))

@@ -56,3 +56,11 @@ pub fn bin_from_env(var: &str, name: &str) -> PathBuf {
             }),
     }
 }
+
+/// An error naming the first of `bins` that is not a file, and `how` to get it.
+pub fn require_bins(bins: &[&Path], how: &str) -> Res<()> {
+    match bins.iter().find(|bin| !bin.is_file()) {
+        Some(missing) => Err(format!("{} not found: {how}", missing.display()).into()),
+        None => Ok(()),
+    }
+}

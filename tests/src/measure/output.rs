@@ -24,6 +24,19 @@ pub fn cpus() -> usize {
         .unwrap_or(0)
 }
 
+/// The CPU's model name from `/proc/cpuinfo` (`?` where it cannot be read).
+pub fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find(|line| line.starts_with("model name"))
+                .and_then(|line| line.split_once(':'))
+                .map(|(_, model)| model.trim().to_owned())
+        })
+        .unwrap_or_else(|| "?".into())
+}
+
 /// `/proc/loadavg`, trimmed.
 pub fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")

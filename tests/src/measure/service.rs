@@ -2,7 +2,7 @@
 //! read from `/proc`, SIGKILLed and reaped on drop, so that an error or a panic never leaves
 //! one behind.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -36,6 +36,20 @@ impl BenchProc {
             child: Some(child),
             log,
         })
+    }
+
+    /// Spawns the service binary `bin` as `name`, logging to `log_dir/<name>.log`. Its
+    /// environment is `envs` alone: nothing of the bench's environment (N, WORKERS, a caller's
+    /// REDIS_URL...) may reach the services, which read similarly named settings.
+    pub fn service(
+        bin: &Path,
+        name: &str,
+        log_dir: &Path,
+        envs: &[(&str, String)],
+    ) -> Res<BenchProc> {
+        let mut command = Command::new(bin);
+        command.env_clear().envs(envs.iter().map(|(k, v)| (k, v)));
+        BenchProc::spawn(command, name, log_dir.join(format!("{name}.log")))
     }
 
     pub fn name(&self) -> &str {

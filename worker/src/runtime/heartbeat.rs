@@ -1,9 +1,9 @@
 //! The heartbeat: every third of the lease TTL, one store call renews every lease this worker
 //! holds; a lease the store refuses stops its handler, and so does a lease whose last confirmed
 //! renewal is older than the TTL (its shard was unreachable: it has expired there by now). A
-//! shard that does not answer holds back only its own leases' renewals. The
-//! same tick refreshes the worker's registry entry, concurrently. Beside it, the cancellation listener stops
-//! handlers of cancelled tasks at once.
+//! shard that does not answer holds back only its own leases' renewals. The same tick
+//! refreshes the worker's registry entry, concurrently. Beside it, the cancellation listener
+//! stops handlers of cancelled tasks at once.
 
 use std::sync::Arc;
 

@@ -138,7 +138,8 @@ struct ShardLanes {
 pub(crate) struct Core {
     config: RedisStoreConfig,
     connections: Connections,
-    /// Namespace-wide keys and channel names (registry, layout stamp, pub/sub).
+    /// Namespace-wide keys (registry, layout stamp, idempotency, credentials); tasks' keys and
+    /// channels are their shard's.
     keys: Keys,
     /// The namespace's shards, by index ([`shards`]).
     shards: Vec<Shard>,
@@ -357,12 +358,12 @@ impl RedisStore {
     /// Connects and checks that Redis answers.
     pub async fn connect(config: RedisStoreConfig) -> Result<RedisStore, StoreError> {
         // Blocking reads use their own connections: to `url`, or to the first cluster seed.
-        let subscribe_url = config
+        let first_url = config
             .cluster_urls
             .first()
             .cloned()
             .unwrap_or_else(|| config.url.clone());
-        let client = redis::Client::open(subscribe_url.as_str())?;
+        let client = redis::Client::open(first_url.as_str())?;
         // One server: classic pub/sub. A cluster: sharded pub/sub, each task's channel in its
         // shard's slot, so events stay on the master that wrote them.
         let (pubsub, subscribe_from) = if config.cluster_urls.is_empty() {
@@ -407,7 +408,7 @@ impl RedisStore {
             shards,
             scripts: Scripts::load(pubsub),
             finish_turns: AtomicUsize::new(0),
-            peer: Peer::from_url(&subscribe_url),
+            peer: Peer::from_url(&first_url),
             config,
             connections,
         });

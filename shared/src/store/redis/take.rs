@@ -234,8 +234,9 @@ async fn take_group(
         }
         share[*shard] += 1;
     }
-    let mut claims = Vec::new();
-    for shard in order {
+    // One call per shard, all at once (each in its own slot); claims come back in the order
+    // of each shard's oldest pick.
+    let calls = order.into_iter().map(|shard| {
         // All of the shard's candidates, oldest first: the script skips those another process
         // took meanwhile and stops at the shard's share.
         let picks: Vec<(usize, &str)> = candidates
@@ -243,10 +244,11 @@ async fn take_group(
             .filter(|(_, s, _, _)| *s == shard)
             .map(|(_, _, queue, id)| (*queue, id.as_str()))
             .collect();
-        let taken = take_in_shard(core, &core.shards[shard], key, share[shard], &picks).await?;
-        claims.extend(taken);
-    }
-    Ok((claims, true))
+        let wanted = share[shard];
+        async move { take_in_shard(core, &core.shards[shard], key, wanted, &picks).await }
+    });
+    let claims = futures::future::try_join_all(calls).await?;
+    Ok((claims.into_iter().flatten().collect(), true))
 }
 
 /// One `take.lua` call in `shard`, over the candidates peeked there.

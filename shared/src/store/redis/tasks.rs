@@ -61,25 +61,32 @@ impl RedisStore {
     /// earliest deadlines over every shard, each shard's in one call.
     async fn settle_due(&self, mode: &str, limit: usize) -> Result<RecoveryReport, StoreError> {
         let shards = self.inner.core.shards.len();
-        let mut due: Vec<(f64, usize, String)> = Vec::new();
-        for shard in 0..shards {
-            due.extend(
-                self.due_in(shard, limit)
-                    .await?
-                    .into_iter()
-                    .map(|(id, deadline)| (deadline, shard, id)),
-            );
-        }
+        // Every shard's due ids at once, then every shard's settlement at once (a shard with
+        // nothing due costs no call).
+        let per_shard =
+            futures::future::try_join_all((0..shards).map(|shard| self.due_in(shard, limit)))
+                .await?;
+        let mut due: Vec<(f64, usize, String)> = per_shard
+            .into_iter()
+            .enumerate()
+            .flat_map(|(shard, ids)| {
+                ids.into_iter()
+                    .map(move |(id, deadline)| (deadline, shard, id))
+            })
+            .collect();
         due.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.2.cmp(&b.2)));
         due.truncate(limit.max(1));
-        let mut report = RecoveryReport::default();
-        for shard in 0..shards {
+        let settlements = futures::future::try_join_all((0..shards).map(|shard| {
             let ids: Vec<String> = due
                 .iter()
                 .filter(|(_, s, _)| *s == shard)
                 .map(|(_, _, id)| id.clone())
                 .collect();
-            let settled = self.settle(shard, mode, &ids).await?;
+            async move { self.settle(shard, mode, &ids).await }
+        }))
+        .await?;
+        let mut report = RecoveryReport::default();
+        for settled in settlements {
             report.requeued.extend(settled.requeued);
             report.failed.extend(settled.failed);
             report.cancelled.extend(settled.cancelled);
