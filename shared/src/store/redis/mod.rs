@@ -73,6 +73,11 @@ pub struct RedisStoreConfig {
     pub retention: Duration,
     /// Events kept per task for late subscribers and reconnects.
     pub event_log_len: usize,
+    /// How long a subscription waits without hearing anything before it re-reads its task's
+    /// log anyway: the bound on how late an event reaches a subscriber when its pub/sub
+    /// message was lost without a sign (a subscription caught on a Redis Cluster node while
+    /// that node stopped serving the channel's slot).
+    pub idle_recheck: Duration,
     pub pool_size: usize,
     /// Bound on connecting, waiting for a pooled connection and each reply.
     pub timeout: Duration,
@@ -96,6 +101,7 @@ impl RedisStoreConfig {
             max_tasks: DEFAULT_MAX_TASKS,
             retention: DEFAULT_RETENTION,
             event_log_len: 64,
+            idle_recheck: Duration::from_secs(15),
             pool_size: 32,
             timeout: Duration::from_secs(2),
             durability: DurabilitySetting::Detect,

@@ -1228,7 +1228,8 @@ fn all_confirmed(renewed: Vec<Renewal>) -> Result<Vec<bool>, StoreError> {
 }
 
 /// Events after `from_seq`, in order and without gaps: live messages are checked against the
-/// last delivered sequence number, and a gap or a reconnect is filled from the task's log.
+/// last delivered sequence number, and a gap or a reconnect is filled from the task's log, as
+/// is a silence of `idle_recheck` (a message lost without a sign).
 fn live_events(
     store: RedisStore,
     task_id: String,
@@ -1264,18 +1265,24 @@ fn live_events(
                 continue;
             }
             if !state.fill {
-                let signal = state.listener.signals.recv().await?;
-                state.fill = match signal {
-                    Signal::Message(entry) => match replies::event(&entry) {
-                        Ok(event) if event.seq == state.last + 1 => {
-                            state.ready.push_back(event);
-                            false
-                        }
-                        Ok(event) => event.seq > state.last,
+                let recheck = state.store.inner.core.config.idle_recheck;
+                state.fill =
+                    match tokio::time::timeout(recheck, state.listener.signals.recv()).await {
+                        Ok(signal) => match signal? {
+                            Signal::Message(entry) => match replies::event(&entry) {
+                                Ok(event) if event.seq == state.last + 1 => {
+                                    state.ready.push_back(event);
+                                    false
+                                }
+                                Ok(event) => event.seq > state.last,
+                                Err(_) => true,
+                            },
+                            Signal::Resync => true,
+                        },
+                        // Nothing heard for a while: read the log in case a message was lost
+                        // without a sign (the re-read is deduplicated by sequence number).
                         Err(_) => true,
-                    },
-                    Signal::Resync => true,
-                };
+                    };
             }
             if state.fill {
                 match state.store.events_after(&state.task_id, state.last).await {

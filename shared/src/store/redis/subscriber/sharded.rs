@@ -92,6 +92,7 @@ pub(super) async fn run(
                         if let Some((channel, payload)) = message(&push) {
                             listeners.deliver(&channel, payload);
                         } else if signals_gap(&push, &listeners) {
+                            tracing::info!(push = ?push.kind, "cluster pub/sub may have missed messages; resubscribing");
                             resync_at.get_or_insert_with(Instant::now);
                         }
                     }
@@ -99,6 +100,7 @@ pub(super) async fn run(
                 _ = resync_due => {
                     match resubscribe(&conn, listeners.channels()).await {
                         Ok(()) => {
+                            tracing::info!(channels = listeners.channels().len(), "cluster pub/sub resubscribed; listeners re-read their logs");
                             listeners.resync_all();
                             resync_at = None;
                             resync_backoff = FIRST_BACKOFF;
