@@ -1,6 +1,8 @@
 //! Test harness shared by the integration suites.
 //!
 //! - [`chaos`]: the chaos run of a whole cluster (the `chaos` binary and `tests/chaos.rs`);
+//! - [`cut_proxy`]: a loopback TCP proxy that loses one reply on demand (a server that ran a
+//!   command and died before answering);
 //! - [`process`]: the workspace's `gateway`/`worker` binaries as real processes, signalled and
 //!   stopped on drop;
 //! - [`redis_server`]: a private `redis-server` on a free loopback port, stopped on drop;
@@ -14,6 +16,7 @@
 //! - [`measure`]: the cluster benchmarks' shared measurements (Redis commandstats, process and
 //!   machine CPU, quiet-machine waits, medians and percentiles, report output).
 pub mod chaos;
+pub mod cut_proxy;
 pub mod measure;
 pub mod otlp;
 pub mod paid;

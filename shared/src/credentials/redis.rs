@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::Script;
+
+use crate::store::redis::guarded_script;
 use sha2::{Digest, Sha256};
 
 use super::{ClaimOutcome, CredentialLedger, CredentialState, Stuck};
@@ -42,9 +44,9 @@ impl RedisCredentials {
             marks: format!("{{{}}}:mark:", store.config().namespace),
             store: store.clone(),
             scripts: Arc::new(Scripts {
-                claim: Script::new(lua!("credential_claim")),
-                release: Script::new(lua!("credential_release")),
-                advance: Script::new(lua!("credential_advance")),
+                claim: guarded_script(lua!("credential_claim")),
+                release: guarded_script(lua!("credential_release")),
+                advance: guarded_script(lua!("credential_advance")),
             }),
         }
     }
@@ -90,7 +92,10 @@ impl RedisCredentials {
             .arg(expected.as_str())
             .arg(next.as_str())
             .arg(data.unwrap_or(""));
-        let moved: u64 = self.store.eval("credential_advance", &invocation).await?;
+        let moved: u64 = self
+            .store
+            .eval("credential_advance", &mut invocation)
+            .await?;
         Ok(moved == 1)
     }
 }
@@ -115,7 +120,7 @@ impl CredentialLedger for RedisCredentials {
             .key(self.record_key(key))
             .arg(holder)
             .arg(ttl.as_millis().max(1).to_string());
-        let held: String = self.store.eval("credential_claim", &invocation).await?;
+        let held: String = self.store.eval("credential_claim", &mut invocation).await?;
         if held.is_empty() {
             return Ok(ClaimOutcome::Taken);
         }
@@ -155,7 +160,10 @@ impl CredentialLedger for RedisCredentials {
     async fn release(&self, key: &str, holder: &str) -> Result<bool, StoreError> {
         let mut invocation = self.scripts.release.prepare_invoke();
         invocation.key(self.record_key(key)).arg(holder);
-        let released: u64 = self.store.eval("credential_release", &invocation).await?;
+        let released: u64 = self
+            .store
+            .eval("credential_release", &mut invocation)
+            .await?;
         Ok(released == 1)
     }
 

@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::Script;
+
+use crate::store::redis::guarded_script;
 use sha2::{Digest, Sha256};
 
 use super::{Begin, Claim, IdempotencyStore, StoredResponse};
@@ -43,9 +45,9 @@ impl RedisIdempotency {
             prefix: format!("{{{}}}:idem:", store.config().namespace),
             store: store.clone(),
             scripts: Arc::new(Scripts {
-                begin: Script::new(lua!("idempotency_begin")),
-                complete: Script::new(lua!("idempotency_complete")),
-                release: Script::new(lua!("idempotency_release")),
+                begin: guarded_script(lua!("idempotency_begin")),
+                complete: guarded_script(lua!("idempotency_complete")),
+                release: guarded_script(lua!("idempotency_release")),
             }),
         }
     }
@@ -118,7 +120,10 @@ impl IdempotencyStore for RedisIdempotency {
             .arg(fingerprint)
             .arg(&claim.owner)
             .arg(millis(in_progress_ttl));
-        let reply: Vec<String> = self.store.eval("idempotency_begin", &invocation).await?;
+        let reply: Vec<String> = self
+            .store
+            .eval("idempotency_begin", &mut invocation)
+            .await?;
         parse_begin(reply, claim)
     }
 
@@ -139,7 +144,10 @@ impl IdempotencyStore for RedisIdempotency {
             .arg(headers)
             .arg(&response.body)
             .arg(millis(retention));
-        let done: u64 = self.store.eval("idempotency_complete", &invocation).await?;
+        let done: u64 = self
+            .store
+            .eval("idempotency_complete", &mut invocation)
+            .await?;
         Ok(done == 1)
     }
 
@@ -149,7 +157,10 @@ impl IdempotencyStore for RedisIdempotency {
             .key(self.record_key(&claim.scope, &claim.key))
             .arg(&claim.owner)
             .arg(&claim.fingerprint);
-        let released: u64 = self.store.eval("idempotency_release", &invocation).await?;
+        let released: u64 = self
+            .store
+            .eval("idempotency_release", &mut invocation)
+            .await?;
         Ok(released == 1)
     }
 }

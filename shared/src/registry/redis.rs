@@ -20,6 +20,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::Script;
 
+use crate::store::redis::guarded_script;
+
 use super::{RegistryVersion, WorkerEntry, WorkerRegistry};
 use crate::store::{RedisStore, StoreError};
 
@@ -48,9 +50,9 @@ impl RedisRegistry {
         RedisRegistry {
             store: store.clone(),
             scripts: Arc::new(Scripts {
-                register: Script::new(lua!("register_worker")),
-                deregister: Script::new(lua!("deregister_worker")),
-                version: Script::new(lua!("registry_version")),
+                register: guarded_script(lua!("register_worker")),
+                deregister: guarded_script(lua!("deregister_worker")),
+                version: guarded_script(lua!("registry_version")),
             }),
         }
     }
@@ -81,7 +83,7 @@ impl WorkerRegistry for RedisRegistry {
             .arg(ttl_ms.to_string());
         let _expires: u64 = self
             .store
-            .eval_unreplicated("register_worker", &invocation)
+            .eval_unreplicated("register_worker", &mut invocation)
             .await?;
         Ok(())
     }
@@ -96,7 +98,7 @@ impl WorkerRegistry for RedisRegistry {
             .arg(worker_id);
         let _removed: u64 = self
             .store
-            .eval_unreplicated("deregister_worker", &invocation)
+            .eval_unreplicated("deregister_worker", &mut invocation)
             .await?;
         Ok(())
     }
@@ -130,7 +132,7 @@ impl WorkerRegistry for RedisRegistry {
         invocation.key(keys.registry()).key(keys.registry_version());
         let (stamp, expired): (String, u64) = self
             .store
-            .eval_unreplicated("registry_version", &invocation)
+            .eval_unreplicated("registry_version", &mut invocation)
             .await?;
         let stamp = stamp
             .parse()

@@ -130,7 +130,7 @@ async fn finish_group(
         invocation.key(keys.task(id)).arg(index + 1).arg(id);
     }
     let (swaps, flat, heads): (Vec<Value>, Vec<Value>, Vec<Vec<String>>) =
-        core.eval("finish_take", keys, &invocation).await?;
+        core.eval("finish_take", keys, &mut invocation).await?;
     let Some(key) = take else {
         return Ok((swaps, Vec::new(), false));
     };

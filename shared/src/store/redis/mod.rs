@@ -23,6 +23,7 @@ mod finish;
 mod keys;
 mod persistence;
 mod pool;
+mod replay;
 mod replies;
 mod schema;
 mod scripts;
@@ -33,6 +34,8 @@ mod take;
 mod tasks;
 
 pub use keys::Keys;
+pub use replay::REPLAY_TTL;
+pub(crate) use scripts::guarded as guarded_script;
 pub use shards::{MAX_SHARDS, capacity_per_shard, shard_index, shard_tag, tag_slot};
 
 use std::sync::Arc;
@@ -238,7 +241,7 @@ impl Core {
         &self,
         script: &'static str,
         keys: &Keys,
-        invocation: &redis::ScriptInvocation<'_>,
+        invocation: &mut redis::ScriptInvocation<'_>,
     ) -> Result<T, StoreError> {
         let replicated = (self.wait_replicas > 0).then(|| pool::Replicated {
             route_key: keys.tag(),
@@ -248,7 +251,7 @@ impl Core {
             timeout: (self.config.timeout / 2).max(Duration::from_millis(1)),
         });
         self.connections
-            .eval(invocation, replicated)
+            .eval(invocation, keys.tag(), replicated)
             .instrument(self.peer.script_span(script))
             .await
     }
@@ -259,10 +262,11 @@ impl Core {
     async fn eval_unreplicated<T: redis::FromRedisValue>(
         &self,
         script: &'static str,
-        invocation: &redis::ScriptInvocation<'_>,
+        keys: &Keys,
+        invocation: &mut redis::ScriptInvocation<'_>,
     ) -> Result<T, StoreError> {
         self.connections
-            .eval(invocation, None)
+            .eval(invocation, keys.tag(), None)
             .instrument(self.peer.script_span(script))
             .await
     }
@@ -305,7 +309,7 @@ fn batched(
                     invocation.arg(arg);
                 }
             }
-            core.eval::<Vec<Value>>(script, &core.shards[shard].keys, &invocation)
+            core.eval::<Vec<Value>>(script, &core.shards[shard].keys, &mut invocation)
                 .await
         }
     })
@@ -518,7 +522,7 @@ impl RedisStore {
     pub(crate) async fn eval<T: redis::FromRedisValue>(
         &self,
         script: &'static str,
-        invocation: &redis::ScriptInvocation<'_>,
+        invocation: &mut redis::ScriptInvocation<'_>,
     ) -> Result<T, StoreError> {
         let core = &self.inner.core;
         core.eval(script, &core.keys, invocation).await
@@ -528,9 +532,23 @@ impl RedisStore {
     pub(crate) async fn eval_unreplicated<T: redis::FromRedisValue>(
         &self,
         script: &'static str,
-        invocation: &redis::ScriptInvocation<'_>,
+        invocation: &mut redis::ScriptInvocation<'_>,
     ) -> Result<T, StoreError> {
-        self.inner.core.eval_unreplicated(script, invocation).await
+        let core = &self.inner.core;
+        core.eval_unreplicated(script, &core.keys, invocation).await
+    }
+
+    /// [`Self::eval_unreplicated`] over keys of the slot `keys` names (a shard's).
+    pub(crate) async fn eval_unreplicated_in<T: redis::FromRedisValue>(
+        &self,
+        keys: &Keys,
+        script: &'static str,
+        invocation: &mut redis::ScriptInvocation<'_>,
+    ) -> Result<T, StoreError> {
+        self.inner
+            .core
+            .eval_unreplicated(script, keys, invocation)
+            .await
     }
 
     /// [`Self::eval`] over keys of the slot `keys` names (a shard's).
@@ -538,7 +556,7 @@ impl RedisStore {
         &self,
         keys: &Keys,
         script: &'static str,
-        invocation: &redis::ScriptInvocation<'_>,
+        invocation: &mut redis::ScriptInvocation<'_>,
     ) -> Result<T, StoreError> {
         self.inner.core.eval(script, keys, invocation).await
     }
@@ -575,7 +593,7 @@ impl RedisStore {
         let wake_keys = |shard: &Shard| -> Vec<String> {
             entrypoints.iter().map(|ep| shard.keys.wake(ep)).collect()
         };
-        let clustered = matches!(core.connections, Connections::Cluster(_));
+        let clustered = matches!(core.connections, Connections::Cluster { .. });
         if !clustered || core.shards.len() == 1 {
             let keys: Vec<String> = core.shards.iter().flat_map(wake_keys).collect();
             return Ok(self.blocking_pop(&keys, wait).await?.is_some());

@@ -12,6 +12,7 @@ use deadpool::managed::{self, Metrics, Object, RecycleResult};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisError};
 
+use super::replay::{self, CALL_DEADLINE, Replays};
 use crate::store::StoreError;
 
 pub struct Manager {
@@ -93,7 +94,11 @@ pub async fn get(pool: &Pool) -> Result<Pooled, StoreError> {
 /// lands on one slot.
 pub enum Connections {
     Single(Pool),
-    Cluster(redis::cluster_async::ClusterConnection),
+    Cluster {
+        connection: redis::cluster_async::ClusterConnection,
+        /// Reply keys of script calls, which make a resent call run once ([`replay`]).
+        replays: Replays,
+    },
 }
 
 impl Connections {
@@ -110,7 +115,10 @@ impl Connections {
         }
         let client = cluster_client(cluster_urls, Some(timeout))?;
         let connection = client.get_async_connection().await?;
-        Ok(Connections::Cluster(connection))
+        Ok(Connections::Cluster {
+            connection,
+            replays: Replays::default(),
+        })
     }
 
     pub async fn pipe<T: redis::FromRedisValue>(
@@ -123,7 +131,9 @@ impl Connections {
                 let result = pipe.query_async(&mut *conn).await;
                 settle(pool, conn, result)
             }
-            Connections::Cluster(cluster) => Ok(pipe.query_async(&mut cluster.clone()).await?),
+            Connections::Cluster { connection, .. } => {
+                Ok(pipe.query_async(&mut connection.clone()).await?)
+            }
         }
     }
 
@@ -134,30 +144,53 @@ impl Connections {
                 let result = cmd.query_async(&mut *conn).await;
                 settle(pool, conn, result)
             }
-            Connections::Cluster(cluster) => Ok(cmd.query_async(&mut cluster.clone()).await?),
+            Connections::Cluster { connection, .. } => {
+                Ok(cmd.query_async(&mut connection.clone()).await?)
+            }
         }
     }
 
     /// EVALSHA, reloading the script on NOSCRIPT; on a cluster with `replicated`, then WAIT
-    /// until the script's writes reached that many replicas of its master.
+    /// until the script's writes reached that many replicas of its master. `tag` names the
+    /// slot the script runs in: on a cluster the call's reply key goes there ([`replay`]), so
+    /// the cluster client's resends of the call run it once.
     pub async fn eval<T: redis::FromRedisValue>(
         &self,
-        invocation: &redis::ScriptInvocation<'_>,
+        invocation: &mut redis::ScriptInvocation<'_>,
+        tag: &str,
         replicated: Option<Replicated<'_>>,
     ) -> Result<T, StoreError> {
         match self {
             Connections::Single(pool) => {
+                replay::attach_none(invocation);
                 let mut conn = get(pool).await?;
                 let result = invocation.invoke_async(&mut *conn).await;
                 settle(pool, conn, result)
             }
-            Connections::Cluster(cluster) => {
-                let mut conn = cluster.clone();
-                let reply = invocation.invoke_async(&mut conn).await?;
-                if let Some(replicated) = replicated {
-                    replicated.wait(&mut conn).await?;
+            Connections::Cluster {
+                connection,
+                replays,
+            } => {
+                let (key, forget) = replays.attach(invocation, tag);
+                let mut conn = connection.clone();
+                let call = async {
+                    let reply = invocation.invoke_async(&mut conn).await?;
+                    if let Some(replicated) = replicated {
+                        replicated.wait(&mut conn).await?;
+                    }
+                    Ok(reply)
+                };
+                let outcome = match tokio::time::timeout(CALL_DEADLINE, call).await {
+                    Ok(outcome) => outcome,
+                    Err(_) => Err(StoreError::Unavailable(format!(
+                        "no reply from the cluster within {CALL_DEADLINE:?}"
+                    ))),
+                };
+                match &outcome {
+                    Ok(_) => replays.done(key),
+                    Err(_) => replays.failed(&key, forget),
                 }
-                Ok(reply)
+                outcome
             }
         }
     }

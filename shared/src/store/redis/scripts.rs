@@ -1,6 +1,7 @@
 //! The Lua scripts, one per transition (see `shared/lua/`), with includes resolved at build
 //! time. `redis::Script::invoke_async` sends EVALSHA and reloads on NOSCRIPT, so a Redis restart
-//! or SCRIPT FLUSH costs one extra round trip, never an error.
+//! or SCRIPT FLUSH costs one extra round trip, never an error. Every script runs inside the
+//! replay guard (`replay.rs`).
 
 use redis::Script;
 
@@ -44,11 +45,15 @@ pub enum PubSub {
 /// a cluster).
 fn script(text: &str, pubsub: PubSub) -> Script {
     match pubsub {
-        PubSub::Classic => Script::new(text),
-        PubSub::Sharded => {
-            Script::new(&text.replace("redis.call('PUBLISH'", "redis.call('SPUBLISH'"))
-        }
+        PubSub::Classic => guarded(text),
+        PubSub::Sharded => guarded(&text.replace("redis.call('PUBLISH'", "redis.call('SPUBLISH'")),
     }
+}
+
+/// A script inside the replay guard ([`super::replay`]), as every script the store runs must
+/// be: the store ends each call's keys and arguments with the guard's.
+pub(crate) fn guarded(text: &str) -> Script {
+    Script::new(&super::replay::wrap(text))
 }
 
 impl Scripts {

@@ -283,7 +283,7 @@ async fn take_in_shard(
         invocation.key(keys.task(id)).arg(queue + 1).arg(*id);
     }
     let (flat, fresh): (Vec<Value>, Vec<Vec<String>>) =
-        core.eval("take", keys, &invocation).await?;
+        core.eval("take", keys, &mut invocation).await?;
     if key.run_ms.is_some() {
         shard.heads.refresh(entrypoints, fresh);
     }

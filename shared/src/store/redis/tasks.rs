@@ -107,7 +107,8 @@ impl RedisStore {
     async fn due_in(&self, shard: usize, limit: usize) -> Result<Vec<(String, f64)>, StoreError> {
         let keys = &self.inner.core.shards[shard].keys;
         // A read: nothing to replicate.
-        self.eval_unreplicated(
+        self.eval_unreplicated_in(
+            keys,
             "due",
             self.inner
                 .core
@@ -180,7 +181,7 @@ impl RedisStore {
                 .arg(id);
         }
         let (requeued, failed, cancelled): (Vec<String>, Vec<String>, Vec<String>) =
-            self.eval_in(keys, "recover", &invocation).await?;
+            self.eval_in(keys, "recover", &mut invocation).await?;
         let mut entrypoints: std::collections::HashMap<String, String> = ids
             .iter()
             .zip(owners)
@@ -1178,7 +1179,7 @@ async fn renew(
                     .arg(lease.epoch);
             }
             let reply: Result<Vec<u64>, StoreError> =
-                store.eval_in(keys, "renew", &invocation).await;
+                store.eval_in(keys, "renew", &mut invocation).await;
             let deadlines: Result<Vec<u64>, StoreError> = match reply {
                 Ok(deadlines) if deadlines.len() != positions.len() => {
                     Err(corrupt("renew reply arity"))
