@@ -352,6 +352,8 @@ async fn check_keys(
     let tags = key_tags(cluster.shards);
     report.keys = keys.len();
     let mut non_terminal = 0u64;
+    let replay_ttl_ms =
+        i64::try_from(shared::store::redis::REPLAY_TTL.as_millis()).unwrap_or(i64::MAX);
     for (key, mut redis) in keys {
         let key = &key;
         let Some((kind, name)) = split_key(key, &tags) else {
@@ -378,6 +380,13 @@ async fn check_keys(
                 report.violation(format!("{key} never expires"));
             }
             "events" | "owner" | "registry" | "wake" | "idem" => {}
+            // A script call's reply on a cluster (replay.rs): the last calls of each process,
+            // and those of killed ones, until their TTL (-2: deleted since the scan by a later
+            // call).
+            "rp" if ttl == -1 || ttl > replay_ttl_ms => {
+                report.violation(format!("{key} would outlive its call (PTTL {ttl})"));
+            }
+            "rp" => {}
             "owner-live" => {
                 let count: i64 = redis.get(key).await.unwrap_or(-1);
                 if count != 0 || !expiring {
