@@ -25,11 +25,11 @@ const LEASE: Duration = Duration::from_secs(60);
 
 /// A one-master cluster whose only node announces `proxy` as its address, and a store on it
 /// that reaches the node only through the proxy.
+/// Tests hold it whole: a destructuring `let` with `..` would drop the cluster at once.
 struct Setup {
     store: RedisStore,
     proxy: CutProxy,
     node: redis::aio::MultiplexedConnection,
-    /// Bound by every test (`_cluster`, not `..`), so the cluster lives to the test's end.
     _cluster: RedisCluster,
 }
 
@@ -100,12 +100,8 @@ async fn reply_keys(node: &mut redis::aio::MultiplexedConnection) -> redis::Redi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resent_create_answers_created() -> TestResult {
-    let Setup {
-        store,
-        proxy,
-        node: _,
-        _cluster,
-    } = setup().await?;
+    let setup = setup().await?;
+    let (store, proxy) = (&setup.store, &setup.proxy);
     let owner = AccessToken::generate().owner_hash();
     // Loads the script first: a reply cut is only a test of a call that ran, not of a NOSCRIPT.
     store.create(queued_task("warm", &owner, "echo")).await?;
@@ -124,12 +120,8 @@ async fn a_resent_create_answers_created() -> TestResult {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resent_take_holds_the_task_it_took() -> TestResult {
-    let Setup {
-        store,
-        proxy,
-        node: _,
-        _cluster,
-    } = setup().await?;
+    let setup = setup().await?;
+    let (store, proxy) = (&setup.store, &setup.proxy);
     let owner = AccessToken::generate().owner_hash();
     store.create(queued_task("warm", &owner, "echo")).await?;
     let warm = store
@@ -181,12 +173,8 @@ async fn a_resent_take_holds_the_task_it_took() -> TestResult {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resent_cancel_answers_cancelled() -> TestResult {
-    let Setup {
-        store,
-        proxy,
-        node: _,
-        _cluster,
-    } = setup().await?;
+    let setup = setup().await?;
+    let (store, proxy) = (&setup.store, &setup.proxy);
     let owner = AccessToken::generate().owner_hash();
     for id in ["warm", "cancelled-once"] {
         store.create(queued_task(id, &owner, "echo")).await?;
@@ -212,12 +200,8 @@ async fn a_resent_cancel_answers_cancelled() -> TestResult {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reply_keys_go_once_their_calls_are_answered() -> TestResult {
-    let Setup {
-        store,
-        proxy: _proxy,
-        mut node,
-        _cluster,
-    } = setup().await?;
+    let mut setup = setup().await?;
+    let store = &setup.store;
     let owner = AccessToken::generate().owner_hash();
     for n in 0..30 {
         store
@@ -226,7 +210,7 @@ async fn reply_keys_go_once_their_calls_are_answered() -> TestResult {
     }
     // Each call deletes the keys of the calls answered before it: only the last ones are left
     // (each kept at most REPLAY_TTL otherwise).
-    let left = reply_keys(&mut node).await?;
+    let left = reply_keys(&mut setup.node).await?;
     assert!(left <= 2, "{left} reply keys left after 30 creates");
     store.close().await;
     Ok(())
