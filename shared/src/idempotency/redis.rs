@@ -11,11 +11,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::Script;
-
-use crate::store::redis::guarded_script;
 use sha2::{Digest, Sha256};
 
 use super::{Begin, Claim, IdempotencyStore, StoredResponse};
+use crate::store::redis::guarded_script;
 use crate::store::{RedisStore, StoreError};
 
 macro_rules! lua {

@@ -20,9 +20,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::Script;
 
-use crate::store::redis::guarded_script;
-
 use super::{RegistryVersion, WorkerEntry, WorkerRegistry};
+use crate::store::redis::guarded_script;
 use crate::store::{RedisStore, StoreError};
 
 macro_rules! lua {
@@ -83,7 +82,7 @@ impl WorkerRegistry for RedisRegistry {
             .arg(ttl_ms.to_string());
         let _expires: u64 = self
             .store
-            .eval_unreplicated("register_worker", &mut invocation)
+            .eval_unreplicated(keys, "register_worker", &mut invocation)
             .await?;
         Ok(())
     }
@@ -98,7 +97,7 @@ impl WorkerRegistry for RedisRegistry {
             .arg(worker_id);
         let _removed: u64 = self
             .store
-            .eval_unreplicated("deregister_worker", &mut invocation)
+            .eval_unreplicated(keys, "deregister_worker", &mut invocation)
             .await?;
         Ok(())
     }
@@ -132,7 +131,7 @@ impl WorkerRegistry for RedisRegistry {
         invocation.key(keys.registry()).key(keys.registry_version());
         let (stamp, expired): (String, u64) = self
             .store
-            .eval_unreplicated("registry_version", &mut invocation)
+            .eval_unreplicated(keys, "registry_version", &mut invocation)
             .await?;
         let stamp = stamp
             .parse()

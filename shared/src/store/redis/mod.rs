@@ -377,7 +377,7 @@ impl RedisStore {
         // One server: classic pub/sub. A cluster: sharded pub/sub, each task's channel in its
         // shard's slot, so events stay on the master that wrote them.
         let (pubsub, subscribe_from) = if config.cluster_urls.is_empty() {
-            (PubSub::Classic, Source::Servers(vec![client.clone()]))
+            (PubSub::Classic, Source::Server(client.clone()))
         } else {
             let urls = config.cluster_urls.clone();
             let timeout = config.timeout;
@@ -528,18 +528,9 @@ impl RedisStore {
         core.eval(script, &core.keys, invocation).await
     }
 
-    /// [`Self::eval`] without waiting for replicas (see `Core::eval_unreplicated`).
+    /// [`Self::eval`] without waiting for replicas (see `Core::eval_unreplicated`), over keys
+    /// of the slot `keys` names (the namespace's or a shard's).
     pub(crate) async fn eval_unreplicated<T: redis::FromRedisValue>(
-        &self,
-        script: &'static str,
-        invocation: &mut redis::ScriptInvocation<'_>,
-    ) -> Result<T, StoreError> {
-        let core = &self.inner.core;
-        core.eval_unreplicated(script, &core.keys, invocation).await
-    }
-
-    /// [`Self::eval_unreplicated`] over keys of the slot `keys` names (a shard's).
-    pub(crate) async fn eval_unreplicated_in<T: redis::FromRedisValue>(
         &self,
         keys: &Keys,
         script: &'static str,

@@ -209,13 +209,22 @@ pub fn cluster_client(
     urls: &[String],
     response_timeout: Option<Duration>,
 ) -> Result<redis::cluster::ClusterClient, StoreError> {
-    let mut builder = redis::cluster::ClusterClient::builder(urls.iter().map(String::as_str));
-    if let Some(timeout) = response_timeout {
-        builder = builder
+    Ok(cluster_builder(urls, response_timeout).build()?)
+}
+
+/// The settings every cluster client of the store shares: seeds, and connect and reply bounds
+/// (none for blocking commands).
+pub fn cluster_builder(
+    urls: &[String],
+    response_timeout: Option<Duration>,
+) -> redis::cluster::ClusterClientBuilder {
+    let builder = redis::cluster::ClusterClient::builder(urls.iter().map(String::as_str));
+    match response_timeout {
+        Some(timeout) => builder
             .connection_timeout(timeout)
-            .response_timeout(timeout);
+            .response_timeout(timeout),
+        None => builder,
     }
-    Ok(builder.build()?)
 }
 
 /// A write that must reach `replicas` replicas before it is acknowledged: on a Redis Cluster a

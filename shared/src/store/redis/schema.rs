@@ -36,7 +36,9 @@ impl RedisStore {
             .key(keys.admissions())
             .key(keys.registry())
             .arg(&expected);
-        let found: String = self.eval_unreplicated("layout", &mut invocation).await?;
+        let found: String = self
+            .eval_unreplicated(keys, "layout", &mut invocation)
+            .await?;
         if found == expected {
             return Ok(());
         }

@@ -107,7 +107,7 @@ impl RedisStore {
     async fn due_in(&self, shard: usize, limit: usize) -> Result<Vec<(String, f64)>, StoreError> {
         let keys = &self.inner.core.shards[shard].keys;
         // A read: nothing to replicate.
-        self.eval_unreplicated_in(
+        self.eval_unreplicated(
             keys,
             "due",
             self.inner

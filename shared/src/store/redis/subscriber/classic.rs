@@ -1,5 +1,5 @@
-//! Classic pub/sub on one dedicated connection: a single server, or a cluster's seed nodes in
-//! turn (classic channels reach every node of a cluster).
+//! Classic pub/sub on one dedicated connection to a single server (a Redis Cluster uses
+//! [`super::sharded`]).
 
 use futures::StreamExt;
 use tokio::sync::mpsc;
@@ -8,19 +8,13 @@ use tokio_util::sync::CancellationToken;
 use super::{Command, FIRST_BACKOFF, Listeners, refuse_for};
 
 pub(super) async fn run(
-    clients: Vec<redis::Client>,
+    client: redis::Client,
     mut commands: mpsc::UnboundedReceiver<Command>,
     shutdown: CancellationToken,
 ) {
     let mut listeners = Listeners::default();
     let mut backoff = FIRST_BACKOFF;
-    let mut turn = 0usize;
     loop {
-        let Some(client) = clients.get(turn % clients.len().max(1)) else {
-            return;
-        };
-        // The next attempt, after a failure or a lost connection, tries the next node.
-        turn = turn.wrapping_add(1);
         let connected = tokio::select! {
             _ = shutdown.cancelled() => return,
             conn = client.get_async_pubsub() => conn,

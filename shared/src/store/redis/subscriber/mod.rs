@@ -8,8 +8,7 @@
 //! meanwhile is lost.
 //!
 //! Two flavours, matching how the scripts publish ([`super::scripts::PubSub`]):
-//! - [`classic`]: one server (or a cluster's seed, for classic channels reach every node):
-//!   `SUBSCRIBE` on a dedicated connection;
+//! - [`classic`]: one server: `SUBSCRIBE` on a dedicated connection;
 //! - [`sharded`]: a Redis Cluster: `SSUBSCRIBE` through the cluster client, each channel on
 //!   the master that owns its slot, so a message crosses no other node.
 
@@ -31,8 +30,8 @@ pub enum Signal {
 
 /// Where a dispatcher listens.
 pub enum Source {
-    /// Classic pub/sub through the first of these that answers.
-    Servers(Vec<redis::Client>),
+    /// Classic pub/sub on one server.
+    Server(redis::Client),
     /// Sharded pub/sub on the Redis Cluster these seed URLs reach; `timeout` bounds connecting
     /// and each reply.
     Cluster {
@@ -81,8 +80,8 @@ impl Dispatcher {
     pub fn start(source: Source, shutdown: CancellationToken) -> Self {
         let (commands, rx) = mpsc::unbounded_channel();
         match source {
-            Source::Servers(clients) => {
-                tokio::spawn(classic::run(clients, rx, shutdown));
+            Source::Server(client) => {
+                tokio::spawn(classic::run(client, rx, shutdown));
             }
             Source::Cluster { urls, timeout } => {
                 tokio::spawn(sharded::run(urls, timeout, rx, shutdown));

@@ -126,11 +126,9 @@ fn client(
     pushes: mpsc::UnboundedSender<PushInfo>,
 ) -> Result<redis::cluster::ClusterClient, StoreError> {
     Ok(
-        redis::cluster::ClusterClient::builder(urls.iter().map(String::as_str))
+        crate::store::redis::pool::cluster_builder(urls, Some(timeout))
             .use_protocol(redis::ProtocolVersion::RESP3)
             .push_sender(pushes)
-            .connection_timeout(timeout)
-            .response_timeout(timeout)
             .build()?,
     )
 }
