@@ -3,7 +3,7 @@
 //! ```text
 //! taskctl COMMAND AGENT_URL [ARGS]
 //! taskctl card   URL
-//! taskctl invoke URL ENTRYPOINT [INPUT_JSON] [--pay KEYFILE [--max-amount USDC] [--x402-version 1|2]]
+//! taskctl invoke URL ENTRYPOINT [INPUT_JSON] [--pay KEYFILE [--max-amount USDC] [--x402-version 1|2] [--max-validity-seconds SECS]]
 //! taskctl stream URL ENTRYPOINT [INPUT_JSON] [--pay ...]
 //! taskctl send   URL ENTRYPOINT INPUT_JSON [--wait] [--pay ...]
 //! taskctl get    URL TASK_ID
@@ -21,7 +21,9 @@
 //!
 //! Priced entrypoints (x402) are paid with `--pay KEYFILE` or `TASKCTL_PAY_KEY`, up to
 //! `--max-amount` USDC (1.0 by default); the settlement receipt is printed with the result
-//! (`settlement` in JSON). See [`pay`].
+//! (`settlement` in JSON). A 402 asking to sign for another origin, path, realm or sign-in
+//! domain, or on an unknown network or asset, is refused before anything is signed. See
+//! [`pay`].
 
 pub mod cmd;
 pub mod output;

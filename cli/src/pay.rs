@@ -4,13 +4,19 @@
 //! `TASKCTL_PAY_KEY` (the hex key itself). Without either a 402 is an error that names the price.
 //! A spend cap (`--max-amount`, 1.0 USDC unless given) refuses a dearer price before anything
 //! is signed. The key is never printed, not even in part: errors name its source only.
+//!
+//! The agent's 402 is not trusted: taskctl signs only for the URL it requested (an x402
+//! resource of the same origin and path, an MPP realm naming the requested host, a
+//! Sign-In-With-X offer for the requested host and origin), only known networks' USDC, and
+//! what it signs is valid for at most `--max-validity-seconds` (`TASKCTL_MAX_VALIDITY_SECONDS`,
+//! 300 unless given), whatever the agent asks.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
 use shared::client::Settlement;
-use shared::client::pay::{KeyPayer, LocalPayer, Payer, X402Version};
+use shared::client::pay::{DEFAULT_MAX_VALIDITY_SECONDS, KeyPayer, LocalPayer, Payer, X402Version};
 
 use crate::Failure;
 
@@ -20,6 +26,9 @@ pub const KEY_VAR: &str = "TASKCTL_PAY_KEY";
 /// The spend cap when `--max-amount` is not given, in USDC: enough for ordinary calls, small
 /// enough that a mispriced agent cannot take much.
 pub const DEFAULT_MAX_AMOUNT: &str = "1.0";
+
+/// The environment variable standing for `--max-validity-seconds`.
+pub const MAX_VALIDITY_VAR: &str = "TASKCTL_MAX_VALIDITY_SECONDS";
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct PayArgs {
@@ -44,6 +53,16 @@ pub struct PayArgs {
         value_parser = clap::value_parser!(u8).range(1..=2),
     )]
     pub x402_version: u8,
+    /// The longest a signed payment stays valid, in seconds: validBefore is at most this far
+    /// from now, whatever the agent's maxTimeoutSeconds (or MPP expiry) asks.
+    #[arg(
+        long,
+        value_name = "SECS",
+        env = MAX_VALIDITY_VAR,
+        default_value_t = DEFAULT_MAX_VALIDITY_SECONDS,
+        value_parser = clap::value_parser!(u64).range(1..),
+    )]
+    pub max_validity_seconds: u64,
 }
 
 impl PayArgs {
@@ -78,7 +97,9 @@ pub fn resolve(args: &PayArgs, env: Option<&str>) -> Result<Option<Arc<dyn Payer
         _ => X402Version::V2,
     };
     Ok(Some(Arc::new(
-        KeyPayer::new(key, Some(cap)).prefer(version),
+        KeyPayer::new(key, Some(cap))
+            .prefer(version)
+            .max_validity(args.max_validity_seconds),
     )))
 }
 

@@ -257,6 +257,11 @@ fn pay_flags_default_to_a_one_usdc_cap_and_v2() {
     assert_eq!(args.pay, None);
     assert_eq!(args.max_amount, "1.0");
     assert_eq!(args.x402_version, 2);
+    assert_eq!(args.max_validity_seconds, 300);
+    let Some(capped) = pay_args(&["--max-validity-seconds", "45"]) else {
+        panic!("--max-validity-seconds did not parse");
+    };
+    assert_eq!(capped.max_validity_seconds, 45);
     // No key anywhere: nothing pays.
     assert!(matches!(pay::resolve(&args, None), Ok(None)));
     assert!(matches!(pay::resolve(&args, Some("  ")), Ok(None)));

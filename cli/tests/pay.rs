@@ -1,6 +1,7 @@
 //! `taskctl --pay` end to end: the real binary against an in-process priced agent whose 402s
 //! are built by `payments::Terms` and which checks the paid retry with the real
-//! `Credential::decode` + `precheck` before answering with a receipt.
+//! `Credential::decode` + `precheck` before answering with a receipt. A hostile variant names
+//! another origin as the resource: taskctl must refuse and sign nothing.
 
 use std::path::PathBuf;
 use std::process::Output;
@@ -27,10 +28,14 @@ const ANVIL_KEY_0: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae7
 struct Seen {
     path: String,
     version: Option<X402Version>,
+    /// The signed authorization's `validBefore - validAfter`, when one came.
+    window: Option<u64>,
 }
 
 struct Agent {
     origin: String,
+    /// The origin the challenges name as the resource's: `origin`, unless hostile.
+    resource_origin: String,
     terms: Terms,
     seen: Mutex<Vec<Seen>>,
 }
@@ -84,6 +89,10 @@ async fn handle(
     let credential = get(payments::PAYMENT_SIGNATURE)
         .map(|value| (X402Version::V2, value))
         .or_else(|| get(payments::X_PAYMENT).map(|value| (X402Version::V1, value)));
+    let window = credential.as_ref().and_then(|(version, value)| {
+        let authorization = Credential::decode(*version, value).ok()?.authorization;
+        Some(authorization.valid_before - authorization.valid_after)
+    });
     agent
         .seen
         .lock()
@@ -91,18 +100,22 @@ async fn handle(
         .push(Seen {
             path: uri.path().to_owned(),
             version: credential.as_ref().map(|(version, _)| *version),
+            window,
         });
+    // The route's terms: its resource is the request's URL (at the resource origin).
+    let mut terms = agent.terms.clone();
+    terms.resource.url = format!("{}{}", agent.resource_origin, uri.path());
     let challenge = |reason: &str| {
         reply(
             StatusCode::PAYMENT_REQUIRED,
             vec![
                 (
                     payments::PAYMENT_REQUIRED,
-                    payments::wire::encode(&agent.terms.challenge_v2(Some(reason))),
+                    payments::wire::encode(&terms.challenge_v2(Some(reason))),
                 ),
                 ("content-type", "application/json".into()),
             ],
-            serde_json::to_string(&agent.terms.challenge_v1(reason)).unwrap_or_default(),
+            serde_json::to_string(&terms.challenge_v1(reason)).unwrap_or_default(),
         )
     };
     let Some((version, value)) = credential else {
@@ -146,6 +159,15 @@ async fn handle(
 
 /// A priced agent charging 0.001 USDC on base-sepolia for everything it runs.
 async fn agent() -> Result<Arc<Agent>, Box<dyn std::error::Error>> {
+    agent_with(None, payments::terms::DEFAULT_MAX_TIMEOUT_SECONDS).await
+}
+
+/// [`agent`], naming `resource_origin` (else its own) as its resources' origin and asking for
+/// `max_timeout_seconds` of validity.
+async fn agent_with(
+    resource_origin: Option<&str>,
+    max_timeout_seconds: u64,
+) -> Result<Arc<Agent>, Box<dyn std::error::Error>> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let origin = format!("http://{}", listener.local_addr()?);
     let agent = Arc::new(Agent {
@@ -153,13 +175,14 @@ async fn agent() -> Result<Arc<Agent>, Box<dyn std::error::Error>> {
             network: &payments::network::NETWORKS[0],
             amount: U256::from(1000u64),
             pay_to: Address::repeat_byte(0x22),
-            max_timeout_seconds: payments::terms::DEFAULT_MAX_TIMEOUT_SECONDS,
+            max_timeout_seconds,
             resource: ResourceInfo {
                 url: format!("{origin}/entrypoints/echo/invoke"),
                 description: String::new(),
                 mime_type: "application/json".into(),
             },
         },
+        resource_origin: resource_origin.unwrap_or(&origin).to_owned(),
         origin,
         seen: Mutex::new(Vec::new()),
     });
@@ -184,7 +207,8 @@ async fn taskctl(args: &[&str], envs: &[(&str, &str)]) -> Result<Output, std::io
     command
         .args(args)
         .env_remove("TASK_ACCESS_TOKEN")
-        .env_remove("TASKCTL_PAY_KEY");
+        .env_remove("TASKCTL_PAY_KEY")
+        .env_remove("TASKCTL_MAX_VALIDITY_SECONDS");
     for (name, value) in envs {
         command.env(name, value);
     }
@@ -364,5 +388,85 @@ async fn a_bad_key_file_fails_in_one_line_without_echoing_the_key() -> TestResul
     assert!(!stderr(&out).contains(&almost[2..20]));
     // Nothing was asked of the agent: the key is checked first.
     assert!(agent.seen().is_empty());
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_challenge_for_another_origin_is_refused_and_nothing_signed() -> TestResult {
+    let agent = agent_with(Some("http://evil.example"), 300).await?;
+    let env = [("TASKCTL_PAY_KEY", ANVIL_KEY_0)];
+    for command in ["invoke", "send", "stream"] {
+        let out = taskctl(&["--json", command, &agent.origin, "echo", "{}"], &env).await?;
+        assert_eq!(out.status.code(), Some(1), "{command}: {}", stderr(&out));
+        let docs = documents(&out)?;
+        let message = docs
+            .last()
+            .and_then(|doc| doc["error"]["message"].as_str())
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            message.contains("refused to sign") && message.contains("evil.example"),
+            "{command}: {message}"
+        );
+    }
+    // One unpaid request per command, and never a credential.
+    let seen = agent.seen();
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert!(seen.iter().all(|seen| seen.version.is_none()), "{seen:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_signed_validity_is_capped_by_flag_or_environment() -> TestResult {
+    // The agent asks for a day; what is signed is valid for 300 s, or what taskctl is told.
+    // `validAfter` is back-dated ten minutes, so the window is 600 s longer.
+    let agent = agent_with(None, 86_400).await?;
+    let pay = [("TASKCTL_PAY_KEY", ANVIL_KEY_0)];
+    let with_env = [
+        ("TASKCTL_PAY_KEY", ANVIL_KEY_0),
+        ("TASKCTL_MAX_VALIDITY_SECONDS", "120"),
+    ];
+    type Env<'a> = &'a [(&'a str, &'a str)];
+    let runs: [(&[&str], Env, u64); 4] = [
+        (&[], &pay, 600 + 300),
+        (&["--max-validity-seconds", "60"], &pay, 600 + 60),
+        (&[], &with_env, 600 + 120),
+        // The flag wins over the environment.
+        (&["--max-validity-seconds", "30"], &with_env, 600 + 30),
+    ];
+    for (flags, env, window) in runs {
+        let before = agent.seen().len();
+        let mut args = vec!["--json", "invoke", &agent.origin, "echo"];
+        args.extend_from_slice(flags);
+        let out = taskctl(&args, env).await?;
+        assert_eq!(out.status.code(), Some(0), "{flags:?}: {}", stderr(&out));
+        let seen = agent.seen();
+        assert_eq!(seen.len(), before + 2, "{seen:?}");
+        assert_eq!(seen[before + 1].window, Some(window), "{flags:?} {env:?}");
+    }
+    // Zero, or not a number, is a usage error before anything is asked.
+    let before = agent.seen().len();
+    for bad in ["0", "soon"] {
+        let out = taskctl(
+            &[
+                "invoke",
+                &agent.origin,
+                "echo",
+                "--max-validity-seconds",
+                bad,
+            ],
+            &pay,
+        )
+        .await?;
+        assert_eq!(out.status.code(), Some(2), "{bad}: {}", stderr(&out));
+    }
+    assert_eq!(agent.seen().len(), before);
+    // --help lists the flag and its variable.
+    let out = taskctl(&["invoke", "--help"], &[]).await?;
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        help.contains("--max-validity-seconds") && help.contains("TASKCTL_MAX_VALIDITY_SECONDS"),
+        "{help}"
+    );
     Ok(())
 }

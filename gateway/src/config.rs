@@ -51,6 +51,25 @@ pub struct GatewayConfig {
     #[arg(long, env = "REDIS_DURABILITY", default_value = "detect")]
     pub redis_durability: shared::store::DurabilitySetting,
 
+    /// The public origin clients reach this gateway at, e.g. `https://agent.example.com`
+    /// (scheme, host and port only). What Sign-In-With-X messages must name (domain and URI),
+    /// the x402 `resource` URLs and the default MPP realm are built from it. Unset: from the
+    /// request's headers with --trust-forwarded-headers, else `http://<--listen>`. Set it
+    /// whenever the gateway listens on a wildcard address or sits behind a proxy.
+    #[arg(long, env = "PUBLIC_URL", value_parser = crate::routes::card::origin::PublicUrl::parse)]
+    pub public_url: Option<crate::routes::card::origin::PublicUrl>,
+
+    /// Without --public-url: take the security-relevant origin from `X-Forwarded-Host`,
+    /// `X-Forwarded-Proto` and `Host`, as the card does. Only behind a proxy that overwrites
+    /// those headers: a client sets them at will.
+    #[arg(
+        long,
+        env = "TRUST_FORWARDED_HEADERS",
+        default_value_t = false,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub trust_forwarded_headers: bool,
+
     /// Path prefix of every route, e.g. `/agents/a`; kept in the card's URLs.
     #[arg(long, env = "BASE_PATH", default_value = "")]
     pub base_path: String,
@@ -153,8 +172,8 @@ pub struct GatewayConfig {
     #[arg(long, env = "MPP_SECRET", hide_env_values = true)]
     pub mpp_secret: Option<crate::secret::Secret>,
 
-    /// The MPP protection space (`realm`) challenges name; default: the host the request
-    /// was sent to (X-Forwarded-Host honoured as for the card's URLs).
+    /// The MPP protection space (`realm`) challenges name; default: the host of the
+    /// gateway's public origin (see --public-url).
     #[arg(long, env = "MPP_REALM")]
     pub mpp_realm: Option<String>,
 
@@ -172,6 +191,23 @@ pub struct GatewayConfig {
     /// every third of it, in milliseconds (upstream's admission lease).
     #[arg(long, env = "ADMISSION_LEASE_MS", default_value_t = 30_000)]
     pub admission_lease_ms: u64,
+
+    /// Payment credentials this gateway checks with the facilitator at once (from the
+    /// credential's claim to the facilitator's verdict); more wait their turn, in order, and
+    /// past eight times this many waiting the gateway answers 503 with Retry-After. Credentials
+    /// cost nothing to forge: this bounds the facilitator calls a flood of them can make.
+    #[arg(long, env = "MAX_PENDING_PAYMENTS", default_value_t = 32)]
+    pub max_pending_payments: usize,
+
+    /// Credentials of one payer this gateway checks at once; more are `429` with Retry-After.
+    #[arg(long, env = "MAX_PENDING_PAYMENTS_PER_PAYER", default_value_t = 2)]
+    pub max_pending_payments_per_payer: usize,
+
+    /// After the facilitator refuses a payer's credential, this gateway refuses that payer's
+    /// next credentials for this long without asking the facilitator again, in milliseconds
+    /// (0: always ask).
+    #[arg(long, env = "REFUSED_PAYER_COOLDOWN_MS", default_value_t = 30_000)]
+    pub refused_payer_cooldown_ms: u64,
 
     /// How often this gateway looks for settle answers that were lost (a gateway died
     /// mid-settlement, or the facilitator never answered), in milliseconds; 0 disables it.

@@ -140,6 +140,9 @@ impl IntoResponse for ApiError {
             },
         };
         let mut response = json_response(self.status, &body);
+        // The code travels with the response, for middleware that treats codes differently
+        // (the idempotency layer never records `payment_in_progress`).
+        response.extensions_mut().insert(self.code);
         if let Some(seconds) = self.retry_after
             && let Ok(value) = HeaderValue::from_str(&seconds.to_string())
         {

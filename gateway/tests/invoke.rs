@@ -16,7 +16,9 @@ use gateway::config::GatewayConfig;
 use gateway::state::AppState;
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
-use shared::idempotency::{Begin, DEFAULT_IN_PROGRESS_TTL, fingerprint, invoke_scope};
+use shared::idempotency::{
+    Begin, DEFAULT_IN_PROGRESS_TTL, Operation, SecurityContext, Subject, fingerprint, scope,
+};
 use shared::protocol::TaskStatus;
 use shared::registry::{Price, WorkerEntry};
 use tokio_util::sync::CancellationToken;
@@ -504,17 +506,24 @@ async fn a_running_invoke_answers_409_in_progress_and_releases_when_dropped() ->
     // The first caller goes away: its run is cancelled and its claim released.
     first.abort();
     until_idle(&gw.state).await?;
-    let print = fingerprint(
-        "POST",
-        "/entrypoints/sleep/invoke",
-        &serde_json::from_str(body)?,
-    );
+    let print = fingerprint(&shared::idempotency::Request {
+        method: "POST",
+        url: "/entrypoints/sleep/invoke",
+        body: &serde_json::from_str(body)?,
+        subject: &Subject::Anonymous,
+        security: &SecurityContext::free(),
+    });
     let released = tokio::time::timeout(PATIENCE, async {
         loop {
             let begun = gw
                 .state
                 .idempotency
-                .begin(&invoke_scope("sleep"), KEY, &print, DEFAULT_IN_PROGRESS_TTL)
+                .begin(
+                    &scope(Operation::Invoke, "sleep"),
+                    KEY,
+                    &print,
+                    DEFAULT_IN_PROGRESS_TTL,
+                )
                 .await;
             match begun {
                 Ok(Begin::Started(_)) => return Ok(()),

@@ -1052,6 +1052,9 @@ impl TaskStore for ClaimsDurable {
     async fn hand_off(&self, lease: &Lease) -> Result<bool, StoreError> {
         self.0.hand_off(lease).await
     }
+    async fn hold_for_settlement(&self, lease: &Lease) -> Result<bool, StoreError> {
+        self.0.hold_for_settlement(lease).await
+    }
     async fn await_input(
         &self,
         lease: &Lease,

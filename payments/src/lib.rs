@@ -11,7 +11,9 @@
 //! - [`eip3009`]: the EIP-712 `TransferWithAuthorization` hash, recovery and signing;
 //! - [`precheck`]: the offline checks done before any facilitator is asked;
 //! - [`facilitator`]: the `/verify`, `/settle`, `/supported` contract and its HTTP client;
-//! - [`payer`]: the paying side: answer a 402 with a signed credential from a local key.
+//! - [`payer`]: the paying side: answer a 402 with a signed credential from a local key;
+//! - [`target`]: the paying side's guard: sign only for the requested origin and path, on
+//!   known networks, for a bounded time.
 //!
 //! Beside x402, two more ways in:
 //!
@@ -32,6 +34,7 @@ pub mod payer;
 pub mod precheck;
 mod rfc3339;
 pub mod siwx;
+pub mod target;
 pub mod terms;
 pub mod wire;
 
@@ -42,6 +45,7 @@ pub use facilitator::{Facilitator, FacilitatorError, HttpFacilitator};
 pub use network::Network;
 pub use payer::{LocalPayer, PayError};
 pub use precheck::{Rejection, precheck};
+pub use target::{Limits, Refusal, RequestTarget};
 pub use terms::Terms;
 
 /// Header of an x402 v2 challenge (on a 402).

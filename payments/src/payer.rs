@@ -11,10 +11,12 @@ use serde_json::json;
 
 use crate::credential::X402Version;
 use crate::eip3009::{Authorization, signature_hex};
-use crate::terms::{SCHEME_EXACT, Terms};
+use crate::network::Network;
+use crate::target::{Limits, Refusal, RequestTarget};
+use crate::terms::{SCHEME_EXACT, Terms, TermsError};
 use crate::wire::exact::ExactEvmPayload;
 use crate::wire::v1::{ChallengeV1, PaymentPayloadV1};
-use crate::wire::v2::{ChallengeV2, PaymentPayloadV2};
+use crate::wire::v2::{ChallengeV2, PaymentPayloadV2, RequirementsV2};
 use crate::wire::{self, HeaderError};
 
 /// Authorizations are back-dated this much, so a payee whose clock runs a little behind still
@@ -44,6 +46,10 @@ pub enum PayError {
     /// An MPP ("Payment" scheme) challenge that could not be answered.
     #[error("MPP challenge: {0}")]
     Mpp(String),
+    /// The 402 asks for something other than what was requested (another resource, realm or
+    /// sign-in domain), or on an unknown network or asset: nothing was signed.
+    #[error("refused to sign: {0}")]
+    Refused(#[from] Refusal),
 }
 
 /// A server's 402, as the payer reads it.
@@ -143,14 +149,25 @@ impl LocalPayer {
     }
 
     /// Signs an authorization for `terms` with a fresh random nonce, valid from a little before
-    /// `now` until `now + maxTimeoutSeconds`.
+    /// `now` until `now + maxTimeoutSeconds` (at least a minute).
     pub fn authorize(&self, terms: &Terms, now: u64) -> Result<(Authorization, String), PayError> {
+        self.authorize_within(terms, u64::MAX, now)
+    }
+
+    /// [`LocalPayer::authorize`], valid for at most `max_validity_seconds` after `now`.
+    fn authorize_within(
+        &self,
+        terms: &Terms,
+        max_validity_seconds: u64,
+        now: u64,
+    ) -> Result<(Authorization, String), PayError> {
+        let validity = terms.max_timeout_seconds.max(60).min(max_validity_seconds);
         let authorization = Authorization {
             from: self.signer.address(),
             to: terms.pay_to,
             value: terms.amount,
             valid_after: now.saturating_sub(CLOCK_SKEW_SECONDS),
-            valid_before: now.saturating_add(terms.max_timeout_seconds.max(60)),
+            valid_before: now.saturating_add(validity),
             nonce: B256::random(),
         };
         let signature = authorization
@@ -159,35 +176,50 @@ impl LocalPayer {
         Ok((authorization, signature_hex(&signature)))
     }
 
-    /// Answers `challenge` with a credential, refusing a price above `cap` (atomic units).
+    /// Answers `challenge` with a credential, refusing a price above `cap` (atomic units), an
+    /// unknown network or asset. It does not check whose resource the challenge names: a
+    /// client answering a server's 402 uses [`LocalPayer::answer_for`].
     pub fn answer(
         &self,
         challenge: &Challenge,
         cap: Option<U256>,
         now: u64,
     ) -> Result<PaymentHeader, PayError> {
-        let (version, terms, accepted) = match challenge {
-            Challenge::V2(challenge) => {
-                let accepted = challenge
-                    .accepts
-                    .iter()
-                    .find_map(|requirement| {
-                        Terms::from_v2(requirement, challenge.resource.clone())
-                            .ok()
-                            .map(|terms| (terms, requirement.clone()))
-                    })
-                    .ok_or(PayError::NothingPayable)?;
-                (X402Version::V2, accepted.0, Some(accepted.1))
-            }
-            Challenge::V1(challenge) => {
-                let terms = challenge
-                    .accepts
-                    .iter()
-                    .find_map(|requirement| Terms::from_v1(requirement).ok())
-                    .ok_or(PayError::NothingPayable)?;
-                (X402Version::V1, terms, None)
-            }
-        };
+        let (version, terms, accepted) = select(challenge, None)?;
+        self.sign_answer(version, terms, accepted, cap, u64::MAX, now)
+    }
+
+    /// Answers `challenge`, a 402 to a request for `target`, within `limits`: refuses a
+    /// challenge whose resource is not of the target's origin and path, an unknown network or
+    /// asset, a price above the cap; the authorization is valid for at most
+    /// `limits.max_validity_seconds`. A refusal signs nothing.
+    pub fn answer_for(
+        &self,
+        challenge: &Challenge,
+        target: &RequestTarget,
+        limits: &Limits,
+        now: u64,
+    ) -> Result<PaymentHeader, PayError> {
+        let (version, terms, accepted) = select(challenge, Some(target))?;
+        self.sign_answer(
+            version,
+            terms,
+            accepted,
+            limits.cap,
+            limits.max_validity_seconds,
+            now,
+        )
+    }
+
+    fn sign_answer(
+        &self,
+        version: X402Version,
+        terms: Terms,
+        accepted: Option<RequirementsV2>,
+        cap: Option<U256>,
+        max_validity_seconds: u64,
+        now: u64,
+    ) -> Result<PaymentHeader, PayError> {
         if let Some(cap) = cap
             && terms.amount > cap
         {
@@ -196,7 +228,8 @@ impl LocalPayer {
                 cap: crate::amount::to_decimal(cap),
             });
         }
-        let (authorization, signature) = self.authorize(&terms, now)?;
+        let (authorization, signature) =
+            self.authorize_within(&terms, max_validity_seconds, now)?;
         let payload = serde_json::to_value(ExactEvmPayload {
             signature,
             authorization: authorization.to_wire(),
@@ -229,6 +262,69 @@ impl LocalPayer {
             payer: self.signer.address(),
             nonce: authorization.nonce,
         })
+    }
+}
+
+/// The first requirement of `challenge` this client pays (with `target`, only for the target's
+/// resource), or why none: the first refusal met (another resource, an unknown network or
+/// asset), else [`PayError::NothingPayable`].
+fn select(
+    challenge: &Challenge,
+    target: Option<&RequestTarget>,
+) -> Result<(X402Version, Terms, Option<RequirementsV2>), PayError> {
+    let mut refusal = None;
+    match challenge {
+        Challenge::V2(challenge) => {
+            if let Some(target) = target {
+                target.check_resource(&challenge.resource.url)?;
+            }
+            for requirement in &challenge.accepts {
+                match Terms::from_v2(requirement, challenge.resource.clone()) {
+                    Ok(terms) => return Ok((X402Version::V2, terms, Some(requirement.clone()))),
+                    Err(err) => note(
+                        &mut refusal,
+                        refusal_of(&err, &requirement.network, &requirement.asset),
+                    ),
+                }
+            }
+        }
+        Challenge::V1(challenge) => {
+            for requirement in &challenge.accepts {
+                if let Some(target) = target
+                    && let Err(why) = target.check_resource(&requirement.resource)
+                {
+                    note(&mut refusal, Some(why));
+                    continue;
+                }
+                match Terms::from_v1(requirement) {
+                    Ok(terms) => return Ok((X402Version::V1, terms, None)),
+                    Err(err) => note(
+                        &mut refusal,
+                        refusal_of(&err, &requirement.network, &requirement.asset),
+                    ),
+                }
+            }
+        }
+    }
+    Err(refusal.map_or(PayError::NothingPayable, PayError::Refused))
+}
+
+/// Keeps the first refusal met.
+fn note(first: &mut Option<Refusal>, refusal: Option<Refusal>) {
+    if first.is_none() {
+        *first = refusal;
+    }
+}
+
+/// The refusal a requirement's terms error stands for: an unknown network or asset (other
+/// reasons, such as another scheme, are "nothing payable").
+pub(crate) fn refusal_of(err: &TermsError, network: &str, asset: &str) -> Option<Refusal> {
+    match err {
+        TermsError::Network(_) => Some(Refusal::unknown_network(network)),
+        TermsError::Asset | TermsError::Field("asset") => {
+            Network::find(network).map(|known| Refusal::unknown_asset(known, asset))
+        }
+        _ => None,
     }
 }
 
@@ -368,5 +464,162 @@ mod tests {
             Challenge::from_response(None, b"{\"error\":{}}"),
             Err(PayError::NoChallenge)
         );
+    }
+
+    fn target(url: &str) -> RequestTarget {
+        match RequestTarget::parse(url) {
+            Ok(target) => target,
+            Err(err) => panic!("{err}"),
+        }
+    }
+
+    /// `terms()` as a server at `url` would price it.
+    fn terms_at(url: &str) -> Terms {
+        let mut terms = terms();
+        terms.resource.url = url.into();
+        terms
+    }
+
+    const HERE: &str = "http://127.0.0.1/entrypoints/echo/invoke";
+
+    #[test]
+    fn a_client_signs_only_for_the_requested_resource() {
+        let payer = payer();
+        let here = target(HERE);
+        let limits = Limits::default();
+        for challenge in [
+            Challenge::V2(terms().challenge_v2(None)),
+            Challenge::V1(terms().challenge_v1("")),
+        ] {
+            assert!(payer.answer_for(&challenge, &here, &limits, NOW).is_ok());
+        }
+        let elsewhere = [
+            "http://evil.example/entrypoints/echo/invoke",
+            "https://127.0.0.1/entrypoints/echo/invoke",
+            "http://127.0.0.1:8080/entrypoints/echo/invoke",
+        ];
+        for url in elsewhere {
+            for challenge in [
+                Challenge::V2(terms_at(url).challenge_v2(None)),
+                Challenge::V1(terms_at(url).challenge_v1("")),
+            ] {
+                let refused = payer.answer_for(&challenge, &here, &limits, NOW);
+                assert!(
+                    matches!(
+                        refused,
+                        Err(PayError::Refused(Refusal::ResourceOrigin { .. }))
+                    ),
+                    "{url}: {refused:?}"
+                );
+            }
+        }
+        let other_path = terms_at("http://127.0.0.1/entrypoints/other/invoke");
+        for challenge in [
+            Challenge::V2(other_path.challenge_v2(None)),
+            Challenge::V1(other_path.challenge_v1("")),
+        ] {
+            assert!(matches!(
+                payer.answer_for(&challenge, &here, &limits, NOW),
+                Err(PayError::Refused(Refusal::ResourcePath { .. }))
+            ));
+        }
+        // v1 names a resource per requirement: a foreign one is skipped when ours is there.
+        let mut mixed = terms_at(elsewhere[0]).challenge_v1("");
+        mixed.accepts.extend(terms().challenge_v1("").accepts);
+        let paid = payer.answer_for(&Challenge::V1(mixed), &here, &limits, NOW);
+        assert!(paid.is_ok(), "{paid:?}");
+    }
+
+    #[test]
+    fn unknown_networks_and_assets_are_refused_before_signing() {
+        let payer = payer();
+        let here = target(HERE);
+        let limits = Limits::default();
+        let mut v2 = terms().challenge_v2(None);
+        v2.accepts[0].network = "eip155:999".into();
+        let mut v1 = terms().challenge_v1("");
+        v1.accepts[0].network = "solana".into();
+        for (challenge, network) in [
+            (Challenge::V2(v2), "\"eip155:999\""),
+            (Challenge::V1(v1), "\"solana\""),
+        ] {
+            let refused = payer.answer_for(&challenge, &here, &limits, NOW);
+            assert!(
+                matches!(&refused, Err(PayError::Refused(Refusal::UnknownNetwork { network: n }))
+                    if n == network),
+                "{refused:?}"
+            );
+            // The offline signer refuses the same.
+            assert_eq!(payer.answer(&challenge, None, NOW).err(), refused.err());
+        }
+        for asset in [
+            Address::repeat_byte(1).to_string(),
+            // Another known network's USDC is not base-sepolia's.
+            crate::network::NETWORKS[1].usdc.to_string(),
+            "not an address".to_owned(),
+        ] {
+            let mut v2 = terms().challenge_v2(None);
+            v2.accepts[0].asset = asset.clone();
+            let mut v1 = terms().challenge_v1("");
+            v1.accepts[0].asset = asset.clone();
+            for challenge in [Challenge::V2(v2), Challenge::V1(v1)] {
+                let refused = payer.answer_for(&challenge, &here, &limits, NOW);
+                assert!(
+                    matches!(
+                        &refused,
+                        Err(PayError::Refused(Refusal::UnknownAsset {
+                            network: "base-sepolia",
+                            ..
+                        }))
+                    ),
+                    "{asset}: {refused:?}"
+                );
+            }
+        }
+        // Another scheme is merely nothing payable.
+        let mut upto = terms().challenge_v2(None);
+        upto.accepts[0].scheme = "upto".into();
+        assert_eq!(
+            payer
+                .answer_for(&Challenge::V2(upto), &here, &limits, NOW)
+                .err(),
+            Some(PayError::NothingPayable)
+        );
+    }
+
+    #[test]
+    fn the_validity_window_is_capped() {
+        let payer = payer();
+        let here = target(HERE);
+        let valid_before = |terms: &Terms, max_validity_seconds: u64| {
+            let limits = Limits {
+                cap: None,
+                max_validity_seconds,
+            };
+            let header = payer
+                .answer_for(
+                    &Challenge::V2(terms.challenge_v2(None)),
+                    &here,
+                    &limits,
+                    NOW,
+                )
+                .map_err(|err| err.to_string())?;
+            Credential::decode(header.version, &header.value)
+                .map(|credential| credential.authorization.valid_before)
+                .map_err(|err| err.to_string())
+        };
+        let mut greedy = terms();
+        greedy.max_timeout_seconds = 86_400 * 365;
+        // The server asks for a year: the default cap gives 300 s, a tighter one less.
+        assert_eq!(valid_before(&greedy, 300), Ok(NOW + 300));
+        assert_eq!(valid_before(&greedy, 90), Ok(NOW + 90));
+        // The server asks for less than the cap: its figure.
+        let mut modest = terms();
+        modest.max_timeout_seconds = 120;
+        assert_eq!(valid_before(&modest, 300), Ok(NOW + 120));
+        // Below a minute the signer still gives a minute, unless the cap is lower.
+        modest.max_timeout_seconds = 10;
+        assert_eq!(valid_before(&modest, 300), Ok(NOW + 60));
+        assert_eq!(valid_before(&modest, 30), Ok(NOW + 30));
     }
 }

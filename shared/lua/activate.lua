@@ -1,6 +1,7 @@
 -- activate: prepared -> active for current live claims, many at once (a worker activates what
 -- one take gave it, and concurrent activations of one process are sent together). Counts an
--- attempt and starts the hard run deadline; from here the lease is renewed by heartbeat.
+-- attempt and starts the hard run deadline; from here the lease is renewed by heartbeat. A claim
+-- held for a settlement (hold.lua) is not activated: its receipt queues the task first.
 --
 -- KEYS[1] leases, KEYS[2 ..] task keys
 -- ARGV per task, 5 values: task id, holder id, epoch, lease ttl ms, max run ms
@@ -16,9 +17,9 @@ for i = 2, #KEYS do
   local b = (i - 2) * 5
   local id, holder, epoch = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
   local f = redis.call('HMGET', task, 'st', 'lo', 'ec', 'lx', 'ph',
-    'at')
+    'at', 'sh')
   if f[1] == 'running' and f[2] == holder and f[3] == epoch and f[4]
-      and tonumber(f[4]) > now and f[5] == 'prepared' then
+      and tonumber(f[4]) > now and f[5] == 'prepared' and f[7] ~= '1' then
     local attempt = tonumber(f[6] or '0') + 1
     local expires = now + tonumber(ARGV[b + 4])
     local deadline = now + tonumber(ARGV[b + 5])

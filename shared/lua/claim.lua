@@ -1,6 +1,8 @@
 -- claim: takes a prepared lease on one task by id (upstream claimExecution): the task must be
 -- running, reserved, queued or prepared, with no live lease. Each claim increments the task's
 -- fencing epoch. An active task whose lease expired is left to recovery, which counts attempts.
+-- A task held for a settlement (hold.lua) is its admission's until the settlement is known,
+-- expired claim or not.
 --
 -- KEYS[1] task  KEYS[2] leases  KEYS[3] admissions  KEYS[4] queue of the task's entrypoint
 -- ARGV[1] task id  ARGV[2] claimer id  ARGV[3] lease ttl ms
@@ -14,9 +16,10 @@ local task, leases, admissions, queue = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id, claimer = ARGV[1], ARGV[2]
 
 local f = redis.call('HMGET', task, 'st', 'ph', 'lx', 'ax',
-  'ow', 'iv', 'at', 'ma', 'en', 'cr', 'ec')
+  'ow', 'iv', 'at', 'ma', 'en', 'cr', 'ec', 'sh')
 if not f[1] then return {0, 'MISSING'} end
 if f[1] ~= 'running' then return {0, 'NOT_RUNNING'} end
+if f[12] == '1' then return {0, 'LEASED'} end
 local now = now_ms()
 if f[3] and tonumber(f[3]) > now then return {0, 'LEASED'} end
 if f[2] == 'active' then return {0, 'LEASED'} end

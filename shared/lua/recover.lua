@@ -5,6 +5,8 @@
 --   expired active lease, run deadline passed                    -> failed, task_timeout
 --   expired active lease, attempts used up                       -> failed, task_attempts_exhausted
 --   expired active lease otherwise                               -> back to the queue
+--   held for a settlement (hold.lua)                             -> left alone: only the
+--     settlement's outcome moves it (a receipt queues it, "never settled" cancels it)
 -- Mode 'reap' only cancels (upstream reapExpiredAdmissions); 'recover' does everything.
 --
 -- KEYS[1] leases  KEYS[2] admissions  KEYS[3] live
@@ -33,7 +35,7 @@ for i = 4, #ARGV do
   }
   local wake = KEYS[base + 5]
   local f = redis.call('HMGET', k.task, 'st', 'ph', 'lx', 'ax',
-    'ho', 'at', 'ma', 'rd', 'rm', 'ow', 'sq')
+    'ho', 'at', 'ma', 'rd', 'rm', 'ow', 'sq', 'sh')
   local status, phase = f[1], f[2]
   local lease_due = f[3] and tonumber(f[3]) <= now
   local admission_due = f[4] and tonumber(f[4]) <= now
@@ -59,6 +61,11 @@ for i = 4, #ARGV do
     -- Stale index entries of a finished or expired task.
     redis.call('ZREM', leases, id)
     redis.call('ZREM', admissions, id)
+  elseif f[12] == '1' then
+    -- Held for a settlement whose outcome is not known yet: it may have been paid for, so it
+    -- is neither cancelled nor requeued. hold.lua took it out of the lease index; an entry
+    -- found here anyway is stale and dropped, so it cannot stay at the head of the due index.
+    redis.call('ZREM', leases, id)
   elseif phase == 'waiting' and admission_due then
     -- Nobody answered the task's request in time.
     local err = cjson.encode({code = 'input_timeout',

@@ -1,6 +1,7 @@
 -- renew: extends many leases of one holder in one call (the worker heartbeat). A lease is
 -- extended only while it is the task's current lease and still live; an expired lease is never
--- revived.
+-- revived. A claim held for a settlement (hold.lua) is extended but stays out of the lease
+-- index: no sweep is to find it due.
 --
 -- KEYS[1] leases, KEYS[2 ..] task keys
 -- ARGV[1] lease ttl ms  ARGV[2] 'prepared' (only prepared claims) | 'any'
@@ -8,7 +9,6 @@
 -- Returns one integer per task: the new deadline, or 0 when the lease is lost.
 
 -- @include "now_ms"
--- @include "lease_is_live"
 
 local leases = KEYS[1]
 local ttl, only_prepared = tonumber(ARGV[1]), ARGV[2] == 'prepared'
@@ -18,14 +18,19 @@ for i = 2, #KEYS do
   local task = KEYS[i]
   local base = 3 + (i - 2) * 3
   local id, holder, epoch = ARGV[base], ARGV[base + 1], ARGV[base + 2]
-  local ok = lease_is_live(task, holder, epoch, now)
+  -- lease_is_live (includes/lease_is_live.lua), with the phase and hold in the same read.
+  local f = redis.call('HMGET', task, 'st', 'lo', 'ec', 'lx', 'ph', 'sh')
+  local ok = f[1] == 'running' and f[2] == holder and f[3] == epoch
+    and f[4] and tonumber(f[4]) > now
   if ok and only_prepared then
-    ok = redis.call('HGET', task, 'ph') == 'prepared'
+    ok = f[5] == 'prepared'
   end
   if ok then
     local expires = now + ttl
     redis.call('HSET', task, 'lx', expires)
-    redis.call('ZADD', leases, expires, id)
+    if f[6] ~= '1' then
+      redis.call('ZADD', leases, expires, id)
+    end
     out[#out + 1] = expires
   else
     out[#out + 1] = 0

@@ -272,6 +272,16 @@ impl Cluster {
                 ("PAY_TO", PAY_TO.to_owned()),
                 ("FACILITATOR_URL", facilitator_url.clone()),
                 ("MAX_TASKS", MAX_TASKS.to_string()),
+                // Ten payers share every connection: the per-payer bound on pending
+                // credentials (a guard against forged floods) must not throttle the bench.
+                (
+                    "MAX_PENDING_PAYMENTS",
+                    settings.connections.max(32).to_string(),
+                ),
+                (
+                    "MAX_PENDING_PAYMENTS_PER_PAYER",
+                    settings.connections.to_string(),
+                ),
                 ("RUST_LOG", settings.service_rust_log.clone()),
             ],
         )

@@ -52,6 +52,29 @@ pub async fn wait_healthy(process: &ServiceProcess, base: &str) -> Res<()> {
     }
 }
 
+/// A paying gateway `name` on `redis_url` and `facilitator`, with `env` added, once healthy:
+/// the process and its URL.
+async fn start_gateway(
+    name: &str,
+    redis_url: &str,
+    facilitator: &str,
+    env: &[(&str, String)],
+) -> Res<(ServiceProcess, String)> {
+    let port = free_port()?;
+    let mut envs = vec![
+        ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
+        ("REDIS_URL", redis_url.to_owned()),
+        ("PAY_TO", PAYEE.to_owned()),
+        ("FACILITATOR_URL", facilitator.to_owned()),
+        ("RUST_LOG", "debug".to_owned()),
+    ];
+    envs.extend(env.iter().cloned());
+    let process = ServiceProcess::start("gateway", name, &[], &envs)?;
+    let base = format!("http://127.0.0.1:{port}");
+    wait_healthy(&process, &base).await?;
+    Ok((process, base))
+}
+
 /// Redis, the facilitator, worker `w1` and gateways `g1` and `g2`; they stop when it drops.
 pub struct PaidCluster {
     gateways: Vec<(ServiceProcess, String)>,
@@ -84,19 +107,7 @@ impl PaidCluster {
         let worker = ServiceProcess::start("worker", "w1", &[], &envs)?;
         let mut gateways = Vec::new();
         for name in ["g1", "g2"] {
-            let port = free_port()?;
-            let mut envs = vec![
-                ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
-                ("REDIS_URL", redis.url()),
-                ("PAY_TO", PAYEE.to_owned()),
-                ("FACILITATOR_URL", facilitator_base.clone()),
-                ("RUST_LOG", "debug".to_owned()),
-            ];
-            envs.extend(gateway_env.iter().cloned());
-            let process = ServiceProcess::start("gateway", name, &[], &envs)?;
-            let base = format!("http://127.0.0.1:{port}");
-            wait_healthy(&process, &base).await?;
-            gateways.push((process, base));
+            gateways.push(start_gateway(name, &redis.url(), &facilitator_base, gateway_env).await?);
         }
         let cluster = PaidCluster {
             gateways,
@@ -111,7 +122,22 @@ impl PaidCluster {
         Ok(cluster)
     }
 
-    /// The URL of gateway `i` (0 or 1).
+    /// Starts one more gateway on the same Redis and facilitator with `env` added to its
+    /// settings (not the ones the cluster was started with), waits until its card passes
+    /// `ready`, and returns its index for [`PaidCluster::base`].
+    pub async fn add_gateway(
+        &mut self,
+        name: &str,
+        env: &[(&str, String)],
+        ready: impl Fn(&Value) -> bool,
+    ) -> Res<usize> {
+        let gateway = start_gateway(name, &self.redis.url(), &self.facilitator.1, env).await?;
+        self.wait_for_card(&gateway.1, &ready).await?;
+        self.gateways.push(gateway);
+        Ok(self.gateways.len() - 1)
+    }
+
+    /// The URL of gateway `i` (0 or 1, then those [`PaidCluster::add_gateway`] started).
     pub fn base(&self, i: usize) -> &str {
         self.gateways.get(i).map_or("", |(_, base)| base.as_str())
     }
@@ -134,6 +160,11 @@ impl PaidCluster {
             }
             tokio::time::sleep(POLL).await;
         }
+    }
+
+    /// The dev facilitator's URL.
+    pub fn facilitator_base(&self) -> &str {
+        &self.facilitator.1
     }
 
     /// Settlements the facilitator made.

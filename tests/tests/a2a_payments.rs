@@ -71,7 +71,9 @@ impl Cluster {
                 &[("WORKER_PRICES", PRICES.to_owned())],
                 &[
                     ("MPP_SECRET", MPP_SECRET.to_owned()),
-                    ("MPP_REALM", "agents.example".to_owned()),
+                    // The host the gateways listen on: a paying client checks the realm
+                    // names the host it requested.
+                    ("MPP_REALM", "127.0.0.1".to_owned()),
                 ],
                 ready,
             )
@@ -138,6 +140,8 @@ impl Cluster {
 /// A whole answer: status, headers and body text.
 struct Answer {
     binding: Binding,
+    /// The URL the request was sent to (a payer signs only for it).
+    url: reqwest::Url,
     status: StatusCode,
     headers: HeaderMap,
     text: String,
@@ -156,10 +160,12 @@ impl std::fmt::Debug for Answer {
 impl Answer {
     async fn read(binding: Binding, response: reqwest::Response) -> Res<Answer> {
         let status = response.status();
+        let url = response.url().clone();
         let headers = response.headers().clone();
         let text = tokio::time::timeout(PATIENCE, response.text()).await??;
         Ok(Answer {
             binding,
+            url,
             status,
             headers,
             text,
@@ -201,13 +207,14 @@ impl Answer {
         Ok(task)
     }
 
-    /// What the 402 asks for, as the client crate reads it.
+    /// What the 402 asks for, as the client crate reads it, tied to the request it answered.
     fn payment_required(&self) -> PaymentRequired {
         PaymentRequired::parse(
             self.header(payments::PAYMENT_REQUIRED),
             self.text.as_bytes(),
         )
         .with_www_authenticate(self.header(payments::mpp::WWW_AUTHENTICATE))
+        .for_request(&self.url)
     }
 }
 
@@ -377,7 +384,7 @@ async fn an_mpp_skill_over_jsonrpc_is_paid_with_a_payment_credential() -> TestRe
         .into_iter()
         .next()
         .ok_or("no Payment challenge")??;
-    assert_eq!(offer.realm, "agents.example");
+    assert_eq!(offer.realm, "127.0.0.1");
     assert_eq!(cluster.settled().await?, 0);
     assert_eq!(cluster.count("{tc}:task:*").await?, 0);
 

@@ -8,7 +8,9 @@
 //! buys one execution and one settlement, also when 50 identical requests race over two
 //! gateways; a replayed challenge is `invalid-challenge`; the receipt comes in
 //! `Payment-Receipt` with `Cache-Control: private`; hostile `Authorization` headers are 402s,
-//! never 5xx, and never reach the logs; the Rust client pays MPP by itself.
+//! never 5xx, and never reach the logs; the Rust client pays MPP by itself; a credential made
+//! for one entrypoint's challenge does not pay another of the same price (the challenge's
+//! `opaque` names the route and entrypoint, under its HMAC).
 
 use std::sync::Arc;
 
@@ -21,7 +23,8 @@ use shared::client::{Client, ClientOptions, InvokeOptions, KeyPayer};
 
 type TestResult = Res<()>;
 
-const PRICES: &str = "echo=0.001:mpp,sleep=0.002:mpp,summarize=0.001";
+/// `count` costs what `echo` costs: a credential for one must still not pay the other.
+const PRICES: &str = "echo=0.001:mpp,sleep=0.002:mpp,summarize=0.001,count=0.001:mpp";
 const SECRET: &str = "an-mpp-secret-of-at-least-32-bytes-for-the-tests";
 const PROBLEMS: &str = "https://paymentauth.org/problems/";
 
@@ -44,8 +47,10 @@ impl Cluster {
                 &[("WORKER_PRICES", PRICES.to_owned())],
                 &[
                     ("MPP_SECRET", SECRET.to_owned()),
-                    // Both gateways name the same protection space, as behind one host.
-                    ("MPP_REALM", "agents.example".to_owned()),
+                    // Both gateways name the same protection space, as behind one host: the
+                    // host both listen on, without a port (a paying client checks that the
+                    // realm names the host it requested).
+                    ("MPP_REALM", "127.0.0.1".to_owned()),
                 ],
                 ready,
             )
@@ -134,7 +139,7 @@ async fn the_challenge_is_a_payment_auth_offer_that_reserves_nothing() -> TestRe
     assert_eq!(response.headers()["cache-control"], "no-store");
     let header = response.headers()["www-authenticate"].to_str()?.to_owned();
     assert!(header.starts_with("Payment "), "{header}");
-    assert_eq!(param(&header, "realm"), Some("agents.example"));
+    assert_eq!(param(&header, "realm"), Some("127.0.0.1"));
     assert_eq!(param(&header, "method"), Some("evm"));
     assert_eq!(param(&header, "intent"), Some("charge"));
     assert!(param(&header, "expires").is_some() && param(&header, "opaque").is_some());
@@ -225,7 +230,8 @@ async fn fifty_identical_credentials_over_two_gateways_run_and_settle_once() -> 
     let ok = statuses.iter().filter(|s| **s == 200).count();
     assert_eq!(ok, 1, "{statuses:?}");
     assert!(
-        statuses.iter().all(|s| matches!(s, 200 | 402 | 409)),
+        // 429: more of this payer's credentials pending at one gateway than it allows.
+        statuses.iter().all(|s| matches!(s, 200 | 402 | 409 | 429)),
         "{statuses:?}"
     );
     assert_eq!(cluster.settled().await?, 1);
@@ -431,5 +437,76 @@ async fn an_expired_challenge_is_payment_expired() -> TestResult {
     assert_eq!(status, StatusCode::PAYMENT_REQUIRED);
     assert_eq!(body["type"], format!("{PROBLEMS}payment-expired"), "{body}");
     assert_eq!(cluster.settled().await?, 0);
+    Ok(())
+}
+
+/// The challenge's `opaque` names the route's path and the entrypoint (beside its nonce), and
+/// the HMAC of the id covers it, so the EIP-3009 nonce the payer signs does too: a credential
+/// made for `echo`'s challenge is `invalid-challenge` on `count`, which costs the same, over
+/// invoke and over `POST /tasks`, and is still good for `echo`.
+#[tokio::test]
+async fn a_credential_for_one_entrypoint_does_not_pay_another_at_the_same_price() -> TestResult {
+    let cluster = Cluster::start().await?;
+    let challenge = cluster.challenge(0, "echo").await?;
+    let opaque = param(&challenge, "opaque").ok_or("no opaque")?;
+    let opaque: Value =
+        serde_json::from_slice(&base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(opaque)?)?;
+    assert_eq!(opaque["route"], "/entrypoints/echo/invoke", "{opaque}");
+    assert_eq!(opaque["entrypoint"], "echo", "{opaque}");
+    let for_echo = pay(&challenge)?;
+
+    let on_count = cluster
+        .http
+        .post(format!("{}/entrypoints/count/invoke", cluster.base(1)))
+        .header("authorization", &for_echo)
+        .json(&json!({"input": {"n": 1}}))
+        .send()
+        .await?;
+    let (status, body) = problem(on_count).await?;
+    assert_eq!(status, StatusCode::PAYMENT_REQUIRED);
+    assert_eq!(
+        body["type"],
+        format!("{PROBLEMS}invalid-challenge"),
+        "{body}"
+    );
+    assert_eq!(cluster.settled().await?, 0);
+
+    // A task's challenge names the skill too (the route, /tasks, is every skill's).
+    let token = "mpp-bound-task-owner-0123456789";
+    let task = |skill: &str, authorization: Option<&str>| {
+        let mut request = cluster
+            .http
+            .post(format!("{}/tasks", cluster.base(0)))
+            .header("Task-Access-Token", token)
+            .json(&json!({
+                "skillId": skill,
+                "message": {"role": "user", "content": {"text": "{\"n\":1}"}},
+            }));
+        if let Some(value) = authorization {
+            request = request.header("authorization", value);
+        }
+        request.send()
+    };
+    let unpaid = task("echo", None).await?;
+    assert_eq!(unpaid.status(), StatusCode::PAYMENT_REQUIRED);
+    let task_challenge = unpaid.headers()["www-authenticate"].to_str()?.to_owned();
+    let for_echo_task = pay(&task_challenge)?;
+    let (status, body) = problem(task("count", Some(&for_echo_task)).await?).await?;
+    assert_eq!(status, StatusCode::PAYMENT_REQUIRED);
+    assert_eq!(
+        body["type"],
+        format!("{PROBLEMS}invalid-challenge"),
+        "{body}"
+    );
+    // Nor does an invoke's credential pay a task of the same entrypoint.
+    let (status, _) = problem(task("echo", Some(&for_echo)).await?).await?;
+    assert_eq!(status, StatusCode::PAYMENT_REQUIRED);
+    assert_eq!(cluster.settled().await?, 0);
+    assert_eq!(cluster.count("{tc}:task:*").await?, 0);
+
+    // The refusals spent nothing: the credential pays what it was made for.
+    let response = cluster.invoke(0, "echo", Some(&for_echo)).await?;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(cluster.settled().await?, 1);
     Ok(())
 }

@@ -45,6 +45,13 @@ const TOKEN: &str = "0123456789abcdef0123456789abcdef0123";
 const OTHER_TOKEN: &str = "fedcba9876543210fedcba9876543210fedc";
 
 const BASE_SEPOLIA_USDC: &str = "0x036CbD53842c5426634e7929541eC2318f3dCF7e";
+/// Gateways behind one public name: their x402 resource URLs are the same, so a credential
+/// made at one is presented at the other (the races across gateways).
+const SHARED_PUBLIC_URL: (&str, &str) = ("PUBLIC_URL", "http://agents.example.test");
+
+fn shared_public_url() -> (&'static str, String) {
+    (SHARED_PUBLIC_URL.0, SHARED_PUBLIC_URL.1.to_owned())
+}
 const CREDENTIAL_REQUIRED: &str = "X-PAYMENT header is required";
 
 fn free_port() -> Result<u16, std::io::Error> {
@@ -544,6 +551,8 @@ fn assert_not_reaccepted(answer: &Answer) -> TestResult {
     match answer.status {
         StatusCode::PAYMENT_REQUIRED => {}
         StatusCode::CONFLICT => assert_eq!(answer.code()?, "payment_in_progress"),
+        // Too many of this payer's credentials pending at once at one gateway.
+        StatusCode::TOO_MANY_REQUESTS => assert_eq!(answer.code()?, "rate_limited"),
         _ => return Err(format!("a spent credential was answered {answer:?}").into()),
     }
     assert!(
@@ -670,6 +679,73 @@ async fn a_paid_v2_invoke_settles_once_and_its_credential_cannot_be_replayed() -
         (payer_before - ECHO_PRICE, payee_before + ECHO_PRICE)
     );
     assert_eq!(cluster.facilitator.stats().await?, stats);
+    Ok(())
+}
+
+/// A v2 credential names the resource it pays for (echoed from the 402): made for `echo`, it
+/// does not pay `sleep`, which costs the same; one naming no resource pays nothing. The
+/// refusals happen before anything is claimed or asked of the facilitator, so the credential
+/// still pays `echo`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_v2_credential_pays_only_the_resource_it_names() -> TestResult {
+    let cluster = Cluster::start(&[]).await?;
+    let client = &cluster.client;
+    let echo = cluster.invoke("echo", json!({"bound": true}));
+    let payment = echo.pay(client, X402Version::V2).await?;
+    let document: Value = payments::wire::decode(&payment.value)?;
+    assert_eq!(
+        document["resource"]["url"],
+        format!("{}/entrypoints/echo/invoke", cluster.gateway.base)
+    );
+
+    let sleep = cluster.invoke("sleep", json!({"ms": 1}));
+    let elsewhere = sleep.send(client, Some(&payment)).await?;
+    assert_eq!(
+        elsewhere.status,
+        StatusCode::PAYMENT_REQUIRED,
+        "{elsewhere:?}"
+    );
+    let reason = elsewhere.json()?["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(reason.contains("another resource"), "{elsewhere:?}");
+    assert!(
+        reason.contains("/entrypoints/sleep/invoke"),
+        "{elsewhere:?}"
+    );
+    assert!(elsewhere.header(payments::PAYMENT_REQUIRED).is_some());
+
+    let mut unnamed = document.clone();
+    unnamed
+        .as_object_mut()
+        .ok_or("not an object")?
+        .remove("resource");
+    let stripped = echo
+        .request(client)
+        .header(payment.name, payments::wire::encode(&unnamed))
+        .send()
+        .await?;
+    let stripped = Answer::read(stripped).await?;
+    assert_eq!(
+        stripped.status,
+        StatusCode::PAYMENT_REQUIRED,
+        "{stripped:?}"
+    );
+    assert!(
+        stripped.json()?["error"]
+            .as_str()
+            .is_some_and(|reason| reason.contains("names no resource")),
+        "{stripped:?}"
+    );
+    let stats = cluster.facilitator.stats().await?;
+    assert_eq!((stats.verify, stats.settle), (0, 0));
+    assert!(cluster.keys("{tc}:cred:*").await?.is_empty());
+
+    let paid = echo.send(client, Some(&payment)).await?;
+    assert_eq!(paid.status, StatusCode::OK, "{paid:?}");
+    assert_eq!(paid.json()?["output"], json!({"bound": true}));
+    assert_eq!(cluster.facilitator.stats().await?.settled, 1);
     Ok(())
 }
 
@@ -927,14 +1003,15 @@ async fn hostile_payment_headers_get_402s_and_are_never_logged() -> TestResult {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn verify_failures_cancel_the_reservation_and_release_the_credential() -> TestResult {
-    let cluster = Cluster::start(&[]).await?;
+async fn verify_failures_reserve_nothing_and_release_the_credential() -> TestResult {
+    // The payer retries right after its refusal: no cooldown (payment_flood.rs tests it).
+    let cluster = Cluster::start(&[("REFUSED_PAYER_COOLDOWN_MS", "0".to_owned())]).await?;
     let client = &cluster.client;
     let base = &cluster.gateway.base;
     let facilitator = &cluster.facilitator;
     let balances = facilitator.balances().await?;
 
-    // Refused by the facilitator: 402 with its reason, the reserved task cancelled.
+    // Refused by the facilitator: 402 with its reason, and no task was ever reserved.
     let refused_token = token("verify-refuse");
     let ask = cluster.task("echo", &json!({"case": "refuse"}), &refused_token);
     let payment = ask.pay(client, X402Version::V2).await?;
@@ -948,7 +1025,7 @@ async fn verify_failures_cancel_the_reservation_and_release_the_credential() -> 
         "{refused:?}"
     );
     assert!(refused.header(payments::PAYMENT_RESPONSE).is_none());
-    wait_listed(client, base, &refused_token, "cancelled").await?;
+    assert!(list_tasks(client, base, &refused_token).await?.is_empty());
     assert_eq!(cluster.live_tasks().await?, 0);
 
     // Nothing moved, so the same credential is good once the facilitator behaves.
@@ -957,7 +1034,7 @@ async fn verify_failures_cancel_the_reservation_and_release_the_credential() -> 
     assert_eq!(retried.status, StatusCode::OK, "{retried:?}");
     assert!(retried.header(payments::PAYMENT_RESPONSE).is_some());
 
-    // The facilitator failing: 503, the reservation cancelled, the credential given back.
+    // The facilitator failing: 503, nothing reserved, the credential given back.
     let failed_token = token("verify-http500");
     let ask = cluster.task("echo", &json!({"case": "http500"}), &failed_token);
     let payment = ask.pay(client, X402Version::V2).await?;
@@ -966,7 +1043,7 @@ async fn verify_failures_cancel_the_reservation_and_release_the_credential() -> 
     assert_eq!(failed.status, StatusCode::SERVICE_UNAVAILABLE, "{failed:?}");
     assert_eq!(failed.code()?, "payment_verification_failed");
     assert!(failed.header(payments::PAYMENT_RESPONSE).is_none());
-    wait_listed(client, base, &failed_token, "cancelled").await?;
+    assert!(list_tasks(client, base, &failed_token).await?.is_empty());
     facilitator.set_faults(json!({"verify": "none"})).await?;
     let retried = ask.send(client, Some(&payment)).await?;
     assert_eq!(retried.status, StatusCode::OK, "{retried:?}");
@@ -982,7 +1059,12 @@ async fn verify_failures_cancel_the_reservation_and_release_the_credential() -> 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn settle_failures_never_give_the_credential_back() -> TestResult {
-    let cluster = Cluster::start(&[]).await?;
+    // Settle calls without an answer are looked up 1 s + 2 s after they began.
+    let cluster = Cluster::start(&[
+        ("FACILITATOR_TIMEOUT_MS", "1000".to_owned()),
+        ("SETTLEMENT_RECOVERY_MS", "200".to_owned()),
+    ])
+    .await?;
     let client = &cluster.client;
     let base = &cluster.gateway.base;
     let facilitator = &cluster.facilitator;
@@ -1000,15 +1082,15 @@ async fn settle_failures_never_give_the_credential_back() -> TestResult {
     wait_listed(client, base, &refused_token, "cancelled").await?;
     assert_eq!(facilitator.balances().await?, start);
 
-    // The facilitator failing: the outcome is unknown, so the credential stays spent.
+    // The facilitator failing: the outcome is unknown, so the credential stays spent and the
+    // task held until the settlement recovery finds that nothing was settled and cancels it.
     let failed_token = token("settle-http500");
     let ask = cluster.task("echo", &json!({"case": "http500"}), &failed_token);
     let payment = ask.pay(client, X402Version::V2).await?;
     facilitator.set_faults(json!({"settle": "http500"})).await?;
     let failed = ask.send(client, Some(&payment)).await?;
     assert_eq!(failed.status, StatusCode::SERVICE_UNAVAILABLE, "{failed:?}");
-    assert_eq!(failed.code()?, "task_execution_failed");
-    wait_listed(client, base, &failed_token, "cancelled").await?;
+    assert_eq!(failed.code()?, "settlement_failed");
     facilitator.set_faults(json!({"settle": "none"})).await?;
     let settles = facilitator.stats().await?.settle;
     assert_not_reaccepted(&ask.send(client, Some(&payment)).await?)?;
@@ -1017,9 +1099,11 @@ async fn settle_failures_never_give_the_credential_back() -> TestResult {
         settles,
         "a replay never reaches the facilitator"
     );
+    wait_listed(client, base, &failed_token, "cancelled").await?;
     assert_eq!(facilitator.balances().await?, start);
 
-    // The answer lost after the funds moved: debited once, never again for this credential.
+    // The answer lost after the funds moved: debited once, never again for this credential,
+    // and the task runs once the settlement recovery learns it was paid for.
     let dropped_token = token("settle-drop");
     let ask = cluster.task("echo", &json!({"case": "drop"}), &dropped_token);
     let payment = ask.pay(client, X402Version::V2).await?;
@@ -1030,10 +1114,10 @@ async fn settle_failures_never_give_the_credential_back() -> TestResult {
         StatusCode::SERVICE_UNAVAILABLE,
         "{dropped:?}"
     );
-    assert_eq!(dropped.code()?, "task_execution_failed");
-    wait_listed(client, base, &dropped_token, "cancelled").await?;
+    assert_eq!(dropped.code()?, "settlement_failed");
     facilitator.set_faults(json!({"settle": "none"})).await?;
     assert_not_reaccepted(&ask.send(client, Some(&payment)).await?)?;
+    wait_listed(client, base, &dropped_token, "completed").await?;
     assert_eq!(
         facilitator.balances().await?,
         (start.0 - ECHO_PRICE, start.1 + ECHO_PRICE)
@@ -1122,8 +1206,10 @@ async fn a_slow_settlement_keeps_the_gateways_claim_alive() -> TestResult {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn one_credential_buys_one_run_across_two_gateways() -> TestResult {
-    let cluster = Cluster::start(&[]).await?;
-    let second = cluster.another_gateway("g2", &[]).await?;
+    let cluster = Cluster::start(&[shared_public_url()]).await?;
+    let second = cluster
+        .another_gateway("g2", &[shared_public_url()])
+        .await?;
     wait_for_skill(&second.base, "echo").await?;
     let client = &cluster.client;
     let payer_before = cluster.facilitator.balance(PAYER).await?;
@@ -1160,14 +1246,14 @@ async fn one_credential_buys_one_run_across_two_gateways() -> TestResult {
                 assert_not_reaccepted(&answer)?;
                 refused += 1;
             }
-            StatusCode::CONFLICT => {
+            StatusCode::CONFLICT | StatusCode::TOO_MANY_REQUESTS => {
                 assert_not_reaccepted(&answer)?;
                 in_progress += 1;
             }
             _ => return Err(format!("unexpected answer to a replay: {answer:?}").into()),
         }
     }
-    assert_eq!(paid, 1, "402s: {refused}, 409s: {in_progress}");
+    assert_eq!(paid, 1, "402s: {refused}, 409s and 429s: {in_progress}");
     assert_eq!(refused + in_progress, 49);
     assert_eq!(cluster.facilitator.stats().await?.settled, 1);
     assert_eq!(
@@ -1211,20 +1297,32 @@ async fn a_gateway_dying_after_the_receipt_loses_no_paid_task() -> TestResult {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_gateway_dying_between_settle_and_receipt_loses_nothing() -> TestResult {
-    // The dead gateway's claim outlives the healthy gateway's settlement recovery (facilitator
-    // timeout 1 s + 2 s, swept every 200 ms), so the recovered receipt commits the task to run.
+    // The dead gateway's claim (600 ms) expires long before the healthy gateway's settlement
+    // recovery looks the settlement up (facilitator timeout 1 s + 2 s, swept every 200 ms):
+    // the task, held for the settlement, is not reaped meanwhile, and the recovered receipt
+    // commits it to run.
     let recovery = [
         ("FACILITATOR_TIMEOUT_MS", "1000".to_owned()),
         ("SETTLEMENT_RECOVERY_MS", "200".to_owned()),
     ];
     let mut cluster = Cluster::start(&[
         ("GATEWAY_FAULT_POINT", "after-settle".to_owned()),
-        ("ADMISSION_LEASE_MS", "8000".to_owned()),
+        ("ADMISSION_LEASE_MS", "600".to_owned()),
         recovery[0].clone(),
         recovery[1].clone(),
+        shared_public_url(),
     ])
     .await?;
-    let healthy = cluster.another_gateway("g-healthy", &recovery).await?;
+    let healthy = cluster
+        .another_gateway(
+            "g-healthy",
+            &[
+                recovery[0].clone(),
+                recovery[1].clone(),
+                shared_public_url(),
+            ],
+        )
+        .await?;
     let client = &cluster.client;
     let payer_before = cluster.facilitator.balance(PAYER).await?;
 
@@ -1240,7 +1338,7 @@ async fn a_gateway_dying_between_settle_and_receipt_loses_nothing() -> TestResul
     assert!(!exit.success(), "the gateway aborted: {exit}");
 
     // The healthy gateway looked the lost settlement up, stored the receipt with the task and
-    // committed it to run; the worker's recovery queued it when the dead claim expired.
+    // committed it to run; the worker's recovery queued it, the dead claim having expired.
     let task = wait_listed(client, &healthy.base, TOKEN, "completed").await?;
     assert_eq!(task["result"]["output"], json!({"lost": true}));
     let task_id = task["taskId"].as_str().ok_or("no taskId")?;
@@ -1259,6 +1357,154 @@ async fn a_gateway_dying_between_settle_and_receipt_loses_nothing() -> TestResul
         cluster.facilitator.balance(PAYER).await?,
         payer_before - ECHO_PRICE
     );
+    Ok(())
+}
+
+/// Gateway settings under which a paid task whose settle call gets no answer must be held: the
+/// admission's claim (600 ms) expires long before the settlement recovery may look the
+/// settlement up (facilitator timeout 1 s + 2 s, swept every 200 ms).
+fn held_settlements() -> [(&'static str, String); 3] {
+    [
+        ("ADMISSION_LEASE_MS", "600".to_owned()),
+        ("FACILITATOR_TIMEOUT_MS", "1000".to_owned()),
+        ("SETTLEMENT_RECOVERY_MS", "200".to_owned()),
+    ]
+}
+
+/// The answer to a paid task whose settle call got no answer: `503 settlement_failed` with
+/// Retry-After and no receipt, naming the task it holds (the owner's one task). Its id.
+async fn assert_held(
+    client: &reqwest::Client,
+    base: &str,
+    owner: &str,
+    answer: &Answer,
+) -> Res<String> {
+    assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE, "{answer:?}");
+    assert_eq!(answer.code()?, "settlement_failed");
+    assert!(answer.header("retry-after").is_some(), "{answer:?}");
+    assert!(answer.header(payments::PAYMENT_RESPONSE).is_none());
+    let tasks = list_tasks(client, base, owner).await?;
+    let [task] = tasks.as_slice() else {
+        return Err(format!("one task expected, listed: {tasks:?}").into());
+    };
+    let task_id = task["taskId"].as_str().ok_or("no taskId")?.to_owned();
+    let message = answer.json()?["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        message.contains(&task_id) && message.contains("held"),
+        "{answer:?}"
+    );
+    Ok(task_id)
+}
+
+/// The state of the credential record that `task_id` holds, if any.
+async fn credential_state(cluster: &Cluster, task_id: &str) -> Res<Option<String>> {
+    let mut conn = cluster.redis.client().await?;
+    for key in cluster.keys("{tc}:cred:*").await? {
+        let (holder, state): (Option<String>, Option<String>) = redis::cmd("HMGET")
+            .arg(&key)
+            .arg("holder")
+            .arg("state")
+            .query_async(&mut conn)
+            .await?;
+        if holder.as_deref() == Some(task_id) {
+            return Ok(state);
+        }
+    }
+    Ok(None)
+}
+
+/// Polls until the credential record `task_id` holds is in state `want`.
+async fn wait_for_credential(cluster: &Cluster, task_id: &str, want: &str) -> TestResult {
+    let start = tokio::time::Instant::now();
+    loop {
+        let state = credential_state(cluster, task_id).await?;
+        if state.as_deref() == Some(want) {
+            return Ok(());
+        }
+        if start.elapsed() > PATIENCE {
+            return Err(format!("the credential of {task_id} stayed {state:?}, not {want}").into());
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// A settle call that got no answer although the funds moved (the connection dropped after
+/// the settlement; the facilitator settled after the gateway stopped waiting): the task is
+/// held, not cancelled, although the admission's claim expires long before the settlement
+/// recovery looks the settlement up; once it learns the payment settled, the task runs and
+/// completes with its receipt. One debit each, and the credentials stay spent.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_settle_answer_lost_after_the_funds_moved_holds_the_task_until_it_runs() -> TestResult {
+    let cluster = Cluster::start(&held_settlements()).await?;
+    let client = &cluster.client;
+    let base = &cluster.gateway.base;
+    let facilitator = &cluster.facilitator;
+    let start = facilitator.balances().await?;
+
+    for (case, faults) in [
+        ("drop", json!({"settle": "drop"})),
+        // Settled 1.5 s after the call, which the gateway gave up on after 1 s.
+        ("timeout", json!({"settle": "slow", "slowMs": 1500})),
+    ] {
+        let owner = token(&format!("held-{case}"));
+        let ask = cluster.task("echo", &json!({"case": case}), &owner);
+        let payment = ask.pay(client, X402Version::V2).await?;
+        facilitator.set_faults(faults).await?;
+        let unknown = ask.send(client, Some(&payment)).await?;
+        facilitator.set_faults(json!({"settle": "none"})).await?;
+        let task_id = assert_held(client, base, &owner, &unknown).await?;
+        assert_not_reaccepted(&ask.send(client, Some(&payment)).await?)?;
+
+        let done = wait_for_task(client, base, &owner, &task_id, "completed").await?;
+        assert_eq!(done.json()?["result"]["output"], json!({"case": case}));
+        assert_receipt(&done.decoded(payments::PAYMENT_RESPONSE)?, "eip155:84532")?;
+        wait_for_credential(&cluster, &task_id, "settled").await?;
+        assert_not_reaccepted(&ask.send(client, Some(&payment)).await?)?;
+    }
+    assert_eq!(facilitator.stats().await?.settled, 2);
+    assert_eq!(
+        facilitator.balances().await?,
+        (start.0 - 2 * ECHO_PRICE, start.1 + 2 * ECHO_PRICE)
+    );
+    assert_eq!(cluster.live_tasks().await?, 0);
+    Ok(())
+}
+
+/// The reverse: a settle call that got no answer and moved nothing holds the task until the
+/// settlement recovery learns that nothing was settled, which cancels the task and voids the
+/// credential (still never reused). Nothing was charged.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_settle_without_answer_that_moved_nothing_ends_cancelled() -> TestResult {
+    let cluster = Cluster::start(&held_settlements()).await?;
+    let client = &cluster.client;
+    let base = &cluster.gateway.base;
+    let facilitator = &cluster.facilitator;
+    let start = facilitator.balances().await?;
+
+    let owner = token("held-http500");
+    let ask = cluster.task("echo", &json!({"case": "http500"}), &owner);
+    let payment = ask.pay(client, X402Version::V2).await?;
+    facilitator.set_faults(json!({"settle": "http500"})).await?;
+    let unknown = ask.send(client, Some(&payment)).await?;
+    facilitator.set_faults(json!({"settle": "none"})).await?;
+    let task_id = assert_held(client, base, &owner, &unknown).await?;
+    let settles = facilitator.stats().await?.settle;
+    assert_not_reaccepted(&ask.send(client, Some(&payment)).await?)?;
+
+    wait_for_task(client, base, &owner, &task_id, "cancelled").await?;
+    wait_for_credential(&cluster, &task_id, "void").await?;
+    assert_not_reaccepted(&ask.send(client, Some(&payment)).await?)?;
+    assert_eq!(
+        facilitator.stats().await?.settle,
+        settles,
+        "a replay never reaches the facilitator"
+    );
+    assert_eq!(facilitator.stats().await?.settled, 0);
+    assert_eq!(facilitator.balances().await?, start);
+    assert_eq!(cluster.live_tasks().await?, 0);
     Ok(())
 }
 

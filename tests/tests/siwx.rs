@@ -9,6 +9,12 @@
 //! entrypoint offers sign-in in its 402, refuses a signer who never paid (402), and, once
 //! paid, runs for its payer's signature without a second settlement; the Rust client and
 //! `taskctl` sign in by themselves.
+//!
+//! Sign-ins are bound to this server: a message signed for another site is refused whatever
+//! `Host` / `X-Forwarded-Host` the request claims (forwarded headers are not trusted unless
+//! configured); only nonces this cluster issued pass, once, at any gateway; an entitlement
+//! paid on one network is not honoured by a gateway taking payments on another; the issued
+//! nonces Redis keeps are bounded.
 
 use std::sync::Arc;
 
@@ -38,17 +44,25 @@ impl std::ops::Deref for Cluster {
     }
 }
 
+/// The card lists `echo` with its SIWX policy: the worker registered.
+fn ready(card: &Value) -> bool {
+    card["entrypoints"]["echo"]["authorization"]["siwx"]["enabled"] == true
+}
+
 impl Cluster {
     async fn start() -> Res<Cluster> {
-        let ready =
-            |card: &Value| card["entrypoints"]["echo"]["authorization"]["siwx"]["enabled"] == true;
+        Cluster::start_with(&[]).await
+    }
+
+    /// The cluster with `gateway_env` added to both gateways' settings.
+    async fn start_with(gateway_env: &[(&str, String)]) -> Res<Cluster> {
         Ok(Cluster(
             PaidCluster::start(
                 &[
                     ("WORKER_PRICES", PRICES.to_owned()),
                     ("WORKER_SIWX", SIWX.to_owned()),
                 ],
-                &[],
+                gateway_env,
                 ready,
             )
             .await?,
@@ -74,6 +88,47 @@ impl Cluster {
 
 fn payer() -> Res<LocalPayer> {
     Ok(LocalPayer::from_hex(PAYER_KEY)?)
+}
+
+/// A 402's sign-in offer (in `PAYMENT-REQUIRED`'s `extensions`).
+fn offer_of_402(response: &reqwest::Response) -> Res<payments::siwx::SiwxExtension> {
+    assert_eq!(response.status(), StatusCode::PAYMENT_REQUIRED);
+    let header = response
+        .headers()
+        .get("payment-required")
+        .ok_or("no PAYMENT-REQUIRED")?
+        .to_str()?;
+    let challenge: Value =
+        serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(header)?)?;
+    Ok(serde_json::from_value(
+        challenge["extensions"]["sign-in-with-x"].clone(),
+    )?)
+}
+
+/// A refused sign-in: `401 auth_required` whose message contains `why`, with a fresh offer.
+async fn refused_because(response: reqwest::Response, why: &str) -> TestResult {
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    let body: Value = response.json().await?;
+    assert_eq!(body["error"]["code"], "auth_required", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|message| message.contains(why)),
+        "{body}"
+    );
+    assert!(body["extensions"]["sign-in-with-x"]["info"]["nonce"].is_string());
+    Ok(())
+}
+
+/// Whether the cluster's Redis holds `nonce` as issued and unspent.
+async fn issued(cluster: &PaidCluster, nonce: &str) -> Res<bool> {
+    let mut conn = cluster.redis.client().await?;
+    let score: Option<f64> = redis::cmd("ZSCORE")
+        .arg("{tc}:nonces")
+        .arg(nonce)
+        .query_async(&mut conn)
+        .await?;
+    Ok(score.is_some())
 }
 
 /// A 401's sign-in offer.
@@ -235,5 +290,210 @@ async fn a_task_of_an_auth_only_skill_needs_a_signature() -> TestResult {
         body["taskId"].is_string() && body["accessToken"].is_string(),
         "{body}"
     );
+    Ok(())
+}
+
+/// A SIWE message signed for another site, sent with that site's `Host` and
+/// `X-Forwarded-Host` (a malicious agent relaying a signature it got elsewhere): the gateway
+/// binds sign-ins to its own origin (here its listen address: no `PUBLIC_URL`, forwarded
+/// headers not trusted), so it is refused whatever the request's headers claim.
+#[tokio::test]
+async fn a_signature_for_another_domain_is_refused_whatever_the_host_headers_claim() -> TestResult {
+    let cluster = Cluster::start().await?;
+    let offer = offer_of_401(cluster.invoke(0, "summarize", None).await?).await?;
+    // The offer names the gateway's own origin.
+    assert_eq!(offer.info.uri, cluster.base(0));
+    assert_eq!(format!("http://{}", offer.info.domain), cluster.base(0));
+
+    let mut elsewhere = offer.clone();
+    elsewhere.info.domain = "evil.example".into();
+    elsewhere.info.uri = "https://evil.example".into();
+    elsewhere.info.resources = Some(vec!["https://evil.example".into()]);
+    let foreign = payer()?.sign_in_with_x(&elsewhere)?;
+    let relayed = cluster
+        .http
+        .post(format!("{}/entrypoints/summarize/invoke", cluster.base(0)))
+        .header("host", "evil.example")
+        .header("x-forwarded-host", "evil.example")
+        .header("x-forwarded-proto", "https")
+        .header("sign-in-with-x", &foreign)
+        .json(&json!({"input": {"text": "hello there"}}))
+        .send()
+        .await?;
+    refused_because(relayed, "domain").await?;
+    // The refusal spent nothing: the nonce, signed for this gateway, still signs in.
+    let signed = payer()?.sign_in_with_x(&offer)?;
+    assert_eq!(
+        cluster
+            .invoke(0, "summarize", Some(&signed))
+            .await?
+            .status(),
+        StatusCode::OK
+    );
+    Ok(())
+}
+
+/// A well-formed, correctly signed message whose nonce this cluster never issued is refused;
+/// the nonce of a real offer is recorded in Redis until it is spent.
+#[tokio::test]
+async fn a_nonce_never_issued_is_refused() -> TestResult {
+    let cluster = Cluster::start().await?;
+    let offer = offer_of_401(cluster.invoke(0, "summarize", None).await?).await?;
+    assert!(issued(&cluster, &offer.info.nonce).await?);
+
+    let mut made_up = offer.clone();
+    made_up.info.nonce = "0123456789abcdef0123456789abcdef".into();
+    let signed = payer()?.sign_in_with_x(&made_up)?;
+    refused_because(
+        cluster.invoke(0, "summarize", Some(&signed)).await?,
+        "nonce",
+    )
+    .await?;
+    refused_because(
+        cluster.invoke(1, "summarize", Some(&signed)).await?,
+        "domain",
+    )
+    .await?;
+    // The same on a priced SIWX entrypoint: refused (401), not waved on to the payment.
+    let priced = cluster.invoke(0, "echo", None).await?;
+    let mut made_up = offer_of_402(&priced)?;
+    assert!(issued(&cluster, &made_up.info.nonce).await?);
+    made_up.info.nonce = "fedcba9876543210fedcba9876543210".into();
+    let signed = payer()?.sign_in_with_x(&made_up)?;
+    refused_because(cluster.invoke(0, "echo", Some(&signed)).await?, "nonce").await?;
+
+    let real = payer()?.sign_in_with_x(&offer)?;
+    assert_eq!(
+        cluster.invoke(0, "summarize", Some(&real)).await?.status(),
+        StatusCode::OK
+    );
+    assert!(!issued(&cluster, &offer.info.nonce).await?);
+    Ok(())
+}
+
+/// Behind one public name (both gateways started with the same `PUBLIC_URL`), a nonce one
+/// gateway issued signs in at the other, once: the cluster spends it atomically.
+#[tokio::test]
+async fn an_issued_nonce_signs_in_once_at_any_gateway() -> TestResult {
+    let cluster =
+        Cluster::start_with(&[("PUBLIC_URL", "https://agents.example.test/".to_owned())]).await?;
+    let offer = offer_of_401(cluster.invoke(0, "summarize", None).await?).await?;
+    assert_eq!(offer.info.domain, "agents.example.test");
+    assert_eq!(offer.info.uri, "https://agents.example.test");
+
+    let signed = payer()?.sign_in_with_x(&offer)?;
+    assert_eq!(
+        cluster
+            .invoke(1, "summarize", Some(&signed))
+            .await?
+            .status(),
+        StatusCode::OK
+    );
+    for gateway in [0, 1] {
+        refused_because(
+            cluster.invoke(gateway, "summarize", Some(&signed)).await?,
+            "nonce",
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// An entitlement is bound to the network, asset and payee it was paid with: a payer entitled
+/// on Base Sepolia signs in for free at a gateway on the same terms, and is asked to pay at a
+/// gateway taking payments on Base.
+#[tokio::test]
+async fn an_entitlement_paid_on_one_network_is_not_honoured_on_another() -> TestResult {
+    let mut cluster = Cluster::start().await?;
+    let on_base = cluster
+        .0
+        .add_gateway("g-base", &[("PAYMENT_NETWORK", "base".to_owned())], ready)
+        .await?;
+
+    let client = Client::new(ClientOptions::default())?;
+    let card = client.fetch_card(cluster.base(0)).await?;
+    let options = InvokeOptions {
+        payer: Some(Arc::new(KeyPayer::new(payer()?, None))),
+        ..InvokeOptions::default()
+    };
+    let paid = client
+        .invoke(&card, "echo", &json!({"n": 1}), &options)
+        .await?;
+    assert_eq!(paid.output, json!({"n": 1}));
+    assert_eq!(cluster.settled().await?, 1);
+
+    // Same network, asset and payee: the signed-in payer runs without paying.
+    let offer = offer_of_402(&cluster.invoke(1, "echo", None).await?)?;
+    let signed = payer()?.sign_in_with_x(&offer)?;
+    assert_eq!(
+        cluster.invoke(1, "echo", Some(&signed)).await?.status(),
+        StatusCode::OK
+    );
+    // Another network: the signature is good, the entitlement is not there.
+    let offer = offer_of_402(&cluster.invoke(on_base, "echo", None).await?)?;
+    assert_eq!(offer.supported_chains[0].chain_id, "eip155:8453");
+    let signed = payer()?.sign_in_with_x(&offer)?;
+    let unpaid = cluster.invoke(on_base, "echo", Some(&signed)).await?;
+    assert_eq!(unpaid.status(), StatusCode::PAYMENT_REQUIRED);
+    assert_eq!(cluster.settled().await?, 1);
+    Ok(())
+}
+
+/// What unauthenticated callers make Redis keep is bounded: one sorted set of issued nonces,
+/// trimmed of expired ones and capped (oldest dropped) on every issue; a nonce passes once,
+/// never when it was not issued, expired or dropped.
+#[tokio::test]
+async fn issued_nonces_are_bounded_and_spent_once_in_redis() -> TestResult {
+    use shared::credentials::CredentialLedger;
+    use shared::store::{RedisStore, RedisStoreConfig};
+    use std::time::Duration;
+
+    let redis = harness::redis_server::RedisServer::start()?;
+    let store = RedisStore::connect(RedisStoreConfig::new(redis.url())).await?;
+    let ledger = store.credentials().with_nonce_cap(3);
+    let offer = Duration::from_secs(300);
+    let mut conn = redis.client().await?;
+    let key = ledger.nonces_key().to_owned();
+    assert_eq!(key, "{tc}:nonces");
+    let mut zcard = redis::cmd("ZCARD");
+    zcard.arg(&key);
+
+    assert!(!ledger.take_nonce("never-issued-0001").await?);
+    for n in 0..5 {
+        ledger
+            .issue_nonce(&format!("capped-nonce-{n}"), offer)
+            .await?;
+    }
+    assert_eq!(zcard.query_async::<u64>(&mut conn).await?, 3);
+    let ttl: i64 = redis::cmd("PTTL").arg(&key).query_async(&mut conn).await?;
+    assert!(ttl > 0, "the set expires with its last nonce: {ttl}");
+    for n in 0..2 {
+        assert!(
+            !ledger.take_nonce(&format!("capped-nonce-{n}")).await?,
+            "{n}"
+        );
+    }
+    for n in 2..5 {
+        assert!(
+            ledger.take_nonce(&format!("capped-nonce-{n}")).await?,
+            "{n}"
+        );
+        assert!(
+            !ledger.take_nonce(&format!("capped-nonce-{n}")).await?,
+            "{n}"
+        );
+    }
+    // Expired nonces (valid for no time at all) pass never, and leave on the next issue.
+    ledger
+        .issue_nonce("expired-nonce-01", Duration::ZERO)
+        .await?;
+    assert!(!ledger.take_nonce("expired-nonce-01").await?);
+    for n in 0..2 {
+        ledger
+            .issue_nonce(&format!("short-nonce-{n}"), Duration::ZERO)
+            .await?;
+    }
+    ledger.issue_nonce("long-nonce-0001", offer).await?;
+    assert_eq!(zcard.query_async::<u64>(&mut conn).await?, 1);
     Ok(())
 }

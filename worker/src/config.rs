@@ -95,7 +95,7 @@ pub struct WorkerConfig {
     /// signature): `KEY` lets a payer who already paid for a priced entrypoint run it again
     /// by signing in, without paying; `KEY:auth-only` runs it for any signed-in caller and
     /// answers 401 `auth_required` without a signature. Comma separated or repeated; a name
-    /// this worker does not host stops it at start.
+    /// this worker does not host, or `KEY:auth-only` for a priced KEY, stops it at start.
     #[arg(
         long = "siwx",
         env = "WORKER_SIWX",

@@ -42,6 +42,13 @@ pub enum PriceError {
     UnknownEntrypoint { key: String, hosted: String },
     #[error("entrypoint {0:?} is priced more than once")]
     Duplicate(String),
+    /// Auth-only runs an entrypoint for any signed-in wallet without paying: with a price,
+    /// one of the two is a mistake, and guessing which could give a paid entrypoint away.
+    #[error(
+        "entrypoint {0:?} is priced and --siwx {0}:auth-only (free for any signed-in wallet): \
+         drop one, or use --siwx {0} to let payers sign in again instead of paying"
+    )]
+    PricedAuthOnly(String),
 }
 
 impl FromStr for PriceSpec {
@@ -89,8 +96,9 @@ impl fmt::Display for PriceSpec {
 
 /// `entrypoints` with `prices` applied: each named entrypoint costs its amount to invoke, to
 /// create a task of and (only when it streams) to stream. A price naming an entrypoint this
-/// worker does not host, or one entrypoint twice, is refused rather than guessed at: a typo
-/// must not leave a paid entrypoint free.
+/// worker does not host, one entrypoint twice, or one declared auth-only (Sign-In-With-X
+/// applied first), is refused rather than guessed at: a typo must not leave a paid entrypoint
+/// free.
 pub fn apply(entrypoints: Entrypoints, prices: &[PriceSpec]) -> Result<Entrypoints, PriceError> {
     let mut seen = BTreeSet::new();
     let mut priced = entrypoints;
@@ -104,6 +112,9 @@ pub fn apply(entrypoints: Entrypoints, prices: &[PriceSpec]) -> Result<Entrypoin
                 hosted: priced.keys().join(", "),
             });
         };
+        if entrypoint.siwx.is_some_and(|policy| policy.auth_only) {
+            return Err(PriceError::PricedAuthOnly(spec.key.clone()));
+        }
         let price = Price {
             invoke: Some(spec.amount.clone()),
             stream: entrypoint.streaming.then(|| spec.amount.clone()),
@@ -239,6 +250,26 @@ mod tests {
         );
         let twice = apply(builtins::all(), &[spec("echo=0.001")?, spec("echo=0.002")?]).err();
         assert_eq!(twice, Some(PriceError::Duplicate("echo".into())));
+        Ok(())
+    }
+
+    #[test]
+    fn refuses_a_price_on_an_auth_only_entrypoint() -> Result<(), PriceError> {
+        let declared = builtins::all()
+            .siwx(&["echo:auth-only".into(), "summarize".into()])
+            .unwrap_or_default();
+        let refused = apply(declared.clone(), &[spec("echo=0.001")?]).err();
+        assert_eq!(refused, Some(PriceError::PricedAuthOnly("echo".into())));
+        assert_eq!(
+            refused.map(|e| e.to_string()).as_deref(),
+            Some(
+                r#"entrypoint "echo" is priced and --siwx echo:auth-only (free for any signed-in wallet): drop one, or use --siwx echo to let payers sign in again instead of paying"#
+            )
+        );
+        // Entitlements (`--siwx KEY`) go with a price; auth-only without one is fine.
+        let priced = apply(declared, &[spec("summarize=0.001")?])?;
+        assert!(priced.get("summarize").is_some_and(|e| e.price.is_some()));
+        assert!(priced.get("echo").is_some_and(|e| e.price.is_none()));
         Ok(())
     }
 }

@@ -529,6 +529,7 @@ mod tests {
             receipt: None,
             input_request: None,
             turns: Vec::new(),
+            settlement_held: false,
         }
     }
 

@@ -657,6 +657,7 @@ async fn gate<'a>(
         caller.headers,
         caller.uri,
     )
+    .await
     .map_err(|answer| Refusal::Http(*answer))
 }
 

@@ -1,13 +1,16 @@
 //! Durable admission of a paid request (task, invoke or stream), in the upstream's order:
 //!
 //! ```text
-//! claim the credential (Redis, atomic: one credential, one execution)
+//! wait for a pending place (per gateway and per payer: see super::pending)
+//!   -> claim the credential (Redis, atomic: one credential, one execution)
+//!   -> verify                                   (refused or failed: release, 402/503)
 //!   -> reserve the task (durable, counted against capacity, expires if abandoned)
 //!   -> claim it (prepared; renewed by a heartbeat while the facilitator works)
-//!   -> verify                                   (refused or failed: cancel, release, 402/503)
-//!   -> credential `settling` (with the request), settle
+//!   -> credential `settling` (with the request), task held for the settlement, settle
 //!                                               (refused: cancel, 402 settlement_failed;
-//!                                                unknown: cancel, 503 task_execution_failed)
+//!                                                no answer: the task stays held, 503
+//!                                                settlement_failed; recovery runs or
+//!                                                cancels it once the outcome is known)
 //!   == the rail is irreversible from here ==
 //!   -> credential `settled` with the receipt, and, in one script, the receipt stored with the
 //!      task and the task handed to the ready queue
@@ -19,9 +22,10 @@
 //! A gateway killed anywhere in here loses nothing: before settlement the reservation is
 //! reaped to `cancelled` and nothing was charged; once the receipt is stored the task is
 //! already queued and runs. Killed between the facilitator's settle and the receipt write, it
-//! leaves the credential `settling` with the facilitator request: the settlement recovery
+//! leaves the credential `settling` with the facilitator request and the task held (no store
+//! sweep cancels a held task, however long ago its claim expired): the settlement recovery
 //! sweep of any gateway looks the settlement up, stores the receipt with the task and commits
-//! it to run (see [`super::recovery`]).
+//! it to run, or cancels it when nothing was settled (see [`super::recovery`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,6 +53,10 @@ use payments::unix_now;
 
 /// Times the receipt write is tried before the answer says the task's state is unconfirmed.
 const RECEIPT_WRITE_TRIES: u32 = 3;
+
+/// `Retry-After` of a settlement without an answer: about when the settlement recovery sweep
+/// (every 5 s by default, once no settle call can still run) may have learned the outcome.
+const HELD_RETRY_AFTER_SECS: u64 = 5;
 
 /// A paid request that got through the rail: its task and receipt.
 #[derive(Debug)]
@@ -109,6 +117,31 @@ pub async fn admit_paid(
     let task_id = uuid::Uuid::new_v4().to_string();
     let nonce_key = credential.nonce_key().to_string();
 
+    // A full cluster says so before the facilitator is asked anything (advisory: the
+    // reservation below enforces capacity).
+    if let Ok(live) = store.live_count().await
+        && live >= state.config.max_tasks
+    {
+        return Err(ApiError::from(StoreError::Capacity {
+            max: state.config.max_tasks,
+        })
+        .into());
+    }
+
+    // Forged credentials cost nothing: each waits its turn for one of this gateway's pending
+    // places, and a payer the facilitator just refused is refused again without asking it.
+    let pending = match gate.pending.enter(checked.payer).await {
+        Ok(pending) => pending,
+        Err(super::pending::Busy::Refused) => {
+            return Err(Refused::Answer(rail.refused(
+                terms,
+                Problem::VerificationFailed,
+                "the facilitator refused this payer's payment moments ago; retry later",
+            )));
+        }
+        Err(busy) => return Err(busy.answer().into()),
+    };
+
     // One credential, one execution: recorded before anything else, kept past its validity.
     let keep = Duration::from_secs(
         credential
@@ -148,7 +181,39 @@ pub async fn admit_paid(
         }
     };
 
-    // Durable state before the facilitator is asked anything.
+    // The facilitator's verdict before anything is reserved: a credential that cannot pay
+    // never holds a task slot.
+    let request = facilitator_request(&credential, terms);
+    match gate.facilitator.verify(&request).await {
+        Ok(verdict) if verdict.is_valid => {}
+        Ok(verdict) => {
+            release().await;
+            gate.pending.refused(checked.payer);
+            let reason = verdict
+                .invalid_reason
+                .unwrap_or_else(|| "payment was not accepted".into());
+            tracing::info!(%task_id, payer = %checked.payer, %reason, "payment refused by the facilitator");
+            return Err(Refused::Answer(rail.refused(
+                terms,
+                Problem::VerificationFailed,
+                &reason,
+            )));
+        }
+        Err(err) => {
+            release().await;
+            tracing::warn!(%task_id, error = %err, "payment verification failed");
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::PaymentVerificationFailed,
+                "The payment could not be verified; retry shortly",
+            )
+            .retry_after(1)
+            .into());
+        }
+    }
+    drop(pending);
+
+    // Durable state before anything is settled.
     let created = match admit::create_as(
         state,
         admit,
@@ -178,38 +243,6 @@ pub async fn admit_paid(
         }
     };
     let heartbeat = Heartbeat::start(store.clone(), lease.clone(), gate.admission_lease);
-
-    let request = facilitator_request(&credential, terms);
-    match gate.facilitator.verify(&request).await {
-        Ok(verdict) if verdict.is_valid => {}
-        Ok(verdict) => {
-            heartbeat.stop();
-            cancel(store.as_ref(), &task_id, &entrypoint).await;
-            release().await;
-            let reason = verdict
-                .invalid_reason
-                .unwrap_or_else(|| "payment was not accepted".into());
-            tracing::info!(%task_id, payer = %checked.payer, %reason, "payment refused by the facilitator");
-            return Err(Refused::Answer(rail.refused(
-                terms,
-                Problem::VerificationFailed,
-                &reason,
-            )));
-        }
-        Err(err) => {
-            heartbeat.stop();
-            cancel(store.as_ref(), &task_id, &entrypoint).await;
-            release().await;
-            tracing::warn!(%task_id, error = %err, "payment verification failed");
-            return Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                ErrorCode::PaymentVerificationFailed,
-                "The payment could not be verified; retry shortly",
-            )
-            .retry_after(1)
-            .into());
-        }
-    }
 
     // From `settling` on, the credential is never given back: funds may move even when the
     // facilitator's answer is lost. The record keeps the request, so that a lost answer can be
@@ -241,6 +274,22 @@ pub async fn admit_paid(
         .retry_after(1)
         .into());
     }
+    // Held before the facilitator is asked: once it is, the task may be paid for even if no
+    // answer comes back, so no sweep may cancel it until the settlement is known (`recovery`).
+    if !matches!(store.hold_for_settlement(&lease).await, Ok(true)) {
+        // Nothing was settled; the record stays `settling` (never given back) and the
+        // settlement recovery voids it.
+        heartbeat.stop();
+        cancel(store.as_ref(), &task_id, &entrypoint).await;
+        tracing::warn!(%task_id, "could not hold a paid task for its settlement; not settled");
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::PaymentVerificationFailed,
+            "The payment could not be recorded; nothing was charged, retry with a new payment",
+        )
+        .retry_after(1)
+        .into());
+    }
     let settlement = match gate.facilitator.settle(&request).await {
         Ok(settlement) if settlement.success => settlement,
         Ok(settlement) => {
@@ -258,14 +307,19 @@ pub async fn admit_paid(
             .into());
         }
         Err(err) => {
+            // No answer: the funds may have moved. The task stays held (not cancelled) and the
+            // credential spent until the settlement recovery learns the outcome: settled, the
+            // receipt is stored and the task runs; never settled, the task is cancelled.
             heartbeat.stop();
-            cancel(store.as_ref(), &task_id, &entrypoint).await;
-            tracing::error!(%task_id, payer = %checked.payer, error = %err, "settlement outcome unknown; the credential stays spent");
+            tracing::error!(%task_id, payer = %checked.payer, error = %err, "settlement outcome unknown; the credential stays spent and the task is held until settlement recovery learns it");
             return Err(ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                ErrorCode::TaskExecutionFailed,
-                "The payment could not be settled; the task was not run",
+                ErrorCode::SettlementFailed,
+                format!(
+                    "The payment's settlement could not be confirmed; task {task_id} is held until the settlement is known: it runs if the payment settled and is cancelled if not"
+                ),
             )
+            .retry_after(HELD_RETRY_AFTER_SECS)
             .into());
         }
     };

@@ -2,6 +2,12 @@
 //! here is hostile input: oversized, not ASCII, not base64, not JSON, the wrong shape or an
 //! unknown version all become a reason for a `402`, and the value itself is never logged or
 //! echoed.
+//!
+//! An x402 v2 payload names the resource it pays for (`resource.url`, echoed from the 402): it
+//! must be this route's, so a credential made for one entrypoint does not pay another of the
+//! same price. The EIP-3009 signature does not cover it, so this stops confused or replaying
+//! clients, not whoever rewrites someone else's credential (MPP's binding is cryptographic).
+//! v1 payloads name no resource: there is nothing to check.
 
 use axum::http::HeaderMap;
 use payments::{Credential, Terms, X402Version};
@@ -25,6 +31,9 @@ pub fn read(headers: &HeaderMap, terms: &Terms) -> Result<Option<Checked>, Strin
         return Ok(None);
     };
     let credential = Credential::decode(version, value).map_err(|err| err.to_string())?;
+    if version == X402Version::V2 {
+        check_resource(&credential, terms)?;
+    }
     let now = unix_now();
     let payer = payments::precheck(&credential, terms, now).map_err(|err| err.to_string())?;
     let horizon = now
@@ -37,6 +46,26 @@ pub fn read(headers: &HeaderMap, terms: &Terms) -> Result<Option<Checked>, Strin
         ));
     }
     Ok(Some(Checked { credential, payer }))
+}
+
+/// A v2 payload's `resource.url` must be the one these terms are for.
+fn check_resource(credential: &Credential, terms: &Terms) -> Result<(), String> {
+    let named = credential
+        .document
+        .get("resource")
+        .and_then(|resource| resource.get("url"))
+        .and_then(|url| url.as_str());
+    match named {
+        Some(url) if url == terms.resource.url => Ok(()),
+        Some(_) => Err(format!(
+            "the payment was made for another resource; this one is {}",
+            terms.resource.url
+        )),
+        None => Err(format!(
+            "the payment payload names no resource (resource.url); this one is {}",
+            terms.resource.url
+        )),
+    }
 }
 
 fn header(headers: &HeaderMap) -> Result<Option<(X402Version, &str)>, String> {

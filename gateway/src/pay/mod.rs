@@ -25,6 +25,7 @@ pub mod admission;
 pub mod challenge;
 pub mod credential;
 pub mod mpp;
+pub mod pending;
 pub mod price;
 pub mod receipt;
 pub mod recovery;
@@ -58,6 +59,8 @@ pub struct Gate {
     pub mpp: Option<mpp::MppKey>,
     /// How long a payer of a SIWX entrypoint may sign in instead of paying again.
     pub entitlement_ttl: Duration,
+    /// Bounds on credentials not yet known to pay (see [`pending`]).
+    pub pending: pending::PendingPayments,
 }
 
 /// Points of a paid admission where crash tests stop the gateway dead.
@@ -149,6 +152,7 @@ impl Gate {
             fault_point: config.fault_point.as_deref().and_then(FaultPoint::parse),
             mpp: None,
             entitlement_ttl: Duration::from_secs(config.entitlement_ttl_seconds.max(1)),
+            pending: pending::PendingPayments::from_config(config),
         }
     }
 }
@@ -218,8 +222,9 @@ impl Rail<'_> {
 /// The gate's first word on a request for `entrypoint` through `route`: `Ok(None)` when the
 /// route is free, `Ok(Some(payment))` when it is priced and paid for (so far: offline checks
 /// only), and the answer to send otherwise (a `402` challenge, or `503` when this gateway
-/// takes no payments), boxed: it is a whole HTTP answer.
-pub fn check<'a>(
+/// takes no payments), boxed: it is a whole HTTP answer. Async: a SIWX entrypoint's `402`
+/// carries a sign-in offer whose nonce is recorded first.
+pub async fn check<'a>(
     state: &'a crate::state::AppState,
     entrypoint: &shared::registry::EntrypointInfo,
     route: Priced,
@@ -228,13 +233,29 @@ pub fn check<'a>(
 ) -> Result<Option<Payment<'a>>, Box<axum::response::Response>> {
     match price::price_of(entrypoint, route) {
         None => Ok(None),
-        Some(price) => check_priced(state, entrypoint, price, headers, uri).map(Some),
+        Some(price) => check_priced(state, entrypoint, price, headers, uri)
+            .await
+            .map(Some),
     }
+}
+
+/// The origin payments and sign-ins are bound to (see
+/// [`crate::routes::card::origin::security_origin`]).
+pub fn security_origin(
+    state: &crate::state::AppState,
+    headers: &axum::http::HeaderMap,
+    uri: &axum::http::Uri,
+) -> String {
+    crate::routes::card::origin::security_origin(&state.config, headers, uri)
 }
 
 /// [`check`] for a route whose `price` the caller already looked up (task creation checks
 /// the store and the caller's token between the two).
-pub fn check_priced<'a>(
+///
+/// What the payment is bound to: the x402 `resource` is this route's URL at the
+/// [`security_origin`] (a v2 credential must name it); an MPP challenge's `opaque` carries the
+/// route's path and the entrypoint, under the challenge id's HMAC.
+pub async fn check_priced<'a>(
     state: &'a crate::state::AppState,
     entrypoint: &shared::registry::EntrypointInfo,
     price: &str,
@@ -246,7 +267,7 @@ pub fn check_priced<'a>(
     let Some(gate) = state.payments.as_deref() else {
         return Err(Box::new(price::payments_disabled().into_response()));
     };
-    let origin = crate::routes::card::origin::request_origin(headers, uri, &state.config.listen);
+    let origin = security_origin(state, headers, uri);
     let resource = format!("{origin}{}", uri.path());
     let terms = gate
         .terms(entrypoint, price, resource)
@@ -260,7 +281,11 @@ pub fn check_priced<'a>(
         let Some(key) = gate.mpp.as_ref() else {
             return Err(Box::new(mpp::mpp_disabled().into_response()));
         };
-        let route = mpp::MppRoute::new(key, &terms, &origin)
+        let bound = mpp::Bound {
+            route: uri.path(),
+            entrypoint: &entrypoint.key,
+        };
+        let route = mpp::MppRoute::new(key, &terms, &origin, bound)
             .map_err(|err| Box::new(err.into_response()))?;
         return match route.read(headers, &terms)? {
             Some((checked, challenge_id)) => Ok(Payment {
@@ -279,26 +304,27 @@ pub fn check_priced<'a>(
             ))),
         };
     }
+    let refusal = match credential::read(headers, &terms) {
+        Ok(Some(checked)) => {
+            return Ok(Payment {
+                gate,
+                terms,
+                checked,
+                rail: Rail::X402,
+                entitles: entrypoint.siwx.is_some(),
+            });
+        }
+        Ok(None) => challenge::CREDENTIAL_REQUIRED.to_owned(),
+        Err(reason) => reason,
+    };
     // A SIWX entrypoint's 402 also offers to sign in (for a payer entitled already).
-    let offer = entrypoint
-        .siwx
-        .and_then(|_| siwx::offer(gate, &origin))
-        .map(|offer| (payments::siwx::SIGN_IN_WITH_X, offer));
-    match credential::read(headers, &terms) {
-        Ok(Some(checked)) => Ok(Payment {
-            gate,
-            terms,
-            checked,
-            rail: Rail::X402,
-            entitles: entrypoint.siwx.is_some(),
-        }),
-        Ok(None) => Err(Box::new(challenge::payment_required_with(
-            &terms,
-            challenge::CREDENTIAL_REQUIRED,
-            offer,
-        ))),
-        Err(reason) => Err(Box::new(challenge::payment_required_with(
-            &terms, &reason, offer,
-        ))),
-    }
+    let offer = match entrypoint.siwx {
+        Some(_) => siwx::offer_beside_payment(gate, &origin)
+            .await
+            .map(|offer| (payments::siwx::SIGN_IN_WITH_X, offer)),
+        None => None,
+    };
+    Err(Box::new(challenge::payment_required_with(
+        &terms, &refusal, offer,
+    )))
 }

@@ -7,15 +7,19 @@
 //!   terms under the cluster's MPP secret, so nothing is stored and nothing reserved: any
 //!   gateway checks any gateway's challenge.
 //! - A credential: the echoed challenge is checked (HMAC in constant time, expiry, terms equal
-//!   to this route's), then its `evm` authorization offline (recipient, amount, chain, nonce
-//!   bound to the challenge id, signature). Anything wrong: `402` with the problem type the
-//!   spec names and a fresh challenge; never a `5xx`, and the header is never logged.
+//!   to this route's, and its `opaque` naming this route's path and entrypoint), then its `evm`
+//!   authorization offline (recipient, amount, chain, nonce bound to the challenge id,
+//!   signature). The `opaque` is under the id's HMAC, and the EIP-3009 nonce the payer signs
+//!   is a hash of the id: a credential made for one route or entrypoint cannot pay another of
+//!   the same price, and nobody can rewrite it to. Anything wrong: `402` with the problem type
+//!   the spec names and a fresh challenge; never a `5xx`, and the header is never logged.
 //! - Then it is an EIP-3009 authorization like any x402 one ([`payments::mpp::VerifiedCharge::to_x402`]):
 //!   [`super::admission`] claims its nonce in Redis (the nonce is the challenge's hash, so the
 //!   claim also spends the challenge id: a replayed id is refused with `invalid-challenge`),
 //!   verifies and settles through the facilitator, and the answer carries `Payment-Receipt`
 //!   with `Cache-Control: private`.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -72,6 +76,24 @@ impl MppKey {
     }
 }
 
+/// What an MPP challenge is bound to besides its terms: the route's path (with the base path)
+/// and the entrypoint it buys, carried in `opaque` (`route`, `entrypoint`).
+#[derive(Debug, Clone, Copy)]
+pub struct Bound<'a> {
+    pub route: &'a str,
+    pub entrypoint: &'a str,
+}
+
+impl Bound<'_> {
+    /// The challenge's `opaque` entries.
+    fn opaque(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            ("route".to_owned(), self.route.to_owned()),
+            ("entrypoint".to_owned(), self.entrypoint.to_owned()),
+        ])
+    }
+}
+
 /// One request's view of an MPP-priced route: the challenge parameters it issues and checks.
 pub struct MppRoute<'a> {
     key: &'a MppKey,
@@ -81,13 +103,21 @@ pub struct MppRoute<'a> {
 }
 
 impl<'a> MppRoute<'a> {
-    /// The route's parameters for `terms`, in the configured realm or else `origin`'s host.
-    pub fn new(key: &'a MppKey, terms: &Terms, origin: &str) -> Result<Self, ApiError> {
+    /// The route's parameters for `terms`, in the configured realm or else the host of
+    /// `origin` (the gateway's security origin), bound to `bound`.
+    pub fn new(
+        key: &'a MppKey,
+        terms: &Terms,
+        origin: &str,
+        bound: Bound<'_>,
+    ) -> Result<Self, ApiError> {
         let realm = key
             .realm
             .as_deref()
             .unwrap_or(crate::routes::card::origin::host_of(origin));
-        let params = mpp::charge_params(realm, terms).map_err(|err| {
+        let params =
+            mpp::charge_params(realm, terms).and_then(|params| params.with_opaque(bound.opaque()));
+        let params = params.map_err(|err| {
             tracing::error!(error = %err, "could not build an MPP challenge");
             ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,

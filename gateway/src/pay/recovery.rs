@@ -2,16 +2,21 @@
 //!
 //! A credential stays `settling` when its gateway died between asking the facilitator to
 //! settle and storing the receipt, or when the facilitator never answered (timeout, dropped
-//! connection). Its record keeps the facilitator request. Once such a record is older than any
-//! settle call can last, the sweep asks the facilitator whether that credential was settled, a
+//! connection). Its record keeps the facilitator request, and its task is held for the
+//! settlement ([`shared::store::TaskStore::hold_for_settlement`]): no store sweep cancels or
+//! requeues it, since it may have been paid for. Once such a record is older than any settle
+//! call can last, the sweep asks the facilitator whether that credential was settled, a
 //! lookup that never settles anything ([`payments::Facilitator::settlement`]):
 //!
-//! - settled: the receipt is stored with the task (a task still held by the dead gateway's
-//!   claim is committed to run: recovery queues it; a task that ended keeps its status), and
-//!   the credential becomes `settled`;
-//! - not settled: the credential becomes `void` (never reused; nothing was charged);
-//! - the facilitator offers no lookup: the sweep stops and says so once; the records stay as
-//!   evidence for reconciliation by hand.
+//! - settled: the receipt is stored with the task (a held task is queued at once; one still
+//!   under a dead gateway's claim without a hold is committed to run, queued by recovery
+//!   when that claim expires; a task that ended keeps its status), and the credential becomes
+//!   `settled`;
+//! - not settled: the held task is cancelled (nothing paid for it), then the credential
+//!   becomes `void` (never reused; nothing was charged);
+//! - the facilitator offers no lookup: the records stay `settling` and their tasks held, as
+//!   evidence for reconciliation by hand; every sweep then only counts them, into the
+//!   `taskcluster.settlements.unreconciled` gauge and a warning whenever the count changes.
 //!
 //! Every gateway may sweep at once: each transition is a compare-and-set on the record.
 
@@ -20,7 +25,9 @@ use std::time::Duration;
 
 use payments::{FacilitatorError, X402Version};
 use shared::credentials::{CredentialState, Stuck};
-use shared::store::TaskStore;
+use shared::protocol::TaskStatus;
+use shared::store::{CasOutcome, TaskStore, Transition};
+use shared::telemetry::metrics;
 use tokio_util::sync::CancellationToken;
 
 use super::Gate;
@@ -29,6 +36,9 @@ use super::receipt::Receipt;
 
 /// Records looked at per sweep.
 const BATCH: usize = 50;
+/// Records counted per sweep once the facilitator turned out to offer no lookup (a larger
+/// count reads as "at least" this many).
+const COUNT_LIMIT: usize = 1_000;
 
 /// Sweeps every `interval` until `shutdown`. Records count as stuck `grace` after they entered
 /// `settling` (longer than a settle call can take).
@@ -41,29 +51,61 @@ pub async fn run(
 ) {
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // False once the facilitator said it offers no lookup: from then on the sweep only counts.
+    let mut lookups = true;
+    // The count of unreconcilable records last warned about.
+    let mut warned: Option<usize> = None;
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return,
             _ = ticks.tick() => {}
         }
-        match sweep(&gate, store.as_ref(), grace).await {
-            Ok(Sweep::Done(0)) => {}
-            Ok(Sweep::Done(resolved)) => {
-                tracing::info!(resolved, "settlement recovery resolved lost settle answers")
+        if lookups {
+            match sweep(&gate, store.as_ref(), grace).await {
+                Ok(Sweep::Done { resolved, unknown }) => {
+                    if resolved > 0 {
+                        tracing::info!(
+                            resolved,
+                            "settlement recovery resolved lost settle answers"
+                        );
+                    }
+                    metrics::settlements_unreconciled(unknown as u64);
+                    continue;
+                }
+                Ok(Sweep::Unsupported) => lookups = false,
+                Err(err) => {
+                    tracing::warn!(error = %err, "settlement recovery sweep failed");
+                    continue;
+                }
             }
-            Ok(Sweep::Unsupported) => {
-                tracing::warn!(
-                    "the facilitator offers no settlement lookup; credentials left settling need reconciling by hand"
-                );
-                return;
+        }
+        // Nothing can be looked up: count what waits for reconciliation by hand.
+        match gate.credentials.stuck(grace, COUNT_LIMIT).await {
+            Ok(stuck) => {
+                let waiting = stuck.len();
+                metrics::settlements_unreconciled(waiting as u64);
+                if warned != Some(waiting) {
+                    tracing::warn!(
+                        waiting,
+                        at_least = waiting >= COUNT_LIMIT,
+                        "the facilitator offers no settlement lookup: credentials left settling wait for reconciliation by hand, and their paid tasks stay held until then"
+                    );
+                    warned = Some(waiting);
+                }
             }
-            Err(err) => tracing::warn!(error = %err, "settlement recovery sweep failed"),
+            Err(err) => {
+                tracing::warn!(error = %err, "could not count the credentials left settling")
+            }
         }
     }
 }
 
 enum Sweep {
-    Done(usize),
+    /// `resolved` records settled or voided; `unknown` whose lookup failed (retried).
+    Done {
+        resolved: usize,
+        unknown: usize,
+    },
     Unsupported,
 }
 
@@ -72,18 +114,19 @@ async fn sweep(
     store: &dyn TaskStore,
     grace: Duration,
 ) -> Result<Sweep, shared::store::StoreError> {
-    let mut resolved = 0;
+    let (mut resolved, mut unknown) = (0, 0);
     for stuck in gate.credentials.stuck(grace, BATCH).await? {
         match recover(gate, store, &stuck).await {
             Ok(true) => resolved += 1,
             Ok(false) => {}
             Err(FacilitatorError::Unsupported) => return Ok(Sweep::Unsupported),
             Err(err) => {
+                unknown += 1;
                 tracing::warn!(task_id = %stuck.holder, error = %err, "settlement lookup failed; retried next sweep")
             }
         }
     }
-    Ok(Sweep::Done(resolved))
+    Ok(Sweep::Done { resolved, unknown })
 }
 
 /// Resolves one record; `Ok(false)` when another gateway got there first or the store failed
@@ -105,7 +148,12 @@ async fn recover(
     };
     let request = record.request;
     let Some(settlement) = gate.facilitator.settlement(&request).await? else {
-        tracing::info!(task_id = %stuck.holder, "lost settle answer: the credential was never settled");
+        // Nothing was paid: the task held for this settlement must not run. Cancelled first,
+        // so that a store failure leaves the record `settling` for the next sweep.
+        if !cancel_unpaid(store, &stuck.holder).await {
+            return Ok(false);
+        }
+        tracing::info!(task_id = %stuck.holder, "lost settle answer: the credential was never settled; its task is cancelled");
         return Ok(void().await);
     };
     let version = if request.x402_version == 1 {
@@ -139,4 +187,39 @@ async fn recover(
         )
         .await
         .unwrap_or(false))
+}
+
+/// Ends the task held for a credential that was never settled (unfenced, as a caller's cancel:
+/// the admission's claim is held or gone). True once it is ended or gone; false when the store
+/// failed (retried next sweep).
+async fn cancel_unpaid(store: &dyn TaskStore, task_id: &str) -> bool {
+    let entrypoint = match store.get(task_id).await {
+        Ok(Some(stored)) => stored.invocation.entrypoint,
+        // Expired past retention: nothing left to end.
+        Ok(None) => return true,
+        Err(err) => {
+            tracing::warn!(%task_id, error = %err, "could not read a task held for a settlement; retried next sweep");
+            return false;
+        }
+    };
+    match store
+        .compare_and_set(
+            task_id,
+            &[TaskStatus::Running],
+            Transition::cancelled(),
+            None,
+        )
+        .await
+    {
+        Ok(CasOutcome::Applied(task)) => {
+            metrics::task_finished(&entrypoint, &task);
+            true
+        }
+        // It ended already (its admission cancelled it, or a caller did).
+        Ok(CasOutcome::Rejected { .. }) => true,
+        Err(err) => {
+            tracing::warn!(%task_id, error = %err, "could not cancel a task held for a settlement that never happened; retried next sweep");
+            false
+        }
+    }
 }

@@ -129,7 +129,7 @@ async fn create(
                 "Task-Access-Token must contain 20 to 256 characters",
             ));
         };
-        let payment = match pay::check_priced(&state, &entrypoint, price, &headers, &uri) {
+        let payment = match pay::check_priced(&state, &entrypoint, price, &headers, &uri).await {
             Ok(payment) => payment,
             Err(answer) => return Ok(*answer),
         };

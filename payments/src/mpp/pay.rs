@@ -2,7 +2,9 @@
 //! `Authorization: Payment …` credential for the `evm` `charge` method, as mppx's EVM client
 //! does (`src/evm/client/Charge.ts`): `validAfter` 0, `validBefore` the challenge's
 //! `expires`, the nonce bound to the challenge, `source` the payer's `did:pkh`, the
-//! challenge echoed exactly as received.
+//! challenge echoed exactly as received. A client answering a server's 402 uses
+//! [`LocalPayer::answer_mpp_for`], which also checks the realm names the requested host and
+//! bounds `validBefore`.
 
 use alloy_primitives::{Address, B256, U256};
 
@@ -17,6 +19,7 @@ use super::params::ParamError;
 use crate::eip3009::{Authorization, signature_hex};
 use crate::network::Network;
 use crate::payer::LocalPayer;
+use crate::target::{Limits, Refusal, RequestTarget};
 
 /// How long an authorization stays valid when the challenge names no expiry (mppx's 300 s).
 const DEFAULT_VALIDITY_SECONDS: u64 = 300;
@@ -34,6 +37,9 @@ pub enum MppPayError {
     OverCap { asked: String, cap: String },
     #[error("signing failed")]
     Signing,
+    /// A challenge of another realm, or on an unknown network or asset: nothing was signed.
+    #[error("refused to sign: {0}")]
+    Refused(#[from] Refusal),
 }
 
 /// A credential to send, and what it pays.
@@ -71,15 +77,34 @@ struct Payable<'a> {
     valid_before: u64,
 }
 
-fn payable(challenge: &Challenge, now: u64) -> Option<Payable<'_>> {
+/// What `challenge` asks, when this client can pay it: `Ok(None)` when it is not an open evm
+/// charge payable by authorization, `Err` when it is one this client refuses (another realm
+/// than `target`'s host, an unknown network or asset).
+fn payable<'a>(
+    challenge: &'a Challenge,
+    target: Option<&RequestTarget>,
+    now: u64,
+) -> Result<Option<Payable<'a>>, Refusal> {
     if challenge.method != METHOD || challenge.intent != INTENT_CHARGE {
-        return None;
+        return Ok(None);
+    }
+    if let Some(target) = target {
+        target.check_realm(&challenge.realm)?;
     }
     let valid_before = match &challenge.expires {
-        Some(_) => challenge.expires_at().filter(|at| *at > now)?,
+        Some(_) => match challenge.expires_at().filter(|at| *at > now) {
+            Some(at) => at,
+            None => return Ok(None),
+        },
         None => now.saturating_add(DEFAULT_VALIDITY_SECONDS),
     };
-    let request: ChargeRequest = serde_json::from_value(challenge.request_json().ok()?).ok()?;
+    let Some(request) = challenge
+        .request_json()
+        .ok()
+        .and_then(|json| serde_json::from_value::<ChargeRequest>(json).ok())
+    else {
+        return Ok(None);
+    };
     let accepts = request
         .method_details
         .credential_types
@@ -91,34 +116,88 @@ fn payable(challenge: &Challenge, now: u64) -> Option<Payable<'_>> {
         .as_ref()
         .is_some_and(|splits| !splits.is_empty());
     if !accepts || splits {
-        return None;
+        return Ok(None);
     }
-    Some(Payable {
+    let network = match request.network() {
+        Some(network) => network,
+        None => {
+            let chain = format!("eip155:{}", request.method_details.chain_id);
+            return Err(match Network::find(&chain) {
+                Some(known) => Refusal::unknown_asset(known, &request.currency),
+                None => Refusal::unknown_network(&chain),
+            });
+        }
+    };
+    let (Some(amount), Ok(recipient)) = (parse_amount(&request.amount), request.recipient.parse())
+    else {
+        return Ok(None);
+    };
+    Ok(Some(Payable {
         challenge,
-        network: request.network()?,
-        amount: parse_amount(&request.amount)?,
-        recipient: request.recipient.parse().ok()?,
+        network,
+        amount,
+        recipient,
         valid_before,
-    })
+    }))
 }
 
 impl LocalPayer {
     /// Answers the first payable Payment challenge of `www_authenticate` (several header
-    /// lines may be joined with `, `), refusing a price above `cap` (base units).
+    /// lines may be joined with `, `), refusing a price above `cap` (base units) and unknown
+    /// networks and assets. It does not check the realm: a client answering a server's 402
+    /// uses [`LocalPayer::answer_mpp_for`].
     pub fn answer_mpp(
         &self,
         www_authenticate: &str,
         cap: Option<U256>,
         now: u64,
     ) -> Result<MppPayment, MppPayError> {
+        self.answer_mpp_within(www_authenticate, None, cap, u64::MAX, now)
+    }
+
+    /// [`LocalPayer::answer_mpp`] for a 402 answering a request for `target`, within `limits`:
+    /// only challenges whose realm is the target's host (with or without the port) are paid,
+    /// and `validBefore` is at most `limits.max_validity_seconds` after `now` (the challenge's
+    /// `expires` when sooner). A refusal signs nothing.
+    pub fn answer_mpp_for(
+        &self,
+        www_authenticate: &str,
+        target: &RequestTarget,
+        limits: &Limits,
+        now: u64,
+    ) -> Result<MppPayment, MppPayError> {
+        self.answer_mpp_within(
+            www_authenticate,
+            Some(target),
+            limits.cap,
+            limits.max_validity_seconds,
+            now,
+        )
+    }
+
+    fn answer_mpp_within(
+        &self,
+        www_authenticate: &str,
+        target: Option<&RequestTarget>,
+        cap: Option<U256>,
+        max_validity_seconds: u64,
+        now: u64,
+    ) -> Result<MppPayment, MppPayError> {
         let challenges: Vec<Challenge> = parse_www_authenticate(www_authenticate)?
             .into_iter()
             .filter_map(Result::ok)
             .collect();
+        let mut refusal = None;
         let chosen = challenges
             .iter()
-            .find_map(|challenge| payable(challenge, now))
-            .ok_or(MppPayError::NothingPayable)?;
+            .find_map(|challenge| match payable(challenge, target, now) {
+                Ok(payable) => payable,
+                Err(why) => {
+                    refusal.get_or_insert(why);
+                    None
+                }
+            })
+            .ok_or_else(|| refusal.map_or(MppPayError::NothingPayable, MppPayError::Refused))?;
         if let Some(cap) = cap
             && chosen.amount > cap
         {
@@ -134,7 +213,9 @@ impl LocalPayer {
             to: chosen.recipient,
             value: chosen.amount,
             valid_after: 0,
-            valid_before: chosen.valid_before,
+            valid_before: chosen
+                .valid_before
+                .min(now.saturating_add(max_validity_seconds)),
             nonce: challenge_hash(&challenge.id, &challenge.realm),
         };
         let signature = authorization
@@ -338,8 +419,6 @@ mod tests {
             json!({"amount": "1", "currency": "0x036CbD53842c5426634e7929541eC2318f3dCF7e", "recipient": "0x2222222222222222222222222222222222222222", "methodDetails": {"chainId": 84532, "credentialTypes": ["permit2"]}}),
             json!({"amount": "1", "currency": "0x036CbD53842c5426634e7929541eC2318f3dCF7e", "recipient": "0x2222222222222222222222222222222222222222", "methodDetails": {"chainId": 84532}}),
             json!({"amount": "1", "currency": "0x036CbD53842c5426634e7929541eC2318f3dCF7e", "recipient": "0x2222222222222222222222222222222222222222", "methodDetails": {"chainId": 84532, "credentialTypes": ["authorization"], "splits": [{"recipient": "0x2222222222222222222222222222222222222222", "amount": "1"}]}}),
-            json!({"amount": "1", "currency": "0x1111111111111111111111111111111111111111", "recipient": "0x2222222222222222222222222222222222222222", "methodDetails": {"chainId": 84532, "credentialTypes": ["authorization"]}}),
-            json!({"amount": "1", "currency": "0x036CbD53842c5426634e7929541eC2318f3dCF7e", "recipient": "0x2222222222222222222222222222222222222222", "methodDetails": {"chainId": 1, "credentialTypes": ["authorization"]}}),
             json!({"amount": "-1", "currency": "0x036CbD53842c5426634e7929541eC2318f3dCF7e", "recipient": "0x2222222222222222222222222222222222222222", "methodDetails": {"chainId": 84532, "credentialTypes": ["authorization"]}}),
         ] {
             let challenge = ChallengeParams::new(REALM, "evm", "charge", &request)?
@@ -350,6 +429,106 @@ mod tests {
                 "{request}"
             );
         }
+        // Another token, or the USDC of another chain, or a chain this client does not know:
+        // refused as such.
+        for (request, refusal) in [
+            (
+                json!({"amount": "1", "currency": "0x1111111111111111111111111111111111111111", "recipient": "0x2222222222222222222222222222222222222222", "methodDetails": {"chainId": 84532, "credentialTypes": ["authorization"]}}),
+                Refusal::UnknownAsset {
+                    network: "base-sepolia",
+                    asset: "\"0x1111111111111111111111111111111111111111\"".into(),
+                },
+            ),
+            (
+                json!({"amount": "1", "currency": "0x036CbD53842c5426634e7929541eC2318f3dCF7e", "recipient": "0x2222222222222222222222222222222222222222", "methodDetails": {"chainId": 1, "credentialTypes": ["authorization"]}}),
+                Refusal::UnknownAsset {
+                    network: "ethereum",
+                    asset: "\"0x036CbD53842c5426634e7929541eC2318f3dCF7e\"".into(),
+                },
+            ),
+            (
+                json!({"amount": "1", "currency": "0x036CbD53842c5426634e7929541eC2318f3dCF7e", "recipient": "0x2222222222222222222222222222222222222222", "methodDetails": {"chainId": 999, "credentialTypes": ["authorization"]}}),
+                Refusal::UnknownNetwork {
+                    network: "\"eip155:999\"".into(),
+                },
+            ),
+        ] {
+            let challenge = ChallengeParams::new(REALM, "evm", "charge", &request)?
+                .issue(&f.secret, NOW + 300)?;
+            assert_eq!(
+                f.payer.answer_mpp(&challenge.to_header()?, None, NOW),
+                Err(MppPayError::Refused(refusal)),
+                "{request}"
+            );
+        }
+        Ok(())
+    }
+
+    /// A client pays only a challenge of the requested host's realm, and bounds `validBefore`.
+    #[test]
+    fn a_client_pays_its_own_realm_for_a_bounded_time() -> TestResult {
+        let f = fixture()?;
+        let target = RequestTarget::parse("https://api.example.com/entrypoints/echo/invoke")?;
+        let limits = Limits::default();
+        let header = f.challenge.to_header()?;
+        let payment = f.payer.answer_mpp_for(&header, &target, &limits, NOW)?;
+        assert_eq!(payment.challenge_id, f.challenge.id);
+        // The realm may carry the port; the requested URL's default one here.
+        let with_port =
+            charge_params("api.example.com:443", &terms()?)?.issue(&f.secret, NOW + 300)?;
+        assert!(
+            f.payer
+                .answer_mpp_for(&with_port.to_header()?, &target, &limits, NOW)
+                .is_ok()
+        );
+
+        // Another realm: refused, even when it is the only challenge; skipped when ours is
+        // there too.
+        let foreign = charge_params("evil.example", &terms()?)?.issue(&f.secret, NOW + 300)?;
+        let refused = f
+            .payer
+            .answer_mpp_for(&foreign.to_header()?, &target, &limits, NOW);
+        assert!(
+            matches!(&refused, Err(MppPayError::Refused(Refusal::Realm { realm, host }))
+                if realm == "\"evil.example\"" && host == "api.example.com"),
+            "{refused:?}"
+        );
+        let both = format!("{}, {}", foreign.to_header()?, header);
+        let chosen = f.payer.answer_mpp_for(&both, &target, &limits, NOW)?;
+        assert_eq!(chosen.challenge_id, f.challenge.id);
+        // Without a target (answer_mpp) nothing is compared.
+        assert!(f.payer.answer_mpp(&foreign.to_header()?, None, NOW).is_ok());
+
+        // validBefore: the challenge's expiry, or now + the cap when that is sooner.
+        let valid_before = |payment: &MppPayment| -> Result<u64, Box<dyn std::error::Error>> {
+            let credential = PaymentCredential::parse_authorization(&payment.authorization)?;
+            Ok(credential.payload["validBefore"]
+                .as_str()
+                .ok_or("validBefore")?
+                .parse()?)
+        };
+        let long = f.params.issue(&f.secret, NOW + 3600)?.to_header()?;
+        let capped = Limits {
+            max_validity_seconds: 120,
+            ..limits
+        };
+        assert_eq!(
+            valid_before(&f.payer.answer_mpp_for(&long, &target, &capped, NOW)?)?,
+            NOW + 120
+        );
+        assert_eq!(
+            valid_before(&f.payer.answer_mpp_for(&long, &target, &limits, NOW)?)?,
+            NOW + 300
+        );
+        assert_eq!(
+            valid_before(&f.payer.answer_mpp_for(&header, &target, &capped, NOW)?)?,
+            NOW + 120
+        );
+        let short = f.params.issue(&f.secret, NOW + 60)?.to_header()?;
+        assert_eq!(
+            valid_before(&f.payer.answer_mpp_for(&short, &target, &capped, NOW)?)?,
+            NOW + 60
+        );
         Ok(())
     }
 

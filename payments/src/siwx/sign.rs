@@ -1,6 +1,7 @@
 //! The client's side: sign a 402's `sign-in-with-x` extension with a local key, as x402's
 //! `createSIWxClientHook` does: the first supported chain of type `eip191`, the server's
-//! `info` echoed, the EIP-4361 text signed with EIP-191 (`personal_sign`).
+//! `info` echoed, the EIP-4361 text signed with EIP-191 (`personal_sign`). Only the chains of
+//! known networks ([`crate::network::NETWORKS`]) are signed for.
 
 use alloy_signer::SignerSync;
 
@@ -8,7 +9,9 @@ use super::message::eip4361;
 use super::payload::{SignatureType, SiwxExtension, SiwxPayload};
 use super::verify::evm_chain_id;
 use crate::eip3009::signature_hex;
+use crate::network::NETWORKS;
 use crate::payer::LocalPayer;
+use crate::target::{Refusal, RequestTarget};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SiwxSignError {
@@ -16,18 +19,31 @@ pub enum SiwxSignError {
     NoSupportedChain,
     #[error("signing failed")]
     Signing,
+    /// An offer for another domain or origin, or only for unknown chains: nothing was signed.
+    #[error("refused to sign in: {0}")]
+    Refused(#[from] Refusal),
 }
 
 impl LocalPayer {
-    /// The `SIGN-IN-WITH-X` header value answering `extension`. The caller checks that the
-    /// extension's `domain` is the host it is talking to before sending it anywhere.
+    /// The `SIGN-IN-WITH-X` header value answering `extension` (on the first `eip191` chain
+    /// of a known network). It does not check whose domain the offer names: a client answering
+    /// a server's offer uses [`LocalPayer::sign_in_with_x_for`].
     pub fn sign_in_with_x(&self, extension: &SiwxExtension) -> Result<String, SiwxSignError> {
-        let (chain, chain_id) = extension
-            .supported_chains
-            .iter()
-            .filter(|chain| chain.kind == SignatureType::Eip191)
-            .find_map(|chain| evm_chain_id(&chain.chain_id).map(|id| (chain, id)))
-            .ok_or(SiwxSignError::NoSupportedChain)?;
+        let evm_chains = || {
+            extension
+                .supported_chains
+                .iter()
+                .filter(|chain| chain.kind == SignatureType::Eip191)
+                .filter_map(|chain| evm_chain_id(&chain.chain_id).map(|id| (chain, id)))
+        };
+        let (chain, chain_id) = evm_chains()
+            .find(|(_, id)| NETWORKS.iter().any(|network| network.chain_id == *id))
+            .ok_or_else(|| match evm_chains().next() {
+                Some((unknown, _)) => {
+                    SiwxSignError::Refused(Refusal::unknown_network(&unknown.chain_id))
+                }
+                None => SiwxSignError::NoSupportedChain,
+            })?;
         let signer = self.signer();
         let address = signer.address();
         let info = &extension.info;
@@ -53,6 +69,18 @@ impl LocalPayer {
             signature: signature_hex(&signature),
         };
         Ok(payload.encode())
+    }
+
+    /// [`LocalPayer::sign_in_with_x`] for an offer a server made in answer to a request for
+    /// `target`: refused unless its `domain` is the target's host (with or without the port)
+    /// and its `uri` of the target's origin.
+    pub fn sign_in_with_x_for(
+        &self,
+        extension: &SiwxExtension,
+        target: &RequestTarget,
+    ) -> Result<String, SiwxSignError> {
+        target.check_siwx(&extension.info)?;
+        self.sign_in_with_x(extension)
     }
 }
 
@@ -414,6 +442,63 @@ mod tests {
             payer(0)?.sign_in_with_x(&solana_only),
             Err(SiwxSignError::NoSupportedChain)
         );
+        Ok(())
+    }
+
+    #[test]
+    fn signs_only_for_known_chains() -> TestResult {
+        // An unknown chain first: the known one after it is the one signed for.
+        let header = payer(0)?.sign_in_with_x(&extension(&["eip155:999", "eip155:84532"])?)?;
+        assert_eq!(SiwxPayload::decode(&header)?.chain_id, "eip155:84532");
+        for chains in [&["eip155:999"][..], &["eip155:31337", "eip155:0"]] {
+            let refused = payer(0)?.sign_in_with_x(&extension(chains)?);
+            assert!(
+                matches!(&refused, Err(SiwxSignError::Refused(Refusal::UnknownNetwork { network }))
+                    if network == &format!("{:?}", chains[0])),
+                "{chains:?}: {refused:?}"
+            );
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn a_client_signs_in_only_where_it_asked() -> TestResult {
+        let target = RequestTarget::parse(&format!("{URI}?x=1"))?;
+        let offer = extension(&["eip155:84532"])?;
+        let header = payer(0)?.sign_in_with_x_for(&offer, &target)?;
+        assert!(verify_header(&header, &expect()).is_ok());
+
+        let mut other_domain = offer.clone();
+        other_domain.info.domain = "evil.example".into();
+        let mut other_uri = offer.clone();
+        other_uri.info.uri = "https://evil.example/entrypoints/echo/invoke".into();
+        let mut other_scheme = offer.clone();
+        other_scheme.info.uri = "http://api.example.com/entrypoints/echo/invoke".into();
+        let cases = [
+            (other_domain, "domain"),
+            (other_uri, "uri"),
+            (other_scheme, "uri"),
+        ];
+        for (offer, what) in cases {
+            let refused = payer(0)?.sign_in_with_x_for(&offer, &target);
+            let expected = match what {
+                "domain" => matches!(
+                    refused,
+                    Err(SiwxSignError::Refused(Refusal::SiwxDomain { .. }))
+                ),
+                _ => matches!(
+                    refused,
+                    Err(SiwxSignError::Refused(Refusal::SiwxUri { .. }))
+                ),
+            };
+            assert!(expected, "{what}: {refused:?}");
+        }
+        // The same offer, requested at another host, is not signed either.
+        let elsewhere = RequestTarget::parse("https://api.example.org/entrypoints/echo/invoke")?;
+        assert!(matches!(
+            payer(0)?.sign_in_with_x_for(&offer, &elsewhere),
+            Err(SiwxSignError::Refused(Refusal::SiwxDomain { .. }))
+        ));
         Ok(())
     }
 }

@@ -4,7 +4,7 @@
 -- unknown). The caller's own HSET of the transition sets status and updated (one HSET per
 -- transition). This drops the index entries that phase can hold, and the fields only a task
 -- that can still run needs: its phase (a terminal status implies it), lease, admission, fence
--- epoch, hand-off flag, run deadline and limit, the entrypoint (the invocation names it
+-- epoch, hand-off flag, settlement hold, run deadline and limit, the entrypoint (the invocation names it
 -- too) and a waiting task's input request. A retained task is smaller without them and nothing reads them once it is terminal;
 -- the attempt count and its limit stay, for the record of how it ran. Field names:
 -- redis/fields.rs.
@@ -13,7 +13,7 @@
 -- the task and its event log expire after retention; the owner's index expires once the owner
 -- has no live task left, retention after its last task finished.
 local function finish_task(k, id, phase, retention_ms)
-  redis.call('HDEL', k.task, 'ph', 'lo', 'lx', 'ax', 'ec', 'ho', 'rd', 'rm', 'en', 'iq')
+  redis.call('HDEL', k.task, 'ph', 'lo', 'lx', 'ax', 'ec', 'ho', 'sh', 'rd', 'rm', 'en', 'iq')
   if phase ~= 'queued' and phase ~= 'reserved' then
     redis.call('ZREM', k.leases, id)
   end

@@ -184,7 +184,7 @@ impl Client {
             with_credential(request, credential)
         };
         let response = self
-            .send_paying(request, options.payer.as_deref())
+            .send_paying(&url, request, options.payer.as_deref())
             .await
             .map_err(|unanswered| unanswered.error)?;
         let replayed = response
@@ -231,7 +231,7 @@ impl Client {
             with_credential(request, credential)
         };
         let response = self
-            .send_paying(request, options.payer.as_deref())
+            .send_paying(&url, request, options.payer.as_deref())
             .await
             .map_err(|unanswered| unanswered.error)?;
         self.event_stream(response, None).await

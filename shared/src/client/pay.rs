@@ -8,6 +8,14 @@
 //! `Task-Access-Token`, same `Idempotency-Key`. A second 402 is an error, never a second
 //! payment. Without a payer the 402 is a [`ClientError::PaymentRequired`] naming the price.
 //!
+//! The 402 is the answering server's word, so a payer signs only for what was requested: the
+//! client hands it the requested URL with the challenge ([`PaymentRequired::target`], and
+//! [`Payer::sign_in`]'s `target`), and [`KeyPayer`] refuses ([`PayError::Refused`]) an x402
+//! resource of another origin or path, an MPP realm other than the requested host, a sign-in
+//! offer for another domain or origin, and networks and assets other than the known networks'
+//! USDC, before anything is signed; what it signs is valid for at most
+//! [`KeyPayer::max_validity`] seconds (300 by default).
+//!
 //! The signing itself is the `payments` crate's; [`KeyPayer`] wraps its [`LocalPayer`] with a
 //! spend cap and a preferred x402 version. Credentials are spendable by whoever holds them: no
 //! type here prints one (`PaymentHeader`'s `Debug` redacts the value), and the key is never
@@ -19,12 +27,15 @@ use payments::Terms;
 use payments::wire::v1::ChallengeV1;
 use payments::wire::v2::ChallengeV2;
 use reqwest::header::HeaderValue;
-use reqwest::{RequestBuilder, Response, StatusCode};
+use reqwest::{RequestBuilder, Response, StatusCode, Url};
 use serde_json::Value;
 
 pub use payments::payer::{Challenge, PaymentHeader};
+pub use payments::target::DEFAULT_MAX_VALIDITY_SECONDS;
 pub use payments::wire::facilitator::SettleResponse;
-pub use payments::{Address, LocalPayer, PayError, U256, X402Version};
+pub use payments::{
+    Address, Limits, LocalPayer, PayError, Refusal, RequestTarget, U256, X402Version,
+};
 
 use super::error::ClientError;
 use super::tasks::Settlement;
@@ -32,36 +43,49 @@ use super::{Client, read_limited};
 
 /// Answers a 402 with a credential. Called at most once per call, before the retry; an error
 /// ends the call without sending anything more.
+///
+/// What a 402 asks is the server's word: a payer signs only for the request that was made
+/// (`required.target()`, `target`), and refuses anything else ([`PayError::Refused`]).
 pub trait Payer: Send + Sync + fmt::Debug {
     fn pay(&self, required: &PaymentRequired) -> Result<PaymentHeader, PayError>;
 
     /// A `SIGN-IN-WITH-X` header answering `offer` (a 401's or 402's
-    /// `extensions["sign-in-with-x"]`), when this payer signs in: an auth-only entrypoint then
-    /// runs, and a priced one runs unpaid for a payer entitled to it. `None`: no sign-in.
-    fn sign_in(&self, offer: &Value) -> Option<PaymentHeader> {
-        let _ = offer;
-        None
+    /// `extensions["sign-in-with-x"]`), made in answer to a request for `target`, when this
+    /// payer signs in: an auth-only entrypoint then runs, and a priced one runs unpaid for a
+    /// payer entitled to it. `Ok(None)`: no sign-in; an error ends the call, nothing sent.
+    fn sign_in(
+        &self,
+        offer: &Value,
+        target: &RequestTarget,
+    ) -> Result<Option<PaymentHeader>, PayError> {
+        let _ = (offer, target);
+        Ok(None)
     }
 }
 
-/// A [`LocalPayer`] with a spend cap and a preferred x402 version.
+/// A [`LocalPayer`] with a spend cap, a bound on how long what it signs stays valid and a
+/// preferred x402 version. It signs only for the request the 402 answered (see [`Payer`]).
 ///
 /// Version choice: the preferred version's challenge when the 402 carries it, else the other
 /// one (a server speaking only v1 still gets paid by a v2-preferring payer, and back).
 #[derive(Debug, Clone)]
 pub struct KeyPayer {
     key: LocalPayer,
-    max_amount: Option<U256>,
+    limits: Limits,
     version: X402Version,
 }
 
 impl KeyPayer {
     /// Pays from `key`, never more than `max_amount` atomic USDC units per call (`None`: no
-    /// cap), preferring x402 v2.
+    /// cap), preferring x402 v2, signing authorizations valid for at most
+    /// [`DEFAULT_MAX_VALIDITY_SECONDS`].
     pub fn new(key: LocalPayer, max_amount: Option<U256>) -> Self {
         KeyPayer {
             key,
-            max_amount,
+            limits: Limits {
+                cap: max_amount,
+                max_validity_seconds: DEFAULT_MAX_VALIDITY_SECONDS,
+            },
             version: X402Version::V2,
         }
     }
@@ -70,6 +94,18 @@ impl KeyPayer {
     pub fn prefer(mut self, version: X402Version) -> Self {
         self.version = version;
         self
+    }
+
+    /// Signs authorizations valid for at most `seconds` (at least 1) from now, whatever the
+    /// challenge's `maxTimeoutSeconds` (or MPP `expires`) allows.
+    pub fn max_validity(mut self, seconds: u64) -> Self {
+        self.limits.max_validity_seconds = seconds.max(1);
+        self
+    }
+
+    /// The spend cap and validity bound.
+    pub fn limits(&self) -> Limits {
+        self.limits
     }
 
     /// The paying address.
@@ -83,29 +119,51 @@ impl Payer for KeyPayer {
         let Some(challenge) = required.challenge(self.version) else {
             // No x402 offer: an MPP one ("Payment" scheme), else nothing to pay.
             if let Some(www_authenticate) = required.mpp() {
-                return self.pay_mpp(www_authenticate);
+                return self.pay_mpp(www_authenticate, required.target_or_refuse()?);
             }
             return Err(required
                 .header_error
                 .clone()
                 .unwrap_or(PayError::NoChallenge));
         };
-        self.key
-            .answer(&challenge, self.max_amount, payments::unix_now())
+        self.key.answer_for(
+            &challenge,
+            required.target_or_refuse()?,
+            &self.limits,
+            payments::unix_now(),
+        )
     }
 
-    fn sign_in(&self, offer: &Value) -> Option<PaymentHeader> {
-        self.sign_siwx(offer)
+    fn sign_in(
+        &self,
+        offer: &Value,
+        target: &RequestTarget,
+    ) -> Result<Option<PaymentHeader>, PayError> {
+        self.sign_siwx(offer, target)
     }
 }
 
 impl KeyPayer {
-    /// Signs the SIWX offer with the key (EIP-4361 message, EIP-191 signature).
-    fn sign_siwx(&self, offer: &Value) -> Option<PaymentHeader> {
-        let extension: payments::siwx::SiwxExtension =
-            serde_json::from_value(offer.clone()).ok()?;
-        let value = self.key.sign_in_with_x(&extension).ok()?;
-        Some(PaymentHeader {
+    /// Signs the SIWX offer with the key (EIP-4361 message, EIP-191 signature): `Ok(None)` for
+    /// an offer it cannot read or sign (no EVM chain), an error for one it refuses (another
+    /// domain or origin than `target`'s, unknown chains).
+    fn sign_siwx(
+        &self,
+        offer: &Value,
+        target: &RequestTarget,
+    ) -> Result<Option<PaymentHeader>, PayError> {
+        let Ok(extension) = serde_json::from_value::<payments::siwx::SiwxExtension>(offer.clone())
+        else {
+            return Ok(None);
+        };
+        let value = match self.key.sign_in_with_x_for(&extension, target) {
+            Ok(value) => value,
+            Err(payments::siwx::SiwxSignError::Refused(refusal)) => {
+                return Err(PayError::Refused(refusal));
+            }
+            Err(_) => return Ok(None),
+        };
+        Ok(Some(PaymentHeader {
             version: X402Version::V2,
             name: payments::siwx::SIGN_IN_WITH_X,
             value,
@@ -113,16 +171,23 @@ impl KeyPayer {
             pay_to: Address::ZERO,
             payer: self.key.address(),
             nonce: Default::default(),
-        })
+        }))
     }
 
     /// Answers an MPP challenge (`WWW-Authenticate: Payment …`) with an `evm` charge
     /// credential in `Authorization: Payment …`.
-    fn pay_mpp(&self, www_authenticate: &str) -> Result<PaymentHeader, PayError> {
+    fn pay_mpp(
+        &self,
+        www_authenticate: &str,
+        target: &RequestTarget,
+    ) -> Result<PaymentHeader, PayError> {
         let payment = self
             .key
-            .answer_mpp(www_authenticate, self.max_amount, payments::unix_now())
-            .map_err(|err| PayError::Mpp(err.to_string()))?;
+            .answer_mpp_for(www_authenticate, target, &self.limits, payments::unix_now())
+            .map_err(|err| match err {
+                payments::mpp::MppPayError::Refused(refusal) => PayError::Refused(refusal),
+                other => PayError::Mpp(other.to_string()),
+            })?;
         Ok(PaymentHeader {
             // Not an x402 credential; the field only matters to x402 headers.
             version: X402Version::V2,
@@ -157,7 +222,8 @@ pub(crate) fn with_credential(
 }
 
 /// What a 402 asks for: the v2 challenge of its `PAYMENT-REQUIRED` header and the v1 challenge
-/// of its body, whichever it carried in a shape this client reads.
+/// of its body, whichever it carried in a shape this client reads, and the URL of the request
+/// it answered ([`PaymentRequired::for_request`]): the only one a payer signs for.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct PaymentRequired {
     v2: Option<ChallengeV2>,
@@ -167,6 +233,8 @@ pub struct PaymentRequired {
     header_error: Option<PayError>,
     /// A `WWW-Authenticate` value offering the "Payment" scheme (MPP).
     mpp: Option<String>,
+    /// The request the 402 answered.
+    target: Option<RequestTarget>,
 }
 
 impl PaymentRequired {
@@ -185,6 +253,24 @@ impl PaymentRequired {
             required.v1 = Some(challenge);
         }
         required
+    }
+
+    /// Ties the 402 to the request it answered, sent to `url`: payers sign only for it.
+    pub fn for_request(mut self, url: &Url) -> Self {
+        self.target = Some(RequestTarget::new(url.clone()));
+        self
+    }
+
+    /// The request the 402 answered, when known.
+    pub fn target(&self) -> Option<&RequestTarget> {
+        self.target.as_ref()
+    }
+
+    /// [`PaymentRequired::target`], or the refusal to sign for a 402 tied to no request.
+    pub fn target_or_refuse(&self) -> Result<&RequestTarget, PayError> {
+        self.target
+            .as_ref()
+            .ok_or(PayError::Refused(Refusal::NoTarget))
     }
 
     /// Adds the 402's `WWW-Authenticate` value when it offers the "Payment" scheme (MPP).
@@ -295,29 +381,40 @@ impl Unanswered {
 }
 
 impl Client {
-    /// Sends `request(None)`; on a 402 with a payer, pays and sends `request(Some(credential))`
-    /// once. Returns the answer that is not a 402, whatever its status, for the caller to read.
+    /// Sends `request(None)` (a request to `url`); on a 402 with a payer, pays and sends
+    /// `request(Some(credential))` once. Returns the answer that is not a 402, whatever its
+    /// status, for the caller to read.
     pub(crate) async fn send_paying(
         &self,
+        url: &Url,
         request: impl Fn(Option<&PaymentHeader>) -> RequestBuilder,
         payer: Option<&dyn Payer>,
     ) -> Result<Response, Unanswered> {
+        let target = RequestTarget::new(url.clone());
         let mut response = request(None).send().await.map_err(Unanswered::network)?;
         if let Some(payer) = payer
             && response.status() == StatusCode::UNAUTHORIZED
         {
-            response = self.sign_in_after_401(response, payer, &request).await?;
+            response = self
+                .sign_in_after_401(response, payer, &target, &request)
+                .await?;
         }
         if response.status() != StatusCode::PAYMENT_REQUIRED {
             return Ok(response);
         }
-        let (mut required, mut body, mut settlement) = self.read_402(response).await?;
+        let (mut required, mut body, mut settlement) = self.read_402(response, url).await?;
         // A SIWX entrypoint: a payer entitled to it signs in instead of paying again; one that
-        // is not gets a fresh 402 and pays.
-        if let Some(sign_in) = payer
-            .zip(required.siwx())
-            .and_then(|(p, offer)| p.sign_in(offer))
-        {
+        // is not gets a fresh 402 and pays. An offer the payer refuses ends the call.
+        let sign_in = match payer.zip(required.siwx()) {
+            Some((payer, offer)) => payer.sign_in(offer, &target).map_err(|err| Unanswered {
+                status: Some(402),
+                body: Some(body.clone()),
+                settlement: settlement.clone(),
+                error: ClientError::Payment(err),
+            })?,
+            None => None,
+        };
+        if let Some(sign_in) = sign_in {
             let response = request(Some(&sign_in))
                 .send()
                 .await
@@ -325,7 +422,7 @@ impl Client {
             if response.status() != StatusCode::PAYMENT_REQUIRED {
                 return Ok(response);
             }
-            (required, body, settlement) = self.read_402(response).await?;
+            (required, body, settlement) = self.read_402(response, url).await?;
         }
         let Some(payer) = payer else {
             return Err(Unanswered {
@@ -356,7 +453,7 @@ impl Client {
         if response.status() != StatusCode::PAYMENT_REQUIRED {
             return Ok(response);
         }
-        let (required, body, settlement) = self.read_402(response).await?;
+        let (required, body, settlement) = self.read_402(response, url).await?;
         Err(Unanswered {
             status: Some(402),
             error: payment_required(true, &required, &body),
@@ -365,12 +462,14 @@ impl Client {
         })
     }
 
-    /// A 401 of an auth-only entrypoint: signs its SIWX offer and sends the request again;
-    /// without an offer (or a signature) the 401 is the call's error.
+    /// A 401 of an auth-only entrypoint: signs its SIWX offer (made for `target`) and sends the
+    /// request again; without an offer (or a signature) the 401 is the call's error, and so is
+    /// the payer's refusal.
     async fn sign_in_after_401(
         &self,
         response: Response,
         payer: &dyn Payer,
+        target: &RequestTarget,
         request: &impl Fn(Option<&PaymentHeader>) -> RequestBuilder,
     ) -> Result<Response, Unanswered> {
         let bytes = read_limited(response, self.options.max_response_bytes)
@@ -390,7 +489,16 @@ impl Client {
                     .get(payments::siwx::SIGN_IN_WITH_X)
                     .cloned()
             });
-        match offer.and_then(|offer| payer.sign_in(&offer)) {
+        let sign_in = match offer {
+            Some(offer) => payer.sign_in(&offer, target).map_err(|err| Unanswered {
+                status: Some(401),
+                body: Some(body.clone()),
+                settlement: Settlement::default(),
+                error: ClientError::Payment(err),
+            })?,
+            None => None,
+        };
+        match sign_in {
             Some(sign_in) => request(Some(&sign_in))
                 .send()
                 .await
@@ -404,10 +512,12 @@ impl Client {
         }
     }
 
-    /// A 402's challenge, body and settlement headers.
+    /// A 402's challenge (tied to the request for `url` it answered), body and settlement
+    /// headers.
     async fn read_402(
         &self,
         response: Response,
+        url: &Url,
     ) -> Result<(PaymentRequired, String, Settlement), Unanswered> {
         let settlement = Settlement::from_headers(response.headers());
         let header = response
@@ -429,7 +539,8 @@ impl Client {
                 error,
             })?;
         let required = PaymentRequired::parse(header.as_deref(), &bytes)
-            .with_www_authenticate(www_authenticate.as_deref());
+            .with_www_authenticate(www_authenticate.as_deref())
+            .for_request(url);
         Ok((
             required,
             String::from_utf8_lossy(&bytes).into_owned(),
@@ -463,5 +574,7 @@ fn payment_required(paid: bool, required: &PaymentRequired, body: &str) -> Clien
     }
 }
 
+#[cfg(test)]
+mod hostile;
 #[cfg(test)]
 mod tests;

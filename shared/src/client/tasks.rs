@@ -224,7 +224,10 @@ impl Client {
                 .timeout(self.options.request_timeout);
             with_credential(request, credential)
         };
-        let response = match self.send_paying(request, options.payer.as_deref()).await {
+        let response = match self
+            .send_paying(&url, request, options.payer.as_deref())
+            .await
+        {
             Ok(response) => response,
             Err(unanswered) => {
                 // No body: nothing was answered, or the answer was lost in transit (the task

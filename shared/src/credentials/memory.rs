@@ -1,13 +1,13 @@
 //! [`MemoryCredentials`]: credential records of one process (embedded mode), with the same
 //! transitions as the Redis records.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
-use super::{ClaimOutcome, CredentialLedger, CredentialState, Stuck};
+use super::{ClaimOutcome, CredentialLedger, CredentialState, MAX_ISSUED_NONCES, Stuck};
 use crate::store::StoreError;
 
 /// Records kept at most; past it expired ones are dropped first (each record is tiny).
@@ -23,11 +23,88 @@ struct Record {
     expires: Instant,
 }
 
-#[derive(Default)]
 pub struct MemoryCredentials {
     records: Mutex<HashMap<String, Record>>,
     /// Marks (`mark_once`, `mark`) by key, with their expiry.
     marks: Mutex<HashMap<String, Instant>>,
+    /// Issued nonces, bounded like the Redis set.
+    nonces: Mutex<Nonces>,
+}
+
+impl Default for MemoryCredentials {
+    fn default() -> Self {
+        MemoryCredentials {
+            records: Mutex::default(),
+            marks: Mutex::default(),
+            nonces: Mutex::new(Nonces::new(MAX_ISSUED_NONCES)),
+        }
+    }
+}
+
+/// Issued nonces by expiry (oldest first) and by value, at most `cap` of them.
+struct Nonces {
+    by_expiry: BTreeMap<(Instant, u64), String>,
+    expiry: HashMap<String, (Instant, u64)>,
+    /// Tells apart nonces issued at the same instant.
+    seq: u64,
+    cap: usize,
+}
+
+impl Nonces {
+    fn new(cap: usize) -> Self {
+        Nonces {
+            by_expiry: BTreeMap::new(),
+            expiry: HashMap::new(),
+            seq: 0,
+            cap: cap.max(1),
+        }
+    }
+
+    fn issue(&mut self, nonce: &str, ttl: Duration) {
+        let now = Instant::now();
+        while let Some(entry) = self.by_expiry.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let expired = entry.remove();
+            self.expiry.remove(&expired);
+        }
+        if let Some(previous) = self.expiry.remove(nonce) {
+            self.by_expiry.remove(&previous);
+        }
+        self.seq = self.seq.wrapping_add(1);
+        let at = (now + ttl, self.seq);
+        self.by_expiry.insert(at, nonce.to_owned());
+        self.expiry.insert(nonce.to_owned(), at);
+        while self.expiry.len() > self.cap {
+            let Some((_, oldest)) = self.by_expiry.pop_first() else {
+                break;
+            };
+            self.expiry.remove(&oldest);
+        }
+    }
+
+    fn take(&mut self, nonce: &str) -> bool {
+        let Some(at) = self.expiry.remove(nonce) else {
+            return false;
+        };
+        self.by_expiry.remove(&at);
+        at.0 > Instant::now()
+    }
+}
+
+impl MemoryCredentials {
+    /// Records with another cap on outstanding nonces (tests of the bound).
+    pub fn with_nonce_cap(cap: usize) -> Self {
+        MemoryCredentials {
+            nonces: Mutex::new(Nonces::new(cap)),
+            ..MemoryCredentials::default()
+        }
+    }
+
+    fn nonces<T>(&self, f: impl FnOnce(&mut Nonces) -> T) -> T {
+        f(&mut self.nonces.lock().unwrap_or_else(PoisonError::into_inner))
+    }
 }
 
 impl MemoryCredentials {
@@ -76,6 +153,15 @@ impl CredentialLedger for MemoryCredentials {
     async fn mark(&self, key: &str, ttl: Duration) -> Result<(), StoreError> {
         self.marks(|marks, now| marks.insert(key.to_owned(), now + ttl));
         Ok(())
+    }
+
+    async fn issue_nonce(&self, nonce: &str, ttl: Duration) -> Result<(), StoreError> {
+        self.nonces(|nonces| nonces.issue(nonce, ttl));
+        Ok(())
+    }
+
+    async fn take_nonce(&self, nonce: &str) -> Result<bool, StoreError> {
+        Ok(self.nonces(|nonces| nonces.take(nonce)))
     }
 
     async fn marked(&self, key: &str) -> Result<bool, StoreError> {
@@ -180,5 +266,64 @@ impl CredentialLedger for MemoryCredentials {
     ) -> Result<bool, StoreError> {
         self.advance(id, holder, CredentialState::Settling, next, receipt)
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type TestResult = Result<(), StoreError>;
+
+    const OFFER: Duration = Duration::from_secs(300);
+
+    #[tokio::test]
+    async fn credentials_nonces_pass_once_and_only_when_issued() -> TestResult {
+        let ledger = MemoryCredentials::default();
+        assert!(!ledger.take_nonce("never-issued-0001").await?);
+        ledger.issue_nonce("issued-nonce-0001", OFFER).await?;
+        assert!(ledger.take_nonce("issued-nonce-0001").await?);
+        assert!(!ledger.take_nonce("issued-nonce-0001").await?);
+        // Expired (valid for no time at all): refused, and gone.
+        ledger
+            .issue_nonce("expired-nonce-01", Duration::ZERO)
+            .await?;
+        assert!(!ledger.take_nonce("expired-nonce-01").await?);
+        assert_eq!(ledger.nonces(|nonces| nonces.expiry.len()), 0);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn credentials_nonces_are_capped_oldest_first() -> TestResult {
+        let ledger = MemoryCredentials::with_nonce_cap(3);
+        for n in 0..5 {
+            ledger
+                .issue_nonce(&format!("capped-nonce-{n}"), OFFER)
+                .await?;
+        }
+        assert_eq!(ledger.nonces(|nonces| nonces.expiry.len()), 3);
+        assert_eq!(ledger.nonces(|nonces| nonces.by_expiry.len()), 3);
+        for n in 0..2 {
+            assert!(
+                !ledger.take_nonce(&format!("capped-nonce-{n}")).await?,
+                "{n}"
+            );
+        }
+        for n in 2..5 {
+            assert!(
+                ledger.take_nonce(&format!("capped-nonce-{n}")).await?,
+                "{n}"
+            );
+        }
+        // Expired nonces leave on the next issue, before the cap is even reached.
+        let ledger = MemoryCredentials::with_nonce_cap(10);
+        for n in 0..4 {
+            ledger
+                .issue_nonce(&format!("short-nonce-{n}"), Duration::ZERO)
+                .await?;
+        }
+        ledger.issue_nonce("long-nonce-0001", OFFER).await?;
+        assert_eq!(ledger.nonces(|nonces| nonces.expiry.len()), 1);
+        Ok(())
     }
 }

@@ -97,12 +97,24 @@ pub trait CredentialLedger: Send + Sync + 'static {
     /// were lost. Records gone meanwhile are skipped.
     async fn stuck(&self, older_than: Duration, limit: usize) -> Result<Vec<Stuck>, StoreError>;
 
-    /// Sets mark `key` for `ttl` unless it is set: true the first time, false after (a
-    /// Sign-In-With-X nonce is spent once this way, cluster-wide).
+    /// Sets mark `key` for `ttl` unless it is set: true the first time, false after,
+    /// cluster-wide. (Sign-In-With-X nonces are spent with [`CredentialLedger::take_nonce`]
+    /// instead: only nonces that were issued pass.)
     async fn mark_once(&self, key: &str, ttl: Duration) -> Result<bool, StoreError>;
 
     /// Sets (or renews) mark `key` for `ttl` (an entitlement).
     async fn mark(&self, key: &str, ttl: Duration) -> Result<(), StoreError>;
+
+    /// Records `nonce` as issued by this cluster, valid for `ttl` (a Sign-In-With-X offer's
+    /// nonce). What unauthenticated callers can make us store is bounded: one set per
+    /// namespace, trimmed of expired nonces on every issue and capped at [`MAX_ISSUED_NONCES`]
+    /// (the oldest dropped first), in one atomic step.
+    async fn issue_nonce(&self, nonce: &str, ttl: Duration) -> Result<(), StoreError>;
+
+    /// Spends an issued nonce: true once, for a nonce [`CredentialLedger::issue_nonce`]
+    /// recorded and that has not expired (nor been dropped by the cap); false when it was
+    /// never issued, expired or was spent already. Atomic across gateways.
+    async fn take_nonce(&self, nonce: &str) -> Result<bool, StoreError>;
 
     /// Whether mark `key` is set and unexpired.
     async fn marked(&self, key: &str) -> Result<bool, StoreError>;
@@ -116,6 +128,12 @@ pub trait CredentialLedger: Send + Sync + 'static {
         receipt: Option<&str>,
     ) -> Result<bool, StoreError>;
 }
+
+/// The most nonces [`CredentialLedger::issue_nonce`] keeps outstanding per namespace: past it
+/// the oldest are dropped (their sign-in is refused, with a fresh offer). With 32-character
+/// nonces that is about 14 MB of Redis at most (`MEMORY USAGE` of a full set), whatever a
+/// flood of unpaid requests does.
+pub const MAX_ISSUED_NONCES: usize = 100_000;
 
 /// A credential left in `settling`.
 #[derive(Debug, Clone, PartialEq, Eq)]

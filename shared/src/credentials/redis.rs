@@ -1,7 +1,9 @@
 //! [`RedisCredentials`]: credential records in the store's Redis, shared by every gateway.
 //! One hash per credential, `{ns}:cred:<sha256(key)>` (fields `holder`, `state`, `request`,
 //! `receipt`), one script per transition: `shared/lua/credential_*.lua`; the records in
-//! `settling` are indexed in `{ns}:cred-settling` (sorted by since when).
+//! `settling` are indexed in `{ns}:cred-settling` (sorted by since when). Issued nonces (SIWX
+//! offers) live in one sorted set, `{ns}:nonces` (nonce -> expiry), bounded by
+//! `shared/lua/nonce_issue.lua` and spent by `shared/lua/nonce_take.lua`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +12,7 @@ use async_trait::async_trait;
 use redis::Script;
 use sha2::{Digest, Sha256};
 
-use super::{ClaimOutcome, CredentialLedger, CredentialState, Stuck};
+use super::{ClaimOutcome, CredentialLedger, CredentialState, MAX_ISSUED_NONCES, Stuck};
 use crate::store::redis::guarded_script;
 use crate::store::{RedisStore, StoreError};
 
@@ -26,6 +28,8 @@ pub struct RedisCredentials {
     prefix: String,
     marks: String,
     settling: String,
+    nonces: String,
+    nonce_cap: usize,
     scripts: Arc<Scripts>,
 }
 
@@ -33,6 +37,8 @@ struct Scripts {
     claim: Script,
     release: Script,
     advance: Script,
+    nonce_issue: Script,
+    nonce_take: Script,
 }
 
 impl RedisCredentials {
@@ -41,13 +47,28 @@ impl RedisCredentials {
             prefix: format!("{{{}}}:cred:", store.config().namespace),
             settling: format!("{{{}}}:cred-settling", store.config().namespace),
             marks: format!("{{{}}}:mark:", store.config().namespace),
+            nonces: format!("{{{}}}:nonces", store.config().namespace),
+            nonce_cap: MAX_ISSUED_NONCES,
             store: store.clone(),
             scripts: Arc::new(Scripts {
                 claim: guarded_script(lua!("credential_claim")),
                 release: guarded_script(lua!("credential_release")),
                 advance: guarded_script(lua!("credential_advance")),
+                nonce_issue: guarded_script(lua!("nonce_issue")),
+                nonce_take: guarded_script(lua!("nonce_take")),
             }),
         }
+    }
+
+    /// The same records with another cap on outstanding nonces (tests of the bound).
+    pub fn with_nonce_cap(mut self, cap: usize) -> Self {
+        self.nonce_cap = cap.max(1);
+        self
+    }
+
+    /// The sorted set of issued nonces (nonce -> expiry in ms on the Redis clock).
+    pub fn nonces_key(&self) -> &str {
+        &self.nonces
     }
 
     /// The record's name: the key is hashed, so names stay short whatever a client sends.
@@ -147,6 +168,24 @@ impl CredentialLedger for RedisCredentials {
             .arg(ttl.as_millis().max(1).to_string());
         let _: Option<String> = self.store.query(&mut cmd).await?;
         Ok(())
+    }
+
+    async fn issue_nonce(&self, nonce: &str, ttl: Duration) -> Result<(), StoreError> {
+        let mut invocation = self.scripts.nonce_issue.prepare_invoke();
+        invocation
+            .key(&self.nonces)
+            .arg(nonce)
+            .arg(ttl.as_millis().to_string())
+            .arg(self.nonce_cap);
+        let _outstanding: u64 = self.store.eval("nonce_issue", &mut invocation).await?;
+        Ok(())
+    }
+
+    async fn take_nonce(&self, nonce: &str) -> Result<bool, StoreError> {
+        let mut invocation = self.scripts.nonce_take.prepare_invoke();
+        invocation.key(&self.nonces).arg(nonce);
+        let taken: u64 = self.store.eval("nonce_take", &mut invocation).await?;
+        Ok(taken == 1)
     }
 
     async fn marked(&self, key: &str) -> Result<bool, StoreError> {

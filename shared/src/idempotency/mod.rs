@@ -2,7 +2,12 @@
 //! `POST /entrypoints/:key/invoke`).
 //!
 //! A request carrying a key first [`begins`](IdempotencyStore::begin) a record under its scope
-//! (`entrypoint:<key>:invoke`) and key:
+//! (the operation and the entrypoint, e.g. `entrypoint:<key>:invoke`: see [`scope`]) and key.
+//! Its [`fingerprint`] covers the method, path and body and also who sent it (its
+//! [`Subject`]: the payer a credential's signature recovers to, a signed-in address, a
+//! `Task-Access-Token`'s owner hash, or nobody) and on what terms ([`SecurityContext`]:
+//! protocol, network, asset, payee, price), as the upstream profile's fingerprint does, so a
+//! key another caller reuses meets a conflict, never that caller's stored response:
 //!
 //! - no record: the request gets a [`Claim`] and runs; the record reads *in progress* until the
 //!   claim completes or is released, and lapses by itself after the in-progress TTL (a crashed
@@ -66,16 +71,111 @@ impl IdempotencyKey {
     }
 }
 
-/// The scope of invocations of one entrypoint.
-pub fn invoke_scope(entrypoint: &str) -> String {
-    format!("entrypoint:{entrypoint}:invoke")
+/// What a keyed request does: the first part of its scope. A key names one request of one
+/// operation on one entrypoint; the same key on another operation is another record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    /// `POST /entrypoints/:key/invoke`.
+    Invoke,
+    /// `POST /entrypoints/:key/stream`.
+    Stream,
+    /// `POST /tasks` for the entrypoint.
+    CreateTask,
 }
 
-/// Lowercase hex SHA-256 of the canonical JSON `{"body":..,"method":..,"url":..}`: object keys
-/// sorted at every depth, no insignificant whitespace. Two requests that differ only in key
-/// order or spacing share a fingerprint.
-pub fn fingerprint(method: &str, url: &str, body: &Value) -> String {
-    let request = serde_json::json!({ "method": method, "url": url, "body": body });
+impl Operation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Invoke => "invoke",
+            Operation::Stream => "stream",
+            Operation::CreateTask => "task",
+        }
+    }
+}
+
+/// The scope of `operation` on `entrypoint`: `entrypoint:<key>:<operation>` (upstream's
+/// `entrypoint:<key>:invoke` for invoke).
+pub fn scope(operation: Operation, entrypoint: &str) -> String {
+    format!("entrypoint:{entrypoint}:{}", operation.as_str())
+}
+
+/// Who sent a keyed request, as far as the gateway can prove it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Subject {
+    /// The address a payment credential's signature recovers to (lowercase `0x` hex).
+    Payer(String),
+    /// The address a Sign-In-With-X signature recovers to (lowercase `0x` hex).
+    SignedIn(String),
+    /// The owner hash of the request's `Task-Access-Token`.
+    Token(String),
+    /// Nobody in particular: every anonymous caller shares this subject.
+    Anonymous,
+}
+
+impl Subject {
+    /// The subject as the fingerprint reads it, e.g. `payer:0xabc…` or `anonymous`.
+    pub fn to_text(&self) -> String {
+        match self {
+            Subject::Payer(address) => format!("payer:{}", address.to_ascii_lowercase()),
+            Subject::SignedIn(address) => format!("siwx:{}", address.to_ascii_lowercase()),
+            Subject::Token(owner) => format!("token:{owner}"),
+            Subject::Anonymous => "anonymous".to_owned(),
+        }
+    }
+}
+
+/// The terms a request was admitted on; part of the fingerprint, so that a key reused on
+/// other terms (another protocol, network, asset, payee or price) conflicts.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SecurityContext {
+    /// `x402`, `mpp`, `siwx` (signed in, unpaid) or `none` (a free route).
+    pub protocol: String,
+    /// CAIP-2 network, when paid or priced.
+    pub network: Option<String>,
+    /// The asset's contract address, when paid.
+    pub asset: Option<String>,
+    /// Who is paid, when paid.
+    pub payee: Option<String>,
+    /// The amount in the asset's atomic units, when paid.
+    pub price: Option<String>,
+}
+
+impl SecurityContext {
+    /// A free route's context.
+    pub fn free() -> Self {
+        SecurityContext {
+            protocol: "none".to_owned(),
+            network: None,
+            asset: None,
+            payee: None,
+            price: None,
+        }
+    }
+}
+
+/// What a fingerprint covers: the request, who sent it and on what terms.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    pub method: &'a str,
+    pub url: &'a str,
+    pub body: &'a Value,
+    pub subject: &'a Subject,
+    pub security: &'a SecurityContext,
+}
+
+/// Lowercase hex SHA-256 of the canonical JSON
+/// `{"body":..,"method":..,"securityContext":..,"subject":..,"url":..}`: object keys sorted at
+/// every depth, no insignificant whitespace. Two requests that differ only in key order or
+/// spacing share a fingerprint; two callers, or two sets of terms, never do.
+pub fn fingerprint(request: &Request<'_>) -> String {
+    let request = serde_json::json!({
+        "method": request.method,
+        "url": request.url,
+        "body": request.body,
+        "subject": request.subject.to_text(),
+        "securityContext": request.security,
+    });
     let mut canonical = String::new();
     write_canonical(&request, &mut canonical);
     hex::encode(Sha256::digest(canonical.as_bytes()))
@@ -209,27 +309,43 @@ mod tests {
         );
     }
 
+    fn print(url: &str, body: &Value, subject: &Subject, security: &SecurityContext) -> String {
+        fingerprint(&Request {
+            method: "POST",
+            url,
+            body,
+            subject,
+            security,
+        })
+    }
+
     #[test]
     fn fingerprint_is_canonical() {
-        let a = fingerprint(
-            "POST",
+        let free = SecurityContext::free();
+        let anonymous = Subject::Anonymous;
+        let a = print(
             "/entrypoints/echo/invoke",
             &json!({"input": {"x": 1, "y": [1, {"b": 2, "a": 1}]}}),
+            &anonymous,
+            &free,
         );
-        let b = fingerprint(
-            "POST",
+        let b = print(
             "/entrypoints/echo/invoke",
             &json!({"input": {"y": [1, {"a": 1, "b": 2}], "x": 1}}),
+            &anonymous,
+            &free,
         );
-        let c = fingerprint(
-            "POST",
+        let c = print(
             "/entrypoints/echo/invoke",
             &json!({"input": {"x": 2}}),
+            &anonymous,
+            &free,
         );
-        let d = fingerprint(
-            "POST",
+        let d = print(
             "/entrypoints/sleep/invoke",
             &json!({"input": {"x": 1, "y": [1, {"b": 2, "a": 1}]}}),
+            &anonymous,
+            &free,
         );
         assert_eq!(a, b);
         assert_ne!(a, c);
@@ -237,7 +353,73 @@ mod tests {
         assert_eq!(a.len(), 64);
         assert!(a.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')));
         // sha256 of the canonical text itself.
-        let text = r#"{"body":{"input":{"x":2}},"method":"POST","url":"/entrypoints/echo/invoke"}"#;
+        let text = concat!(
+            r#"{"body":{"input":{"x":2}},"method":"POST","#,
+            r#""securityContext":{"asset":null,"network":null,"payee":null,"price":null,"protocol":"none"},"#,
+            r#""subject":"anonymous","url":"/entrypoints/echo/invoke"}"#
+        );
         assert_eq!(c, hex::encode(Sha256::digest(text.as_bytes())));
+    }
+
+    #[test]
+    fn fingerprint_covers_subject_and_terms() {
+        let body = json!({"input": {"text": "document-42"}});
+        let url = "/entrypoints/summarize/invoke";
+        let paid = SecurityContext {
+            protocol: "x402".into(),
+            network: Some("eip155:84532".into()),
+            asset: Some("0x036cbd53842c5426634e7929541ec2318f3dcf7e".into()),
+            payee: Some("0x70997970c51812dc3a010c7d01b50e0d17dc79c8".into()),
+            price: Some("1000".into()),
+        };
+        let victim = Subject::Payer("0xF39Fd6e51aad88F6F4ce6aB8827279cffFb92266".into());
+        let attacker = Subject::Payer("0x3c44cdddb6a900fa2b585dd299e03d12fa4293bc".into());
+        let base = print(url, &body, &victim, &paid);
+        // The same address in another case is the same payer.
+        let same = Subject::Payer("0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266".into());
+        assert_eq!(base, print(url, &body, &same, &paid));
+        assert_ne!(base, print(url, &body, &attacker, &paid));
+        assert_ne!(
+            base,
+            print(
+                url,
+                &body,
+                &Subject::SignedIn("0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266".into()),
+                &paid
+            )
+        );
+        assert_ne!(base, print(url, &body, &Subject::Anonymous, &paid));
+        for other in [
+            SecurityContext {
+                protocol: "mpp".into(),
+                ..paid.clone()
+            },
+            SecurityContext {
+                network: Some("eip155:8453".into()),
+                ..paid.clone()
+            },
+            SecurityContext {
+                asset: Some("0x0".into()),
+                ..paid.clone()
+            },
+            SecurityContext {
+                payee: Some("0x1".into()),
+                ..paid.clone()
+            },
+            SecurityContext {
+                price: Some("2000".into()),
+                ..paid.clone()
+            },
+            SecurityContext::free(),
+        ] {
+            assert_ne!(base, print(url, &body, &victim, &other), "{other:?}");
+        }
+    }
+
+    #[test]
+    fn scopes_name_the_operation_and_entrypoint() {
+        assert_eq!(scope(Operation::Invoke, "echo"), "entrypoint:echo:invoke");
+        assert_eq!(scope(Operation::Stream, "echo"), "entrypoint:echo:stream");
+        assert_eq!(scope(Operation::CreateTask, "echo"), "entrypoint:echo:task");
     }
 }

@@ -39,6 +39,8 @@ pub enum ErrorCode {
     PolicyViolation,
     /// Another request holds the same payment credential (it is being verified or settled).
     PaymentInProgress,
+    /// Too many requests of one kind from one caller at once (`429` with Retry-After).
+    RateLimited,
     // Cluster (ours): the store is unreachable, or a task ran out of attempts.
     ServiceUnavailable,
     TaskAttemptsExhausted,
@@ -74,6 +76,7 @@ impl ErrorCode {
             ErrorCode::SettlementFailed => "settlement_failed",
             ErrorCode::PolicyViolation => "policy_violation",
             ErrorCode::PaymentInProgress => "payment_in_progress",
+            ErrorCode::RateLimited => "rate_limited",
             ErrorCode::ServiceUnavailable => "service_unavailable",
             ErrorCode::TaskAttemptsExhausted => "task_attempts_exhausted",
         }

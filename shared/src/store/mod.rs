@@ -7,7 +7,14 @@
 //! reserved (admission expires) -> queued -> prepared (claim, short lease)
 //!    -> active (lease renewed by heartbeat, hard run deadline) -> completed | failed | cancelled
 //!    active -> waiting (the run asked for input) -> queued (resumed with it) | cancelled
+//!    prepared -> prepared+held (a paid admission about to settle: out of the deadline index)
+//!       -> queued (the receipt, stored by the admission or recovered) | cancelled (never
+//!          settled)
 //! ```
+//!
+//! A held task ([`TaskStore::hold_for_settlement`]) may have been paid for while nobody knows
+//! yet: no sweep cancels or requeues it, however long ago its claim expired, nobody else can
+//! claim it, and it never activates. Only the settlement's outcome moves it on.
 //!
 //! Every claim bumps a per-task fencing epoch. Renewals, activation, progress and fenced terminal
 //! writes carry a [`Lease`] (owner id + epoch) and are refused unless that lease is the task's
@@ -49,7 +56,8 @@ pub trait TaskStore: Send + Sync + 'static {
     fn durability(&self) -> Durability;
 
     /// Cancels reservations whose admission expired unclaimed, and claims taken before hand-off
-    /// whose lease expired (the upstream reaping rule). Returns how many tasks it cancelled.
+    /// whose lease expired (the upstream reaping rule), except claims held for a settlement.
+    /// Returns how many tasks it cancelled.
     async fn reap_expired_admissions(&self) -> Result<u64, StoreError>;
 
     /// Stores a new task (status `running`) and publishes `statusUpdate running`.
@@ -95,11 +103,27 @@ pub trait TaskStore: Send + Sync + 'static {
     /// released and the task becomes `queued` for any worker. Fenced.
     async fn hand_off(&self, lease: &Lease) -> Result<bool, StoreError>;
 
+    /// Holds a `prepared` claim for a settlement whose outcome may become unknown (a paid
+    /// admission, right before it asks the facilitator to settle): the task is marked held and
+    /// leaves the lease deadline index, so that neither reaping nor recovery cancels or
+    /// requeues it when the claim expires (it may have been paid for), and nobody else can
+    /// claim it. The claim stays the holder's: renewals extend it (still out of the index) and
+    /// [`TaskStore::record_receipt`] under it hands the task off as before. Afterwards only the
+    /// settlement's outcome moves the task: a receipt ([`TaskStore::record_receipt`],
+    /// [`TaskStore::attach_receipt`]) commits it to run, a cancel
+    /// ([`TaskStore::compare_and_set`]) ends it. Fenced: false when `lease` is not the task's
+    /// current live lease or the task is not `prepared`.
+    async fn hold_for_settlement(&self, lease: &Lease) -> Result<bool, StoreError>;
+
     /// Stores the receipt of the payment that admitted a task and, with `lease` still live and
     /// `prepared`, hands the task to the ready queue in the same atomic step (what
     /// [`TaskStore::hand_off`] does), so no crash falls between a stored receipt and a queued
-    /// task. On a task whose claim is gone the receipt is attached anyway: a settled
-    /// payment's receipt is never dropped.
+    /// task. A claim held for the settlement ([`TaskStore::hold_for_settlement`]) commits the
+    /// task even past its deadline (nobody else can have claimed a held task). A running task
+    /// already handed off was committed before (by [`TaskStore::attach_receipt`], or an
+    /// earlier try whose reply was lost): `Committed`, left as it is. On a task whose claim is
+    /// otherwise gone the receipt is attached anyway: a settled payment's receipt is never
+    /// dropped.
     async fn record_receipt(
         &self,
         lease: &Lease,
@@ -107,9 +131,10 @@ pub trait TaskStore: Send + Sync + 'static {
     ) -> Result<ReceiptRecorded, StoreError>;
 
     /// Stores a receipt recovered after the admitting gateway lost the settle answer: a task
-    /// still `prepared` under that gateway's claim is committed to run (recovery queues it
-    /// when the claim expires instead of cancelling it); a task that ended keeps its status
-    /// and gets the receipt.
+    /// held for the settlement ([`TaskStore::hold_for_settlement`]) is queued at once; one
+    /// still `prepared` under that gateway's claim without a hold is committed to run
+    /// (recovery queues it when the claim expires instead of cancelling it); a task that ended
+    /// keeps its status and gets the receipt.
     async fn attach_receipt(
         &self,
         task_id: &str,
@@ -268,7 +293,8 @@ pub trait TaskStore: Send + Sync + 'static {
             .collect())
     }
 
-    /// Recovers up to `limit` tasks whose lease expired. Safe to run from every worker at once.
+    /// Recovers up to `limit` tasks whose lease expired (never a task held for a settlement).
+    /// Safe to run from every worker at once.
     async fn recover_expired(&self, limit: usize) -> Result<RecoveryReport, StoreError>;
 
     /// Ids of tasks held by `worker_id` that someone else finished (a cancel): the worker aborts

@@ -141,6 +141,10 @@ pub struct StoredTask {
     /// the input a run was given and what it asked for when it ended waiting. Empty for a
     /// task that never waited.
     pub turns: Vec<Value>,
+    /// Whether a paid admission holds the task's `prepared` claim for a settlement whose
+    /// outcome may be unknown ([`super::TaskStore::hold_for_settlement`]): no sweep cancels or
+    /// requeues it and nobody else claims it until a receipt queues it or it is cancelled.
+    pub settlement_held: bool,
 }
 
 /// The error code of a waiting task whose caller did not answer in time.

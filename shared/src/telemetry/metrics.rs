@@ -12,6 +12,7 @@
 //! | `taskcluster.task.end_to_end` | histogram, s | `entrypoint`, `status` |
 //! | `taskcluster.queue.depth` | gauge | `entrypoint` |
 //! | `taskcluster.leases.active`, `taskcluster.workers.live` | gauge | |
+//! | `taskcluster.settlements.unreconciled` | gauge | |
 //! | `http.server.request.duration` | histogram, s | `http.request.method`, `http.route`, `http.response.status_code`, `url.scheme` |
 //! | `http.server.active_requests` | up-down counter | `http.request.method`, `url.scheme` |
 
@@ -20,7 +21,7 @@ use std::time::Duration;
 
 use opentelemetry::KeyValue;
 use opentelemetry::global;
-use opentelemetry::metrics::{Counter, Histogram, ObservableGauge, UpDownCounter};
+use opentelemetry::metrics::{Counter, Gauge, Histogram, ObservableGauge, UpDownCounter};
 use opentelemetry_semantic_conventions::attribute as semconv;
 use opentelemetry_semantic_conventions::metric as semconv_metric;
 
@@ -47,6 +48,7 @@ struct Instruments {
     end_to_end: Histogram<f64>,
     http_duration: Histogram<f64>,
     http_active: UpDownCounter<i64>,
+    unreconciled: Gauge<u64>,
 }
 
 /// Built on first use, after [`super::init`] installed the meter provider.
@@ -103,6 +105,14 @@ fn instruments() -> &'static Instruments {
                 .i64_up_down_counter(semconv_metric::HTTP_SERVER_ACTIVE_REQUESTS)
                 .with_unit("{request}")
                 .with_description("Active HTTP server requests")
+                .build(),
+            unreconciled: meter
+                .u64_gauge("taskcluster.settlements.unreconciled")
+                .with_unit("{credential}")
+                .with_description(
+                    "Payment credentials left settling past any settle call whose outcome the \
+                     last settlement recovery sweep did not learn (their tasks stay held)",
+                )
                 .build(),
         }
     })
@@ -164,6 +174,15 @@ pub fn fenced_write_rejected(name: &str, operation: &'static str) {
             1,
             &[entrypoint(name), KeyValue::new("operation", operation)],
         );
+    }
+}
+
+/// What one settlement recovery sweep left unresolved: credentials `settling` past any settle
+/// call whose outcome it could not learn (the facilitator offers no lookup, or the lookup
+/// failed). Their paid tasks stay held until someone reconciles them.
+pub fn settlements_unreconciled(count: u64) {
+    if super::metrics_enabled() {
+        instruments().unreconciled.record(count, &[]);
     }
 }
 

@@ -3,7 +3,7 @@
 //!
 //! - `support`: the `Harness` trait, `StoreCfg`, the per-test fixture and helpers;
 //! - one module per theme: `lifecycle`, `leases`, `capacity`, `subscriptions`, `recovery`,
-//!   `list`, `property`, `take_finish`, `turns`. Each test is `pub async fn name(h: &impl Harness) -> TestResult`.
+//!   `settlement`, `list`, `property`, `take_finish`, `turns`. Each test is `pub async fn name(h: &impl Harness) -> TestResult`.
 //!
 //! `conformance_tests!(module, harness_expr)` instantiates every test as a `#[tokio::test]`
 //! under `module::<theme>::<test>`, evaluating `harness_expr` once per test. A new test is
@@ -16,6 +16,7 @@ mod lifecycle;
 mod list;
 mod property;
 mod recovery;
+mod settlement;
 mod subscriptions;
 mod support;
 mod take_finish;
@@ -88,6 +89,13 @@ macro_rules! conformance_tests {
                 concurrent_sweeps_recover_each_task_once,
                 a_receipt_commits_a_claimed_reservation_to_run,
                 a_late_receipt_is_attached_to_the_reaped_task,
+            }
+            settlement {
+                a_held_claim_outlives_its_deadline_untouched,
+                a_recovered_receipt_commits_a_held_task_to_run,
+                the_holders_receipt_hands_a_held_task_off,
+                a_held_task_can_be_cancelled,
+                holding_is_fenced,
             }
             list {
                 lists_the_owners_tasks_newest_first,

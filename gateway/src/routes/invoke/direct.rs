@@ -40,10 +40,14 @@ async fn handle(
 ) -> Result<Response, Response> {
     let entrypoint = find_entrypoint(state, key).await.map_err(answer)?;
     // The challenge comes first, as x402 middleware in front of a handler answers it.
-    let payment = gate(state, &entrypoint, Kind::Invoke, request.headers(), uri)
+    let gated = gate(state, &entrypoint, Kind::Invoke, request.headers(), uri)
         .await
         .map_err(|answer| *answer)?;
     let idempotency_key = idempotent::read_key(request.headers()).map_err(answer)?;
+    // Who sent it and on what terms, proven so far as the gate could (a payer's signature
+    // recovers to its address): part of the key's fingerprint.
+    let caller = idempotent::Caller::of(state, &gated, request.headers());
+    let payment = gated.payment;
     let body = read_json(request).await.map_err(answer)?;
     let input = extract_input(&body);
     // Checked before any payment is settled: bad input costs the payer nothing.
@@ -57,7 +61,13 @@ async fn handle(
     match idempotency_key {
         None => Ok(execute().await),
         Some(idempotency_key) => {
-            let fingerprint = idempotency::fingerprint("POST", uri.path(), &body);
+            let fingerprint = idempotency::fingerprint(&idempotency::Request {
+                method: "POST",
+                url: uri.path(),
+                body: &body,
+                subject: &caller.subject,
+                security: &caller.security,
+            });
             idempotent::invoke(state, key, &idempotency_key, &fingerprint, execute)
                 .await
                 .map_err(answer)

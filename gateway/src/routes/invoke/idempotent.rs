@@ -1,5 +1,12 @@
 //! `Idempotency-Key` on invoke: one run per key and request, its response replayed.
 //!
+//! A key belongs to the caller that first used it: the fingerprint covers the request and its
+//! [`Caller`] (the payer a credential's signature recovers to, a signed-in address, a
+//! `Task-Access-Token` owner, or anonymous) and the terms it was admitted on (protocol,
+//! network, asset, payee, price). A paid request meets the record only after the gate checked
+//! its credential offline, so a replay goes to the payer whose signature made the record;
+//! anybody else with the same key gets `409 idempotency_key_conflict`, never the response.
+//!
 //! - the key must have 20 to 256 characters (`400 invalid_idempotency_key`);
 //! - the first request claims the key (in progress for up to 15 minutes) and runs;
 //! - the same request meanwhile: `409 idempotency_in_progress`, `Retry-After: 1`;
@@ -9,7 +16,10 @@
 //! - the store failing: `503`.
 //!
 //! Only deterministic outcomes are recorded (2xx and 4xx). A 5xx or a timeout releases the
-//! claim so that a retry runs; so does a request dropped mid-run. A response that ran but
+//! claim so that a retry runs; so does a request dropped mid-run. Payment and sign-in
+//! refusals (`401`, `402`), `409 payment_in_progress` and `429` are never recorded either:
+//! they say nothing about the request's run, and recording one would let a caller who holds
+//! no funds (or a forged credential) pin a refusal to a key for a day. A response that ran but
 //! could not be recorded keeps its claim (upstream's choice): a retry gets
 //! `409 idempotency_in_progress` until the claim lapses instead of running a second time.
 
@@ -21,13 +31,80 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use shared::idempotency::{
     Begin, Claim, DEFAULT_IN_PROGRESS_TTL, DEFAULT_RETENTION, IdempotencyKey, IdempotencyStore,
-    StoredResponse, invoke_scope,
+    Operation, SecurityContext, StoredResponse, Subject, scope,
 };
 use shared::protocol::ErrorCode;
 use shared::store::StoreError;
+use shared::token::AccessToken;
 
+use super::Gated;
 use crate::error::ApiError;
+use crate::extract::TASK_ACCESS_TOKEN;
+use crate::pay::siwx::SignedIn;
+use crate::pay::{Payment, Rail};
 use crate::state::AppState;
+
+/// Who sent a keyed request and on what terms: what its fingerprint adds to the request.
+pub struct Caller {
+    pub subject: Subject,
+    pub security: SecurityContext,
+}
+
+impl Caller {
+    /// The caller the gate let through: a payer (its credential's signature recovered to its
+    /// address), a signed-in address, the owner of a valid `Task-Access-Token`, or anonymous.
+    pub fn of(state: &AppState, gated: &Gated<'_>, headers: &HeaderMap) -> Caller {
+        if let Some(payment) = &gated.payment {
+            return Caller::paid(payment);
+        }
+        if let Some(signed_in) = gated.signed_in {
+            let address = match signed_in {
+                SignedIn::Authenticated(address) | SignedIn::Entitled(address) => address,
+            };
+            return Caller {
+                subject: Subject::SignedIn(format!("{address:#x}")),
+                security: SecurityContext {
+                    protocol: "siwx".to_owned(),
+                    network: state
+                        .payments
+                        .as_deref()
+                        .map(|gate| gate.network.caip2.to_owned()),
+                    asset: None,
+                    payee: None,
+                    price: None,
+                },
+            };
+        }
+        let token = headers
+            .get(TASK_ACCESS_TOKEN)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|text| AccessToken::parse(text).ok());
+        Caller {
+            subject: token.map_or(Subject::Anonymous, |token| {
+                Subject::Token(token.owner_hash().as_str().to_owned())
+            }),
+            security: SecurityContext::free(),
+        }
+    }
+
+    fn paid(payment: &Payment<'_>) -> Caller {
+        let terms = &payment.terms;
+        Caller {
+            subject: Subject::Payer(format!("{:#x}", payment.checked.payer)),
+            security: SecurityContext {
+                protocol: match payment.rail {
+                    Rail::X402 => "x402",
+                    Rail::Mpp { .. } => "mpp",
+                }
+                .to_owned(),
+                network: Some(terms.network.caip2.to_owned()),
+                asset: Some(format!("{:#x}", terms.network.usdc)),
+                payee: Some(format!("{:#x}", terms.pay_to)),
+                price: Some(terms.amount.to_string()),
+            },
+        }
+    }
+}
 
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 pub const IDEMPOTENCY_REPLAYED: &str = "idempotency-replayed";
@@ -72,7 +149,7 @@ where
     F: FnOnce() -> Fut,
     Fut: Future<Output = Response>,
 {
-    let scope = invoke_scope(entrypoint);
+    let scope = scope(Operation::Invoke, entrypoint);
     let begun = state
         .idempotency
         .begin(&scope, key.as_str(), fingerprint, DEFAULT_IN_PROGRESS_TTL)
@@ -100,7 +177,7 @@ where
 
     let mut guard = ReleaseOnDrop::new(state.idempotency.clone(), claim);
     let response = run().await;
-    if response.status().is_server_error() {
+    if !recordable(&response) {
         guard.release().await;
         return Ok(response);
     }
@@ -152,6 +229,20 @@ where
         Err(err) => return Err(unavailable(err)),
     }
     Ok(Response::from_parts(parts, Body::from(stored.body)))
+}
+
+/// Whether `response` is the request's own outcome, to be replayed: not a 5xx (a retry may
+/// succeed), not a refusal of the payment or sign-in (`401`, `402`), not another request
+/// holding the credential (`409 payment_in_progress`), not a rate limit (`429`).
+fn recordable(response: &Response) -> bool {
+    let status = response.status();
+    let payment_in_progress =
+        response.extensions().get::<ErrorCode>() == Some(&ErrorCode::PaymentInProgress);
+    !(status.is_server_error()
+        || status == StatusCode::UNAUTHORIZED
+        || status == StatusCode::PAYMENT_REQUIRED
+        || status == StatusCode::TOO_MANY_REQUESTS
+        || payment_in_progress)
 }
 
 /// A recorded response, sent again.

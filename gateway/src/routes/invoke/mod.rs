@@ -63,25 +63,38 @@ async fn find_entrypoint(state: &AppState, key: &str) -> Result<EntrypointInfo, 
     })
 }
 
-/// The gate's word on a request (see [`crate::pay`]): free (also when it signed in with
-/// SIWX for an auth-only entrypoint or one its signer is entitled to), paid so far, or the
-/// answer to send (a `401` or `402` challenge).
+/// What the gate let through: a free request (possibly signed in with SIWX, for an auth-only
+/// entrypoint or one its signer is entitled to) or a paid one (so far: offline checks only).
+struct Gated<'a> {
+    payment: Option<pay::Payment<'a>>,
+    signed_in: Option<pay::siwx::SignedIn>,
+}
+
+/// The gate's word on a request (see [`crate::pay`]): what it let through, or the answer to
+/// send (a `401` or `402` challenge).
 async fn gate<'a>(
     state: &'a AppState,
     entrypoint: &EntrypointInfo,
     kind: Kind,
     headers: &HeaderMap,
     uri: &Uri,
-) -> Result<Option<pay::Payment<'a>>, Box<Response>> {
+) -> Result<Gated<'a>, Box<Response>> {
     if let Some(signed_in) = pay::siwx::sign_in(state, entrypoint, headers, uri).await? {
         tracing::debug!(entrypoint = %entrypoint.key, ?signed_in, "signed in: runs without payment");
-        return Ok(None);
+        return Ok(Gated {
+            payment: None,
+            signed_in: Some(signed_in),
+        });
     }
     let route = match kind {
         Kind::Invoke => pay::Priced::Invoke,
         Kind::Stream => pay::Priced::Stream,
     };
-    pay::check(state, entrypoint, route, headers, uri)
+    let payment = pay::check(state, entrypoint, route, headers, uri).await?;
+    Ok(Gated {
+        payment,
+        signed_in: None,
+    })
 }
 
 /// The request body as JSON: anything unreadable or malformed is upstream's

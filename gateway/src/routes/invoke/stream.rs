@@ -65,7 +65,8 @@ async fn handle(
     }
     let payment = gate(&state, &entrypoint, Kind::Stream, request.headers(), uri)
         .await
-        .map_err(|answer| *answer)?;
+        .map_err(|answer| *answer)?
+        .payment;
     let body = read_json(request)
         .await
         .map_err(IntoResponse::into_response)?;

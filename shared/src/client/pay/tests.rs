@@ -46,6 +46,8 @@ struct Seen {
 }
 
 struct Fake {
+    /// `http://127.0.0.1:PORT`: challenges name the resource at it, as a gateway does.
+    origin: String,
     terms: Terms,
     offer_v2: bool,
     offer_v1: bool,
@@ -54,6 +56,13 @@ struct Fake {
 }
 
 impl Fake {
+    /// The terms of the route at `path`, its resource the request's URL.
+    fn terms_for(&self, path: &str) -> Terms {
+        let mut terms = self.terms.clone();
+        terms.resource.url = format!("{}{path}", self.origin);
+        terms
+    }
+
     fn seen(&self) -> Vec<Seen> {
         self.seen
             .lock()
@@ -97,17 +106,19 @@ fn response(status: StatusCode, headers: &[(&str, String)], body: String) -> Res
         .unwrap_or_else(|_| Response::new(Body::empty()))
 }
 
-/// The 402 a priced route answers: v2 challenge in `PAYMENT-REQUIRED`, v1 in the body.
-fn challenge(fake: &Fake, reason: &str) -> Response {
+/// The 402 a priced route at `path` answers: v2 challenge in `PAYMENT-REQUIRED`, v1 in the
+/// body.
+fn challenge(fake: &Fake, path: &str, reason: &str) -> Response {
+    let terms = fake.terms_for(path);
     let mut headers = vec![];
     if fake.offer_v2 {
         headers.push((
             payments::PAYMENT_REQUIRED,
-            payments::wire::encode(&fake.terms.challenge_v2(Some(reason))),
+            payments::wire::encode(&terms.challenge_v2(Some(reason))),
         ));
     }
     let body = if fake.offer_v1 {
-        serde_json::to_string(&fake.terms.challenge_v1(reason)).unwrap_or_default()
+        serde_json::to_string(&terms.challenge_v1(reason)).unwrap_or_default()
     } else {
         json!({"error": {"code": "payment_required", "message": reason}}).to_string()
     };
@@ -151,17 +162,17 @@ async fn agent(
         (None, None) => None,
     };
     let Some((version, value)) = credential else {
-        return challenge(&fake, "payment required");
+        return challenge(&fake, &seen.path, "payment required");
     };
     let payer = match Credential::decode(version, value) {
         Ok(credential) => match precheck(&credential, &fake.terms, now()) {
             Ok(payer) => payer,
-            Err(rejection) => return challenge(&fake, rejection.reason()),
+            Err(rejection) => return challenge(&fake, &seen.path, rejection.reason()),
         },
-        Err(err) => return challenge(&fake, &err.to_string()),
+        Err(err) => return challenge(&fake, &seen.path, &err.to_string()),
     };
     match fake.mode {
-        Mode::Refuse => challenge(&fake, "invalid_exact_evm_payload_signature"),
+        Mode::Refuse => challenge(&fake, &seen.path, "invalid_exact_evm_payload_signature"),
         Mode::SettlementFailed => response(
             StatusCode::PAYMENT_REQUIRED,
             &[receipt(version, payer, false)],
@@ -204,7 +215,10 @@ async fn start(
     offer_v2: bool,
     offer_v1: bool,
 ) -> Result<(AgentCard, Arc<Fake>), Box<dyn std::error::Error>> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let origin = format!("http://{}", listener.local_addr()?);
     let fake = Arc::new(Fake {
+        origin: origin.clone(),
         terms: terms(),
         offer_v2,
         offer_v1,
@@ -212,8 +226,6 @@ async fn start(
         seen: Mutex::new(Vec::new()),
     });
     let app = Router::new().fallback(agent).with_state(fake.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let origin = format!("http://{}", listener.local_addr()?);
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
@@ -531,4 +543,30 @@ fn challenges_are_read_from_either_part() {
     assert!(matches!(refused, Ok(Err(PayError::Header(_)))));
     let nothing = key().map(|key| KeyPayer::new(key, None).pay(&PaymentRequired::default()));
     assert!(matches!(nothing, Ok(Err(PayError::NoChallenge))));
+}
+
+#[test]
+fn a_key_payer_signs_only_a_402_tied_to_its_request() -> TestResult {
+    let terms = terms();
+    let header = payments::wire::encode(&terms.challenge_v2(None));
+    let untied = PaymentRequired::parse(Some(&header), &[]);
+    let payer = KeyPayer::new(key()?, None);
+    assert_eq!(
+        payer.pay(&untied).err(),
+        Some(PayError::Refused(Refusal::NoTarget))
+    );
+    let requested = Url::parse(&terms.resource.url)?;
+    let tied = untied.clone().for_request(&requested);
+    assert_eq!(tied.target().map(RequestTarget::url), Some(&requested));
+    assert!(payer.pay(&tied).is_ok());
+    let elsewhere = untied.for_request(&Url::parse(
+        "http://127.0.0.1:8080/entrypoints/echo/invoke",
+    )?);
+    assert!(matches!(
+        payer.pay(&elsewhere),
+        Err(PayError::Refused(Refusal::ResourceOrigin { .. }))
+    ));
+    // The cap on validity is at least a second.
+    assert_eq!(payer.max_validity(0).limits().max_validity_seconds, 1);
+    Ok(())
 }

@@ -99,7 +99,8 @@ impl Entry {
 
     pub(super) fn due(&self) -> Option<IndexKey> {
         let stored = &self.stored;
-        if stored.task.status.is_terminal() {
+        // A claim held for a settlement is no sweep's business, whatever its deadline.
+        if stored.task.status.is_terminal() || stored.settlement_held {
             return None;
         }
         let deadline = match (&stored.lease, stored.phase) {
@@ -153,9 +154,11 @@ impl Entry {
     }
 
     /// The upstream reaping rule: an unclaimed reservation, or a claim never handed off, whose
-    /// time ran out. Expired active leases are recovery's business, not reaping's.
+    /// time ran out. Expired active leases are recovery's business, not reaping's; a claim held
+    /// for a settlement is nobody's.
     pub(super) fn reapable(&self, now: u64) -> bool {
         self.stored.task.status == TaskStatus::Running
+            && !self.stored.settlement_held
             && (self.admission_expired(now)
                 || (self.stored.phase == Phase::Prepared
                     && !self.stored.handed_off

@@ -190,6 +190,10 @@ impl TaskStore for MemoryStore {
         Ok(self.with_state(|state, now| state.hand_off(lease, now)))
     }
 
+    async fn hold_for_settlement(&self, lease: &Lease) -> Result<bool, StoreError> {
+        Ok(self.with_state(|state, now| state.hold_for_settlement(lease, now)))
+    }
+
     async fn activate_execution(
         &self,
         lease: &Lease,

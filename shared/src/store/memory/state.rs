@@ -119,6 +119,7 @@ impl State {
                 receipt: None,
                 input_request: None,
                 turns: Vec::new(),
+                settlement_held: false,
             },
             order,
         );
@@ -217,6 +218,19 @@ impl State {
         true
     }
 
+    /// See [`crate::store::TaskStore::hold_for_settlement`].
+    pub(super) fn hold_for_settlement(&mut self, lease: &Lease, now: u64) -> bool {
+        let Some(entry) = self.tasks.get_mut(&lease.task_id) else {
+            return false;
+        };
+        if !entry.holds(lease, now) || entry.stored.phase != Phase::Prepared {
+            return false;
+        }
+        entry.stored.settlement_held = true;
+        self.reindex(&lease.task_id);
+        true
+    }
+
     /// Stores a settled payment's receipt with its task; see [`TaskStore::record_receipt`].
     pub(super) fn record_receipt(
         &mut self,
@@ -228,9 +242,18 @@ impl State {
             return ReceiptRecorded::Missing;
         };
         entry.stored.receipt = Some(receipt.to_owned());
-        if entry.holds(lease, now) && entry.stored.phase == Phase::Prepared {
+        // A held claim is still its admission's past its deadline: nobody else can claim it.
+        let held_by_lease = entry.stored.settlement_held
+            && entry.stored.task.status == TaskStatus::Running
+            && entry.stored.lease.as_ref().is_some_and(|current| {
+                current.owner_id == lease.owner_id && current.epoch == lease.epoch
+            });
+        if (entry.holds(lease, now) || held_by_lease) && entry.stored.phase == Phase::Prepared {
             self.enqueue(&lease.task_id);
             self.reindex(&lease.task_id);
+            ReceiptRecorded::Committed
+        } else if entry.stored.task.status == TaskStatus::Running && entry.stored.handed_off {
+            // Committed by this payment before (a recovered receipt, or an earlier try).
             ReceiptRecorded::Committed
         } else {
             ReceiptRecorded::Attached
@@ -245,7 +268,14 @@ impl State {
         entry.stored.receipt = Some(receipt.to_owned());
         if entry.stored.task.status == TaskStatus::Running && entry.stored.phase == Phase::Prepared
         {
-            entry.stored.handed_off = true;
+            if entry.stored.settlement_held {
+                // Paid for: it runs now.
+                self.enqueue(task_id);
+                self.reindex(task_id);
+            } else {
+                // Recovery queues it when the admitting claim expires.
+                entry.stored.handed_off = true;
+            }
             ReceiptRecorded::Committed
         } else {
             ReceiptRecorded::Attached
@@ -260,7 +290,10 @@ impl State {
         now: u64,
     ) -> Option<Activation> {
         let entry = self.tasks.get_mut(&lease.task_id)?;
-        if !entry.holds(lease, now) || entry.stored.phase != Phase::Prepared {
+        if !entry.holds(lease, now)
+            || entry.stored.phase != Phase::Prepared
+            || entry.stored.settlement_held
+        {
             return None;
         }
         let stored = &mut entry.stored;
@@ -490,6 +523,11 @@ impl State {
                 continue;
             };
             let stored = &entry.stored;
+            if stored.settlement_held {
+                // Never indexed as due (`Entry::due`); settled only by its settlement.
+                self.reindex(&task_id);
+                continue;
+            }
             report
                 .entrypoints
                 .insert(task_id.clone(), stored.invocation.entrypoint.clone());
@@ -588,12 +626,13 @@ impl State {
         (self.tasks.len() - self.terminal.len()) as u64
     }
 
-    /// Tasks holding a lease (prepared or active); a scan, for metrics sampled every few
-    /// seconds over at most `max_tasks` live tasks.
+    /// Tasks holding a lease (prepared or active) that a sweep may settle, as the Redis
+    /// store's lease index counts them (claims held for a settlement are not); a scan, for
+    /// metrics sampled every few seconds over at most `max_tasks` live tasks.
     pub(super) fn lease_count(&self) -> u64 {
         self.tasks
             .values()
-            .filter(|entry| entry.stored.lease.is_some())
+            .filter(|entry| entry.stored.lease.is_some() && !entry.stored.settlement_held)
             .count() as u64
     }
 
@@ -624,6 +663,7 @@ impl State {
             stored.lease = None;
             stored.admission_expires_at_ms = None;
             stored.input_request = None;
+            stored.settlement_held = false;
         }
         let task = stored.task.clone();
         let entrypoint = stored.invocation.entrypoint.clone();
@@ -648,9 +688,11 @@ impl State {
     fn claim(&mut self, task_id: &str, owner_id: &str, ttl_ms: u64, now: u64) -> Option<Claim> {
         let entry = self.tasks.get_mut(task_id)?;
         // An active task whose lease expired belongs to recovery, which counts its attempts.
-        // A waiting task runs again only when its owner resumes it.
+        // A waiting task runs again only when its owner resumes it. A claim held for a
+        // settlement stays its admission's, expired or not.
         if entry.stored.task.status != TaskStatus::Running
             || matches!(entry.stored.phase, Phase::Active | Phase::Waiting)
+            || entry.stored.settlement_held
             || entry.has_live_lease(now)
         {
             return None;
@@ -709,6 +751,7 @@ impl State {
         stored.lease = None;
         stored.admission_expires_at_ms = None;
         stored.handed_off = true;
+        stored.settlement_held = false;
         self.queues
             .entry(stored.invocation.entrypoint.clone())
             .or_default()

@@ -49,6 +49,10 @@ pub const ERROR: &str = "er";
 pub const RECEIPT: &str = "rc";
 /// `1` once the task reached the ready queue; until the task is terminal.
 pub const HANDED_OFF: &str = "ho";
+/// `1` while a paid admission holds the task's `prepared` claim for a settlement whose outcome
+/// may be unknown (`hold.lua`): out of the lease index, reaped and requeued by no sweep, claimed
+/// by no one; until the task is queued or terminal.
+pub const SETTLEMENT_HELD: &str = "sh";
 /// What the last run of a `waiting` task asked for (JSON); only while it waits.
 pub const INPUT_REQUEST: &str = "iq";
 /// The task's earlier turns (a JSON array of `{input, metadata?, request}`), once it waited.

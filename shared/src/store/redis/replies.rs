@@ -10,7 +10,7 @@ use crate::token::OwnerHash;
 use super::fields;
 
 /// Fields read for a full [`StoredTask`], in this order.
-pub const TASK_FIELDS: [&str; 22] = [
+pub const TASK_FIELDS: [&str; 23] = [
     fields::STATUS,
     fields::PHASE,
     fields::OWNER,
@@ -33,6 +33,7 @@ pub const TASK_FIELDS: [&str; 22] = [
     fields::RECEIPT,
     fields::INPUT_REQUEST,
     fields::TURNS,
+    fields::SETTLEMENT_HELD,
 ];
 
 fn corrupt(what: impl Into<String>) -> StoreError {
@@ -150,6 +151,7 @@ pub fn stored_task(id: &str, f: &[Option<String>]) -> Result<Option<StoredTask>,
         receipt: f[19].clone(),
         input_request: json::<serde_json::Value>(&f[20], "input_request")?,
         turns: json::<Vec<serde_json::Value>>(&f[21], "turns")?.unwrap_or_default(),
+        settlement_held: f[22].as_deref() == Some("1"),
     }))
 }
 

@@ -669,6 +669,26 @@ impl TaskStore for RedisStore {
         Ok(done == 1)
     }
 
+    async fn hold_for_settlement(&self, lease: &Lease) -> Result<bool, StoreError> {
+        let keys = self.shard_keys(&lease.task_id);
+        let held: u64 = self
+            .eval_in(
+                keys,
+                "hold",
+                self.inner
+                    .core
+                    .scripts
+                    .hold
+                    .key(keys.task(&lease.task_id))
+                    .key(keys.leases())
+                    .arg(&lease.task_id)
+                    .arg(&lease.owner_id)
+                    .arg(lease.epoch),
+            )
+            .await?;
+        Ok(held == 1)
+    }
+
     async fn record_receipt(
         &self,
         lease: &Lease,
@@ -706,6 +726,12 @@ impl TaskStore for RedisStore {
         receipt: &str,
     ) -> Result<ReceiptRecorded, StoreError> {
         let keys = self.shard_keys(task_id);
+        // A held task is queued by the script, in its entrypoint's queue, whose name the
+        // record holds: one read first (the settlement recovery's rare path). A terminal
+        // record names no entrypoint any more; the script only attaches to it.
+        let Some((_, entrypoint)) = self.owner_and_entrypoint(task_id).await? else {
+            return Ok(ReceiptRecorded::Missing);
+        };
         let done: u64 = self
             .eval_in(
                 keys,
@@ -715,6 +741,10 @@ impl TaskStore for RedisStore {
                     .scripts
                     .attach_receipt
                     .key(keys.task(task_id))
+                    .key(keys.leases())
+                    .key(keys.queue(&entrypoint))
+                    .key(keys.wake(&entrypoint))
+                    .arg(task_id)
                     .arg(receipt),
             )
             .await?;
