@@ -321,7 +321,7 @@ async fn an_x402_skill_over_jsonrpc_is_paid_once() -> TestResult {
     let request = summarize_request();
 
     let unpaid = cluster.send(0, Binding::JsonRpc, &request, None).await?;
-    let resource = cluster.url(0, Binding::JsonRpc);
+    let resource = format!("{}?skillId=summarize", cluster.url(0, Binding::JsonRpc));
     let payment = x402_challenge(&cluster, &unpaid, &resource).await?;
 
     let paid = cluster
@@ -349,7 +349,7 @@ async fn an_x402_skill_over_http_json_is_paid_once() -> TestResult {
     let request = summarize_request();
 
     let unpaid = cluster.send(1, Binding::Rest, &request, None).await?;
-    let resource = cluster.url(1, Binding::Rest);
+    let resource = format!("{}?skillId=summarize", cluster.url(1, Binding::Rest));
     let payment = x402_challenge(&cluster, &unpaid, &resource).await?;
     let before = cluster.settled().await?;
 

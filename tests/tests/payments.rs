@@ -746,6 +746,32 @@ async fn a_v2_credential_pays_only_the_resource_it_names() -> TestResult {
     assert_eq!(paid.status, StatusCode::OK, "{paid:?}");
     assert_eq!(paid.json()?["output"], json!({"bound": true}));
     assert_eq!(cluster.facilitator.stats().await?.settled, 1);
+
+    // `POST /tasks` names its skill in the body: the resource carries it, so a credential for
+    // an `echo` task does not pay a `sleep` task of the same price.
+    let echo_task = cluster.task("echo", &json!({"bound": "task"}), TOKEN);
+    let payment = echo_task.pay(client, X402Version::V2).await?;
+    let document: Value = payments::wire::decode(&payment.value)?;
+    assert_eq!(
+        document["resource"]["url"],
+        format!("{}/tasks?skillId=echo", cluster.gateway.base)
+    );
+    let sleep_task = cluster.task("sleep", &json!({"ms": 1}), TOKEN);
+    let elsewhere = sleep_task.send(client, Some(&payment)).await?;
+    assert_eq!(
+        elsewhere.status,
+        StatusCode::PAYMENT_REQUIRED,
+        "{elsewhere:?}"
+    );
+    assert!(
+        elsewhere.json()?["error"]
+            .as_str()
+            .is_some_and(|reason| reason.contains("/tasks?skillId=sleep")),
+        "{elsewhere:?}"
+    );
+    let paid = echo_task.send(client, Some(&payment)).await?;
+    assert_eq!(paid.status, StatusCode::OK, "{paid:?}");
+    assert_eq!(cluster.facilitator.stats().await?.settled, 2);
     Ok(())
 }
 

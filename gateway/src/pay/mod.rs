@@ -249,11 +249,24 @@ pub fn security_origin(
     crate::routes::card::origin::security_origin(&state.config, headers, uri)
 }
 
+/// The x402 `resource` a request pays for: the route's URL at the security origin and, when
+/// the path does not name the entrypoint (`POST /tasks` and the A2A bindings carry it in the
+/// body), the entrypoint as `?skillId=`, so that a credential made for one skill's task does
+/// not pay another skill's at the same price.
+pub fn resource_url(origin: &str, path: &str, entrypoint: &str) -> String {
+    if path.contains("/entrypoints/") {
+        return format!("{origin}{path}");
+    }
+    let skill: String = form_urlencoded::byte_serialize(entrypoint.as_bytes()).collect();
+    format!("{origin}{path}?skillId={skill}")
+}
+
 /// [`check`] for a route whose `price` the caller already looked up (task creation checks
 /// the store and the caller's token between the two).
 ///
 /// What the payment is bound to: the x402 `resource` is this route's URL at the
-/// [`security_origin`] (a v2 credential must name it); an MPP challenge's `opaque` carries the
+/// [`security_origin`] ([`resource_url`]: with the entrypoint when the path does not name it;
+/// a v2 credential must name it); an MPP challenge's `opaque` carries the
 /// route's path and the entrypoint, under the challenge id's HMAC.
 pub async fn check_priced<'a>(
     state: &'a crate::state::AppState,
@@ -268,7 +281,7 @@ pub async fn check_priced<'a>(
         return Err(Box::new(price::payments_disabled().into_response()));
     };
     let origin = security_origin(state, headers, uri);
-    let resource = format!("{origin}{}", uri.path());
+    let resource = resource_url(&origin, uri.path(), &entrypoint.key);
     let terms = gate
         .terms(entrypoint, price, resource)
         .map_err(|err| Box::new(err.into_response()))?;
@@ -327,4 +340,25 @@ pub async fn check_priced<'a>(
     Err(Box::new(challenge::payment_required_with(
         &terms, &refusal, offer,
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::resource_url;
+
+    #[test]
+    fn a_resource_names_its_entrypoint() {
+        assert_eq!(
+            resource_url("https://a.example", "/entrypoints/echo/invoke", "echo"),
+            "https://a.example/entrypoints/echo/invoke"
+        );
+        assert_eq!(
+            resource_url("https://a.example", "/tasks", "echo"),
+            "https://a.example/tasks?skillId=echo"
+        );
+        assert_eq!(
+            resource_url("http://127.0.0.1:8080", "/a2a/message:send", "a b&c"),
+            "http://127.0.0.1:8080/a2a/message:send?skillId=a+b%26c"
+        );
+    }
 }
