@@ -162,6 +162,38 @@ impl PaidCluster {
         }
     }
 
+    /// The x402 challenge of an unpaid `POST /entrypoints/{entrypoint}/invoke` with `body` at
+    /// gateway `gateway` (asserting it is a 402).
+    pub async fn x402_challenge(
+        &self,
+        gateway: usize,
+        entrypoint: &str,
+        body: &Value,
+    ) -> Res<payments::payer::Challenge> {
+        let unpaid = self
+            .http
+            .post(format!(
+                "{}/entrypoints/{entrypoint}/invoke",
+                self.base(gateway)
+            ))
+            .json(body)
+            .send()
+            .await?;
+        if unpaid.status() != reqwest::StatusCode::PAYMENT_REQUIRED {
+            return Err(format!("expected a 402, got {}", unpaid.status()).into());
+        }
+        let header = unpaid
+            .headers()
+            .get("payment-required")
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned);
+        let bytes = unpaid.bytes().await?;
+        Ok(payments::payer::Challenge::from_response(
+            header.as_deref(),
+            &bytes,
+        )?)
+    }
+
     /// The dev facilitator's URL.
     pub fn facilitator_base(&self) -> &str {
         &self.facilitator.1

@@ -10,7 +10,7 @@
 
 use harness::paid::{PAYER_KEY, PaidCluster, Res};
 use payments::LocalPayer;
-use payments::payer::{Challenge, PaymentHeader};
+use payments::payer::PaymentHeader;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -36,20 +36,7 @@ async fn cluster() -> Res<PaidCluster> {
 
 /// A fresh credential by `key` for the 402 of `echo` at gateway `gateway`.
 async fn credential(cluster: &PaidCluster, gateway: usize, key: &str) -> Res<PaymentHeader> {
-    let unpaid = cluster
-        .http
-        .post(format!("{}/entrypoints/echo/invoke", cluster.base(gateway)))
-        .json(&body())
-        .send()
-        .await?;
-    assert_eq!(unpaid.status(), StatusCode::PAYMENT_REQUIRED);
-    let header = unpaid
-        .headers()
-        .get("payment-required")
-        .and_then(|value| value.to_str().ok())
-        .map(str::to_owned);
-    let bytes = unpaid.bytes().await?;
-    let challenge = Challenge::from_response(header.as_deref(), &bytes)?;
+    let challenge = cluster.x402_challenge(gateway, "echo", &body()).await?;
     Ok(LocalPayer::from_hex(key)?.answer(&challenge, None, payments::unix_now())?)
 }
 

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use futures::StreamExt;
 use harness::paid::{PAYER_KEY, PaidCluster, Res};
 use payments::LocalPayer;
-use payments::payer::{Challenge, PaymentHeader};
+use payments::payer::PaymentHeader;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -27,23 +27,6 @@ const FROM_ONE_WALLET: usize = 800;
 const FRESH_WALLETS: usize = 200;
 /// Requests of the flood in flight at once.
 const CONCURRENCY: usize = 48;
-
-async fn challenge(cluster: &PaidCluster) -> Res<Challenge> {
-    let unpaid = cluster
-        .http
-        .post(format!("{}/entrypoints/echo/invoke", cluster.base(0)))
-        .json(&json!({"input": {"n": 0}}))
-        .send()
-        .await?;
-    assert_eq!(unpaid.status(), StatusCode::PAYMENT_REQUIRED);
-    let header = unpaid
-        .headers()
-        .get("payment-required")
-        .and_then(|value| value.to_str().ok())
-        .map(str::to_owned);
-    let bytes = unpaid.bytes().await?;
-    Ok(Challenge::from_response(header.as_deref(), &bytes)?)
-}
 
 async fn facilitator_verifies(cluster: &PaidCluster) -> Res<u64> {
     let stats: Value = cluster
@@ -89,7 +72,9 @@ async fn forged_credentials_hold_no_slot_and_cost_the_facilitator_little() -> Te
         |card| card["entrypoints"]["echo"]["pricing"]["invoke"].is_string(),
     )
     .await?;
-    let challenge = challenge(&cluster).await?;
+    let challenge = cluster
+        .x402_challenge(0, "echo", &json!({"input": {"n": 0}}))
+        .await?;
     let now = payments::unix_now();
     let one_wallet = LocalPayer::from_hex(UNFUNDED_KEY)?;
     let mut forged = Vec::with_capacity(FROM_ONE_WALLET + FRESH_WALLETS);

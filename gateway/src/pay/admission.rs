@@ -427,7 +427,7 @@ async fn cancel(store: &dyn TaskStore, task_id: &str, entrypoint: &str) {
 
 /// Ends a task that must not run: `cancelled` unless it already ended. The status it ended
 /// with; `None` when it is gone or, against the odds, still running.
-async fn end(
+pub(super) async fn end(
     store: &dyn TaskStore,
     task_id: &str,
     entrypoint: &str,

@@ -25,8 +25,7 @@ use std::time::Duration;
 
 use payments::{FacilitatorError, X402Version};
 use shared::credentials::{CredentialState, Stuck};
-use shared::protocol::TaskStatus;
-use shared::store::{CasOutcome, TaskStore, Transition};
+use shared::store::TaskStore;
 use shared::telemetry::metrics;
 use tokio_util::sync::CancellationToken;
 
@@ -202,21 +201,9 @@ async fn cancel_unpaid(store: &dyn TaskStore, task_id: &str) -> bool {
             return false;
         }
     };
-    match store
-        .compare_and_set(
-            task_id,
-            &[TaskStatus::Running],
-            Transition::cancelled(),
-            None,
-        )
-        .await
-    {
-        Ok(CasOutcome::Applied(task)) => {
-            metrics::task_finished(&entrypoint, &task);
-            true
-        }
-        // It ended already (its admission cancelled it, or a caller did).
-        Ok(CasOutcome::Rejected { .. }) => true,
+    match super::admission::end(store, task_id, &entrypoint).await {
+        // Ended now, or already (its admission cancelled it, or a caller did).
+        Ok(_) => true,
         Err(err) => {
             tracing::warn!(%task_id, error = %err, "could not cancel a task held for a settlement that never happened; retried next sweep");
             false
