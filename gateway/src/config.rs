@@ -200,7 +200,7 @@ pub struct GatewayConfig {
     pub max_pending_payments: usize,
 
     /// Credentials of one payer this gateway checks at once; more are `429` with Retry-After.
-    #[arg(long, env = "MAX_PENDING_PAYMENTS_PER_PAYER", default_value_t = 2)]
+    #[arg(long, env = "MAX_PENDING_PAYMENTS_PER_PAYER", default_value_t = 8)]
     pub max_pending_payments_per_payer: usize,
 
     /// After the facilitator refuses a payer's credential, this gateway refuses that payer's
