@@ -25,16 +25,22 @@ pub const ANVIL_FUNDS: &str = "\
     name = "facilitator",
     version,
     about = "Offline x402 dev facilitator: real EIP-712 signature checks against a play-money \
-             USDC ledger, with fault injection. Not for production."
+             USDC ledger, with fault injection. For development only: it moves play money, \
+             never real funds. Not for production."
 )]
 pub struct FacilitatorConfig {
-    /// Address to listen on.
+    /// Address to listen on. Only a loopback address unless --allow-public-listen is given.
     #[arg(long, env = "FACILITATOR_LISTEN", default_value = "127.0.0.1:8402")]
     pub listen: String,
 
+    /// Accept a non-loopback --listen address (e.g. `0.0.0.0:8402`). This facilitator is for
+    /// development only and moves play money: anyone who can reach it can settle against it.
+    #[arg(long, env = "FACILITATOR_ALLOW_PUBLIC_LISTEN", default_value_t = false)]
+    pub allow_public_listen: bool,
+
     /// Redis holding balances and spent nonces. Unset: state in memory, lost on exit.
-    #[arg(long, env = "REDIS_URL")]
-    pub redis_url: Option<String>,
+    #[arg(long, env = "REDIS_URL", hide_env_values = true)]
+    pub redis_url: Option<shared::secret::Secret>,
 
     /// Key namespace: every key is `{NAMESPACE}:...` (one hash tag, so the settle script's keys
     /// share a cluster slot).
@@ -76,6 +82,37 @@ impl FacilitatorConfig {
     /// Defaults (memory ledger, Anvil funds, no faults) for tests and embedding.
     pub fn for_tests() -> Self {
         FacilitatorConfig::parse_from(["facilitator"])
+    }
+
+    /// Why `--listen` is refused: an address that is not loopback (or not an IP address and
+    /// port at all, such as a host name that could resolve anywhere) without
+    /// `--allow-public-listen`.
+    pub fn listen_refusal(&self) -> Option<String> {
+        if self.allow_public_listen {
+            return None;
+        }
+        match self.listen.parse::<std::net::SocketAddr>() {
+            Ok(address) if address.ip().is_loopback() => None,
+            Err(_)
+                if self
+                    .listen
+                    .rsplit_once(':')
+                    .is_some_and(|(host, _)| host == "localhost") =>
+            {
+                None
+            }
+            Ok(_) => Some(format!(
+                "refusing to listen on {}: this dev facilitator moves play money and listens on \
+                 loopback only; pass --allow-public-listen (FACILITATOR_ALLOW_PUBLIC_LISTEN=true) \
+                 to expose it",
+                self.listen
+            )),
+            Err(_) => Some(format!(
+                "refusing to listen on {:?}: give a loopback IP address and port (e.g. \
+                 127.0.0.1:8402), or pass --allow-public-listen (FACILITATOR_ALLOW_PUBLIC_LISTEN=true)",
+                self.listen
+            )),
+        }
     }
 
     /// The starting balances to apply.
@@ -131,6 +168,37 @@ mod tests {
     use super::*;
     use payments::LocalPayer;
     use payments::dev::ANVIL_KEYS;
+
+    #[test]
+    fn only_loopback_listens_unless_allowed() {
+        for listen in ["127.0.0.1:8402", "[::1]:0", "localhost:8402"] {
+            let config = FacilitatorConfig::parse_from(["facilitator", "--listen", listen]);
+            assert_eq!(config.listen_refusal(), None, "{listen}");
+        }
+        for listen in [
+            "0.0.0.0:8402",
+            "[::]:0",
+            "192.168.1.2:80",
+            "example.com:80",
+            "nope",
+        ] {
+            let config = FacilitatorConfig::parse_from(["facilitator", "--listen", listen]);
+            assert!(config.listen_refusal().is_some(), "{listen}");
+            let allowed = FacilitatorConfig::parse_from([
+                "facilitator",
+                "--listen",
+                listen,
+                "--allow-public-listen",
+            ]);
+            assert_eq!(allowed.listen_refusal(), None, "{listen}");
+        }
+        let config = FacilitatorConfig::parse_from([
+            "facilitator",
+            "--redis-url",
+            "redis://:s3cr3t-canary@127.0.0.1:1/",
+        ]);
+        assert!(!format!("{config:?}").contains("s3cr3t-canary"));
+    }
 
     /// Anvil's published development keys #0..#9: the default funds must be their addresses.
 

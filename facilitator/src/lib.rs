@@ -76,7 +76,7 @@ pub async fn serve(
 pub async fn build_state(config: &FacilitatorConfig) -> Result<AppState, StartError> {
     let ledger: Arc<dyn Ledger> = match &config.redis_url {
         Some(url) => {
-            let ledger = RedisLedger::connect(url, &config.namespace)
+            let ledger = RedisLedger::connect(url.expose(), &config.namespace)
                 .await
                 .map_err(StartError::Redis)?;
             tracing::info!(namespace = %config.namespace, "ledger in Redis");

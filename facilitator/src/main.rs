@@ -9,6 +9,11 @@ use shared::telemetry::LogFormat;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = FacilitatorConfig::parse();
+    if let Some(refusal) = config.listen_refusal() {
+        // One line, no backtrace: an operator error, not a crash.
+        eprintln!("facilitator: {refusal}");
+        std::process::exit(2);
+    }
     let telemetry = shared::telemetry::init("facilitator", LogFormat::parse(&config.log_format))
         .context("cannot set up logs and telemetry")?;
 
@@ -16,6 +21,9 @@ async fn main() -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let address = listener.local_addr()?;
+    tracing::warn!(
+        "development only: this facilitator moves play money (an in-process USDC ledger), never real funds"
+    );
     tracing::info!(
         %address,
         settle_fault = ?config.fault,

@@ -15,7 +15,7 @@ const STARTING_BALANCE: u64 = 1_000_000_000;
 
 fn config(redis: &RedisServer) -> FacilitatorConfig {
     let mut config = FacilitatorConfig::for_tests();
-    config.redis_url = Some(redis.url());
+    config.redis_url = Some(redis.url().into());
     config
 }
 

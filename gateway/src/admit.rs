@@ -7,8 +7,9 @@
 
 use std::sync::Arc;
 
+use axum::http::StatusCode;
 use serde_json::Value;
-use shared::protocol::Task;
+use shared::protocol::{ErrorCode, Task};
 use shared::registry::EntrypointInfo;
 use shared::store::{Admission, Invocation, NewTask, Subscription};
 use shared::telemetry::metrics;
@@ -55,6 +56,8 @@ pub async fn entrypoints(state: &AppState) -> Result<Arc<Snapshot>, ApiError> {
 /// An empty schema accepts everything. A schema that does not compile (including one whose
 /// `$ref` points outside it) is logged once and accepts everything too; typed worker handlers
 /// still decode their input.
+///
+/// The schema only: routes call [`check_input`], which bounds the input's size first.
 pub fn validate_input(entrypoint: &EntrypointInfo, input: &Value) -> Result<(), ApiError> {
     let Some(validator) = schema::validator(&entrypoint.key, &entrypoint.input_schema) else {
         return Ok(());
@@ -68,6 +71,37 @@ pub fn validate_input(entrypoint: &EntrypointInfo, input: &Value) -> Result<(), 
     } else {
         Err(ApiError::invalid_input(Value::Array(issues)))
     }
+}
+
+/// The admission check of a new task's input, which every route makes before it stores a task
+/// or takes a payment: its size first (past `MAX_INPUT_BYTES` of JSON, `413 invalid_request`,
+/// see [`check_size`]), then its schema ([`validate_input`]).
+pub fn check_input(
+    state: &AppState,
+    entrypoint: &EntrypointInfo,
+    input: &Value,
+) -> Result<(), ApiError> {
+    check_size(state, "input", input)?;
+    validate_input(entrypoint, input)
+}
+
+/// Refuses `value` (what a new task stores: its input, an A2A message's parts) when it takes
+/// more than `MAX_INPUT_BYTES` as JSON: `413 invalid_request`, the body limit's answer.
+pub fn check_size<T: serde::Serialize + ?Sized>(
+    state: &AppState,
+    what: &str,
+    value: &T,
+) -> Result<(), ApiError> {
+    let limit = state.config.max_input_bytes;
+    if shared::limits::exceeds(value, limit) {
+        tracing::info!(limit, what, "task input refused: too large to store");
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::InvalidRequest,
+            format!("The task's {what} is larger than the {limit} bytes a task may store"),
+        ));
+    }
+    Ok(())
 }
 
 /// Compiled input schemas and the mapping of validation errors to zod-like issues.
@@ -270,6 +304,7 @@ pub async fn create_watched(
     state: &AppState,
     admit: Admit<'_>,
 ) -> Result<(Task, Subscription), ApiError> {
+    state.store_memory.admit()?;
     let task_id = uuid::Uuid::new_v4().to_string();
     let store = state.store.clone();
     admit_with(admit, task_id, Admission::Queued, |new| async move {
@@ -285,6 +320,7 @@ pub async fn create_as(
     task_id: String,
     admission: Admission,
 ) -> Result<Task, ApiError> {
+    state.store_memory.admit()?;
     let store = state.store.clone();
     admit_with(admit, task_id, admission, |new| async move {
         store.create(new).await

@@ -15,13 +15,18 @@ pub struct GatewayConfig {
 
     /// Redis of the cluster. Unset (and no --redis-cluster-urls): embedded single-process mode (in-memory store and an
     /// in-process worker hosting the built-in entrypoints).
-    #[arg(long, env = "REDIS_URL")]
-    pub redis_url: Option<String>,
+    #[arg(long, env = "REDIS_URL", hide_env_values = true)]
+    pub redis_url: Option<shared::secret::Secret>,
 
     /// Seed nodes of a Redis Cluster holding the tasks, comma separated
     /// (`redis://127.0.0.1:7000,redis://127.0.0.1:7001`), instead of --redis-url.
-    #[arg(long, env = "REDIS_CLUSTER_URLS", value_delimiter = ',')]
-    pub redis_cluster_urls: Vec<String>,
+    #[arg(
+        long,
+        env = "REDIS_CLUSTER_URLS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub redis_cluster_urls: Vec<shared::secret::Secret>,
 
     /// Bound on connecting to Redis and on each reply, in milliseconds: a call past it fails
     /// (503 at the gateway) instead of hanging. On a Redis Cluster, set it above the time a
@@ -78,6 +83,11 @@ pub struct GatewayConfig {
     #[arg(long, env = "BODY_LIMIT_BYTES", default_value_t = 1024 * 1024)]
     pub body_limit_bytes: usize,
 
+    /// Bytes a task's input may take in the task store (as JSON; for A2A, the message's parts
+    /// too): a larger one is refused with `413` before anything is stored or paid for.
+    #[arg(long, env = "MAX_INPUT_BYTES", default_value_t = shared::limits::DEFAULT_MAX_INPUT_BYTES)]
+    pub max_input_bytes: usize,
+
     /// How long a client may take to send its body, in milliseconds.
     #[arg(long, env = "BODY_TIMEOUT_MS", default_value_t = 10_000)]
     pub body_timeout_ms: u64,
@@ -85,6 +95,20 @@ pub struct GatewayConfig {
     /// How long a client may take to send its request line and headers, in milliseconds.
     #[arg(long, env = "HEADER_TIMEOUT_MS", default_value_t = 10_000)]
     pub header_timeout_ms: u64,
+
+    /// Store memory high-water mark, in percent of Redis `maxmemory`: while any Redis server
+    /// (every master of a Redis Cluster) uses at least this much, new tasks (POST /tasks,
+    /// invoke, stream, A2A messages) are refused with `503` and Retry-After, so that the
+    /// writes of tasks already admitted (leases, results, receipts, recovery) still fit under
+    /// a `noeviction` limit. 0 or 100 disables it; a server without `maxmemory` is never full.
+    #[arg(long, env = "REDIS_MEMORY_HIGH_WATER", default_value_t = 80, value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub redis_memory_high_water: u8,
+
+    /// How often the gateway samples the store's memory (`INFO memory`), in milliseconds:
+    /// admission reads the latest sample, so it may lag the store by this much (plus one
+    /// reply). Cluster mode only.
+    #[arg(long, env = "REDIS_MEMORY_CHECK_MS", default_value_t = 1_000)]
+    pub redis_memory_check_ms: u64,
 
     /// Cluster-wide cap on non-terminal tasks.
     #[arg(long, env = "MAX_TASKS", default_value_t = shared::store::DEFAULT_MAX_TASKS)]
@@ -170,7 +194,7 @@ pub struct GatewayConfig {
     /// The MPP secret itself, for platforms that inject secrets as environment variables
     /// (prefer `MPP_SECRET_FILE`: a flag's value shows in the process list). Never logged.
     #[arg(long, env = "MPP_SECRET", hide_env_values = true)]
-    pub mpp_secret: Option<crate::secret::Secret>,
+    pub mpp_secret: Option<shared::secret::Secret>,
 
     /// The MPP protection space (`realm`) challenges name; default: the host of the
     /// gateway's public origin (see --public-url).
@@ -225,6 +249,16 @@ pub struct GatewayConfig {
     #[arg(long, env = "WORKER_CONCURRENCY", default_value_t = 16)]
     pub worker_concurrency: usize,
 
+    /// Embedded mode only: the most milliseconds the built-in `sleep` waits; a larger
+    /// `input.ms` is refused with 400 `invalid_input`.
+    #[arg(long, env = "WORKER_MAX_SLEEP_MS", default_value_t = worker::builtins::sleep::DEFAULT_MAX_SLEEP_MS)]
+    pub worker_max_sleep_ms: u64,
+
+    /// Embedded mode only: bytes a handler's output may take in the task store (as JSON); a
+    /// larger one fails the task with `result_too_large`, as on a worker.
+    #[arg(long, env = "WORKER_MAX_RESULT_BYTES", default_value_t = shared::limits::DEFAULT_MAX_RESULT_BYTES)]
+    pub worker_max_result_bytes: usize,
+
     /// Log format: `text` or `json`.
     #[arg(long, env = "LOG_FORMAT", default_value = "text")]
     pub log_format: String,
@@ -246,5 +280,26 @@ impl GatewayConfig {
     /// Defaults for tests and embedding.
     pub fn for_tests() -> Self {
         GatewayConfig::parse_from(["gateway"])
+    }
+}
+
+#[cfg(test)]
+mod secret_tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_never_shows_secrets() -> Result<(), clap::Error> {
+        let config = GatewayConfig::try_parse_from([
+            "gateway",
+            "--redis-url",
+            "redis://:s3cr3t-canary@127.0.0.1:7000/",
+            "--redis-cluster-urls",
+            "redis://:s3cr3t-canary@127.0.0.1:7001,redis://:s3cr3t-canary@127.0.0.1:7002",
+            "--mpp-secret",
+            "s3cr3t-canary-s3cr3t-canary-s3cr3t-canary",
+        ])?;
+        assert!(!format!("{config:?}").contains("s3cr3t-canary"));
+        assert_eq!(config.redis_cluster_urls.len(), 2);
+        Ok(())
     }
 }

@@ -30,10 +30,13 @@ pub fn start(
         worker::runtime::RuntimeConfig::new(format!("embedded-{}", std::process::id()));
     runtime.concurrency = config.worker_concurrency.max(1);
     runtime.max_attempts = config.max_attempts;
+    runtime.max_result_bytes = config.worker_max_result_bytes;
     tracker.spawn(worker::runtime::run(
         store.clone(),
         Some(registry.clone()),
-        worker::builtins::all(),
+        worker::builtins::all().with(worker::builtins::sleep::entrypoint_with_max(
+            config.worker_max_sleep_ms,
+        )),
         runtime,
         shutdown.clone(),
     ));
@@ -48,6 +51,8 @@ pub fn start(
         // A memory ledger would do for one process, but embedded mode takes no payments:
         // a paid task needs a durable store, and invoke follows the same gate.
         payments: None,
+        // The in-memory store has no memory limit of its own to watch.
+        store_memory: Arc::new(crate::store_memory::MemoryWatch::disabled()),
         config: Arc::new(config),
         shutdown,
     }

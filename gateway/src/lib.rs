@@ -11,6 +11,7 @@
 //! - [`routes`]: one module per resource (health, card, entrypoints, tasks, invoke/stream);
 //! - [`serve`]: the HTTP server loop (header read timeout, head size bound, graceful drain);
 //! - [`observe`]: HTTP server spans and metrics (OpenTelemetry semantic conventions);
+//! - [`store_memory`]: new tasks refused while the store is near its memory limit;
 //! - [`pay`]: the payment gate of priced routes (x402): challenge, credential, durable admission;
 //! - [`embedded`]: the single-process mode (in-memory store and an in-process worker).
 //!
@@ -29,9 +30,9 @@ pub mod prices;
 pub mod recent;
 pub mod request_id;
 pub mod routes;
-pub mod secret;
 pub mod serve;
 pub mod state;
+pub mod store_memory;
 
 use std::time::Duration;
 

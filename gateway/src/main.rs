@@ -24,12 +24,17 @@ async fn main() -> anyhow::Result<()> {
 
     let cluster_store = config
         .redis_url
-        .clone()
+        .as_ref()
+        .map(|url| url.expose().to_owned())
         .or_else(|| (!config.redis_cluster_urls.is_empty()).then(String::new));
     let state = match &cluster_store {
         Some(url) => {
             let mut store_config = RedisStoreConfig::new(url.clone());
-            store_config.cluster_urls = config.redis_cluster_urls.clone();
+            store_config.cluster_urls = config
+                .redis_cluster_urls
+                .iter()
+                .map(|url| url.expose().to_owned())
+                .collect();
             store_config.timeout = Duration::from_millis(config.redis_timeout_ms.max(1));
             store_config.namespace = config.namespace.clone();
             store_config.shards = config.shards;
@@ -70,8 +75,20 @@ async fn main() -> anyhow::Result<()> {
                     ));
                 }
             }
+            let store_memory = Arc::new(gateway::store_memory::MemoryWatch::new(
+                config.redis_memory_high_water,
+            ));
+            if store_memory.enabled() {
+                background.spawn(gateway::store_memory::run(
+                    store_memory.clone(),
+                    Arc::new(store.clone()),
+                    Duration::from_millis(config.redis_memory_check_ms),
+                    shutdown.clone(),
+                ));
+            }
             AppState {
                 payments,
+                store_memory,
                 registry: Arc::new(store.registry()),
                 idempotency: Arc::new(store.idempotency()),
                 store: Arc::new(store),

@@ -21,6 +21,9 @@ pub struct AppState {
     pub catalog: Arc<Catalog>,
     /// The payment gate of priced routes; `None` when this gateway takes no payments.
     pub payments: Option<Arc<crate::pay::Gate>>,
+    /// The store memory watch: admission refuses new tasks while the store is near its
+    /// memory limit (sampled in the background; never refuses in embedded mode).
+    pub store_memory: Arc<crate::store_memory::MemoryWatch>,
     /// Cancelled when the gateway shuts down: long responses (SSE) end so the drain finishes.
     pub shutdown: tokio_util::sync::CancellationToken,
 }

@@ -396,6 +396,32 @@ async fn create_rejects_bad_bodies_unknown_skills_and_bad_tokens() -> TestResult
     gw.stop().await
 }
 
+/// The built-in `sleep` is capped (WORKER_MAX_SLEEP_MS, default one minute): a longer one is
+/// refused at admission with 400 `invalid_input`, and nothing is stored.
+#[tokio::test]
+async fn sleep_longer_than_the_cap_is_invalid_input() -> TestResult {
+    let gw = Gateway::start().await?;
+    let reply = gw
+        .post_json("/tasks", Some(TOKEN), &message("sleep", r#"{"ms":60001}"#))
+        .await?;
+    reply.expect_status(StatusCode::BAD_REQUEST)?;
+    let body = reply.json()?;
+    assert_eq!(body["error"]["code"], "invalid_input");
+    assert_eq!(body["error"]["issues"][0]["path"], json!(["ms"]));
+    gw.stop().await?;
+
+    let mut config = GatewayConfig::for_tests();
+    config.worker_max_sleep_ms = 10;
+    let gw = Gateway::start_with(config).await?;
+    let reply = gw
+        .post_json("/tasks", Some(TOKEN), &message("sleep", r#"{"ms":11}"#))
+        .await?;
+    reply.expect_status(StatusCode::BAD_REQUEST)?;
+    assert_eq!(reply.json()?["error"]["code"], "invalid_input");
+    gw.create(TOKEN, message("sleep", r#"{"ms":10}"#)).await?;
+    gw.stop().await
+}
+
 #[tokio::test]
 async fn input_failing_the_schema_is_invalid_input_with_zod_like_issues() -> TestResult {
     let gw = Gateway::start().await?;
@@ -949,7 +975,9 @@ async fn subscriptions_end_when_the_gateway_shuts_down() -> TestResult {
 /// the clock jumps to the subscription's safety timeout.
 #[tokio::test(start_paused = true)]
 async fn subscriptions_end_after_the_safety_timeout() -> TestResult {
-    let gw = Gateway::start().await?;
+    let mut config = GatewayConfig::for_tests();
+    config.worker_max_sleep_ms = 36_000_000;
+    let gw = Gateway::start_with(config).await?;
     let task_id = gw
         .create(TOKEN, message("sleep", r#"{"ms":36000000}"#))
         .await?;
@@ -1387,5 +1415,125 @@ async fn a_settled_task_is_handed_off_with_its_receipt() -> TestResult {
     assert!(reply.headers.contains_key("payment-response"));
     assert!(!reply.headers.contains_key("x-payment-response"));
     assert!(!reply.headers.contains_key("payment-required"));
+    gw.stop().await
+}
+
+// ----- stored bytes -----
+
+/// A gateway with `config` over `store` whose registry advertises a free, streaming `idle`
+/// entrypoint that no worker runs: a task admitted for it stays queued, so a store that stays
+/// empty proves that nothing was admitted.
+async fn idle_gateway(config: GatewayConfig, store: Arc<dyn TaskStore>) -> TestResult<Gateway> {
+    let registry = Arc::new(MemoryRegistry::new());
+    let entry = WorkerEntry {
+        worker_id: "idle-worker".into(),
+        host: "test".into(),
+        started_at_ms: 0,
+        concurrency: 1,
+        entrypoints: vec![EntrypointInfo {
+            key: "idle".into(),
+            description: "Never runs".into(),
+            input_schema: json!({}),
+            output_schema: json!({}),
+            streaming: true,
+            price: None,
+            retry_safe: false,
+            siwx: None,
+        }],
+    };
+    registry.heartbeat(&entry, Duration::from_secs(600)).await?;
+    let shutdown = CancellationToken::new();
+    let tracker = TaskTracker::new();
+    let embedded = gateway::embedded::start(config, shutdown.clone(), &tracker);
+    let state = AppState {
+        store,
+        registry,
+        ..embedded
+    };
+    Ok(Gateway {
+        app: gateway::app(state),
+        shutdown,
+        tracker,
+    })
+}
+
+/// An input over `MAX_INPUT_BYTES` (default 256 KiB; the body limit is 1 MiB) is `413
+/// invalid_request` on invoke, stream and `POST /tasks`, and no task is stored; at the limit
+/// exactly it is admitted.
+#[tokio::test]
+async fn an_input_over_the_limit_is_refused_with_413_and_nothing_is_stored() -> TestResult {
+    let config = GatewayConfig::for_tests();
+    let limit = config.max_input_bytes;
+    assert_eq!(limit, 256 * 1024);
+    let store = Arc::new(MemoryStore::new(MemoryStoreConfig::default()));
+    let gw = idle_gateway(config, store.clone()).await?;
+
+    let big = json!({"input": {"text": "x".repeat(300 * 1024)}});
+    for route in ["/entrypoints/idle/invoke", "/entrypoints/idle/stream"] {
+        let reply = gw.post_json(route, None, &big).await?;
+        reply.expect_status(StatusCode::PAYLOAD_TOO_LARGE)?;
+        assert_eq!(
+            reply.content_type(),
+            Some("application/json; charset=utf-8"),
+            "{route}"
+        );
+        assert_eq!(reply.error_code()?, "invalid_request", "{route}");
+    }
+    // Text content is a string input: its JSON is the text and two quotes.
+    let over = message("idle", &"x".repeat(limit - 1));
+    let reply = gw.post_json("/tasks", Some(TOKEN), &over).await?;
+    reply.expect_status(StatusCode::PAYLOAD_TOO_LARGE)?;
+    assert_eq!(reply.error_code()?, "invalid_request");
+    assert_eq!(store.live_count().await?, 0);
+    gw.get("/tasks", Some(TOKEN))
+        .await?
+        .expect_json(StatusCode::OK, r#"{"tasks":[],"total":0,"hasMore":false}"#)?;
+
+    let at_limit = message("idle", &"x".repeat(limit - 2));
+    let task_id = gw.create(TOKEN, at_limit).await?;
+    let stored = store
+        .get(&task_id)
+        .await?
+        .ok_or("the task was not stored")?;
+    assert_eq!(stored.invocation.input.to_string().len(), limit);
+    assert_eq!(gw.list_page("").await?["total"], 1);
+    gw.stop().await
+}
+
+/// Echo of an input the gateway admits but whose output is over the embedded worker's result
+/// limit: the task fails with `result_too_large` and stores no result.
+#[tokio::test]
+async fn an_output_over_the_result_limit_fails_the_task_with_result_too_large() -> TestResult {
+    let mut config = GatewayConfig::for_tests();
+    config.max_input_bytes = 64 * 1024;
+    config.worker_max_result_bytes = 16 * 1024;
+    let gw = Gateway::start_with(config).await?;
+    let text = "x".repeat(32 * 1024);
+
+    let task_id = gw.create(TOKEN, message("echo", &text)).await?;
+    gw.events_until_end(&task_id, TOKEN).await?;
+    let task = gw
+        .get(&format!("/tasks/{task_id}"), Some(TOKEN))
+        .await?
+        .json()?;
+    assert_eq!(task["status"], "failed", "{task}");
+    assert_eq!(task["error"]["code"], "result_too_large", "{task}");
+    assert!(task.get("result").is_none(), "{task}");
+
+    // A direct invoke fails the same way.
+    let reply = gw
+        .post_json("/entrypoints/echo/invoke", None, &json!({"input": text}))
+        .await?;
+    reply.expect_status(StatusCode::INTERNAL_SERVER_ERROR)?;
+    assert_eq!(reply.error_code()?, "result_too_large");
+
+    // Under the result limit, echo completes.
+    let task_id = gw.create(TOKEN, message("echo", "small")).await?;
+    gw.events_until_end(&task_id, TOKEN).await?;
+    let task = gw
+        .get(&format!("/tasks/{task_id}"), Some(TOKEN))
+        .await?
+        .json()?;
+    assert_eq!(task["result"], json!({"output": "small"}));
     gw.stop().await
 }

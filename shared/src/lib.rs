@@ -16,8 +16,10 @@
 pub mod client;
 pub mod credentials;
 pub mod idempotency;
+pub mod limits;
 pub mod protocol;
 pub mod registry;
+pub mod secret;
 pub mod store;
 pub mod telemetry;
 pub mod token;

@@ -1428,6 +1428,84 @@ async fn messages_make_tasks_that_only_their_owner_sees() -> Res {
     Ok(())
 }
 
+/// Turns are bounded (issue 29): with `MAX_TURNS=3` on the worker, a task that keeps asking
+/// for input waits after its first and second turns, fails with `too_many_turns` when its
+/// third asks again, and a further answer is refused as to any finished task
+/// (UnsupportedOperation). A task answered within the bound completes as usual.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_takes_at_most_max_turns() -> Res {
+    let mut cluster = Cluster::start().await?;
+    // The suite's worker leaves before any task is sent; one allowing three turns replaces it.
+    for worker in &mut cluster.workers {
+        worker.kill()?;
+    }
+    let bounded = ServiceProcess::start(
+        "worker",
+        "w-turns",
+        &["--a2a-tck-agent"],
+        &[
+            ("REDIS_URL", cluster.redis.url()),
+            ("WORKER_ID", "w-turns".to_owned()),
+            ("MAX_TURNS", "3".to_owned()),
+        ],
+    )?;
+    cluster.workers.push(bounded);
+    let alice = cluster.client(TOKEN_A);
+    for binding in BINDINGS {
+        let what = |case: &str| format!("{case} ({binding:?})");
+        let asking = alice.send_task(binding, tck("tck-input-required")).await?;
+        assert_eq!(state(&asking), "TASK_STATE_INPUT_REQUIRED", "{asking}");
+        let id = asking["id"].clone();
+        let context = asking["contextId"].clone();
+        let answer = |prefix: &str| {
+            let mut answer = tck(prefix);
+            answer["message"]["taskId"] = id.clone();
+            answer["message"]["contextId"] = context.clone();
+            answer
+        };
+        let second = alice
+            .send_task(binding, answer("tck-input-required"))
+            .await?;
+        assert_eq!(state(&second), "TASK_STATE_INPUT_REQUIRED", "{second}");
+        let third = alice
+            .send_task(binding, answer("tck-input-required"))
+            .await?;
+        assert_eq!(third["id"], id, "{third}");
+        assert_eq!(state(&third), "TASK_STATE_FAILED", "{third}");
+        assert_eq!(
+            third["status"]["message"]["parts"][1]["data"]["code"], "too_many_turns",
+            "{third}"
+        );
+        expect_error(
+            binding,
+            alice.send(binding, answer("tck-complete-task")).await?,
+            UNSUPPORTED_OPERATION,
+            400,
+            &what("an answer past the turn limit"),
+        )?;
+
+        // Within the bound: the third turn completes.
+        let asking = alice.send_task(binding, tck("tck-input-required")).await?;
+        let id = asking["id"].clone();
+        let context = asking["contextId"].clone();
+        let answer = |prefix: &str| {
+            let mut answer = tck(prefix);
+            answer["message"]["taskId"] = id.clone();
+            answer["message"]["contextId"] = context.clone();
+            answer
+        };
+        let second = alice
+            .send_task(binding, answer("tck-input-required"))
+            .await?;
+        assert_eq!(state(&second), "TASK_STATE_INPUT_REQUIRED", "{second}");
+        let done = alice
+            .send_task(binding, answer("tck-complete-task"))
+            .await?;
+        assert_eq!(state(&done), "TASK_STATE_COMPLETED", "{done}");
+    }
+    Ok(())
+}
+
 /// 3. Streams on both bindings: `count` in order, and 4. `SubscribeToTask` to a running task
 ///    that is cancelled meanwhile, to a finished and to an unknown task; then the TCK agent's
 ///    chunked artifact.

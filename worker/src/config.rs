@@ -19,14 +19,20 @@ pub struct WorkerConfig {
     #[arg(
         long,
         env = "REDIS_URL",
+        hide_env_values = true,
         required_unless_present = "redis_cluster_urls"
     )]
-    pub redis_url: Option<String>,
+    pub redis_url: Option<shared::secret::Secret>,
 
     /// Seed nodes of a Redis Cluster holding the tasks, comma separated
     /// (`redis://127.0.0.1:7000,redis://127.0.0.1:7001`), instead of --redis-url.
-    #[arg(long, env = "REDIS_CLUSTER_URLS", value_delimiter = ',')]
-    pub redis_cluster_urls: Vec<String>,
+    #[arg(
+        long,
+        env = "REDIS_CLUSTER_URLS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub redis_cluster_urls: Vec<shared::secret::Secret>,
 
     /// Bound on connecting to Redis and on each reply, in milliseconds: a call past it fails
     /// (503 at the gateway) instead of hanging. On a Redis Cluster, set it above the time a
@@ -104,6 +110,12 @@ pub struct WorkerConfig {
     )]
     pub siwx: Vec<String>,
 
+    /// The most milliseconds the built-in `sleep` waits: a larger `input.ms` is refused as
+    /// invalid input (the entrypoint's input schema says so, so the gateway refuses it with
+    /// 400 `invalid_input` before the task is stored).
+    #[arg(long, env = "WORKER_MAX_SLEEP_MS", default_value_t = crate::builtins::sleep::DEFAULT_MAX_SLEEP_MS)]
+    pub max_sleep_ms: u64,
+
     /// Also host `tck`, the A2A conformance agent the A2A TCK (a2aproject/a2a-tck) drives: it
     /// behaves by the prefix of the A2A message's messageId. Not one of the default built-ins;
     /// with this flag it is hosted even when `--entrypoints` does not name it.
@@ -125,9 +137,21 @@ pub struct WorkerConfig {
     #[arg(long, env = "INPUT_TIMEOUT_MS", default_value_t = 24 * 60 * 60 * 1000)]
     pub input_timeout_ms: u64,
 
+    /// Turns a task that asks for input (A2A `input-required`) may take, its first message
+    /// included: a run asking for input on the last one fails the task with `too_many_turns`
+    /// instead of waiting, so no caller can keep one task going forever.
+    #[arg(long, env = "MAX_TURNS", default_value_t = crate::runtime::DEFAULT_MAX_TURNS, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_turns: u32,
+
     /// Runs a task may get after losing workers; a later run fails it.
     #[arg(long, env = "MAX_ATTEMPTS", default_value_t = shared::store::DEFAULT_MAX_ATTEMPTS)]
     pub max_attempts: u32,
+
+    /// Bytes a handler's output (JSON; for a streaming entrypoint its final output, for A2A
+    /// its artifacts) may take in the task store; a larger one fails the task with
+    /// `result_too_large` instead of being stored.
+    #[arg(long, env = "WORKER_MAX_RESULT_BYTES", default_value_t = shared::limits::DEFAULT_MAX_RESULT_BYTES)]
+    pub max_result_bytes: usize,
 
     /// How long SIGTERM waits for running handlers before leaving them to recovery.
     #[arg(long, env = "WORKER_DRAIN_TIMEOUT_MS", default_value_t = 30_000)]
@@ -173,6 +197,8 @@ impl WorkerConfig {
             max_run: Duration::from_millis(self.max_run_ms.max(1)),
             max_attempts: self.max_attempts.max(1),
             input_timeout: Duration::from_millis(self.input_timeout_ms.max(1)),
+            max_turns: self.max_turns.max(1),
+            max_result_bytes: self.max_result_bytes,
             drain_timeout: Duration::from_millis(self.drain_timeout_ms),
             recovery_interval: Duration::from_millis(self.recovery_interval_ms.max(10)),
             idle_wait: Duration::from_secs(1),
@@ -184,6 +210,53 @@ impl WorkerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debug_output_never_shows_redis_passwords() -> Result<(), clap::Error> {
+        let config = WorkerConfig::try_parse_from([
+            "worker",
+            "--redis-url",
+            "redis://:s3cr3t-canary@127.0.0.1:7000/",
+            "--redis-cluster-urls",
+            "redis://:s3cr3t-canary@127.0.0.1:7001,redis://:s3cr3t-canary@127.0.0.1:7002",
+        ])?;
+        assert!(!format!("{config:?}").contains("s3cr3t-canary"));
+        assert_eq!(
+            config.redis_url.as_ref().map(|url| url.expose()),
+            Some("redis://:s3cr3t-canary@127.0.0.1:7000/")
+        );
+        assert_eq!(config.redis_cluster_urls.len(), 2);
+        Ok(())
+    }
+
+    #[test]
+    fn sleep_and_turn_bounds_default_and_parse() -> Result<(), clap::Error> {
+        let config = WorkerConfig::try_parse_from(["worker", "--redis-url", "redis://x/"])?;
+        assert_eq!(config.max_sleep_ms, 60_000);
+        assert_eq!(config.runtime().max_turns, 32);
+        let config = WorkerConfig::try_parse_from([
+            "worker",
+            "--redis-url",
+            "redis://x/",
+            "--max-sleep-ms",
+            "5",
+            "--max-turns",
+            "3",
+        ])?;
+        assert_eq!(config.max_sleep_ms, 5);
+        assert_eq!(config.runtime().max_turns, 3);
+        assert!(
+            WorkerConfig::try_parse_from([
+                "worker",
+                "--redis-url",
+                "redis://x/",
+                "--max-turns",
+                "0"
+            ])
+            .is_err()
+        );
+        Ok(())
+    }
 
     #[test]
     fn parses_flags_and_lists() {
@@ -275,6 +348,19 @@ mod tests {
         };
         assert!(!parse(&[]));
         assert!(parse(&["--a2a-tck-agent"]));
+    }
+
+    #[test]
+    fn the_result_limit_defaults_to_256_kib_and_reaches_the_runtime() {
+        let parse = |args: &[&str]| {
+            let base = ["worker", "--redis-url", "redis://x/"];
+            match WorkerConfig::try_parse_from(base.iter().chain(args)) {
+                Ok(config) => config.runtime().max_result_bytes,
+                Err(err) => panic!("{err}"),
+            }
+        };
+        assert_eq!(parse(&[]), 262_144);
+        assert_eq!(parse(&["--max-result-bytes", "1024"]), 1024);
     }
 
     #[test]

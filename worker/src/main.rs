@@ -32,8 +32,18 @@ async fn main() -> anyhow::Result<()> {
         tracing::info!(prices = %prices.join(", "), "priced entrypoints (decimal USDC)");
     }
 
-    let mut store_config = RedisStoreConfig::new(config.redis_url.clone().unwrap_or_default());
-    store_config.cluster_urls = config.redis_cluster_urls.clone();
+    let mut store_config = RedisStoreConfig::new(
+        config
+            .redis_url
+            .as_ref()
+            .map(|url| url.expose().to_owned())
+            .unwrap_or_default(),
+    );
+    store_config.cluster_urls = config
+        .redis_cluster_urls
+        .iter()
+        .map(|url| url.expose().to_owned())
+        .collect();
     store_config.timeout = std::time::Duration::from_millis(config.redis_timeout_ms.max(1));
     store_config.namespace = config.namespace.clone();
     store_config.shards = config.shards;
@@ -72,7 +82,9 @@ async fn main() -> anyhow::Result<()> {
 /// worker: it must not leave a paid entrypoint free, nor host something other than what was
 /// asked.
 fn hosted(config: &WorkerConfig) -> Result<Entrypoints, String> {
-    let mut builtins = worker::builtins::all();
+    let mut builtins = worker::builtins::all().with(worker::builtins::sleep::entrypoint_with_max(
+        config.max_sleep_ms,
+    ));
     if config.a2a_tck_agent {
         builtins = builtins.with(worker::builtins::tck::entrypoint());
     }

@@ -488,7 +488,7 @@ async fn start(caller: &Caller<'_>, request: SendMessageRequest) -> Result<Start
         ))
         .into());
     };
-    let input = input_for(&entrypoint, &message)?;
+    let input = input_for(state, &entrypoint, &message)?;
     let context_id = message
         .context_id
         .clone()
@@ -559,8 +559,11 @@ async fn start(caller: &Caller<'_>, request: SendMessageRequest) -> Result<Start
 }
 
 /// The runtime input of `message` for `entrypoint`: its parts of media types the skill takes,
-/// mapped ([`mapping::input_of`]) and checked against the skill's input schema.
+/// mapped ([`mapping::input_of`]) and checked against the skill's input schema. The input, and
+/// what the task keeps of the message besides it (its parts when they are not the input's
+/// own, its metadata), are each bounded by `MAX_INPUT_BYTES`.
 fn input_for(
+    state: &AppState,
     entrypoint: &EntrypointInfo,
     message: &Message,
 ) -> Result<serde_json::Value, A2aError> {
@@ -574,7 +577,9 @@ fn input_for(
     }
     let input =
         mapping::input_of(message).map_err(|err| A2aError::invalid_params(err.to_string()))?;
-    admit::validate_input(entrypoint, &input).map_err(A2aError::from)?;
+    admit::check_input(state, entrypoint, &input).map_err(A2aError::from)?;
+    admit::check_size(state, "message", &mapping::metadata_of(message, &input))
+        .map_err(A2aError::from)?;
     Ok(input)
 }
 
@@ -609,7 +614,7 @@ async fn resume(
         ))
         .into());
     };
-    let input = input_for(&entrypoint, &message)?;
+    let input = input_for(state, &entrypoint, &message)?;
     let metadata = mapping::metadata_of(&message, &input);
     match state
         .store

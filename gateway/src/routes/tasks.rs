@@ -103,7 +103,7 @@ async fn create(
         return Err(skill_not_found(&request.skill_id));
     };
     let input = request.message.content.to_input();
-    admit::validate_input(&entrypoint, &input)?;
+    admit::check_input(&state, &entrypoint, &input)?;
 
     // Signed in (SIWX) for an auth-only entrypoint, or entitled to a priced one: no payment.
     let signed_in = match pay::siwx::sign_in(&state, &entrypoint, &headers, &uri).await {

@@ -30,6 +30,9 @@ pub enum ErrorCode {
     TaskExecutionFailed,
     TaskTerminalizationFailed,
     DurableTaskStoreRequired,
+    /// A handler's output was larger than its worker stores (`WORKER_MAX_RESULT_BYTES`): the
+    /// task failed with this code instead of storing it.
+    ResultTooLarge,
     // Payments and authorization.
     AuthorizationFailed,
     AuthRequired,
@@ -69,6 +72,7 @@ impl ErrorCode {
             ErrorCode::TaskExecutionFailed => "task_execution_failed",
             ErrorCode::TaskTerminalizationFailed => "task_terminalization_failed",
             ErrorCode::DurableTaskStoreRequired => "durable_task_store_required",
+            ErrorCode::ResultTooLarge => "result_too_large",
             ErrorCode::AuthorizationFailed => "authorization_failed",
             ErrorCode::AuthRequired => "auth_required",
             ErrorCode::PaymentCapabilityUnsupported => "payment_capability_unsupported",
@@ -122,6 +126,7 @@ mod tests {
             ErrorCode::IdempotencyKeyConflict,
             ErrorCode::DurableTaskStoreRequired,
             ErrorCode::PaymentCapabilityUnsupported,
+            ErrorCode::ResultTooLarge,
         ] {
             let text = serde_json::to_string(&code).unwrap_or_default();
             assert_eq!(text, format!("\"{}\"", code.as_str()));

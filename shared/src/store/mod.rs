@@ -51,6 +51,25 @@ pub enum Durability {
     Durable,
 }
 
+/// How full one store server's memory is (Redis `INFO memory`): a Redis Cluster reports one
+/// per master, a single server one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryFill {
+    /// The server, as `host:port` (a cluster master) or `server` (the one server).
+    pub node: String,
+    /// `used_memory`, in bytes.
+    pub used: u64,
+    /// `maxmemory`, in bytes; 0 when unlimited.
+    pub max: u64,
+}
+
+impl MemoryFill {
+    /// `used / max`; `None` when the server has no limit (`maxmemory 0`).
+    pub fn ratio(&self) -> Option<f64> {
+        (self.max > 0).then(|| self.used as f64 / self.max as f64)
+    }
+}
+
 #[async_trait]
 pub trait TaskStore: Send + Sync + 'static {
     fn durability(&self) -> Durability;
@@ -317,6 +336,13 @@ pub trait TaskStore: Send + Sync + 'static {
         Err(StoreError::Unavailable(
             "this store does not count leases".into(),
         ))
+    }
+
+    /// How full the store's memory is, per server (every master of a Redis Cluster). Empty
+    /// when the store has no memory limit of its own to watch (the in-memory store, and, by
+    /// default, wrappers written before it).
+    async fn memory_fill(&self) -> Result<Vec<MemoryFill>, StoreError> {
+        Ok(Vec::new())
     }
 
     /// Releases connections and background tasks; tasks themselves are left as they are.

@@ -13,6 +13,8 @@
 //! | `taskcluster.queue.depth` | gauge | `entrypoint` |
 //! | `taskcluster.leases.active`, `taskcluster.workers.live` | gauge | |
 //! | `taskcluster.settlements.unreconciled` | gauge | |
+//! | `taskcluster.store.memory.fill` | gauge, 1 | `node` |
+//! | `taskcluster.admissions.refused` | counter | `reason` |
 //! | `http.server.request.duration` | histogram, s | `http.request.method`, `http.route`, `http.response.status_code`, `url.scheme` |
 //! | `http.server.active_requests` | up-down counter | `http.request.method`, `url.scheme` |
 
@@ -49,6 +51,8 @@ struct Instruments {
     http_duration: Histogram<f64>,
     http_active: UpDownCounter<i64>,
     unreconciled: Gauge<u64>,
+    memory_fill: Gauge<f64>,
+    refused: Counter<u64>,
 }
 
 /// Built on first use, after [`super::init`] installed the meter provider.
@@ -113,6 +117,18 @@ fn instruments() -> &'static Instruments {
                     "Payment credentials left settling past any settle call whose outcome the \
                      last settlement recovery sweep did not learn (their tasks stay held)",
                 )
+                .build(),
+            memory_fill: meter
+                .f64_gauge("taskcluster.store.memory.fill")
+                .with_unit("1")
+                .with_description(
+                    "Redis used_memory / maxmemory per server (every master of a cluster), as \
+                     the gateway's store memory watch last sampled it",
+                )
+                .build(),
+            refused: meter
+                .u64_counter("taskcluster.admissions.refused")
+                .with_description("New tasks a gateway refused before storing them")
                 .build(),
         }
     })
@@ -183,6 +199,25 @@ pub fn fenced_write_rejected(name: &str, operation: &'static str) {
 pub fn settlements_unreconciled(count: u64) {
     if super::metrics_enabled() {
         instruments().unreconciled.record(count, &[]);
+    }
+}
+
+/// The store memory watch's latest sample of one server: `used_memory / maxmemory`.
+pub fn store_memory_fill(node: &str, ratio: f64) {
+    if super::metrics_enabled() {
+        instruments()
+            .memory_fill
+            .record(ratio, &[KeyValue::new("node", node.to_owned())]);
+    }
+}
+
+/// A new task was refused before it was stored; `reason` is `store_memory` (the store is past
+/// its memory high-water mark).
+pub fn admission_refused(reason: &'static str) {
+    if super::metrics_enabled() {
+        instruments()
+            .refused
+            .add(1, &[KeyValue::new("reason", reason)]);
     }
 }
 

@@ -17,6 +17,10 @@ pub const KEY: &str = "sleep";
 /// Upstream's bound (`Number.MAX_SAFE_INTEGER`): larger values are not exact in JSON clients.
 pub const MAX_MS: u64 = 9_007_199_254_740_991;
 
+/// The default cap on `ms` (`--max-sleep-ms`): one minute. A caller cannot hold a run slot
+/// (and a lease) longer than this with one sleep.
+pub const DEFAULT_MAX_SLEEP_MS: u64 = 60_000;
+
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct SleepInput {
     /// Milliseconds to wait.
@@ -30,14 +34,39 @@ pub struct SleepOutput {
     pub slept: u64,
 }
 
+/// `sleep` capped at [`DEFAULT_MAX_SLEEP_MS`].
 pub fn entrypoint() -> Entrypoint {
-    Entrypoint::typed(KEY, "Waits input.ms milliseconds", run)
+    entrypoint_with_max(DEFAULT_MAX_SLEEP_MS)
 }
 
-async fn run(input: SleepInput, ctx: TaskContext) -> Result<SleepOutput, HandlerError> {
-    if input.ms > MAX_MS {
+/// `sleep` refusing an `ms` above `max_ms` (itself at most [`MAX_MS`]): the input schema says
+/// `maximum: max_ms`, so the gateway refuses a larger value (400 `invalid_input`) before the
+/// task is stored, and the handler checks it again.
+pub fn entrypoint_with_max(max_ms: u64) -> Entrypoint {
+    let max_ms = max_ms.min(MAX_MS);
+    let mut entrypoint = Entrypoint::typed(
+        KEY,
+        "Waits input.ms milliseconds",
+        move |input: SleepInput, ctx: TaskContext| run(input, ctx, max_ms),
+    );
+    if let Some(ms) = entrypoint
+        .input_schema
+        .pointer_mut("/properties/ms")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        ms.insert("maximum".to_owned(), max_ms.into());
+    }
+    entrypoint
+}
+
+async fn run(
+    input: SleepInput,
+    ctx: TaskContext,
+    max_ms: u64,
+) -> Result<SleepOutput, HandlerError> {
+    if input.ms > max_ms {
         return Err(HandlerError::invalid_input(format!(
-            "ms must be at most {MAX_MS}"
+            "ms must be at most {max_ms}"
         )));
     }
     // Tells subscribers (and tests) that the run started; best effort: a lost lease shows up
@@ -83,7 +112,8 @@ mod tests {
         let input = json!({"ms": HOUR_MS});
         let task = Harness::start(KEY, input.clone()).await?;
         task.ctx.cancel.cancel();
-        let outcome = tokio::time::timeout(PATIENCE, task.call(&entrypoint(), input)).await?;
+        let outcome =
+            tokio::time::timeout(PATIENCE, task.call(&entrypoint_with_max(HOUR_MS), input)).await?;
         assert_eq!(error(outcome)?, HandlerError::cancelled());
         Ok(())
     }
@@ -92,7 +122,7 @@ mod tests {
     async fn cancelling_while_asleep_returns_cancelled() -> TestResult {
         let input = json!({"ms": HOUR_MS});
         let task = Harness::start(KEY, input.clone()).await?;
-        let ep = entrypoint();
+        let ep = entrypoint_with_max(HOUR_MS);
         let running = tokio::spawn(ep.handler.call(input, task.ctx.clone()));
         tokio::time::sleep(Duration::from_millis(20)).await;
         task.ctx.cancel.cancel();
@@ -117,8 +147,29 @@ mod tests {
 
     #[tokio::test]
     async fn rejects_more_than_upstreams_bound() -> TestResult {
-        let (_task, outcome) = Harness::run(&entrypoint(), json!({"ms": MAX_MS + 1})).await?;
+        let ep = entrypoint_with_max(u64::MAX);
+        assert_eq!(
+            ep.input_schema["properties"]["ms"]["maximum"],
+            json!(MAX_MS)
+        );
+        let (_task, outcome) = Harness::run(&ep, json!({"ms": MAX_MS + 1})).await?;
         assert_eq!(error(outcome)?.code, "invalid_input");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn rejects_more_than_the_cap() -> TestResult {
+        let ep = entrypoint_with_max(50);
+        assert_eq!(ep.input_schema["properties"]["ms"]["maximum"], json!(50));
+        let (_task, outcome) = Harness::run(&ep, json!({"ms": 51})).await?;
+        assert_eq!(error(outcome)?.code, "invalid_input");
+        let (_task, outcome) = Harness::run(&ep, json!({"ms": 50})).await?;
+        assert_eq!(output(outcome)?, json!({"slept": 50}));
+        let default = entrypoint();
+        assert_eq!(
+            default.input_schema["properties"]["ms"]["maximum"],
+            json!(DEFAULT_MAX_SLEEP_MS)
+        );
         Ok(())
     }
 

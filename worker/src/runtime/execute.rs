@@ -13,7 +13,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use shared::protocol::{TaskError, TaskResult, TaskStatus};
+use shared::protocol::{ErrorCode, TaskError, TaskResult, TaskStatus};
 use std::collections::VecDeque;
 
 use shared::store::{CasOutcome, Claim, Lease, Rejection, Started, TakeSpec, Transition};
@@ -23,8 +23,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use tracing::field::Empty;
 
-use super::Shared;
 use super::active::{Run, StopReason};
+use super::{Shared, TOO_MANY_TURNS};
 use crate::emitter::Emitter;
 use crate::handler::{HandlerError, TaskContext};
 
@@ -135,6 +135,7 @@ async fn run_started(
     cancel.cancel();
     let stopped = *stop.lock().unwrap_or_else(PoisonError::into_inner);
     shared.active.remove(&task_id);
+    let outcome = bounded(outcome, config.max_result_bytes, &task_id);
 
     let transition = match (stopped, outcome) {
         (Some(reason), _) => {
@@ -145,7 +146,18 @@ async fn run_started(
             return Vec::new();
         }
         (None, Outcome::Done(Ok(output))) if output.awaits_input => {
-            return await_input(shared, &lease, output.output, started).await;
+            match turns_left(shared, &task_id).await {
+                Some(true) => return await_input(shared, &lease, output.output, started).await,
+                Some(false) => Transition::failed(TaskError::new(
+                    TOO_MANY_TURNS,
+                    format!(
+                        "Task reached its limit of {} turns and takes no more input; start a new task",
+                        config.max_turns
+                    ),
+                )),
+                // The task stays active; its lease expires and recovery runs it again.
+                None => return Vec::new(),
+            }
         }
         (None, Outcome::Done(Ok(output))) => Transition::completed(TaskResult {
             output: output.output,
@@ -177,6 +189,22 @@ enum Outcome {
     Done(Result<crate::handler::HandlerOutput, HandlerError>),
     TimedOut,
     Panicked,
+}
+
+/// The outcome, unless its output (a result, or the request of a run that awaits input) takes
+/// more than `limit` bytes of JSON: then a `result_too_large` failure, so that the store never
+/// holds it.
+fn bounded(outcome: Outcome, limit: usize, task_id: &str) -> Outcome {
+    match outcome {
+        Outcome::Done(Ok(output)) if shared::limits::exceeds(&output.output, limit) => {
+            tracing::warn!(%task_id, limit, "handler output too large to store; failing the task");
+            Outcome::Done(Err(HandlerError::new(
+                ErrorCode::ResultTooLarge.as_str(),
+                format!("The handler's output is larger than the {limit} bytes this worker stores"),
+            )))
+        }
+        other => other,
+    }
 }
 
 async fn run_handler(
@@ -232,6 +260,26 @@ async fn run_handler(
             // Stopped from outside; give the handler no further say.
             handle.abort();
             Outcome::Done(Err(HandlerError::cancelled()))
+        }
+    }
+}
+
+/// Whether the task whose run asked for input may take one more turn (`max_turns` counts its
+/// first message too); `None` when its turns cannot be read. While this worker holds the
+/// lease no resume can add a turn (only a waiting task is resumed), so the count is exact.
+async fn turns_left(shared: &Shared, task_id: &str) -> Option<bool> {
+    match shared.store.get(task_id).await {
+        Ok(Some(stored)) => {
+            // The current turn is the one after those kept.
+            let current = stored.turns.len().saturating_add(1);
+            let max = usize::try_from(shared.config.max_turns).unwrap_or(usize::MAX);
+            Some(current < max)
+        }
+        // Gone (expired or deleted): the fenced write finds out.
+        Ok(None) => Some(true),
+        Err(err) => {
+            tracing::warn!(%task_id, error = %err, "could not read the task's turns");
+            None
         }
     }
 }

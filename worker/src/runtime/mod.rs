@@ -27,6 +27,12 @@ use crate::entrypoint::Entrypoints;
 pub const DEFAULT_GAUGE_INTERVAL: Duration = Duration::from_secs(5);
 
 /// How a worker runs; see [`crate::config::WorkerConfig`] for the defaults and flags.
+/// Turns a task may take by default (`MAX_TURNS`).
+pub const DEFAULT_MAX_TURNS: u32 = 32;
+
+/// The error code of a task whose run asked for input on its last allowed turn.
+pub const TOO_MANY_TURNS: &str = "too_many_turns";
+
 /// How long a waiting task waits for its caller by default: a day.
 pub const DEFAULT_INPUT_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
 
@@ -45,6 +51,12 @@ pub struct RuntimeConfig {
     /// How long a task whose run asked for input waits for the answer before it fails with
     /// `input_timeout`.
     pub input_timeout: Duration,
+    /// Turns a task that asks for input may take, its first message included: a run asking
+    /// for input on the last one fails its task with `too_many_turns` instead of waiting.
+    pub max_turns: u32,
+    /// Bytes of JSON a handler's output may take; a larger one fails the task with
+    /// `result_too_large` instead of being stored.
+    pub max_result_bytes: usize,
     /// How long SIGTERM waits for running handlers.
     pub drain_timeout: Duration,
     /// How often this worker sweeps for expired leases.
@@ -66,6 +78,8 @@ impl RuntimeConfig {
             max_run: Duration::from_secs(15 * 60),
             max_attempts: shared::store::DEFAULT_MAX_ATTEMPTS,
             input_timeout: DEFAULT_INPUT_TIMEOUT,
+            max_turns: DEFAULT_MAX_TURNS,
+            max_result_bytes: shared::limits::DEFAULT_MAX_RESULT_BYTES,
             drain_timeout: Duration::from_secs(30),
             recovery_interval: Duration::from_millis(500),
             idle_wait: Duration::from_secs(1),

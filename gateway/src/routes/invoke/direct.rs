@@ -51,7 +51,7 @@ async fn handle(
     let body = read_json(request).await.map_err(answer)?;
     let input = extract_input(&body);
     // Checked before any payment is settled: bad input costs the payer nothing.
-    admit::validate_input(&entrypoint, &input).map_err(answer)?;
+    admit::check_input(state, &entrypoint, &input).map_err(answer)?;
     let execute = || async move {
         match payment {
             None => run(state, &entrypoint, input).await,

@@ -71,7 +71,7 @@ async fn handle(
         .await
         .map_err(IntoResponse::into_response)?;
     let input = extract_input(&body);
-    if let Err(err) = admit::validate_input(&entrypoint, &input) {
+    if let Err(err) = admit::check_input(&state, &entrypoint, &input) {
         if err.code == ErrorCode::InvalidInput {
             // Upstream validates inside the stream: the run fails on the wire, status 200
             // (and a paid request is not charged for it).

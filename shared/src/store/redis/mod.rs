@@ -21,6 +21,7 @@ mod event_log;
 pub mod fields;
 mod finish;
 mod keys;
+mod memory;
 mod persistence;
 mod pool;
 mod replay;

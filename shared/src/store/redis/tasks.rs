@@ -1133,6 +1133,10 @@ impl TaskStore for RedisStore {
         self.sum_over_shards("SCARD", Keys::live).await
     }
 
+    async fn memory_fill(&self) -> Result<Vec<crate::store::MemoryFill>, StoreError> {
+        self.inner.core.connections.memory_fill().await
+    }
+
     async fn close(&self) {
         self.inner.shutdown.cancel();
         self.inner.core.connections.close();

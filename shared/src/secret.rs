@@ -1,5 +1,5 @@
-//! A secret setting (the MPP challenge key): kept out of every `Debug` print of the
-//! configuration, so no log or panic message can carry it.
+//! A secret setting (a Redis URL that may carry a password, a key): kept out of every `Debug`
+//! print of the configuration holding it, so that no log or panic message can carry it.
 
 use std::convert::Infallible;
 use std::str::FromStr;
@@ -8,6 +8,7 @@ use std::str::FromStr;
 pub struct Secret(String);
 
 impl Secret {
+    /// The value itself: for the one place that uses it (a connection), never for a log.
     pub fn expose(&self) -> &str {
         &self.0
     }
@@ -27,14 +28,21 @@ impl FromStr for Secret {
     }
 }
 
+impl From<String> for Secret {
+    fn from(text: String) -> Self {
+        Secret(text)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn debug_never_shows_the_value() {
-        let secret = Secret("hunter2-hunter2-hunter2-hunter2-x".into());
+        let secret = Secret::from("redis://:hunter2@127.0.0.1:6379/".to_owned());
         assert!(!format!("{secret:?}").contains("hunter2"));
-        assert_eq!(secret.expose(), "hunter2-hunter2-hunter2-hunter2-x");
+        assert!(!format!("{:?}", Some(vec![secret.clone()])).contains("hunter2"));
+        assert_eq!(secret.expose(), "redis://:hunter2@127.0.0.1:6379/");
     }
 }
