@@ -43,6 +43,9 @@ use crate::state::{AppState, Stats};
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long in-flight requests may take to finish once shutdown starts.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Open connections the dev facilitator serves at once (its callers are a few gateways and
+/// tests; the bound keeps a stray client from holding every socket).
+const MAX_CONNECTIONS: usize = 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -64,8 +67,12 @@ pub async fn serve(
     gateway::serve::serve(
         listener,
         routes::router(state),
-        HEADER_TIMEOUT,
-        DRAIN_TIMEOUT,
+        gateway::serve::Limits {
+            header_timeout: HEADER_TIMEOUT,
+            drain_timeout: DRAIN_TIMEOUT,
+            max_connections: MAX_CONNECTIONS,
+            max_connections_per_ip: MAX_CONNECTIONS,
+        },
         shutdown,
     )
     .await;

@@ -96,6 +96,22 @@ pub struct GatewayConfig {
     #[arg(long, env = "HEADER_TIMEOUT_MS", default_value_t = 10_000)]
     pub header_timeout_ms: u64,
 
+    /// Longest an A2A stream (`SendStreamingMessage`, `SubscribeToTask`, both bindings) stays
+    /// open, in milliseconds: past it the stream ends cleanly and the client resubscribes. The
+    /// Lucid subscribe keeps its own 5-minute bound and a Lucid stream is bounded by
+    /// `--invoke-timeout-ms`. Every stream also ends on SIGTERM.
+    #[arg(long, env = "MAX_STREAM_MS", default_value_t = 5 * 60 * 1000)]
+    pub max_stream_ms: u64,
+
+    /// Open connections the gateway holds at once; more are closed at accept (and counted).
+    #[arg(long, env = "MAX_CONNECTIONS", default_value_t = 10_000)]
+    pub max_connections: usize,
+
+    /// Open connections one client address holds at once; more are closed at accept (and
+    /// counted). Behind a proxy every client shares the proxy's address: raise it there.
+    #[arg(long, env = "MAX_CONNECTIONS_PER_IP", default_value_t = 256)]
+    pub max_connections_per_ip: usize,
+
     /// Store memory high-water mark, in percent of Redis `maxmemory`: while any Redis server
     /// (every master of a Redis Cluster) uses at least this much, new tasks (POST /tasks,
     /// invoke, stream, A2A messages) are refused with `503` and Retry-After, so that the
@@ -244,6 +260,27 @@ pub struct GatewayConfig {
     /// sent).
     #[arg(long, env = "GATEWAY_FAULT_POINT", hide = true)]
     pub fault_point: Option<String>,
+
+    /// Fair admission: task creations (POST /tasks, invoke, stream, A2A message:send and
+    /// message:stream) one client address may make per second, on average, across every
+    /// gateway of the namespace (GCRA in Redis); past it `429 rate_limited` with Retry-After.
+    /// 0 disables it.
+    #[arg(long, env = "RATE_PER_ADDRESS", default_value_t = 50.0)]
+    pub rate_per_address: f64,
+
+    /// Fair admission: task creations one owner (Task-Access-Token) may make per second, on
+    /// average, across every gateway. 0 (the default) disables it.
+    #[arg(long, env = "RATE_PER_OWNER", default_value_t = 0.0)]
+    pub rate_per_owner: f64,
+
+    /// Fair admission: creations a client address or owner may make at once, above its rate.
+    #[arg(long, env = "RATE_BURST", default_value_t = 100)]
+    pub rate_burst: u32,
+
+    /// Take the client address from `X-Forwarded-For`'s first hop instead of the TCP peer;
+    /// only behind a proxy that sets it (a client could otherwise pick its own address).
+    #[arg(long, env = "TRUST_FORWARDED_FOR", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub trust_forwarded_for: bool,
 
     /// Embedded mode only: tasks the in-process worker runs at once.
     #[arg(long, env = "WORKER_CONCURRENCY", default_value_t = 16)]

@@ -27,6 +27,7 @@ pub mod extract;
 pub mod observe;
 pub mod pay;
 pub mod prices;
+pub mod ratelimit;
 pub mod recent;
 pub mod request_id;
 pub mod routes;
@@ -49,6 +50,19 @@ pub(crate) const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id"
 /// once: request ids, the server span and HTTP metrics (no headers or bodies recorded: they
 /// carry tokens), body limit and body read timeout.
 pub fn app(state: AppState) -> Router {
+    app_with_limiter(
+        state,
+        std::sync::Arc::new(shared::ratelimit::MemoryRateLimiter::default()),
+    )
+}
+
+/// [`app`] with the rate limits of task creation kept in `limiter` (the store's Redis in
+/// cluster mode, so that every gateway shares them; see [`ratelimit`]).
+pub fn app_with_limiter(
+    state: AppState,
+    limiter: std::sync::Arc<dyn shared::ratelimit::RateLimiter>,
+) -> Router {
+    let limits = ratelimit::Limits::new(&state.config, limiter);
     let base = state.config.base_path();
     let limit = state.config.body_limit_bytes;
     let body_timeout = Duration::from_millis(state.config.body_timeout_ms);
@@ -67,6 +81,10 @@ pub fn app(state: AppState) -> Router {
     };
     mounted
         .fallback(routes::not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            limits,
+            ratelimit::admit,
+        ))
         // axum's own limit, not tower-http's: its rejection reaches our extractor, which answers
         // 413 with the profile's JSON body whether or not the client declared a length.
         .layer(axum::extract::DefaultBodyLimit::max(limit))

@@ -27,6 +27,8 @@ async fn main() -> anyhow::Result<()> {
         .as_ref()
         .map(|url| url.expose().to_owned())
         .or_else(|| (!config.redis_cluster_urls.is_empty()).then(String::new));
+    let mut limiter: Arc<dyn shared::ratelimit::RateLimiter> =
+        Arc::new(shared::ratelimit::MemoryRateLimiter::default());
     let state = match &cluster_store {
         Some(url) => {
             let mut store_config = RedisStoreConfig::new(url.clone());
@@ -86,6 +88,7 @@ async fn main() -> anyhow::Result<()> {
                     shutdown.clone(),
                 ));
             }
+            limiter = Arc::new(shared::ratelimit::RedisRateLimiter::new(&store));
             AppState {
                 payments,
                 store_memory,
@@ -117,9 +120,13 @@ async fn main() -> anyhow::Result<()> {
     let stop = shutdown.clone();
     gateway::serve::serve(
         listener,
-        gateway::app(state),
-        Duration::from_millis(config.header_timeout_ms),
-        Duration::from_secs(10),
+        gateway::app_with_limiter(state, limiter),
+        gateway::serve::Limits {
+            header_timeout: Duration::from_millis(config.header_timeout_ms),
+            drain_timeout: Duration::from_secs(10),
+            max_connections: config.max_connections.max(1),
+            max_connections_per_ip: config.max_connections_per_ip.max(1),
+        },
         async move {
             wait_for_signal().await;
             // Ends SSE streams and the embedded worker so the drain can finish.

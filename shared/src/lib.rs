@@ -18,6 +18,7 @@ pub mod credentials;
 pub mod idempotency;
 pub mod limits;
 pub mod protocol;
+pub mod ratelimit;
 pub mod registry;
 pub mod secret;
 pub mod store;

@@ -33,6 +33,7 @@ pub async fn handle(
     State(state): State<AppState>,
     OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
+    limits: Option<axum::Extension<crate::ratelimit::Deferred>>,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Response {
     let body = match body {
@@ -71,6 +72,15 @@ pub async fn handle(
         Ok(owner) => owner,
         Err(err) => return answer_error(id, &err),
     };
+    // Fair admission (see `crate::ratelimit`): only the methods that create tasks.
+    if matches!(
+        method.as_str(),
+        methods::SEND_MESSAGE | methods::SEND_STREAMING_MESSAGE
+    ) && let Some(axum::Extension(limits)) = &limits
+        && let Some(limited) = limits.check().await
+    {
+        return rate_limited(id, &limited);
+    }
     let caller = Caller {
         state: &state,
         owner,
@@ -198,6 +208,32 @@ fn answer_refusal(id: JsonRpcId, refusal: Refusal) -> Response {
         Refusal::Http(response) => response,
     }
 }
+
+/// Over a rate limit: HTTP `429` with `Retry-After` and the RateLimit fields, and the JSON-RPC
+/// error `-32000` (the range JSON-RPC leaves to servers; A2A defines no rate-limit code) with a
+/// `google.rpc.ErrorInfo` of reason `RATE_LIMITED`.
+fn rate_limited(id: JsonRpcId, limited: &crate::ratelimit::Limited) -> Response {
+    let info = serde_json::to_value(a2a::errordetails::TypedDetail::error_info(
+        "RATE_LIMITED",
+        a2a::errordetails::PROTOCOL_DOMAIN,
+        None,
+    ))
+    .unwrap_or(Value::Null);
+    let error = a2a::JsonRpcError {
+        code: RATE_LIMITED,
+        message: limited.message(),
+        data: Some(Value::Array(vec![info])),
+    };
+    let mut response = json(
+        StatusCode::TOO_MANY_REQUESTS,
+        &JsonRpcResponse::error(id, error),
+    );
+    limited.headers(&mut response);
+    response
+}
+
+/// The JSON-RPC error code of a request over a rate limit (see [`rate_limited`]).
+pub const RATE_LIMITED: i32 = -32000;
 
 pub fn answer_error(id: JsonRpcId, err: &A2aError) -> Response {
     let status = if err.unauthenticated {

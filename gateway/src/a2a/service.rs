@@ -130,12 +130,15 @@ pub async fn stream(
 ) -> Result<Reply<BoxStream<'static, StreamResponse>>, Refusal> {
     let started = start(caller, request).await?;
     let first = read_owned(caller.state, &caller.owner, &started.task_id).await?;
-    let events = follow(
-        caller.state.store.clone(),
-        caller.owner.clone(),
-        first,
-        started.watch,
-        true,
+    let events = bounded(
+        caller.state,
+        follow(
+            caller.state.store.clone(),
+            caller.owner.clone(),
+            first,
+            started.watch,
+            true,
+        ),
     );
     Ok(Reply {
         value: events,
@@ -166,13 +169,34 @@ pub async fn subscribe(
         stored.seq,
     )
     .await?;
-    Ok(follow(
-        caller.state.store.clone(),
-        caller.owner.clone(),
-        stored,
-        watch,
-        false,
+    Ok(bounded(
+        caller.state,
+        follow(
+            caller.state.store.clone(),
+            caller.owner.clone(),
+            stored,
+            watch,
+            false,
+        ),
     ))
+}
+
+/// `events` until the gateway shuts down or `--max-stream-ms` passes, whichever comes first:
+/// then the stream ends cleanly (the SSE body closes), and a client that still wants the task
+/// resubscribes or reads it with `GetTask`.
+fn bounded(
+    state: &AppState,
+    events: BoxStream<'static, StreamResponse>,
+) -> BoxStream<'static, StreamResponse> {
+    let shutdown = state.shutdown.clone();
+    let limit = Duration::from_millis(state.config.max_stream_ms);
+    let end = async move {
+        tokio::select! {
+            () = shutdown.cancelled() => tracing::debug!("an A2A stream ends: the gateway shuts down"),
+            () = tokio::time::sleep(limit) => tracing::debug!(limit_ms = limit.as_millis(), "an A2A stream ends: its maximum duration passed"),
+        }
+    };
+    events.take_until(end).boxed()
 }
 
 /// `GetTask`.

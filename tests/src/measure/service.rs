@@ -48,7 +48,12 @@ impl BenchProc {
         envs: &[(&str, String)],
     ) -> Res<BenchProc> {
         let mut command = Command::new(bin);
-        command.env_clear().envs(envs.iter().map(|(k, v)| (k, v)));
+        // Benches load one gateway from 127.0.0.1: fair admission's per-address limit is off
+        // (other services ignore the setting).
+        command
+            .env_clear()
+            .env("RATE_PER_ADDRESS", "0")
+            .envs(envs.iter().map(|(k, v)| (k, v)));
         BenchProc::spawn(command, name, log_dir.join(format!("{name}.log")))
     }
 

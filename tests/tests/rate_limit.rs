@@ -1,0 +1,308 @@
+//! Fair admission: the GCRA script against a real redis-server, and two real gateways on one
+//! Redis sharing each client address's and owner's quota of task creations.
+//!
+//! The rates are tiny (one request per 100 s), so that a quota never refills during a test:
+//! exactly the burst is admitted, whatever the machine's speed.
+
+use std::net::TcpListener;
+use std::time::Duration;
+
+use harness::process::ServiceProcess;
+use harness::redis_server::RedisServer;
+use serde_json::json;
+use shared::ratelimit::{Quota, RateLimiter, RedisRateLimiter, Subject, Verdict};
+use shared::store::{RedisStore, RedisStoreConfig};
+
+type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
+const PATIENCE: Duration = Duration::from_secs(30);
+const OWNER_A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+const OWNER_B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+
+fn subject(key: &str, burst: u32) -> TestResult<Subject> {
+    Ok(Subject {
+        policy: "per-address",
+        key: key.to_owned(),
+        quota: Quota::new(0.01, burst).ok_or("no quota")?,
+    })
+}
+
+#[tokio::test]
+async fn gcra_script_admits_the_burst_then_denies_with_retry_after() -> TestResult {
+    let server = RedisServer::start()?;
+    let mut config = RedisStoreConfig::new(server.url());
+    config.namespace = "rate-test".into();
+    let store = RedisStore::connect(config).await?;
+    let limiter = RedisRateLimiter::new(&store);
+    let a = [subject("addr:192.0.2.1", 3)?];
+    for _ in 0..3 {
+        assert!(matches!(limiter.check(&a).await?, Verdict::Admitted));
+    }
+    match limiter.check(&a).await? {
+        Verdict::Limited {
+            subject,
+            retry_after,
+        } => {
+            assert_eq!(subject.key, "addr:192.0.2.1");
+            // One request per 100 s: the next one is due within 100 s, not now.
+            assert!(retry_after > Duration::ZERO && retry_after <= Duration::from_secs(100));
+        }
+        Verdict::Admitted => return Err("the request past the burst was admitted".into()),
+    }
+    // The key is under the namespace's hash tag and expires (PEXPIRE) when the quota is whole.
+    let key = limiter.key("addr:192.0.2.1");
+    assert_eq!(key, "{rate-test}:rate:addr:192.0.2.1");
+    let mut conn = server.client().await?;
+    let pttl: i64 = redis::cmd("PTTL").arg(&key).query_async(&mut conn).await?;
+    assert!(pttl > 0 && pttl <= 300_000, "PTTL {pttl}");
+    // A denied request charged nobody: another subject checked with it is still whole.
+    let b = subject("owner:b", 3)?;
+    let both = [b.clone(), subject("addr:192.0.2.1", 3)?];
+    assert!(matches!(
+        limiter.check(&both).await?,
+        Verdict::Limited { .. }
+    ));
+    let untouched: Option<String> = redis::cmd("GET")
+        .arg(limiter.key("owner:b"))
+        .query_async(&mut conn)
+        .await?;
+    assert_eq!(untouched, None);
+    for _ in 0..3 {
+        assert!(matches!(
+            limiter.check(std::slice::from_ref(&b)).await?,
+            Verdict::Admitted
+        ));
+    }
+    Ok(())
+}
+
+fn free_port() -> Result<u16, std::io::Error> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+struct Gateway {
+    _process: ServiceProcess,
+    base: String,
+}
+
+async fn gateway(name: &str, redis: &RedisServer, extra: &[(&str, &str)]) -> TestResult<Gateway> {
+    let port = free_port()?;
+    let mut envs = vec![
+        ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
+        ("REDIS_URL", redis.url()),
+    ];
+    envs.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
+    let process = ServiceProcess::start("gateway", name, &[], &envs)?;
+    let gateway = Gateway {
+        _process: process,
+        base: format!("http://127.0.0.1:{port}"),
+    };
+    let client = reqwest::Client::new();
+    let start = tokio::time::Instant::now();
+    loop {
+        if let Ok(response) = client.get(format!("{}/health", gateway.base)).send().await
+            && response.status() == 200
+        {
+            return Ok(gateway);
+        }
+        if start.elapsed() > PATIENCE {
+            return Err(format!("{name} never became healthy").into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `POST /tasks` on `gateway` as `owner`, from `address` (`X-Forwarded-For`).
+async fn create(
+    client: &reqwest::Client,
+    gateway: &Gateway,
+    owner: &str,
+    address: &str,
+) -> TestResult<reqwest::Response> {
+    Ok(client
+        .post(format!("{}/tasks", gateway.base))
+        .header("Task-Access-Token", owner)
+        .header("X-Forwarded-For", address)
+        .json(&json!({"skillId": "echo", "input": {"text": "hi"}}))
+        .send()
+        .await?)
+}
+
+fn header(response: &reqwest::Response, name: &str) -> String {
+    response
+        .headers()
+        .get(name)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+async fn assert_limited(response: reqwest::Response, policy: &str) -> TestResult {
+    assert_eq!(response.status(), 429);
+    let retry_after: u64 = header(&response, "retry-after").parse()?;
+    assert!(
+        (1..=100).contains(&retry_after),
+        "Retry-After {retry_after}"
+    );
+    assert_eq!(
+        header(&response, "ratelimit-policy"),
+        format!("\"{policy}\";q=5;w=500")
+    );
+    assert_eq!(
+        header(&response, "ratelimit"),
+        format!("\"{policy}\";r=0;t={retry_after}")
+    );
+    let body: serde_json::Value = response.json().await?;
+    assert_eq!(body["error"]["code"], "rate_limited", "{body}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn two_gateways_share_each_address_quota() -> TestResult {
+    let redis = RedisServer::start()?;
+    let settings = [
+        ("RATE_PER_ADDRESS", "0.01"),
+        ("RATE_BURST", "5"),
+        ("TRUST_FORWARDED_FOR", "true"),
+    ];
+    let gateways = [
+        gateway("gateway-a", &redis, &settings).await?,
+        gateway("gateway-b", &redis, &settings).await?,
+    ];
+    let client = reqwest::Client::new();
+    for i in 0..5 {
+        let response = create(&client, &gateways[i % 2], OWNER_A, "203.0.113.7").await?;
+        assert_ne!(response.status(), 429, "request {i} within the burst");
+    }
+    // The sixth, on either gateway: the quota is the same one.
+    assert_limited(
+        create(&client, &gateways[1], OWNER_A, "203.0.113.7").await?,
+        "per-address",
+    )
+    .await?;
+    assert_limited(
+        create(&client, &gateways[0], OWNER_B, "203.0.113.7").await?,
+        "per-address",
+    )
+    .await?;
+    // Another address has its own quota.
+    let other = create(&client, &gateways[1], OWNER_A, "203.0.113.8").await?;
+    assert_ne!(other.status(), 429);
+    // Reads are never limited.
+    let listed = client
+        .get(format!("{}/tasks", gateways[0].base))
+        .header("Task-Access-Token", OWNER_A)
+        .header("X-Forwarded-For", "203.0.113.7")
+        .send()
+        .await?;
+    assert_ne!(listed.status(), 429);
+    Ok(())
+}
+
+#[tokio::test]
+async fn two_gateways_share_each_owner_quota() -> TestResult {
+    let redis = RedisServer::start()?;
+    let settings = [
+        ("RATE_PER_OWNER", "0.01"),
+        ("RATE_BURST", "5"),
+        ("RATE_PER_ADDRESS", "0"),
+    ];
+    let gateways = [
+        gateway("gateway-a", &redis, &settings).await?,
+        gateway("gateway-b", &redis, &settings).await?,
+    ];
+    let client = reqwest::Client::new();
+    for i in 0..5 {
+        let response = create(&client, &gateways[i % 2], OWNER_A, "203.0.113.7").await?;
+        assert_ne!(response.status(), 429, "request {i} within the burst");
+    }
+    assert_limited(
+        create(&client, &gateways[0], OWNER_A, "203.0.113.7").await?,
+        "per-owner",
+    )
+    .await?;
+    let other = create(&client, &gateways[1], OWNER_B, "203.0.113.7").await?;
+    assert_ne!(other.status(), 429);
+    Ok(())
+}
+
+/// A2A JSON-RPC `SendMessage` as `owner` from `address`.
+async fn send_message(
+    client: &reqwest::Client,
+    gateway: &Gateway,
+    method: &str,
+    address: &str,
+) -> TestResult<reqwest::Response> {
+    Ok(client
+        .post(format!("{}/a2a/jsonrpc", gateway.base))
+        .header("Authorization", format!("Bearer {OWNER_A}"))
+        .header("A2A-Version", "1.0")
+        .header("X-Forwarded-For", address)
+        .json(&json!({
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": method,
+            "params": {"message": {
+                "messageId": "m-1",
+                "role": "ROLE_USER",
+                "parts": [{"text": "hi"}],
+                "metadata": {"skillId": "echo"},
+            }},
+        }))
+        .send()
+        .await?)
+}
+
+#[tokio::test]
+async fn a2a_send_message_is_limited_and_other_methods_are_not() -> TestResult {
+    let redis = RedisServer::start()?;
+    let settings = [
+        ("RATE_PER_ADDRESS", "0.01"),
+        ("RATE_BURST", "5"),
+        ("TRUST_FORWARDED_FOR", "true"),
+    ];
+    let gateways = [
+        gateway("gateway-a", &redis, &settings).await?,
+        gateway("gateway-b", &redis, &settings).await?,
+    ];
+    let client = reqwest::Client::new();
+    // Reads (GetTask) never count.
+    for i in 0..8 {
+        let response = send_message(&client, &gateways[i % 2], "GetTask", "203.0.113.9").await?;
+        assert_ne!(response.status(), 429);
+    }
+    for i in 0..5 {
+        let response =
+            send_message(&client, &gateways[i % 2], "SendMessage", "203.0.113.9").await?;
+        assert_ne!(response.status(), 429, "request {i} within the burst");
+    }
+    let response = send_message(&client, &gateways[1], "SendMessage", "203.0.113.9").await?;
+    assert_eq!(response.status(), 429);
+    let retry_after: u64 = header(&response, "retry-after").parse()?;
+    assert!((1..=100).contains(&retry_after));
+    assert_eq!(
+        header(&response, "ratelimit-policy"),
+        "\"per-address\";q=5;w=500"
+    );
+    assert_eq!(
+        header(&response, "ratelimit"),
+        format!("\"per-address\";r=0;t={retry_after}")
+    );
+    let body: serde_json::Value = response.json().await?;
+    assert_eq!(body["error"]["code"], -32000, "{body}");
+    assert_eq!(body["error"]["data"][0]["reason"], "RATE_LIMITED", "{body}");
+    // The HTTP+JSON binding shares the quota and answers AIP-193's RESOURCE_EXHAUSTED.
+    let rest = client
+        .post(format!("{}/a2a/v1/message:send", gateways[0].base))
+        .header("Authorization", format!("Bearer {OWNER_A}"))
+        .header("A2A-Version", "1.0")
+        .header("X-Forwarded-For", "203.0.113.9")
+        .json(&json!({"message": {"messageId": "m-2", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}))
+        .send()
+        .await?;
+    assert_eq!(rest.status(), 429);
+    assert!(!header(&rest, "retry-after").is_empty());
+    let body: serde_json::Value = rest.json().await?;
+    assert_eq!(body["error"]["status"], "RESOURCE_EXHAUSTED", "{body}");
+    Ok(())
+}
