@@ -22,7 +22,6 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use shared::protocol::ErrorCode;
 use shared::ratelimit::{Quota, RateLimiter, Subject, Verdict};
-use shared::token::AccessToken;
 
 use crate::config::GatewayConfig;
 use crate::error::ApiError;
@@ -174,22 +173,12 @@ fn client_address(request: &Request, trust_forwarded_for: bool) -> Option<IpAddr
         .map(|ConnectInfo(peer)| peer.ip())
 }
 
-/// The owner the request's token stands for (`Task-Access-Token`, or `Authorization: Bearer`).
+/// The owner the request's token stands for (`Authorization: Bearer` or `Task-Access-Token`,
+/// read as the A2A binding reads it).
 fn owner(headers: &HeaderMap) -> Option<String> {
-    let text = headers
-        .get(crate::extract::TASK_ACCESS_TOKEN)
-        .and_then(|value| value.to_str().ok())
-        .map(str::to_owned)
-        .or_else(|| {
-            let authorization = headers.get(header::AUTHORIZATION)?.to_str().ok()?.trim();
-            let (scheme, credential) = authorization.split_once(' ')?;
-            scheme
-                .eq_ignore_ascii_case("bearer")
-                .then(|| credential.trim().to_owned())
-        })?;
-    AccessToken::parse(&text)
+    crate::a2a::caller::owner(headers)
         .ok()
-        .map(|token| token.owner_hash().as_str().to_owned())
+        .map(|owner| owner.as_str().to_owned())
 }
 
 /// The middleware: checks the creating routes' requests against the limits (and leaves the

@@ -15,7 +15,8 @@
 //!   HTTP/2 client that answers PINGs may keep an idle connection open; the connection caps
 //!   bound how many such connections there are.
 //! - how many connections are open: `max_connections` in total and `max_connections_per_ip`
-//!   per client address; more are closed at accept, each counted in [`Limits::refused`].
+//!   per client address; more are closed at accept and counted, logged at `warn` for the first
+//!   and every 1,000th refusal (a flood of connections must not become a flood of log lines).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -102,10 +103,14 @@ impl Drop for IpGuard {
 /// Connections refused at accept, over either cap, since the process started.
 static REFUSED: AtomicU64 = AtomicU64::new(0);
 
-impl Limits {
-    /// Connections refused at accept (over `max_connections` or `max_connections_per_ip`).
-    pub fn refused() -> u64 {
-        REFUSED.load(Ordering::Relaxed)
+/// Counts a refused connection; logs the first and every 1,000th at `warn`, the rest at
+/// `debug`.
+fn refuse(peer: std::net::SocketAddr, max: usize, why: &'static str) {
+    let refused = REFUSED.fetch_add(1, Ordering::Relaxed) + 1;
+    if refused == 1 || refused.is_multiple_of(1_000) {
+        tracing::warn!(peer = %peer, refused, max, "connection refused: {why}");
+    } else {
+        tracing::debug!(peer = %peer, refused, max, "connection refused: {why}");
     }
 }
 
@@ -148,14 +153,16 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let Ok(permit) = total.clone().try_acquire_owned() else {
-            let refused = REFUSED.fetch_add(1, Ordering::Relaxed) + 1;
-            tracing::warn!(peer = %peer, refused, max = limits.max_connections, "connection refused: too many open connections");
+            refuse(peer, limits.max_connections, "too many open connections");
             drop(stream);
             continue;
         };
         let Some(ip_guard) = per_ip.try_add(peer.ip(), limits.max_connections_per_ip) else {
-            let refused = REFUSED.fetch_add(1, Ordering::Relaxed) + 1;
-            tracing::warn!(peer = %peer, refused, max = limits.max_connections_per_ip, "connection refused: too many open connections from this address");
+            refuse(
+                peer,
+                limits.max_connections_per_ip,
+                "too many open connections from this address",
+            );
             drop(stream);
             continue;
         };

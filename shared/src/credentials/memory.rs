@@ -25,7 +25,7 @@ struct Record {
 
 pub struct MemoryCredentials {
     records: Mutex<HashMap<String, Record>>,
-    /// Marks (`mark_once`, `mark`) by key, with their expiry.
+    /// Marks (`mark`) by key, with their expiry.
     marks: Mutex<HashMap<String, Instant>>,
     /// Issued nonces, bounded like the Redis set.
     nonces: Mutex<Nonces>,
@@ -140,16 +140,6 @@ fn live<'a>(records: &'a mut HashMap<String, Record>, key: &str) -> Option<&'a m
 
 #[async_trait]
 impl CredentialLedger for MemoryCredentials {
-    async fn mark_once(&self, key: &str, ttl: Duration) -> Result<bool, StoreError> {
-        Ok(self.marks(|marks, now| {
-            if marks.get(key).is_some_and(|expires| *expires > now) {
-                return false;
-            }
-            marks.insert(key.to_owned(), now + ttl);
-            true
-        }))
-    }
-
     async fn mark(&self, key: &str, ttl: Duration) -> Result<(), StoreError> {
         self.marks(|marks, now| marks.insert(key.to_owned(), now + ttl));
         Ok(())

@@ -97,11 +97,6 @@ pub trait CredentialLedger: Send + Sync + 'static {
     /// were lost. Records gone meanwhile are skipped.
     async fn stuck(&self, older_than: Duration, limit: usize) -> Result<Vec<Stuck>, StoreError>;
 
-    /// Sets mark `key` for `ttl` unless it is set: true the first time, false after,
-    /// cluster-wide. (Sign-In-With-X nonces are spent with [`CredentialLedger::take_nonce`]
-    /// instead: only nonces that were issued pass.)
-    async fn mark_once(&self, key: &str, ttl: Duration) -> Result<bool, StoreError>;
-
     /// Sets (or renews) mark `key` for `ttl` (an entitlement).
     async fn mark(&self, key: &str, ttl: Duration) -> Result<(), StoreError>;
 

@@ -80,7 +80,7 @@ impl RedisCredentials {
         )
     }
 
-    /// A mark's name (`mark_once`, `mark`): `{ns}:mark:<sha256(key)>`.
+    /// A mark's name (`mark`): `{ns}:mark:<sha256(key)>`.
     pub fn mark_key(&self, key: &str) -> String {
         format!(
             "{}{}",
@@ -147,17 +147,6 @@ impl CredentialLedger for RedisCredentials {
         CredentialState::parse(&held)
             .map(ClaimOutcome::Held)
             .ok_or_else(|| StoreError::Corrupt(format!("credential record in state {held:?}")))
-    }
-
-    async fn mark_once(&self, key: &str, ttl: Duration) -> Result<bool, StoreError> {
-        let mut cmd = redis::cmd("SET");
-        cmd.arg(self.mark_key(key))
-            .arg("1")
-            .arg("NX")
-            .arg("PX")
-            .arg(ttl.as_millis().max(1).to_string());
-        let set: Option<String> = self.store.query(&mut cmd).await?;
-        Ok(set.is_some())
     }
 
     async fn mark(&self, key: &str, ttl: Duration) -> Result<(), StoreError> {
