@@ -17,6 +17,7 @@
 //!   machine CPU, quiet-machine waits, medians and percentiles, report output).
 pub mod chaos;
 pub mod cut_proxy;
+pub mod hostile;
 pub mod measure;
 pub mod otlp;
 pub mod paid;
