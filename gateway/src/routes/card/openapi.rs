@@ -686,8 +686,8 @@ fn task_schemas() -> Value {
                                     "required": ["parts"],
                                     "properties": {"parts": {
                                         "type": "array",
-                                        "description": "The first part's text is the input, unparsed",
-                                        "items": {"type": "object", "properties": {"text": {"type": "string"}}}
+                                        "description": "The text of the first part that has one is the input, unparsed",
+                                        "items": {"type": "object", "properties": {"text": {"type": ["string", "null"]}}}
                                     }}
                                 }
                             ]}
