@@ -452,15 +452,12 @@ async fn openapi_describes_every_route() -> TestResult {
             ["text/event-stream"]
             .is_object()
     );
-    // Priced routes answer 402 with the x402 challenge (the embedded built-ins are free: only
-    // task creation may be priced here).
-    for (path, method) in [("/tasks", "post")] {
-        assert_eq!(
-            paths[path][method]["responses"]["402"],
-            json!({"$ref": "#/components/responses/PaymentRequired"}),
-            "{method} {path}"
-        );
-    }
+    // Task creation may be priced: 402 with the x402 challenge. (The embedded built-ins are
+    // free, so their own paths have no 402; see priced_entrypoint_paths_answer_402.)
+    assert_eq!(
+        paths["/tasks"]["post"]["responses"]["402"],
+        json!({"$ref": "#/components/responses/PaymentRequired"})
+    );
     let payment_required = &doc["components"]["responses"]["PaymentRequired"];
     assert!(payment_required["headers"]["PAYMENT-REQUIRED"].is_object());
     assert_eq!(parameters["PaymentSignature"]["name"], "PAYMENT-SIGNATURE");
@@ -781,5 +778,38 @@ async fn openapi_matches_what_the_server_does() -> TestResult {
     let parameter = &doc["components"]["parameters"][name];
     assert_eq!(parameter["name"], "Idempotency-Key");
     assert!(parameter["schema"]["maxLength"].is_null(), "{parameter}");
+    Ok(())
+}
+
+/// A priced entrypoint's own paths take the payment headers and answer the 402 challenge; a
+/// free one's neither.
+#[tokio::test]
+async fn priced_entrypoint_paths_answer_402() -> TestResult {
+    let gw = start(GatewayConfig::for_tests()).await?;
+    let worker = priced_worker("zz-paid", "paid", true, Some("0.01"));
+    gw.state
+        .registry
+        .heartbeat(&worker, Duration::from_secs(60))
+        .await?;
+    let doc = get(&gw.app, "/openapi.json", &[]).await?.json()?;
+    let paths = &doc["paths"];
+    for path in ["/entrypoints/paid/invoke", "/entrypoints/paid/stream"] {
+        let operation = &paths[path]["post"];
+        assert_eq!(
+            operation["responses"]["402"],
+            json!({"$ref": "#/components/responses/PaymentRequired"}),
+            "{path}"
+        );
+        assert!(
+            operation["parameters"]
+                .as_array()
+                .is_some_and(|parameters| parameters
+                    .contains(&json!({"$ref": "#/components/parameters/XPayment"}))),
+            "{path}"
+        );
+    }
+    let free = &paths["/entrypoints/echo/invoke"]["post"];
+    assert!(free.is_object());
+    assert!(free["responses"]["402"].is_null());
     Ok(())
 }
