@@ -688,6 +688,22 @@ async fn the_documented_status_filter_is_the_one_the_server_takes() -> TestResul
     Ok(())
 }
 
+/// The largest documented offset is taken (an empty page), and one past what the server parses
+/// is not documented (schemathesis sent a 36-digit offset the document allowed).
+#[tokio::test]
+async fn the_documented_offset_bound_is_taken() -> TestResult {
+    let gw = Gateway::start().await?;
+    let doc = gw.get("/openapi.json", None).await?.json()?;
+    let maximum = doc["paths"]["/tasks"]["get"]["parameters"]
+        .as_array()
+        .and_then(|parameters| parameters.iter().find(|p| p["name"] == "offset"))
+        .and_then(|parameter| parameter["schema"]["maximum"].as_u64())
+        .ok_or("no documented maximum offset")?;
+    let page = gw.list_page(&format!("?offset={maximum}")).await?;
+    assert_eq!(page["tasks"], json!([]));
+    Ok(())
+}
+
 #[tokio::test]
 async fn list_filters_by_context_and_status_and_pages() -> TestResult {
     let gw = Gateway::start().await?;
