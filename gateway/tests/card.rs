@@ -421,8 +421,8 @@ async fn openapi_describes_every_route() -> TestResult {
         ("/.well-known/agent-card.json", "get"),
         ("/.well-known/agent.json", "get"),
         ("/entrypoints", "get"),
-        ("/entrypoints/{key}/invoke", "post"),
-        ("/entrypoints/{key}/stream", "post"),
+        ("/entrypoints/echo/invoke", "post"),
+        ("/entrypoints/count/stream", "post"),
         ("/tasks", "post"),
         ("/tasks", "get"),
         ("/tasks/{taskId}", "get"),
@@ -448,22 +448,16 @@ async fn openapi_describes_every_route() -> TestResult {
             .is_object()
     );
     assert!(
-        paths["/entrypoints/{key}/stream"]["post"]["responses"]["200"]["content"]
+        paths["/entrypoints/count/stream"]["post"]["responses"]["200"]["content"]
             ["text/event-stream"]
             .is_object()
     );
-    // Priced routes answer 402 with the x402 challenge.
-    for (path, method) in [
-        ("/entrypoints/{key}/invoke", "post"),
-        ("/entrypoints/{key}/stream", "post"),
-        ("/tasks", "post"),
-    ] {
-        assert_eq!(
-            paths[path][method]["responses"]["402"],
-            json!({"$ref": "#/components/responses/PaymentRequired"}),
-            "{method} {path}"
-        );
-    }
+    // Task creation may be priced: 402 with the x402 challenge. (The embedded built-ins are
+    // free, so their own paths have no 402; see priced_entrypoint_paths_answer_402.)
+    assert_eq!(
+        paths["/tasks"]["post"]["responses"]["402"],
+        json!({"$ref": "#/components/responses/PaymentRequired"})
+    );
     let payment_required = &doc["components"]["responses"]["PaymentRequired"];
     assert!(payment_required["headers"]["PAYMENT-REQUIRED"].is_object());
     assert_eq!(parameters["PaymentSignature"]["name"], "PAYMENT-SIGNATURE");
@@ -693,5 +687,129 @@ async fn disagreeing_workers_show_the_highest_price() -> TestResult {
     );
     let landing = get(&gw.app, "/", &[]).await?.text()?;
     assert!(landing.contains("Price: invoke 0.0100, stream 0.0100"));
+    Ok(())
+}
+
+/// What schemathesis (scripts/schemathesis) found against the document: each entrypoint's
+/// path carries its own input schema (a generic `{key}` path promised input the entrypoint
+/// refuses), SSE events are described as events (`event`, `data` with JSON content), the
+/// status filter is enumerated, cancelling a finished task's 400 is documented, and task
+/// creation does not claim to bound an Idempotency-Key it does not use.
+#[tokio::test]
+async fn openapi_matches_what_the_server_does() -> TestResult {
+    let gw = start(GatewayConfig::for_tests()).await?;
+    let doc = get(&gw.app, "/openapi.json", &[]).await?.json()?;
+    let paths = doc["paths"].as_object().ok_or("no paths")?;
+    assert!(!paths.contains_key("/entrypoints/{key}/invoke"));
+    assert!(!paths.contains_key("/entrypoints/{key}/stream"));
+    for key in BUILTINS {
+        assert!(
+            paths.contains_key(&format!("/entrypoints/{key}/invoke")),
+            "{key}"
+        );
+    }
+    // Only streaming entrypoints have a stream path.
+    assert!(paths.contains_key("/entrypoints/count/stream"));
+    assert!(!paths.contains_key("/entrypoints/echo/stream"));
+
+    // sleep's own schema, in the `input` member or as the whole body.
+    let card = get(&gw.app, "/.well-known/agent-card.json", &[])
+        .await?
+        .json()?;
+    let sleep_schema = &card["entrypoints"]["sleep"]["input_schema"];
+    assert!(
+        sleep_schema["properties"]["ms"].is_object(),
+        "{sleep_schema}"
+    );
+    let body = &paths["/entrypoints/sleep/invoke"]["post"]["requestBody"]["content"]["application/json"]
+        ["schema"];
+    assert_eq!(body["anyOf"][0]["properties"]["input"], *sleep_schema);
+    assert_eq!(body["anyOf"][1], *sleep_schema);
+
+    let stream_event = &paths["/entrypoints/count/stream"]["post"]["responses"]["200"]["content"]["text/event-stream"]
+        ["schema"];
+    assert_eq!(stream_event["type"], "object");
+    assert_eq!(
+        stream_event["properties"]["data"]["contentSchema"],
+        json!({"$ref": "#/components/schemas/RunEvent"})
+    );
+    assert_eq!(stream_event["properties"]["event"]["enum"][0], "run-start");
+    let task_event = &paths["/tasks/{taskId}/subscribe"]["get"]["responses"]["200"]["content"]["text/event-stream"]
+        ["schema"];
+    assert_eq!(
+        task_event["properties"]["event"]["enum"],
+        json!(["statusUpdate", "resultUpdate", "error"])
+    );
+    assert_eq!(
+        task_event["properties"]["data"]["contentMediaType"],
+        "application/json"
+    );
+
+    let status = paths["/tasks"]["get"]["parameters"]
+        .as_array()
+        .and_then(|parameters| parameters.iter().find(|p| p["name"] == "status"))
+        .ok_or("no status parameter")?;
+    let pattern = status["schema"]["pattern"].as_str().ok_or("no pattern")?;
+    for state in ["running", "completed", "failed", "cancelled"] {
+        assert!(pattern.contains(state), "{pattern}");
+    }
+
+    let cancel_400 = &paths["/tasks/{taskId}/cancel"]["post"]["responses"]["400"];
+    assert!(
+        cancel_400["description"]
+            .as_str()
+            .is_some_and(|text| text.contains("invalid_state")),
+        "{cancel_400}"
+    );
+
+    let create_key = paths["/tasks"]["post"]["parameters"]
+        .as_array()
+        .and_then(|parameters| {
+            parameters.iter().find(|p| {
+                p["$ref"].is_string()
+                    && p["$ref"]
+                        .as_str()
+                        .is_some_and(|r| r.contains("Idempotency"))
+            })
+        })
+        .and_then(|p| p["$ref"].as_str())
+        .ok_or("no Idempotency-Key on POST /tasks")?;
+    let name = create_key.rsplit('/').next().ok_or("bad ref")?;
+    let parameter = &doc["components"]["parameters"][name];
+    assert_eq!(parameter["name"], "Idempotency-Key");
+    assert!(parameter["schema"]["maxLength"].is_null(), "{parameter}");
+    Ok(())
+}
+
+/// A priced entrypoint's own paths take the payment headers and answer the 402 challenge; a
+/// free one's neither.
+#[tokio::test]
+async fn priced_entrypoint_paths_answer_402() -> TestResult {
+    let gw = start(GatewayConfig::for_tests()).await?;
+    let worker = priced_worker("zz-paid", "paid", true, Some("0.01"));
+    gw.state
+        .registry
+        .heartbeat(&worker, Duration::from_secs(60))
+        .await?;
+    let doc = get(&gw.app, "/openapi.json", &[]).await?.json()?;
+    let paths = &doc["paths"];
+    for path in ["/entrypoints/paid/invoke", "/entrypoints/paid/stream"] {
+        let operation = &paths[path]["post"];
+        assert_eq!(
+            operation["responses"]["402"],
+            json!({"$ref": "#/components/responses/PaymentRequired"}),
+            "{path}"
+        );
+        assert!(
+            operation["parameters"]
+                .as_array()
+                .is_some_and(|parameters| parameters
+                    .contains(&json!({"$ref": "#/components/parameters/XPayment"}))),
+            "{path}"
+        );
+    }
+    let free = &paths["/entrypoints/echo/invoke"]["post"];
+    assert!(free.is_object());
+    assert!(free["responses"]["402"].is_null());
     Ok(())
 }

@@ -280,6 +280,21 @@ async fn invoke_reads_input_like_upstream() -> TestResult {
     Ok(())
 }
 
+/// JSON Schema counts `3.0` as an integer, so the gateway lets it through `count`'s schema;
+/// the handler must then take it as 3, not refuse it (schemathesis found the refusal).
+#[tokio::test]
+async fn a_whole_float_is_an_integer_like_the_schema_says() -> TestResult {
+    let gw = start(GatewayConfig::for_tests()).await?;
+    let reply = invoke(&gw, "count", r#"{"input":{"n":3.0}}"#).await?;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    assert_eq!(reply.json()?["output"], json!({"count": 3}));
+    // A fraction is still no integer: the schema refuses it before any run.
+    let reply = invoke(&gw, "count", r#"{"input":{"n":2.5}}"#).await?;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.text());
+    assert_eq!(reply.json()?["error"]["code"], "invalid_input");
+    Ok(())
+}
+
 #[tokio::test]
 async fn invoke_reports_usage_and_model_in_order() -> TestResult {
     let gw = start(GatewayConfig::for_tests()).await?;

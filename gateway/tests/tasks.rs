@@ -646,6 +646,72 @@ async fn a_missing_token_is_401_and_a_wrong_one_looks_like_a_missing_task() -> T
 
 // ----- GET /tasks -----
 
+/// `GET /tasks?status=` takes exactly what /openapi.json says it takes (schemathesis found the
+/// document allowing any string while the server refuses all but the four states).
+#[tokio::test]
+async fn the_documented_status_filter_is_the_one_the_server_takes() -> TestResult {
+    let gw = Gateway::start().await?;
+    let doc = gw.get("/openapi.json", None).await?.json()?;
+    let schema = doc["paths"]["/tasks"]["get"]["parameters"]
+        .as_array()
+        .and_then(|parameters| parameters.iter().find(|p| p["name"] == "status"))
+        .map(|parameter| parameter["schema"].clone())
+        .ok_or("no status parameter")?;
+    for value in [
+        "",
+        "running",
+        "completed,failed",
+        " running , cancelled ",
+        "running,running",
+        "pending",
+        "Running",
+        "running,",
+        ",running",
+        "running;failed",
+        "running completed",
+    ] {
+        let documented = jsonschema::is_valid(&schema, &json!(value));
+        let query = value.replace(' ', "%20").replace(';', "%3B");
+        let reply = gw
+            .get(&format!("/tasks?status={query}"), Some(TOKEN))
+            .await?;
+        let taken = match reply.status {
+            StatusCode::OK => true,
+            StatusCode::BAD_REQUEST => false,
+            other => return Err(fail(format!("status={value:?}: {other}"))),
+        };
+        assert_eq!(
+            documented, taken,
+            "status={value:?}: documented {documented}, taken {taken}"
+        );
+    }
+    Ok(())
+}
+
+/// The document sets no maximum offset, so any non-negative integer is taken: past `usize` it is
+/// an empty page, as upstream answers, not a 400 (schemathesis sent a 36-digit offset).
+#[tokio::test]
+async fn an_offset_of_any_size_is_an_empty_page() -> TestResult {
+    let gw = Gateway::start().await?;
+    gw.create(TOKEN, message("echo", "1")).await?;
+    for offset in [
+        "18446744073709551615",
+        "871873475249897693317559146573201408",
+    ] {
+        let page = gw.list_page(&format!("?offset={offset}")).await?;
+        assert_eq!(page["tasks"], json!([]), "offset {offset}");
+        assert_eq!(page["total"], 1, "offset {offset}");
+        assert_eq!(page["hasMore"], false, "offset {offset}");
+    }
+    for offset in ["-1", "1.5", "x"] {
+        let reply = gw
+            .get(&format!("/tasks?offset={offset}"), Some(TOKEN))
+            .await?;
+        reply.expect_status(StatusCode::BAD_REQUEST)?;
+    }
+    Ok(())
+}
+
 #[tokio::test]
 async fn list_filters_by_context_and_status_and_pages() -> TestResult {
     let gw = Gateway::start().await?;

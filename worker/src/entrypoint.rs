@@ -62,7 +62,7 @@ impl Entrypoint {
         let handler = move |input: Value, ctx: TaskContext| {
             let f = f.clone();
             async move {
-                let input: I = serde_json::from_value(input)
+                let input: I = serde_json::from_value(integral_numbers(input))
                     .map_err(|err| HandlerError::invalid_input(err.to_string()))?;
                 let output = f(input, ctx).await?;
                 let output = serde_json::to_value(output)
@@ -223,8 +223,39 @@ impl Entrypoints {
     }
 }
 
+/// JSON Schema counts `7.0` as an integer, so input the gateway let through as valid must not
+/// fail to decode into an integer field: whole floats become integers before decoding.
+fn integral_numbers(value: Value) -> Value {
+    match value {
+        Value::Number(number) if !number.is_i64() && !number.is_u64() => match number.as_f64() {
+            Some(float) if float.fract() == 0.0 && float >= 0.0 && float < u64::MAX as f64 => {
+                Value::from(float as u64)
+            }
+            Some(float) if float.fract() == 0.0 && float < 0.0 && float >= i64::MIN as f64 => {
+                Value::from(float as i64)
+            }
+            _ => Value::Number(number),
+        },
+        Value::Array(items) => Value::Array(items.into_iter().map(integral_numbers).collect()),
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(key, value)| (key, integral_numbers(value)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn whole_floats_decode_as_integers() {
+        assert_eq!(
+            integral_numbers(json!({"n": 591.0, "list": [7.0, -3.0, 1.5], "s": "2.0"})),
+            json!({"n": 591, "list": [7, -3, 1.5], "s": "2.0"})
+        );
+    }
+
     use super::*;
 
     #[test]

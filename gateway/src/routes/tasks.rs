@@ -255,10 +255,8 @@ fn list_query(pairs: &[(String, String)]) -> Result<ListQuery, ApiError> {
     };
     let offset = match param("offset") {
         None => 0,
-        Some(text) => text
-            .trim()
-            .parse::<usize>()
-            .map_err(|_| invalid_request("offset must be a non-negative integer"))?,
+        Some(text) => parse_offset(text.trim())
+            .ok_or_else(|| invalid_request("offset must be a non-negative integer"))?,
     };
     Ok(ListQuery {
         context_id: param("contextId").map(str::to_owned),
@@ -266,6 +264,16 @@ fn list_query(pairs: &[(String, String)]) -> Result<ListQuery, ApiError> {
         limit,
         offset,
     })
+}
+
+/// A non-negative integer of any size, as upstream takes it: one past `usize` skips every task
+/// (an empty page) rather than failing a request the document allows.
+fn parse_offset(text: &str) -> Option<usize> {
+    match text.parse::<usize>() {
+        Ok(offset) => Some(offset),
+        Err(err) if *err.kind() == std::num::IntErrorKind::PosOverflow => Some(usize::MAX),
+        Err(_) => None,
+    }
 }
 
 async fn list(

@@ -151,11 +151,10 @@ async fn openapi_document(
     let (parts, _) = request.into_parts();
     let (headers, uri) = (&parts.headers, &parts.uri);
     let base = base_url(&state, headers, uri);
-    // Not built from the registry, but kept with its documents all the same: it is as
-    // costly to build as the card.
+    // Each entrypoint's paths carry its own input schema, so it is built from the registry.
     let snapshot = state.snapshot().await?;
-    let document = snapshot.document(Document::OpenApi, &base, |_| {
-        to_json(&openapi::document(&state.config, &base))
+    let document = snapshot.document(Document::OpenApi, &base, |entrypoints| {
+        to_json(&openapi::document(&state.config, &base, entrypoints))
     })?;
     Ok(cached(headers, JSON, &document))
 }

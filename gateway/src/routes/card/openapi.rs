@@ -9,6 +9,8 @@
 
 use serde_json::{Value, json};
 
+use shared::registry::EntrypointInfo;
+
 use crate::config::GatewayConfig;
 
 /// Error codes of `{"error":{"code"}}` (shared's `ErrorCode`; a test checks each parses).
@@ -41,6 +43,7 @@ pub const ERROR_CODES: &[&str] = &[
     "policy_violation",
     "service_unavailable",
     "task_attempts_exhausted",
+    "rate_limited",
 ];
 
 fn schema(name: &str) -> Value {
@@ -62,15 +65,26 @@ fn json_body(schema: Value, description: &str) -> Value {
     })
 }
 
-fn sse_body(description: &str) -> Value {
+/// OpenAPI 3.1 reads the `schema` of `text/event-stream` as the schema of one event, an object
+/// of its fields (`event`, `data`, `id`, `retry`); `data` is JSON, described by `contentSchema`.
+fn sse_body(description: &str, event: Value) -> Value {
     json!({
         "description": description,
-        "content": {"text/event-stream": {"schema": {"type": "string"}}}
+        "content": {"text/event-stream": {"schema": event}}
     })
 }
 
-/// The document, with `base_url` (origin plus base path) as its server.
-pub fn document(config: &GatewayConfig, base_url: &str) -> Value {
+/// The document, with `base_url` (origin plus base path) as its server. Each entrypoint the
+/// live workers host gets its own `invoke` (and, when it streams, `stream`) path with its own
+/// input schema: a generic `{key}` path could only promise "any input", which every entrypoint
+/// with a schema refuses.
+pub fn document(config: &GatewayConfig, base_url: &str, entrypoints: &[EntrypointInfo]) -> Value {
+    let mut paths = paths();
+    if let Some(all) = paths.as_object_mut() {
+        for entrypoint in entrypoints {
+            all.extend(entrypoint_paths(entrypoint));
+        }
+    }
     json!({
         "openapi": "3.1.0",
         "info": {
@@ -90,7 +104,7 @@ pub fn document(config: &GatewayConfig, base_url: &str) -> Value {
             {"name": "tasks", "description": "Owned asynchronous tasks (Task-Access-Token)"},
             {"name": "operations", "description": "Liveness and readiness"}
         ],
-        "paths": paths(),
+        "paths": paths,
         "components": components(),
     })
 }
@@ -142,64 +156,6 @@ fn paths() -> Value {
                 "503": response("Unavailable")
             }
         }},
-        "/entrypoints/{key}/invoke": {"post": {
-            "tags": ["entrypoints"],
-            "operationId": "invoke",
-            "summary": "Run an entrypoint and wait for its result",
-            "parameters": [
-                parameter("EntrypointKey"),
-                parameter("IdempotencyKey"),
-                parameter("PaymentSignature"),
-                parameter("XPayment")
-            ],
-            "requestBody": {
-                "required": true,
-                "content": {"application/json": {"schema": schema("InvokeRequest")}}
-            },
-            "responses": {
-                "200": {
-                    "description": "The run succeeded. A replay of an Idempotency-Key \
-                        carries Idempotency-Replayed: true.",
-                    "headers": {"Idempotency-Replayed": {
-                        "description": "true when this is the stored response of an earlier request with the same Idempotency-Key",
-                        "schema": {"type": "string", "enum": ["true"]}
-                    }},
-                    "content": {"application/json": {"schema": schema("InvokeResponse")}}
-                },
-                "400": response("BadRequest"),
-                "402": response("PaymentRequired"),
-                "404": response("NotFound"),
-                "409": response("Conflict"),
-                "500": response("InternalError"),
-                "501": response("NotImplemented"),
-                "503": response("Unavailable")
-            }
-        }},
-        "/entrypoints/{key}/stream": {"post": {
-            "tags": ["entrypoints"],
-            "operationId": "stream",
-            "summary": "Run a streaming entrypoint, following its events",
-            "description": "Server-sent events, each with `id:` (sequence), `event:` (kind) \
-                and `data:` (a RunEvent). Kinds: run-start, text, delta, asset, control, \
-                error, run-end. The stream ends after run-end.",
-            "parameters": [
-                parameter("EntrypointKey"),
-                parameter("PaymentSignature"),
-                parameter("XPayment")
-            ],
-            "requestBody": {
-                "required": true,
-                "content": {"application/json": {"schema": schema("InvokeRequest")}}
-            },
-            "responses": {
-                "200": sse_body("Run events (data: RunEvent)"),
-                "400": response("BadRequest"),
-                "402": response("PaymentRequired"),
-                "404": response("NotFound"),
-                "501": response("NotImplemented"),
-                "503": response("Unavailable")
-            }
-        }},
         "/tasks": {
             "post": {
                 "tags": ["tasks"],
@@ -210,7 +166,7 @@ fn paths() -> Value {
                     for paid skills); free skills generate one when it is absent.",
                 "parameters": [
                     parameter("TaskAccessTokenOptional"),
-                    parameter("IdempotencyKey"),
+                    parameter("IdempotencyKeyIgnored"),
                     parameter("PaymentSignature"),
                     parameter("XPayment")
                 ],
@@ -219,11 +175,18 @@ fn paths() -> Value {
                     "content": {"application/json": {"schema": schema("SendMessageRequest")}}
                 },
                 "responses": {
-                    "200": json_body(schema("SendMessageResponse"), "Task created"),
+                    "200": {
+                        "description": "Task created",
+                        "content": {"application/json": {"schema": schema("SendMessageResponse")}},
+                        "links": task_links()
+                    },
                     "400": response("BadRequest"),
                     "401": response("Unauthorized"),
                     "402": response("PaymentRequired"),
+                    "403": error_response("The payment breaks a policy (policy_violation)"),
                     "404": response("NotFound"),
+                    "413": response("PayloadTooLarge"),
+                    "429": response("TooManyRequests"),
                     "501": response("NotImplemented"),
                     "503": response("Unavailable")
                 }
@@ -236,11 +199,15 @@ fn paths() -> Value {
                     parameter("TaskAccessToken"),
                     {"name": "contextId", "in": "query", "schema": {"type": "string"}},
                     {"name": "status", "in": "query",
-                     "description": "One status or a comma-separated list",
-                     "schema": {"type": "string"}, "example": "running,completed"},
+                     "description": "One status or a comma-separated list of them (running, \
+                        completed, failed, cancelled); empty: any. Another value: 400 \
+                        invalid_request.",
+                     "schema": {"type": "string", "pattern": status_filter_pattern()},
+                     "example": "running,completed"},
                     {"name": "limit", "in": "query",
                      "schema": {"type": "integer", "minimum": 0, "maximum": 1000, "default": 50}},
                     {"name": "offset", "in": "query",
+                     "description": "Tasks to skip; past the last one the page is empty",
                      "schema": {"type": "integer", "minimum": 0, "default": 0}}
                 ],
                 "responses": {
@@ -271,7 +238,8 @@ fn paths() -> Value {
             "parameters": [parameter("TaskId"), parameter("TaskAccessToken")],
             "responses": {
                 "200": json_body(schema("Task"), "The cancelled task"),
-                "400": response("BadRequest"),
+                "400": error_response("The task is no longer running (invalid_state), or the \
+                    token's length is wrong (task_access_required)"),
                 "401": response("Unauthorized"),
                 "404": response("NotFound"),
                 "409": response("Conflict"),
@@ -287,7 +255,21 @@ fn paths() -> Value {
                 (and the result or error of a finished task); ends when the task is terminal.",
             "parameters": [parameter("TaskId"), parameter("TaskAccessToken")],
             "responses": {
-                "200": sse_body("Task events (data: TaskEvent)"),
+                "200": sse_body(
+                    "Task events (data: TaskEvent)",
+                    json!({
+                        "type": "object",
+                        "required": ["event", "data"],
+                        "properties": {
+                            "event": {"type": "string", "enum": ["statusUpdate", "resultUpdate", "error"]},
+                            "data": {
+                                "type": "string",
+                                "contentMediaType": "application/json",
+                                "contentSchema": schema("TaskEvent")
+                            }
+                        }
+                    }),
+                ),
                 "400": response("BadRequest"),
                 "401": response("Unauthorized"),
                 "404": response("NotFound"),
@@ -321,6 +303,190 @@ fn paths() -> Value {
                 "content": {"image/svg+xml": {"schema": {"type": "string"}}}
             }}
         }}
+    })
+}
+
+/// The body `/entrypoints/{key}/invoke` and `/stream` read: `{"input": ...}`, or (as upstream
+/// reads a body without an `input` member) the whole body as the input. (A body with an
+/// `input` member that is not valid is refused even when the whole body would be valid input:
+/// the document does not say so, to keep the schema one a generator can use.)
+fn invoke_body(input_schema: &Value) -> Value {
+    json!({"anyOf": [
+        {
+            "type": "object",
+            "required": ["input"],
+            "properties": {"input": input_schema}
+        },
+        input_schema
+    ]})
+}
+
+/// `POST /entrypoints/<key>/invoke`, and `/stream` for a streaming entrypoint.
+fn entrypoint_paths(entrypoint: &EntrypointInfo) -> serde_json::Map<String, Value> {
+    let key = &entrypoint.key;
+    let priced = entrypoint.price.is_some();
+    let auth_only = entrypoint.siwx.is_some_and(|policy| policy.auth_only);
+    let mut parameters = vec![parameter("IdempotencyKey")];
+    if priced {
+        parameters.extend([parameter("PaymentSignature"), parameter("XPayment")]);
+    }
+    let body = json!({
+        "required": true,
+        "content": {"application/json": {
+            "schema": invoke_body(&entrypoint.input_schema),
+            "example": {"input": {}}
+        }}
+    });
+    // Every route of an entrypoint answers these; a priced one adds 402, an auth-only one 401.
+    let mut errors = serde_json::Map::new();
+    errors.insert("400".into(), response("BadRequest"));
+    if auth_only {
+        errors.insert(
+            "401".into(),
+            error_response("Sign in with SIGN-IN-WITH-X (auth_required)"),
+        );
+    }
+    if priced {
+        errors.insert("402".into(), response("PaymentRequired"));
+        errors.insert(
+            "403".into(),
+            error_response("The payment breaks a policy (policy_violation)"),
+        );
+    }
+    errors.insert("404".into(), response("NotFound"));
+    errors.insert("413".into(), response("PayloadTooLarge"));
+    errors.insert("429".into(), response("TooManyRequests"));
+    errors.insert("501".into(), response("NotImplemented"));
+    errors.insert("503".into(), response("Unavailable"));
+
+    let mut invoke_responses = errors.clone();
+    invoke_responses.insert(
+        "200".into(),
+        json!({
+            "description": "The run succeeded. A replay of an Idempotency-Key \
+                carries Idempotency-Replayed: true.",
+            "headers": {"Idempotency-Replayed": {
+                "description": "true when this is the stored response of an earlier request with the same Idempotency-Key",
+                "schema": {"type": "string", "enum": ["true"]}
+            }},
+            "content": {"application/json": {"schema": {
+                "allOf": [schema("InvokeResponse")],
+                "properties": {"output": entrypoint.output_schema}
+            }}}
+        }),
+    );
+    invoke_responses.insert("409".into(), response("Conflict"));
+    invoke_responses.insert("500".into(), response("InternalError"));
+    invoke_responses.insert(
+        "502".into(),
+        error_response("The worker running it was lost (task_attempts_exhausted)"),
+    );
+    invoke_responses.insert(
+        "504".into(),
+        error_response("The run took too long (task_timeout)"),
+    );
+
+    let mut paths = serde_json::Map::new();
+    paths.insert(
+        format!("/entrypoints/{key}/invoke"),
+        json!({"post": {
+            "tags": ["entrypoints"],
+            "operationId": format!("invoke:{key}"),
+            "summary": format!("Run {key} and wait for its result"),
+            "description": entrypoint.description,
+            "parameters": parameters,
+            "requestBody": body,
+            "responses": invoke_responses
+        }}),
+    );
+    if entrypoint.streaming {
+        let mut parameters = parameters.clone();
+        parameters.retain(|p| *p != parameter("IdempotencyKey"));
+        let mut stream_responses = errors;
+        stream_responses.insert(
+            "200".into(),
+            sse_body(
+                "Run events: `id:` (the sequence), `event:` (the kind), `data:` (a RunEvent). \
+                 A failed run ends with an error event and run-end; the stream ends after run-end.",
+                json!({
+                    "type": "object",
+                    "required": ["event", "data"],
+                    "properties": {
+                        "id": {"type": "string", "pattern": "^[0-9]+$"},
+                        "event": {"type": "string", "enum": RUN_EVENT_KINDS},
+                        "data": {
+                            "type": "string",
+                            "contentMediaType": "application/json",
+                            "contentSchema": schema("RunEvent")
+                        }
+                    }
+                }),
+            ),
+        );
+        paths.insert(
+            format!("/entrypoints/{key}/stream"),
+            json!({"post": {
+                "tags": ["entrypoints"],
+                "operationId": format!("stream:{key}"),
+                "summary": format!("Run {key}, following its events"),
+                "parameters": parameters,
+                "description": "The input is checked inside the stream, as upstream does: \
+                    input that breaks the entrypoint's input_schema (see invoke) answers 200 \
+                    with an error event (code invalid_input) and a failed run-end.",
+                "requestBody": {
+                    "required": true,
+                    "content": {"application/json": {
+                        "schema": schema("InvokeRequest"),
+                        "example": {"input": {}}
+                    }}
+                },
+                "responses": stream_responses
+            }}),
+        );
+    }
+    paths
+}
+
+/// `event:` of `/entrypoints/{key}/stream`.
+const RUN_EVENT_KINDS: &[&str] = &[
+    "run-start",
+    "text",
+    "delta",
+    "asset",
+    "control",
+    "error",
+    "run-end",
+];
+
+/// Task states, as `GET /tasks?status=` takes them.
+const TASK_STATES: &[&str] = &["running", "completed", "failed", "cancelled"];
+
+/// `GET /tasks?status=`: one state or a comma-separated list (blanks around each are trimmed;
+/// an empty value means no filter).
+fn status_filter_pattern() -> String {
+    let state = format!("({})", TASK_STATES.join("|"));
+    format!(r"^(\s*{state}\s*(,\s*{state}\s*)*)?$")
+}
+
+/// From a created task to the operations on it: its id and its token are in the answer.
+fn task_links() -> Value {
+    let on_task = |operation: &str| {
+        json!({
+            "operationId": operation,
+            "parameters": {
+                "path.taskId": "$response.body#/taskId",
+                "header.Task-Access-Token": "$response.body#/accessToken"
+            }
+        })
+    };
+    json!({
+        "GetTask": on_task("getTask"),
+        "CancelTask": on_task("cancelTask"),
+        "SubscribeTask": on_task("subscribeTask"),
+        "ListTasks": {
+            "operationId": "listTasks",
+            "parameters": {"header.Task-Access-Token": "$response.body#/accessToken"}
+        }
     })
 }
 
@@ -370,6 +536,15 @@ fn parameters() -> Value {
                     idempotency_in_progress with Retry-After.",
                 "schema": {"type": "string", "minLength": 20, "maxLength": 256}
             },
+            "IdempotencyKeyIgnored": {
+                "name": "Idempotency-Key",
+                "in": "header",
+                "required": false,
+                "description": "Accepted and not used: task creation is not deduplicated \
+                    (upstream's client sends a random one with every creation). Keep the \
+                    taskId and accessToken of the answer instead.",
+                "schema": {"type": "string"}
+            },
             "PaymentSignature": {
                 "name": "PAYMENT-SIGNATURE",
                 "in": "header",
@@ -389,11 +564,6 @@ fn parameters() -> Value {
             },
             "TaskId": {
                 "name": "taskId", "in": "path", "required": true,
-                "schema": {"type": "string"}
-            },
-            "EntrypointKey": {
-                "name": "key", "in": "path", "required": true,
-                "description": "An entrypoint key from GET /entrypoints",
                 "schema": {"type": "string"}
             }
     })
@@ -422,6 +592,12 @@ fn responses() -> Value {
                 "content": {"application/json": {"schema": {
                     "oneOf": [schema("X402Challenge"), schema("Error")]
                 }}}
+            },
+            "PayloadTooLarge": error_response("The body or the input is larger than this gateway takes (invalid_request)"),
+            "TooManyRequests": {
+                "description": "Rate limited (rate_limited); retry after Retry-After seconds",
+                "headers": {"Retry-After": {"schema": {"type": "integer"}}},
+                "content": {"application/json": {"schema": schema("Error")}}
             },
             "Unavailable": {
                 "description": "The task store or registry is unreachable, or capacity is exhausted; retry",
@@ -511,15 +687,15 @@ fn task_schemas() -> Value {
                                     "required": ["parts"],
                                     "properties": {"parts": {
                                         "type": "array",
-                                        "description": "The first part's text is the input, unparsed",
-                                        "items": {"type": "object", "properties": {"text": {"type": "string"}}}
+                                        "description": "The text of the first part that has one is the input, unparsed",
+                                        "items": {"type": "object", "properties": {"text": {"type": ["string", "null"]}}}
                                     }}
                                 }
                             ]}
                         }
                     },
-                    "contextId": {"type": "string"},
-                    "metadata": {"type": "object"}
+                    "contextId": {"type": ["string", "null"]},
+                    "metadata": {"description": "Any JSON value; kept with the task"}
                 },
                 "example": {
                     "skillId": "echo",
@@ -552,7 +728,8 @@ fn task_schemas() -> Value {
 fn discovery_schemas() -> Value {
     json!({
             "InvokeRequest": {
-                "type": "object",
+                "description": "`{\"input\": ...}`, or (without an `input` member) the whole \
+                    body is the input",
                 "properties": {"input": {"description": "Checked against the entrypoint's input_schema (see the Agent Card)"}},
                 "example": {"input": {"x": 1}}
             },
@@ -569,8 +746,9 @@ fn discovery_schemas() -> Value {
             },
             "RunEvent": {
                 "type": "object",
-                "required": ["runId", "sequence", "createdAt"],
+                "required": ["kind", "runId", "sequence", "createdAt"],
                 "properties": {
+                    "kind": {"type": "string", "enum": RUN_EVENT_KINDS},
                     "runId": {"type": "string"},
                     "sequence": {"type": "integer"},
                     "createdAt": {"type": "string", "format": "date-time"}
@@ -685,7 +863,7 @@ mod tests {
     /// Every `$ref` points at something defined.
     #[test]
     fn references_resolve() {
-        let doc = document(&GatewayConfig::for_tests(), "http://h");
+        let doc = document(&GatewayConfig::for_tests(), "http://h", &[]);
         let mut refs = Vec::new();
         collect_refs(&doc, &mut refs);
         assert!(!refs.is_empty());
