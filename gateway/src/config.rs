@@ -277,6 +277,25 @@ pub struct GatewayConfig {
     #[arg(long, env = "RATE_BURST", default_value_t = 100)]
     pub rate_burst: u32,
 
+    /// Fair admission: paid task creations one payer (the address its payment credential's
+    /// signature recovers to) may make per second, on average, across every gateway; past it
+    /// `429 rate_limited` before anything is settled. 0 disables it.
+    #[arg(long, env = "RATE_PER_PAYER", default_value_t = 10.0)]
+    pub rate_per_payer: f64,
+
+    /// Idempotency records (Idempotency-Key on invoke) kept in all, across every gateway of
+    /// the namespace (upstream `maxEntries`). At the bound the oldest finished record is
+    /// evicted; a record in progress never is, so with every record in progress a new key
+    /// gets `503 service_unavailable` with Retry-After.
+    #[arg(long, env = "IDEMPOTENCY_MAX_ENTRIES", default_value_t = shared::idempotency::DEFAULT_MAX_RECORDS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub idempotency_max_entries: usize,
+
+    /// Bytes of an invoke response body kept for replay under its Idempotency-Key. A larger
+    /// response is recorded as run but not kept: the same request again gets
+    /// `409 idempotency_response_too_large` (it never runs twice under one key).
+    #[arg(long, env = "IDEMPOTENCY_MAX_BODY_BYTES", default_value_t = shared::idempotency::DEFAULT_MAX_BODY_BYTES)]
+    pub idempotency_max_body_bytes: usize,
+
     /// Take the client address from `X-Forwarded-For`'s first hop instead of the TCP peer;
     /// only behind a proxy that sets it (a client could otherwise pick its own address).
     #[arg(long, env = "TRUST_FORWARDED_FOR", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
@@ -302,6 +321,14 @@ pub struct GatewayConfig {
 }
 
 impl GatewayConfig {
+    /// What the idempotency store keeps (`--idempotency-max-entries`, `--idempotency-max-body-bytes`).
+    pub fn idempotency_limits(&self) -> shared::idempotency::IdempotencyLimits {
+        shared::idempotency::IdempotencyLimits {
+            max_records: self.idempotency_max_entries,
+            max_body_bytes: self.idempotency_max_body_bytes,
+        }
+    }
+
     /// The base path normalised: empty, or `/segment...` without a trailing slash.
     pub fn base_path(&self) -> String {
         let trimmed = self.base_path.trim().trim_end_matches('/');
