@@ -96,6 +96,11 @@ pub struct GatewayConfig {
     #[arg(long, env = "HEADER_TIMEOUT_MS", default_value_t = 10_000)]
     pub header_timeout_ms: u64,
 
+    /// How often an HTTP/2 connection is PINGed, in milliseconds; a PING unanswered for
+    /// --header-timeout-ms closes it. A client that answers may keep an idle connection open.
+    #[arg(long, env = "H2_KEEP_ALIVE_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub h2_keep_alive_ms: u64,
+
     /// Longest an A2A stream (`SendStreamingMessage`, `SubscribeToTask`, both bindings) stays
     /// open, in milliseconds: past it the stream ends cleanly and the client resubscribes. The
     /// Lucid subscribe keeps its own 5-minute bound and a Lucid stream is bounded by
@@ -188,9 +193,10 @@ pub struct GatewayConfig {
     pub payment_network: String,
 
     /// x402 facilitator that verifies and settles payments (`/verify`, `/settle`,
-    /// `/supported`); redirects are refused.
-    #[arg(long, env = "FACILITATOR_URL")]
-    pub facilitator_url: Option<String>,
+    /// `/supported`); redirects are refused. May carry credentials (`https://user:key@host`):
+    /// `--help` hides its value, it is never logged, and the card publishes it without them.
+    #[arg(long, env = "FACILITATOR_URL", hide_env_values = true)]
+    pub facilitator_url: Option<shared::secret::Secret>,
 
     /// Longest wait for the facilitator's answer to one call, in milliseconds.
     #[arg(long, env = "FACILITATOR_TIMEOUT_MS", default_value_t = 10_000)]

@@ -131,6 +131,7 @@ async fn main() -> anyhow::Result<()> {
         gateway::serve::Limits {
             header_timeout: Duration::from_millis(config.header_timeout_ms),
             drain_timeout: Duration::from_secs(10),
+            h2_keep_alive_interval: Duration::from_millis(config.h2_keep_alive_ms),
             max_connections: config.max_connections.max(1),
             max_connections_per_ip: config.max_connections_per_ip.max(1),
         },

@@ -5,7 +5,7 @@
 -- Expiry is relative (PEXPIRE on the Redis clock), so no client time is involved.
 --
 -- The namespace holds at most ARGV[5] records (upstream `maxEntries`), counted in two sorted
--- sets of record ids scored by expiry (ms, Redis clock): one of running records, one of done
+-- sets of record ids scored by expiry (microseconds, Redis clock): one of running records, one of done
 -- ones. Expired ids are pruned first. At the bound a new record is not written: the script
 -- names the oldest done record for the caller to evict (idempotency_evict.lua, which declares
 -- that record's key) before it begins again; a running record is never evicted (its request
@@ -19,7 +19,16 @@
 --   | {'replay', status, headers json, body} | {'not_kept', status}
 --   | {'evict', oldest done id} | {'full'}
 
--- @include "now_ms"
+-- The Redis clock in microseconds: index scores are expiries in microseconds (exact in a
+-- double), so that two records finished back to back still sort in their order.
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+-- A whole number as Redis reads it: Lua's own conversion keeps 14 digits, too few here.
+local function int(n)
+  return string.format('%.0f', n)
+end
 
 local record, running, done = KEYS[1], KEYS[2], KEYS[3]
 local fingerprint, owner, ttl, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -41,9 +50,9 @@ end
 
 -- A record without a fingerprint cannot be judged; start afresh.
 redis.call('DEL', record)
-local now = now_ms()
-redis.call('ZREMRANGEBYSCORE', running, '-inf', now)
-redis.call('ZREMRANGEBYSCORE', done, '-inf', now)
+local now = now_us()
+redis.call('ZREMRANGEBYSCORE', running, '-inf', int(now))
+redis.call('ZREMRANGEBYSCORE', done, '-inf', int(now))
 redis.call('ZREM', running, id)
 redis.call('ZREM', done, id)
 if redis.call('ZCARD', running) + redis.call('ZCARD', done) >= max then
@@ -56,9 +65,8 @@ end
 
 redis.call('HSET', record, 'fp', fingerprint, 'state', 'running', 'owner', owner)
 redis.call('PEXPIRE', record, ttl)
-local expires = now + tonumber(ttl)
-redis.call('ZADD', running, expires, id)
+redis.call('ZADD', running, int(now + tonumber(ttl) * 1000), id)
 -- The index lives as long as its longest-lived id, so nothing outlives the records.
 local last = redis.call('ZRANGE', running, -1, -1, 'WITHSCORES')
-redis.call('PEXPIREAT', running, last[2])
+redis.call('PEXPIREAT', running, int(math.ceil(tonumber(last[2]) / 1000)))
 return {'started'}

@@ -11,7 +11,16 @@
 -- ARGV[5] body  ARGV[6] retention ms (>= 1)  ARGV[7] the record's id  ARGV[8] max body bytes
 -- Returns 1 when recorded, 0 when the claim is no longer current.
 
--- @include "now_ms"
+-- The Redis clock in microseconds: index scores are expiries in microseconds (exact in a
+-- double), so that two records finished back to back still sort in their order.
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+-- A whole number as Redis reads it: Lua's own conversion keeps 14 digits, too few here.
+local function int(n)
+  return string.format('%.0f', n)
+end
 
 local record, running, done = KEYS[1], KEYS[2], KEYS[3]
 local owner, fingerprint, id = ARGV[1], ARGV[2], ARGV[7]
@@ -29,7 +38,13 @@ end
 redis.call('HDEL', record, 'owner')
 redis.call('PEXPIRE', record, ARGV[6])
 redis.call('ZREM', running, id)
-redis.call('ZADD', done, now_ms() + tonumber(ARGV[6]), id)
+-- Strictly after the newest done id, so eviction order is completion order even within one
+-- microsecond (the retention is one setting for every record).
+local expires = now_us() + tonumber(ARGV[6]) * 1000
 local last = redis.call('ZRANGE', done, -1, -1, 'WITHSCORES')
-redis.call('PEXPIREAT', done, last[2])
+if last[2] and tonumber(last[2]) >= expires then
+  expires = tonumber(last[2]) + 1
+end
+redis.call('ZADD', done, int(expires), id)
+redis.call('PEXPIREAT', done, int(math.ceil(expires / 1000)))
 return 1

@@ -127,7 +127,7 @@ impl Gate {
             GateConfigError::Network(config.payment_network.clone(), Network::known())
         })?;
         let facilitator = HttpFacilitator::new(
-            url,
+            url.expose(),
             Duration::from_millis(config.facilitator_timeout_ms.max(1)),
         )
         .map_err(GateConfigError::Facilitator)?;

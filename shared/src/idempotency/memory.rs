@@ -241,8 +241,8 @@ mod tests {
         let c = claim(&store, "c").await?;
         // Every record in progress: none may go, the newcomer is refused.
         assert_eq!(store.begin("s", "d", "f", TTL).await?, Begin::Full);
-        assert!(store.complete(&c, &response("c"), TTL).await?);
         assert!(store.complete(&b, &response("b"), TTL).await?);
+        assert!(store.complete(&c, &response("c"), TTL).await?);
         claim(&store, "d").await?;
         assert_eq!(store.len(), 3);
         // "b" was the oldest finished record; "a" (older, but running) and "c" stay.
