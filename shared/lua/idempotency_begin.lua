@@ -19,16 +19,7 @@
 --   | {'replay', status, headers json, body} | {'not_kept', status}
 --   | {'evict', oldest done id} | {'full'}
 
--- The Redis clock in microseconds: index scores are expiries in microseconds (exact in a
--- double), so that two records finished back to back still sort in their order.
-local function now_us()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
--- A whole number as Redis reads it: Lua's own conversion keeps 14 digits, too few here.
-local function int(n)
-  return string.format('%.0f', n)
-end
+-- @include "idempotency_index"
 
 local record, running, done = KEYS[1], KEYS[2], KEYS[3]
 local fingerprint, owner, ttl, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -55,6 +46,8 @@ redis.call('ZREMRANGEBYSCORE', running, '-inf', int(now))
 redis.call('ZREMRANGEBYSCORE', done, '-inf', int(now))
 redis.call('ZREM', running, id)
 redis.call('ZREM', done, id)
+expire_index(running)
+expire_index(done)
 if redis.call('ZCARD', running) + redis.call('ZCARD', done) >= max then
   local oldest = redis.call('ZRANGE', done, 0, 0)
   if oldest[1] then
@@ -66,7 +59,5 @@ end
 redis.call('HSET', record, 'fp', fingerprint, 'state', 'running', 'owner', owner)
 redis.call('PEXPIRE', record, ttl)
 redis.call('ZADD', running, int(now + tonumber(ttl) * 1000), id)
--- The index lives as long as its longest-lived id, so nothing outlives the records.
-local last = redis.call('ZRANGE', running, -1, -1, 'WITHSCORES')
-redis.call('PEXPIREAT', running, int(math.ceil(tonumber(last[2]) / 1000)))
+expire_index(running)
 return {'started'}

@@ -11,16 +11,7 @@
 -- ARGV[5] body  ARGV[6] retention ms (>= 1)  ARGV[7] the record's id  ARGV[8] max body bytes
 -- Returns 1 when recorded, 0 when the claim is no longer current.
 
--- The Redis clock in microseconds: index scores are expiries in microseconds (exact in a
--- double), so that two records finished back to back still sort in their order.
-local function now_us()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
--- A whole number as Redis reads it: Lua's own conversion keeps 14 digits, too few here.
-local function int(n)
-  return string.format('%.0f', n)
-end
+-- @include "idempotency_index"
 
 local record, running, done = KEYS[1], KEYS[2], KEYS[3]
 local owner, fingerprint, id = ARGV[1], ARGV[2], ARGV[7]
@@ -46,5 +37,6 @@ if last[2] and tonumber(last[2]) >= expires then
   expires = tonumber(last[2]) + 1
 end
 redis.call('ZADD', done, int(expires), id)
-redis.call('PEXPIREAT', done, int(math.ceil(expires / 1000)))
+expire_index(running)
+expire_index(done)
 return 1

@@ -6,6 +6,8 @@
 -- ARGV[1] the record's id (its key without the prefix)
 -- Returns 1 when evicted, 0 when it was no longer listed as done.
 
+-- @include "idempotency_index"
+
 local record, done, id = KEYS[1], KEYS[2], ARGV[1]
 
 if redis.call('ZREM', done, id) == 0 then
@@ -14,4 +16,5 @@ end
 if redis.call('HGET', record, 'state') == 'done' then
   redis.call('DEL', record)
 end
+expire_index(done)
 return 1

@@ -7,6 +7,8 @@
 -- ARGV[1] claim owner id  ARGV[2] fingerprint  ARGV[3] the record's id
 -- Returns 1 when released, 0 when the claim is no longer current.
 
+-- @include "idempotency_index"
+
 local record, running = KEYS[1], KEYS[2]
 local owner, fingerprint = ARGV[1], ARGV[2]
 
@@ -16,4 +18,5 @@ if f[1] ~= 'running' or f[2] ~= owner or f[3] ~= fingerprint then
 end
 redis.call('DEL', record)
 redis.call('ZREM', running, ARGV[3])
+expire_index(running)
 return 1
