@@ -134,10 +134,7 @@ async fn verdict(limits: &Limits, subjects: &[Subject]) -> Option<Limited> {
 }
 
 /// [`verdict`] against any limiter (the per-payer limit's, see `crate::pay::payer_rate`).
-pub(crate) async fn verdict_of(
-    limiter: &dyn RateLimiter,
-    subjects: &[Subject],
-) -> Option<Limited> {
+pub(crate) async fn verdict_of(limiter: &dyn RateLimiter, subjects: &[Subject]) -> Option<Limited> {
     if subjects.is_empty() {
         return None;
     }

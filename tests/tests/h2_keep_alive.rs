@@ -97,7 +97,9 @@ async fn relay(target: &str) -> Res<(String, watch::Receiver<u64>, watch::Receiv
     let (acks, acks_seen) = watch::channel(0);
     let target = target.to_owned();
     tokio::spawn(async move {
-        let (Ok((client, _)), Ok(server)) = (listener.accept().await, TcpStream::connect(&target).await) else {
+        let (Ok((client, _)), Ok(server)) =
+            (listener.accept().await, TcpStream::connect(&target).await)
+        else {
             return;
         };
         let (client_read, client_write) = client.into_split();
@@ -151,7 +153,11 @@ async fn an_idle_h2_connection_that_answers_pings_stays_usable() -> Res<()> {
     at_least(&mut acks, 3, "PING answers from the client").await?;
 
     assert!(!connection.is_finished(), "the idle connection was closed");
-    assert_eq!(health(&mut sender).await?, 200, "the same connection, still usable");
+    assert_eq!(
+        health(&mut sender).await?,
+        200,
+        "the same connection, still usable"
+    );
     Ok(())
 }
 

@@ -416,7 +416,10 @@ async fn redis_is_bounded_and_evicts_the_oldest_finished() -> TestResult {
     let mut conn = case.server.client().await?;
     let mut listed = 0;
     for index in store.index_keys() {
-        let count: usize = redis::cmd("ZCARD").arg(index).query_async(&mut conn).await?;
+        let count: usize = redis::cmd("ZCARD")
+            .arg(index)
+            .query_async(&mut conn)
+            .await?;
         listed += count;
     }
     assert_eq!(listed, BOUNDED.max_records);

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use harness::paid::{PAYER_KEY, PaidCluster};
 use harness::process::ServiceProcess;
-use payments::LocalPayer;
 use harness::redis_server::RedisServer;
+use payments::LocalPayer;
 use serde_json::json;
 use shared::ratelimit::{Quota, RateLimiter, RedisRateLimiter, Subject, Verdict};
 use shared::store::{RedisStore, RedisStoreConfig};
@@ -352,7 +352,10 @@ async fn one_payer_over_its_rate_is_refused_before_anything_settles() -> TestRes
     let limited = paid_invoke(&cluster, 0, PAYER_KEY).await?;
     assert_eq!(limited.status(), 429);
     let retry_after: u64 = header(&limited, "retry-after").parse()?;
-    assert!((1..=100).contains(&retry_after), "Retry-After {retry_after}");
+    assert!(
+        (1..=100).contains(&retry_after),
+        "Retry-After {retry_after}"
+    );
     assert_eq!(
         header(&limited, "ratelimit-policy"),
         "\"per-payer\";q=2;w=200"

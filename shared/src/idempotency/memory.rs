@@ -36,7 +36,9 @@ struct Record {
 }
 
 enum Entry {
-    Running { owner: String },
+    Running {
+        owner: String,
+    },
     Done(StoredResponse),
     /// Finished with this status; the body was over the limit.
     NotKept(u16),

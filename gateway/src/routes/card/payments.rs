@@ -186,11 +186,18 @@ mod tests {
     fn the_facilitator_userinfo_is_never_published() {
         let mut config = configured();
         config.facilitator_url = Some("https://user:hunter2@facilitator.example/x402/".into());
-        let methods = serde_json::to_string(&methods(&config, &[priced("a", false, "0.001", None)]))
-            .unwrap_or_default();
+        let methods =
+            serde_json::to_string(&methods(&config, &[priced("a", false, "0.001", None)]))
+                .unwrap_or_default();
         assert!(!methods.contains("hunter2"), "{methods}");
-        assert!(methods.contains(r#""endpoint":"https://facilitator.example/x402""#), "{methods}");
-        assert_eq!(without_userinfo("http://a@b@host:1?q=@"), "http://host:1?q=@");
+        assert!(
+            methods.contains(r#""endpoint":"https://facilitator.example/x402""#),
+            "{methods}"
+        );
+        assert_eq!(
+            without_userinfo("http://a@b@host:1?q=@"),
+            "http://host:1?q=@"
+        );
         assert_eq!(without_userinfo("https://host/p@x"), "https://host/p@x");
     }
 
