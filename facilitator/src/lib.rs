@@ -70,6 +70,7 @@ pub async fn serve(
         gateway::serve::Limits {
             header_timeout: HEADER_TIMEOUT,
             drain_timeout: DRAIN_TIMEOUT,
+            h2_keep_alive_interval: gateway::serve::H2_KEEP_ALIVE_INTERVAL,
             max_connections: MAX_CONNECTIONS,
             max_connections_per_ip: MAX_CONNECTIONS,
         },

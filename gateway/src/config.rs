@@ -96,6 +96,11 @@ pub struct GatewayConfig {
     #[arg(long, env = "HEADER_TIMEOUT_MS", default_value_t = 10_000)]
     pub header_timeout_ms: u64,
 
+    /// How often an HTTP/2 connection is PINGed, in milliseconds; a PING unanswered for
+    /// --header-timeout-ms closes it. A client that answers may keep an idle connection open.
+    #[arg(long, env = "H2_KEEP_ALIVE_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub h2_keep_alive_ms: u64,
+
     /// Longest an A2A stream (`SendStreamingMessage`, `SubscribeToTask`, both bindings) stays
     /// open, in milliseconds: past it the stream ends cleanly and the client resubscribes. The
     /// Lucid subscribe keeps its own 5-minute bound and a Lucid stream is bounded by
@@ -188,9 +193,10 @@ pub struct GatewayConfig {
     pub payment_network: String,
 
     /// x402 facilitator that verifies and settles payments (`/verify`, `/settle`,
-    /// `/supported`); redirects are refused.
-    #[arg(long, env = "FACILITATOR_URL")]
-    pub facilitator_url: Option<String>,
+    /// `/supported`); redirects are refused. May carry credentials (`https://user:key@host`):
+    /// `--help` hides its value, it is never logged, and the card publishes it without them.
+    #[arg(long, env = "FACILITATOR_URL", hide_env_values = true)]
+    pub facilitator_url: Option<shared::secret::Secret>,
 
     /// Longest wait for the facilitator's answer to one call, in milliseconds.
     #[arg(long, env = "FACILITATOR_TIMEOUT_MS", default_value_t = 10_000)]
@@ -277,6 +283,25 @@ pub struct GatewayConfig {
     #[arg(long, env = "RATE_BURST", default_value_t = 100)]
     pub rate_burst: u32,
 
+    /// Fair admission: paid task creations one payer (the address its payment credential's
+    /// signature recovers to) may make per second, on average, across every gateway; past it
+    /// `429 rate_limited` before anything is settled. 0 disables it.
+    #[arg(long, env = "RATE_PER_PAYER", default_value_t = 10.0)]
+    pub rate_per_payer: f64,
+
+    /// Idempotency records (Idempotency-Key on invoke) kept in all, across every gateway of
+    /// the namespace (upstream `maxEntries`). At the bound the oldest finished record is
+    /// evicted; a record in progress never is, so with every record in progress a new key
+    /// gets `503 service_unavailable` with Retry-After.
+    #[arg(long, env = "IDEMPOTENCY_MAX_ENTRIES", default_value_t = shared::idempotency::DEFAULT_MAX_RECORDS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub idempotency_max_entries: usize,
+
+    /// Bytes of an invoke response body kept for replay under its Idempotency-Key. A larger
+    /// response is recorded as run but not kept: the same request again gets
+    /// `409 idempotency_response_too_large` (it never runs twice under one key).
+    #[arg(long, env = "IDEMPOTENCY_MAX_BODY_BYTES", default_value_t = shared::idempotency::DEFAULT_MAX_BODY_BYTES)]
+    pub idempotency_max_body_bytes: usize,
+
     /// Take the client address from `X-Forwarded-For`'s first hop instead of the TCP peer;
     /// only behind a proxy that sets it (a client could otherwise pick its own address).
     #[arg(long, env = "TRUST_FORWARDED_FOR", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
@@ -302,6 +327,14 @@ pub struct GatewayConfig {
 }
 
 impl GatewayConfig {
+    /// What the idempotency store keeps (`--idempotency-max-entries`, `--idempotency-max-body-bytes`).
+    pub fn idempotency_limits(&self) -> shared::idempotency::IdempotencyLimits {
+        shared::idempotency::IdempotencyLimits {
+            max_records: self.idempotency_max_entries,
+            max_body_bytes: self.idempotency_max_body_bytes,
+        }
+    }
+
     /// The base path normalised: empty, or `/segment...` without a trailing slash.
     pub fn base_path(&self) -> String {
         let trimmed = self.base_path.trim().trim_end_matches('/');

@@ -43,7 +43,7 @@ pub fn start(
     AppState {
         store,
         registry,
-        idempotency: Arc::new(MemoryIdempotency::default()),
+        idempotency: Arc::new(MemoryIdempotency::with_limits(config.idempotency_limits())),
         // The registry is in this process: no staleness to bound.
         catalog: Arc::new(crate::catalog::Catalog::local(Duration::from_millis(
             config.entrypoint_grace_ms,

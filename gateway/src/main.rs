@@ -49,8 +49,13 @@ async fn main() -> anyhow::Result<()> {
                 .context("cannot open the task store in Redis")?;
             tracing::info!(durability = ?store.declared_durability(), "task store durability");
             tracing::info!("cluster mode: tasks in Redis, run by worker processes");
+            limiter = Arc::new(shared::ratelimit::RedisRateLimiter::new(&store));
             let payments = match Gate::from_config(&config, Arc::new(store.credentials())) {
-                Ok(gate) => gate.map(Arc::new),
+                Ok(gate) => gate.map(|mut gate| {
+                    gate.payer_rate =
+                        gateway::pay::payer_rate::PayerRate::from_config(&config, limiter.clone());
+                    Arc::new(gate)
+                }),
                 Err(err) => {
                     // One line, no backtrace: an operator error, not a crash.
                     eprintln!("gateway: {err}");
@@ -88,12 +93,14 @@ async fn main() -> anyhow::Result<()> {
                     shutdown.clone(),
                 ));
             }
-            limiter = Arc::new(shared::ratelimit::RedisRateLimiter::new(&store));
             AppState {
                 payments,
                 store_memory,
                 registry: Arc::new(store.registry()),
-                idempotency: Arc::new(store.idempotency()),
+                idempotency: Arc::new(shared::idempotency::RedisIdempotency::with_limits(
+                    &store,
+                    config.idempotency_limits(),
+                )),
                 store: Arc::new(store),
                 catalog: Arc::new(gateway::catalog::Catalog::from_config(&config)),
                 config: Arc::new(config.clone()),
@@ -124,6 +131,7 @@ async fn main() -> anyhow::Result<()> {
         gateway::serve::Limits {
             header_timeout: Duration::from_millis(config.header_timeout_ms),
             drain_timeout: Duration::from_secs(10),
+            h2_keep_alive_interval: Duration::from_millis(config.h2_keep_alive_ms),
             max_connections: config.max_connections.max(1),
             max_connections_per_ip: config.max_connections_per_ip.max(1),
         },

@@ -1,4 +1,5 @@
-//! Fair admission: rate limits on task creation, per client address and per owner, checked
+//! Fair admission: rate limits on task creation, per client address and per owner (per payer:
+//! see `crate::pay::payer_rate`, checked once a credential names its payer), checked
 //! before anything else a creating route does (one middleware, [`admit`]): `POST /tasks`,
 //! `POST /entrypoints/{key}/invoke` and `/stream`, and the A2A HTTP+JSON binding's
 //! `message:send` and `message:stream`; on the JSON-RPC endpoint the middleware leaves a
@@ -129,10 +130,15 @@ impl Limited {
 
 /// Checks and charges `subjects`; a limiter that fails admits (logged).
 async fn verdict(limits: &Limits, subjects: &[Subject]) -> Option<Limited> {
+    verdict_of(limits.limiter.as_ref(), subjects).await
+}
+
+/// [`verdict`] against any limiter (the per-payer limit's, see `crate::pay::payer_rate`).
+pub(crate) async fn verdict_of(limiter: &dyn RateLimiter, subjects: &[Subject]) -> Option<Limited> {
     if subjects.is_empty() {
         return None;
     }
-    match limits.limiter.check(subjects).await {
+    match limiter.check(subjects).await {
         Ok(Verdict::Admitted) => None,
         Ok(Verdict::Limited {
             subject,
@@ -229,7 +235,7 @@ pub async fn admit(State(limits): State<Limits>, mut request: Request, next: Nex
 
 /// The `429` answer, with `Retry-After` and the RateLimit fields: the profile's error body
 /// (`rate_limited`), or AIP-193's `RESOURCE_EXHAUSTED` on the A2A HTTP+JSON binding.
-fn refused(limited: &Limited, a2a: bool) -> Response {
+pub(crate) fn refused(limited: &Limited, a2a: bool) -> Response {
     let message = limited.message();
     let mut response = if a2a {
         let body = json!({

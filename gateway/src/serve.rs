@@ -10,7 +10,8 @@
 //!   sends nothing (hyper's protocol detection waits for bytes without a timer).
 //! - HTTP/1: each later request head too (hyper's `header_read_timeout`) and its size.
 //! - HTTP/2: the header list size (same bound as HTTP/1), and liveness: a PING every
-//!   [`H2_KEEP_ALIVE_INTERVAL`], the connection closed when one goes unanswered for
+//!   `h2_keep_alive_interval` ([`H2_KEEP_ALIVE_INTERVAL`] by default), the connection closed
+//!   when one goes unanswered for
 //!   `header_timeout`. hyper offers no read timeout on later HTTP/2 request heads, so an
 //!   HTTP/2 client that answers PINGs may keep an idle connection open; the connection caps
 //!   bound how many such connections there are.
@@ -36,7 +37,8 @@ use tower::ServiceExt;
 /// Largest request head (request line + headers) accepted; larger heads get 431.
 const MAX_HEAD_BYTES: usize = 64 * 1024;
 
-/// How often an HTTP/2 connection is PINGed to check that its client is still there.
+/// How often an HTTP/2 connection is PINGed to check that its client is still there, by
+/// default (gateway `--h2-keep-alive-ms`).
 pub const H2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Bounds on the connections the server holds.
@@ -46,6 +48,8 @@ pub struct Limits {
     pub header_timeout: Duration,
     /// How long graceful shutdown waits for open connections.
     pub drain_timeout: Duration,
+    /// How often an HTTP/2 connection is PINGed (unanswered for `header_timeout`: closed).
+    pub h2_keep_alive_interval: Duration,
     pub max_connections: usize,
     pub max_connections_per_ip: usize,
 }
@@ -130,7 +134,7 @@ pub async fn serve(
     builder
         .http2()
         .timer(TokioTimer::new())
-        .keep_alive_interval(H2_KEEP_ALIVE_INTERVAL)
+        .keep_alive_interval(limits.h2_keep_alive_interval.max(Duration::from_millis(1)))
         .keep_alive_timeout(header_timeout)
         .max_header_list_size(u32::try_from(MAX_HEAD_BYTES).unwrap_or(u32::MAX));
     let graceful = GracefulShutdown::new();

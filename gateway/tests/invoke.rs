@@ -488,6 +488,68 @@ async fn a_finished_invoke_is_replayed_exactly() -> TestResult {
 }
 
 #[tokio::test]
+async fn a_response_too_large_to_keep_is_not_run_again() -> TestResult {
+    let mut config = GatewayConfig::for_tests();
+    config.idempotency_max_body_bytes = 200;
+    let gw = start(config).await?;
+    let small = r#"{"input":{"x":1}}"#;
+    let large = format!(r#"{{"input":{{"text":"{}"}}}}"#, "y".repeat(300));
+    let first = invoke_with_key(&gw, "echo", &large, KEY).await?;
+    assert_eq!(first.status, StatusCode::OK);
+    let again = invoke_with_key(&gw, "echo", &large, KEY).await?;
+    assert_eq!(again.status, StatusCode::CONFLICT, "{}", again.text());
+    assert_eq!(
+        again.json()?["error"]["code"],
+        "idempotency_response_too_large"
+    );
+    assert_eq!(again.header("idempotency-replayed"), None);
+    // A small response under another key is kept and replayed as before.
+    let other = "other-key-0123456789abcdefgh";
+    let kept = invoke_with_key(&gw, "echo", small, other).await?;
+    let replayed = invoke_with_key(&gw, "echo", small, other).await?;
+    assert_eq!(replayed.header("idempotency-replayed"), Some("true"));
+    assert_eq!(replayed.body, kept.body);
+    Ok(())
+}
+
+#[tokio::test]
+async fn every_record_in_progress_refuses_a_new_key_with_503() -> TestResult {
+    let mut config = GatewayConfig::for_tests();
+    config.idempotency_max_entries = 1;
+    let gw = start(config).await?;
+    let body = r#"{"input":{"ms":60000}}"#;
+    let app = gw.app.clone();
+    let request = post("/entrypoints/sleep/invoke", body, Some(KEY))?;
+    let first = tokio::spawn(async move { app.oneshot(request).await });
+    until_busy(&gw.state).await?;
+
+    let refused = invoke_with_key(
+        &gw,
+        "echo",
+        r#"{"input":{}}"#,
+        "second-key-0123456789abcdefg",
+    )
+    .await?;
+    assert_eq!(
+        refused.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        refused.text()
+    );
+    assert_eq!(refused.header("retry-after"), Some("1"));
+    assert_eq!(refused.json()?["error"]["code"], "service_unavailable");
+    // Without a key nothing is recorded, nothing refused.
+    let unkeyed = send(
+        &gw.app,
+        post("/entrypoints/echo/invoke", r#"{"input":{}}"#, None)?,
+    )
+    .await?;
+    assert_eq!(unkeyed.status, StatusCode::OK);
+    first.abort();
+    Ok(())
+}
+
+#[tokio::test]
 async fn malformed_idempotency_keys_are_rejected() -> TestResult {
     let gw = start(GatewayConfig::for_tests()).await?;
     for key in ["short".to_owned(), "k".repeat(257)] {

@@ -34,6 +34,12 @@ impl From<String> for Secret {
     }
 }
 
+impl From<&str> for Secret {
+    fn from(text: &str) -> Self {
+        Secret(text.to_owned())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -134,9 +134,12 @@ impl ServiceProcess {
             .stdout(file)
             .stderr(err_file);
         if binary_name == "gateway" {
-            // The suites send many requests from 127.0.0.1: fair admission's per-address limit
-            // is off unless a test sets RATE_PER_ADDRESS itself.
-            command.env("RATE_PER_ADDRESS", "0");
+            // The suites send many requests from 127.0.0.1, and many paid ones from one Anvil
+            // payer: fair admission's per-address and per-payer limits are off unless a test
+            // sets RATE_PER_ADDRESS or RATE_PER_PAYER itself.
+            command
+                .env("RATE_PER_ADDRESS", "0")
+                .env("RATE_PER_PAYER", "0");
         }
         for (key, value) in envs {
             command.env(key, value);

@@ -41,6 +41,10 @@ fn secret_envs() -> Vec<(&'static str, String)> {
             format!("redis://:{CANARY}@127.0.0.1:2,redis://:{CANARY}@127.0.0.1:3"),
         ),
         ("MPP_SECRET", format!("{CANARY}-{CANARY}-{CANARY}")),
+        (
+            "FACILITATOR_URL",
+            format!("https://user:{CANARY}@facilitator.example/"),
+        ),
         ("TASKCTL_PAY_KEY", format!("0x{CANARY}")),
         ("TASK_ACCESS_TOKEN", CANARY.to_owned()),
     ]
@@ -65,6 +69,7 @@ fn help_never_shows_a_secret_value() -> Res<()> {
     let text = printed(&run("gateway", &["--help"], &secret_envs())?);
     assert!(text.contains("REDIS_URL"), "{text}");
     assert!(text.contains("MPP_SECRET"), "{text}");
+    assert!(text.contains("FACILITATOR_URL"), "{text}");
     Ok(())
 }
 

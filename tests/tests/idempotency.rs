@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use harness::redis_server::RedisServer;
 use shared::idempotency::{
-    Begin, Claim, IdempotencyStore, MemoryIdempotency, RedisIdempotency, StoredResponse,
+    Begin, Claim, IdempotencyLimits, IdempotencyStore, MemoryIdempotency, RedisIdempotency,
+    StoredResponse,
 };
 use shared::store::{RedisStore, RedisStoreConfig};
 
@@ -211,31 +212,20 @@ async fn memory_one_of_many_concurrent_claimers_wins() -> TestResult {
 }
 
 #[tokio::test]
-async fn memory_is_bounded_and_evicts_the_oldest() -> TestResult {
-    let store = MemoryIdempotency::new(3);
-    let mut claims = Vec::new();
-    for i in 0..5 {
-        claims.push(
-            started(
-                &store,
-                SCOPE,
-                &format!("key-{i:02}-0123456789abcdefgh"),
-                "fp",
-                LONG,
-            )
-            .await?,
-        );
-    }
-    assert_eq!(store.len(), 3);
-    // The two oldest were evicted: their claims are void and their keys free.
-    assert!(!store.release(&claims[0]).await?);
-    assert!(!store.complete(&claims[1], &response("x"), LONG).await?);
-    assert_eq!(
-        store
-            .begin(SCOPE, "key-04-0123456789abcdefgh", "fp", LONG)
-            .await?,
-        Begin::InProgress
-    );
+async fn memory_is_bounded_and_evicts_the_oldest_finished() -> TestResult {
+    let store = MemoryIdempotency::with_limits(BOUNDED);
+    bounded_evicting_the_oldest_finished(&store).await?;
+    assert_eq!(store.len(), BOUNDED.max_records);
+    Ok(())
+}
+
+#[tokio::test]
+async fn memory_large_bodies_are_not_kept() -> TestResult {
+    large_bodies_are_not_kept(&MemoryIdempotency::with_limits(BOUNDED)).await
+}
+
+#[tokio::test]
+async fn memory_expired_records_make_room_first() -> TestResult {
     // Expired records make room before live ones are evicted.
     let store = MemoryIdempotency::new(2);
     started(&store, SCOPE, "short-lived-0123456789abcdef", "fp", SHORT).await?;
@@ -243,6 +233,87 @@ async fn memory_is_bounded_and_evicts_the_oldest() -> TestResult {
     tokio::time::sleep(PAST_SHORT).await;
     started(&store, SCOPE, "newcomer-0123456789abcdefghij", "fp", LONG).await?;
     assert!(store.complete(&kept, &response("kept"), LONG).await?);
+    Ok(())
+}
+
+// ----- bounds, for any store -----
+
+const BOUNDED: IdempotencyLimits = IdempotencyLimits {
+    max_records: 3,
+    max_body_bytes: 64,
+};
+
+fn bounded_key(i: usize) -> String {
+    format!("bounded-key-{i:03}-0123456789abcdef")
+}
+
+/// Filling a store past its bound keeps it at the bound: finished records make room, oldest
+/// first; a record in progress is never evicted, and with every record in progress a new key
+/// is refused (`Full`) rather than run without a record.
+async fn bounded_evicting_the_oldest_finished(store: &dyn IdempotencyStore) -> TestResult {
+    let running = started(store, SCOPE, &bounded_key(0), "fp", LONG).await?;
+    let first = started(store, SCOPE, &bounded_key(1), "fp", LONG).await?;
+    let second = started(store, SCOPE, &bounded_key(2), "fp", LONG).await?;
+    assert_eq!(
+        store.begin(SCOPE, &bounded_key(3), "fp", LONG).await?,
+        Begin::Full,
+        "every record is in progress: none may go"
+    );
+    assert!(store.complete(&first, &response("1"), LONG).await?);
+    assert!(store.complete(&second, &response("2"), LONG).await?);
+    // Each newcomer evicts the oldest finished record, never the running one.
+    let mut claims = Vec::new();
+    for i in 3..10 {
+        let claim = started(store, SCOPE, &bounded_key(i), "fp", LONG).await?;
+        assert!(
+            store
+                .complete(&claim, &response(&i.to_string()), LONG)
+                .await?
+        );
+        claims.push(claim);
+    }
+    assert_eq!(
+        store.begin(SCOPE, &bounded_key(0), "fp", LONG).await?,
+        Begin::InProgress,
+        "the record in progress was kept"
+    );
+    for i in [8, 9] {
+        assert_eq!(
+            store.begin(SCOPE, &bounded_key(i), "fp", LONG).await?,
+            Begin::Replay(response(&i.to_string())),
+            "the newest finished records are kept"
+        );
+    }
+    // Evicted ones start afresh (and evict again).
+    started(store, SCOPE, &bounded_key(1), "fp", LONG).await?;
+    assert!(store.complete(&running, &response("0"), LONG).await?);
+    Ok(())
+}
+
+/// A response over the body bound is recorded as run, but not kept: a replay says so, and
+/// the request does not run again.
+async fn large_bodies_are_not_kept(store: &dyn IdempotencyStore) -> TestResult {
+    let body = "x".repeat(BOUNDED.max_body_bytes);
+    let small = started(store, SCOPE, &bounded_key(0), "fp", LONG).await?;
+    assert!(store.complete(&small, &response(&body), LONG).await?);
+    let large = started(store, SCOPE, &bounded_key(1), "fp", LONG).await?;
+    assert!(
+        store
+            .complete(&large, &response(&format!("{body}y")), LONG)
+            .await?
+    );
+    assert_eq!(
+        store.begin(SCOPE, &bounded_key(0), "fp", LONG).await?,
+        Begin::Replay(response(&body))
+    );
+    assert_eq!(
+        store.begin(SCOPE, &bounded_key(1), "fp", LONG).await?,
+        Begin::NotKept { status: 200 }
+    );
+    assert_eq!(
+        store.begin(SCOPE, &bounded_key(1), "other", LONG).await?,
+        Begin::Conflict
+    );
     Ok(())
 }
 
@@ -335,6 +406,42 @@ async fn redis_one_of_many_concurrent_claimers_wins() -> TestResult {
 }
 
 #[tokio::test]
+async fn redis_is_bounded_and_evicts_the_oldest_finished() -> TestResult {
+    let case = redis().await?;
+    let store = RedisIdempotency::with_limits(&case.store, BOUNDED);
+    bounded_evicting_the_oldest_finished(&store).await?;
+    // The bound holds in Redis itself: as many record keys as listed ids, no more.
+    let records = case.records().await?;
+    assert_eq!(records.len(), BOUNDED.max_records, "{records:?}");
+    let mut conn = case.server.client().await?;
+    let mut listed = 0;
+    for index in store.index_keys() {
+        let count: usize = redis::cmd("ZCARD")
+            .arg(index)
+            .query_async(&mut conn)
+            .await?;
+        listed += count;
+    }
+    assert_eq!(listed, BOUNDED.max_records);
+    Ok(())
+}
+
+#[tokio::test]
+async fn redis_large_bodies_are_not_kept() -> TestResult {
+    let case = redis().await?;
+    let store = RedisIdempotency::with_limits(&case.store, BOUNDED);
+    large_bodies_are_not_kept(&store).await?;
+    // The large body is not in Redis at all.
+    let mut conn = case.server.client().await?;
+    let fields: Vec<String> = redis::cmd("HKEYS")
+        .arg(store.record_key(SCOPE, &bounded_key(1)))
+        .query_async(&mut conn)
+        .await?;
+    assert!(!fields.iter().any(|field| field == "body"), "{fields:?}");
+    Ok(())
+}
+
+#[tokio::test]
 async fn redis_records_are_hashed_names_with_ttls_and_leave_nothing_behind() -> TestResult {
     let case = redis().await?;
     let store = &case.idempotency;
@@ -365,6 +472,15 @@ async fn redis_records_are_hashed_names_with_ttls_and_leave_nothing_behind() -> 
             .any(|(name, _)| *name == store.record_key(SCOPE, KEY))
     );
 
+    tokio::time::sleep(PAST_SHORT).await;
+    assert_eq!(case.records().await?, vec![]);
+    assert_eq!(
+        case.all_keys().await?,
+        Vec::<String>::new(),
+        "no key leaked"
+    );
+    drop(running);
+
     // A long retention is what the record carries once done.
     let kept = started(store, SCOPE, "kept-key-0123456789abcdefgh", "fp-4", SHORT).await?;
     assert!(store.complete(&kept, &response("kept"), LONG).await?);
@@ -379,20 +495,6 @@ async fn redis_records_are_hashed_names_with_ttls_and_leave_nothing_behind() -> 
         ttl > SHORT.as_millis() as i64,
         "retention replaced the in-progress ttl: {ttl}"
     );
-    let mut conn = case.server.client().await?;
-    let _: i64 = redis::cmd("DEL")
-        .arg(store.record_key(SCOPE, "kept-key-0123456789abcdefgh"))
-        .query_async(&mut conn)
-        .await?;
-
-    tokio::time::sleep(PAST_SHORT).await;
-    assert_eq!(case.records().await?, vec![]);
-    assert_eq!(
-        case.all_keys().await?,
-        Vec::<String>::new(),
-        "no key leaked"
-    );
-    drop(running);
     Ok(())
 }
 

@@ -1,5 +1,6 @@
 //! Fair admission: the GCRA script against a real redis-server, and two real gateways on one
-//! Redis sharing each client address's and owner's quota of task creations.
+//! Redis sharing each client address's, owner's and payer's quota of task creations (the
+//! payer's with the dev facilitator and Anvil test keys: a refused payer settles nothing).
 //!
 //! The rates are tiny (one request per 100 s), so that a quota never refills during a test:
 //! exactly the burst is admitted, whatever the machine's speed.
@@ -7,8 +8,10 @@
 use std::net::TcpListener;
 use std::time::Duration;
 
+use harness::paid::{PAYER_KEY, PaidCluster};
 use harness::process::ServiceProcess;
 use harness::redis_server::RedisServer;
+use payments::LocalPayer;
 use serde_json::json;
 use shared::ratelimit::{Quota, RateLimiter, RedisRateLimiter, Subject, Verdict};
 use shared::store::{RedisStore, RedisStoreConfig};
@@ -304,5 +307,74 @@ async fn a2a_send_message_is_limited_and_other_methods_are_not() -> TestResult {
     assert!(!header(&rest, "retry-after").is_empty());
     let body: serde_json::Value = rest.json().await?;
     assert_eq!(body["error"]["status"], "RESOURCE_EXHAUSTED", "{body}");
+    Ok(())
+}
+
+/// Anvil #2: a second funded payer.
+const OTHER_PAYER_KEY: &str = "0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a";
+
+/// A paid `echo` invoke at gateway `gateway`, signed by `key` for that gateway's 402.
+async fn paid_invoke(
+    cluster: &PaidCluster,
+    gateway: usize,
+    key: &str,
+) -> TestResult<reqwest::Response> {
+    let body = json!({"input": {"text": "paid"}});
+    let challenge = cluster.x402_challenge(gateway, "echo", &body).await?;
+    let payment = LocalPayer::from_hex(key)?.answer(&challenge, None, payments::unix_now())?;
+    Ok(cluster
+        .http
+        .post(format!("{}/entrypoints/echo/invoke", cluster.base(gateway)))
+        .header(payment.name, &payment.value)
+        .json(&body)
+        .send()
+        .await?)
+}
+
+#[tokio::test]
+async fn one_payer_over_its_rate_is_refused_before_anything_settles() -> TestResult {
+    let cluster = PaidCluster::start(
+        &[("WORKER_PRICES", "echo=0.001".to_owned())],
+        &[
+            ("RATE_PER_PAYER", "0.01".to_owned()),
+            ("RATE_BURST", "2".to_owned()),
+        ],
+        |card| card["entrypoints"]["echo"]["pricing"]["invoke"].is_string(),
+    )
+    .await?;
+    // The burst, one request at each gateway: both paid and run.
+    for gateway in [0, 1] {
+        let response = paid_invoke(&cluster, gateway, PAYER_KEY).await?;
+        assert_eq!(response.status(), 200, "{}", response.text().await?);
+    }
+    assert_eq!(cluster.settled().await?, 2);
+    // The third, at either gateway: the payer's quota is the cluster's.
+    let limited = paid_invoke(&cluster, 0, PAYER_KEY).await?;
+    assert_eq!(limited.status(), 429);
+    let retry_after: u64 = header(&limited, "retry-after").parse()?;
+    assert!(
+        (1..=100).contains(&retry_after),
+        "Retry-After {retry_after}"
+    );
+    assert_eq!(
+        header(&limited, "ratelimit-policy"),
+        "\"per-payer\";q=2;w=200"
+    );
+    assert_eq!(
+        header(&limited, "ratelimit"),
+        format!("\"per-payer\";r=0;t={retry_after}")
+    );
+    assert!(header(&limited, "payment-response").is_empty());
+    let body: serde_json::Value = limited.json().await?;
+    assert_eq!(body["error"]["code"], "rate_limited", "{body}");
+    assert_eq!(cluster.settled().await?, 2, "the 429 settled nothing");
+    // Another payer still gets paid results, at the same gateways.
+    for gateway in [1, 0] {
+        let response = paid_invoke(&cluster, gateway, OTHER_PAYER_KEY).await?;
+        assert_eq!(response.status(), 200, "{}", response.text().await?);
+        let body: serde_json::Value = response.json().await?;
+        assert_eq!(body["output"]["text"], "paid", "{body}");
+    }
+    assert_eq!(cluster.settled().await?, 4);
     Ok(())
 }

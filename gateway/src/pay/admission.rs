@@ -1,7 +1,8 @@
 //! Durable admission of a paid request (task, invoke or stream), in the upstream's order:
 //!
 //! ```text
-//! wait for a pending place (per gateway and per payer: see super::pending)
+//! per-payer rate limit (see super::payer_rate: 429, nothing claimed or charged)
+//!   -> wait for a pending place (per gateway and per payer: see super::pending)
 //!   -> claim the credential (Redis, atomic: one credential, one execution)
 //!   -> verify                                   (refused or failed: release, 402/503)
 //!   -> reserve the task (durable, counted against capacity, expires if abandoned)
@@ -126,6 +127,14 @@ pub async fn admit_paid(
             max: state.config.max_tasks,
         })
         .into());
+    }
+
+    // One payer may not take every paid slot: over its rate it is refused before its
+    // credential is claimed, verified or settled.
+    if let Some(payer_rate) = &gate.payer_rate
+        && let Some(refused) = payer_rate.check(checked.payer).await
+    {
+        return Err(Refused::Answer(refused));
     }
 
     // Forged credentials cost nothing: each waits its turn for one of this gateway's pending

@@ -25,6 +25,7 @@ pub mod admission;
 pub mod challenge;
 pub mod credential;
 pub mod mpp;
+pub mod payer_rate;
 pub mod pending;
 pub mod price;
 pub mod receipt;
@@ -61,6 +62,8 @@ pub struct Gate {
     pub entitlement_ttl: Duration,
     /// Bounds on credentials not yet known to pay (see [`pending`]).
     pub pending: pending::PendingPayments,
+    /// Paid creations per payer and second (see [`payer_rate`]); `None`: unlimited.
+    pub payer_rate: Option<payer_rate::PayerRate>,
 }
 
 /// Points of a paid admission where crash tests stop the gateway dead.
@@ -124,7 +127,7 @@ impl Gate {
             GateConfigError::Network(config.payment_network.clone(), Network::known())
         })?;
         let facilitator = HttpFacilitator::new(
-            url,
+            url.expose(),
             Duration::from_millis(config.facilitator_timeout_ms.max(1)),
         )
         .map_err(GateConfigError::Facilitator)?;
@@ -153,6 +156,7 @@ impl Gate {
             mpp: None,
             entitlement_ttl: Duration::from_secs(config.entitlement_ttl_seconds.max(1)),
             pending: pending::PendingPayments::from_config(config),
+            payer_rate: None,
         }
     }
 }

@@ -16,10 +16,19 @@ use crate::wire::facilitator::{
 /// Largest facilitator answer read, in bytes: answers are a few hundred bytes.
 const MAX_REPLY_BYTES: usize = 64 * 1024;
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct HttpFacilitator {
     client: reqwest::Client,
     base: String,
+}
+
+/// The base URL may carry credentials (`https://user:key@host`): a print shows neither.
+impl std::fmt::Debug for HttpFacilitator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpFacilitator")
+            .field("base", &"<redacted>")
+            .finish_non_exhaustive()
+    }
 }
 
 impl HttpFacilitator {

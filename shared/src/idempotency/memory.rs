@@ -1,5 +1,7 @@
 //! [`MemoryIdempotency`]: process-local records (embedded mode, tests), bounded: at capacity,
-//! expired records go first, then the oldest.
+//! expired records go first, then the oldest finished one; a record in progress is never
+//! evicted (its request would run twice), so with every record in progress `begin` answers
+//! [`Begin::Full`]. A response body over the limit is recorded as run, not kept.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, PoisonError};
@@ -8,13 +10,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use super::{Begin, Claim, DEFAULT_MAX_RECORDS, IdempotencyStore, StoredResponse};
+use super::{Begin, Claim, IdempotencyLimits, IdempotencyStore, StoredResponse};
 use crate::store::StoreError;
 
 type RecordId = (String, String);
 
 pub struct MemoryIdempotency {
-    max_records: usize,
+    limits: IdempotencyLimits,
     state: Mutex<State>,
 }
 
@@ -34,15 +36,29 @@ struct Record {
 }
 
 enum Entry {
-    Running { owner: String },
+    Running {
+        owner: String,
+    },
     Done(StoredResponse),
+    /// Finished with this status; the body was over the limit.
+    NotKept(u16),
 }
 
 impl MemoryIdempotency {
-    /// Keeps at most `max_records` records (at least one).
+    /// Keeps at most `max_records` records (at least one), bodies of any size.
     pub fn new(max_records: usize) -> Self {
+        MemoryIdempotency::with_limits(IdempotencyLimits {
+            max_records,
+            max_body_bytes: usize::MAX,
+        })
+    }
+
+    pub fn with_limits(limits: IdempotencyLimits) -> Self {
         MemoryIdempotency {
-            max_records: max_records.max(1),
+            limits: IdempotencyLimits {
+                max_records: limits.max_records.max(1),
+                ..limits
+            },
             state: Mutex::new(State::default()),
         }
     }
@@ -64,7 +80,7 @@ impl MemoryIdempotency {
 
 impl Default for MemoryIdempotency {
     fn default() -> Self {
-        MemoryIdempotency::new(DEFAULT_MAX_RECORDS)
+        MemoryIdempotency::with_limits(IdempotencyLimits::default())
     }
 }
 
@@ -84,10 +100,10 @@ impl State {
         self.records.get_mut(id)
     }
 
-    /// Makes room for one more record.
-    fn make_room(&mut self, max: usize, now: Instant) {
+    /// Makes room for one more record; false when every record is in progress.
+    fn make_room(&mut self, max: usize, now: Instant) -> bool {
         if self.records.len() < max {
-            return;
+            return true;
         }
         let expired: Vec<RecordId> = self
             .records
@@ -99,11 +115,16 @@ impl State {
             self.remove(id);
         }
         while self.records.len() >= max {
-            let Some((_, id)) = self.order.pop_first() else {
-                break;
+            let oldest_done = self.order.iter().find_map(|(_, id)| {
+                let running = matches!(self.records.get(id)?.entry, Entry::Running { .. });
+                (!running).then(|| id.clone())
+            });
+            let Some(id) = oldest_done else {
+                return false;
             };
-            self.records.remove(&id);
+            self.remove(&id);
         }
+        true
     }
 
     /// The record `claim` still owns.
@@ -135,10 +156,13 @@ impl IdempotencyStore for MemoryIdempotency {
                 match &record.entry {
                     Entry::Running { .. } => Begin::InProgress,
                     Entry::Done(response) => Begin::Replay(response.clone()),
+                    Entry::NotKept(status) => Begin::NotKept { status: *status },
                 }
             });
         }
-        state.make_room(self.max_records, now);
+        if !state.make_room(self.limits.max_records, now) {
+            return Ok(Begin::Full);
+        }
         let claim = Claim::new(scope, key, fingerprint);
         let created = state.next;
         state.next += 1;
@@ -169,7 +193,11 @@ impl IdempotencyStore for MemoryIdempotency {
             return Ok(false);
         };
         if let Some(record) = state.records.get_mut(&id) {
-            record.entry = Entry::Done(response.clone());
+            record.entry = if response.body.len() > self.limits.max_body_bytes {
+                Entry::NotKept(response.status)
+            } else {
+                Entry::Done(response.clone())
+            };
             record.expires = now + retention;
         }
         Ok(true)
@@ -200,22 +228,54 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn evicts_the_oldest_at_capacity() -> Result<(), StoreError> {
-        let store = MemoryIdempotency::new(2);
-        for key in ["a", "b", "c"] {
-            assert!(matches!(
-                store.begin("s", key, "f", TTL).await?,
-                Begin::Started(_)
-            ));
+    async fn claim(store: &MemoryIdempotency, key: &str) -> Result<Claim, StoreError> {
+        match store.begin("s", key, "f", TTL).await? {
+            Begin::Started(claim) => Ok(claim),
+            other => Err(StoreError::Corrupt(format!("not started: {other:?}"))),
         }
-        assert_eq!(store.len(), 2);
-        // "a" was evicted: it starts afresh; "c" is still in progress.
-        assert!(matches!(
-            store.begin("s", "a", "f", TTL).await?,
-            Begin::Started(_)
-        ));
-        assert_eq!(store.begin("s", "c", "f", TTL).await?, Begin::InProgress);
+    }
+
+    #[tokio::test]
+    async fn evicts_the_oldest_finished_record_at_capacity() -> Result<(), StoreError> {
+        let store = MemoryIdempotency::new(3);
+        let a = claim(&store, "a").await?;
+        let b = claim(&store, "b").await?;
+        let c = claim(&store, "c").await?;
+        // Every record in progress: none may go, the newcomer is refused.
+        assert_eq!(store.begin("s", "d", "f", TTL).await?, Begin::Full);
+        assert!(store.complete(&b, &response("b"), TTL).await?);
+        assert!(store.complete(&c, &response("c"), TTL).await?);
+        claim(&store, "d").await?;
+        assert_eq!(store.len(), 3);
+        // "b" was the oldest finished record; "a" (older, but running) and "c" stay.
+        assert_eq!(store.begin("s", "a", "f", TTL).await?, Begin::InProgress);
+        assert_eq!(
+            store.begin("s", "c", "f", TTL).await?,
+            Begin::Replay(response("c"))
+        );
+        claim(&store, "b").await?;
+        drop(a);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn large_bodies_are_run_but_not_kept() -> Result<(), StoreError> {
+        let store = MemoryIdempotency::with_limits(IdempotencyLimits {
+            max_records: 10,
+            max_body_bytes: 4,
+        });
+        let small = claim(&store, "small").await?;
+        assert!(store.complete(&small, &response("1234"), TTL).await?);
+        let large = claim(&store, "large").await?;
+        assert!(store.complete(&large, &response("12345"), TTL).await?);
+        assert_eq!(
+            store.begin("s", "small", "f", TTL).await?,
+            Begin::Replay(response("1234"))
+        );
+        assert_eq!(
+            store.begin("s", "large", "f", TTL).await?,
+            Begin::NotKept { status: 200 }
+        );
         Ok(())
     }
 

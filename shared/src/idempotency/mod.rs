@@ -14,7 +14,10 @@
 //!   gateway cannot block a key for longer);
 //! - a record with another fingerprint: [`Begin::Conflict`], whatever its state;
 //! - a record in progress: [`Begin::InProgress`];
-//! - a finished record: [`Begin::Replay`] with the stored response, kept for the retention.
+//! - a finished record: [`Begin::Replay`] with the stored response, kept for the retention;
+//!   [`Begin::NotKept`] when its body was over [`IdempotencyLimits::max_body_bytes`];
+//! - no record and no room ([`IdempotencyLimits::max_records`], every record in progress):
+//!   [`Begin::Full`]. Finished records make room, oldest first.
 //!
 //! Claims are fenced by an owner id drawn at `begin`: a request whose claim lapsed and was taken
 //! by a retry can neither complete nor release the retry's record.
@@ -40,8 +43,33 @@ use crate::store::StoreError;
 pub const DEFAULT_IN_PROGRESS_TTL: Duration = Duration::from_secs(15 * 60);
 /// How long a finished response is replayed (upstream `retentionMs`).
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
-/// Records the in-memory store keeps before evicting the oldest (upstream `maxEntries`).
+/// Records a store keeps (upstream `maxEntries`); in Redis, per namespace across gateways.
 pub const DEFAULT_MAX_RECORDS: usize = 10_000;
+/// The largest response body kept for replay. With [`DEFAULT_MAX_RECORDS`] that bounds the
+/// records' share of the store at about 640 MiB in the worst case, and invokes are refused
+/// well before that by the store's memory high-water mark.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// How much a store keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdempotencyLimits {
+    /// Records at most (at least 1). At the bound the oldest finished record is evicted; a
+    /// record in progress never is (its request would run twice): when every record is in
+    /// progress, [`Begin::Full`].
+    pub max_records: usize,
+    /// Bytes of response body kept for replay; a larger response is recorded as run but not
+    /// kept ([`Begin::NotKept`] on replay).
+    pub max_body_bytes: usize,
+}
+
+impl Default for IdempotencyLimits {
+    fn default() -> Self {
+        IdempotencyLimits {
+            max_records: DEFAULT_MAX_RECORDS,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+        }
+    }
+}
 
 pub const MIN_KEY_CHARS: usize = 20;
 pub const MAX_KEY_CHARS: usize = 256;
@@ -261,6 +289,12 @@ pub enum Begin {
     InProgress,
     /// The same request finished: send this again.
     Replay(StoredResponse),
+    /// The same request finished with this status, but its body was larger than the store
+    /// keeps: it cannot be replayed, and must not run again under this key.
+    NotKept { status: u16 },
+    /// The store holds its maximum of records and every one is in progress: no record could
+    /// be made, so the request must not run (it could not be deduplicated).
+    Full,
     /// The key was used for a different request.
     Conflict,
 }

@@ -5,6 +5,13 @@
 //! (`running` | `done`), `owner` (while running), `status`, `headers` (JSON pairs), `body`.
 //! Every record carries a TTL: the in-progress TTL while running, the retention once done, so
 //! nothing outlives its retention. One script per transition: `shared/lua/idempotency_*.lua`.
+//!
+//! Bounded ([`IdempotencyLimits`]): two sorted sets, `{ns}:idem-running` and `{ns}:idem-done`,
+//! list the records' ids (the hash in the name) scored by expiry, so that `begin` counts the
+//! namespace's records across every gateway. At the bound `begin` names the oldest done record;
+//! this client evicts it with a script that declares its key (every script declares every key
+//! it touches, as a Redis Cluster requires) and begins again. A body over the limit is recorded
+//! as run but not kept (`kept` 0).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +20,7 @@ use async_trait::async_trait;
 use redis::Script;
 use sha2::{Digest, Sha256};
 
-use super::{Begin, Claim, IdempotencyStore, StoredResponse};
+use super::{Begin, Claim, IdempotencyLimits, IdempotencyStore, StoredResponse};
 use crate::store::redis::guarded_script;
 use crate::store::{RedisStore, StoreError};
 
@@ -29,26 +36,75 @@ macro_rules! lua {
 pub struct RedisIdempotency {
     store: RedisStore,
     prefix: String,
+    running: String,
+    done: String,
+    limits: IdempotencyLimits,
     scripts: Arc<Scripts>,
 }
 
 struct Scripts {
     begin: Script,
+    evict: Script,
     complete: Script,
     release: Script,
 }
 
+/// Evictions one `begin` tries before it answers [`Begin::Full`]: each makes room for one
+/// record, so only a crowd of concurrent newcomers taking the room first needs more than one.
+const EVICT_ATTEMPTS: usize = 8;
+
 impl RedisIdempotency {
+    /// With the default limits.
     pub fn new(store: &RedisStore) -> Self {
+        RedisIdempotency::with_limits(store, IdempotencyLimits::default())
+    }
+
+    pub fn with_limits(store: &RedisStore, limits: IdempotencyLimits) -> Self {
+        let namespace = &store.config().namespace;
         RedisIdempotency {
-            prefix: format!("{{{}}}:idem:", store.config().namespace),
+            prefix: format!("{{{namespace}}}:idem:"),
+            running: format!("{{{namespace}}}:idem-running"),
+            done: format!("{{{namespace}}}:idem-done"),
             store: store.clone(),
+            limits: IdempotencyLimits {
+                max_records: limits.max_records.max(1),
+                ..limits
+            },
             scripts: Arc::new(Scripts {
                 begin: guarded_script(lua!("idempotency_begin")),
+                evict: guarded_script(lua!("idempotency_evict")),
                 complete: guarded_script(lua!("idempotency_complete")),
                 release: guarded_script(lua!("idempotency_release")),
             }),
         }
+    }
+
+    /// The sorted sets listing running and done records' ids (tests count them).
+    pub fn index_keys(&self) -> [&str; 2] {
+        [&self.running, &self.done]
+    }
+
+    /// Drops the done record `id` named by `begin`; false when it was gone already.
+    async fn evict(&self, id: &str) -> Result<bool, StoreError> {
+        // Ids are the 64 hex digits of a record's name; anything else is not ours to delete.
+        if id.len() != 64 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(corrupt(format!("bad record id {id:?}")));
+        }
+        let mut invocation = self.scripts.evict.prepare_invoke();
+        invocation
+            .key(format!("{}{id}", self.prefix))
+            .key(&self.done)
+            .arg(id);
+        let evicted: u64 = self
+            .store
+            .eval("idempotency_evict", &mut invocation)
+            .await?;
+        Ok(evicted == 1)
+    }
+
+    /// A record's id: the hash its name ends with.
+    fn record_id<'a>(&self, record_key: &'a str) -> &'a str {
+        record_key.strip_prefix(&self.prefix).unwrap_or(record_key)
     }
 
     /// The record's key name: `{ns}:idem:<lowercase hex sha256(scope "\n" key)>`.
@@ -67,7 +123,7 @@ impl RedisIdempotency {
 }
 
 impl RedisStore {
-    /// Idempotency records in this store's Redis and namespace.
+    /// Idempotency records in this store's Redis and namespace, with the default limits.
     pub fn idempotency(&self) -> RedisIdempotency {
         RedisIdempotency::new(self)
     }
@@ -82,8 +138,23 @@ fn corrupt(what: impl Into<String>) -> StoreError {
     StoreError::Corrupt(format!("idempotency record: {}", what.into()))
 }
 
-fn parse_begin(reply: Vec<String>, claim: Claim) -> Result<Begin, StoreError> {
-    match reply.as_slice() {
+/// What a begin script answered.
+enum Reply {
+    Begin(Begin),
+    /// Evict this done record and begin again.
+    Evict(String),
+}
+
+fn parse_begin(reply: Vec<String>, claim: Claim) -> Result<Reply, StoreError> {
+    let begin = match reply.as_slice() {
+        [tag, id] if tag == "evict" => return Ok(Reply::Evict(id.clone())),
+        [tag] if tag == "full" => Ok(Begin::Full),
+        [tag, status] if tag == "not_kept" => {
+            let status = status
+                .parse::<u16>()
+                .map_err(|_| corrupt(format!("bad status {status:?}")))?;
+            Ok(Begin::NotKept { status })
+        }
         [tag] if tag == "started" => Ok(Begin::Started(claim)),
         [tag] if tag == "in_progress" => Ok(Begin::InProgress),
         [tag] if tag == "conflict" => Ok(Begin::Conflict),
@@ -100,7 +171,8 @@ fn parse_begin(reply: Vec<String>, claim: Claim) -> Result<Begin, StoreError> {
             }))
         }
         other => Err(corrupt(format!("unexpected reply {other:?}"))),
-    }
+    };
+    begin.map(Reply::Begin)
 }
 
 #[async_trait]
@@ -112,18 +184,32 @@ impl IdempotencyStore for RedisIdempotency {
         fingerprint: &str,
         in_progress_ttl: Duration,
     ) -> Result<Begin, StoreError> {
-        let claim = Claim::new(scope, key, fingerprint);
-        let mut invocation = self.scripts.begin.prepare_invoke();
-        invocation
-            .key(self.record_key(scope, key))
-            .arg(fingerprint)
-            .arg(&claim.owner)
-            .arg(millis(in_progress_ttl));
-        let reply: Vec<String> = self
-            .store
-            .eval("idempotency_begin", &mut invocation)
-            .await?;
-        parse_begin(reply, claim)
+        let record = self.record_key(scope, key);
+        for _ in 0..EVICT_ATTEMPTS {
+            let claim = Claim::new(scope, key, fingerprint);
+            let mut invocation = self.scripts.begin.prepare_invoke();
+            invocation
+                .key(&record)
+                .key(&self.running)
+                .key(&self.done)
+                .arg(fingerprint)
+                .arg(&claim.owner)
+                .arg(millis(in_progress_ttl))
+                .arg(self.record_id(&record))
+                .arg(self.limits.max_records);
+            let reply: Vec<String> = self
+                .store
+                .eval("idempotency_begin", &mut invocation)
+                .await?;
+            match parse_begin(reply, claim)? {
+                Reply::Begin(begin) => return Ok(begin),
+                Reply::Evict(id) => {
+                    self.evict(&id).await?;
+                }
+            }
+        }
+        // Other newcomers kept taking the room made: as good as full for now.
+        Ok(Begin::Full)
     }
 
     async fn complete(
@@ -135,14 +221,19 @@ impl IdempotencyStore for RedisIdempotency {
         let headers = serde_json::to_string(&response.headers)
             .map_err(|err| corrupt(format!("headers: {err}")))?;
         let mut invocation = self.scripts.complete.prepare_invoke();
+        let record = self.record_key(&claim.scope, &claim.key);
         invocation
-            .key(self.record_key(&claim.scope, &claim.key))
+            .key(&record)
+            .key(&self.running)
+            .key(&self.done)
             .arg(&claim.owner)
             .arg(&claim.fingerprint)
             .arg(response.status)
             .arg(headers)
             .arg(&response.body)
-            .arg(millis(retention));
+            .arg(millis(retention))
+            .arg(self.record_id(&record))
+            .arg(self.limits.max_body_bytes);
         let done: u64 = self
             .store
             .eval("idempotency_complete", &mut invocation)
@@ -152,10 +243,13 @@ impl IdempotencyStore for RedisIdempotency {
 
     async fn release(&self, claim: &Claim) -> Result<bool, StoreError> {
         let mut invocation = self.scripts.release.prepare_invoke();
+        let record = self.record_key(&claim.scope, &claim.key);
         invocation
-            .key(self.record_key(&claim.scope, &claim.key))
+            .key(&record)
+            .key(&self.running)
             .arg(&claim.owner)
-            .arg(&claim.fingerprint);
+            .arg(&claim.fingerprint)
+            .arg(self.record_id(&record));
         let released: u64 = self
             .store
             .eval("idempotency_release", &mut invocation)

@@ -20,6 +20,9 @@ pub enum ErrorCode {
     InvalidIdempotencyKey,
     IdempotencyInProgress,
     IdempotencyKeyConflict,
+    /// The request with this Idempotency-Key ran, but its response was larger than the
+    /// gateway keeps for replay (`IDEMPOTENCY_MAX_BODY_BYTES`): it is not run again.
+    IdempotencyResponseTooLarge,
     // Tasks.
     TaskAccessRequired,
     TaskNotFound,
@@ -63,6 +66,7 @@ impl ErrorCode {
             ErrorCode::InvalidIdempotencyKey => "invalid_idempotency_key",
             ErrorCode::IdempotencyInProgress => "idempotency_in_progress",
             ErrorCode::IdempotencyKeyConflict => "idempotency_key_conflict",
+            ErrorCode::IdempotencyResponseTooLarge => "idempotency_response_too_large",
             ErrorCode::TaskAccessRequired => "task_access_required",
             ErrorCode::TaskNotFound => "task_not_found",
             ErrorCode::SkillNotFound => "skill_not_found",
@@ -127,6 +131,7 @@ mod tests {
             ErrorCode::DurableTaskStoreRequired,
             ErrorCode::PaymentCapabilityUnsupported,
             ErrorCode::ResultTooLarge,
+            ErrorCode::IdempotencyResponseTooLarge,
         ] {
             let text = serde_json::to_string(&code).unwrap_or_default();
             assert_eq!(text, format!("\"{}\"", code.as_str()));

@@ -48,11 +48,12 @@ impl BenchProc {
         envs: &[(&str, String)],
     ) -> Res<BenchProc> {
         let mut command = Command::new(bin);
-        // Benches load one gateway from 127.0.0.1: fair admission's per-address limit is off
-        // (other services ignore the setting).
+        // Benches load one gateway from 127.0.0.1 and pay from one payer: fair admission's
+        // per-address and per-payer limits are off (other services ignore the settings).
         command
             .env_clear()
             .env("RATE_PER_ADDRESS", "0")
+            .env("RATE_PER_PAYER", "0")
             .envs(envs.iter().map(|(k, v)| (k, v)));
         BenchProc::spawn(command, name, log_dir.join(format!("{name}.log")))
     }

@@ -13,6 +13,8 @@
 //! so methods appear only once some entrypoint is priced and both the payee and the
 //! facilitator are configured (priced routes answer 503 without them anyway).
 
+use std::borrow::Cow;
+
 use serde::Serialize;
 use shared::registry::EntrypointInfo;
 
@@ -30,7 +32,7 @@ pub struct PaymentMethod<'a> {
     method: &'static str,
     payee: &'a str,
     network: &'a str,
-    endpoint: &'a str,
+    endpoint: Cow<'a, str>,
     price_model: PriceModel<'a>,
     extensions: Extensions<'a>,
 }
@@ -53,7 +55,7 @@ struct Offer<'a> {
     scheme: &'static str,
     network: &'a str,
     price: &'a str,
-    facilitator_url: &'a str,
+    facilitator_url: Cow<'a, str>,
     pay_to: &'a str,
 }
 
@@ -65,10 +67,26 @@ pub fn network(config: &GatewayConfig) -> &str {
         .map_or(config.payment_network.as_str(), |network| network.caip2)
 }
 
-/// The facilitator URL as upstream publishes it: without a trailing slash.
+/// The facilitator URL as upstream publishes it: without a trailing slash, and without the
+/// userinfo (`user:password@`) an operator may have put in `FACILITATOR_URL` for the gateway's
+/// own calls: a card is public.
 fn facilitator(url: &str) -> &str {
     let url = url.trim();
     url.strip_suffix('/').unwrap_or(url)
+}
+
+/// `url` without its userinfo, if it has one.
+fn without_userinfo(url: &str) -> Cow<'_, str> {
+    let Some(start) = url.find("://").map(|at| at + 3) else {
+        return Cow::Borrowed(url);
+    };
+    let authority_len = url[start..]
+        .find(['/', '?', '#'])
+        .unwrap_or(url.len() - start);
+    match url[start..start + authority_len].rfind('@') {
+        Some(at) => Cow::Owned(format!("{}{}", &url[..start], &url[start + at + 1..])),
+        None => Cow::Borrowed(url),
+    }
 }
 
 /// The payment methods of `entrypoints`; empty when nothing is priced or the payee or the
@@ -80,7 +98,8 @@ pub fn methods<'a>(
     let (Some(payee), Some(endpoint)) = (&config.pay_to, &config.facilitator_url) else {
         return Vec::new();
     };
-    let (payee, endpoint, network) = (payee.trim(), facilitator(endpoint), network(config));
+    let endpoint = without_userinfo(facilitator(endpoint.expose()));
+    let (payee, network) = (payee.trim(), network(config));
     let mut methods: Vec<PaymentMethod<'a>> = Vec::new();
     for entrypoint in entrypoints {
         // x402 offers only: an MPP-priced entrypoint's terms come in its 402 challenge.
@@ -93,14 +112,14 @@ pub fn methods<'a>(
                 method: PROTOCOL,
                 payee,
                 network,
-                endpoint,
+                endpoint: endpoint.clone(),
                 price_model: PriceModel { default: amount },
                 extensions: Extensions {
                     x402: Offer {
                         scheme: SCHEME,
                         network,
                         price: amount,
-                        facilitator_url: endpoint,
+                        facilitator_url: endpoint.clone(),
                         pay_to: payee,
                     },
                 },
@@ -161,6 +180,25 @@ mod tests {
             methods,
             format!("[{},{}]", method("0.001"), method("0.002"))
         );
+    }
+
+    #[test]
+    fn the_facilitator_userinfo_is_never_published() {
+        let mut config = configured();
+        config.facilitator_url = Some("https://user:hunter2@facilitator.example/x402/".into());
+        let methods =
+            serde_json::to_string(&methods(&config, &[priced("a", false, "0.001", None)]))
+                .unwrap_or_default();
+        assert!(!methods.contains("hunter2"), "{methods}");
+        assert!(
+            methods.contains(r#""endpoint":"https://facilitator.example/x402""#),
+            "{methods}"
+        );
+        assert_eq!(
+            without_userinfo("http://a@b@host:1?q=@"),
+            "http://host:1?q=@"
+        );
+        assert_eq!(without_userinfo("https://host/p@x"), "https://host/p@x");
     }
 
     #[test]

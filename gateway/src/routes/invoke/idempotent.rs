@@ -13,6 +13,10 @@
 //! - the same request afterwards: the recorded status and body again, with
 //!   `Idempotency-Replayed: true`, for 24 hours;
 //! - another request with the key: `409 idempotency_key_conflict`;
+//! - the same request after a response over `--idempotency-max-body-bytes`: it ran, its body
+//!   was not kept: `409 idempotency_response_too_large` (never a second run under the key);
+//! - `--idempotency-max-entries` records held, every one in progress (finished ones are
+//!   evicted, oldest first, to make room): `503` with `Retry-After: 1`, nothing runs;
 //! - the store failing: `503`.
 //!
 //! Only deterministic outcomes are recorded (2xx and 4xx). A 5xx or a timeout releases the
@@ -173,6 +177,26 @@ where
             ));
         }
         Begin::Replay(stored) => return Ok(replay(stored)),
+        Begin::NotKept { status } => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                ErrorCode::IdempotencyResponseTooLarge,
+                format!(
+                    "The request with this Idempotency-Key ran (status {status}), but its \
+                     response was too large to keep for replay; it is not run again. Use a \
+                     new key to run it again"
+                ),
+            ));
+        }
+        Begin::Full => {
+            tracing::warn!("idempotency records full, every one in progress: request refused");
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::ServiceUnavailable,
+                "Too many requests with an Idempotency-Key are in progress; retry shortly",
+            )
+            .retry_after(1));
+        }
     };
 
     let mut guard = ReleaseOnDrop::new(state.idempotency.clone(), claim);
