@@ -366,6 +366,7 @@ where
         },
         admission,
         max_attempts: admit.max_attempts,
+        retention: admit.retention,
     })
     .instrument(span.clone())
     .await;

@@ -55,6 +55,7 @@ fn new_task(id: &str, owner: &OwnerHash, admission: Admission) -> NewTask {
         },
         admission,
         max_attempts: 3,
+        retention: None,
     }
 }
 
