@@ -39,9 +39,12 @@ local function finish_task(k, id, phase, retention_ms)
     local left = redis.call('DECR', k.owner_live)
     if left <= 0 then
       redis.call('DEL', k.owner_live)
-      -- The store's retention, never a task's shorter one: older tasks of the owner may
-      -- still be kept that long.
-      redis.call('PEXPIRE', k.owner_index, math.max(retention_ms, ttl))
+      -- The store's retention, never a task's shorter one, while older tasks of the owner
+      -- may still be kept that long; an index of this task alone (a direct run's owner)
+      -- goes with it.
+      local index_ttl = math.max(retention_ms, ttl)
+      if redis.call('ZCARD', k.owner_index) <= 1 then index_ttl = ttl end
+      redis.call('PEXPIRE', k.owner_index, index_ttl)
     end
     if kept[1] then
       redis.call('ZADD', terminal_key(k.live), now_ms() + ttl, kept[1] .. ':' .. id)
