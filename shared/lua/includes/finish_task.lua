@@ -47,7 +47,12 @@ local function finish_task(k, id, phase, retention_ms)
       redis.call('PEXPIRE', k.owner_index, index_ttl)
     end
     if kept[1] then
-      redis.call('ZADD', terminal_key(k.live), now_ms() + ttl, kept[1] .. ':' .. id)
+      local terminal = terminal_key(k.live)
+      redis.call('ZADD', terminal, now_ms() + ttl, kept[1] .. ':' .. id)
+      -- The set expires with its last entry, like every key of a retained task.
+      if redis.call('PTTL', terminal) < ttl then
+        redis.call('PEXPIRE', terminal, ttl)
+      end
     end
   end
   redis.call('PEXPIRE', k.task, ttl)

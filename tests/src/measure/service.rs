@@ -48,11 +48,13 @@ impl BenchProc {
         envs: &[(&str, String)],
     ) -> Res<BenchProc> {
         let mut command = Command::new(bin);
-        // Benches load one gateway from 127.0.0.1: fair admission's per-address limit is off
-        // (other services ignore the setting).
+        // Benches load one gateway from 127.0.0.1 with few tokens: fair admission's
+        // per-address limit and the per-owner bounds are off (other services ignore them).
         command
             .env_clear()
             .env("RATE_PER_ADDRESS", "0")
+            .env("MAX_LIVE_PER_OWNER", "0")
+            .env("MAX_RETAINED_PER_OWNER", "0")
             .envs(envs.iter().map(|(k, v)| (k, v)));
         BenchProc::spawn(command, name, log_dir.join(format!("{name}.log")))
     }
