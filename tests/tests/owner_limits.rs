@@ -111,10 +111,12 @@ async fn an_owner_at_its_live_limit_gets_429_while_another_owner_is_admitted() -
         .post(format!("{base}/a2a/jsonrpc"))
         .header("A2A-Version", "1.0")
         .bearer_auth(TOKEN_A)
-        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
             "message": {"messageId": "m1", "role": "ROLE_USER",
                 "parts": [{"text": "{\"ms\": 20000}"}], "metadata": {"skillId": "sleep"}},
-            "configuration": {"returnImmediately": true}}}))
+            "configuration": {"returnImmediately": true}}}),
+        )
         .send()
         .await?
         .json()
@@ -168,8 +170,7 @@ async fn a_finished_direct_invoke_leaves_redis_after_its_short_retention() -> Te
             .arg("*:owner:*")
             .query_async(&mut conn)
             .await?;
-        if tasks.len() == 1 && tasks[0].ends_with(&format!(":task:{kept}")) && owners.len() == 1
-        {
+        if tasks.len() == 1 && tasks[0].ends_with(&format!(":task:{kept}")) && owners.len() == 1 {
             break;
         }
         assert!(

@@ -47,7 +47,10 @@ async fn exists(store: &RedisStore, id: &str) -> Result<bool, StoreError> {
 }
 
 /// Every key of the namespace that names `id`.
-async fn keys_of(server: &RedisServer, id: &str) -> Result<Vec<String>, Box<dyn std::error::Error>> {
+async fn keys_of(
+    server: &RedisServer,
+    id: &str,
+) -> Result<Vec<String>, Box<dyn std::error::Error>> {
     let mut conn = server.client().await?;
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg(format!("*{id}*"))
@@ -72,8 +75,14 @@ async fn budget_evicts_oldest_terminal_then_refuses(shards: u16) -> TestResult {
     cancel(&store, &ids[1]).await?;
     // Full: another owner's task evicts the terminal task that finished (and expires) first.
     store.create(queued_task(&ids[3], &other, "echo")).await?;
-    assert!(!exists(&store, &ids[0]).await?, "the oldest terminal task goes");
-    assert!(keys_of(&server, &ids[0]).await?.is_empty(), "and every key of it");
+    assert!(
+        !exists(&store, &ids[0]).await?,
+        "the oldest terminal task goes"
+    );
+    assert!(
+        keys_of(&server, &ids[0]).await?.is_empty(),
+        "and every key of it"
+    );
     assert!(exists(&store, &ids[1]).await?);
     store.create(queued_task(&ids[4], &other, "echo")).await?;
     assert!(!exists(&store, &ids[1]).await?);
@@ -116,7 +125,10 @@ async fn an_owner_over_its_retained_budget_loses_its_own_oldest_terminal_task() 
     store.create(queued_task("b", &me, "echo")).await?;
     cancel(&store, "a").await?;
     store.create(queued_task("c", &me, "echo")).await?;
-    assert!(!exists(&store, "a").await?, "the owner's oldest terminal task goes");
+    assert!(
+        !exists(&store, "a").await?,
+        "the owner's oldest terminal task goes"
+    );
     assert!(exists(&store, "other").await?, "another owner's task stays");
     let refused = store.create(queued_task("d", &me, "echo")).await;
     assert!(
@@ -146,10 +158,7 @@ async fn an_owner_over_its_live_limit_is_refused_until_one_finishes() -> TestRes
     assert!(
         matches!(
             refused,
-            Err(StoreError::OwnerCapacity {
-                max: 2,
-                live: true
-            })
+            Err(StoreError::OwnerCapacity { max: 2, live: true })
         ),
         "{refused:?}"
     );
@@ -182,8 +191,7 @@ async fn a_task_with_its_own_retention_leaves_every_key_after_it() -> TestResult
             .arg(-1)
             .query_async(&mut conn)
             .await?;
-        if page.total == 1 && left.is_empty() && !terminal.iter().any(|m| m.ends_with(":short"))
-        {
+        if page.total == 1 && left.is_empty() && !terminal.iter().any(|m| m.ends_with(":short")) {
             assert_eq!(page.tasks[0].task_id, "long");
             break;
         }
@@ -193,7 +201,10 @@ async fn a_task_with_its_own_retention_leaves_every_key_after_it() -> TestResult
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(exists(&store, "long").await?, "kept for the store's retention");
+    assert!(
+        exists(&store, "long").await?,
+        "kept for the store's retention"
+    );
     Ok(())
 }
 
@@ -211,7 +222,11 @@ async fn a_listing_of_50000_tasks_reads_one_page() -> TestResult {
         .map(|n| {
             let store = store.clone();
             let me = me.clone();
-            async move { store.create(queued_task(&format!("t{n:05}"), &me, "echo")).await }
+            async move {
+                store
+                    .create(queued_task(&format!("t{n:05}"), &me, "echo"))
+                    .await
+            }
         })
         .buffer_unordered(512)
         .collect()

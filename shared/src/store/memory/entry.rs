@@ -121,7 +121,9 @@ impl Entry {
     pub(super) fn terminal(&self) -> Option<IndexKey> {
         let task = &self.stored.task;
         task.status.is_terminal().then_some((
-            task.updated_at.as_millis().saturating_add(self.retention_ms),
+            task.updated_at
+                .as_millis()
+                .saturating_add(self.retention_ms),
             self.order,
         ))
     }

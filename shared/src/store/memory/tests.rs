@@ -372,7 +372,10 @@ async fn an_owner_over_its_retained_budget_loses_its_own_oldest_terminal_task() 
     complete(&store, "a").await;
     clock.advance(10);
     create_ok(&store, "c", &me).await;
-    assert!(!exists(&store, "a").await, "the owner's oldest terminal task goes");
+    assert!(
+        !exists(&store, "a").await,
+        "the owner's oldest terminal task goes"
+    );
     assert!(exists(&store, "other").await, "another owner's task stays");
     // b and c are live: the owner may hold no more.
     let refused = store.create(new_task("d", &me, Admission::Queued)).await;
@@ -399,10 +402,7 @@ async fn an_owner_over_its_live_limit_is_refused_until_one_finishes() {
     assert!(
         matches!(
             refused,
-            Err(StoreError::OwnerCapacity {
-                max: 2,
-                live: true
-            })
+            Err(StoreError::OwnerCapacity { max: 2, live: true })
         ),
         "{refused:?}"
     );
@@ -424,6 +424,12 @@ async fn a_task_with_its_own_retention_is_purged_after_it() {
     clock.advance(49);
     assert!(exists(&store, "short").await);
     clock.advance(1);
-    assert!(!exists(&store, "short").await, "gone after its own retention");
-    assert!(exists(&store, "long").await, "the store's retention for the rest");
+    assert!(
+        !exists(&store, "short").await,
+        "gone after its own retention"
+    );
+    assert!(
+        exists(&store, "long").await,
+        "the store's retention for the rest"
+    );
 }

@@ -561,7 +561,9 @@ impl TaskStore for RedisStore {
                     mode.to_owned(),
                     admission_ttl.to_string(),
                     new.max_attempts.to_string(),
-                    new.retention.map(|kept| ms(kept).to_string()).unwrap_or_default(),
+                    new.retention
+                        .map(|kept| ms(kept).to_string())
+                        .unwrap_or_default(),
                 ],
             })
         };
@@ -675,7 +677,11 @@ impl TaskStore for RedisStore {
         let (total, page_ids): (usize, Vec<(usize, String)>) = if filtered {
             let matching = self.filter_ids(owner, query, ids).await?;
             let total = matching.len();
-            let page = matching.into_iter().skip(query.offset).take(limit).collect();
+            let page = matching
+                .into_iter()
+                .skip(query.offset)
+                .take(limit)
+                .collect();
             (total, page)
         } else {
             let page = ids.into_iter().skip(query.offset).take(limit).collect();
