@@ -6,6 +6,7 @@
 //! that runs the task continues that trace.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::http::StatusCode;
 use serde_json::Value;
@@ -273,6 +274,15 @@ pub struct Admit<'a> {
     pub metadata: Option<Value>,
     /// Runs the task may get in all (see [`run_attempts`] for direct runs).
     pub max_attempts: u32,
+    /// How long the finished task is kept, when not the store's retention (direct runs:
+    /// [`direct_retention`]).
+    pub retention: Option<Duration>,
+}
+
+/// How long a direct run's task is kept once finished (`DIRECT_RETENTION_MS`): its caller
+/// already has the answer, and an Idempotency-Key replays the stored response, not the task.
+pub fn direct_retention(state: &AppState) -> Option<Duration> {
+    Some(Duration::from_millis(state.config.direct_retention_ms))
 }
 
 /// Attempts of a direct run (invoke, stream): exactly one unless the entrypoint is declared
@@ -366,6 +376,7 @@ where
         },
         admission,
         max_attempts: admit.max_attempts,
+        retention: admit.retention,
     })
     .instrument(span.clone())
     .await;

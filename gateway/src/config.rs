@@ -135,9 +135,32 @@ pub struct GatewayConfig {
     #[arg(long, env = "MAX_TASKS", default_value_t = shared::store::DEFAULT_MAX_TASKS)]
     pub max_tasks: u64,
 
+    /// Cap on stored tasks, finished ones included (split over the shards like MAX_TASKS):
+    /// creation evicts the finished tasks that expire first to stay under it, and answers
+    /// 503 task_capacity_exhausted only when every stored task is unfinished. 0: no cap.
+    #[arg(long, env = "MAX_RETAINED_TASKS", default_value_t = shared::store::DEFAULT_MAX_RETAINED)]
+    pub max_retained_tasks: u64,
+
+    /// Cap on one owner's stored tasks, finished ones included: creation evicts the owner's
+    /// oldest finished task to stay under it (429 owner_capacity_exhausted when all are
+    /// unfinished). 0: no cap.
+    #[arg(long, env = "MAX_RETAINED_PER_OWNER", default_value_t = shared::store::DEFAULT_MAX_RETAINED_PER_OWNER)]
+    pub max_retained_per_owner: u64,
+
+    /// Cap on one owner's unfinished tasks: one more is refused with 429
+    /// owner_capacity_exhausted and Retry-After. 0: no cap.
+    #[arg(long, env = "MAX_LIVE_PER_OWNER", default_value_t = shared::store::DEFAULT_MAX_LIVE_PER_OWNER)]
+    pub max_live_per_owner: u64,
+
     /// How long terminal tasks are kept, in milliseconds.
     #[arg(long, env = "RETENTION_MS", default_value_t = 24 * 60 * 60 * 1000)]
     pub retention_ms: u64,
+
+    /// How long the task of a finished direct invoke (POST /entrypoints/{key}/invoke or
+    /// /stream) is kept, in milliseconds: its caller has its answer (an Idempotency-Key
+    /// replays the stored response, not the task), so nothing needs it for long.
+    #[arg(long, env = "DIRECT_RETENTION_MS", default_value_t = 60_000)]
+    pub direct_retention_ms: u64,
 
     /// Runs a task may get after losing workers.
     #[arg(long, env = "MAX_ATTEMPTS", default_value_t = shared::store::DEFAULT_MAX_ATTEMPTS)]

@@ -22,6 +22,9 @@ pub fn start(
 ) -> AppState {
     let store = Arc::new(MemoryStore::new(MemoryStoreConfig {
         max_tasks: config.max_tasks,
+        max_retained: config.max_retained_tasks,
+        max_retained_per_owner: config.max_retained_per_owner,
+        max_live_per_owner: config.max_live_per_owner,
         retention: Duration::from_millis(config.retention_ms),
         ..MemoryStoreConfig::default()
     }));

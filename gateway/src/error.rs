@@ -97,7 +97,14 @@ impl From<StoreError> for ApiError {
                 StatusCode::SERVICE_UNAVAILABLE,
                 ErrorCode::TaskCapacityExhausted,
                 format!("A2A task capacity ({max}) is exhausted by active tasks"),
-            ),
+            )
+            .retry_after(1),
+            err @ StoreError::OwnerCapacity { .. } => ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                ErrorCode::OwnerCapacityExhausted,
+                err.to_string(),
+            )
+            .retry_after(1),
             StoreError::Unavailable(detail) => {
                 tracing::warn!(error = %detail, "task store unavailable");
                 ApiError::unavailable()

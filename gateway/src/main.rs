@@ -42,6 +42,9 @@ async fn main() -> anyhow::Result<()> {
             store_config.shards = config.shards;
             store_config.wait_replicas = config.redis_wait_replicas;
             store_config.max_tasks = config.max_tasks;
+            store_config.max_retained = config.max_retained_tasks;
+            store_config.max_retained_per_owner = config.max_retained_per_owner;
+            store_config.max_live_per_owner = config.max_live_per_owner;
             store_config.retention = Duration::from_millis(config.retention_ms);
             store_config.durability = config.redis_durability;
             let store = RedisStore::connect(store_config)

@@ -470,6 +470,7 @@ async fn producer(store: RedisStore, ctx: Arc<Ctx>) -> Res<()> {
             },
             admission: Admission::Queued,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
+            retention: None,
         };
         store.create(new).await?;
         ctx.counters.creates.fetch_add(1, Ordering::Relaxed);

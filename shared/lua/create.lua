@@ -5,37 +5,106 @@
 -- full, the reply carries how many admissions and leases are already due, so the caller reaps
 -- them and retries: reaping always happens before capacity is enforced.
 --
--- KEYS[1] live  KEYS[2] admissions  KEYS[3] leases
--- KEYS[4 ..] per task, 5 keys: task, owner_index, owner_live, queue, wake
--- ARGV[1] max tasks
--- ARGV[2 ..] per task, 8 values: id, owner hash, context id ('' for none), invocation json,
---   entrypoint, 'queued' | 'reserved', admission ttl ms, max attempts
+-- Bounds, all per shard (the caller splits each setting over the shards), checked in order:
+--   live tasks (SCARD live) < max tasks                        else CAPACITY
+--   the owner's live tasks (owner_live) < max live per owner   else OWNER_LIVE (0: no bound)
+--   the owner's retained tasks (ZCARD owner_index) < max retained per owner: the owner's
+--     oldest terminal task is evicted to make room; OWNER_RETAINED when all of them are live
+--   retained tasks (SCARD live + ZCARD terminal) < max retained: the terminal task that
+--     expires first is evicted; CAPACITY when only live tasks remain
+-- An evicted task's record, event log and owner-index entry go at once; up to PRUNE terminal
+-- entries already past their retention are dropped on every call as well, so the `terminal`
+-- set tracks what is really kept (finish_task.lua fills it).
+--
+-- KEYS[1] live  KEYS[2] admissions  KEYS[3] leases  KEYS[4] terminal
+-- KEYS[5 ..] per task, 5 keys: task, owner_index, owner_live, queue, wake
+-- ARGV[1] max tasks  ARGV[2] max retained  ARGV[3] max retained per owner
+-- ARGV[4] max live per owner  ARGV[5] key prefix (the shard's hash tag: the keys of an
+--   evicted task are named from it and its `terminal` entry, in this slot)
+-- ARGV[6 ..] per task, 9 values: id, owner hash, context id ('' for none), invocation json,
+--   entrypoint, 'queued' | 'reserved', admission ttl ms, max attempts, retention ms ('' for
+--   the store's)
 -- Returns per task: {1, created_ms} | {0, 'DUPLICATE'} | {0, 'CAPACITY', due_count}
+--   | {0, 'OWNER_LIVE'} | {0, 'OWNER_RETAINED'}
 -- Each created task's seq is 1: its `statusUpdate running`, which is neither logged nor
 -- published. The record rebuilds it (redis/event_log.rs), and nobody can listen to a task
 -- before its creation except the creator, whose create reply is that event.
 
 -- @include "now_ms"
 -- @include "ring_doorbell"
+-- @include "evict_terminal"
 
-local live, admissions, leases = KEYS[1], KEYS[2], KEYS[3]
-local max_tasks = tonumber(ARGV[1])
+local live, admissions, leases, terminal = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local max_tasks, max_retained = tonumber(ARGV[1]), tonumber(ARGV[2])
+local max_owner_retained, max_owner_live = tonumber(ARGV[3]), tonumber(ARGV[4])
+local prefix = ARGV[5]
 local now = now_ms()
 local out = {}
 
-for i = 0, (#KEYS - 3) / 5 - 1 do
-  local kb, ab = 4 + i * 5, 2 + i * 8
+prune_expired(terminal, prefix, now, 16)
+
+-- Evicts the owner's oldest terminal task (a missing record counts: it expired); false when
+-- every indexed task of the owner is live.
+local function evict_owner_oldest(owner_index, owner)
+  local from = 0
+  while true do
+    local ids = redis.call('ZRANGE', owner_index, from, from + 63)
+    if #ids == 0 then return false end
+    for _, id in ipairs(ids) do
+      local status = redis.call('HGET', prefix .. ':task:' .. id, 'st')
+      if status ~= 'running' then
+        evict(terminal, prefix, owner .. ':' .. id)
+        -- Not in `terminal` (never finished: an expired record of an older layout).
+        redis.call('ZREM', owner_index, id)
+        return true
+      end
+    end
+    from = from + #ids
+  end
+end
+
+local function due_count()
+  return redis.call('ZCOUNT', admissions, '-inf', now)
+    + redis.call('ZCOUNT', leases, '-inf', now)
+end
+
+for i = 0, (#KEYS - 4) / 5 - 1 do
+  local kb, ab = 5 + i * 5, 6 + i * 9
   local task, owner_index = KEYS[kb], KEYS[kb + 1]
   local owner_live, queue, wake = KEYS[kb + 2], KEYS[kb + 3], KEYS[kb + 4]
   local id, owner, context, invocation = ARGV[ab], ARGV[ab + 1], ARGV[ab + 2], ARGV[ab + 3]
-  local entrypoint, mode = ARGV[ab + 4], ARGV[ab + 5]
+  local entrypoint, mode, retention = ARGV[ab + 4], ARGV[ab + 5], ARGV[ab + 8]
 
+  local refused = nil
   if redis.call('EXISTS', task) == 1 then
-    out[#out + 1] = {0, 'DUPLICATE'}
+    refused = {0, 'DUPLICATE'}
   elseif redis.call('SCARD', live) >= max_tasks then
-    local due = redis.call('ZCOUNT', admissions, '-inf', now)
-      + redis.call('ZCOUNT', leases, '-inf', now)
-    out[#out + 1] = {0, 'CAPACITY', due}
+    refused = {0, 'CAPACITY', due_count()}
+  elseif max_owner_live > 0
+      and tonumber(redis.call('GET', owner_live) or '0') >= max_owner_live then
+    refused = {0, 'OWNER_LIVE'}
+  end
+  if not refused and max_owner_retained > 0 then
+    while redis.call('ZCARD', owner_index) >= max_owner_retained do
+      if not evict_owner_oldest(owner_index, owner) then
+        refused = {0, 'OWNER_RETAINED'}
+        break
+      end
+    end
+  end
+  if not refused and max_retained > 0 then
+    while redis.call('SCARD', live) + redis.call('ZCARD', terminal) >= max_retained do
+      local oldest = redis.call('ZRANGE', terminal, 0, 0)
+      if #oldest == 0 then
+        refused = {0, 'CAPACITY', due_count()}
+        break
+      end
+      evict(terminal, prefix, oldest[1])
+    end
+  end
+
+  if refused then
+    out[#out + 1] = refused
   else
     local phase, handed_off = 'queued', '1'
     if mode == 'reserved' then phase, handed_off = 'reserved', '0' end
@@ -46,6 +115,10 @@ for i = 0, (#KEYS - 3) / 5 - 1 do
     if context ~= '' then
       set[#set + 1] = 'cx'
       set[#set + 1] = context
+    end
+    if retention ~= '' then
+      set[#set + 1] = 'rt'
+      set[#set + 1] = retention
     end
     local expires = nil
     if mode == 'reserved' then

@@ -51,6 +51,7 @@ fn new_task(i: usize, owner: &OwnerHash) -> NewTask {
         },
         admission: Admission::Queued,
         max_attempts: 1,
+        retention: None,
     }
 }
 

@@ -140,6 +140,12 @@ impl ServiceProcess {
             command
                 .env("RATE_PER_ADDRESS", "0")
                 .env("RATE_PER_PAYER", "0");
+            // Likewise the per-owner and retained-task bounds: suites and the chaos load put
+            // thousands of tasks on a few tokens and check every acknowledged one at the end.
+            // Tests of the bounds set them themselves.
+            command.env("MAX_LIVE_PER_OWNER", "0");
+            command.env("MAX_RETAINED_PER_OWNER", "0");
+            command.env("MAX_RETAINED_TASKS", "0");
         }
         for (key, value) in envs {
             command.env(key, value);

@@ -261,7 +261,11 @@ impl From<crate::error::ApiError> for A2aError {
             (None, None) => err.code.as_str().to_owned(),
         };
         match err.status {
-            StatusCode::SERVICE_UNAVAILABLE => A2aError::new(error_code::INTERNAL_ERROR, message),
+            // Capacity in total (503) or of one owner (429): the caller may retry later, as
+            // with any server-side refusal; never "invalid params".
+            StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS => {
+                A2aError::new(error_code::INTERNAL_ERROR, message)
+            }
             status if status.is_client_error() => A2aError::invalid_params(message),
             _ => A2aError::internal(),
         }

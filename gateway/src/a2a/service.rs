@@ -525,6 +525,7 @@ async fn start(caller: &Caller<'_>, request: SendMessageRequest) -> Result<Start
         context_id: Some(context_id),
         metadata: Some(metadata),
         max_attempts: state.config.max_attempts,
+        retention: None,
     };
     match gate(caller, &entrypoint).await? {
         None => {

@@ -146,6 +146,7 @@ async fn create(
             context_id: request.context_id,
             metadata: request.metadata,
             max_attempts: state.config.max_attempts,
+            retention: None,
         },
     )
     .await?;
@@ -180,6 +181,7 @@ async fn create_paid(
             context_id: request.context_id,
             metadata: request.metadata,
             max_attempts: state.config.max_attempts,
+            retention: None,
         },
     )
     .await;

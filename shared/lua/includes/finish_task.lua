@@ -12,8 +12,20 @@
 -- transitions call this), so SCARD(live) is the exact cluster-wide count of non-terminal tasks;
 -- the task and its event log expire after retention; the owner's index expires once the owner
 -- has no live task left, retention after its last task finished.
+-- Retained budget (create.lua): the task enters the shard's `terminal` sorted set, scored by
+-- when it expires (its own retention `rt` when it has one, as a direct invoke does, else the
+-- store's), as `<owner hash>:<id>` so that eviction and pruning can drop its owner-index entry
+-- even after the record itself expired. The set's name is derived from `live`'s (same hash
+-- tag, so the same slot): every caller already declares `live`, and no key layout of the
+-- three scripts that finish tasks has to move for it.
+local function terminal_key(live)
+  return string.sub(live, 1, -5) .. 'terminal'
+end
+
 local function finish_task(k, id, phase, retention_ms)
-  redis.call('HDEL', k.task, 'ph', 'lo', 'lx', 'ax', 'ec', 'ho', 'sh', 'rd', 'rm', 'en', 'iq')
+  local kept = redis.call('HMGET', k.task, 'ow', 'rt')
+  local ttl = tonumber(kept[2]) or retention_ms
+  redis.call('HDEL', k.task, 'ph', 'lo', 'lx', 'ax', 'ec', 'ho', 'sh', 'rd', 'rm', 'en', 'iq', 'rt')
   if phase ~= 'queued' and phase ~= 'reserved' then
     redis.call('ZREM', k.leases, id)
   end
@@ -27,9 +39,22 @@ local function finish_task(k, id, phase, retention_ms)
     local left = redis.call('DECR', k.owner_live)
     if left <= 0 then
       redis.call('DEL', k.owner_live)
-      redis.call('PEXPIRE', k.owner_index, retention_ms)
+      -- The store's retention, never a task's shorter one, while older tasks of the owner
+      -- may still be kept that long; an index of this task alone (a direct run's owner)
+      -- goes with it.
+      local index_ttl = math.max(retention_ms, ttl)
+      if redis.call('ZCARD', k.owner_index) <= 1 then index_ttl = ttl end
+      redis.call('PEXPIRE', k.owner_index, index_ttl)
+    end
+    if kept[1] then
+      local terminal = terminal_key(k.live)
+      redis.call('ZADD', terminal, now_ms() + ttl, kept[1] .. ':' .. id)
+      -- The set expires with its last entry, like every key of a retained task.
+      if redis.call('PTTL', terminal) < ttl then
+        redis.call('PEXPIRE', terminal, ttl)
+      end
     end
   end
-  redis.call('PEXPIRE', k.task, retention_ms)
-  redis.call('PEXPIRE', k.events, retention_ms)
+  redis.call('PEXPIRE', k.task, ttl)
+  redis.call('PEXPIRE', k.events, ttl)
 end

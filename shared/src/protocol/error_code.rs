@@ -29,6 +29,10 @@ pub enum ErrorCode {
     SkillNotFound,
     InvalidState,
     TaskCapacityExhausted,
+    /// One owner holds as many unfinished tasks as it may (`MAX_LIVE_PER_OWNER`, or
+    /// `MAX_RETAINED_PER_OWNER` all unfinished): `429` with Retry-After. Ours; the upstream
+    /// profile has no per-owner bound.
+    OwnerCapacityExhausted,
     TaskTimeout,
     TaskExecutionFailed,
     TaskTerminalizationFailed,
@@ -72,6 +76,7 @@ impl ErrorCode {
             ErrorCode::SkillNotFound => "skill_not_found",
             ErrorCode::InvalidState => "invalid_state",
             ErrorCode::TaskCapacityExhausted => "task_capacity_exhausted",
+            ErrorCode::OwnerCapacityExhausted => "owner_capacity_exhausted",
             ErrorCode::TaskTimeout => "task_timeout",
             ErrorCode::TaskExecutionFailed => "task_execution_failed",
             ErrorCode::TaskTerminalizationFailed => "task_terminalization_failed",

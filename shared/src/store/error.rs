@@ -5,6 +5,10 @@
 pub enum StoreError {
     #[error("A2A task capacity ({max}) is exhausted by active tasks")]
     Capacity { max: u64 },
+    /// One owner holds as many tasks as it may: `live` for its non-terminal tasks, otherwise
+    /// its retained tasks (all of them live, so nothing could be evicted). Maps to `429`.
+    #[error("{}", owner_capacity_message(*.max, *.live))]
+    OwnerCapacity { max: u64, live: bool },
     #[error("task {0:?} already exists")]
     Duplicate(String),
     #[error("task store unavailable: {0}")]
@@ -14,6 +18,14 @@ pub enum StoreError {
     /// The namespace was written by another version's layout (refused at connect).
     #[error("task store layout mismatch: {0}")]
     Incompatible(String),
+}
+
+fn owner_capacity_message(max: u64, live: bool) -> String {
+    if live {
+        format!("This owner already has {max} unfinished tasks; retry when one finishes")
+    } else {
+        format!("This owner already holds {max} unfinished tasks and may hold no more")
+    }
 }
 
 impl From<redis::RedisError> for StoreError {

@@ -15,6 +15,14 @@ use crate::token::OwnerHash;
 pub const DEFAULT_MAX_TASKS: u64 = 1_000;
 /// Terminal tasks are kept this long (upstream `retentionMs`).
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
+/// Default cap on stored tasks, terminal ones included (`MAX_RETAINED_TASKS`): with the
+/// per-task byte bounds (256 KiB of input and of result) it bounds what retained tasks can
+/// hold; the oldest terminal tasks are evicted first to stay under it.
+pub const DEFAULT_MAX_RETAINED: u64 = 20_000;
+/// Default cap on one owner's stored tasks, live and terminal (`MAX_RETAINED_PER_OWNER`).
+pub const DEFAULT_MAX_RETAINED_PER_OWNER: u64 = 1_000;
+/// Default cap on one owner's non-terminal tasks (`MAX_LIVE_PER_OWNER`).
+pub const DEFAULT_MAX_LIVE_PER_OWNER: u64 = 100;
 /// How many runs a task gets after losing active leases.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 /// List page size when none is given, and the largest accepted.
@@ -54,6 +62,9 @@ pub struct NewTask {
     pub admission: Admission,
     /// Runs allowed before an abandoned task is failed instead of re-queued.
     pub max_attempts: u32,
+    /// How long this task is kept once terminal, when not the store's retention (a direct
+    /// invoke's record is only needed while its caller waits).
+    pub retention: Option<Duration>,
 }
 
 /// Where a `running` task is inside the store.

@@ -376,10 +376,10 @@ async fn check_keys(
                     report.violation(format!("task key {key} never expires"));
                 }
             }
-            "events" | "owner" | "registry" | "wake" | "idem" if !expiring => {
+            "events" | "owner" | "registry" | "wake" | "idem" | "terminal" if !expiring => {
                 report.violation(format!("{key} never expires"));
             }
-            "events" | "owner" | "registry" | "wake" | "idem" => {}
+            "events" | "owner" | "registry" | "wake" | "idem" | "terminal" => {}
             // A script call's reply on a cluster (replay.rs): the last calls of each process,
             // and those of killed ones, until their TTL (-2: deleted since the scan by a later
             // call).

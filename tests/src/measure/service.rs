@@ -48,12 +48,15 @@ impl BenchProc {
         envs: &[(&str, String)],
     ) -> Res<BenchProc> {
         let mut command = Command::new(bin);
-        // Benches load one gateway from 127.0.0.1 and pay from one payer: fair admission's
-        // per-address and per-payer limits are off (other services ignore the settings).
+        // Benches load one gateway from 127.0.0.1 with few tokens and pay from one payer: fair
+        // admission's per-address, per-payer and per-owner bounds are off (other services
+        // ignore the settings).
         command
             .env_clear()
             .env("RATE_PER_ADDRESS", "0")
             .env("RATE_PER_PAYER", "0")
+            .env("MAX_LIVE_PER_OWNER", "0")
+            .env("MAX_RETAINED_PER_OWNER", "0")
             .envs(envs.iter().map(|(k, v)| (k, v)));
         BenchProc::spawn(command, name, log_dir.join(format!("{name}.log")))
     }

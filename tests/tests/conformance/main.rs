@@ -209,7 +209,7 @@ impl Harness for RedisHarness {
     }
 
     /// With every task terminal, each key left must expire by itself: task records, event logs
-    /// and owner indexes within retention, doorbells within a minute; the live set, lease and
+    /// owner indexes and the retained-task index within retention, doorbells within a minute; the live set, lease and
     /// admission deadlines, queues and per-owner live counters must be gone. Only the
     /// namespace's layout stamp stays.
     async fn check_no_leaks(&self) -> Result<(), BoxError> {
@@ -261,7 +261,8 @@ async fn no_leaks(tag: &str, conn: &mut impl ::redis::aio::ConnectionLike) -> Re
             continue;
         }
         let bound = match kind {
-            "task" | "events" | "owner" => retention_ms,
+            // `terminal`: the retained-task index, expiring with its last entry.
+            "task" | "events" | "owner" | "terminal" => retention_ms,
             "wake" => 60_000,
             // A script call's reply key on a cluster (replay.rs), deleted by the next call or
             // by its TTL.

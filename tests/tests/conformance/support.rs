@@ -189,6 +189,7 @@ impl Fx {
             invocation: self.invocation(name),
             admission,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
+            retention: None,
         }
     }
 

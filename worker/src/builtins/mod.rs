@@ -88,6 +88,7 @@ pub(crate) mod test_support {
                     },
                     admission: Admission::Queued,
                     max_attempts: 3,
+                    retention: None,
                 })
                 .await?;
             let claims = store

@@ -166,6 +166,7 @@ async fn start_run(
             context_id: None,
             metadata: None,
             max_attempts,
+            retention: admit::direct_retention(state),
         },
     )
     .await?;
@@ -200,6 +201,7 @@ async fn start_paid_run(
             context_id: None,
             metadata: None,
             max_attempts,
+            retention: admit::direct_retention(state),
         },
     )
     .await;

@@ -26,6 +26,9 @@ pub(super) struct Entry {
     /// The keys this task currently holds in `State::due` and `State::terminal`.
     pub(super) due_key: Option<IndexKey>,
     pub(super) terminal_key: Option<IndexKey>,
+    /// How long the task is kept once terminal (the store's retention unless it was created
+    /// with its own).
+    pub(super) retention_ms: u64,
 }
 
 impl Entry {
@@ -40,6 +43,7 @@ impl Entry {
             listeners: Listeners::default(),
             due_key: None,
             terminal_key: None,
+            retention_ms: 0,
         }
     }
 
@@ -111,11 +115,17 @@ impl Entry {
         deadline.map(|ms| (ms, self.order))
     }
 
+    /// When a terminal task expires (its `terminal` index key): purge and eviction both go
+    /// by it, so a task kept briefly (a direct invoke) goes before one kept for the whole
+    /// retention.
     pub(super) fn terminal(&self) -> Option<IndexKey> {
         let task = &self.stored.task;
-        task.status
-            .is_terminal()
-            .then_some((task.updated_at.as_millis(), self.order))
+        task.status.is_terminal().then_some((
+            task.updated_at
+                .as_millis()
+                .saturating_add(self.retention_ms),
+            self.order,
+        ))
     }
 
     /// Whether `lease` is this task's current lease and still live.

@@ -26,7 +26,8 @@ use tokio::sync::Notify;
 use self::state::{Limits, State};
 use self::subscriptions::ListenerStream;
 use super::{
-    Activation, CasOutcome, Claim, DEFAULT_MAX_TASKS, DEFAULT_RETENTION, Durability, EventPayload,
+    Activation, CasOutcome, Claim, DEFAULT_MAX_LIVE_PER_OWNER, DEFAULT_MAX_RETAINED,
+    DEFAULT_MAX_RETAINED_PER_OWNER, DEFAULT_MAX_TASKS, DEFAULT_RETENTION, Durability, EventPayload,
     Lease, ListQuery, NewTask, ReceiptRecorded, RecoveryReport, StoreError, StoredTask,
     Subscription, TaskPage, TaskStore, Transition,
 };
@@ -54,6 +55,13 @@ impl Clock for SystemClock {
 pub struct MemoryStoreConfig {
     /// Stored tasks (terminal ones included) before creation evicts terminal tasks or refuses.
     pub max_tasks: u64,
+    /// Stored tasks in all before creation evicts terminal tasks or refuses; the tighter of
+    /// this and `max_tasks` applies (0: only `max_tasks`).
+    pub max_retained: u64,
+    /// One owner's stored tasks before creation evicts its oldest terminal one (0: no bound).
+    pub max_retained_per_owner: u64,
+    /// One owner's non-terminal tasks before creation refuses (0: no bound).
+    pub max_live_per_owner: u64,
     /// How long terminal tasks are kept.
     pub retention: Duration,
     /// Events kept per task for subscribers that resume (`after_seq`).
@@ -64,6 +72,9 @@ impl Default for MemoryStoreConfig {
     fn default() -> Self {
         MemoryStoreConfig {
             max_tasks: DEFAULT_MAX_TASKS,
+            max_retained: DEFAULT_MAX_RETAINED,
+            max_retained_per_owner: DEFAULT_MAX_RETAINED_PER_OWNER,
+            max_live_per_owner: DEFAULT_MAX_LIVE_PER_OWNER,
             retention: DEFAULT_RETENTION,
             event_log_len: 64,
         }
@@ -91,6 +102,9 @@ impl MemoryStore {
     pub fn with_clock(config: MemoryStoreConfig, clock: Arc<dyn Clock>) -> Self {
         let limits = Limits {
             max_tasks: config.max_tasks,
+            max_retained: config.max_retained,
+            max_retained_per_owner: config.max_retained_per_owner,
+            max_live_per_owner: config.max_live_per_owner,
             retention_ms: millis(config.retention),
             event_log_len: config.event_log_len,
         };

@@ -43,6 +43,22 @@ impl OwnerIndex {
         }
     }
 
+    /// How many task ids it holds.
+    pub(super) fn len(&self) -> usize {
+        match self {
+            OwnerIndex::One(..) => 1,
+            OwnerIndex::Many(map) => map.len(),
+        }
+    }
+
+    /// Task ids, oldest first.
+    pub(super) fn oldest_first(&self) -> Box<dyn Iterator<Item = &String> + '_> {
+        match self {
+            OwnerIndex::One(_, id) => Box::new(std::iter::once(id)),
+            OwnerIndex::Many(map) => Box::new(map.values()),
+        }
+    }
+
     /// Task ids, newest first.
     pub(super) fn newest_first(&self) -> Box<dyn Iterator<Item = &String> + '_> {
         match self {

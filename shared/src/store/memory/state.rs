@@ -5,7 +5,8 @@
 //! Indexes, all keyed by `(ms, order)` where `order` is the task's insertion number (a stable
 //! tie-break):
 //! - `by_owner`: `(created_at, order)` per owner, for newest-first listing;
-//! - `terminal`: `(updated_at, order)` of terminal tasks, for retention purge and eviction;
+//! - `terminal`: `(updated_at + retention, order)` of terminal tasks, for retention purge and
+//!   eviction (the task that expires first goes first);
 //! - `due`: `(deadline, order)` of running tasks with a lease or an admission expiry, for
 //!   reaping and recovery in deadline order.
 //!
@@ -33,6 +34,12 @@ use crate::token::OwnerHash;
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Limits {
     pub max_tasks: u64,
+    /// Stored tasks in all (0: only `max_tasks`); the tighter of the two bounds the store.
+    pub max_retained: u64,
+    /// One owner's stored tasks (0: no bound); its oldest terminal one is evicted first.
+    pub max_retained_per_owner: u64,
+    /// One owner's non-terminal tasks (0: no bound).
+    pub max_live_per_owner: u64,
     pub retention_ms: u64,
     pub event_log_len: usize,
 }
@@ -51,6 +58,8 @@ pub(super) struct State {
     /// Boxed: a table of 1 KB entries wastes its spare capacity by the kilobyte.
     tasks: HashMap<String, Box<Entry>>,
     by_owner: HashMap<OwnerHash, OwnerIndex>,
+    /// Non-terminal tasks per owner (owners with none are absent).
+    live_by_owner: HashMap<OwnerHash, u64>,
     terminal: BTreeMap<IndexKey, String>,
     due: BTreeMap<IndexKey, String>,
     queues: HashMap<String, VecDeque<String>>,
@@ -68,6 +77,7 @@ impl State {
             limits,
             tasks: HashMap::new(),
             by_owner: HashMap::new(),
+            live_by_owner: HashMap::new(),
             terminal: BTreeMap::new(),
             due: BTreeMap::new(),
             queues: HashMap::new(),
@@ -86,6 +96,7 @@ impl State {
         if self.tasks.contains_key(&new.task_id) {
             return Err(StoreError::Duplicate(new.task_id));
         }
+        self.ensure_owner_capacity(&new.owner)?;
         self.ensure_capacity()?;
 
         let (phase, admission_expires_at_ms) = match new.admission {
@@ -123,6 +134,8 @@ impl State {
             },
             order,
         );
+        entry.retention_ms = new.retention.map_or(self.limits.retention_ms, millis);
+        *self.live_by_owner.entry(new.owner.clone()).or_default() += 1;
         entry.publish_rebuilt(
             TaskEvent::status(&task).into(),
             Rebuilt::Created,
@@ -776,11 +789,10 @@ impl State {
             .collect()
     }
 
-    /// Deletes terminal tasks older than the retention.
+    /// Deletes terminal tasks whose retention has passed.
     fn purge(&mut self, now: u64) {
-        let retention = self.limits.retention_ms;
-        while let Some((&(updated_at, _), task_id)) = self.terminal.first_key_value() {
-            if updated_at.saturating_add(retention) > now {
+        while let Some((&(expires_at, _), task_id)) = self.terminal.first_key_value() {
+            if expires_at > now {
                 break;
             }
             let task_id = task_id.clone();
@@ -791,7 +803,10 @@ impl State {
     /// Makes room for one task: evicts the least recently updated terminal tasks while the
     /// store is full (the upstream rule for this store), and refuses when only live tasks remain.
     fn ensure_capacity(&mut self) -> Result<(), StoreError> {
-        let max = self.limits.max_tasks;
+        let max = match self.limits.max_retained {
+            0 => self.limits.max_tasks,
+            retained => retained.min(self.limits.max_tasks),
+        };
         while self.tasks.len() as u64 >= max {
             let Some(task_id) = self.terminal.first_key_value().map(|(_, id)| id.clone()) else {
                 return Err(StoreError::Capacity { max });
@@ -799,6 +814,49 @@ impl State {
             self.remove(&task_id);
         }
         Ok(())
+    }
+
+    /// Makes room for one more task of `owner`: refuses past its live bound, and evicts its
+    /// oldest terminal tasks while it holds its retained bound (refusing when all are live).
+    fn ensure_owner_capacity(&mut self, owner: &OwnerHash) -> Result<(), StoreError> {
+        let max_live = self.limits.max_live_per_owner;
+        let live = self.live_by_owner.get(owner).copied().unwrap_or(0);
+        if max_live > 0 && live >= max_live {
+            return Err(StoreError::OwnerCapacity {
+                max: max_live,
+                live: true,
+            });
+        }
+        let max = self.limits.max_retained_per_owner;
+        if max == 0 {
+            return Ok(());
+        }
+        while self.by_owner.get(owner).map_or(0, OwnerIndex::len) as u64 >= max {
+            let oldest_terminal = self.by_owner.get(owner).and_then(|ids| {
+                ids.oldest_first()
+                    .find(|id| {
+                        self.tasks
+                            .get(*id)
+                            .is_none_or(|entry| entry.terminal_key.is_some())
+                    })
+                    .cloned()
+            });
+            let Some(task_id) = oldest_terminal else {
+                return Err(StoreError::OwnerCapacity { max, live: false });
+            };
+            self.remove(&task_id);
+        }
+        Ok(())
+    }
+
+    /// One fewer non-terminal task for `owner`.
+    fn owner_task_ended(&mut self, owner: &OwnerHash) {
+        if let Some(live) = self.live_by_owner.get_mut(owner) {
+            *live = live.saturating_sub(1);
+            if *live == 0 {
+                self.live_by_owner.remove(owner);
+            }
+        }
     }
 
     /// Deletes a task and everything that points at it; its subscribers' streams end.
@@ -809,8 +867,11 @@ impl State {
         if let Some(key) = entry.due_key {
             self.due.remove(&key);
         }
-        if let Some(key) = entry.terminal_key {
-            self.terminal.remove(&key);
+        match entry.terminal_key {
+            Some(key) => {
+                self.terminal.remove(&key);
+            }
+            None => self.owner_task_ended(&entry.stored.owner),
         }
         let owner = &entry.stored.owner;
         if let Some(ids) = self.by_owner.get_mut(owner)
@@ -840,6 +901,8 @@ impl State {
         }
         let terminal = entry.terminal();
         if entry.terminal_key != terminal {
+            let ended = entry.terminal_key.is_none();
+            let owner = ended.then(|| entry.stored.owner.clone());
             if let Some(old) = entry.terminal_key.take() {
                 self.terminal.remove(&old);
             }
@@ -847,6 +910,9 @@ impl State {
                 self.terminal.insert(key, task_id.to_owned());
             }
             entry.terminal_key = terminal;
+            if let Some(owner) = owner {
+                self.owner_task_ended(&owner);
+            }
         }
     }
 

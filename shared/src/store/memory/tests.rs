@@ -55,6 +55,7 @@ fn new_task(id: &str, owner: &OwnerHash, admission: Admission) -> NewTask {
         },
         admission,
         max_attempts: 3,
+        retention: None,
     }
 }
 
@@ -307,4 +308,128 @@ async fn a_frozen_terminal_task_reads_back_exactly_as_it_was()
     let after = store.get("frozen").await?.ok_or("kept")?;
     assert_eq!(after.invocation, invocation);
     Ok(())
+}
+
+fn bounded_store(
+    max_retained: u64,
+    max_retained_per_owner: u64,
+    max_live_per_owner: u64,
+) -> (MemoryStore, Arc<ManualClock>) {
+    let clock = Arc::new(ManualClock(AtomicU64::new(1_000_000)));
+    let config = MemoryStoreConfig {
+        max_tasks: 100,
+        max_retained,
+        max_retained_per_owner,
+        max_live_per_owner,
+        ..MemoryStoreConfig::default()
+    };
+    (MemoryStore::with_clock(config, clock.clone()), clock)
+}
+
+async fn create_ok(store: &MemoryStore, id: &str, owner: &OwnerHash) {
+    let created = store.create(new_task(id, owner, Admission::Queued)).await;
+    assert!(created.is_ok(), "{id}: {created:?}");
+}
+
+#[tokio::test]
+async fn the_retained_budget_evicts_the_oldest_terminal_task_and_refuses_only_live_ones() {
+    // Room for 3 stored tasks although 100 may be live.
+    let (store, clock) = bounded_store(3, 0, 0);
+    let (me, other) = (owner(), owner());
+    for id in ["a", "b", "c"] {
+        create_ok(&store, id, &me).await;
+        clock.advance(10);
+    }
+    complete(&store, "a").await;
+    clock.advance(10);
+    complete(&store, "b").await;
+    clock.advance(10);
+    // Full: another owner's task evicts the terminal task that finished first.
+    create_ok(&store, "d", &other).await;
+    assert!(!exists(&store, "a").await, "the oldest terminal task goes");
+    assert!(exists(&store, "b").await);
+    create_ok(&store, "e", &other).await;
+    assert!(!exists(&store, "b").await);
+    // c, d, e are all live: nothing to evict.
+    let refused = store.create(new_task("f", &other, Admission::Queued)).await;
+    assert!(
+        matches!(refused, Err(StoreError::Capacity { max: 3 })),
+        "{refused:?}"
+    );
+    let page = store.list(&me, &ListQuery::default()).await;
+    assert_eq!(page.map(|page| page.total).ok(), Some(1), "only c is left");
+}
+
+#[tokio::test]
+async fn an_owner_over_its_retained_budget_loses_its_own_oldest_terminal_task() {
+    let (store, clock) = bounded_store(0, 2, 0);
+    let (me, other) = (owner(), owner());
+    create_ok(&store, "other", &other).await;
+    complete(&store, "other").await;
+    create_ok(&store, "a", &me).await;
+    clock.advance(10);
+    create_ok(&store, "b", &me).await;
+    complete(&store, "a").await;
+    clock.advance(10);
+    create_ok(&store, "c", &me).await;
+    assert!(
+        !exists(&store, "a").await,
+        "the owner's oldest terminal task goes"
+    );
+    assert!(exists(&store, "other").await, "another owner's task stays");
+    // b and c are live: the owner may hold no more.
+    let refused = store.create(new_task("d", &me, Admission::Queued)).await;
+    assert!(
+        matches!(
+            refused,
+            Err(StoreError::OwnerCapacity {
+                max: 2,
+                live: false
+            })
+        ),
+        "{refused:?}"
+    );
+    create_ok(&store, "other-2", &other).await;
+}
+
+#[tokio::test]
+async fn an_owner_over_its_live_limit_is_refused_until_one_finishes() {
+    let (store, _clock) = bounded_store(0, 0, 2);
+    let (me, other) = (owner(), owner());
+    create_ok(&store, "a", &me).await;
+    create_ok(&store, "b", &me).await;
+    let refused = store.create(new_task("c", &me, Admission::Queued)).await;
+    assert!(
+        matches!(
+            refused,
+            Err(StoreError::OwnerCapacity { max: 2, live: true })
+        ),
+        "{refused:?}"
+    );
+    create_ok(&store, "x", &other).await;
+    complete(&store, "a").await;
+    create_ok(&store, "c", &me).await;
+}
+
+#[tokio::test]
+async fn a_task_with_its_own_retention_is_purged_after_it() {
+    let (store, clock) = store(100, DEFAULT_RETENTION);
+    let me = owner();
+    let mut short = new_task("short", &me, Admission::Queued);
+    short.retention = Some(Duration::from_millis(50));
+    assert!(store.create(short).await.is_ok());
+    create_ok(&store, "long", &me).await;
+    complete(&store, "short").await;
+    complete(&store, "long").await;
+    clock.advance(49);
+    assert!(exists(&store, "short").await);
+    clock.advance(1);
+    assert!(
+        !exists(&store, "short").await,
+        "gone after its own retention"
+    );
+    assert!(
+        exists(&store, "long").await,
+        "the store's retention for the rest"
+    );
 }

@@ -55,6 +55,9 @@ pub const HANDED_OFF: &str = "ho";
 pub const SETTLEMENT_HELD: &str = "sh";
 /// What the last run of a `waiting` task asked for (JSON); only while it waits.
 pub const INPUT_REQUEST: &str = "iq";
+/// How long the task is kept once terminal, ms, when not the store's retention; until the
+/// task is terminal.
+pub const RETENTION: &str = "rt";
 /// The task's earlier turns (a JSON array of `{input, metadata?, request}`), once it waited.
 pub const TURNS: &str = "tu";
 

@@ -45,6 +45,14 @@ impl Keys {
         format!("{}:live", self.prefix)
     }
 
+    /// Sorted set: the shard's retained terminal tasks, `<owner hash>:<id>` scored by when
+    /// each expires (`finish_task.lua`): what creation evicts first when the retained budget
+    /// is full, and what pruning walks to drop expired ids from owner indexes. Its name is
+    /// `live()`'s with `terminal` for `live` (the Lua derives it so).
+    pub fn terminal(&self) -> String {
+        format!("{}:terminal", self.prefix)
+    }
+
     /// Sorted set: the owner's task ids by creation time.
     pub fn owner_index(&self, owner: &OwnerHash) -> String {
         format!("{}:owner:{owner}", self.prefix)

@@ -55,7 +55,10 @@ use self::scripts::{PubSub, Scripts};
 use self::shards::Shard;
 use self::spans::Peer;
 use self::subscriber::{Dispatcher, Source};
-use super::{DEFAULT_MAX_TASKS, DEFAULT_RETENTION, Durability, StoreError};
+use super::{
+    DEFAULT_MAX_LIVE_PER_OWNER, DEFAULT_MAX_RETAINED, DEFAULT_MAX_RETAINED_PER_OWNER,
+    DEFAULT_MAX_TASKS, DEFAULT_RETENTION, Durability, StoreError,
+};
 
 pub use self::persistence::DurabilitySetting;
 
@@ -73,6 +76,14 @@ pub struct RedisStoreConfig {
     pub shards: u16,
     /// Cap on non-terminal tasks, split evenly over the shards ([`capacity_per_shard`]).
     pub max_tasks: u64,
+    /// Cap on stored tasks, terminal ones included, split over the shards like `max_tasks`:
+    /// creation evicts the terminal tasks that expire first to stay under it (0: no cap).
+    pub max_retained: u64,
+    /// Cap on one owner's stored tasks, live and terminal, per shard its share (0: no cap):
+    /// creation evicts the owner's oldest terminal task to stay under it.
+    pub max_retained_per_owner: u64,
+    /// Cap on one owner's non-terminal tasks, per shard its share (0: no cap).
+    pub max_live_per_owner: u64,
     /// How long terminal tasks are kept.
     pub retention: Duration,
     /// Events kept per task for late subscribers and reconnects.
@@ -103,6 +114,9 @@ impl RedisStoreConfig {
             namespace: "tc".into(),
             shards: 1,
             max_tasks: DEFAULT_MAX_TASKS,
+            max_retained: DEFAULT_MAX_RETAINED,
+            max_retained_per_owner: DEFAULT_MAX_RETAINED_PER_OWNER,
+            max_live_per_owner: DEFAULT_MAX_LIVE_PER_OWNER,
             retention: DEFAULT_RETENTION,
             event_log_len: 64,
             idle_recheck: Duration::from_secs(15),
@@ -333,8 +347,17 @@ fn shard_lanes(core: &Arc<Core>, index: usize, creates_args: &[String]) -> Shard
             lanes,
             "create",
             |s| &s.create,
-            vec![keys.live(), keys.admissions(), keys.leases()],
-            creates_args.to_vec(),
+            vec![
+                keys.live(),
+                keys.admissions(),
+                keys.leases(),
+                keys.terminal(),
+            ],
+            creates_args
+                .iter()
+                .cloned()
+                .chain([keys.tag().to_owned()])
+                .collect(),
         ),
         activations: batched(
             core,
@@ -400,7 +423,13 @@ impl RedisStore {
         let shutdown = CancellationToken::new();
         let keys = Keys::new(&config.namespace);
         let shards = Shard::all(&config.namespace, config.shards);
-        let creates_args = vec![capacity_per_shard(config.max_tasks, shards.len()).to_string()];
+        let per_shard = |limit: u64| capacity_per_shard(limit, shards.len()).to_string();
+        let creates_args = vec![
+            per_shard(config.max_tasks),
+            per_shard(config.max_retained),
+            per_shard(config.max_retained_per_owner),
+            per_shard(config.max_live_per_owner),
+        ];
         let durability_setting = config.durability;
         let wait_replicas = if config.cluster_urls.is_empty() {
             0

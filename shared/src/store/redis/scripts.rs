@@ -29,6 +29,7 @@ pub struct Scripts {
     pub due: Script,
     pub recover: Script,
     pub layout: Script,
+    pub list_page: Script,
 }
 
 /// How the scripts publish task events and cancellations.
@@ -77,6 +78,7 @@ impl Scripts {
             due: script(lua!("due"), pubsub),
             recover: script(lua!("recover"), pubsub),
             layout: script(lua!("layout"), pubsub),
+            list_page: script(lua!("list_page"), pubsub),
         }
     }
 }

@@ -29,6 +29,12 @@ const FILL_PATIENCE: Duration = Duration::from_secs(30);
 const FILL_RETRY_FIRST: Duration = Duration::from_millis(50);
 const FILL_RETRY_MAX: Duration = Duration::from_secs(1);
 
+/// Expired terminal entries one listing call drops per shard (the rest go with later calls
+/// and creations): bounds the work a listing does for others' expired tasks.
+const LIST_PRUNE: usize = 256;
+/// Records a filtered listing reads per round trip.
+const LIST_CHUNK: usize = 512;
+
 /// Reads-then-writes a resume tries before giving up on a task that keeps changing.
 const RESUME_TRIES: u32 = 8;
 
@@ -338,6 +344,145 @@ impl RedisStore {
             .map(|owner| (owner, entrypoint.unwrap_or_default())))
     }
 
+    /// Every shard's part of an owner listing (`list_page.lua`: expired ids pruned first):
+    /// the owner's retained task count and the newest `top` ids (`-1`: all), merged newest
+    /// first (ties by id, as one ZRANGE REV orders them), with their shards.
+    async fn owner_index_top(
+        &self,
+        owner: &OwnerHash,
+        top: i64,
+    ) -> Result<(usize, Vec<(usize, String)>), StoreError> {
+        let core = &self.inner.core;
+        let parts = futures::future::try_join_all(core.shards.iter().map(|shard| async move {
+            let keys = &shard.keys;
+            let mut invocation = core.scripts.list_page.prepare_invoke();
+            invocation
+                .key(keys.owner_index(owner))
+                .key(keys.terminal())
+                .arg(keys.tag())
+                .arg(top)
+                .arg(LIST_PRUNE);
+            let (count, flat): (u64, Vec<String>) = self
+                .eval_unreplicated(keys, "list_page", &mut invocation)
+                .await?;
+            Ok::<_, StoreError>((shard.index, count, flat))
+        }))
+        .await?;
+        let mut total = 0usize;
+        let mut ids: Vec<(f64, usize, String)> = Vec::new();
+        for (shard, count, flat) in parts {
+            total = total.saturating_add(usize::try_from(count).unwrap_or(usize::MAX));
+            for pair in flat.chunks(2) {
+                let [id, score] = pair else {
+                    return Err(corrupt("owner listing: odd index reply"));
+                };
+                let score: f64 = score
+                    .parse()
+                    .map_err(|_| corrupt("owner listing: a score is not a number"))?;
+                ids.push((score, shard, id.clone()));
+            }
+        }
+        ids.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| b.2.cmp(&a.2)));
+        Ok((
+            total,
+            ids.into_iter().map(|(_, shard, id)| (shard, id)).collect(),
+        ))
+    }
+
+    /// The ids (newest first) whose tasks match `query`'s filters, reading only the fields
+    /// the filters look at, `LIST_CHUNK` records per round trip.
+    async fn filter_ids(
+        &self,
+        owner: &OwnerHash,
+        query: &ListQuery,
+        ids: Vec<(usize, String)>,
+    ) -> Result<Vec<(usize, String)>, StoreError> {
+        let core = &self.inner.core;
+        let mut matching = Vec::new();
+        for chunk in ids.chunks(LIST_CHUNK) {
+            let reads = core
+                .shards
+                .iter()
+                .map(|shard| {
+                    let mut read = redis::pipe();
+                    for (_, id) in chunk.iter().filter(|(s, _)| *s == shard.index) {
+                        read.cmd("HMGET")
+                            .arg(shard.keys.task(id))
+                            .arg(fields::STATUS)
+                            .arg(fields::CONTEXT)
+                            .arg(fields::OWNER);
+                    }
+                    read
+                })
+                .collect();
+            let per_shard: Vec<Vec<[Option<String>; 3]>> = core.pipe_per_shard(reads).await?;
+            let mut rows: Vec<std::vec::IntoIter<[Option<String>; 3]>> =
+                per_shard.into_iter().map(Vec::into_iter).collect();
+            for (shard, id) in chunk {
+                let [status, context, row_owner] = rows[*shard]
+                    .next()
+                    .ok_or_else(|| corrupt("owner listing: a read is missing"))?;
+                if row_owner.as_deref() != Some(owner.as_str()) {
+                    continue;
+                }
+                let Some(status) = status.and_then(|s| s.parse::<TaskStatus>().ok()) else {
+                    continue;
+                };
+                let context_ok = query
+                    .context_id
+                    .as_ref()
+                    .is_none_or(|wanted| context.as_ref() == Some(wanted));
+                let status_ok = query.statuses.is_empty() || query.statuses.contains(&status);
+                if context_ok && status_ok {
+                    matching.push((*shard, id.clone()));
+                }
+            }
+        }
+        Ok(matching)
+    }
+
+    /// The records of one listing page, in its order, and how many of them had vanished.
+    async fn read_page(
+        &self,
+        owner: &OwnerHash,
+        page: &[(usize, String)],
+    ) -> Result<(Vec<Task>, usize), StoreError> {
+        if page.is_empty() {
+            return Ok((Vec::new(), 0));
+        }
+        let core = &self.inner.core;
+        let reads = core
+            .shards
+            .iter()
+            .map(|shard| {
+                let mut read = redis::pipe();
+                for (_, id) in page.iter().filter(|(s, _)| *s == shard.index) {
+                    read.cmd("HMGET")
+                        .arg(shard.keys.task(id))
+                        .arg(&fields::VIEW)
+                        .arg(fields::OWNER);
+                }
+                read
+            })
+            .collect();
+        let per_shard: Vec<Vec<Vec<Option<String>>>> = core.pipe_per_shard(reads).await?;
+        let mut rows: Vec<std::vec::IntoIter<Vec<Option<String>>>> =
+            per_shard.into_iter().map(Vec::into_iter).collect();
+        let mut tasks = Vec::with_capacity(page.len());
+        let mut gone = 0;
+        for (shard, id) in page {
+            let row = rows[*shard]
+                .next()
+                .ok_or_else(|| corrupt("owner listing: a read is missing"))?;
+            let owned = row.get(6).and_then(|o| o.as_deref()) == Some(owner.as_str());
+            match replies::task_view(id, row.get(..6).unwrap_or_default())? {
+                Some(task) if owned => tasks.push(task),
+                _ => gone += 1,
+            }
+        }
+        Ok((tasks, gone))
+    }
+
     /// A task's events with `seq > after`: its log entries merged with the events its record
     /// rebuilds (`event_log.rs`), read in one round trip. Public for checkers of the log.
     pub async fn events_after(
@@ -416,6 +561,9 @@ impl TaskStore for RedisStore {
                     mode.to_owned(),
                     admission_ttl.to_string(),
                     new.max_attempts.to_string(),
+                    new.retention
+                        .map(|kept| ms(kept).to_string())
+                        .unwrap_or_default(),
                 ],
             })
         };
@@ -443,6 +591,20 @@ impl TaskStore for RedisStore {
                 }
                 [_, reason] if text(reason)? == "DUPLICATE" => {
                     return Err(StoreError::Duplicate(id.clone()));
+                }
+                [_, reason] if text(reason)? == "OWNER_LIVE" => {
+                    let config = &self.inner.core.config;
+                    return Err(StoreError::OwnerCapacity {
+                        max: capacity_per_shard(config.max_live_per_owner, self.shard_count()),
+                        live: true,
+                    });
+                }
+                [_, reason] if text(reason)? == "OWNER_RETAINED" => {
+                    let config = &self.inner.core.config;
+                    return Err(StoreError::OwnerCapacity {
+                        max: capacity_per_shard(config.max_retained_per_owner, self.shard_count()),
+                        live: false,
+                    });
                 }
                 [_, reason, due] if text(reason)? == "CAPACITY" => {
                     // Reap what is due in the task's shard, then enforce capacity once more.
@@ -501,89 +663,34 @@ impl TaskStore for RedisStore {
     }
 
     async fn list(&self, owner: &OwnerHash, query: &ListQuery) -> Result<TaskPage, StoreError> {
-        let core = &self.inner.core;
-        // Each shard indexes the owner's tasks it holds, scored by creation time: read every
-        // index at once and merge them newest first (ties by id, as one ZRANGE REV orders them).
-        let indexes = core
-            .shards
-            .iter()
-            .map(|shard| {
-                let mut pipe = redis::pipe();
-                pipe.cmd("ZRANGE")
-                    .arg(shard.keys.owner_index(owner))
-                    .arg(0)
-                    .arg(-1)
-                    .arg("REV")
-                    .arg("WITHSCORES");
-                pipe
-            })
-            .collect();
-        let indexed: Vec<(Vec<(String, f64)>,)> = core.pipe_per_shard(indexes).await?;
-        let mut ids: Vec<(f64, usize, String)> = indexed
-            .into_iter()
-            .enumerate()
-            .flat_map(|(shard, (entries,))| {
-                entries
-                    .into_iter()
-                    .map(move |(id, score)| (score, shard, id))
-            })
-            .collect();
-        if ids.is_empty() {
-            return Ok(TaskPage {
-                tasks: Vec::new(),
-                total: 0,
-                has_more: false,
-            });
-        }
-        ids.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| b.2.cmp(&a.2)));
-        let reads = core
-            .shards
-            .iter()
-            .map(|shard| {
-                let mut read = redis::pipe();
-                for (_, _, id) in ids.iter().filter(|(_, s, _)| *s == shard.index) {
-                    read.cmd("HMGET")
-                        .arg(shard.keys.task(id))
-                        .arg(&fields::VIEW)
-                        .arg(fields::OWNER);
-                }
-                read
-            })
-            .collect();
-        let per_shard: Vec<Vec<Vec<Option<String>>>> = core.pipe_per_shard(reads).await?;
-        let mut rows: Vec<std::vec::IntoIter<Vec<Option<String>>>> =
-            per_shard.into_iter().map(Vec::into_iter).collect();
-        let mut matching = Vec::new();
-        let mut gone: Vec<Vec<String>> = vec![Vec::new(); core.shards.len()];
-        for (_, shard, id) in &ids {
-            let row = rows[*shard]
-                .next()
-                .ok_or_else(|| corrupt("owner listing: a read is missing"))?;
-            let owned = row.get(6).and_then(|o| o.as_deref()) == Some(owner.as_str());
-            match replies::task_view(id, row.get(..6).unwrap_or_default())? {
-                Some(task) if owned => {
-                    if query.matches(&task) {
-                        matching.push(task);
-                    }
-                }
-                _ => gone[*shard].push(id.clone()),
-            }
-        }
-        for (shard, gone) in gone.iter().enumerate().filter(|(_, g)| !g.is_empty()) {
-            // Tasks that expired after retention: drop them from the shard's index.
-            let mut prune = redis::cmd("ZREM");
-            prune
-                .arg(core.shards[shard].keys.owner_index(owner))
-                .arg(gone);
-            let _: u64 = self.query(&mut prune).await?;
-        }
-        let total = matching.len();
         let limit = query.effective_limit();
-        let tasks: Vec<Task> = matching
-            .into_iter()
-            .skip(query.offset)
-            .take(limit)
-            .collect();
+        let filtered = query.context_id.is_some() || !query.statuses.is_empty();
+        // Unfiltered, the page is among each shard's newest `offset + limit` ids; a filter
+        // needs every id (the owner's retained budget bounds how many), then reads only the
+        // fields it filters on before the page's records.
+        let top = if filtered {
+            -1
+        } else {
+            i64::try_from(query.offset.saturating_add(limit)).unwrap_or(i64::MAX)
+        };
+        let (count, ids) = self.owner_index_top(owner, top).await?;
+        let (total, page_ids): (usize, Vec<(usize, String)>) = if filtered {
+            let matching = self.filter_ids(owner, query, ids).await?;
+            let total = matching.len();
+            let page = matching
+                .into_iter()
+                .skip(query.offset)
+                .take(limit)
+                .collect();
+            (total, page)
+        } else {
+            let page = ids.into_iter().skip(query.offset).take(limit).collect();
+            (count, page)
+        };
+        let (tasks, gone) = self.read_page(owner, &page_ids).await?;
+        // A record that expired between the index read and the page read (its retention ran
+        // out in that instant): it no longer counts.
+        let total = total.saturating_sub(gone);
         let has_more = query.offset.saturating_add(tasks.len()) < total;
         Ok(TaskPage {
             tasks,

@@ -1,0 +1,24 @@
+-- evict(terminal, prefix, member) and prune_expired(terminal, prefix, now, limit): the two
+-- ways a retained terminal task leaves before or at its retention (create.lua, list_page.lua).
+-- `member` is the task's entry in the shard's `terminal` set, `<owner hash>:<id>` (see
+-- finish_task.lua); `prefix` is the shard's hash tag, from which the task's keys are named
+-- (in this slot).
+local function evict(terminal, prefix, member)
+  local split = string.find(member, ':', 1, true)
+  if split then
+    local owner, id = string.sub(member, 1, split - 1), string.sub(member, split + 1)
+    redis.call('DEL', prefix .. ':task:' .. id, prefix .. ':events:' .. id)
+    redis.call('ZREM', prefix .. ':owner:' .. owner, id)
+  end
+  redis.call('ZREM', terminal, member)
+end
+
+-- Drops up to `limit` entries whose retention has passed (their records expired already, or
+-- are about to): their owners' indexes stop counting them.
+local function prune_expired(terminal, prefix, now, limit)
+  local expired = redis.call('ZRANGE', terminal, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
+  for _, member in ipairs(expired) do
+    evict(terminal, prefix, member)
+  end
+  return #expired
+end
