@@ -277,6 +277,9 @@ pub struct Admit<'a> {
     /// How long the finished task is kept, when not the store's retention (direct runs:
     /// [`direct_retention`]).
     pub retention: Option<Duration>,
+    /// The client address key the request came from ([`crate::client_address::Source`]):
+    /// what `MAX_LIVE_PER_ADDRESS` counts under; `None` has no address bound.
+    pub source: Option<String>,
 }
 
 /// How long a direct run's task is kept once finished (`DIRECT_RETENTION_MS`): its caller
@@ -377,6 +380,7 @@ where
         admission,
         max_attempts: admit.max_attempts,
         retention: admit.retention,
+        source: admit.source,
     })
     .instrument(span.clone())
     .await;

@@ -152,6 +152,14 @@ pub struct GatewayConfig {
     #[arg(long, env = "MAX_LIVE_PER_OWNER", default_value_t = shared::store::DEFAULT_MAX_LIVE_PER_OWNER)]
     pub max_live_per_owner: u64,
 
+    /// Cap on the unfinished tasks of one client address (the address the rate limits use:
+    /// the TCP peer, or X-Forwarded-For's first hop with TRUST_FORWARDED_FOR; an IPv6 client by
+    /// its /64), whatever their owners: POST /tasks without a token makes a fresh owner per
+    /// call, so only this holds an anonymous caller. One more is refused with 429
+    /// address_capacity_exhausted and Retry-After. 0: no cap.
+    #[arg(long, env = "MAX_LIVE_PER_ADDRESS", default_value_t = shared::store::DEFAULT_MAX_LIVE_PER_ADDRESS)]
+    pub max_live_per_address: u64,
+
     /// How long terminal tasks are kept, in milliseconds.
     #[arg(long, env = "RETENTION_MS", default_value_t = 24 * 60 * 60 * 1000)]
     pub retention_ms: u64,

@@ -25,6 +25,7 @@ pub fn start(
         max_retained: config.max_retained_tasks,
         max_retained_per_owner: config.max_retained_per_owner,
         max_live_per_owner: config.max_live_per_owner,
+        max_live_per_address: config.max_live_per_address,
         retention: Duration::from_millis(config.retention_ms),
         ..MemoryStoreConfig::default()
     }));

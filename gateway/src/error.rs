@@ -105,6 +105,12 @@ impl From<StoreError> for ApiError {
                 err.to_string(),
             )
             .retry_after(1),
+            err @ StoreError::AddressCapacity { .. } => ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                ErrorCode::AddressCapacityExhausted,
+                err.to_string(),
+            )
+            .retry_after(1),
             StoreError::Unavailable(detail) => {
                 tracing::warn!(error = %detail, "task store unavailable");
                 ApiError::unavailable()

@@ -2,6 +2,7 @@
 //!
 //! - [`admit`]: admission shared by task creation, invoke and stream;
 //! - [`catalog`]: the cached view of the worker registry and the documents built from it;
+//! - [`client_address`]: the client address key of rate limits and of `MAX_LIVE_PER_ADDRESS`;
 //! - [`config`]: settings, each a flag and an environment variable;
 //! - [`recent`]: entrypoints listed recently, admitted through a gap in the registry;
 //! - [`request_id`]: `x-request-id` values (random UUIDs without a system call each);
@@ -20,6 +21,7 @@
 pub mod a2a;
 pub mod admit;
 pub mod catalog;
+pub mod client_address;
 pub mod config;
 pub mod embedded;
 pub mod error;
@@ -63,6 +65,7 @@ pub fn app_with_limiter(
     limiter: std::sync::Arc<dyn shared::ratelimit::RateLimiter>,
 ) -> Router {
     let limits = ratelimit::Limits::new(&state.config, limiter);
+    let trust_forwarded_for = state.config.trust_forwarded_for;
     let base = state.config.base_path();
     let limit = state.config.body_limit_bytes;
     let body_timeout = Duration::from_millis(state.config.body_timeout_ms);
@@ -84,6 +87,12 @@ pub fn app_with_limiter(
         .layer(axum::middleware::from_fn_with_state(
             limits,
             ratelimit::admit,
+        ))
+        // Outside the rate limit: every request that may admit a task carries its client
+        // address (`NewTask::source`).
+        .layer(axum::middleware::from_fn_with_state(
+            trust_forwarded_for,
+            client_address::tag,
         ))
         // axum's own limit, not tower-http's: its rejection reaches our extractor, which answers
         // 413 with the profile's JSON body whether or not the client declared a length.

@@ -45,6 +45,7 @@ async fn main() -> anyhow::Result<()> {
             store_config.max_retained = config.max_retained_tasks;
             store_config.max_retained_per_owner = config.max_retained_per_owner;
             store_config.max_live_per_owner = config.max_live_per_owner;
+            store_config.max_live_per_address = config.max_live_per_address;
             store_config.retention = Duration::from_millis(config.retention_ms);
             store_config.durability = config.redis_durability;
             let store = RedisStore::connect(store_config)

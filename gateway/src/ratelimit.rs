@@ -7,16 +7,18 @@
 //! (JSON-RPC error `-32000`, HTTP 429, see `crate::a2a::jsonrpc`). The limiter is GCRA, in the store's Redis in cluster
 //! mode (shared by every gateway, see [`shared::ratelimit`]) and in memory in embedded mode.
 //!
+//! The per-address key is `crate::client_address`'s (an IPv6 client counts by its /64), the one
+//! `MAX_LIVE_PER_ADDRESS` counts under too.
+//!
 //! Over a limit: `429 rate_limited` with `Retry-After` (whole seconds, rounded up) and the IETF
 //! `RateLimit-Policy` / `RateLimit` fields (draft-ietf-httpapi-ratelimit-headers), e.g.
 //! `RateLimit-Policy: "per-address";q=100;w=2` and `RateLimit: "per-address";r=0;t=1`. On the A2A
 //! binding the body is AIP-193's `RESOURCE_EXHAUSTED` (HTTP 429). The limiter failing (Redis
 //! unreachable) admits the request: the store's own errors answer it further on.
 
-use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -160,25 +162,6 @@ pub(crate) async fn verdict_of(limiter: &dyn RateLimiter, subjects: &[Subject]) 
     }
 }
 
-/// The client address: the TCP peer, or `X-Forwarded-For`'s first hop behind a trusted proxy.
-fn client_address(request: &Request, trust_forwarded_for: bool) -> Option<IpAddr> {
-    if trust_forwarded_for {
-        let forwarded = request
-            .headers()
-            .get("x-forwarded-for")
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.split(',').next())
-            .and_then(|hop| hop.trim().parse::<IpAddr>().ok());
-        if forwarded.is_some() {
-            return forwarded;
-        }
-    }
-    request
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|ConnectInfo(peer)| peer.ip())
-}
-
 /// The owner the request's token stands for (`Authorization: Bearer` or `Task-Access-Token`,
 /// read as the A2A binding reads it).
 fn owner(headers: &HeaderMap) -> Option<String> {
@@ -203,7 +186,8 @@ pub async fn admit(State(limits): State<Limits>, mut request: Request, next: Nex
         .is_some_and(|path| path.starts_with("/a2a/"));
     let mut subjects = Vec::with_capacity(2);
     if let Some(quota) = limits.per_address
-        && let Some(address) = client_address(&request, limits.trust_forwarded_for)
+        && let Some(address) =
+            crate::client_address::source_of(&request, limits.trust_forwarded_for)
     {
         subjects.push(Subject {
             policy: PER_ADDRESS,

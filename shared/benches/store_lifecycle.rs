@@ -471,6 +471,7 @@ async fn producer(store: RedisStore, ctx: Arc<Ctx>) -> Res<()> {
             admission: Admission::Queued,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             retention: None,
+            source: None,
         };
         store.create(new).await?;
         ctx.counters.creates.fetch_add(1, Ordering::Relaxed);

@@ -8,6 +8,8 @@
 -- Bounds, all per shard (the caller splits each setting over the shards), checked in order:
 --   live tasks (SCARD live) < max tasks                        else CAPACITY
 --   the owner's live tasks (owner_live) < max live per owner   else OWNER_LIVE (0: no bound)
+--   the client address's live tasks (ZCARD src_live) < max live per address, for a task
+--     with a source                                            else ADDRESS_LIVE (0: no bound)
 --   the owner's retained tasks (ZCARD owner_index) < max retained per owner: the owner's
 --     oldest terminal task is evicted to make room; OWNER_RETAINED when all of them are live
 --   retained tasks (SCARD live + ZCARD terminal) < max retained: the terminal task that
@@ -17,15 +19,21 @@
 -- set tracks what is really kept (finish_task.lua fills it).
 --
 -- KEYS[1] live  KEYS[2] admissions  KEYS[3] leases  KEYS[4] terminal
--- KEYS[5 ..] per task, 5 keys: task, owner_index, owner_live, queue, wake
+-- KEYS[5 ..] per task, 6 keys: task, owner_index, owner_live, queue, wake, src_live (the
+--   client address's live set; declared for every task, touched only for one with a source)
 -- ARGV[1] max tasks  ARGV[2] max retained  ARGV[3] max retained per owner
--- ARGV[4] max live per owner  ARGV[5] key prefix (the shard's hash tag: the keys of an
---   evicted task are named from it and its `terminal` entry, in this slot)
--- ARGV[6 ..] per task, 9 values: id, owner hash, context id ('' for none), invocation json,
+-- ARGV[4] max live per owner  ARGV[5] max live per address  ARGV[6] key prefix (the shard's
+--   hash tag: the keys of an evicted task are named from it and its `terminal` entry, in
+--   this slot)
+-- ARGV[7 ..] per task, 10 values: id, owner hash, context id ('' for none), invocation json,
 --   entrypoint, 'queued' | 'reserved', admission ttl ms, max attempts, retention ms ('' for
---   the store's)
+--   the store's), source ('' for none: no address bound)
 -- Returns per task: {1, created_ms} | {0, 'DUPLICATE'} | {0, 'CAPACITY', due_count}
---   | {0, 'OWNER_LIVE'} | {0, 'OWNER_RETAINED'}
+--   | {0, 'OWNER_LIVE'} | {0, 'ADDRESS_LIVE'} | {0, 'OWNER_RETAINED'}
+-- While the address bound is on, a task with a source enters src_live (scored by creation)
+-- and its record names that set in field `sl`, so that finish_task.lua removes it exactly
+-- when the task leaves `live`; the set expires a day after its last addition, so an address
+-- that never returns leaves no key.
 -- Each created task's seq is 1: its `statusUpdate running`, which is neither logged nor
 -- published. The record rebuilds it (redis/event_log.rs), and nobody can listen to a task
 -- before its creation except the creator, whose create reply is that event.
@@ -37,8 +45,10 @@
 local live, admissions, leases, terminal = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local max_tasks, max_retained = tonumber(ARGV[1]), tonumber(ARGV[2])
 local max_owner_retained, max_owner_live = tonumber(ARGV[3]), tonumber(ARGV[4])
-local prefix = ARGV[5]
+local max_address_live, prefix = tonumber(ARGV[5]), ARGV[6]
 local now = now_ms()
+-- How long an address's live set outlives its last addition.
+local SOURCE_TTL_MS = 86400000
 local out = {}
 
 prune_expired(terminal, prefix, now, 16)
@@ -63,17 +73,31 @@ local function evict_owner_oldest(owner_index, owner)
   end
 end
 
+-- Whether the address may hold one more live task. At the bound, ids no longer in `live` are
+-- dropped first: a safety net, as finish_task.lua removes every id that leaves.
+local function address_has_room(src_live)
+  if redis.call('ZCARD', src_live) < max_address_live then return true end
+  for _, id in ipairs(redis.call('ZRANGE', src_live, 0, -1)) do
+    if redis.call('SISMEMBER', live, id) == 0 then
+      redis.call('ZREM', src_live, id)
+    end
+  end
+  return redis.call('ZCARD', src_live) < max_address_live
+end
+
 local function due_count()
   return redis.call('ZCOUNT', admissions, '-inf', now)
     + redis.call('ZCOUNT', leases, '-inf', now)
 end
 
-for i = 0, (#KEYS - 4) / 5 - 1 do
-  local kb, ab = 5 + i * 5, 6 + i * 9
+for i = 0, (#KEYS - 4) / 6 - 1 do
+  local kb, ab = 5 + i * 6, 7 + i * 10
   local task, owner_index = KEYS[kb], KEYS[kb + 1]
   local owner_live, queue, wake = KEYS[kb + 2], KEYS[kb + 3], KEYS[kb + 4]
+  local src_live = KEYS[kb + 5]
   local id, owner, context, invocation = ARGV[ab], ARGV[ab + 1], ARGV[ab + 2], ARGV[ab + 3]
   local entrypoint, mode, retention = ARGV[ab + 4], ARGV[ab + 5], ARGV[ab + 8]
+  local counted = max_address_live > 0 and ARGV[ab + 9] ~= ''
 
   local refused = nil
   if redis.call('EXISTS', task) == 1 then
@@ -83,6 +107,8 @@ for i = 0, (#KEYS - 4) / 5 - 1 do
   elseif max_owner_live > 0
       and tonumber(redis.call('GET', owner_live) or '0') >= max_owner_live then
     refused = {0, 'OWNER_LIVE'}
+  elseif counted and not address_has_room(src_live) then
+    refused = {0, 'ADDRESS_LIVE'}
   end
   if not refused and max_owner_retained > 0 then
     while redis.call('ZCARD', owner_index) >= max_owner_retained do
@@ -120,6 +146,10 @@ for i = 0, (#KEYS - 4) / 5 - 1 do
       set[#set + 1] = 'rt'
       set[#set + 1] = retention
     end
+    if counted then
+      set[#set + 1] = 'sl'
+      set[#set + 1] = src_live
+    end
     local expires = nil
     if mode == 'reserved' then
       expires = now + tonumber(ARGV[ab + 6])
@@ -132,6 +162,10 @@ for i = 0, (#KEYS - 4) / 5 - 1 do
     if redis.call('INCR', owner_live) == 1 then
       -- The owner's first live task: its index must outlive every task from now on.
       redis.call('PERSIST', owner_index)
+    end
+    if counted then
+      redis.call('ZADD', src_live, now, id)
+      redis.call('PEXPIRE', src_live, SOURCE_TTL_MS)
     end
     if expires then
       redis.call('ZADD', admissions, expires, id)

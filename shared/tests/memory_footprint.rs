@@ -52,6 +52,7 @@ fn new_task(i: usize, owner: &OwnerHash) -> NewTask {
         admission: Admission::Queued,
         max_attempts: 1,
         retention: None,
+        source: None,
     }
 }
 

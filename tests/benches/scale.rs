@@ -760,6 +760,7 @@ fn new_task(task_id: String, owner: &shared::token::OwnerHash) -> NewTask {
         admission: Admission::Queued,
         max_attempts: 3,
         retention: None,
+        source: None,
     }
 }
 

@@ -140,10 +140,11 @@ impl ServiceProcess {
             command
                 .env("RATE_PER_ADDRESS", "0")
                 .env("RATE_PER_PAYER", "0");
-            // Likewise the per-owner and retained-task bounds: suites and the chaos load put
-            // thousands of tasks on a few tokens and check every acknowledged one at the end.
-            // Tests of the bounds set them themselves.
+            // Likewise the per-owner, per-address and retained-task bounds: suites and the
+            // chaos load put thousands of tasks on a few tokens, all from 127.0.0.1, and check
+            // every acknowledged one at the end. Tests of the bounds set them themselves.
             command.env("MAX_LIVE_PER_OWNER", "0");
+            command.env("MAX_LIVE_PER_ADDRESS", "0");
             command.env("MAX_RETAINED_PER_OWNER", "0");
             command.env("MAX_RETAINED_TASKS", "0");
         }

@@ -23,6 +23,7 @@ pub fn queued_task(id: &str, owner: &OwnerHash, entrypoint: &str) -> NewTask {
         admission: Admission::Queued,
         max_attempts: 3,
         retention: None,
+        source: None,
     }
 }
 

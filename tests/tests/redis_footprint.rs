@@ -37,6 +37,7 @@ async fn finish_one(store: &RedisStore, id: &str, progress: u64) -> TestResult {
             admission: Admission::Queued,
             max_attempts: 3,
             retention: None,
+            source: None,
         })
         .await?;
     let claims = store

@@ -76,6 +76,7 @@ impl Cluster {
                 admission: Admission::Queued,
                 max_attempts: 3,
                 retention: None,
+                source: None,
             })
             .await?;
         let sub = self.store.subscribe(id, &self.owner, None).await?;

@@ -261,6 +261,7 @@ fn new_task(
         admission: Admission::Queued,
         max_attempts: 3,
         retention: None,
+        source: None,
     }
 }
 

@@ -29,6 +29,7 @@ use serde::de::DeserializeOwned;
 use super::error::{A2aError, truncated};
 use super::service::{self, Caller, Refusal, Reply};
 use super::{caller, version, wire};
+use crate::client_address::Source;
 use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
@@ -55,6 +56,7 @@ fn caller<'a>(
         owner: caller::owner(headers)?,
         headers,
         uri,
+        source: None,
     })
 }
 
@@ -63,18 +65,24 @@ fn message_call<'a>(
     state: &'a AppState,
     headers: &'a HeaderMap,
     uri: &'a Uri,
+    source: Option<String>,
     body: &[u8],
 ) -> Result<(Caller<'a>, SendMessageRequest), A2aError> {
-    Ok((caller(state, headers, uri)?, body_of(headers, body)?))
+    let caller = Caller {
+        source,
+        ..caller(state, headers, uri)?
+    };
+    Ok((caller, body_of(headers, body)?))
 }
 
 async fn send(
     State(state): State<AppState>,
     OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
+    Source(source): Source,
     body: Bytes,
 ) -> Response {
-    let (caller, request) = match message_call(&state, &headers, &uri, &body) {
+    let (caller, request) = match message_call(&state, &headers, &uri, source, &body) {
         Ok(call) => call,
         Err(err) => return err.to_rest(),
     };
@@ -88,9 +96,10 @@ async fn stream(
     State(state): State<AppState>,
     OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
+    Source(source): Source,
     body: Bytes,
 ) -> Response {
-    let (caller, request) = match message_call(&state, &headers, &uri, &body) {
+    let (caller, request) = match message_call(&state, &headers, &uri, source, &body) {
         Ok(call) => call,
         Err(err) => return err.to_rest(),
     };

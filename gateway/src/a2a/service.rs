@@ -54,6 +54,9 @@ pub struct Caller<'a> {
     pub owner: OwnerHash,
     pub headers: &'a HeaderMap,
     pub uri: &'a Uri,
+    /// The client address key of a request that may admit a task
+    /// ([`crate::client_address::Source`]); `None` where no task is created.
+    pub source: Option<String>,
 }
 
 /// Why a request gets no A2A answer: an A2A error, or the payment gate's own HTTP answer
@@ -526,6 +529,7 @@ async fn start(caller: &Caller<'_>, request: SendMessageRequest) -> Result<Start
         metadata: Some(metadata),
         max_attempts: state.config.max_attempts,
         retention: None,
+        source: caller.source.clone(),
     };
     match gate(caller, &entrypoint).await? {
         None => {

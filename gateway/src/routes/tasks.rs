@@ -37,6 +37,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::admit::{self, Admit};
+use crate::client_address::Source;
 use crate::error::{ApiError, json_response};
 use crate::extract::{JsonBody, OptionalTaskAccess, TaskAccess};
 use crate::pay::{self, receipt::Receipt};
@@ -97,6 +98,7 @@ async fn create(
     OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
     OptionalTaskAccess(token): OptionalTaskAccess,
+    Source(source): Source,
     JsonBody(request): JsonBody<SendMessageRequest>,
 ) -> Result<Response, ApiError> {
     let Some(entrypoint) = admit::entrypoint(&state, &request.skill_id).await? else {
@@ -133,7 +135,16 @@ async fn create(
             Ok(payment) => payment,
             Err(answer) => return Ok(*answer),
         };
-        return Ok(create_paid(&state, &entrypoint.key, token, request, input, payment).await);
+        let paid = create_paid(
+            &state,
+            &entrypoint.key,
+            token,
+            request,
+            input,
+            source,
+            payment,
+        );
+        return Ok(paid.await);
     } else {
         token.unwrap_or_else(AccessToken::generate)
     };
@@ -147,6 +158,7 @@ async fn create(
             metadata: request.metadata,
             max_attempts: state.config.max_attempts,
             retention: None,
+            source,
         },
     )
     .await?;
@@ -169,6 +181,7 @@ async fn create_paid(
     token: AccessToken,
     request: SendMessageRequest,
     input: Value,
+    source: Option<String>,
     payment: pay::Payment<'_>,
 ) -> Response {
     let admitted = pay::admission::admit_paid(
@@ -182,6 +195,7 @@ async fn create_paid(
             metadata: request.metadata,
             max_attempts: state.config.max_attempts,
             retention: None,
+            source,
         },
     )
     .await;

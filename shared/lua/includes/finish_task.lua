@@ -12,6 +12,8 @@
 -- transitions call this), so SCARD(live) is the exact cluster-wide count of non-terminal tasks;
 -- the task and its event log expire after retention; the owner's index expires once the owner
 -- has no live task left, retention after its last task finished.
+-- The client address's live set, when the record names one (`sl`, create.lua), loses the id
+-- in the same step as `live`.
 -- Retained budget (create.lua): the task enters the shard's `terminal` sorted set, scored by
 -- when it expires (its own retention `rt` when it has one, as a direct invoke does, else the
 -- store's), as `<owner hash>:<id>` so that eviction and pruning can drop its owner-index entry
@@ -23,9 +25,10 @@ local function terminal_key(live)
 end
 
 local function finish_task(k, id, phase, retention_ms)
-  local kept = redis.call('HMGET', k.task, 'ow', 'rt')
+  local kept = redis.call('HMGET', k.task, 'ow', 'rt', 'sl')
   local ttl = tonumber(kept[2]) or retention_ms
-  redis.call('HDEL', k.task, 'ph', 'lo', 'lx', 'ax', 'ec', 'ho', 'sh', 'rd', 'rm', 'en', 'iq', 'rt')
+  redis.call('HDEL', k.task, 'ph', 'lo', 'lx', 'ax', 'ec', 'ho', 'sh', 'rd', 'rm', 'en', 'iq', 'rt',
+    'sl')
   if phase ~= 'queued' and phase ~= 'reserved' then
     redis.call('ZREM', k.leases, id)
   end
@@ -36,6 +39,11 @@ local function finish_task(k, id, phase, retention_ms)
     redis.call('ZREM', k.queue, id)
   end
   if redis.call('SREM', k.live, id) == 1 then
+    if kept[3] then
+      -- The client address's live set (create.lua), named by the record: same hash tag, so
+      -- the same slot; ZREM is idempotent, and this runs once per task anyway.
+      redis.call('ZREM', kept[3], id)
+    end
     local left = redis.call('DECR', k.owner_live)
     if left <= 0 then
       redis.call('DEL', k.owner_live)

@@ -33,6 +33,9 @@ pub enum ErrorCode {
     /// `MAX_RETAINED_PER_OWNER` all unfinished): `429` with Retry-After. Ours; the upstream
     /// profile has no per-owner bound.
     OwnerCapacityExhausted,
+    /// One client address holds as many unfinished tasks as it may (`MAX_LIVE_PER_ADDRESS`),
+    /// whatever their owners: `429` with Retry-After. Ours, like the per-owner bound.
+    AddressCapacityExhausted,
     TaskTimeout,
     TaskExecutionFailed,
     TaskTerminalizationFailed,
@@ -77,6 +80,7 @@ impl ErrorCode {
             ErrorCode::InvalidState => "invalid_state",
             ErrorCode::TaskCapacityExhausted => "task_capacity_exhausted",
             ErrorCode::OwnerCapacityExhausted => "owner_capacity_exhausted",
+            ErrorCode::AddressCapacityExhausted => "address_capacity_exhausted",
             ErrorCode::TaskTimeout => "task_timeout",
             ErrorCode::TaskExecutionFailed => "task_execution_failed",
             ErrorCode::TaskTerminalizationFailed => "task_terminalization_failed",

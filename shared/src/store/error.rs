@@ -9,6 +9,10 @@ pub enum StoreError {
     /// its retained tasks (all of them live, so nothing could be evicted). Maps to `429`.
     #[error("{}", owner_capacity_message(*.max, *.live))]
     OwnerCapacity { max: u64, live: bool },
+    /// One client address holds as many non-terminal tasks as it may (whatever their
+    /// owners: anonymous callers get a fresh owner per task). Maps to `429`.
+    #[error("This client address already has {max} unfinished tasks; retry when one finishes")]
+    AddressCapacity { max: u64 },
     #[error("task {0:?} already exists")]
     Duplicate(String),
     #[error("task store unavailable: {0}")]

@@ -23,6 +23,9 @@ pub const DEFAULT_MAX_RETAINED: u64 = 20_000;
 pub const DEFAULT_MAX_RETAINED_PER_OWNER: u64 = 1_000;
 /// Default cap on one owner's non-terminal tasks (`MAX_LIVE_PER_OWNER`).
 pub const DEFAULT_MAX_LIVE_PER_OWNER: u64 = 100;
+/// Default cap on the non-terminal tasks of one client address (`MAX_LIVE_PER_ADDRESS`):
+/// anonymous callers get a fresh owner per task, so only their address holds them.
+pub const DEFAULT_MAX_LIVE_PER_ADDRESS: u64 = 100;
 /// How many runs a task gets after losing active leases.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 /// List page size when none is given, and the largest accepted.
@@ -65,6 +68,10 @@ pub struct NewTask {
     /// How long this task is kept once terminal, when not the store's retention (a direct
     /// invoke's record is only needed while its caller waits).
     pub retention: Option<Duration>,
+    /// The client address the task was created from (an IPv4 address or an IPv6 /64, see the
+    /// gateway's `client_address`), whose live tasks `max_live_per_address` bounds; `None`
+    /// for internal callers and embedded mode (no bound).
+    pub source: Option<String>,
 }
 
 /// Where a `running` task is inside the store.

@@ -56,6 +56,7 @@ impl BenchProc {
             .env("RATE_PER_ADDRESS", "0")
             .env("RATE_PER_PAYER", "0")
             .env("MAX_LIVE_PER_OWNER", "0")
+            .env("MAX_LIVE_PER_ADDRESS", "0")
             .env("MAX_RETAINED_PER_OWNER", "0")
             .envs(envs.iter().map(|(k, v)| (k, v)));
         BenchProc::spawn(command, name, log_dir.join(format!("{name}.log")))

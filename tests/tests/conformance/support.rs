@@ -190,6 +190,7 @@ impl Fx {
             admission,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             retention: None,
+            source: None,
         }
     }
 

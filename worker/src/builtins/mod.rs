@@ -89,6 +89,7 @@ pub(crate) mod test_support {
                     admission: Admission::Queued,
                     max_attempts: 3,
                     retention: None,
+                    source: None,
                 })
                 .await?;
             let claims = store

@@ -32,6 +32,8 @@ pub const ERROR_CODES: &[&str] = &[
     "skill_not_found",
     "invalid_state",
     "task_capacity_exhausted",
+    "owner_capacity_exhausted",
+    "address_capacity_exhausted",
     "task_timeout",
     "task_execution_failed",
     "task_terminalization_failed",

@@ -17,6 +17,7 @@ use super::{
 };
 use super::{idempotent, outcome};
 use crate::admit;
+use crate::client_address::Source;
 use crate::error::ApiError;
 use crate::pay::Payment;
 use crate::state::AppState;
@@ -48,14 +49,15 @@ async fn handle(
     // recovers to its address): part of the key's fingerprint.
     let caller = idempotent::Caller::of(state, &gated, request.headers());
     let payment = gated.payment;
+    let Source(source) = Source::of(request.extensions());
     let body = read_json(request).await.map_err(answer)?;
     let input = extract_input(&body);
     // Checked before any payment is settled: bad input costs the payer nothing.
     admit::check_input(state, &entrypoint, &input).map_err(answer)?;
     let execute = || async move {
         match payment {
-            None => run(state, &entrypoint, input).await,
-            Some(payment) => run_paid(state, &entrypoint, input, payment).await,
+            None => run(state, &entrypoint, input, source).await,
+            Some(payment) => run_paid(state, &entrypoint, input, source, payment).await,
         }
     };
     match idempotency_key {
@@ -80,8 +82,13 @@ fn answer(err: ApiError) -> Response {
 }
 
 /// Runs the entrypoint on a worker and waits for the end: a response whatever happens.
-async fn run(state: &AppState, entrypoint: &EntrypointInfo, input: Value) -> Response {
-    let run = match start_run(state, entrypoint, input).await {
+async fn run(
+    state: &AppState,
+    entrypoint: &EntrypointInfo,
+    input: Value,
+    source: Option<String>,
+) -> Response {
+    let run = match start_run(state, entrypoint, input, source).await {
         Ok(run) => run,
         Err(err) => return err.into_response(),
     };
@@ -96,9 +103,10 @@ async fn run_paid(
     state: &AppState,
     entrypoint: &EntrypointInfo,
     input: Value,
+    source: Option<String>,
     payment: Payment<'_>,
 ) -> Response {
-    let (run, receipt) = match start_paid_run(state, entrypoint, input, payment).await {
+    let (run, receipt) = match start_paid_run(state, entrypoint, input, source, payment).await {
         Ok(admitted) => admitted,
         Err(response) => return response,
     };

@@ -153,6 +153,7 @@ async fn start_run(
     state: &AppState,
     entrypoint: &EntrypointInfo,
     input: Value,
+    source: Option<String>,
 ) -> Result<Run, ApiError> {
     let max_attempts = admit::run_attempts(state, entrypoint);
     let entrypoint = entrypoint.key.as_str();
@@ -167,6 +168,7 @@ async fn start_run(
             metadata: None,
             max_attempts,
             retention: admit::direct_retention(state),
+            source,
         },
     )
     .await?;
@@ -186,6 +188,7 @@ async fn start_paid_run(
     state: &AppState,
     entrypoint: &EntrypointInfo,
     input: Value,
+    source: Option<String>,
     payment: pay::Payment<'_>,
 ) -> Result<(Run, pay::receipt::Receipt), Response> {
     let max_attempts = admit::run_attempts(state, entrypoint);
@@ -202,6 +205,7 @@ async fn start_paid_run(
             metadata: None,
             max_attempts,
             retention: admit::direct_retention(state),
+            source,
         },
     )
     .await;

@@ -30,6 +30,7 @@ use super::{
     Kind, Run, cancel, extract_input, find_entrypoint, gate, outcome, read_json, start_paid_run,
 };
 use crate::admit;
+use crate::client_address::Source;
 use crate::error::json_response;
 use crate::state::AppState;
 
@@ -67,6 +68,7 @@ async fn handle(
         .await
         .map_err(|answer| *answer)?
         .payment;
+    let Source(source) = Source::of(request.extensions());
     let body = read_json(request)
         .await
         .map_err(IntoResponse::into_response)?;
@@ -81,13 +83,14 @@ async fn handle(
     }
     let (run, receipt) = match payment {
         None => (
-            super::start_run(&state, &entrypoint, input)
+            super::start_run(&state, &entrypoint, input, source)
                 .await
                 .map_err(IntoResponse::into_response)?,
             None,
         ),
         Some(payment) => {
-            let (run, receipt) = start_paid_run(&state, &entrypoint, input, payment).await?;
+            let (run, receipt) =
+                start_paid_run(&state, &entrypoint, input, source, payment).await?;
             (run, Some(receipt))
         }
     };

@@ -29,6 +29,9 @@ pub(super) struct Entry {
     /// How long the task is kept once terminal (the store's retention unless it was created
     /// with its own).
     pub(super) retention_ms: u64,
+    /// The client address counted for this task while it is live (set only while
+    /// `max_live_per_address` is on).
+    pub(super) source: Option<String>,
 }
 
 impl Entry {
@@ -44,6 +47,7 @@ impl Entry {
             due_key: None,
             terminal_key: None,
             retention_ms: 0,
+            source: None,
         }
     }
 

@@ -26,10 +26,10 @@ use tokio::sync::Notify;
 use self::state::{Limits, State};
 use self::subscriptions::ListenerStream;
 use super::{
-    Activation, CasOutcome, Claim, DEFAULT_MAX_LIVE_PER_OWNER, DEFAULT_MAX_RETAINED,
-    DEFAULT_MAX_RETAINED_PER_OWNER, DEFAULT_MAX_TASKS, DEFAULT_RETENTION, Durability, EventPayload,
-    Lease, ListQuery, NewTask, ReceiptRecorded, RecoveryReport, StoreError, StoredTask,
-    Subscription, TaskPage, TaskStore, Transition,
+    Activation, CasOutcome, Claim, DEFAULT_MAX_LIVE_PER_ADDRESS, DEFAULT_MAX_LIVE_PER_OWNER,
+    DEFAULT_MAX_RETAINED, DEFAULT_MAX_RETAINED_PER_OWNER, DEFAULT_MAX_TASKS, DEFAULT_RETENTION,
+    Durability, EventPayload, Lease, ListQuery, NewTask, ReceiptRecorded, RecoveryReport,
+    StoreError, StoredTask, Subscription, TaskPage, TaskStore, Transition,
 };
 use crate::protocol::{Task, TaskStatus, Timestamp};
 use crate::store::Resumed;
@@ -62,6 +62,9 @@ pub struct MemoryStoreConfig {
     pub max_retained_per_owner: u64,
     /// One owner's non-terminal tasks before creation refuses (0: no bound).
     pub max_live_per_owner: u64,
+    /// One client address's non-terminal tasks (those created with a `source`) before
+    /// creation refuses (0: no bound).
+    pub max_live_per_address: u64,
     /// How long terminal tasks are kept.
     pub retention: Duration,
     /// Events kept per task for subscribers that resume (`after_seq`).
@@ -75,6 +78,7 @@ impl Default for MemoryStoreConfig {
             max_retained: DEFAULT_MAX_RETAINED,
             max_retained_per_owner: DEFAULT_MAX_RETAINED_PER_OWNER,
             max_live_per_owner: DEFAULT_MAX_LIVE_PER_OWNER,
+            max_live_per_address: DEFAULT_MAX_LIVE_PER_ADDRESS,
             retention: DEFAULT_RETENTION,
             event_log_len: 64,
         }
@@ -105,6 +109,7 @@ impl MemoryStore {
             max_retained: config.max_retained,
             max_retained_per_owner: config.max_retained_per_owner,
             max_live_per_owner: config.max_live_per_owner,
+            max_live_per_address: config.max_live_per_address,
             retention_ms: millis(config.retention),
             event_log_len: config.event_log_len,
         };

@@ -40,6 +40,8 @@ pub(super) struct Limits {
     pub max_retained_per_owner: u64,
     /// One owner's non-terminal tasks (0: no bound).
     pub max_live_per_owner: u64,
+    /// One client address's non-terminal tasks (0: no bound).
+    pub max_live_per_address: u64,
     pub retention_ms: u64,
     pub event_log_len: usize,
 }
@@ -60,6 +62,9 @@ pub(super) struct State {
     by_owner: HashMap<OwnerHash, OwnerIndex>,
     /// Non-terminal tasks per owner (owners with none are absent).
     live_by_owner: HashMap<OwnerHash, u64>,
+    /// Non-terminal tasks per client address, of tasks created with one (addresses with none
+    /// are absent).
+    live_by_source: HashMap<String, u64>,
     terminal: BTreeMap<IndexKey, String>,
     due: BTreeMap<IndexKey, String>,
     queues: HashMap<String, VecDeque<String>>,
@@ -78,6 +83,7 @@ impl State {
             tasks: HashMap::new(),
             by_owner: HashMap::new(),
             live_by_owner: HashMap::new(),
+            live_by_source: HashMap::new(),
             terminal: BTreeMap::new(),
             due: BTreeMap::new(),
             queues: HashMap::new(),
@@ -97,6 +103,7 @@ impl State {
             return Err(StoreError::Duplicate(new.task_id));
         }
         self.ensure_owner_capacity(&new.owner)?;
+        self.ensure_address_capacity(new.source.as_deref())?;
         self.ensure_capacity()?;
 
         let (phase, admission_expires_at_ms) = match new.admission {
@@ -136,6 +143,13 @@ impl State {
         );
         entry.retention_ms = new.retention.map_or(self.limits.retention_ms, millis);
         *self.live_by_owner.entry(new.owner.clone()).or_default() += 1;
+        // Counted only while the bound is on, as the Redis store tracks it.
+        if self.limits.max_live_per_address > 0
+            && let Some(source) = &new.source
+        {
+            *self.live_by_source.entry(source.clone()).or_default() += 1;
+            entry.source = Some(source.clone());
+        }
         entry.publish_rebuilt(
             TaskEvent::status(&task).into(),
             Rebuilt::Created,
@@ -849,12 +863,32 @@ impl State {
         Ok(())
     }
 
-    /// One fewer non-terminal task for `owner`.
-    fn owner_task_ended(&mut self, owner: &OwnerHash) {
+    /// Refuses one more task from `source` past its live bound.
+    fn ensure_address_capacity(&self, source: Option<&str>) -> Result<(), StoreError> {
+        let max = self.limits.max_live_per_address;
+        let live = source.map_or(0, |source| {
+            self.live_by_source.get(source).copied().unwrap_or(0)
+        });
+        if max > 0 && live >= max {
+            return Err(StoreError::AddressCapacity { max });
+        }
+        Ok(())
+    }
+
+    /// One fewer non-terminal task for `owner` and, when it was counted, for `source`.
+    fn task_ended(&mut self, owner: &OwnerHash, source: Option<&str>) {
         if let Some(live) = self.live_by_owner.get_mut(owner) {
             *live = live.saturating_sub(1);
             if *live == 0 {
                 self.live_by_owner.remove(owner);
+            }
+        }
+        if let Some(source) = source
+            && let Some(live) = self.live_by_source.get_mut(source)
+        {
+            *live = live.saturating_sub(1);
+            if *live == 0 {
+                self.live_by_source.remove(source);
             }
         }
     }
@@ -871,7 +905,7 @@ impl State {
             Some(key) => {
                 self.terminal.remove(&key);
             }
-            None => self.owner_task_ended(&entry.stored.owner),
+            None => self.task_ended(&entry.stored.owner, entry.source.as_deref()),
         }
         let owner = &entry.stored.owner;
         if let Some(ids) = self.by_owner.get_mut(owner)
@@ -902,7 +936,7 @@ impl State {
         let terminal = entry.terminal();
         if entry.terminal_key != terminal {
             let ended = entry.terminal_key.is_none();
-            let owner = ended.then(|| entry.stored.owner.clone());
+            let ended = ended.then(|| (entry.stored.owner.clone(), entry.source.clone()));
             if let Some(old) = entry.terminal_key.take() {
                 self.terminal.remove(&old);
             }
@@ -910,8 +944,8 @@ impl State {
                 self.terminal.insert(key, task_id.to_owned());
             }
             entry.terminal_key = terminal;
-            if let Some(owner) = owner {
-                self.owner_task_ended(&owner);
+            if let Some((owner, source)) = ended {
+                self.task_ended(&owner, source.as_deref());
             }
         }
     }

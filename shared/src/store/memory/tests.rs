@@ -56,6 +56,7 @@ fn new_task(id: &str, owner: &OwnerHash, admission: Admission) -> NewTask {
         admission,
         max_attempts: 3,
         retention: None,
+        source: None,
     }
 }
 
@@ -409,6 +410,41 @@ async fn an_owner_over_its_live_limit_is_refused_until_one_finishes() {
     create_ok(&store, "x", &other).await;
     complete(&store, "a").await;
     create_ok(&store, "c", &me).await;
+}
+
+fn from(id: &str, owner: &OwnerHash, source: &str) -> NewTask {
+    NewTask {
+        source: Some(source.to_owned()),
+        ..new_task(id, owner, Admission::Queued)
+    }
+}
+
+#[tokio::test]
+async fn a_client_address_over_its_live_limit_is_refused_whatever_the_owner() {
+    let clock = Arc::new(ManualClock(AtomicU64::new(1_000_000)));
+    let config = MemoryStoreConfig {
+        max_live_per_address: 2,
+        ..MemoryStoreConfig::default()
+    };
+    let store = MemoryStore::with_clock(config, clock);
+    // A fresh owner per task, as anonymous `POST /tasks` makes.
+    for id in ["a", "b"] {
+        let created = store.create(from(id, &owner(), "198.51.100.1")).await;
+        assert!(created.is_ok(), "{id}: {created:?}");
+    }
+    let refused = store.create(from("c", &owner(), "198.51.100.1")).await;
+    assert!(
+        matches!(refused, Err(StoreError::AddressCapacity { max: 2 })),
+        "{refused:?}"
+    );
+    // Another address, and a task without one, are not held back.
+    let other = store.create(from("x", &owner(), "198.51.100.2")).await;
+    assert!(other.is_ok(), "{other:?}");
+    create_ok(&store, "internal", &owner()).await;
+    // A finished task frees its place.
+    complete(&store, "a").await;
+    let again = store.create(from("c", &owner(), "198.51.100.1")).await;
+    assert!(again.is_ok(), "{again:?}");
 }
 
 #[tokio::test]

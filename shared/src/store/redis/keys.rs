@@ -63,6 +63,14 @@ impl Keys {
         format!("{}:owner-live:{owner}", self.prefix)
     }
 
+    /// Sorted set: the live task ids created from one client address (`NewTask::source`), by
+    /// creation time: what `max_live_per_address` bounds. The task's record names it (field
+    /// `sl`) so that its terminal transition removes the id (`finish_task.lua`); it expires a
+    /// day after its last addition, so an address that never returns leaves nothing.
+    pub fn source_live(&self, source: &str) -> String {
+        format!("{}:src-live:{source}", self.prefix)
+    }
+
     /// Sorted set: an entrypoint's ready queue, by enqueue time. Its heads come back with
     /// every take and finish of a worker, as the candidates of that worker's next finish.
     pub fn queue(&self, entrypoint: &str) -> String {

@@ -551,6 +551,9 @@ impl TaskStore for RedisStore {
                     keys.owner_live(&new.owner),
                     keys.queue(entrypoint),
                     keys.wake(entrypoint),
+                    // Declared whether or not the task has a source (the layout is fixed);
+                    // touched only when it has.
+                    keys.source_live(new.source.as_deref().unwrap_or_default()),
                 ],
                 args: vec![
                     id.clone(),
@@ -564,6 +567,7 @@ impl TaskStore for RedisStore {
                     new.retention
                         .map(|kept| ms(kept).to_string())
                         .unwrap_or_default(),
+                    new.source.clone().unwrap_or_default(),
                 ],
             })
         };
@@ -597,6 +601,12 @@ impl TaskStore for RedisStore {
                     return Err(StoreError::OwnerCapacity {
                         max: capacity_per_shard(config.max_live_per_owner, self.shard_count()),
                         live: true,
+                    });
+                }
+                [_, reason] if text(reason)? == "ADDRESS_LIVE" => {
+                    let config = &self.inner.core.config;
+                    return Err(StoreError::AddressCapacity {
+                        max: capacity_per_shard(config.max_live_per_address, self.shard_count()),
                     });
                 }
                 [_, reason] if text(reason)? == "OWNER_RETAINED" => {
