@@ -23,6 +23,10 @@ pub const DEFAULT_MAX_RETAINED: u64 = 20_000;
 pub const DEFAULT_MAX_RETAINED_PER_OWNER: u64 = 1_000;
 /// Default cap on one owner's non-terminal tasks (`MAX_LIVE_PER_OWNER`).
 pub const DEFAULT_MAX_LIVE_PER_OWNER: u64 = 100;
+/// Default cap on the bytes terminal tasks keep (`MAX_RETAINED_BYTES`, 256 MiB): what retained
+/// results can take of Redis whatever their count; the terminal tasks that expire first are
+/// evicted to stay under it.
+pub const DEFAULT_MAX_RETAINED_BYTES: u64 = 256 * 1024 * 1024;
 /// How many runs a task gets after losing active leases.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 /// List page size when none is given, and the largest accepted.

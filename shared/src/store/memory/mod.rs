@@ -27,6 +27,7 @@ use self::state::{Limits, State};
 use self::subscriptions::ListenerStream;
 use super::{
     Activation, CasOutcome, Claim, DEFAULT_MAX_LIVE_PER_OWNER, DEFAULT_MAX_RETAINED,
+    DEFAULT_MAX_RETAINED_BYTES,
     DEFAULT_MAX_RETAINED_PER_OWNER, DEFAULT_MAX_TASKS, DEFAULT_RETENTION, Durability, EventPayload,
     Lease, ListQuery, NewTask, ReceiptRecorded, RecoveryReport, StoreError, StoredTask,
     Subscription, TaskPage, TaskStore, Transition,
@@ -62,6 +63,8 @@ pub struct MemoryStoreConfig {
     pub max_retained_per_owner: u64,
     /// One owner's non-terminal tasks before creation refuses (0: no bound).
     pub max_live_per_owner: u64,
+    /// Bytes terminal tasks keep before creation evicts the first to expire (0: no bound).
+    pub max_retained_bytes: u64,
     /// How long terminal tasks are kept.
     pub retention: Duration,
     /// Events kept per task for subscribers that resume (`after_seq`).
@@ -75,6 +78,7 @@ impl Default for MemoryStoreConfig {
             max_retained: DEFAULT_MAX_RETAINED,
             max_retained_per_owner: DEFAULT_MAX_RETAINED_PER_OWNER,
             max_live_per_owner: DEFAULT_MAX_LIVE_PER_OWNER,
+            max_retained_bytes: DEFAULT_MAX_RETAINED_BYTES,
             retention: DEFAULT_RETENTION,
             event_log_len: 64,
         }
@@ -105,6 +109,7 @@ impl MemoryStore {
             max_retained: config.max_retained,
             max_retained_per_owner: config.max_retained_per_owner,
             max_live_per_owner: config.max_live_per_owner,
+            max_retained_bytes: config.max_retained_bytes,
             retention_ms: millis(config.retention),
             event_log_len: config.event_log_len,
         };
