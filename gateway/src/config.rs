@@ -141,6 +141,12 @@ pub struct GatewayConfig {
     #[arg(long, env = "MAX_RETAINED_TASKS", default_value_t = shared::store::DEFAULT_MAX_RETAINED)]
     pub max_retained_tasks: u64,
 
+    /// Cap on the bytes finished tasks keep in the store (record and event log, measured when
+    /// each finishes; split over the shards like MAX_TASKS): creation evicts the finished tasks
+    /// that expire first to stay under it, whatever their count. Never a refusal. 0: no cap.
+    #[arg(long, env = "MAX_RETAINED_BYTES", default_value_t = shared::store::DEFAULT_MAX_RETAINED_BYTES)]
+    pub max_retained_bytes: u64,
+
     /// Cap on one owner's stored tasks, finished ones included: creation evicts the owner's
     /// oldest finished task to stay under it (429 owner_capacity_exhausted when all are
     /// unfinished). 0: no cap.

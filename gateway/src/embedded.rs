@@ -23,6 +23,7 @@ pub fn start(
     let store = Arc::new(MemoryStore::new(MemoryStoreConfig {
         max_tasks: config.max_tasks,
         max_retained: config.max_retained_tasks,
+        max_retained_bytes: config.max_retained_bytes,
         max_retained_per_owner: config.max_retained_per_owner,
         max_live_per_owner: config.max_live_per_owner,
         max_live_per_address: config.max_live_per_address,

@@ -43,6 +43,7 @@ async fn main() -> anyhow::Result<()> {
             store_config.wait_replicas = config.redis_wait_replicas;
             store_config.max_tasks = config.max_tasks;
             store_config.max_retained = config.max_retained_tasks;
+            store_config.max_retained_bytes = config.max_retained_bytes;
             store_config.max_retained_per_owner = config.max_retained_per_owner;
             store_config.max_live_per_owner = config.max_live_per_owner;
             store_config.max_live_per_address = config.max_live_per_address;

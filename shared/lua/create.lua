@@ -14,6 +14,9 @@
 --     oldest terminal task is evicted to make room; OWNER_RETAINED when all of them are live
 --   retained tasks (SCARD live + ZCARD terminal) < max retained: the terminal task that
 --     expires first is evicted; CAPACITY when only live tasks remain
+--   retained bytes (the sum finish_task.lua keeps of its terminal tasks' sizes) <= max
+--     retained bytes: terminal tasks are evicted, the one that expires first first (never
+--     refused: live tasks' bytes are bounded by max tasks and the input limit instead)
 -- An evicted task's record, event log and owner-index entry go at once; up to PRUNE terminal
 -- entries already past their retention are dropped on every call as well, so the `terminal`
 -- set tracks what is really kept (finish_task.lua fills it).
@@ -22,10 +25,10 @@
 -- KEYS[5 ..] per task, 6 keys: task, owner_index, owner_live, queue, wake, src_live (the
 --   client address's live set; declared for every task, touched only for one with a source)
 -- ARGV[1] max tasks  ARGV[2] max retained  ARGV[3] max retained per owner
--- ARGV[4] max live per owner  ARGV[5] max live per address  ARGV[6] key prefix (the shard's
---   hash tag: the keys of an evicted task are named from it and its `terminal` entry, in
---   this slot)
--- ARGV[7 ..] per task, 10 values: id, owner hash, context id ('' for none), invocation json,
+-- ARGV[4] max live per owner  ARGV[5] max live per address  ARGV[6] max retained bytes (0: no
+--   cap)  ARGV[7] key prefix (the shard's hash tag: the keys of an evicted task are named
+--   from it and its `terminal` entry, in this slot)
+-- ARGV[8 ..] per task, 10 values: id, owner hash, context id ('' for none), invocation json,
 --   entrypoint, 'queued' | 'reserved', admission ttl ms, max attempts, retention ms ('' for
 --   the store's), source ('' for none: no address bound)
 -- Returns per task: {1, created_ms} | {0, 'DUPLICATE'} | {0, 'CAPACITY', due_count}
@@ -45,7 +48,8 @@
 local live, admissions, leases, terminal = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local max_tasks, max_retained = tonumber(ARGV[1]), tonumber(ARGV[2])
 local max_owner_retained, max_owner_live = tonumber(ARGV[3]), tonumber(ARGV[4])
-local max_address_live, prefix = tonumber(ARGV[5]), ARGV[6]
+local max_address_live, max_retained_bytes = tonumber(ARGV[5]), tonumber(ARGV[6])
+local prefix = ARGV[7]
 local now = now_ms()
 -- How long an address's live set outlives its last addition.
 local SOURCE_TTL_MS = 86400000
@@ -91,7 +95,7 @@ local function due_count()
 end
 
 for i = 0, (#KEYS - 4) / 6 - 1 do
-  local kb, ab = 5 + i * 6, 7 + i * 10
+  local kb, ab = 5 + i * 6, 8 + i * 10
   local task, owner_index = KEYS[kb], KEYS[kb + 1]
   local owner_live, queue, wake = KEYS[kb + 2], KEYS[kb + 3], KEYS[kb + 4]
   local src_live = KEYS[kb + 5]
@@ -125,6 +129,13 @@ for i = 0, (#KEYS - 4) / 6 - 1 do
         refused = {0, 'CAPACITY', due_count()}
         break
       end
+      evict(terminal, prefix, oldest[1])
+    end
+  end
+  if not refused and max_retained_bytes > 0 then
+    while retained_bytes(terminal) > max_retained_bytes do
+      local oldest = redis.call('ZRANGE', terminal, 0, 0)
+      if #oldest == 0 then break end
       evict(terminal, prefix, oldest[1])
     end
   end

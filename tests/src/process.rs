@@ -147,6 +147,7 @@ impl ServiceProcess {
             command.env("MAX_LIVE_PER_ADDRESS", "0");
             command.env("MAX_RETAINED_PER_OWNER", "0");
             command.env("MAX_RETAINED_TASKS", "0");
+            command.env("MAX_RETAINED_BYTES", "0");
         }
         for (key, value) in envs {
             command.env(key, value);

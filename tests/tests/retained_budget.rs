@@ -31,6 +31,7 @@ fn config(server: &RedisServer, shards: u16) -> RedisStoreConfig {
     config.max_retained = 0;
     config.max_retained_per_owner = 0;
     config.max_live_per_owner = 0;
+    config.max_retained_bytes = 0;
     config
 }
 
@@ -257,5 +258,76 @@ async fn a_listing_of_50000_tasks_reads_one_page() -> TestResult {
         record_reads, PAGE as u64,
         "one record read per task of the page: {stats:?}"
     );
+    Ok(())
+}
+
+/// The shard's sum of retained bytes (finish_task.lua), and how many sizes it holds.
+async fn retained_bytes(server: &RedisServer) -> Result<(u64, u64), Box<dyn std::error::Error>> {
+    let mut conn = server.client().await?;
+    let sums: Vec<String> = redis::cmd("KEYS")
+        .arg("*:terminal:bytes")
+        .query_async(&mut conn)
+        .await?;
+    let sizes: Vec<String> = redis::cmd("KEYS")
+        .arg("*:terminal:sizes")
+        .query_async(&mut conn)
+        .await?;
+    let mut sum = 0;
+    for key in sums {
+        sum += redis::cmd("GET")
+            .arg(key)
+            .query_async::<u64>(&mut conn)
+            .await?;
+    }
+    let mut count = 0;
+    for key in sizes {
+        count += redis::cmd("HLEN")
+            .arg(key)
+            .query_async::<u64>(&mut conn)
+            .await?;
+    }
+    Ok((sum, count))
+}
+
+/// MAX_RETAINED_BYTES: terminal tasks of 100 KB each are measured when they finish, and a
+/// creation past the bound evicts the first to expire, and no more; live tasks are never
+/// refused for bytes. The tasks finish under a store without the bound; a second store on the
+/// same namespace, bounded just under their sum (each process passes its own bounds to the
+/// create script), then creates.
+#[tokio::test]
+async fn retained_bytes_evict_the_first_terminal_tasks_to_expire() -> TestResult {
+    let server = RedisServer::start()?;
+    let unbounded = RedisStore::connect(config(&server, 1)).await?;
+    let me = owner();
+    let blob = "x".repeat(100_000);
+    for id in ["a", "b", "c"] {
+        let mut task = queued_task(id, &me, "echo");
+        task.invocation.input = serde_json::json!({ "blob": blob });
+        unbounded.create(task).await?;
+        cancel(&unbounded, id).await?;
+    }
+    let (sum, count) = retained_bytes(&server).await?;
+    assert_eq!(count, 3);
+    assert!(sum > 300_000, "each finished task counts its record: {sum}");
+    let mut bounded = config(&server, 1);
+    bounded.max_retained_bytes = sum - 1;
+    let store = RedisStore::connect(bounded).await?;
+    store.create(queued_task("d", &me, "echo")).await?;
+    assert!(!exists(&store, "a").await?, "the first to expire goes");
+    assert!(
+        keys_of(&server, "a")
+            .await?
+            .iter()
+            .all(|k| !k.ends_with(":a"))
+    );
+    assert!(exists(&store, "b").await? && exists(&store, "c").await?);
+    let (after, count) = retained_bytes(&server).await?;
+    assert_eq!(count, 2);
+    assert!(
+        after < sum - 100_000,
+        "its bytes left the sum: {after} of {sum}"
+    );
+    store.create(queued_task("e", &me, "echo")).await?;
+    assert!(exists(&store, "b").await?, "no more than needed");
     Ok(())
 }

@@ -11,6 +11,21 @@ local function evict(terminal, prefix, member)
     redis.call('ZREM', prefix .. ':owner:' .. owner, id)
   end
   redis.call('ZREM', terminal, member)
+  -- Its bytes leave the shard's sum (finish_task.lua recorded them; an entry of an older
+  -- layout has none).
+  local sizes = terminal .. ':sizes'
+  local size = redis.call('HGET', sizes, member)
+  if size then
+    redis.call('HDEL', sizes, member)
+    if redis.call('DECRBY', terminal .. ':bytes', size) <= 0 then
+      redis.call('DEL', terminal .. ':bytes')
+    end
+  end
+end
+
+-- The bytes the shard's retained terminal tasks take, as finish_task.lua measured them.
+local function retained_bytes(terminal)
+  return tonumber(redis.call('GET', terminal .. ':bytes') or '0')
 end
 
 -- Drops up to `limit` entries whose retention has passed (their records expired already, or

@@ -57,9 +57,22 @@ local function finish_task(k, id, phase, retention_ms)
     if kept[1] then
       local terminal = terminal_key(k.live)
       redis.call('ZADD', terminal, now_ms() + ttl, kept[1] .. ':' .. id)
-      -- The set expires with its last entry, like every key of a retained task.
+      -- Retained bytes (create.lua's max retained bytes): what the record and its log take
+      -- now, plus the result or error once more for the terminal event appended after this.
+      -- The size is kept by entry (`terminal:sizes`) beside the shard's sum
+      -- (`terminal:bytes`), so that eviction and pruning take back exactly what was added,
+      -- even once the record itself expired.
+      local size = (redis.call('MEMORY', 'USAGE', k.task) or 0)
+        + (redis.call('MEMORY', 'USAGE', k.events) or 0)
+        + redis.call('HSTRLEN', k.task, 'rs') + redis.call('HSTRLEN', k.task, 'er')
+      redis.call('HSET', terminal .. ':sizes', kept[1] .. ':' .. id, size)
+      redis.call('INCRBY', terminal .. ':bytes', size)
+      -- The set expires with its last entry, like every key of a retained task; its sizes
+      -- and their sum with it (the three always get the same expiry at the same moment).
       if redis.call('PTTL', terminal) < ttl then
         redis.call('PEXPIRE', terminal, ttl)
+        redis.call('PEXPIRE', terminal .. ':sizes', ttl)
+        redis.call('PEXPIRE', terminal .. ':bytes', ttl)
       end
     end
   end

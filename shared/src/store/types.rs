@@ -26,6 +26,10 @@ pub const DEFAULT_MAX_LIVE_PER_OWNER: u64 = 100;
 /// Default cap on the non-terminal tasks of one client address (`MAX_LIVE_PER_ADDRESS`):
 /// anonymous callers get a fresh owner per task, so only their address holds them.
 pub const DEFAULT_MAX_LIVE_PER_ADDRESS: u64 = 100;
+/// Default cap on the bytes terminal tasks keep (`MAX_RETAINED_BYTES`, 256 MiB): what retained
+/// results can take of Redis whatever their count; the terminal tasks that expire first are
+/// evicted to stay under it.
+pub const DEFAULT_MAX_RETAINED_BYTES: u64 = 256 * 1024 * 1024;
 /// How many runs a task gets after losing active leases.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 /// List page size when none is given, and the largest accepted.

@@ -26,6 +26,8 @@ pub(super) struct Entry {
     /// The keys this task currently holds in `State::due` and `State::terminal`.
     pub(super) due_key: Option<IndexKey>,
     pub(super) terminal_key: Option<IndexKey>,
+    /// What this task counts in `State::retained_bytes` while it holds a `terminal_key`.
+    pub(super) retained_bytes: u64,
     /// How long the task is kept once terminal (the store's retention unless it was created
     /// with its own).
     pub(super) retention_ms: u64,
@@ -46,6 +48,7 @@ impl Entry {
             listeners: Listeners::default(),
             due_key: None,
             terminal_key: None,
+            retained_bytes: 0,
             retention_ms: 0,
             source: None,
         }
@@ -55,6 +58,16 @@ impl Entry {
     /// and error move into one compact JSON text, the log keeps only the place of the events
     /// the task can rebuild, and spare capacity is given back (see [`super::frozen`]). Readers
     /// go through [`Entry::task`], [`Entry::stored`] and [`Entry::replay`].
+    /// Bytes a terminal task is counted for against `MAX_RETAINED_BYTES`: its frozen input,
+    /// result and error, plus a fixed allowance for the record and its log.
+    pub(super) fn bulk_bytes(&self) -> u64 {
+        const RECORD_ALLOWANCE: u64 = 512;
+        self.frozen
+            .as_ref()
+            .map_or(0, |frozen| frozen.len() as u64)
+            .saturating_add(RECORD_ALLOWANCE)
+    }
+
     pub(super) fn freeze(&mut self) {
         self.thaw_in_place();
         self.log.shrink_to_fit();

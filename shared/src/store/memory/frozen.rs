@@ -114,6 +114,11 @@ struct Document {
 }
 
 impl Frozen {
+    /// Bytes of the text: what the task's bulky values take.
+    pub(super) fn len(&self) -> usize {
+        self.0.len()
+    }
+
     /// Takes the bulky values out of `invocation` and `task`.
     pub(super) fn take(invocation: &mut Invocation, task: &mut Task) -> Frozen {
         let document = Document {

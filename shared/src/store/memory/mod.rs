@@ -27,9 +27,10 @@ use self::state::{Limits, State};
 use self::subscriptions::ListenerStream;
 use super::{
     Activation, CasOutcome, Claim, DEFAULT_MAX_LIVE_PER_ADDRESS, DEFAULT_MAX_LIVE_PER_OWNER,
-    DEFAULT_MAX_RETAINED, DEFAULT_MAX_RETAINED_PER_OWNER, DEFAULT_MAX_TASKS, DEFAULT_RETENTION,
-    Durability, EventPayload, Lease, ListQuery, NewTask, ReceiptRecorded, RecoveryReport,
-    StoreError, StoredTask, Subscription, TaskPage, TaskStore, Transition,
+    DEFAULT_MAX_RETAINED, DEFAULT_MAX_RETAINED_BYTES, DEFAULT_MAX_RETAINED_PER_OWNER,
+    DEFAULT_MAX_TASKS, DEFAULT_RETENTION, Durability, EventPayload, Lease, ListQuery, NewTask,
+    ReceiptRecorded, RecoveryReport, StoreError, StoredTask, Subscription, TaskPage, TaskStore,
+    Transition,
 };
 use crate::protocol::{Task, TaskStatus, Timestamp};
 use crate::store::Resumed;
@@ -65,6 +66,8 @@ pub struct MemoryStoreConfig {
     /// One client address's non-terminal tasks (those created with a `source`) before
     /// creation refuses (0: no bound).
     pub max_live_per_address: u64,
+    /// Bytes terminal tasks keep before creation evicts the first to expire (0: no bound).
+    pub max_retained_bytes: u64,
     /// How long terminal tasks are kept.
     pub retention: Duration,
     /// Events kept per task for subscribers that resume (`after_seq`).
@@ -79,6 +82,7 @@ impl Default for MemoryStoreConfig {
             max_retained_per_owner: DEFAULT_MAX_RETAINED_PER_OWNER,
             max_live_per_owner: DEFAULT_MAX_LIVE_PER_OWNER,
             max_live_per_address: DEFAULT_MAX_LIVE_PER_ADDRESS,
+            max_retained_bytes: DEFAULT_MAX_RETAINED_BYTES,
             retention: DEFAULT_RETENTION,
             event_log_len: 64,
         }
@@ -110,6 +114,7 @@ impl MemoryStore {
             max_retained_per_owner: config.max_retained_per_owner,
             max_live_per_owner: config.max_live_per_owner,
             max_live_per_address: config.max_live_per_address,
+            max_retained_bytes: config.max_retained_bytes,
             retention_ms: millis(config.retention),
             event_log_len: config.event_log_len,
         };

@@ -42,6 +42,8 @@ pub(super) struct Limits {
     pub max_live_per_owner: u64,
     /// One client address's non-terminal tasks (0: no bound).
     pub max_live_per_address: u64,
+    /// Bytes terminal tasks keep (0: no bound); the first to expire are evicted first.
+    pub max_retained_bytes: u64,
     pub retention_ms: u64,
     pub event_log_len: usize,
 }
@@ -66,6 +68,8 @@ pub(super) struct State {
     /// are absent).
     live_by_source: HashMap<String, u64>,
     terminal: BTreeMap<IndexKey, String>,
+    /// The sum of the terminal tasks' `Entry::retained_bytes`.
+    retained_bytes: u64,
     due: BTreeMap<IndexKey, String>,
     queues: HashMap<String, VecDeque<String>>,
     next_order: u64,
@@ -85,6 +89,7 @@ impl State {
             live_by_owner: HashMap::new(),
             live_by_source: HashMap::new(),
             terminal: BTreeMap::new(),
+            retained_bytes: 0,
             due: BTreeMap::new(),
             queues: HashMap::new(),
             next_order: 0,
@@ -827,6 +832,15 @@ impl State {
             };
             self.remove(&task_id);
         }
+        // Bytes of terminal tasks: evicted first to expire first, never a refusal (live tasks'
+        // bytes are bounded by the count and the input limit).
+        let max_bytes = self.limits.max_retained_bytes;
+        while max_bytes > 0 && self.retained_bytes > max_bytes {
+            let Some(task_id) = self.terminal.first_key_value().map(|(_, id)| id.clone()) else {
+                break;
+            };
+            self.remove(&task_id);
+        }
         Ok(())
     }
 
@@ -904,6 +918,7 @@ impl State {
         match entry.terminal_key {
             Some(key) => {
                 self.terminal.remove(&key);
+                self.retained_bytes = self.retained_bytes.saturating_sub(entry.retained_bytes);
             }
             None => self.task_ended(&entry.stored.owner, entry.source.as_deref()),
         }
@@ -939,9 +954,13 @@ impl State {
             let ended = ended.then(|| (entry.stored.owner.clone(), entry.source.clone()));
             if let Some(old) = entry.terminal_key.take() {
                 self.terminal.remove(&old);
+                self.retained_bytes = self.retained_bytes.saturating_sub(entry.retained_bytes);
+                entry.retained_bytes = 0;
             }
             if let Some(key) = terminal {
                 self.terminal.insert(key, task_id.to_owned());
+                entry.retained_bytes = entry.bulk_bytes();
+                self.retained_bytes = self.retained_bytes.saturating_add(entry.retained_bytes);
             }
             entry.terminal_key = terminal;
             if let Some((owner, source)) = ended {

@@ -469,3 +469,34 @@ async fn a_task_with_its_own_retention_is_purged_after_it() {
         "the store's retention for the rest"
     );
 }
+
+#[tokio::test]
+async fn retained_bytes_evict_the_first_terminal_tasks_to_expire_never_refusing() {
+    // Room for about two terminal tasks of 100 KB; count bounds far away.
+    let clock = Arc::new(ManualClock(AtomicU64::new(1_000_000)));
+    let config = MemoryStoreConfig {
+        max_tasks: 100,
+        max_retained: 0,
+        max_retained_per_owner: 0,
+        max_live_per_owner: 0,
+        max_retained_bytes: 250_000,
+        ..MemoryStoreConfig::default()
+    };
+    let store = MemoryStore::with_clock(config, clock.clone());
+    let me = owner();
+    let blob = "x".repeat(100_000);
+    for id in ["a", "b", "c"] {
+        let mut task = new_task(id, &me, Admission::Queued);
+        task.invocation.input = json!({ "blob": blob });
+        assert!(store.create(task).await.is_ok(), "{id}");
+        complete(&store, id).await;
+        clock.advance(10);
+    }
+    // Three terminal tasks of 100 KB are over the bound: the next creation (small) evicts
+    // the first to expire, and only as many as needed.
+    create_ok(&store, "d", &me).await;
+    assert!(!exists(&store, "a").await, "the first to expire goes");
+    assert!(exists(&store, "b").await && exists(&store, "c").await);
+    // Live tasks are never refused for bytes.
+    create_ok(&store, "e", &me).await;
+}

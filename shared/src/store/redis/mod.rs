@@ -57,7 +57,8 @@ use self::spans::Peer;
 use self::subscriber::{Dispatcher, Source};
 use super::{
     DEFAULT_MAX_LIVE_PER_ADDRESS, DEFAULT_MAX_LIVE_PER_OWNER, DEFAULT_MAX_RETAINED,
-    DEFAULT_MAX_RETAINED_PER_OWNER, DEFAULT_MAX_TASKS, DEFAULT_RETENTION, Durability, StoreError,
+    DEFAULT_MAX_RETAINED_BYTES, DEFAULT_MAX_RETAINED_PER_OWNER, DEFAULT_MAX_TASKS,
+    DEFAULT_RETENTION, Durability, StoreError,
 };
 
 pub use self::persistence::DurabilitySetting;
@@ -87,6 +88,10 @@ pub struct RedisStoreConfig {
     /// Cap on one client address's non-terminal tasks (those created with a `source`), per
     /// shard its share (0: no cap).
     pub max_live_per_address: u64,
+    /// Cap on the bytes terminal tasks keep (record and event log, as `MEMORY USAGE`
+    /// measures them when the task finishes), split over the shards like `max_tasks`:
+    /// creation evicts the terminal tasks that expire first to stay under it (0: no cap).
+    pub max_retained_bytes: u64,
     /// How long terminal tasks are kept.
     pub retention: Duration,
     /// Events kept per task for late subscribers and reconnects.
@@ -121,6 +126,7 @@ impl RedisStoreConfig {
             max_retained_per_owner: DEFAULT_MAX_RETAINED_PER_OWNER,
             max_live_per_owner: DEFAULT_MAX_LIVE_PER_OWNER,
             max_live_per_address: DEFAULT_MAX_LIVE_PER_ADDRESS,
+            max_retained_bytes: DEFAULT_MAX_RETAINED_BYTES,
             retention: DEFAULT_RETENTION,
             event_log_len: 64,
             idle_recheck: Duration::from_secs(15),
@@ -434,6 +440,7 @@ impl RedisStore {
             per_shard(config.max_retained_per_owner),
             per_shard(config.max_live_per_owner),
             per_shard(config.max_live_per_address),
+            per_shard(config.max_retained_bytes),
         ];
         let durability_setting = config.durability;
         let wait_replicas = if config.cluster_urls.is_empty() {
