@@ -133,6 +133,11 @@ impl ServiceProcess {
             .stdin(Stdio::null())
             .stdout(file)
             .stderr(err_file);
+        if binary_name == "worker" {
+            // Suites count on every slot taking any entrypoint (a worker of 4 running 4
+            // sleeps at once): the fair share of slots is off unless a test sets it.
+            command.env("WORKER_ENTRYPOINT_SHARE", "100");
+        }
         if binary_name == "gateway" {
             // The suites send many requests from 127.0.0.1, and many paid ones from one Anvil
             // payer: fair admission's per-address and per-payer limits are off unless a test

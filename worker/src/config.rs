@@ -66,6 +66,13 @@ pub struct WorkerConfig {
     #[arg(long, env = "WORKER_CONCURRENCY", default_value_t = 16)]
     pub concurrency: usize,
 
+    /// The most of those slots one entrypoint may hold at once, percent (50 to 100), when the
+    /// worker hosts more than one: a flood of long runs of one entrypoint leaves the others
+    /// room to run. 100: no bound.
+    #[arg(long, env = "WORKER_ENTRYPOINT_SHARE", default_value_t = crate::runtime::DEFAULT_ENTRYPOINT_SHARE_PCT,
+        value_parser = clap::value_parser!(u8).range(50..=100))]
+    pub entrypoint_share: u8,
+
     /// Entrypoints to host, comma separated (default: every built-in).
     #[arg(long, env = "WORKER_ENTRYPOINTS", value_delimiter = ',')]
     pub entrypoints: Vec<String>,
@@ -193,6 +200,7 @@ impl WorkerConfig {
             worker_id,
             host,
             concurrency: self.concurrency.max(1),
+            entrypoint_share_pct: self.entrypoint_share,
             lease_ttl: Duration::from_millis(self.lease_ttl_ms.max(30)),
             max_run: Duration::from_millis(self.max_run_ms.max(1)),
             max_attempts: self.max_attempts.max(1),

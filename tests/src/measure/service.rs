@@ -54,6 +54,7 @@ impl BenchProc {
         command
             .env_clear()
             .env("RATE_PER_ADDRESS", "0")
+            .env("WORKER_ENTRYPOINT_SHARE", "100")
             .env("RATE_PER_PAYER", "0")
             .env("MAX_LIVE_PER_OWNER", "0")
             .env("MAX_LIVE_PER_ADDRESS", "0")

@@ -55,9 +55,11 @@ pub async fn run(
             )
         });
         shared::telemetry::follow_producer(&span, &started.claim.invocation.trace_context);
+        let entrypoint = entrypoint.clone();
         let next = run_started(&shared, started, &shutdown, span.clone())
             .instrument(span)
             .await;
+        shared.share.left(&entrypoint);
         ready.extend(next);
     }
     drop(slot);
@@ -333,8 +335,10 @@ async fn finish(
     if status == TaskStatus::Failed {
         span.record("otel.status_code", "ERROR");
     }
-    let take = (!shutdown.is_cancelled()).then(|| TakeSpec {
-        entrypoints: shared.entrypoints.keys(),
+    // This slot's next task: of an entrypoint under its share, counting this run as gone.
+    let (open, _) = shared.share.open(Some(entrypoint));
+    let take = (!shutdown.is_cancelled() && !open.is_empty()).then(|| TakeSpec {
+        entrypoints: open,
         owner_id: shared.config.worker_id.clone(),
         lease_ttl: shared.config.lease_ttl,
         max_run: shared.config.max_run,
@@ -372,6 +376,9 @@ async fn finish(
             tracing::info!(%task_id, ?reason, operation = "finish",
                 "result not written: the task was already finished");
         }
+    }
+    for next in &finished.next {
+        shared.share.took(&next.claim.invocation.entrypoint);
     }
     finished.next
 }

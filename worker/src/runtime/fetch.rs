@@ -18,7 +18,6 @@ use super::{Shared, execute};
 
 pub async fn run(shared: Arc<Shared>, runs: &TaskTracker, shutdown: CancellationToken) {
     let slots = Arc::new(Semaphore::new(shared.config.concurrency.max(1)));
-    let keys = shared.entrypoints.keys();
     let mut backoff = Duration::from_millis(50);
     loop {
         let first = tokio::select! {
@@ -37,12 +36,15 @@ pub async fn run(shared: Arc<Shared>, runs: &TaskTracker, shutdown: Cancellation
         }
         // Not raced against shutdown: a take cut short after its script ran would strand its
         // claims until their leases expire. `idle_wait` bounds how long shutdown waits here.
+        // Only entrypoints under their share of the slots, and no more than the least room
+        // left among them (see `share`).
+        let (entrypoints, room) = shared.share.open(None);
         let spec = TakeSpec {
-            entrypoints: keys.clone(),
+            entrypoints,
             owner_id: shared.config.worker_id.clone(),
             lease_ttl: shared.config.lease_ttl,
             max_run: shared.config.max_run,
-            max: permits.len(),
+            max: permits.len().min(room),
         };
         let taken = take(&shared, &spec, &shutdown).await;
         match taken {
@@ -50,6 +52,7 @@ pub async fn run(shared: Arc<Shared>, runs: &TaskTracker, shutdown: Cancellation
                 backoff = Duration::from_millis(50);
                 for started in started {
                     let Some(permit) = permits.pop() else { break };
+                    shared.share.took(&started.claim.invocation.entrypoint);
                     runs.spawn(execute::run(
                         shared.clone(),
                         started,

@@ -11,6 +11,7 @@ mod fetch;
 mod gauges;
 mod heartbeat;
 mod recovery;
+mod share;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use self::active::ActiveRuns;
+use self::share::SlotShare;
 use crate::entrypoint::Entrypoints;
 
 /// How often cluster gauges are sampled unless the metrics export is more frequent.
@@ -32,6 +34,9 @@ pub const DEFAULT_MAX_TURNS: u32 = 32;
 
 /// The error code of a task whose run asked for input on its last allowed turn.
 pub const TOO_MANY_TURNS: &str = "too_many_turns";
+
+/// The share of a worker's slots one entrypoint may hold by default (`WORKER_ENTRYPOINT_SHARE`).
+pub const DEFAULT_ENTRYPOINT_SHARE_PCT: u8 = 75;
 
 /// How long a waiting task waits for its caller by default: a day.
 pub const DEFAULT_INPUT_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
@@ -66,6 +71,9 @@ pub struct RuntimeConfig {
     /// How often the cluster gauges (queue depth, leases, live workers) are sampled when
     /// metrics are exported.
     pub gauge_interval: Duration,
+    /// The most of `concurrency` one entrypoint may hold at once, percent (50 to 100; 100: no
+    /// bound), when the worker hosts more than one (see [`share`]).
+    pub entrypoint_share_pct: u8,
 }
 
 impl RuntimeConfig {
@@ -84,6 +92,7 @@ impl RuntimeConfig {
             recovery_interval: Duration::from_millis(500),
             idle_wait: Duration::from_secs(1),
             gauge_interval: DEFAULT_GAUGE_INTERVAL,
+            entrypoint_share_pct: DEFAULT_ENTRYPOINT_SHARE_PCT,
         }
     }
 }
@@ -94,6 +103,7 @@ pub(crate) struct Shared {
     pub entrypoints: Entrypoints,
     pub config: RuntimeConfig,
     pub active: ActiveRuns,
+    pub share: SlotShare,
 }
 
 /// Runs the worker until `shutdown` is cancelled, then drains and returns.
@@ -111,11 +121,17 @@ pub async fn run(
         concurrency: config.concurrency,
         entrypoints: entrypoints.infos(),
     };
+    let share = SlotShare::new(
+        entrypoints.keys(),
+        config.concurrency.max(1),
+        config.entrypoint_share_pct,
+    );
     let shared = Arc::new(Shared {
         store,
         entrypoints,
         config,
         active: ActiveRuns::default(),
+        share,
     });
     let cancellations = shared
         .store

@@ -1,0 +1,115 @@
+//! A worker's slots are shared fairly between its entrypoints (WORKER_ENTRYPOINT_SHARE): a
+//! flood of long sleeps, older than anything else in the queues, holds at most its share of a
+//! real worker's slots, and an echo created after them runs at once in the slots left.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use harness::process::ServiceProcess;
+use harness::redis_server::RedisServer;
+use serde_json::{Value, json};
+use shared::protocol::TaskStatus;
+use shared::store::{
+    Admission, Invocation, NewTask, Phase, RedisStore, RedisStoreConfig, TaskStore,
+};
+use shared::token::{AccessToken, OwnerHash};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+/// Bound on waiting for something that must happen; reached only when the test fails. The
+/// sleeps last twice as long, so an echo queued behind them cannot finish within it.
+const PATIENCE: Duration = Duration::from_secs(30);
+const SLEEP_MS: u64 = 60_000;
+
+fn task(id: &str, owner: &OwnerHash, entrypoint: &str, input: Value) -> NewTask {
+    NewTask {
+        task_id: id.to_owned(),
+        owner: owner.clone(),
+        invocation: Invocation {
+            entrypoint: entrypoint.to_owned(),
+            input,
+            context_id: None,
+            metadata: None,
+            trace_context: Default::default(),
+        },
+        admission: Admission::Queued,
+        max_attempts: 1,
+        retention: None,
+    }
+}
+
+async fn running_sleeps(
+    store: &RedisStore,
+    ids: &[String],
+) -> Result<usize, Box<dyn std::error::Error>> {
+    let mut running = 0;
+    for id in ids {
+        let task = store.get(id).await?.ok_or("a sleep vanished")?;
+        if matches!(task.phase, Phase::Prepared | Phase::Active) {
+            running += 1;
+        }
+    }
+    Ok(running)
+}
+
+#[tokio::test]
+async fn long_runs_of_one_entrypoint_leave_the_others_their_slots() -> TestResult {
+    let server = RedisServer::start()?;
+    let mut config = RedisStoreConfig::new(server.url());
+    config.max_live_per_owner = 0;
+    let store = RedisStore::connect(config).await?;
+    let (flooder, other) = (
+        AccessToken::generate().owner_hash(),
+        AccessToken::generate().owner_hash(),
+    );
+    let sleeps: Vec<String> = (0..10).map(|n| format!("sleep-{n}")).collect();
+    for id in &sleeps {
+        store
+            .create(task(id, &flooder, "sleep", json!({ "ms": SLEEP_MS })))
+            .await?;
+    }
+    // 4 slots, at most half of them (2) to one entrypoint.
+    let _worker = ServiceProcess::start(
+        "worker",
+        "w1",
+        &[],
+        &[
+            ("REDIS_URL", server.url()),
+            ("WORKER_ID", "w1".to_owned()),
+            ("WORKER_CONCURRENCY", "4".to_owned()),
+            ("WORKER_ENTRYPOINT_SHARE", "50".to_owned()),
+        ],
+    )?;
+    let start = tokio::time::Instant::now();
+    while running_sleeps(&store, &sleeps).await? < 2 {
+        assert!(start.elapsed() < PATIENCE, "the sleeps never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    store
+        .create(task("echo", &other, "echo", json!({ "x": 1 })))
+        .await?;
+    let mut sub = store
+        .subscribe("echo", &other, None)
+        .await?
+        .ok_or("own task not visible")?;
+    // Finished already when the subscription went live, or later on its stream.
+    if sub.snapshot.status != TaskStatus::Completed {
+        let done = tokio::time::timeout(PATIENCE, async {
+            while let Some(event) = sub.events.next().await {
+                if event.event == "resultUpdate" {
+                    return Some(event);
+                }
+            }
+            None
+        })
+        .await?
+        .ok_or("the echo's stream ended without a result")?;
+        assert_eq!(done.data["status"], "completed", "{:?}", done.data);
+    }
+    assert_eq!(
+        running_sleeps(&store, &sleeps).await?,
+        2,
+        "the sleeps hold their share and no more"
+    );
+    Ok(())
+}

@@ -1,0 +1,123 @@
+//! Fair share of a worker's slots between its entrypoints: one entrypoint holds at most `cap`
+//! of them at once (`WORKER_ENTRYPOINT_SHARE` percent of the concurrency, at least one), so a
+//! flood of long runs of one entrypoint (a thousand anonymous 60 s sleeps) leaves the other
+//! entrypoints slots to run in, instead of queueing them behind every run it admitted. BullMQ
+//! gets the same from a worker per queue, each with its own concurrency.
+//!
+//! A slot is counted from the moment its task is taken (not when its run starts) until the run
+//! ends, so that a take in flight cannot pass the cap; a take asks for at most the smallest
+//! room left, so that whichever entrypoint its tasks come from, none passes its cap.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
+pub struct SlotShare {
+    cap: usize,
+    keys: Vec<String>,
+    held: Mutex<HashMap<String, usize>>,
+}
+
+impl SlotShare {
+    /// `share_pct` of `concurrency` per entrypoint; no bound with one entrypoint or 100 %.
+    pub fn new(keys: Vec<String>, concurrency: usize, share_pct: u8) -> Self {
+        let cap = if keys.len() <= 1 || share_pct >= 100 {
+            usize::MAX
+        } else {
+            (concurrency * usize::from(share_pct) / 100).max(1)
+        };
+        SlotShare {
+            cap,
+            keys,
+            held: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
+        // Held only for map operations, never across an await.
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The entrypoints with room for another run, and the most tasks one take may claim
+    /// without any of them passing its cap. `leaving`: a run of that entrypoint that is about
+    /// to end (its slot takes the next task as it finishes).
+    pub fn open(&self, leaving: Option<&str>) -> (Vec<String>, usize) {
+        if self.cap == usize::MAX {
+            return (self.keys.clone(), usize::MAX);
+        }
+        let held = self.lock();
+        let mut room = usize::MAX;
+        let mut open = Vec::with_capacity(self.keys.len());
+        for key in &self.keys {
+            let mut count = held.get(key).copied().unwrap_or(0);
+            if leaving == Some(key.as_str()) {
+                count = count.saturating_sub(1);
+            }
+            if count < self.cap {
+                room = room.min(self.cap - count);
+                open.push(key.clone());
+            }
+        }
+        (open, room)
+    }
+
+    /// A task of `entrypoint` was taken for a slot.
+    pub fn took(&self, entrypoint: &str) {
+        if self.cap != usize::MAX {
+            *self.lock().entry(entrypoint.to_owned()).or_default() += 1;
+        }
+    }
+
+    /// A run of `entrypoint` ended.
+    pub fn left(&self, entrypoint: &str) {
+        if self.cap == usize::MAX {
+            return;
+        }
+        let mut held = self.lock();
+        if let Some(count) = held.get_mut(entrypoint) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                held.remove(entrypoint);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys() -> Vec<String> {
+        vec!["echo".to_owned(), "sleep".to_owned()]
+    }
+
+    #[test]
+    fn one_entrypoint_holds_at_most_its_share() {
+        let share = SlotShare::new(keys(), 16, 75);
+        assert_eq!(share.open(None), (keys(), 12));
+        for _ in 0..12 {
+            share.took("sleep");
+        }
+        assert_eq!(share.open(None), (vec!["echo".to_owned()], 12));
+        // A finishing sleep's slot may take another sleep.
+        assert_eq!(share.open(Some("sleep")), (keys(), 1));
+        share.left("sleep");
+        assert_eq!(share.open(None), (keys(), 1));
+    }
+
+    #[test]
+    fn a_lone_entrypoint_or_a_whole_share_is_unbounded() {
+        let lone = SlotShare::new(vec!["echo".to_owned()], 16, 50);
+        lone.took("echo");
+        assert_eq!(lone.open(None).1, usize::MAX);
+        let whole = SlotShare::new(keys(), 16, 100);
+        assert_eq!(whole.open(None), (keys(), usize::MAX));
+    }
+
+    #[test]
+    fn a_small_worker_keeps_one_slot_per_entrypoint() {
+        let share = SlotShare::new(keys(), 1, 50);
+        assert_eq!(share.open(None).1, 1);
+        share.took("sleep");
+        assert_eq!(share.open(None), (vec!["echo".to_owned()], 1));
+    }
+}
