@@ -35,6 +35,7 @@ fn task(id: &str, owner: &OwnerHash, entrypoint: &str, input: Value) -> NewTask 
         admission: Admission::Queued,
         max_attempts: 1,
         retention: None,
+        source: None,
     }
 }
 
