@@ -18,8 +18,8 @@ struct Args {
     /// Seconds the floods and the honest callers run.
     #[arg(long, env = "HOSTILE_SECONDS", default_value_t = 60)]
     seconds: u64,
-    /// Redis maxmemory in MiB (noeviction).
-    #[arg(long, env = "HOSTILE_REDIS_MAXMEMORY_MB", default_value_t = 512)]
+    /// Redis maxmemory in MiB (noeviction), as deploy/k8s/redis.yaml sets it.
+    #[arg(long, env = "HOSTILE_REDIS_MAXMEMORY_MB", default_value_t = 1536)]
     redis_maxmemory_mb: u64,
     /// The gateways' REDIS_MEMORY_HIGH_WATER, percent.
     #[arg(long, env = "HOSTILE_MEMORY_MARK", default_value_t = 80)]

@@ -1,6 +1,7 @@
-//! One attacker: a client address running four floods at once, each one request at a time and
+//! One attacker: a client address running five floods at once, each one request at a time and
 //! as fast as the gateways answer (Retry-After is ignored, as an attacker would): large but
-//! admissible bodies, bodies over the input limit, anonymous long sleeps whose streams it then
+//! admissible bodies, bodies over the input limit, invokes of 60 KiB with a fresh
+//! Idempotency-Key each (records kept for a day), anonymous long sleeps whose streams it then
 //! holds open, and listing calls of an owner it filled with tasks.
 
 use std::net::{IpAddr, Ipv4Addr};
@@ -48,6 +49,8 @@ pub fn spawn(
             }
         });
     }
+    let (h, g, t, s) = (http.clone(), gateways.clone(), tally.clone(), stop.clone());
+    jobs.spawn(async move { keyed_invokes(h, g, t, s, index).await });
     let sleep_ms = config.sleep_ms;
     let streams = config.streams_per_attacker;
     let (h, g, t, s) = (http.clone(), gateways.clone(), tally.clone(), stop.clone());
@@ -69,6 +72,29 @@ async fn send(request: reqwest::RequestBuilder, stop: &CancellationToken) -> Opt
             }
             Err(_) => None,
         },
+    }
+}
+
+/// Echo invokes of 60 KiB (under the idempotency body bound, so each response is kept) with a
+/// fresh Idempotency-Key each.
+async fn keyed_invokes(
+    http: reqwest::Client,
+    gateways: Vec<String>,
+    tally: Arc<Tally>,
+    stop: CancellationToken,
+    index: u8,
+) {
+    let body = json!({"input": {"blob": "k".repeat(60 * 1024)}}).to_string();
+    let mut turn = 0usize;
+    while !stop.is_cancelled() {
+        let base = &gateways[turn % gateways.len()];
+        turn += 1;
+        let sent = http
+            .post(format!("{base}/entrypoints/echo/invoke"))
+            .header("content-type", "application/json")
+            .header("idempotency-key", format!("flood-{index}-{turn}"))
+            .body(body.clone());
+        tally.attack(Flood::Keyed, send(sent, &stop).await);
     }
 }
 

@@ -1,10 +1,12 @@
 //! The cluster a hostile run attacks: Redis with AOF, a fixed `maxmemory` and `noeviction` (as
 //! deploy/k8s/redis.yaml runs it), the dev facilitator, workers pricing `summarize`, and two
-//! gateways with the production defaults of every bound (the harness turns the per-address
-//! rate limit off for the suites; here it is set back to its default).
+//! gateways with the production defaults of every bound (the harness turns the fair-admission
+//! bounds off for the suites; here each is set back to its default).
 
 use std::path::Path;
 use std::time::Duration;
+
+use shared::store;
 
 use super::{HostileConfig, HostileError};
 use crate::paid::{PAYEE, free_port};
@@ -56,6 +58,8 @@ impl Cluster {
                     ("WORKER_ID", format!("w{}", index + 1)),
                     ("WORKER_CONCURRENCY", config.worker_concurrency.to_string()),
                     ("WORKER_PRICES", format!("{PAID_ENTRYPOINT}={PRICE}")),
+                    // The worker's default (the harness sets 100 for the suites).
+                    ("WORKER_ENTRYPOINT_SHARE", "75".to_owned()),
                     ("RUST_LOG", "warn".to_owned()),
                 ],
             )?);
@@ -74,8 +78,29 @@ impl Cluster {
                     ("PAY_TO", PAYEE.to_owned()),
                     ("FACILITATOR_URL", facilitator_url.clone()),
                     ("PUBLIC_URL", base.clone()),
-                    // The gateway's default (the harness sets 0 for the suites).
+                    // The gateway's defaults (the harness sets 0 for the suites).
                     ("RATE_PER_ADDRESS", "50".to_owned()),
+                    ("RATE_PER_PAYER", "10".to_owned()),
+                    (
+                        "MAX_LIVE_PER_ADDRESS",
+                        store::DEFAULT_MAX_LIVE_PER_ADDRESS.to_string(),
+                    ),
+                    (
+                        "MAX_LIVE_PER_OWNER",
+                        store::DEFAULT_MAX_LIVE_PER_OWNER.to_string(),
+                    ),
+                    (
+                        "MAX_RETAINED_PER_OWNER",
+                        store::DEFAULT_MAX_RETAINED_PER_OWNER.to_string(),
+                    ),
+                    (
+                        "MAX_RETAINED_TASKS",
+                        store::DEFAULT_MAX_RETAINED.to_string(),
+                    ),
+                    (
+                        "MAX_RETAINED_BYTES",
+                        store::DEFAULT_MAX_RETAINED_BYTES.to_string(),
+                    ),
                     (
                         "REDIS_MEMORY_HIGH_WATER",
                         config.memory_mark_pct.to_string(),

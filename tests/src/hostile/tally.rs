@@ -22,6 +22,7 @@ const QUOTED_FAILURES: usize = 5;
 pub enum Flood {
     BigBody,
     Oversized,
+    Keyed,
     Sleep,
     Stream,
     Listing,
@@ -32,6 +33,7 @@ impl Flood {
         match self {
             Flood::BigBody => "large echo invokes (admissible size)",
             Flood::Oversized => "echo invokes over MAX_INPUT_BYTES",
+            Flood::Keyed => "60 KiB invokes, a fresh Idempotency-Key each",
             Flood::Sleep => "anonymous POST /tasks of long sleeps",
             Flood::Stream => "streams held open on those sleeps",
             Flood::Listing => "GET /tasks?limit=1000 of a filled owner",
