@@ -92,7 +92,10 @@ async fn keyed_invokes(
         let sent = http
             .post(format!("{base}/entrypoints/echo/invoke"))
             .header("content-type", "application/json")
-            .header("idempotency-key", format!("flood-{index}-{turn}"))
+            .header(
+                "idempotency-key",
+                format!("hostile-flood-{index}-{turn:012}"),
+            )
             .body(body.clone());
         tally.attack(Flood::Keyed, send(sent, &stop).await);
     }

@@ -64,6 +64,7 @@ pub struct Tally {
 
 impl Tally {
     pub fn attack(&self, flood: Flood, status: Option<u16>) {
+        // No answer: the connection was refused (the per-address connection cap) or dropped.
         let key = status.map_or_else(|| "no answer".to_owned(), |s| s.to_string());
         let mut floods = self.floods.lock().unwrap_or_else(PoisonError::into_inner);
         *floods.entry(flood).or_default().entry(key).or_default() += 1;
