@@ -39,6 +39,9 @@ struct Args {
     /// Calls per second of each honest owner.
     #[arg(long, env = "HOSTILE_HONEST_RATE", default_value_t = 5)]
     honest_rate: u32,
+    /// Seconds an honest caller waits for one call before counting it failed.
+    #[arg(long, env = "HOSTILE_HONEST_DEADLINE_S", default_value_t = 10)]
+    honest_deadline_s: u64,
     #[arg(long, env = "HOSTILE_WORKERS", default_value_t = 2)]
     workers: usize,
     #[arg(long, env = "HOSTILE_WORKER_CONCURRENCY", default_value_t = 16)]
@@ -46,6 +49,11 @@ struct Args {
     /// Keep every process's log in this directory.
     #[arg(long, env = "HOSTILE_LOGS_DIR")]
     logs_dir: Option<PathBuf>,
+    /// Run without the bounds on live tasks per address and owner, on retained tasks and
+    /// bytes, and without the worker's fair share of slots (rate limits and connection caps
+    /// stay): what the floods do to the honest callers without them.
+    #[arg(long, env = "HOSTILE_WITHOUT_BOUNDS")]
+    without_bounds: bool,
 }
 
 #[tokio::main]
@@ -60,9 +68,11 @@ async fn main() -> ExitCode {
         sleep_ms: args.sleep_ms,
         streams_per_attacker: args.streams,
         honest_rate: args.honest_rate,
+        honest_deadline: Duration::from_secs(args.honest_deadline_s.max(1)),
         workers: args.workers.max(1),
         worker_concurrency: args.worker_concurrency.max(1),
         logs_dir: args.logs_dir,
+        without_bounds: args.without_bounds,
     };
     match hostile::run(&config).await {
         Ok(report) => {

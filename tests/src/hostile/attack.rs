@@ -59,16 +59,33 @@ pub fn spawn(
     Ok(())
 }
 
-/// The status of one request, or None when it did not get an answer (refused connection,
-/// timeout) or the run ended first.
-async fn send(request: reqwest::RequestBuilder, stop: &CancellationToken) -> Option<u16> {
+/// A refusal's status with its error code (`429 address_capacity_exhausted`), else the status.
+fn answer(status: u16, body: &[u8]) -> String {
+    if status < 400 {
+        return status.to_string();
+    }
+    let code = serde_json::from_slice::<Value>(body).ok().and_then(|body| {
+        body["code"]
+            .as_str()
+            .or_else(|| body["error"]["code"].as_str())
+            .map(str::to_owned)
+    });
+    match code {
+        Some(code) => format!("{status} {code}"),
+        None => status.to_string(),
+    }
+}
+
+/// The answer to one request, or None when it did not get one (refused connection, timeout) or
+/// the run ended first.
+async fn send(request: reqwest::RequestBuilder, stop: &CancellationToken) -> Option<String> {
     tokio::select! {
         _ = stop.cancelled() => None,
         response = request.send() => match response {
             Ok(response) => {
                 let status = response.status().as_u16();
-                let _ = response.bytes().await;
-                Some(status)
+                let body = response.bytes().await.unwrap_or_default();
+                Some(answer(status, &body))
             }
             Err(_) => None,
         },
@@ -127,8 +144,11 @@ async fn sleeps_and_streams(
             continue;
         };
         let status = created.status().as_u16();
-        tally.attack(Flood::Sleep, Some(status));
-        let Ok(reply) = created.json::<Value>().await else {
+        let Ok(body) = created.bytes().await else {
+            continue;
+        };
+        tally.attack(Flood::Sleep, Some(answer(status, &body)));
+        let Ok(reply) = serde_json::from_slice::<Value>(&body) else {
             continue;
         };
         let (Some(id), Some(token)) = (reply["taskId"].as_str(), reply["accessToken"].as_str())
@@ -151,7 +171,7 @@ async fn sleeps_and_streams(
                 tally.attack(Flood::Stream, None);
                 return;
             };
-            tally.attack(Flood::Stream, Some(response.status().as_u16()));
+            tally.attack(Flood::Stream, Some(response.status().as_u16().to_string()));
             loop {
                 tokio::select! {
                     _ = stop.cancelled() => return,

@@ -59,11 +59,22 @@ impl Cluster {
                     ("WORKER_CONCURRENCY", config.worker_concurrency.to_string()),
                     ("WORKER_PRICES", format!("{PAID_ENTRYPOINT}={PRICE}")),
                     // The worker's default (the harness sets 100 for the suites).
-                    ("WORKER_ENTRYPOINT_SHARE", "75".to_owned()),
+                    (
+                        "WORKER_ENTRYPOINT_SHARE",
+                        if config.without_bounds { "100" } else { "75" }.to_owned(),
+                    ),
                     ("RUST_LOG", "warn".to_owned()),
                 ],
             )?);
         }
+        // A bound's default, or 0 (off) for a run without them.
+        let bound = |default: u64| {
+            if config.without_bounds {
+                "0".to_owned()
+            } else {
+                default.to_string()
+            }
+        };
         let mut gateways = Vec::new();
         for index in 0..2 {
             let port = free_port().map_err(|err| HostileError::Setup(err.to_string()))?;
@@ -83,23 +94,20 @@ impl Cluster {
                     ("RATE_PER_PAYER", "10".to_owned()),
                     (
                         "MAX_LIVE_PER_ADDRESS",
-                        store::DEFAULT_MAX_LIVE_PER_ADDRESS.to_string(),
+                        bound(store::DEFAULT_MAX_LIVE_PER_ADDRESS),
                     ),
                     (
                         "MAX_LIVE_PER_OWNER",
-                        store::DEFAULT_MAX_LIVE_PER_OWNER.to_string(),
+                        bound(store::DEFAULT_MAX_LIVE_PER_OWNER),
                     ),
                     (
                         "MAX_RETAINED_PER_OWNER",
-                        store::DEFAULT_MAX_RETAINED_PER_OWNER.to_string(),
+                        bound(store::DEFAULT_MAX_RETAINED_PER_OWNER),
                     ),
-                    (
-                        "MAX_RETAINED_TASKS",
-                        store::DEFAULT_MAX_RETAINED.to_string(),
-                    ),
+                    ("MAX_RETAINED_TASKS", bound(store::DEFAULT_MAX_RETAINED)),
                     (
                         "MAX_RETAINED_BYTES",
-                        store::DEFAULT_MAX_RETAINED_BYTES.to_string(),
+                        bound(store::DEFAULT_MAX_RETAINED_BYTES),
                     ),
                     (
                         "REDIS_MEMORY_HIGH_WATER",

@@ -35,6 +35,7 @@ pub fn spawn(
     stop: CancellationToken,
 ) -> Result<(), HostileError> {
     let pace = Duration::from_secs(1) / config.honest_rate.max(1);
+    let deadline = config.honest_deadline;
     let payer = LocalPayer::from_hex(payments::dev::ANVIL_KEYS[2])
         .map_err(|err| HostileError::Setup(format!("payer key: {err}")))?;
     let paying = client_from(IpAddr::V4(Ipv4Addr::new(127, 0, 2, 1)))?;
@@ -44,10 +45,10 @@ pub fn spawn(
     jobs.spawn(async move {
         paced(pace, &s, |turn| {
             let base = g[turn % g.len()].clone();
-            let (paying, payer, t) = (paying.clone(), &payer, t.clone());
+            let (paying, payer, t) = (paying.clone(), payer.clone(), t.clone());
             async move {
                 let started = Instant::now();
-                let outcome = paid_call(&paying, payer, &base).await;
+                let outcome = within(deadline, paid_call(&paying, &payer, &base)).await;
                 t.honest(Honest::Paying, started.elapsed(), outcome);
             }
         })
@@ -61,9 +62,9 @@ pub fn spawn(
             async move {
                 let started = Instant::now();
                 let outcome = if turn.is_multiple_of(2) {
-                    owned_task(&free, &base, &token).await
+                    within(deadline, owned_task(&free, &base, &token)).await
                 } else {
-                    direct_invoke(&free, &base).await
+                    within(deadline, direct_invoke(&free, &base)).await
                 };
                 tally.honest(Honest::Free, started.elapsed(), outcome);
             }
@@ -73,22 +74,35 @@ pub fn spawn(
     Ok(())
 }
 
-/// Calls `call(turn)` once per `pace` until `stop`; a call that overruns delays the next one.
+/// Starts `call(turn)` once per `pace` until `stop`, each beside the ones still running (a
+/// slow answer does not hold the next call back, as it would not for a real caller), then
+/// waits for those in flight; each has its own deadline.
 async fn paced<F, Fut>(pace: Duration, stop: &CancellationToken, mut call: F)
 where
     F: FnMut(usize) -> Fut,
-    Fut: std::future::Future<Output = ()>,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
 {
     let mut ticks = tokio::time::interval(pace);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut calls = JoinSet::new();
     let mut turn = 0usize;
     loop {
         tokio::select! {
-            _ = stop.cancelled() => return,
+            _ = stop.cancelled() => break,
             _ = ticks.tick() => {}
         }
-        call(turn).await;
+        calls.spawn(call(turn));
         turn += 1;
+        while calls.try_join_next().is_some() {}
+    }
+    while calls.join_next().await.is_some() {}
+}
+
+/// A call's outcome, or a failure once it has taken longer than a caller waits.
+async fn within(deadline: Duration, call: impl std::future::Future<Output = Outcome>) -> Outcome {
+    match tokio::time::timeout(deadline, call).await {
+        Ok(outcome) => outcome,
+        Err(_) => Err(format!("no answer within {} s", deadline.as_secs())),
     }
 }
 

@@ -43,11 +43,18 @@ pub struct HostileConfig {
     pub streams_per_attacker: usize,
     /// Calls per second of each honest owner.
     pub honest_rate: u32,
+    /// How long an honest caller waits for one call (a paid invoke with its 402, or a task to
+    /// its completion) before counting it failed.
+    pub honest_deadline: Duration,
     /// Workers and their concurrency.
     pub workers: usize,
     pub worker_concurrency: usize,
     /// Keep every process's log here.
     pub logs_dir: Option<PathBuf>,
+    /// Turn off the bounds on live tasks per address and owner, on retained tasks and bytes,
+    /// and the worker's fair share of slots (rate limits and connection caps stay): what the
+    /// same floods do without them.
+    pub without_bounds: bool,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -63,9 +63,9 @@ pub struct Tally {
 }
 
 impl Tally {
-    pub fn attack(&self, flood: Flood, status: Option<u16>) {
+    pub fn attack(&self, flood: Flood, answer: Option<String>) {
         // No answer: the connection was refused (the per-address connection cap) or dropped.
-        let key = status.map_or_else(|| "no answer".to_owned(), |s| s.to_string());
+        let key = answer.unwrap_or_else(|| "no answer".to_owned());
         let mut floods = self.floods.lock().unwrap_or_else(PoisonError::into_inner);
         *floods.entry(flood).or_default().entry(key).or_default() += 1;
     }
@@ -210,16 +210,12 @@ impl fmt::Display for Report {
             self.duration.as_secs(),
             self.attackers
         )?;
-        writeln!(f, "floods (answers by status):")?;
+        writeln!(f, "floods (answers by status and error code):")?;
         for (flood, answers) in &self.floods {
             let total: u64 = answers.values().sum();
+            writeln!(f, "  {:<48} {total:>7}", flood.describe())?;
             let by: Vec<String> = answers.iter().map(|(s, n)| format!("{s}: {n}")).collect();
-            writeln!(
-                f,
-                "  {:<44} {total:>7}  {}",
-                flood.describe(),
-                by.join(", ")
-            )?;
+            writeln!(f, "      {}", by.join(", "))?;
         }
         writeln!(f, "honest callers:")?;
         for h in &self.honest {
