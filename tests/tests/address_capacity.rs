@@ -168,7 +168,8 @@ async fn a_flood_of_anonymous_sleeps_from_one_address_leaves_room_for_another() 
         .await?
         .json()
         .await?;
-    assert_eq!(rpc["error"]["code"], -32603, "{rpc}");
+    assert_eq!(rpc["error"]["code"], -32000, "{rpc}");
+    assert_eq!(rpc["error"]["data"][0]["reason"], "QUOTA_EXCEEDED", "{rpc}");
     let message = rpc["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("client address"), "{rpc}");
 

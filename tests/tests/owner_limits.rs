@@ -121,7 +121,8 @@ async fn an_owner_at_its_live_limit_gets_429_while_another_owner_is_admitted() -
         .await?
         .json()
         .await?;
-    assert_eq!(rpc["error"]["code"], -32603, "{rpc}");
+    assert_eq!(rpc["error"]["code"], -32000, "{rpc}");
+    assert_eq!(rpc["error"]["data"][0]["reason"], "QUOTA_EXCEEDED", "{rpc}");
     let message = rpc["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("unfinished tasks"), "{rpc}");
 

@@ -13,6 +13,11 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
+/// A caller over one of its quotas (a live-task bound of its owner or address): the JSON-RPC
+/// server-defined range, as the rate limit's refusal (`jsonrpc::RATE_LIMITED`) uses it, since
+/// A2A defines no such code; HTTP 429 and `RESOURCE_EXHAUSTED` on the HTTP+JSON binding.
+pub const QUOTA_EXCEEDED: i32 = -32000;
+
 /// An A2A error: the spec's code and a message safe to show the caller.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message} ({code})")]
@@ -165,6 +170,8 @@ impl A2aError {
     pub fn reason(&self) -> &'static str {
         if self.unauthenticated {
             "UNAUTHENTICATED"
+        } else if self.code == QUOTA_EXCEEDED {
+            "QUOTA_EXCEEDED"
         } else {
             error_reason(self.code)
         }
@@ -200,6 +207,7 @@ impl A2aError {
             error_code::CONTENT_TYPE_NOT_SUPPORTED => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             error_code::INVALID_AGENT_RESPONSE => StatusCode::BAD_GATEWAY,
             error_code::INTERNAL_ERROR => StatusCode::INTERNAL_SERVER_ERROR,
+            QUOTA_EXCEEDED => StatusCode::TOO_MANY_REQUESTS,
             _ => StatusCode::BAD_REQUEST,
         }
     }
@@ -218,6 +226,7 @@ impl A2aError {
             | error_code::UNSUPPORTED_OPERATION
             | error_code::VERSION_NOT_SUPPORTED => "UNIMPLEMENTED",
             error_code::INVALID_AGENT_RESPONSE | error_code::INTERNAL_ERROR => "INTERNAL",
+            QUOTA_EXCEEDED => "RESOURCE_EXHAUSTED",
             _ => "INVALID_ARGUMENT",
         }
     }
@@ -261,11 +270,11 @@ impl From<crate::error::ApiError> for A2aError {
             (None, None) => err.code.as_str().to_owned(),
         };
         match err.status {
-            // Capacity in total (503) or of one owner (429): the caller may retry later, as
-            // with any server-side refusal; never "invalid params".
-            StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS => {
-                A2aError::new(error_code::INTERNAL_ERROR, message)
-            }
+            // Capacity in total (503): the caller may retry later, as with any server-side
+            // refusal; never "invalid params".
+            StatusCode::SERVICE_UNAVAILABLE => A2aError::new(error_code::INTERNAL_ERROR, message),
+            // One of the caller's own quotas (its owner's or address's live tasks).
+            StatusCode::TOO_MANY_REQUESTS => A2aError::new(QUOTA_EXCEEDED, message),
             status if status.is_client_error() => A2aError::invalid_params(message),
             _ => A2aError::internal(),
         }
