@@ -63,14 +63,14 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), StartError> {
     let state = build_state(config).await?;
-    // The gateway's server loop: header read timeout, head size bound, graceful drain.
-    gateway::serve::serve(
+    // The cluster's server loop: header read timeout, head size bound, graceful drain.
+    server::serve::serve(
         listener,
         routes::router(state),
-        gateway::serve::Limits {
+        server::serve::Limits {
             header_timeout: HEADER_TIMEOUT,
             drain_timeout: DRAIN_TIMEOUT,
-            h2_keep_alive_interval: gateway::serve::H2_KEEP_ALIVE_INTERVAL,
+            h2_keep_alive_interval: server::serve::H2_KEEP_ALIVE_INTERVAL,
             max_connections: MAX_CONNECTIONS,
             max_connections_per_ip: MAX_CONNECTIONS,
         },

@@ -30,23 +30,13 @@ async fn main() -> anyhow::Result<()> {
         verify_fault = ?config.verify_fault,
         "facilitator listening (dev only, play money); try: curl http://{address}/supported"
     );
-    let served = facilitator::serve(&config, listener, wait_for_signal()).await;
+    let served = facilitator::serve(
+        &config,
+        listener,
+        server::signal::terminated("shutting down"),
+    )
+    .await;
     // Blocking: the exporters flush on their own threads.
     let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
     served.context("facilitator failed to start")
-}
-
-async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot listen for signals");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
-    }
 }

@@ -10,7 +10,6 @@
 //! - [`error`]: [`error::ApiError`], the profile's error body with the right status;
 //! - [`extract`]: JSON and `Task-Access-Token` extractors whose rejections are `ApiError`s;
 //! - [`routes`]: one module per resource (health, card, entrypoints, tasks, invoke/stream);
-//! - [`serve`]: the HTTP server loop (header read timeout, head size bound, graceful drain);
 //! - [`observe`]: HTTP server spans and metrics (OpenTelemetry semantic conventions);
 //! - [`store_memory`]: new tasks refused while the store is near its memory limit;
 //! - [`pay`]: the payment gate of priced routes (x402): challenge, credential, durable admission;
@@ -33,7 +32,6 @@ pub mod ratelimit;
 pub mod recent;
 pub mod request_id;
 pub mod routes;
-pub mod serve;
 pub mod state;
 pub mod store_memory;
 

@@ -130,10 +130,10 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(%address, "gateway listening; try: curl http://{address}/.well-known/agent-card.json");
     let store = state.store.clone();
     let stop = shutdown.clone();
-    gateway::serve::serve(
+    server::serve::serve(
         listener,
         gateway::app_with_limiter(state, limiter),
-        gateway::serve::Limits {
+        server::serve::Limits {
             header_timeout: Duration::from_millis(config.header_timeout_ms),
             drain_timeout: Duration::from_secs(10),
             h2_keep_alive_interval: Duration::from_millis(config.h2_keep_alive_ms),
@@ -141,7 +141,7 @@ async fn main() -> anyhow::Result<()> {
             max_connections_per_ip: config.max_connections_per_ip.max(1),
         },
         async move {
-            wait_for_signal().await;
+            server::signal::terminated("shutting down").await;
             // Ends SSE streams and the embedded worker so the drain can finish.
             stop.cancel();
         },
@@ -154,19 +154,4 @@ async fn main() -> anyhow::Result<()> {
     // Blocking: the exporters flush on their own threads.
     let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
     Ok(())
-}
-
-async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot listen for signals");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
-    }
 }

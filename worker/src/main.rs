@@ -119,17 +119,6 @@ fn hosted(config: &WorkerConfig) -> Result<Entrypoints, String> {
 }
 
 async fn stop_on_signal(shutdown: CancellationToken) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot listen for signals");
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: draining"),
-        _ = int.recv() => tracing::info!("SIGINT: draining"),
-    }
+    server::signal::terminated("draining").await;
     shutdown.cancel();
 }

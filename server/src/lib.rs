@@ -1,0 +1,10 @@
+//! What every listening binary of the cluster (`gateway`, the dev `facilitator`) and the
+//! `worker` share about running as a process, so that none of them depends on another for it:
+//!
+//! - [`serve`]: the HTTP server loop: a deadline on each connection's first request head, bounds
+//!   on header size and on open connections (in total and per client address), HTTP/2
+//!   keep-alive pings, and a graceful drain;
+//! - [`signal`]: waiting for SIGTERM or SIGINT, the one way every process is told to stop.
+
+pub mod serve;
+pub mod signal;
