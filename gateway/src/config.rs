@@ -13,48 +13,8 @@ pub struct GatewayConfig {
     #[arg(long = "listen", env = "LISTEN_ADDR", default_value = "127.0.0.1:8080")]
     pub listen: String,
 
-    /// Redis of the cluster. Unset (and no --redis-cluster-urls): embedded single-process mode (in-memory store and an
-    /// in-process worker hosting the built-in entrypoints).
-    #[arg(long, env = "REDIS_URL", hide_env_values = true)]
-    pub redis_url: Option<shared::secret::Secret>,
-
-    /// Seed nodes of a Redis Cluster holding the tasks, comma separated
-    /// (`redis://127.0.0.1:7000,redis://127.0.0.1:7001`), instead of --redis-url.
-    #[arg(
-        long,
-        env = "REDIS_CLUSTER_URLS",
-        value_delimiter = ',',
-        hide_env_values = true
-    )]
-    pub redis_cluster_urls: Vec<shared::secret::Secret>,
-
-    /// Bound on connecting to Redis and on each reply, in milliseconds: a call past it fails
-    /// (503 at the gateway) instead of hanging. On a Redis Cluster, set it above the time a
-    /// failover takes if calls should wait one out.
-    #[arg(long, env = "REDIS_TIMEOUT_MS", default_value_t = 2_000)]
-    pub redis_timeout_ms: u64,
-
-    /// On a Redis Cluster: replicas each write must reach (Redis WAIT) before it is
-    /// acknowledged, so that a failover keeps it. Default: 1 with REDIS_DURABILITY=durable,
-    /// else 0. A write that cannot reach them in --redis-timeout-ms fails (503 at the gateway).
-    #[arg(long, env = "REDIS_WAIT_REPLICAS")]
-    pub redis_wait_replicas: Option<usize>,
-
-    /// Shards the namespace's tasks are split into, each under its own hash tag, so that a
-    /// Redis Cluster spreads them over its masters (1 to 256). Every gateway and worker of a
-    /// namespace must use the same count; a process started with another is refused.
-    #[arg(long, env = "REDIS_SHARDS", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
-    pub shards: u16,
-
-    /// Key namespace (hash tag) shared by the cluster's gateways and workers.
-    #[arg(long, env = "REDIS_NAMESPACE", default_value = "tc")]
-    pub namespace: String,
-
-    /// What the Redis task store's writes are worth: `detect` reads the server's persistence
-    /// (durable only with `appendonly yes` and `appendfsync always|everysec`), `durable` vouches
-    /// for it where CONFIG is disabled, `process` never claims it. Paid tasks need durable.
-    #[arg(long, env = "REDIS_DURABILITY", default_value = "detect")]
-    pub redis_durability: shared::store::DurabilitySetting,
+    #[command(flatten)]
+    pub redis: server::redis::RedisFlags,
 
     /// The public origin clients reach this gateway at, e.g. `https://agent.example.com`
     /// (scheme, host and port only). What Sign-In-With-X messages must name (domain and URI),
@@ -406,7 +366,7 @@ mod secret_tests {
             "s3cr3t-canary-s3cr3t-canary-s3cr3t-canary",
         ])?;
         assert!(!format!("{config:?}").contains("s3cr3t-canary"));
-        assert_eq!(config.redis_cluster_urls.len(), 2);
+        assert_eq!(config.redis.cluster_urls.len(), 2);
         Ok(())
     }
 }

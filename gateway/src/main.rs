@@ -9,7 +9,7 @@ use clap::Parser;
 use gateway::config::GatewayConfig;
 use gateway::pay::Gate;
 use gateway::state::AppState;
-use shared::store::{RedisStore, RedisStoreConfig};
+use shared::store::RedisStore;
 use shared::telemetry::LogFormat;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -23,24 +23,14 @@ async fn main() -> anyhow::Result<()> {
     let background = TaskTracker::new();
 
     let cluster_store = config
-        .redis_url
-        .as_ref()
-        .map(|url| url.expose().to_owned())
-        .or_else(|| (!config.redis_cluster_urls.is_empty()).then(String::new));
+        .redis
+        .configured()
+        .then(|| config.redis.store_config());
     let mut limiter: Arc<dyn shared::ratelimit::RateLimiter> =
         Arc::new(shared::ratelimit::MemoryRateLimiter::default());
     let state = match &cluster_store {
-        Some(url) => {
-            let mut store_config = RedisStoreConfig::new(url.clone());
-            store_config.cluster_urls = config
-                .redis_cluster_urls
-                .iter()
-                .map(|url| url.expose().to_owned())
-                .collect();
-            store_config.timeout = Duration::from_millis(config.redis_timeout_ms.max(1));
-            store_config.namespace = config.namespace.clone();
-            store_config.shards = config.shards;
-            store_config.wait_replicas = config.redis_wait_replicas;
+        Some(store_config) => {
+            let mut store_config = store_config.clone();
             store_config.max_tasks = config.max_tasks;
             store_config.max_retained = config.max_retained_tasks;
             store_config.max_retained_bytes = config.max_retained_bytes;
@@ -48,7 +38,6 @@ async fn main() -> anyhow::Result<()> {
             store_config.max_live_per_owner = config.max_live_per_owner;
             store_config.max_live_per_address = config.max_live_per_address;
             store_config.retention = Duration::from_millis(config.retention_ms);
-            store_config.durability = config.redis_durability;
             let store = RedisStore::connect(store_config)
                 .await
                 .context("cannot open the task store in Redis")?;

@@ -4,7 +4,10 @@
 //! - [`serve`]: the HTTP server loop: a deadline on each connection's first request head, bounds
 //!   on header size and on open connections (in total and per client address), HTTP/2
 //!   keep-alive pings, and a graceful drain;
-//! - [`signal`]: waiting for SIGTERM or SIGINT, the one way every process is told to stop.
+//! - [`signal`]: waiting for SIGTERM or SIGINT, the one way every process is told to stop;
+//! - [`redis`]: the `REDIS_*` settings of the gateway and the worker, as one clap struct mapped
+//!   to the store's configuration once.
 
+pub mod redis;
 pub mod serve;
 pub mod signal;

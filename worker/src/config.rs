@@ -11,56 +11,16 @@ use crate::runtime::RuntimeConfig;
 #[command(
     name = "worker",
     version,
-    about = "Runs tasks of the agent task service from Redis."
+    about = "Runs tasks of the agent task service from Redis.",
+    // Workers only run in a cluster: --redis-url or --redis-cluster-urls is required.
+    group = clap::ArgGroup::new("redis_target")
+        .args(["redis_url", "redis_cluster_urls"])
+        .required(true)
+        .multiple(true)
 )]
 pub struct WorkerConfig {
-    /// Redis holding the cluster's tasks (required, or --redis-cluster-urls: workers only run
-    /// in a cluster).
-    #[arg(
-        long,
-        env = "REDIS_URL",
-        hide_env_values = true,
-        required_unless_present = "redis_cluster_urls"
-    )]
-    pub redis_url: Option<shared::secret::Secret>,
-
-    /// Seed nodes of a Redis Cluster holding the tasks, comma separated
-    /// (`redis://127.0.0.1:7000,redis://127.0.0.1:7001`), instead of --redis-url.
-    #[arg(
-        long,
-        env = "REDIS_CLUSTER_URLS",
-        value_delimiter = ',',
-        hide_env_values = true
-    )]
-    pub redis_cluster_urls: Vec<shared::secret::Secret>,
-
-    /// Bound on connecting to Redis and on each reply, in milliseconds: a call past it fails
-    /// (503 at the gateway) instead of hanging. On a Redis Cluster, set it above the time a
-    /// failover takes if calls should wait one out.
-    #[arg(long, env = "REDIS_TIMEOUT_MS", default_value_t = 2_000)]
-    pub redis_timeout_ms: u64,
-
-    /// What the Redis task store's writes are worth: `detect`, `durable` or `process`, as on
-    /// the gateway. On a Redis Cluster, `durable` makes every write wait for a replica (see
-    /// --redis-wait-replicas); set it on the workers as on the gateways.
-    #[arg(long, env = "REDIS_DURABILITY", default_value = "detect")]
-    pub redis_durability: shared::store::DurabilitySetting,
-
-    /// On a Redis Cluster: replicas each write must reach (Redis WAIT) before it is
-    /// acknowledged, so that a failover keeps it. Default: 1 with REDIS_DURABILITY=durable,
-    /// else 0. A write that cannot reach them in --redis-timeout-ms fails (503 at the gateway).
-    #[arg(long, env = "REDIS_WAIT_REPLICAS")]
-    pub redis_wait_replicas: Option<usize>,
-
-    /// Shards the namespace's tasks are split into, each under its own hash tag, so that a
-    /// Redis Cluster spreads them over its masters (1 to 256). Every gateway and worker of a
-    /// namespace must use the same count; a process started with another is refused.
-    #[arg(long, env = "REDIS_SHARDS", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
-    pub shards: u16,
-
-    /// Key namespace (hash tag) shared by the cluster's gateways and workers.
-    #[arg(long, env = "REDIS_NAMESPACE", default_value = "tc")]
-    pub namespace: String,
+    #[command(flatten)]
+    pub redis: server::redis::RedisFlags,
 
     /// Tasks this process runs at once.
     #[arg(long, env = "WORKER_CONCURRENCY", default_value_t = 16)]
@@ -230,10 +190,10 @@ mod tests {
         ])?;
         assert!(!format!("{config:?}").contains("s3cr3t-canary"));
         assert_eq!(
-            config.redis_url.as_ref().map(|url| url.expose()),
+            config.redis.url.as_ref().map(|url| url.expose()),
             Some("redis://:s3cr3t-canary@127.0.0.1:7000/")
         );
-        assert_eq!(config.redis_cluster_urls.len(), 2);
+        assert_eq!(config.redis.cluster_urls.len(), 2);
         Ok(())
     }
 
@@ -297,15 +257,15 @@ mod tests {
         ]);
         match parsed {
             Ok(config) => {
-                assert_eq!(config.redis_url, None);
-                assert_eq!(config.redis_cluster_urls.len(), 2);
-                assert_eq!(config.redis_timeout_ms, 5000);
+                assert_eq!(config.redis.url, None);
+                assert_eq!(config.redis.cluster_urls.len(), 2);
+                assert_eq!(config.redis.timeout_ms, 5000);
             }
             Err(err) => panic!("{err}"),
         }
         let default = WorkerConfig::try_parse_from(["worker", "--redis-url", "redis://x/"]);
         assert_eq!(
-            default.map(|config| config.redis_timeout_ms).ok(),
+            default.map(|config| config.redis.timeout_ms).ok(),
             Some(2000)
         );
     }

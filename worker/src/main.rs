@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use shared::registry::RedisRegistry;
-use shared::store::{RedisStore, RedisStoreConfig};
+use shared::store::RedisStore;
 use shared::telemetry::LogFormat;
 use tokio_util::sync::CancellationToken;
 use worker::config::WorkerConfig;
@@ -32,23 +32,7 @@ async fn main() -> anyhow::Result<()> {
         tracing::info!(prices = %prices.join(", "), "priced entrypoints (decimal USDC)");
     }
 
-    let mut store_config = RedisStoreConfig::new(
-        config
-            .redis_url
-            .as_ref()
-            .map(|url| url.expose().to_owned())
-            .unwrap_or_default(),
-    );
-    store_config.cluster_urls = config
-        .redis_cluster_urls
-        .iter()
-        .map(|url| url.expose().to_owned())
-        .collect();
-    store_config.timeout = std::time::Duration::from_millis(config.redis_timeout_ms.max(1));
-    store_config.namespace = config.namespace.clone();
-    store_config.shards = config.shards;
-    store_config.wait_replicas = config.redis_wait_replicas;
-    store_config.durability = config.redis_durability;
+    let mut store_config = config.redis.store_config();
     store_config.pool_size = (config.concurrency / 2).clamp(4, 64);
     let store = RedisStore::connect(store_config)
         .await
