@@ -59,11 +59,13 @@ local function finish_task(k, id, phase, retention_ms)
       redis.call('ZADD', terminal, now_ms() + ttl, kept[1] .. ':' .. id)
       -- Retained bytes (create.lua's max retained bytes): what the record and its log take
       -- now, plus the result or error once more for the terminal event appended after this.
-      -- The size is kept by entry (`terminal:sizes`) beside the shard's sum
+      -- SAMPLES 0 counts every field and event: the default samples five fields of a hash
+      -- and extrapolates, which misses the one large field (input or result) more often than
+      -- not. The size is kept by entry (`terminal:sizes`) beside the shard's sum
       -- (`terminal:bytes`), so that eviction and pruning take back exactly what was added,
       -- even once the record itself expired.
-      local size = (redis.call('MEMORY', 'USAGE', k.task) or 0)
-        + (redis.call('MEMORY', 'USAGE', k.events) or 0)
+      local size = (redis.call('MEMORY', 'USAGE', k.task, 'SAMPLES', 0) or 0)
+        + (redis.call('MEMORY', 'USAGE', k.events, 'SAMPLES', 0) or 0)
         + redis.call('HSTRLEN', k.task, 'rs') + redis.call('HSTRLEN', k.task, 'er')
       redis.call('HSET', terminal .. ':sizes', kept[1] .. ':' .. id, size)
       redis.call('INCRBY', terminal .. ':bytes', size)
