@@ -33,8 +33,8 @@ pub mod token;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use client::{Client, ClientError, ClientOptions, TaskCreationError, UrlPolicy};
 use serde_json::{Value, json};
-use shared::client::{Client, ClientError, ClientOptions, TaskCreationError, UrlPolicy};
 
 pub use output::{Format, Output, OutputFormat};
 
@@ -143,7 +143,7 @@ impl Failure {
     /// A failed `send`: the keys to reconcile with, the token only if taskctl generated it.
     pub fn creation(error: &TaskCreationError, token_generated: bool) -> Self {
         let exit = match error.failure {
-            shared::client::CreationFailure::Network => Exit::Network,
+            client::CreationFailure::Network => Exit::Network,
             _ => Exit::Remote,
         };
         let mut details = json!({ "idempotencyKey": error.idempotency_key });
@@ -269,7 +269,7 @@ impl Context {
         })
     }
 
-    pub async fn card(&self, url: &str) -> Result<shared::client::AgentCard, Failure> {
+    pub async fn card(&self, url: &str) -> Result<client::AgentCard, Failure> {
         Ok(self.client.fetch_card(url).await?)
     }
 }

@@ -14,9 +14,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use client::Settlement;
+use client::pay::{DEFAULT_MAX_VALIDITY_SECONDS, KeyPayer, LocalPayer, Payer, X402Version};
 use serde_json::{Value, json};
-use shared::client::Settlement;
-use shared::client::pay::{DEFAULT_MAX_VALIDITY_SECONDS, KeyPayer, LocalPayer, Payer, X402Version};
 
 use crate::Failure;
 
@@ -145,7 +145,7 @@ pub fn settlement_text(settlement: &Settlement) -> Option<String> {
             if let Some(amount) = receipt
                 .amount
                 .as_deref()
-                .and_then(|atomic| atomic.parse::<shared::client::pay::U256>().ok())
+                .and_then(|atomic| atomic.parse::<client::pay::U256>().ok())
             {
                 parts.push(format!(
                     "amount {} USDC",

@@ -193,10 +193,7 @@ fn parsed_values() {
     assert!(global.json);
     assert_eq!(
         list.status,
-        [
-            shared::protocol::TaskStatus::Running,
-            shared::protocol::TaskStatus::Failed
-        ]
+        [protocol::TaskStatus::Running, protocol::TaskStatus::Failed]
     );
     assert_eq!(global.output, OutputFormat::Auto);
 }
@@ -332,7 +329,7 @@ fn settlements_print_decoded() {
         "success": true, "transaction": "0xfeed", "network": "base-sepolia",
         "payer": "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266", "amount": "1000",
     });
-    let settlement = shared::client::Settlement {
+    let settlement = client::Settlement {
         payment_response: Some(payments::wire::encode(&receipt)),
         ..Default::default()
     };
@@ -350,7 +347,7 @@ fn settlements_print_decoded() {
          payer 0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266"
     );
     assert_eq!(pay::settlement_json(&Default::default()), None);
-    let garbled = shared::client::Settlement {
+    let garbled = client::Settlement {
         x_payment_response: Some("%%%".into()),
         ..Default::default()
     };

@@ -12,11 +12,11 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::Response;
+use client::pay::{Address, U256};
 use payments::wire::facilitator::SettleResponse;
 use payments::wire::v2::ResourceInfo;
 use payments::{Credential, LocalPayer, Terms, X402Version, precheck};
 use serde_json::{Value, json};
-use shared::client::pay::{Address, U256};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 

@@ -40,7 +40,7 @@ pub struct FacilitatorConfig {
 
     /// Redis holding balances and spent nonces. Unset: state in memory, lost on exit.
     #[arg(long, env = "REDIS_URL", hide_env_values = true)]
-    pub redis_url: Option<shared::secret::Secret>,
+    pub redis_url: Option<server::secret::Secret>,
 
     /// Key namespace: every key is `{NAMESPACE}:...` (one hash tag, so the settle script's keys
     /// share a cluster slot).

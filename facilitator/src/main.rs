@@ -4,7 +4,7 @@
 use anyhow::Context;
 use clap::Parser;
 use facilitator::config::FacilitatorConfig;
-use shared::telemetry::LogFormat;
+use telemetry::LogFormat;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -14,7 +14,7 @@ async fn main() -> anyhow::Result<()> {
         eprintln!("facilitator: {refusal}");
         std::process::exit(2);
     }
-    let telemetry = shared::telemetry::init("facilitator", LogFormat::parse(&config.log_format))
+    let telemetry = telemetry::init("facilitator", LogFormat::parse(&config.log_format))
         .context("cannot set up logs and telemetry")?;
 
     let listener = tokio::net::TcpListener::bind(&config.listen)

@@ -9,12 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::StatusCode;
+use protocol::token::OwnerHash;
+use protocol::{ErrorCode, Task};
 use serde_json::Value;
-use shared::protocol::{ErrorCode, Task};
-use shared::registry::EntrypointInfo;
-use shared::store::{Admission, Invocation, NewTask, Subscription};
-use shared::telemetry::metrics;
-use shared::token::OwnerHash;
+use store::registry::EntrypointInfo;
+use store::{Admission, Invocation, NewTask, Subscription};
+use telemetry::metrics;
 use tracing::Instrument;
 use tracing::field::Empty;
 
@@ -94,7 +94,7 @@ pub fn check_size<T: serde::Serialize + ?Sized>(
     value: &T,
 ) -> Result<(), ApiError> {
     let limit = state.config.max_input_bytes;
-    if shared::limits::exceeds(value, limit) {
+    if protocol::limits::exceeds(value, limit) {
         tracing::info!(limit, what, "task input refused: too large to store");
         return Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -351,9 +351,9 @@ async fn admit_with<T, F, Fut>(
 ) -> Result<T, ApiError>
 where
     F: FnOnce(NewTask) -> Fut,
-    Fut: std::future::Future<Output = Result<T, shared::store::StoreError>>,
+    Fut: std::future::Future<Output = Result<T, store::StoreError>>,
 {
-    let span = shared::telemetry::traced_span(|| {
+    let span = telemetry::traced_span(|| {
         tracing::info_span!(
             "create task",
             otel.name = %format_args!("create {}", admit.entrypoint),
@@ -366,7 +366,7 @@ where
             messaging.message.id = %task_id,
         )
     });
-    let trace_context = shared::telemetry::inject(&span);
+    let trace_context = telemetry::inject(&span);
     let created = store_call(NewTask {
         task_id,
         owner: admit.owner,

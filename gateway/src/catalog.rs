@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 use axum::body::Bytes;
 use axum::http::HeaderValue;
 use sha2::{Digest, Sha256};
-use shared::registry::{EntrypointInfo, RegistryVersion, WorkerRegistry};
-use shared::store::StoreError;
+use store::StoreError;
+use store::registry::{EntrypointInfo, RegistryVersion, WorkerRegistry};
 
 use crate::config::GatewayConfig;
 use crate::recent::RecentEntrypoints;
@@ -358,7 +358,7 @@ mod tests {
     use std::convert::Infallible;
 
     use serde_json::json;
-    use shared::registry::{MemoryRegistry, WorkerEntry};
+    use store::registry::{MemoryRegistry, WorkerEntry};
 
     use super::*;
 

@@ -45,7 +45,7 @@ pub struct GatewayConfig {
 
     /// Bytes a task's input may take in the task store (as JSON; for A2A, the message's parts
     /// too): a larger one is refused with `413` before anything is stored or paid for.
-    #[arg(long, env = "MAX_INPUT_BYTES", default_value_t = shared::limits::DEFAULT_MAX_INPUT_BYTES)]
+    #[arg(long, env = "MAX_INPUT_BYTES", default_value_t = protocol::limits::DEFAULT_MAX_INPUT_BYTES)]
     pub max_input_bytes: usize,
 
     /// How long a client may take to send its body, in milliseconds.
@@ -92,30 +92,30 @@ pub struct GatewayConfig {
     pub redis_memory_check_ms: u64,
 
     /// Cluster-wide cap on non-terminal tasks.
-    #[arg(long, env = "MAX_TASKS", default_value_t = shared::store::DEFAULT_MAX_TASKS)]
+    #[arg(long, env = "MAX_TASKS", default_value_t = store::DEFAULT_MAX_TASKS)]
     pub max_tasks: u64,
 
     /// Cap on stored tasks, finished ones included (split over the shards like MAX_TASKS):
     /// creation evicts the finished tasks that expire first to stay under it, and answers
     /// 503 task_capacity_exhausted only when every stored task is unfinished. 0: no cap.
-    #[arg(long, env = "MAX_RETAINED_TASKS", default_value_t = shared::store::DEFAULT_MAX_RETAINED)]
+    #[arg(long, env = "MAX_RETAINED_TASKS", default_value_t = store::DEFAULT_MAX_RETAINED)]
     pub max_retained_tasks: u64,
 
     /// Cap on the bytes finished tasks keep in the store (record and event log, measured when
     /// each finishes; split over the shards like MAX_TASKS): creation evicts the finished tasks
     /// that expire first to stay under it, whatever their count. Never a refusal. 0: no cap.
-    #[arg(long, env = "MAX_RETAINED_BYTES", default_value_t = shared::store::DEFAULT_MAX_RETAINED_BYTES)]
+    #[arg(long, env = "MAX_RETAINED_BYTES", default_value_t = store::DEFAULT_MAX_RETAINED_BYTES)]
     pub max_retained_bytes: u64,
 
     /// Cap on one owner's stored tasks, finished ones included: creation evicts the owner's
     /// oldest finished task to stay under it (429 owner_capacity_exhausted when all are
     /// unfinished). 0: no cap.
-    #[arg(long, env = "MAX_RETAINED_PER_OWNER", default_value_t = shared::store::DEFAULT_MAX_RETAINED_PER_OWNER)]
+    #[arg(long, env = "MAX_RETAINED_PER_OWNER", default_value_t = store::DEFAULT_MAX_RETAINED_PER_OWNER)]
     pub max_retained_per_owner: u64,
 
     /// Cap on one owner's unfinished tasks: one more is refused with 429
     /// owner_capacity_exhausted and Retry-After. 0: no cap.
-    #[arg(long, env = "MAX_LIVE_PER_OWNER", default_value_t = shared::store::DEFAULT_MAX_LIVE_PER_OWNER)]
+    #[arg(long, env = "MAX_LIVE_PER_OWNER", default_value_t = store::DEFAULT_MAX_LIVE_PER_OWNER)]
     pub max_live_per_owner: u64,
 
     /// Cap on the unfinished tasks of one client address (the address the rate limits use:
@@ -123,7 +123,7 @@ pub struct GatewayConfig {
     /// its /64), whatever their owners: POST /tasks without a token makes a fresh owner per
     /// call, so only this holds an anonymous caller. One more is refused with 429
     /// address_capacity_exhausted and Retry-After. 0: no cap.
-    #[arg(long, env = "MAX_LIVE_PER_ADDRESS", default_value_t = shared::store::DEFAULT_MAX_LIVE_PER_ADDRESS)]
+    #[arg(long, env = "MAX_LIVE_PER_ADDRESS", default_value_t = store::DEFAULT_MAX_LIVE_PER_ADDRESS)]
     pub max_live_per_address: u64,
 
     /// How long terminal tasks are kept, in milliseconds.
@@ -137,7 +137,7 @@ pub struct GatewayConfig {
     pub direct_retention_ms: u64,
 
     /// Runs a task may get after losing workers.
-    #[arg(long, env = "MAX_ATTEMPTS", default_value_t = shared::store::DEFAULT_MAX_ATTEMPTS)]
+    #[arg(long, env = "MAX_ATTEMPTS", default_value_t = store::DEFAULT_MAX_ATTEMPTS)]
     pub max_attempts: u32,
 
     /// The skill an A2A message runs when it names none in `metadata.skillId` (the A2A
@@ -193,7 +193,7 @@ pub struct GatewayConfig {
     /// `/supported`); redirects are refused. May carry credentials (`https://user:key@host`):
     /// `--help` hides its value, it is never logged, and the card publishes it without them.
     #[arg(long, env = "FACILITATOR_URL", hide_env_values = true)]
-    pub facilitator_url: Option<shared::secret::Secret>,
+    pub facilitator_url: Option<server::secret::Secret>,
 
     /// Longest wait for the facilitator's answer to one call, in milliseconds.
     #[arg(long, env = "FACILITATOR_TIMEOUT_MS", default_value_t = 10_000)]
@@ -213,7 +213,7 @@ pub struct GatewayConfig {
     /// The MPP secret itself, for platforms that inject secrets as environment variables
     /// (prefer `MPP_SECRET_FILE`: a flag's value shows in the process list). Never logged.
     #[arg(long, env = "MPP_SECRET", hide_env_values = true)]
-    pub mpp_secret: Option<shared::secret::Secret>,
+    pub mpp_secret: Option<server::secret::Secret>,
 
     /// The MPP protection space (`realm`) challenges name; default: the host of the
     /// gateway's public origin (see --public-url).
@@ -290,13 +290,13 @@ pub struct GatewayConfig {
     /// the namespace (upstream `maxEntries`). At the bound the oldest finished record is
     /// evicted; a record in progress never is, so with every record in progress a new key
     /// gets `503 service_unavailable` with Retry-After.
-    #[arg(long, env = "IDEMPOTENCY_MAX_ENTRIES", default_value_t = shared::idempotency::DEFAULT_MAX_RECORDS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    #[arg(long, env = "IDEMPOTENCY_MAX_ENTRIES", default_value_t = store::idempotency::DEFAULT_MAX_RECORDS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub idempotency_max_entries: usize,
 
     /// Bytes of an invoke response body kept for replay under its Idempotency-Key. A larger
     /// response is recorded as run but not kept: the same request again gets
     /// `409 idempotency_response_too_large` (it never runs twice under one key).
-    #[arg(long, env = "IDEMPOTENCY_MAX_BODY_BYTES", default_value_t = shared::idempotency::DEFAULT_MAX_BODY_BYTES)]
+    #[arg(long, env = "IDEMPOTENCY_MAX_BODY_BYTES", default_value_t = store::idempotency::DEFAULT_MAX_BODY_BYTES)]
     pub idempotency_max_body_bytes: usize,
 
     /// Take the client address from `X-Forwarded-For`'s first hop instead of the TCP peer;
@@ -315,7 +315,7 @@ pub struct GatewayConfig {
 
     /// Embedded mode only: bytes a handler's output may take in the task store (as JSON); a
     /// larger one fails the task with `result_too_large`, as on a worker.
-    #[arg(long, env = "WORKER_MAX_RESULT_BYTES", default_value_t = shared::limits::DEFAULT_MAX_RESULT_BYTES)]
+    #[arg(long, env = "WORKER_MAX_RESULT_BYTES", default_value_t = protocol::limits::DEFAULT_MAX_RESULT_BYTES)]
     pub worker_max_result_bytes: usize,
 
     /// Log format: `text` or `json`.
@@ -325,8 +325,8 @@ pub struct GatewayConfig {
 
 impl GatewayConfig {
     /// What the idempotency store keeps (`--idempotency-max-entries`, `--idempotency-max-body-bytes`).
-    pub fn idempotency_limits(&self) -> shared::idempotency::IdempotencyLimits {
-        shared::idempotency::IdempotencyLimits {
+    pub fn idempotency_limits(&self) -> store::idempotency::IdempotencyLimits {
+        store::idempotency::IdempotencyLimits {
             max_records: self.idempotency_max_entries,
             max_body_bytes: self.idempotency_max_body_bytes,
         }

@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use shared::idempotency::MemoryIdempotency;
-use shared::registry::MemoryRegistry;
-use shared::store::{MemoryStore, MemoryStoreConfig};
+use store::idempotency::MemoryIdempotency;
+use store::registry::MemoryRegistry;
+use store::{MemoryStore, MemoryStoreConfig};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 

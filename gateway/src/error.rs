@@ -3,9 +3,9 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use protocol::{ErrorBody, ErrorCode, ErrorEnvelope};
 use serde_json::Value;
-use shared::protocol::{ErrorBody, ErrorCode, ErrorEnvelope};
-use shared::store::StoreError;
+use store::StoreError;
 
 #[derive(Debug, Clone)]
 pub struct ApiError {

@@ -3,9 +3,9 @@
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
+use protocol::ErrorCode;
+use protocol::token::AccessToken;
 use serde::de::DeserializeOwned;
-use shared::protocol::ErrorCode;
-use shared::token::AccessToken;
 
 use crate::error::ApiError;
 

@@ -52,7 +52,7 @@ pub(crate) const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id"
 pub fn app(state: AppState) -> Router {
     app_with_limiter(
         state,
-        std::sync::Arc::new(shared::ratelimit::MemoryRateLimiter::default()),
+        std::sync::Arc::new(store::ratelimit::MemoryRateLimiter::default()),
     )
 }
 
@@ -60,7 +60,7 @@ pub fn app(state: AppState) -> Router {
 /// cluster mode, so that every gateway shares them; see [`ratelimit`]).
 pub fn app_with_limiter(
     state: AppState,
-    limiter: std::sync::Arc<dyn shared::ratelimit::RateLimiter>,
+    limiter: std::sync::Arc<dyn store::ratelimit::RateLimiter>,
 ) -> Router {
     let limits = ratelimit::Limits::new(&state.config, limiter);
     let trust_forwarded_for = state.config.trust_forwarded_for;

@@ -9,15 +9,15 @@ use clap::Parser;
 use gateway::config::GatewayConfig;
 use gateway::pay::Gate;
 use gateway::state::AppState;
-use shared::store::RedisStore;
-use shared::telemetry::LogFormat;
+use store::RedisStore;
+use telemetry::LogFormat;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = GatewayConfig::parse();
-    let telemetry = shared::telemetry::init("gateway", LogFormat::parse(&config.log_format))
+    let telemetry = telemetry::init("gateway", LogFormat::parse(&config.log_format))
         .context("cannot set up logs and telemetry")?;
     let shutdown = CancellationToken::new();
     let background = TaskTracker::new();
@@ -26,8 +26,8 @@ async fn main() -> anyhow::Result<()> {
         .redis
         .configured()
         .then(|| config.redis.store_config());
-    let mut limiter: Arc<dyn shared::ratelimit::RateLimiter> =
-        Arc::new(shared::ratelimit::MemoryRateLimiter::default());
+    let mut limiter: Arc<dyn store::ratelimit::RateLimiter> =
+        Arc::new(store::ratelimit::MemoryRateLimiter::default());
     let state = match &cluster_store {
         Some(store_config) => {
             let mut store_config = store_config.clone();
@@ -43,7 +43,7 @@ async fn main() -> anyhow::Result<()> {
                 .context("cannot open the task store in Redis")?;
             tracing::info!(durability = ?store.declared_durability(), "task store durability");
             tracing::info!("cluster mode: tasks in Redis, run by worker processes");
-            limiter = Arc::new(shared::ratelimit::RedisRateLimiter::new(&store));
+            limiter = Arc::new(store::ratelimit::RedisRateLimiter::new(&store));
             let payments = match Gate::from_config(&config, Arc::new(store.credentials())) {
                 Ok(gate) => gate.map(|mut gate| {
                     gate.payer_rate =
@@ -91,7 +91,7 @@ async fn main() -> anyhow::Result<()> {
                 payments,
                 store_memory,
                 registry: Arc::new(store.registry()),
-                idempotency: Arc::new(shared::idempotency::RedisIdempotency::with_limits(
+                idempotency: Arc::new(store::idempotency::RedisIdempotency::with_limits(
                     &store,
                     config.idempotency_limits(),
                 )),

@@ -12,7 +12,7 @@ use axum::extract::{MatchedPath, Request};
 use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::Response;
-use shared::telemetry::metrics;
+use telemetry::metrics;
 use tracing::Instrument;
 use tracing::field::Empty;
 
@@ -58,8 +58,8 @@ impl Drop for Active {
 /// logs are at `info` or finer).
 pub async fn http_span(request: Request, next: Next) -> Response {
     let method = method_name(request.method());
-    let traced = shared::telemetry::traces_enabled();
-    let measured = shared::telemetry::metrics_enabled();
+    let traced = telemetry::traces_enabled();
+    let measured = telemetry::metrics_enabled();
     let route = if traced || measured {
         request
             .extensions()
@@ -93,7 +93,7 @@ pub async fn http_span(request: Request, next: Next) -> Response {
         if let Some(route) = &route {
             span.record("http.route", route.as_str());
         }
-        shared::telemetry::continue_remote(&span, request.headers());
+        telemetry::continue_remote(&span, request.headers());
         span
     } else {
         // Untraced, the span only gives log lines their request context.

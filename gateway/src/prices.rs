@@ -42,7 +42,7 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 
 use payments::U256;
 use payments::amount::to_atomic;
-use shared::registry::{EntrypointInfo, PaymentProtocol, Price, SiwxPolicy, WorkerEntry};
+use store::registry::{EntrypointInfo, PaymentProtocol, Price, SiwxPolicy, WorkerEntry};
 
 /// Distinct disagreements remembered as already logged; past this the memory starts over (a
 /// disagreement then logs once more, which bounds memory without silencing anything for long).

@@ -5,7 +5,7 @@
 //! `message:send` and `message:stream`; on the JSON-RPC endpoint the middleware leaves a
 //! [`Deferred`] check that the handler makes for `SendMessage` and `SendStreamingMessage` only
 //! (JSON-RPC error `-32000`, HTTP 429, see `crate::a2a::jsonrpc`). The limiter is GCRA, in the store's Redis in cluster
-//! mode (shared by every gateway, see [`shared::ratelimit`]) and in memory in embedded mode.
+//! mode (shared by every gateway, see [`store::ratelimit`]) and in memory in embedded mode.
 //!
 //! The per-address key is `crate::client_address`'s (an IPv6 client counts by its /64), the one
 //! `MAX_LIVE_PER_ADDRESS` counts under too.
@@ -22,9 +22,9 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use protocol::ErrorCode;
 use serde_json::json;
-use shared::protocol::ErrorCode;
-use shared::ratelimit::{Quota, RateLimiter, Subject, Verdict};
+use store::ratelimit::{Quota, RateLimiter, Subject, Verdict};
 
 use crate::config::GatewayConfig;
 use crate::error::ApiError;

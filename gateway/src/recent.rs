@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use shared::registry::EntrypointInfo;
+use store::registry::EntrypointInfo;
 
 pub struct RecentEntrypoints {
     grace: Duration,

@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use shared::idempotency::IdempotencyStore;
-use shared::registry::WorkerRegistry;
-use shared::store::TaskStore;
+use store::TaskStore;
+use store::idempotency::IdempotencyStore;
+use store::registry::WorkerRegistry;
 
 use crate::catalog::Catalog;
 use crate::config::GatewayConfig;

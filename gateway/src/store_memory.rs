@@ -19,9 +19,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use shared::protocol::ErrorCode;
-use shared::store::{MemoryFill, TaskStore};
-use shared::telemetry::metrics;
+use protocol::ErrorCode;
+use store::{MemoryFill, TaskStore};
+use telemetry::metrics;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::ApiError;

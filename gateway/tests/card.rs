@@ -13,7 +13,7 @@ use gateway::config::GatewayConfig;
 use gateway::state::AppState;
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
-use shared::registry::{EntrypointInfo, Price, WorkerEntry};
+use store::registry::{EntrypointInfo, Price, WorkerEntry};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;

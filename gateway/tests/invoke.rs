@@ -15,12 +15,12 @@ use futures::StreamExt;
 use gateway::config::GatewayConfig;
 use gateway::state::AppState;
 use http_body_util::BodyExt;
+use protocol::TaskStatus;
 use serde_json::{Value, json};
-use shared::idempotency::{
+use store::idempotency::{
     Begin, DEFAULT_IN_PROGRESS_TTL, Operation, SecurityContext, Subject, fingerprint, scope,
 };
-use shared::protocol::TaskStatus;
-use shared::registry::{Price, WorkerEntry};
+use store::registry::{Price, WorkerEntry};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
@@ -583,7 +583,7 @@ async fn a_running_invoke_answers_409_in_progress_and_releases_when_dropped() ->
     // The first caller goes away: its run is cancelled and its claim released.
     first.abort();
     until_idle(&gw.state).await?;
-    let print = fingerprint(&shared::idempotency::Request {
+    let print = fingerprint(&store::idempotency::Request {
         method: "POST",
         url: "/entrypoints/sleep/invoke",
         body: &serde_json::from_str(body)?,

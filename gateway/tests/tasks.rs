@@ -18,16 +18,16 @@ use payments::wire::facilitator::{
     FacilitatorRequest, SettleResponse, SupportedResponse, VerifyResponse,
 };
 use payments::{Facilitator, LocalPayer};
+use protocol::TaskStatus;
+use protocol::token::OwnerHash;
 use serde_json::{Value, json};
-use shared::credentials::MemoryCredentials;
-use shared::protocol::TaskStatus;
-use shared::registry::{EntrypointInfo, MemoryRegistry, Price, WorkerEntry, WorkerRegistry};
-use shared::store::{
+use store::credentials::MemoryCredentials;
+use store::registry::{EntrypointInfo, MemoryRegistry, Price, WorkerEntry, WorkerRegistry};
+use store::{
     Activation, CasOutcome, Claim, Durability, EventPayload, Lease, ListQuery, MemoryStore,
     MemoryStoreConfig, NewTask, RecoveryReport, StoreError, StoredTask, Subscription, TaskPage,
     TaskStore, Transition,
 };
-use shared::token::OwnerHash;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
@@ -1119,7 +1119,7 @@ impl TaskStore for ClaimsDurable {
     async fn reap_expired_admissions(&self) -> Result<u64, StoreError> {
         self.0.reap_expired_admissions().await
     }
-    async fn create(&self, new: NewTask) -> Result<shared::protocol::Task, StoreError> {
+    async fn create(&self, new: NewTask) -> Result<protocol::Task, StoreError> {
         self.0.create(new).await
     }
     async fn get(&self, task_id: &str) -> Result<Option<StoredTask>, StoreError> {
@@ -1163,14 +1163,14 @@ impl TaskStore for ClaimsDurable {
         owner: &OwnerHash,
         input: serde_json::Value,
         metadata: Option<serde_json::Value>,
-    ) -> Result<shared::store::Resumed, StoreError> {
+    ) -> Result<store::Resumed, StoreError> {
         self.0.resume(task_id, owner, input, metadata).await
     }
     async fn record_receipt(
         &self,
         lease: &Lease,
         receipt: &str,
-    ) -> Result<shared::store::ReceiptRecorded, StoreError> {
+    ) -> Result<store::ReceiptRecorded, StoreError> {
         match self.1 {
             ReceiptFault::None => {}
             ReceiptFault::ClaimLost => {
@@ -1193,7 +1193,7 @@ impl TaskStore for ClaimsDurable {
         &self,
         task_id: &str,
         receipt: &str,
-    ) -> Result<shared::store::ReceiptRecorded, StoreError> {
+    ) -> Result<store::ReceiptRecorded, StoreError> {
         self.0.attach_receipt(task_id, receipt).await
     }
     async fn activate_execution(

@@ -6,8 +6,11 @@
 //!   keep-alive pings, and a graceful drain;
 //! - [`signal`]: waiting for SIGTERM or SIGINT, the one way every process is told to stop;
 //! - [`redis`]: the `REDIS_*` settings of the gateway and the worker, as one clap struct mapped
-//!   to the store's configuration once.
+//!   to the store's configuration once;
+//! - [`secret`]: a secret setting (a Redis URL with a password, a key), redacted in every
+//!   `Debug` print and hidden from `--help`.
 
 pub mod redis;
+pub mod secret;
 pub mod serve;
 pub mod signal;

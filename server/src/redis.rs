@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use shared::secret::Secret;
-use shared::store::{DurabilitySetting, RedisStoreConfig};
+use crate::secret::Secret;
+use store::{DurabilitySetting, RedisStoreConfig};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct RedisFlags {

@@ -17,7 +17,7 @@
 //!   lists `echo` and the registry lists every worker, run `WARMUP` tasks (untimed: connection
 //!   pools, lazily loaded scripts), wait for a quiet machine, `CONFIG RESETSTAT`, then the timed
 //!   window: `CLIENTS` client loops share `N` tasks; each loop creates a task with
-//!   `shared::client` (`send_message`, its own access token per loop) and reads the task's
+//!   `client` (`send_message`, its own access token per loop) and reads the task's
 //!   subscription until the first event with a terminal status. tasks/s = completed / (last
 //!   terminal event − first POST); latency = terminal event − just before the POST (the POST's
 //!   own round trip is reported apart). The subscription is then read to its end, so that the
@@ -67,6 +67,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use client::{AgentCard, Client, ClientOptions, SendOptions, generate_token};
 use harness::measure::commandstats::{
     CLIENT_COMMANDS, CommandDiff, RedisSnap, client_round_trips, client_star, command_names,
     reset_stats, server_cmds,
@@ -80,12 +81,11 @@ use harness::measure::redis_admin::{
 use harness::measure::service::{BenchProc, terminate_all};
 use harness::measure::stats::{Stat, percentile, stat};
 use harness::measure::{BoxError, Res};
+use protocol::TaskStatus;
 use redis::aio::MultiplexedConnection;
 use serde_json::{Value, json};
-use shared::client::{AgentCard, Client, ClientOptions, SendOptions, generate_token};
-use shared::protocol::TaskStatus;
-use shared::registry::{RedisRegistry, WorkerRegistry};
-use shared::store::{RedisStore, RedisStoreConfig, TaskStore};
+use store::registry::{RedisRegistry, WorkerRegistry};
+use store::{RedisStore, RedisStoreConfig, TaskStore};
 use tokio::task::JoinSet;
 
 /// Never refuse a create for capacity: the bench measures throughput, not admission control.

@@ -69,8 +69,8 @@ use payments::payer::Challenge;
 use reqwest::StatusCode;
 use reqwest::header::CONTENT_TYPE;
 use serde_json::{Value, json};
-use shared::registry::{RedisRegistry, WorkerRegistry};
-use shared::store::{RedisStore, RedisStoreConfig};
+use store::registry::{RedisRegistry, WorkerRegistry};
+use store::{RedisStore, RedisStoreConfig};
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 

@@ -30,7 +30,7 @@
 //!   tasks/s = completed / (last completion − start of the load).
 //!
 //! Placement: the sharded store puts shard i of namespace `ns` under a hash tag whose slot lies
-//! in the i-th S-th of the slot range (`shared::store::redis::shard_tag`; one shard keeps
+//! in the i-th S-th of the slot range (`store::redis::shard_tag`; one shard keeps
 //! `{ns}`), so S shards spread evenly over P masters whenever S is a multiple of P, and what is
 //! namespace-wide (worker registry, layout stamp, idempotency records) under `{ns}`. Unless
 //! `NAMESPACE` is set, the bench still checks the placement of each run's namespace (see
@@ -72,6 +72,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use client::{AgentCard, Client, ClientOptions, InvokeOptions, SendOptions, generate_token};
 use harness::measure::commandstats::{RedisSnap, client_star, reset_stats};
 use harness::measure::cpu::{CpuSnap, clock_ticks, process_ticks, run_again, wait_quiet};
 use harness::measure::env::{bin_from_env, env_list, env_or, require_bins};
@@ -82,16 +83,13 @@ use harness::measure::stats::{Stat, percentile, stat, thousands};
 use harness::measure::{BoxError, Res};
 use harness::redis_cluster::{ClusterOptions, RedisCluster};
 use harness::redis_server::RedisServer;
+use protocol::TaskStatus;
+use protocol::token::AccessToken;
 use redis::aio::MultiplexedConnection;
 use serde::Serialize;
 use serde_json::{Value, json};
-use shared::client::{
-    AgentCard, Client, ClientOptions, InvokeOptions, SendOptions, generate_token,
-};
-use shared::protocol::TaskStatus;
-use shared::registry::{RedisRegistry, WorkerRegistry};
-use shared::store::{Admission, Invocation, NewTask, RedisStore, RedisStoreConfig, TaskStore};
-use shared::token::AccessToken;
+use store::registry::{RedisRegistry, WorkerRegistry};
+use store::{Admission, Invocation, NewTask, RedisStore, RedisStoreConfig, TaskStore};
 use tokio::task::JoinSet;
 
 /// Never refuse a create for capacity: the bench measures throughput, not admission control.
@@ -424,9 +422,9 @@ fn commands_between(before: &[RedisSnap], after: &[RedisSnap]) -> BTreeMap<Strin
 // ----- namespaces and placement -----
 
 /// The hash tag of shard `shard` of `namespace`, as the sharded store names it
-/// (`shared::store::redis::shard_tag`); with one shard the namespace keeps its single tag.
+/// (`store::redis::shard_tag`); with one shard the namespace keeps its single tag.
 fn shard_tag(namespace: &str, shard: u16, shards: u16) -> String {
-    shared::store::redis::shard_tag(namespace, usize::from(shard), usize::from(shards))
+    store::redis::shard_tag(namespace, usize::from(shard), usize::from(shards))
 }
 
 /// The node of every shard of `namespace`.
@@ -746,7 +744,7 @@ struct Ctx<'a> {
     ticks: f64,
 }
 
-fn new_task(task_id: String, owner: &shared::token::OwnerHash) -> NewTask {
+fn new_task(task_id: String, owner: &protocol::token::OwnerHash) -> NewTask {
     NewTask {
         task_id,
         owner: owner.clone(),

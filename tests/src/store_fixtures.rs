@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
+use protocol::token::OwnerHash;
 use serde_json::json;
-use shared::store::redis::shard_index;
-use shared::store::{Admission, Invocation, Lease, NewTask, RedisStoreConfig, TaskStore};
-use shared::token::OwnerHash;
+use store::redis::shard_index;
+use store::{Admission, Invocation, Lease, NewTask, RedisStoreConfig, TaskStore};
 
 /// A free (queued) task of `entrypoint` whose input names its id, with 3 attempts.
 pub fn queued_task(id: &str, owner: &OwnerHash, entrypoint: &str) -> NewTask {

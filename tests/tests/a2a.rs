@@ -26,8 +26,8 @@ use harness::process::ServiceProcess;
 use harness::redis_server::RedisServer;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
-use shared::registry::{RedisRegistry, WorkerRegistry};
-use shared::store::{RedisStore, RedisStoreConfig, TaskStore};
+use store::registry::{RedisRegistry, WorkerRegistry};
+use store::{RedisStore, RedisStoreConfig, TaskStore};
 
 type Res<T = ()> = Result<T, Box<dyn std::error::Error>>;
 

@@ -15,13 +15,13 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use client::pay::PaymentHeader;
+use client::{KeyPayer, Payer, PaymentRequired};
 use harness::paid::{PATIENCE, PAYER_KEY, PaidCluster, Res};
 use payments::LocalPayer;
 use reqwest::StatusCode;
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
-use shared::client::pay::PaymentHeader;
-use shared::client::{KeyPayer, Payer, PaymentRequired};
 
 type TestResult = Res<()>;
 

@@ -7,11 +7,9 @@
 
 use harness::redis_server::RedisServer;
 use harness::store_fixtures::{ids_in_shard, queued_task};
-use shared::protocol::TaskStatus;
-use shared::store::{
-    CasOutcome, NewTask, RedisStore, RedisStoreConfig, StoreError, TaskStore, Transition,
-};
-use shared::token::{AccessToken, OwnerHash};
+use protocol::TaskStatus;
+use protocol::token::{AccessToken, OwnerHash};
+use store::{CasOutcome, NewTask, RedisStore, RedisStoreConfig, StoreError, TaskStore, Transition};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 

@@ -1,4 +1,4 @@
-//! The client library (`shared::client`) against real processes: a gateway and a worker on a
+//! The client library (`client`) against real processes: a gateway and a worker on a
 //! private redis-server (every operation, a gateway under a base path), and small fake servers
 //! for what a real gateway never does (cards pointing elsewhere, a connection dropped during
 //! task creation, a failure that still names a task and carries payment evidence).
@@ -6,14 +6,14 @@
 use std::net::TcpListener as StdListener;
 use std::time::Duration;
 
-use harness::process::ServiceProcess;
-use harness::redis_server::RedisServer;
-use serde_json::{Value, json};
-use shared::client::{
+use client::{
     AgentCard, Client, ClientError, ClientOptions, CreationFailure, InvokeOptions, ListFilter,
     SendOptions, UrlPolicy,
 };
-use shared::protocol::{TaskEventKind, TaskStatus};
+use harness::process::ServiceProcess;
+use harness::redis_server::RedisServer;
+use protocol::{TaskEventKind, TaskStatus};
+use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -205,11 +205,7 @@ async fn every_operation_against_a_cluster() -> TestResult {
     assert_eq!(in_context.tasks.len(), 1);
     assert_eq!(in_context.has_more, Some(false));
     let nobody = client
-        .list_tasks(
-            &card,
-            &shared::client::generate_token(),
-            &ListFilter::default(),
-        )
+        .list_tasks(&card, &client::generate_token(), &ListFilter::default())
         .await?;
     assert!(nobody.tasks.is_empty());
 
@@ -251,7 +247,7 @@ async fn every_operation_against_a_cluster() -> TestResult {
         matches!(&again, Err(ClientError::Remote { status: 400, code: Some(code), .. }) if code == "invalid_state"),
         "{again:?}"
     );
-    let stranger = shared::client::generate_token();
+    let stranger = client::generate_token();
     let hidden = client.get_task(&card, &slow.task_id, &stranger).await;
     assert_eq!(
         hidden.as_ref().err().and_then(ClientError::code),
@@ -476,9 +472,7 @@ async fn cards_pointing_elsewhere_are_refused() -> TestResult {
         Err(ClientError::RefusedUrl { .. })
     ));
     assert!(matches!(
-        strict
-            .get_task(&card, "t", &shared::client::generate_token())
-            .await,
+        strict.get_task(&card, "t", &client::generate_token()).await,
         Err(ClientError::RefusedUrl { .. })
     ));
     assert!(matches!(
@@ -686,7 +680,7 @@ async fn task_events_survive_any_chunking() -> TestResult {
         let client = Client::new(ClientOptions::default())?;
         let card = AgentCard::for_url(&origin);
         let mut events = client
-            .subscribe_task(&card, "t", &shared::client::generate_token())
+            .subscribe_task(&card, "t", &client::generate_token())
             .await?;
         let first = events.next().await?.ok_or("no first event")?;
         assert_eq!(first.kind, TaskEventKind::StatusUpdate);
@@ -730,7 +724,7 @@ async fn wait_for_task_polls_when_it_cannot_subscribe() -> TestResult {
     let client = Client::new(ClientOptions::default())?;
     let card = AgentCard::for_url(&origin);
     let done = client
-        .wait_for_task(&card, "t", &shared::client::generate_token(), PATIENCE)
+        .wait_for_task(&card, "t", &client::generate_token(), PATIENCE)
         .await?;
     assert_eq!(done.status, TaskStatus::Cancelled);
     Ok(())

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use harness::redis_server::RedisServer;
-use shared::idempotency::{
+use store::idempotency::{
     Begin, Claim, IdempotencyLimits, IdempotencyStore, MemoryIdempotency, RedisIdempotency,
     StoredResponse,
 };
-use shared::store::{RedisStore, RedisStoreConfig};
+use store::{RedisStore, RedisStoreConfig};
 
 type TestResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 

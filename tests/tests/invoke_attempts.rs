@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use harness::process::ServiceProcess;
 use harness::redis_server::RedisServer;
+use protocol::TaskStatus;
 use serde_json::{Value, json};
-use shared::protocol::TaskStatus;
-use shared::registry::WorkerRegistry;
-use shared::store::{RedisStore, RedisStoreConfig, StoredTask, TaskStore};
+use store::registry::WorkerRegistry;
+use store::{RedisStore, RedisStoreConfig, StoredTask, TaskStore};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 type Res<T> = Result<T, Box<dyn std::error::Error>>;

@@ -15,11 +15,11 @@
 use std::sync::Arc;
 
 use base64::Engine;
+use client::{Client, ClientOptions, InvokeOptions, KeyPayer};
 use harness::paid::{PATIENCE, PAYEE, PAYER_KEY, PaidCluster, Res};
 use payments::LocalPayer;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use shared::client::{Client, ClientOptions, InvokeOptions, KeyPayer};
 
 type TestResult = Res<()>;
 

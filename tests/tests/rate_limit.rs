@@ -13,8 +13,8 @@ use harness::process::ServiceProcess;
 use harness::redis_server::RedisServer;
 use payments::LocalPayer;
 use serde_json::json;
-use shared::ratelimit::{Quota, RateLimiter, RedisRateLimiter, Subject, Verdict};
-use shared::store::{RedisStore, RedisStoreConfig};
+use store::ratelimit::{Quota, RateLimiter, RedisRateLimiter, Subject, Verdict};
+use store::{RedisStore, RedisStoreConfig};
 
 type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 

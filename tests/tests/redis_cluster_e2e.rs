@@ -24,7 +24,7 @@ use harness::redis_cluster::RedisCluster;
 use nix::sys::signal::Signal;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use shared::store::{Phase, RedisStore, RedisStoreConfig, TaskStore};
+use store::{Phase, RedisStore, RedisStoreConfig, TaskStore};
 
 type Res<T = ()> = Result<T, Box<dyn std::error::Error>>;
 

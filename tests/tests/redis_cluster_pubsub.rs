@@ -9,13 +9,13 @@ use std::time::Duration;
 use futures::StreamExt;
 use harness::redis_cluster::RedisCluster;
 use harness::store_fixtures::{cluster_store_config, ids_in_shard, queued_task, start_running};
+use protocol::token::{AccessToken, OwnerHash};
+use protocol::{TaskResult, TaskStatus};
 use serde_json::json;
-use shared::protocol::{TaskResult, TaskStatus};
-use shared::store::{
+use store::{
     EventPayload, EventStream, Lease, RedisStore, StoreError, StoredEvent, Subscription, TaskStore,
     Transition,
 };
-use shared::token::{AccessToken, OwnerHash};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 type BoxError = Box<dyn std::error::Error>;

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use harness::redis_cluster::{ClusterOptions, RedisCluster};
 use harness::store_fixtures::{cluster_store_config, ids_in_shard, queued_task, start_running};
-use shared::protocol::TaskStatus;
-use shared::store::{Lease, RedisStore, Renewal, StoreError, TaskStore, Transition};
-use shared::token::AccessToken;
+use protocol::TaskStatus;
+use protocol::token::AccessToken;
+use store::{Lease, RedisStore, Renewal, StoreError, TaskStore, Transition};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 

@@ -15,9 +15,9 @@ use std::time::Duration;
 use harness::cut_proxy::CutProxy;
 use harness::redis_cluster::RedisCluster;
 use harness::store_fixtures::{cluster_store_config, queued_task};
-use shared::protocol::{TaskResult, TaskStatus};
-use shared::store::{CasOutcome, RedisStore, TaskStore, Transition};
-use shared::token::AccessToken;
+use protocol::token::AccessToken;
+use protocol::{TaskResult, TaskStatus};
+use store::{CasOutcome, RedisStore, TaskStore, Transition};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 

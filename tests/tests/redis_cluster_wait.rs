@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use harness::redis_cluster::RedisCluster;
 use harness::store_fixtures::{cluster_store_config, ids_in_shard, queued_task};
-use shared::protocol::TaskStatus;
-use shared::store::{Durability, DurabilitySetting, RedisStore, StoreError, TaskStore};
-use shared::token::{AccessToken, OwnerHash};
+use protocol::TaskStatus;
+use protocol::token::{AccessToken, OwnerHash};
+use store::{Durability, DurabilitySetting, RedisStore, StoreError, TaskStore};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 

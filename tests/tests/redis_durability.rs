@@ -7,9 +7,9 @@ use std::time::Duration;
 use futures::StreamExt;
 use harness::redis_server::{RedisOptions, RedisServer};
 use harness::store_fixtures::queued_task;
-use shared::protocol::{TaskResult, TaskStatus};
-use shared::store::{RedisStore, RedisStoreConfig, StoreError, TaskStore, Transition};
-use shared::token::AccessToken;
+use protocol::token::AccessToken;
+use protocol::{TaskResult, TaskStatus};
+use store::{RedisStore, RedisStoreConfig, StoreError, TaskStore, Transition};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 

@@ -7,14 +7,14 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use harness::redis_server::RedisServer;
+use protocol::token::AccessToken;
+use protocol::{TaskResult, TaskStatus};
 use serde_json::json;
-use shared::protocol::{TaskResult, TaskStatus};
-use shared::store::redis::{Keys, fields};
-use shared::store::{
+use store::redis::{Keys, fields};
+use store::{
     Admission, EventPayload, Invocation, NewTask, RedisStore, RedisStoreConfig, StoreError,
     TaskStore, Transition,
 };
-use shared::token::AccessToken;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 

@@ -8,10 +8,10 @@ use std::time::Duration;
 use futures::StreamExt;
 use harness::redis_server::RedisServer;
 use harness::store_fixtures::{queued_task, start_running};
+use protocol::token::AccessToken;
 use redis::AsyncCommands;
-use shared::store::redis::fields;
-use shared::store::{RedisStore, RedisStoreConfig, TaskStore};
-use shared::token::AccessToken;
+use store::redis::fields;
+use store::{RedisStore, RedisStoreConfig, TaskStore};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 

@@ -271,7 +271,7 @@ async fn admission_stops_at_the_high_water_mark_and_admitted_tasks_still_finish(
 async fn a_cluster_store_reports_every_masters_memory() -> TestResult {
     use harness::redis_cluster::RedisCluster;
     use harness::store_fixtures::cluster_store_config;
-    use shared::store::{RedisStore, TaskStore};
+    use store::{RedisStore, TaskStore};
 
     let cluster = RedisCluster::start(3, 1)?;
     let store = RedisStore::connect(cluster_store_config(cluster.urls(), 1, PATIENCE)).await?;

@@ -7,10 +7,10 @@ use std::time::Duration;
 use harness::process::ServiceProcess;
 use harness::redis_server::RedisServer;
 use harness::store_fixtures::{ids_in_shard, queued_task};
+use protocol::token::AccessToken;
+use protocol::{TaskResult, TaskStatus};
 use serde_json::json;
-use shared::protocol::{TaskResult, TaskStatus};
-use shared::store::{RedisStore, RedisStoreConfig, StoreError, TakeSpec, TaskStore, Transition};
-use shared::token::AccessToken;
+use store::{RedisStore, RedisStoreConfig, StoreError, TakeSpec, TaskStore, Transition};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -166,7 +166,7 @@ async fn capacity_is_per_shard_and_tasks_use_every_shard() -> TestResult {
         let live: Vec<String> = redis::cmd("SMEMBERS")
             .arg(format!(
                 "{{{}}}:live",
-                shared::store::redis::shard_tag("tc", shard, 2)
+                store::redis::shard_tag("tc", shard, 2)
             ))
             .query_async(&mut conn)
             .await?;
@@ -195,7 +195,7 @@ async fn capacity_is_per_shard_and_tasks_use_every_shard() -> TestResult {
 
 #[tokio::test]
 async fn shards_spread_evenly_over_the_masters_of_a_cluster() -> TestResult {
-    use shared::store::redis::{shard_tag, tag_slot};
+    use store::redis::{shard_tag, tag_slot};
     for masters in [2usize, 3] {
         let cluster = harness::redis_cluster::RedisCluster::start(masters, 0)?;
         for shards in [masters, 2 * masters] {

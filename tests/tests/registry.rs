@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use harness::redis_server::RedisServer;
 use serde_json::json;
-use shared::registry::{
+use store::registry::{
     EntrypointInfo, MemoryRegistry, Price, RedisRegistry, WorkerEntry, WorkerRegistry,
 };
-use shared::store::{Clock, RedisStore, RedisStoreConfig};
+use store::{Clock, RedisStore, RedisStoreConfig};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 

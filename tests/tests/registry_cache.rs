@@ -16,8 +16,8 @@ use nix::sys::signal::Signal;
 use reqwest::StatusCode;
 use reqwest::header::{self, HeaderMap};
 use serde_json::{Value, json};
-use shared::registry::{RedisRegistry, WorkerRegistry};
-use shared::store::{RedisStore, RedisStoreConfig};
+use store::registry::{RedisRegistry, WorkerRegistry};
+use store::{RedisStore, RedisStoreConfig};
 
 type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 

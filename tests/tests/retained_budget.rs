@@ -10,11 +10,11 @@ use std::time::Duration;
 use futures::StreamExt;
 use harness::redis_server::RedisServer;
 use harness::store_fixtures::{ids_in_shard, queued_task};
-use shared::protocol::TaskStatus;
-use shared::store::{
+use protocol::TaskStatus;
+use protocol::token::{AccessToken, OwnerHash};
+use store::{
     CasOutcome, ListQuery, RedisStore, RedisStoreConfig, StoreError, TaskStore, Transition,
 };
-use shared::token::{AccessToken, OwnerHash};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 

@@ -19,11 +19,11 @@
 use std::sync::Arc;
 
 use base64::Engine;
+use client::{Client, ClientOptions, InvokeOptions, KeyPayer};
 use harness::paid::{PATIENCE, PAYER_KEY, PaidCluster, Res};
 use payments::LocalPayer;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use shared::client::{Client, ClientOptions, InvokeOptions, KeyPayer};
 
 type TestResult = Res<()>;
 
@@ -444,9 +444,9 @@ async fn an_entitlement_paid_on_one_network_is_not_honoured_on_another() -> Test
 /// never when it was not issued, expired or dropped.
 #[tokio::test]
 async fn issued_nonces_are_bounded_and_spent_once_in_redis() -> TestResult {
-    use shared::credentials::CredentialLedger;
-    use shared::store::{RedisStore, RedisStoreConfig};
     use std::time::Duration;
+    use store::credentials::CredentialLedger;
+    use store::{RedisStore, RedisStoreConfig};
 
     let redis = harness::redis_server::RedisServer::start()?;
     let store = RedisStore::connect(RedisStoreConfig::new(redis.url())).await?;

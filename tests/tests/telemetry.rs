@@ -23,7 +23,7 @@ use harness::redis_server::RedisServer;
 use nix::sys::signal::Signal;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use serde_json::{Value, json};
-use shared::store::{Phase, RedisStore, RedisStoreConfig, TaskStore};
+use store::{Phase, RedisStore, RedisStoreConfig, TaskStore};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 

@@ -7,14 +7,14 @@ use futures::StreamExt;
 use harness::process::ServiceProcess;
 use harness::redis_server::RedisServer;
 use nix::sys::signal::Signal;
+use protocol::TaskStatus;
+use protocol::token::{AccessToken, OwnerHash};
 use serde_json::{Value, json};
-use shared::protocol::TaskStatus;
-use shared::registry::{RedisRegistry, WorkerRegistry};
-use shared::store::{
+use store::registry::{RedisRegistry, WorkerRegistry};
+use store::{
     Admission, Invocation, NewTask, RedisStore, RedisStoreConfig, StoredEvent, Subscription,
     TaskStore, Transition,
 };
-use shared::token::{AccessToken, OwnerHash};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 

@@ -7,12 +7,10 @@ use std::time::Duration;
 use futures::StreamExt;
 use harness::process::ServiceProcess;
 use harness::redis_server::RedisServer;
+use protocol::TaskStatus;
+use protocol::token::{AccessToken, OwnerHash};
 use serde_json::{Value, json};
-use shared::protocol::TaskStatus;
-use shared::store::{
-    Admission, Invocation, NewTask, Phase, RedisStore, RedisStoreConfig, TaskStore,
-};
-use shared::token::{AccessToken, OwnerHash};
+use store::{Admission, Invocation, NewTask, Phase, RedisStore, RedisStoreConfig, TaskStore};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 

@@ -70,15 +70,13 @@ use harness::measure::redis_admin::{admin_connection, delete_matching, server_fa
 use harness::measure::service::{BenchProc, terminate_all};
 use harness::measure::stats::{Stat, stat, thousands};
 use harness::measure::{BoxError, Res};
+use protocol::TaskStatus;
+use protocol::token::{AccessToken, OwnerHash};
 use redis::aio::MultiplexedConnection;
 use serde::Serialize;
 use serde_json::json;
-use shared::protocol::TaskStatus;
-use shared::registry::{RedisRegistry, WorkerRegistry};
-use shared::store::{
-    Admission, Invocation, NewTask, Phase, RedisStore, RedisStoreConfig, TaskStore,
-};
-use shared::token::{AccessToken, OwnerHash};
+use store::registry::{RedisRegistry, WorkerRegistry};
+use store::{Admission, Invocation, NewTask, Phase, RedisStore, RedisStoreConfig, TaskStore};
 use tokio::task::JoinSet;
 
 const MAX_TASKS: u64 = 100_000_000;

@@ -111,13 +111,13 @@ pub struct WorkerConfig {
     pub max_turns: u32,
 
     /// Runs a task may get after losing workers; a later run fails it.
-    #[arg(long, env = "MAX_ATTEMPTS", default_value_t = shared::store::DEFAULT_MAX_ATTEMPTS)]
+    #[arg(long, env = "MAX_ATTEMPTS", default_value_t = store::DEFAULT_MAX_ATTEMPTS)]
     pub max_attempts: u32,
 
     /// Bytes a handler's output (JSON; for a streaming entrypoint its final output, for A2A
     /// its artifacts) may take in the task store; a larger one fails the task with
     /// `result_too_large` instead of being stored.
-    #[arg(long, env = "WORKER_MAX_RESULT_BYTES", default_value_t = shared::limits::DEFAULT_MAX_RESULT_BYTES)]
+    #[arg(long, env = "WORKER_MAX_RESULT_BYTES", default_value_t = protocol::limits::DEFAULT_MAX_RESULT_BYTES)]
     pub max_result_bytes: usize,
 
     /// How long SIGTERM waits for running handlers before leaving them to recovery.

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::{Value, json};
-use shared::store::{EventPayload, Lease, StoreError, TaskStore};
+use store::{EventPayload, Lease, StoreError, TaskStore};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EmitError {
@@ -42,7 +42,7 @@ impl Emitter {
         match self.store.emit(&lease, payload).await? {
             Some(seq) => Ok(seq),
             None => {
-                shared::telemetry::metrics::fenced_write_rejected(&lease.entrypoint, "emit");
+                telemetry::metrics::fenced_write_rejected(&lease.entrypoint, "emit");
                 tracing::info!(task_id = %lease.task_id, operation = "emit",
                     "event fenced out: the lease was lost");
                 Err(EmitError::Fenced)

@@ -10,7 +10,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use shared::registry::{EntrypointInfo, Price, SiwxPolicy};
+use store::registry::{EntrypointInfo, Price, SiwxPolicy};
 
 use crate::handler::{Handler, HandlerError, HandlerOutput, TaskContext};
 

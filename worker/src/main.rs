@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use shared::registry::RedisRegistry;
-use shared::store::RedisStore;
-use shared::telemetry::LogFormat;
+use store::RedisStore;
+use store::registry::RedisRegistry;
+use telemetry::LogFormat;
 use tokio_util::sync::CancellationToken;
 use worker::config::WorkerConfig;
 use worker::entrypoint::Entrypoints;
@@ -25,7 +25,7 @@ async fn main() -> anyhow::Result<()> {
             std::process::exit(2);
         }
     };
-    let telemetry = shared::telemetry::init("worker", LogFormat::parse(&config.log_format))
+    let telemetry = telemetry::init("worker", LogFormat::parse(&config.log_format))
         .context("cannot set up logs and telemetry")?;
     if !config.prices.is_empty() {
         let prices: Vec<String> = config.prices.iter().map(ToString::to_string).collect();
@@ -55,7 +55,7 @@ async fn main() -> anyhow::Result<()> {
         shutdown,
     )
     .await?;
-    shared::store::TaskStore::close(&store).await;
+    store::TaskStore::close(&store).await;
     // Blocking: the exporters flush on their own threads.
     let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
     Ok(())

@@ -11,8 +11,8 @@ use std::fmt;
 use std::str::FromStr;
 
 use payments::amount::{AmountError, to_atomic, to_decimal};
-pub use shared::registry::PaymentProtocol;
-use shared::registry::Price;
+pub use store::registry::PaymentProtocol;
+use store::registry::Price;
 
 use crate::entrypoint::Entrypoints;
 

@@ -1,7 +1,7 @@
 //! `taskctl invoke URL ENTRYPOINT [INPUT_JSON]`: run an entrypoint, print its result (and,
 //! for a paid call, the settlement: on standard error for people, `settlement` in JSON).
 
-use shared::client::InvokeOptions;
+use client::InvokeOptions;
 
 use crate::output::pretty;
 use crate::pay::{PayArgs, settlement_json, settlement_text};

@@ -1,7 +1,7 @@
 //! `taskctl list URL [--status S,..] [--context-id C] [--limit N] [--offset N]`.
 
-use shared::client::ListFilter;
-use shared::protocol::TaskStatus;
+use client::ListFilter;
+use protocol::TaskStatus;
 
 use crate::{CmdResult, Context};
 

@@ -9,7 +9,7 @@ pub mod send;
 pub mod stream;
 pub mod watch;
 
-use shared::protocol::Task;
+use protocol::Task;
 
 use crate::Output;
 use crate::output::pretty;

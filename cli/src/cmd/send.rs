@@ -12,9 +12,9 @@
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
+use client::SendOptions;
+use protocol::TaskStatus;
 use serde_json::{Value, json};
-use shared::client::SendOptions;
-use shared::protocol::TaskStatus;
 
 use crate::cmd::print_task;
 use crate::pay::{PayArgs, settlement_json, settlement_text};

@@ -4,8 +4,8 @@
 //! A paid stream (`--pay`, see [`crate::pay`]) first prints its settlement: a
 //! `{"type":"settlement","data":{...}}` document in JSON, a note on standard error for people.
 
+use client::InvokeOptions;
 use serde_json::Value;
-use shared::client::InvokeOptions;
 
 use crate::output::pretty;
 use crate::pay::{PayArgs, settlement_json, settlement_text};

@@ -7,7 +7,7 @@
 //! itself is never stored, logged or echoed.
 
 use axum::http::{HeaderMap, header};
-use shared::token::{AccessToken, OwnerHash};
+use protocol::token::{AccessToken, OwnerHash};
 
 use super::error::A2aError;
 

@@ -9,7 +9,7 @@ use a2a::{
     AgentCapabilities, AgentCard, AgentInterface, AgentSkill, ApiKeySecurityScheme,
     HttpAuthSecurityScheme, SecurityScheme,
 };
-use shared::registry::EntrypointInfo;
+use store::registry::EntrypointInfo;
 
 use super::{caller, jsonrpc_url, rest_url, service};
 use crate::config::GatewayConfig;

@@ -281,8 +281,8 @@ impl From<crate::error::ApiError> for A2aError {
     }
 }
 
-impl From<shared::store::StoreError> for A2aError {
-    fn from(err: shared::store::StoreError) -> Self {
+impl From<store::StoreError> for A2aError {
+    fn from(err: store::StoreError) -> Self {
         tracing::warn!(error = %err, "task store call failed during an A2A request");
         A2aError::unavailable()
     }

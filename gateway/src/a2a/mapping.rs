@@ -21,9 +21,9 @@ use a2a::{
     TaskStatus,
 };
 use base64::Engine;
+use protocol::TaskStatus as RuntimeStatus;
 use serde_json::{Value, json};
-use shared::protocol::TaskStatus as RuntimeStatus;
-use shared::store::{Phase, StoredTask};
+use store::{Phase, StoredTask};
 
 /// The A2A state of a runtime task in `phase` with `status`.
 pub fn state_of(status: RuntimeStatus, phase: Phase) -> TaskState {
@@ -493,9 +493,9 @@ pub fn skill_of(
 
 #[cfg(test)]
 mod tests {
-    use shared::protocol::{Task as RuntimeTask, TaskError, TaskResult, Timestamp};
-    use shared::store::Invocation;
-    use shared::token::AccessToken;
+    use protocol::token::AccessToken;
+    use protocol::{Task as RuntimeTask, TaskError, TaskResult, Timestamp};
+    use store::Invocation;
 
     use super::*;
 

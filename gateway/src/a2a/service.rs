@@ -18,14 +18,14 @@ use axum::response::Response;
 use base64::Engine;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
-use shared::protocol::TaskStatus as RuntimeStatus;
-use shared::registry::EntrypointInfo;
-use shared::store::{
+use protocol::TaskStatus as RuntimeStatus;
+use protocol::token::OwnerHash;
+use store::registry::EntrypointInfo;
+use store::{
     CasOutcome, Durability, ListQuery, MAX_LIST_LIMIT, Phase, Rejection, Resumed, StoredTask,
     Transition,
 };
-use shared::telemetry::metrics;
-use shared::token::OwnerHash;
+use telemetry::metrics;
 
 use super::error::A2aError;
 use super::mapping;
@@ -314,7 +314,7 @@ pub async fn list(
     let after = request
         .status_timestamp_after
         .map(|time| time.timestamp_millis());
-    candidates.retain(|task: &shared::protocol::Task| {
+    candidates.retain(|task: &protocol::Task| {
         let rejected = task
             .error
             .as_ref()
@@ -777,14 +777,14 @@ fn accepted(modes: &[&str], media_type: &str) -> bool {
 /// the final status update or, with `closes_on_input`, after an `input-required` one (the
 /// end of a `SendStreamingMessage` turn; a subscription follows the task through its turns).
 fn follow(
-    store: Arc<dyn shared::store::TaskStore>,
+    store: Arc<dyn store::TaskStore>,
     owner: OwnerHash,
     first: StoredTask,
     watch: Watch,
     closes_on_input: bool,
 ) -> BoxStream<'static, StreamResponse> {
     struct Follow {
-        store: Arc<dyn shared::store::TaskStore>,
+        store: Arc<dyn store::TaskStore>,
         owner: OwnerHash,
         task_id: String,
         context_id: String,

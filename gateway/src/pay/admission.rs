@@ -36,13 +36,11 @@ use axum::response::{IntoResponse, Response};
 use payments::mpp::Problem;
 use payments::wire::facilitator::FacilitatorRequest;
 use payments::{Credential, Terms, X402Version};
+use protocol::{ErrorCode, Task, TaskStatus};
 use serde_json::Value;
-use shared::credentials::{ClaimOutcome, CredentialState};
-use shared::protocol::{ErrorCode, Task, TaskStatus};
-use shared::store::{
-    Admission, CasOutcome, Lease, ReceiptRecorded, StoreError, TaskStore, Transition,
-};
-use shared::telemetry::metrics;
+use store::credentials::{ClaimOutcome, CredentialState};
+use store::{Admission, CasOutcome, Lease, ReceiptRecorded, StoreError, TaskStore, Transition};
+use telemetry::metrics;
 use tokio::task::JoinHandle;
 
 use super::receipt::Receipt;

@@ -36,7 +36,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use payments::{Address, Facilitator, HttpFacilitator, Network};
-use shared::credentials::CredentialLedger;
+use store::credentials::CredentialLedger;
 
 use crate::config::GatewayConfig;
 
@@ -230,7 +230,7 @@ impl Rail<'_> {
 /// carries a sign-in offer whose nonce is recorded first.
 pub async fn check<'a>(
     state: &'a crate::state::AppState,
-    entrypoint: &shared::registry::EntrypointInfo,
+    entrypoint: &store::registry::EntrypointInfo,
     route: Priced,
     headers: &axum::http::HeaderMap,
     uri: &axum::http::Uri,
@@ -274,7 +274,7 @@ pub fn resource_url(origin: &str, path: &str, entrypoint: &str) -> String {
 /// route's path and the entrypoint, under the challenge id's HMAC.
 pub async fn check_priced<'a>(
     state: &'a crate::state::AppState,
-    entrypoint: &shared::registry::EntrypointInfo,
+    entrypoint: &store::registry::EntrypointInfo,
     price: &str,
     headers: &axum::http::HeaderMap,
     uri: &axum::http::Uri,
@@ -294,7 +294,7 @@ pub async fn check_priced<'a>(
         .as_ref()
         .map(|price| price.protocol)
         .unwrap_or_default();
-    if protocol == shared::registry::PaymentProtocol::Mpp {
+    if protocol == store::registry::PaymentProtocol::Mpp {
         let Some(key) = gate.mpp.as_ref() else {
             return Err(Box::new(mpp::mpp_disabled().into_response()));
         };

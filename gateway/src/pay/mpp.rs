@@ -26,7 +26,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use payments::Terms;
 use payments::mpp::{self, ChallengeParams, ChallengeSecret, Problem};
-use shared::protocol::ErrorCode;
+use protocol::ErrorCode;
 
 use super::credential::Checked;
 use crate::config::GatewayConfig;

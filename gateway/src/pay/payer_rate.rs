@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use axum::response::Response;
 use payments::Address;
-use shared::ratelimit::{Quota, RateLimiter, Subject};
+use store::ratelimit::{Quota, RateLimiter, Subject};
 
 use crate::config::GatewayConfig;
 use crate::ratelimit;

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use payments::Address;
-use shared::protocol::ErrorCode;
+use protocol::ErrorCode;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::GatewayConfig;

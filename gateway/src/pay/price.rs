@@ -4,8 +4,8 @@
 use axum::http::StatusCode;
 use payments::Terms;
 use payments::wire::v2::ResourceInfo;
-use shared::protocol::ErrorCode;
-use shared::registry::EntrypointInfo;
+use protocol::ErrorCode;
+use store::registry::EntrypointInfo;
 
 use super::Gate;
 use crate::error::ApiError;

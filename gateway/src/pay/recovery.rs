@@ -3,7 +3,7 @@
 //! A credential stays `settling` when its gateway died between asking the facilitator to
 //! settle and storing the receipt, or when the facilitator never answered (timeout, dropped
 //! connection). Its record keeps the facilitator request, and its task is held for the
-//! settlement ([`shared::store::TaskStore::hold_for_settlement`]): no store sweep cancels or
+//! settlement ([`store::TaskStore::hold_for_settlement`]): no store sweep cancels or
 //! requeues it, since it may have been paid for. Once such a record is older than any settle
 //! call can last, the sweep asks the facilitator whether that credential was settled, a
 //! lookup that never settles anything ([`payments::Facilitator::settlement`]):
@@ -24,9 +24,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use payments::{FacilitatorError, X402Version};
-use shared::credentials::{CredentialState, Stuck};
-use shared::store::TaskStore;
-use shared::telemetry::metrics;
+use store::TaskStore;
+use store::credentials::{CredentialState, Stuck};
+use telemetry::metrics;
 use tokio_util::sync::CancellationToken;
 
 use super::Gate;
@@ -112,7 +112,7 @@ async fn sweep(
     gate: &Gate,
     store: &dyn TaskStore,
     grace: Duration,
-) -> Result<Sweep, shared::store::StoreError> {
+) -> Result<Sweep, store::StoreError> {
     let (mut resolved, mut unknown) = (0, 0);
     for stuck in gate.credentials.stuck(grace, BATCH).await? {
         match recover(gate, store, &stuck).await {

@@ -4,7 +4,7 @@
 //!   `extensions["sign-in-with-x"]`: the domain and URI to sign for (the gateway's
 //!   [`super::security_origin`], never a host the client chose), a fresh nonce, the time
 //!   window and the chain (`payments::siwx::SiwxExtension`). The nonce is recorded as issued
-//!   in Redis first (bounded: see [`shared::credentials::MAX_ISSUED_NONCES`]).
+//!   in Redis first (bounded: see [`store::credentials::MAX_ISSUED_NONCES`]).
 //! - A request carrying `SIGN-IN-WITH-X` is checked ([`payments::siwx::verify_header`]: the
 //!   domain and URI are the security origin's, the chain the gateway's network, the EIP-4361
 //!   message signed by the address it names, issued at most five minutes ago), then its
@@ -25,10 +25,10 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use payments::Address;
 use payments::siwx::{self, Expectations, SiwxExtension};
+use protocol::ErrorCode;
 use serde_json::{Value, json};
-use shared::protocol::ErrorCode;
-use shared::registry::EntrypointInfo;
-use shared::store::StoreError;
+use store::StoreError;
+use store::registry::EntrypointInfo;
 
 use super::Gate;
 use crate::error::ApiError;

@@ -22,17 +22,17 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures::StreamExt;
-use serde::Serialize;
-use serde_json::Value;
-use shared::protocol::{
+use protocol::token::AccessToken;
+use protocol::{
     ErrorCode, SendMessageRequest, TaskEvent, TaskEventData, TaskEventKind, TaskStatus,
 };
-use shared::store::{
+use serde::Serialize;
+use serde_json::Value;
+use store::{
     CasOutcome, Durability, EventStream, ListQuery, MAX_LIST_LIMIT, Rejection, StoredEvent,
     StoredTask, Subscription, Transition,
 };
-use shared::telemetry::metrics;
-use shared::token::AccessToken;
+use telemetry::metrics;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 

@@ -6,10 +6,10 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use protocol::TaskStatus;
 use redis::AsyncCommands;
 use serde_json::Value;
-use shared::protocol::TaskStatus;
-use shared::store::{RedisStore, StoredEvent, StoredTask, TaskStore};
+use store::{RedisStore, StoredEvent, StoredTask, TaskStore};
 
 use super::cluster::Cluster;
 use super::load::{AckedTask, Load, SubscriberLog};
@@ -126,7 +126,7 @@ async fn snapshot<C: redis::aio::ConnectionLike>(
     redis::Script::new(SNAPSHOT)
         .key(format!("{{{tag}}}:live"))
         .arg(format!("{{{tag}}}:task:*"))
-        .arg(shared::store::redis::fields::STATUS)
+        .arg(store::redis::fields::STATUS)
         .invoke_async(conn)
         .await
 }
@@ -352,8 +352,7 @@ async fn check_keys(
     let tags = key_tags(cluster.shards);
     report.keys = keys.len();
     let mut non_terminal = 0u64;
-    let replay_ttl_ms =
-        i64::try_from(shared::store::redis::REPLAY_TTL.as_millis()).unwrap_or(i64::MAX);
+    let replay_ttl_ms = i64::try_from(store::redis::REPLAY_TTL.as_millis()).unwrap_or(i64::MAX);
     for (key, mut redis) in keys {
         let key = &key;
         let Some((kind, name)) = split_key(key, &tags) else {

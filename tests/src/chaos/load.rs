@@ -7,12 +7,12 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use client::SseParser;
 use futures::StreamExt;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use reqwest::Method;
 use serde_json::{Value, json};
-use shared::client::SseParser;
 use tokio::task::JoinHandle;
 
 use super::{ChaosConfig, ChaosError};
@@ -104,7 +104,7 @@ impl Load {
             .timeout(Duration::from_secs(10))
             .build()?;
         let owners = (0..config.owners.max(2))
-            .map(|_| shared::client::generate_token())
+            .map(|_| client::generate_token())
             .collect();
         Ok(Load {
             started: Instant::now(),

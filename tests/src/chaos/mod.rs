@@ -121,7 +121,7 @@ pub enum ChaosError {
     #[error("redis: {0}")]
     RedisCommand(#[from] redis::RedisError),
     #[error("store: {0}")]
-    Store(#[from] shared::store::StoreError),
+    Store(#[from] store::StoreError),
     #[error("http client: {0}")]
     Http(#[from] reqwest::Error),
     #[error("{0}")]

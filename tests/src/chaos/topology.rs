@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
-use shared::store::{DurabilitySetting, RedisStoreConfig};
+use store::{DurabilitySetting, RedisStoreConfig};
 
 use super::{ChaosConfig, ChaosError, NAMESPACE};
 use crate::redis_cluster::{ClusterOptions, RedisCluster};
@@ -61,9 +61,7 @@ pub fn shard_tags(shards: u16) -> Vec<String> {
         return vec![NAMESPACE.to_owned()];
     }
     (0..shards)
-        .map(|shard| {
-            shared::store::redis::shard_tag(NAMESPACE, usize::from(shard), usize::from(shards))
-        })
+        .map(|shard| store::redis::shard_tag(NAMESPACE, usize::from(shard), usize::from(shards)))
         .collect()
 }
 

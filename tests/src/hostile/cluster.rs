@@ -6,8 +6,6 @@
 use std::path::Path;
 use std::time::Duration;
 
-use shared::store;
-
 use super::{HostileConfig, HostileError};
 use crate::paid::{PAYEE, free_port};
 use crate::process::ServiceProcess;

@@ -1,8 +1,8 @@
 //! `max_tasks`: live tasks are bounded, terminal ones never block creation, and expired
 //! admissions are reaped before the bound is checked.
 
-use shared::protocol::TaskStatus;
-use shared::store::StoreError;
+use protocol::TaskStatus;
+use store::StoreError;
 
 use crate::support::{BoxError, Fx, Harness, LONG, SHORT, StoreCfg, TestResult, outlive};
 

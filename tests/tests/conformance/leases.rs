@@ -1,9 +1,9 @@
 //! Claims, epochs and fencing: one claimer wins, a lease is good only while it is the task's
 //! current one and live, and a worker that lost its lease lands no write at all.
 
+use protocol::{TaskError, TaskStatus};
 use serde_json::json;
-use shared::protocol::{TaskError, TaskStatus};
-use shared::store::{Lease, Phase, Rejection};
+use store::{Lease, Phase, Rejection};
 use tokio::task::JoinSet;
 
 use crate::support::{

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
+use protocol::{TaskError, TaskStatus};
 use serde_json::json;
-use shared::protocol::{TaskError, TaskStatus};
-use shared::store::{Admission, CasOutcome, Phase, Rejection, StoreError, StoredEvent};
+use store::{Admission, CasOutcome, Phase, Rejection, StoreError, StoredEvent};
 
 use crate::support::{
     EVENT_TIMEOUT, Fx, Harness, LONG, SHORT, StoreCfg, TestResult, next_event, outlive, progress,
@@ -288,7 +288,7 @@ pub async fn compare_and_set_checks_the_expected_status(h: &impl Harness) -> Tes
         .compare_and_set(
             &id,
             &[TaskStatus::Completed, TaskStatus::Failed],
-            shared::store::Transition::cancelled(),
+            store::Transition::cancelled(),
             None,
         )
         .await?;
@@ -379,7 +379,7 @@ pub async fn a_failed_completion_leaves_the_task_recoverable(h: &impl Harness) -
         .compare_and_set(
             &id,
             &[TaskStatus::Cancelled],
-            shared::store::Transition::completed(shared::protocol::TaskResult::output(json!(1))),
+            store::Transition::completed(protocol::TaskResult::output(json!(1))),
             Some(&first.lease),
         )
         .await?;

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use shared::protocol::TaskStatus;
-use shared::store::{Admission, ListQuery, MAX_LIST_LIMIT, TaskPage};
+use protocol::TaskStatus;
+use store::{Admission, ListQuery, MAX_LIST_LIMIT, TaskPage};
 
 use crate::support::{BoxError, Fx, Harness, TestResult, other_owner};
 

@@ -24,7 +24,7 @@ mod turns;
 
 use std::sync::Arc;
 
-use shared::store::{MemoryStore, MemoryStoreConfig, TaskStore};
+use store::{MemoryStore, MemoryStoreConfig, TaskStore};
 
 use crate::support::{BoxError, Harness, StoreCfg};
 
@@ -196,8 +196,8 @@ impl Harness for RedisHarness {
     }
 
     async fn store(&self, cfg: StoreCfg) -> Result<Arc<dyn TaskStore>, BoxError> {
-        let mut config = shared::store::RedisStoreConfig::new(self.server.url());
-        config.namespace = format!("t{}", shared::token::AccessToken::generate().expose());
+        let mut config = store::RedisStoreConfig::new(self.server.url());
+        config.namespace = format!("t{}", protocol::token::AccessToken::generate().expose());
         config.shards = self.shards;
         if let Ok(mut latest) = self.namespace.lock() {
             latest.clone_from(&config.namespace);
@@ -205,7 +205,7 @@ impl Harness for RedisHarness {
         config.max_tasks = cfg.max_tasks;
         config.retention = cfg.retention;
         config.pool_size = 8;
-        Ok(Arc::new(shared::store::RedisStore::connect(config).await?))
+        Ok(Arc::new(store::RedisStore::connect(config).await?))
     }
 
     /// With every task terminal, each key left must expire by itself: task records, event logs
@@ -228,9 +228,7 @@ fn hash_tags(namespace: &str, shards: u16) -> Vec<String> {
     let mut tags = vec![namespace.to_owned()];
     if shards > 1 {
         let count = usize::from(shards);
-        tags.extend(
-            (0..count).map(|shard| shared::store::redis::shard_tag(namespace, shard, count)),
-        );
+        tags.extend((0..count).map(|shard| store::redis::shard_tag(namespace, shard, count)));
     }
     tags
 }
@@ -243,12 +241,12 @@ fn latest(namespace: &std::sync::Mutex<String>) -> String {
 /// The leak check of one hash tag of a namespace (the namespace's own, or a shard's) on the
 /// server (or cluster node) that holds it.
 async fn no_leaks(tag: &str, conn: &mut impl ::redis::aio::ConnectionLike) -> Result<(), BoxError> {
-    let keys = shared::store::redis::Keys::new(tag);
+    let keys = store::redis::Keys::new(tag);
     let found: Vec<String> = ::redis::cmd("KEYS")
         .arg(keys.all_pattern())
         .query_async(conn)
         .await?;
-    let retention_ms = i64::try_from(shared::store::DEFAULT_RETENTION.as_millis())?;
+    let retention_ms = i64::try_from(store::DEFAULT_RETENTION.as_millis())?;
     for key in found {
         let ttl: i64 = ::redis::cmd("PTTL").arg(&key).query_async(conn).await?;
         // `{tag}:kind:...`, where a shard's tag holds a colon too.
@@ -266,7 +264,7 @@ async fn no_leaks(tag: &str, conn: &mut impl ::redis::aio::ConnectionLike) -> Re
             "wake" => 60_000,
             // A script call's reply key on a cluster (replay.rs), deleted by the next call or
             // by its TTL.
-            "rp" => i64::try_from(shared::store::redis::REPLAY_TTL.as_millis())?,
+            "rp" => i64::try_from(store::redis::REPLAY_TTL.as_millis())?,
             _ => return Err(format!("{key} outlives every task").into()),
         };
         if !(1..=bound).contains(&ttl) {
@@ -312,22 +310,22 @@ impl Harness for RedisClusterHarness {
     }
 
     async fn store(&self, cfg: StoreCfg) -> Result<Arc<dyn TaskStore>, BoxError> {
-        let mut config = shared::store::RedisStoreConfig::new(String::new());
+        let mut config = store::RedisStoreConfig::new(String::new());
         config.cluster_urls = self.cluster.urls();
-        config.namespace = format!("t{}", shared::token::AccessToken::generate().expose());
+        config.namespace = format!("t{}", protocol::token::AccessToken::generate().expose());
         config.shards = CLUSTER_SHARDS;
         if let Ok(mut latest) = self.namespace.lock() {
             latest.clone_from(&config.namespace);
         }
         config.max_tasks = cfg.max_tasks;
         config.retention = cfg.retention;
-        Ok(Arc::new(shared::store::RedisStore::connect(config).await?))
+        Ok(Arc::new(store::RedisStore::connect(config).await?))
     }
 
     async fn check_no_leaks(&self) -> Result<(), BoxError> {
         let namespace = latest(&self.namespace);
         for tag in hash_tags(&namespace, CLUSTER_SHARDS) {
-            let layout = shared::store::redis::Keys::new(&tag).layout();
+            let layout = store::redis::Keys::new(&tag).layout();
             let owner = self.cluster.master_of_key(&layout)?;
             let mut conn = self.cluster.node(owner)?.client().await?;
             no_leaks(&tag, &mut conn).await?;

@@ -13,9 +13,9 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
+use protocol::{TaskError, TaskStatus};
 use serde_json::json;
-use shared::protocol::{TaskError, TaskStatus};
-use shared::store::{Admission, Lease, Phase};
+use store::{Admission, Lease, Phase};
 
 use crate::support::{EMPTY_WAIT, Fx, Harness, LONG, TestResult, progress};
 

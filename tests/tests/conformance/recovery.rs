@@ -5,9 +5,9 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use protocol::TaskStatus;
 use serde_json::json;
-use shared::protocol::TaskStatus;
-use shared::store::{Admission, Phase, ReceiptRecorded};
+use store::{Admission, Phase, ReceiptRecorded};
 use tokio::task::JoinSet;
 
 use crate::support::{Fx, Harness, LONG, SHORT, TestResult, next_event, outlive};
@@ -269,7 +269,7 @@ pub async fn a_late_receipt_is_attached_to_the_reaped_task(h: &impl Harness) -> 
     assert_eq!(stored.receipt.as_deref(), Some("receipt-2"));
     assert!(fx.store.recover_expired(100).await?.is_empty());
 
-    let gone = shared::store::Lease {
+    let gone = store::Lease {
         task_id: "no-such-task".into(),
         ..claim.lease.clone()
     };

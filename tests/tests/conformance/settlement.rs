@@ -4,8 +4,8 @@
 //! and claimer; only the settlement's outcome moves it on: a receipt commits it to run, a
 //! settlement that never happened cancels it.
 
-use shared::protocol::TaskStatus;
-use shared::store::{Admission, CasOutcome, Lease, Phase, ReceiptRecorded};
+use protocol::TaskStatus;
+use store::{Admission, CasOutcome, Lease, Phase, ReceiptRecorded};
 
 use std::time::Duration;
 

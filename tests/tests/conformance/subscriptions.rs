@@ -1,9 +1,9 @@
 //! Subscriptions: owner isolation, a gap-free hand-over from snapshot to live events, and
 //! replay from the per-task log.
 
+use protocol::TaskStatus;
 use serde_json::json;
-use shared::protocol::TaskStatus;
-use shared::store::{Admission, ListQuery, StoredEvent};
+use store::{Admission, ListQuery, StoredEvent};
 use tokio::task::JoinSet;
 
 use crate::support::{
@@ -37,7 +37,7 @@ pub async fn owner_isolation_across_reads(h: &impl Harness) -> TestResult {
     assert_ne!(stored.owner, stranger);
 
     // The stranger's own task is invisible to the first owner in turn.
-    let mut theirs = fx.new_task("theirs", shared::store::Admission::Queued);
+    let mut theirs = fx.new_task("theirs", store::Admission::Queued);
     theirs.owner = stranger.clone();
     fx.store.create(theirs).await?;
     let mine = fx.store.list(&fx.owner, &ListQuery::default()).await?;

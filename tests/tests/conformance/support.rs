@@ -12,14 +12,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use protocol::token::{AccessToken, OwnerHash};
+use protocol::{TaskError, TaskResult, TaskStatus};
 use serde_json::{Value, json};
-use shared::protocol::{TaskError, TaskResult, TaskStatus};
-use shared::store::{
+use store::{
     Activation, Admission, CasOutcome, Claim, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_TASKS,
     DEFAULT_RETENTION, EventPayload, EventStream, Invocation, Lease, NewTask, Started, StoredEvent,
     StoredTask, Subscription, TakeSpec, TaskStore, Transition,
 };
-use shared::token::{AccessToken, OwnerHash};
 
 pub type BoxError = Box<dyn Error + Send + Sync>;
 pub type TestResult = Result<(), BoxError>;
@@ -56,7 +56,7 @@ impl Default for StoreCfg {
 /// Makes stores for the suite. One harness value is built per test (the expression given to
 /// `conformance_tests!`), so it may own per-test resources such as a private server.
 pub trait Harness: Send + Sync {
-    /// Shards the harness's stores are split into (`shared::store::redis::shard_index` places
+    /// Shards the harness's stores are split into (`store::redis::shard_index` places
     /// ids); 1 for an unsharded store.
     fn shards(&self) -> usize {
         1
@@ -117,9 +117,7 @@ pub fn progress(step: u64) -> EventPayload {
 }
 
 /// The rejection reason of a compare-and-set, or an error when it applied.
-pub fn rejection(
-    outcome: &CasOutcome,
-) -> Result<(shared::store::Rejection, Option<TaskStatus>), BoxError> {
+pub fn rejection(outcome: &CasOutcome) -> Result<(store::Rejection, Option<TaskStatus>), BoxError> {
     match outcome {
         CasOutcome::Rejected { reason, current } => {
             Ok((*reason, current.as_ref().map(|task| task.status)))
@@ -168,7 +166,7 @@ impl Fx {
         };
         (0..)
             .map(|n| format!("{id}~{n}"))
-            .find(|candidate| shared::store::redis::shard_index(candidate, shards) == 0)
+            .find(|candidate| store::redis::shard_index(candidate, shards) == 0)
             .unwrap_or(id)
     }
 

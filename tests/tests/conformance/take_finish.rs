@@ -5,9 +5,9 @@
 
 use std::collections::HashSet;
 
+use protocol::{TaskResult, TaskStatus};
 use serde_json::json;
-use shared::protocol::{TaskResult, TaskStatus};
-use shared::store::{Phase, Rejection, Started, Transition};
+use store::{Phase, Rejection, Started, Transition};
 use tokio::task::JoinSet;
 
 use crate::support::{EMPTY_WAIT, Fx, Harness, LONG, SHORT, TestResult, outlive, rejection};
@@ -203,7 +203,7 @@ pub async fn concurrent_finish_and_take_hands_each_task_out_once(h: &impl Harnes
                 if current.is_empty() {
                     current = fx.store.take_active(&spec, EMPTY_WAIT).await?;
                     if current.is_empty() {
-                        return Ok::<_, shared::store::StoreError>(ran);
+                        return Ok::<_, store::StoreError>(ran);
                     }
                 }
                 let mut next = Vec::new();
@@ -246,7 +246,7 @@ pub async fn concurrent_finish_and_take_hands_each_task_out_once(h: &impl Harnes
 /// of the new task, its first event replayed, and every later event live, in order.
 pub async fn create_watched_follows_the_run_from_its_first_event(h: &impl Harness) -> TestResult {
     let fx = Fx::new(h).await?;
-    let new = fx.new_task("a", shared::store::Admission::Queued);
+    let new = fx.new_task("a", store::Admission::Queued);
     let id = new.task_id.clone();
     let (task, mut watched) = fx.store.create_watched(new).await?;
     assert_eq!(task.status, TaskStatus::Running);

@@ -2,9 +2,9 @@
 //! no lease, not queued, still live) until the owner resumes it with new input or cancels it.
 
 use futures::future::join_all;
+use protocol::TaskStatus;
 use serde_json::json;
-use shared::protocol::TaskStatus;
-use shared::store::{Phase, Rejection, Resumed, StoredEvent, turn_of};
+use store::{Phase, Rejection, Resumed, StoredEvent, turn_of};
 
 use crate::support::*;
 
@@ -229,12 +229,12 @@ pub async fn an_unanswered_request_times_out(h: &impl Harness) -> TestResult {
         assert_eq!(stored.task.status, TaskStatus::Failed, "{id}");
         assert_eq!(
             stored.task.error.as_ref().map(|error| error.code.as_str()),
-            Some(shared::store::INPUT_TIMEOUT)
+            Some(store::INPUT_TIMEOUT)
         );
     }
     let failed = next_event(&mut sub.events).await?;
     assert_eq!(failed.event, "error");
-    assert_eq!(failed.data["error"]["code"], shared::store::INPUT_TIMEOUT);
+    assert_eq!(failed.data["error"]["code"], store::INPUT_TIMEOUT);
     assert_eq!(fx.store.live_count().await?, 0);
     let late = fx.store.resume(&swept, &fx.owner, json!("x"), None).await?;
     assert!(matches!(late, Resumed::NotWaiting(task) if task.status == TaskStatus::Failed));

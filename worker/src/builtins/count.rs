@@ -1,10 +1,10 @@
 //! `count`: a streaming entrypoint that emits `1..=input.n` as `delta` events and returns
 //! `{"count": n}`. Handy for checking stream plumbing (ordering, resumption, fencing).
 
+use protocol::ErrorCode;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use shared::protocol::ErrorCode;
 
 use crate::emitter::EmitError;
 use crate::entrypoint::Entrypoint;
@@ -69,9 +69,9 @@ async fn run(input: CountInput, ctx: TaskContext) -> Result<CountOutput, Handler
 #[cfg(test)]
 mod tests {
     use futures::StreamExt;
+    use protocol::TaskStatus;
     use serde_json::{Value, json};
-    use shared::protocol::TaskStatus;
-    use shared::store::{CasOutcome, TaskStore, Transition};
+    use store::{CasOutcome, TaskStore, Transition};
 
     use super::*;
     use crate::builtins::test_support::{Harness, PATIENCE, TestResult, error, output};
@@ -139,7 +139,7 @@ mod tests {
             .store
             .emit(
                 &task.lease,
-                shared::store::EventPayload {
+                store::EventPayload {
                     event: "delta".into(),
                     data: json!({"delta": 1}),
                 },

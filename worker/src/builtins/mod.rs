@@ -41,12 +41,12 @@ pub(crate) mod test_support {
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
+    use protocol::token::{AccessToken, OwnerHash};
     use serde_json::Value;
-    use shared::store::{
+    use store::{
         Admission, Invocation, Lease, MemoryStore, MemoryStoreConfig, NewTask, Subscription,
         TaskStore,
     };
-    use shared::token::{AccessToken, OwnerHash};
     use tokio_util::sync::CancellationToken;
 
     use crate::emitter::Emitter;

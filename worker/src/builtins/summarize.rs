@@ -10,9 +10,9 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::LazyLock;
 
+use protocol::ErrorCode;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use shared::protocol::ErrorCode;
 
 use crate::entrypoint::Entrypoint;
 use crate::handler::{HandlerError, TaskContext};

@@ -15,8 +15,8 @@
 
 use std::time::Duration;
 
+use protocol::ErrorCode;
 use serde_json::{Value, json};
-use shared::protocol::ErrorCode;
 
 use crate::builtins::count::LEASE_LOST;
 use crate::emitter::EmitError;
@@ -256,7 +256,7 @@ async fn emit_chunk(
 mod tests {
     use base64::Engine as _;
     use futures::StreamExt;
-    use shared::store::{Subscription, TaskStore};
+    use store::{Subscription, TaskStore};
 
     use super::*;
     use crate::builtins::test_support::{Harness, PATIENCE, TestResult, error, output};

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use shared::store::Lease;
+use store::Lease;
 use tokio_util::sync::CancellationToken;
 
 /// Why a run was stopped from outside the handler. Each means the worker must not write the

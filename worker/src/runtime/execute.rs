@@ -13,11 +13,11 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use shared::protocol::{ErrorCode, TaskError, TaskResult, TaskStatus};
+use protocol::{ErrorCode, TaskError, TaskResult, TaskStatus};
 use std::collections::VecDeque;
 
-use shared::store::{CasOutcome, Claim, Lease, Rejection, Started, TakeSpec, Transition};
-use shared::telemetry::metrics;
+use store::{CasOutcome, Claim, Lease, Rejection, Started, TakeSpec, Transition};
+use telemetry::metrics;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -38,7 +38,7 @@ pub async fn run(
     let mut ready = VecDeque::from([first]);
     while let Some(started) = ready.pop_front() {
         let entrypoint = &started.claim.invocation.entrypoint;
-        let span = shared::telemetry::traced_span(|| {
+        let span = telemetry::traced_span(|| {
             tracing::info_span!(
                 "process task",
                 otel.name = %format_args!("process {entrypoint}"),
@@ -54,7 +54,7 @@ pub async fn run(
                 taskcluster.task.status = Empty,
             )
         });
-        shared::telemetry::follow_producer(&span, &started.claim.invocation.trace_context);
+        telemetry::follow_producer(&span, &started.claim.invocation.trace_context);
         let entrypoint = entrypoint.clone();
         let next = run_started(&shared, started, &shutdown, span.clone())
             .instrument(span)
@@ -198,7 +198,7 @@ enum Outcome {
 /// holds it.
 fn bounded(outcome: Outcome, limit: usize, task_id: &str) -> Outcome {
     match outcome {
-        Outcome::Done(Ok(output)) if shared::limits::exceeds(&output.output, limit) => {
+        Outcome::Done(Ok(output)) if protocol::limits::exceeds(&output.output, limit) => {
             tracing::warn!(%task_id, limit, "handler output too large to store; failing the task");
             Outcome::Done(Err(HandlerError::new(
                 ErrorCode::ResultTooLarge.as_str(),
@@ -234,7 +234,7 @@ async fn run_handler(
         cancel: cancel.clone(),
         events: Emitter::new(shared.store.clone(), lease),
     };
-    let span = shared::telemetry::traced_span(|| {
+    let span = telemetry::traced_span(|| {
         tracing::info_span!(
             "handler",
             otel.name = %format_args!("handler {}", invocation.entrypoint),

@@ -8,8 +8,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use shared::store::{Started, StoreError, TakeSpec};
-use shared::telemetry::metrics;
+use store::{Started, StoreError, TakeSpec};
+use telemetry::metrics;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;

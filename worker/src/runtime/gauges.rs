@@ -6,9 +6,9 @@
 
 use std::sync::Arc;
 
-use shared::registry::WorkerRegistry;
-use shared::store::StoreError;
-use shared::telemetry::metrics::{self, ClusterGauges, ClusterSample};
+use store::StoreError;
+use store::registry::WorkerRegistry;
+use telemetry::metrics::{self, ClusterGauges, ClusterSample};
 use tokio_util::sync::CancellationToken;
 
 use super::Shared;

@@ -7,8 +7,8 @@
 
 use std::sync::Arc;
 
-use shared::registry::{WorkerEntry, WorkerRegistry};
-use shared::store::Renewal;
+use store::Renewal;
+use store::registry::{WorkerEntry, WorkerRegistry};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 
@@ -58,10 +58,7 @@ async fn renew(shared: &Shared, ttl: std::time::Duration) {
                     Renewal::Renewed => shared.active.renewed(lease, asked_at),
                     Renewal::Lost => {
                         if shared.active.stop(&lease.task_id, StopReason::LeaseLost) {
-                            shared::telemetry::metrics::fenced_write_rejected(
-                                &lease.entrypoint,
-                                "renew",
-                            );
+                            telemetry::metrics::fenced_write_rejected(&lease.entrypoint, "renew");
                             tracing::warn!(task_id = %lease.task_id, "lease lost; stopping its handler");
                         }
                     }

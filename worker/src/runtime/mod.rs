@@ -16,8 +16,8 @@ mod share;
 use std::sync::Arc;
 use std::time::Duration;
 
-use shared::registry::{WorkerEntry, WorkerRegistry};
-use shared::store::TaskStore;
+use store::TaskStore;
+use store::registry::{WorkerEntry, WorkerRegistry};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -84,10 +84,10 @@ impl RuntimeConfig {
             concurrency: 16,
             lease_ttl: Duration::from_secs(10),
             max_run: Duration::from_secs(15 * 60),
-            max_attempts: shared::store::DEFAULT_MAX_ATTEMPTS,
+            max_attempts: store::DEFAULT_MAX_ATTEMPTS,
             input_timeout: DEFAULT_INPUT_TIMEOUT,
             max_turns: DEFAULT_MAX_TURNS,
-            max_result_bytes: shared::limits::DEFAULT_MAX_RESULT_BYTES,
+            max_result_bytes: protocol::limits::DEFAULT_MAX_RESULT_BYTES,
             drain_timeout: Duration::from_secs(30),
             recovery_interval: Duration::from_millis(500),
             idle_wait: Duration::from_secs(1),
@@ -117,7 +117,7 @@ pub async fn run(
     let entry = WorkerEntry {
         worker_id: config.worker_id.clone(),
         host: config.host.clone(),
-        started_at_ms: shared::protocol::Timestamp::now().as_millis(),
+        started_at_ms: protocol::Timestamp::now().as_millis(),
         concurrency: config.concurrency,
         entrypoints: entrypoints.infos(),
     };
@@ -165,7 +165,7 @@ pub async fn run(
         background.clone(),
     ));
     loops.spawn(recovery::run(shared.clone(), background.clone()));
-    if shared::telemetry::metrics_enabled() {
+    if telemetry::metrics_enabled() {
         loops.spawn(gauges::run(
             shared.clone(),
             registry.clone(),

@@ -8,9 +8,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use shared::protocol::TaskStatus;
-use shared::store::RecoveryReport;
-use shared::telemetry::metrics;
+use protocol::TaskStatus;
+use store::RecoveryReport;
+use telemetry::metrics;
 use tokio_util::sync::CancellationToken;
 
 use super::Shared;

@@ -10,7 +10,7 @@ use std::fmt::Write;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
-use shared::registry::EntrypointInfo;
+use store::registry::EntrypointInfo;
 
 use super::manifest;
 use crate::config::GatewayConfig;

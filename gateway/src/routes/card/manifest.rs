@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 use serde_json::Value;
-use shared::registry::{EntrypointInfo, Price};
+use store::registry::{EntrypointInfo, Price};
 
 use super::payments::{self, PaymentMethod};
 use crate::config::GatewayConfig;

@@ -29,7 +29,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::Response;
 use axum::routing::get;
 use serde::Serialize;
-use shared::registry::WorkerRegistry;
+use store::registry::WorkerRegistry;
 
 use crate::catalog::{Built, Catalog, Document, Snapshot};
 use crate::config::GatewayConfig;

@@ -9,7 +9,7 @@
 
 use serde_json::{Value, json};
 
-use shared::registry::EntrypointInfo;
+use store::registry::EntrypointInfo;
 
 use crate::config::GatewayConfig;
 
@@ -854,7 +854,7 @@ fn discovery_schemas() -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shared::protocol::ErrorCode;
+    use protocol::ErrorCode;
 
     #[test]
     fn error_codes_are_the_profile_codes() {

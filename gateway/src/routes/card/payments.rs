@@ -16,7 +16,7 @@
 use std::borrow::Cow;
 
 use serde::Serialize;
-use shared::registry::EntrypointInfo;
+use store::registry::EntrypointInfo;
 
 use super::manifest::price;
 use crate::config::GatewayConfig;
@@ -136,7 +136,7 @@ pub fn methods<'a>(
 mod tests {
     use super::*;
     use serde_json::json;
-    use shared::registry::Price;
+    use store::registry::Price;
 
     fn priced(key: &str, streaming: bool, invoke: &str, stream: Option<&str>) -> EntrypointInfo {
         EntrypointInfo {

@@ -6,10 +6,10 @@ use std::time::Duration;
 use axum::extract::{OriginalUri, Path, Request, State};
 use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use protocol::ErrorCode;
 use serde_json::Value;
-use shared::idempotency;
-use shared::protocol::ErrorCode;
-use shared::registry::EntrypointInfo;
+use store::idempotency;
+use store::registry::EntrypointInfo;
 
 use super::watch::{RunEvent, Terminal, Watch};
 use super::{

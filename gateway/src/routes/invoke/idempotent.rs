@@ -33,13 +33,13 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::Response;
-use shared::idempotency::{
+use protocol::ErrorCode;
+use protocol::token::AccessToken;
+use store::StoreError;
+use store::idempotency::{
     Begin, Claim, DEFAULT_IN_PROGRESS_TTL, DEFAULT_RETENTION, IdempotencyKey, IdempotencyStore,
     Operation, SecurityContext, StoredResponse, Subject, scope,
 };
-use shared::protocol::ErrorCode;
-use shared::store::StoreError;
-use shared::token::AccessToken;
 
 use super::Gated;
 use crate::error::ApiError;

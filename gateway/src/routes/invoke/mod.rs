@@ -26,12 +26,12 @@ use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use protocol::token::AccessToken;
+use protocol::{ErrorCode, Task, TaskStatus};
 use serde_json::{Map, Value};
-use shared::protocol::{ErrorCode, Task, TaskStatus};
-use shared::registry::EntrypointInfo;
-use shared::store::{CasOutcome, StoreError, TaskStore, Transition};
-use shared::telemetry::metrics;
-use shared::token::AccessToken;
+use store::registry::EntrypointInfo;
+use store::{CasOutcome, StoreError, TaskStore, Transition};
+use telemetry::metrics;
 
 use crate::admit::{self, Admit};
 use crate::error::ApiError;

@@ -3,9 +3,9 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use protocol::{ErrorCode, TaskError, TaskResult, TaskStatus};
 use serde::Serialize;
 use serde_json::Value;
-use shared::protocol::{ErrorCode, TaskError, TaskResult, TaskStatus};
 
 use super::watch::Terminal;
 use crate::error::{ApiError, json_response};

@@ -19,8 +19,8 @@ use axum::body::{Body, Bytes};
 use axum::extract::{OriginalUri, Path, Request, State};
 use axum::http::{HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
+use protocol::{ErrorCode, TaskStatus, Timestamp};
 use serde_json::{Map, Value, json};
-use shared::protocol::{ErrorCode, TaskStatus, Timestamp};
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
@@ -170,7 +170,7 @@ async fn relay(state: AppState, mut run: Run, tx: mpsc::Sender<Bytes>) {
                     Ok(None) => Terminal {
                         status: TaskStatus::Failed,
                         result: None,
-                        error: Some(shared::protocol::TaskError::new(
+                        error: Some(protocol::TaskError::new(
                             ErrorCode::TaskTimeout.as_str(),
                             format!("The entrypoint did not finish within {}ms; the run was cancelled", limit.as_millis()),
                         )),
@@ -199,7 +199,7 @@ async fn relay(state: AppState, mut run: Run, tx: mpsc::Sender<Bytes>) {
                 let failed = Terminal {
                     status: TaskStatus::Failed,
                     result: None,
-                    error: Some(shared::protocol::TaskError::new(
+                    error: Some(protocol::TaskError::new(
                         "input_required",
                         "The entrypoint asked for more input; multi-turn tasks need the A2A binding",
                     )),
@@ -219,7 +219,7 @@ async fn relay(state: AppState, mut run: Run, tx: mpsc::Sender<Bytes>) {
             }
             Err(err) => {
                 // The store failed: tell the client, and let the dropped run cancel the task.
-                let error = shared::protocol::TaskError::new(
+                let error = protocol::TaskError::new(
                     err.code.as_str(),
                     err.message
                         .unwrap_or_else(|| "The run could not be followed".into()),
@@ -379,7 +379,7 @@ mod tests {
         let failed = Terminal {
             status: TaskStatus::Failed,
             result: None,
-            error: Some(shared::protocol::TaskError::new("boom", "it broke")),
+            error: Some(protocol::TaskError::new("boom", "it broke")),
         };
         let end = frames.finish(&failed);
         assert_eq!(end.len(), 2);

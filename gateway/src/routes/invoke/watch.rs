@@ -10,10 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use protocol::token::OwnerHash;
+use protocol::{Task, TaskError, TaskEventData, TaskEventKind, TaskResult, TaskStatus};
 use serde_json::Value;
-use shared::protocol::{Task, TaskError, TaskEventData, TaskEventKind, TaskResult, TaskStatus};
-use shared::store::{EventStream, StoredEvent, Subscription, TaskStore};
-use shared::token::OwnerHash;
+use store::{EventStream, StoredEvent, Subscription, TaskStore};
 
 use crate::error::ApiError;
 
@@ -189,7 +189,7 @@ fn classify(event: StoredEvent) -> Option<RunEvent> {
     if event.event == PROGRESS {
         return Some(RunEvent::Progress);
     }
-    if event.event == shared::store::INPUT_REQUIRED_EVENT {
+    if event.event == store::INPUT_REQUIRED_EVENT {
         let request = event.data.get("request").cloned().unwrap_or(Value::Null);
         return Some(RunEvent::InputRequired { request });
     }

@@ -1,0 +1,142 @@
+//! Finishing a task and taking the next ones in one call (`finish_take.lua`): the fenced
+//! terminal writes of concurrent finishes of this process go out together, and the same call
+//! claims and activates the next queued tasks for the slots they free. Candidates come from
+//! [`super::take::Heads`] (the queue heads the previous take or finish returned), so no read
+//! precedes the call; what the call claims goes to the finishes that asked, in arrival order.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use redis::Value;
+
+use super::shards::Shard;
+use super::take::{TakeKey, Taken, heads_wanted, parse_claims};
+use super::{Core, ScriptItem};
+use crate::StoreError;
+
+pub(crate) struct FinishRequest {
+    /// The compare-and-set item, as `cas.lua` takes it (5 keys, 11 values).
+    pub item: ScriptItem,
+    /// What to take for the finishing worker; `None` takes nothing.
+    pub take: Option<(TakeKey, usize)>,
+}
+
+pub(crate) struct FinishOutcome {
+    /// The item's `cas.lua` reply.
+    pub swap: Value,
+    pub next: Vec<Taken>,
+    /// The queues still held tasks after the call: a finish that got fewer than it asked
+    /// for (its candidates were stale or unknown) can take them at once.
+    pub more_queued: bool,
+}
+
+/// Serves a batch of finishes of tasks in shard `shard`: one script call per distinct take (in
+/// practice one per worker process).
+pub(crate) async fn finish_batch(
+    core: Arc<Core>,
+    shard: usize,
+    requests: Vec<FinishRequest>,
+) -> Result<Vec<FinishOutcome>, StoreError> {
+    let mut groups: HashMap<Option<TakeKey>, Vec<usize>> = HashMap::new();
+    let mut order = Vec::new();
+    for (index, request) in requests.iter().enumerate() {
+        let key = request.take.as_ref().map(|(key, _)| key.clone());
+        let members = groups.entry(key.clone()).or_default();
+        if members.is_empty() {
+            order.push(key);
+        }
+        members.push(index);
+    }
+    let mut outcomes: Vec<Option<FinishOutcome>> = requests.iter().map(|_| None).collect();
+    for key in order {
+        let members = groups.remove(&key).unwrap_or_default();
+        let wanted: usize = members
+            .iter()
+            .map(|&i| requests[i].take.as_ref().map_or(0, |(_, max)| *max))
+            .sum();
+        let items: Vec<&ScriptItem> = members.iter().map(|&i| &requests[i].item).collect();
+        let (swaps, mut claims, more_queued) =
+            finish_group(&core, &core.shards[shard], key.as_ref(), &items, wanted).await?;
+        if swaps.len() != members.len() {
+            return Err(StoreError::Corrupt("finish reply arity".into()));
+        }
+        claims.reverse();
+        for (index, swap) in members.into_iter().zip(swaps) {
+            let max = requests[index].take.as_ref().map_or(0, |(_, max)| *max);
+            let mut next = Vec::new();
+            while next.len() < max {
+                match claims.pop() {
+                    Some(claim) => next.push(claim),
+                    None => break,
+                }
+            }
+            outcomes[index] = Some(FinishOutcome {
+                swap,
+                next,
+                more_queued,
+            });
+        }
+    }
+    outcomes
+        .into_iter()
+        .map(|outcome| outcome.ok_or_else(|| StoreError::Corrupt("finish lost an item".into())))
+        .collect()
+}
+
+async fn finish_group(
+    core: &Core,
+    shard: &Shard,
+    take: Option<&TakeKey>,
+    items: &[&ScriptItem],
+    wanted: usize,
+) -> Result<(Vec<Value>, Vec<Taken>, bool), StoreError> {
+    let keys = &shard.keys;
+    let config = &core.config;
+    let no_entrypoints = Vec::new();
+    let entrypoints = take.map_or(&no_entrypoints, |key| &key.entrypoints);
+    let candidates = if wanted > 0 {
+        shard.heads.pick(entrypoints, wanted.saturating_mul(2))
+    } else {
+        Vec::new()
+    };
+    let mut invocation = core.scripts.finish_take.prepare_invoke();
+    invocation
+        .key(keys.leases())
+        .key(keys.admissions())
+        .key(keys.live());
+    for entrypoint in entrypoints {
+        invocation.key(keys.queue(entrypoint));
+    }
+    invocation
+        .arg(u64::try_from(config.retention.as_millis()).unwrap_or(u64::MAX))
+        .arg(config.event_log_len)
+        .arg(keys.worker_channel_prefix())
+        .arg(take.map(|key| key.holder.as_str()).unwrap_or_default())
+        .arg(take.map_or(0, |key| key.ttl_ms))
+        .arg(take.and_then(|key| key.run_ms).unwrap_or(0))
+        .arg(wanted)
+        .arg(entrypoints.len())
+        .arg(if wanted > 0 { heads_wanted(wanted) } else { 0 })
+        .arg(items.len());
+    for item in items {
+        for key in &item.keys {
+            invocation.key(key);
+        }
+        for arg in &item.args {
+            invocation.arg(arg);
+        }
+    }
+    for (index, id) in &candidates {
+        invocation.key(keys.task(id)).arg(index + 1).arg(id);
+    }
+    let (swaps, flat, heads): (Vec<Value>, Vec<Value>, Vec<Vec<String>>) =
+        core.eval("finish_take", keys, &mut invocation).await?;
+    let Some(key) = take else {
+        return Ok((swaps, Vec::new(), false));
+    };
+    let more_queued = heads.iter().any(|ids| !ids.is_empty());
+    if wanted > 0 {
+        shard.heads.refresh(entrypoints, heads);
+    }
+    Ok((swaps, parse_claims(&key.holder, &flat, true)?, more_queued))
+}

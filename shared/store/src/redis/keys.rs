@@ -1,0 +1,144 @@
+//! Key and channel names, one function each. Every key and channel carries its shard's hash tag
+//! (`{ns}` unsharded; see `shards.rs`), so each shard lives in one Redis Cluster slot, every
+//! script can declare all its keys in KEYS, and a script's `SPUBLISH` stays in its own slot.
+
+use protocol::token::OwnerHash;
+
+#[derive(Debug, Clone)]
+pub struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    pub fn new(namespace: &str) -> Self {
+        Keys {
+            prefix: format!("{{{namespace}}}"),
+        }
+    }
+
+    /// The hash tag itself (`{ns}`): a key name in this namespace's (or shard's) slot, for
+    /// routing a keyless command there.
+    pub fn tag(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Hash: one task's record and invocation payload, under the two-letter field names of
+    /// `fields.rs`: status, owner, created, updated, invocation, attempt, max_attempts, seq,
+    /// and while they apply context, result, error, receipt, and, until the task is terminal,
+    /// phase, entrypoint, handed-off flag, fence epoch, admission deadline, lease holder and
+    /// deadline, run deadline and limit. Each transition writes it with one HSET (see
+    /// `shared/lua/`); the terminal one also drops the fields only a runnable task needs, so a
+    /// retained task is one small listpack.
+    pub fn task(&self, id: &str) -> String {
+        format!("{}:task:{id}", self.prefix)
+    }
+
+    /// List: the task's last events that its record cannot rebuild (a worker's progress and
+    /// stream output), `<seq>|<event>|<data>`; absent for a task that emitted none. The
+    /// creation and terminal events are rebuilt from the hash (`event_log.rs`).
+    pub fn events(&self, id: &str) -> String {
+        format!("{}:events:{id}", self.prefix)
+    }
+
+    /// Set: ids of every non-terminal task (its cardinality is what `max_tasks` bounds).
+    pub fn live(&self) -> String {
+        format!("{}:live", self.prefix)
+    }
+
+    /// Sorted set: the shard's retained terminal tasks, `<owner hash>:<id>` scored by when
+    /// each expires (`finish_task.lua`): what creation evicts first when the retained budget
+    /// is full, and what pruning walks to drop expired ids from owner indexes. Its name is
+    /// `live()`'s with `terminal` for `live` (the Lua derives it so).
+    pub fn terminal(&self) -> String {
+        format!("{}:terminal", self.prefix)
+    }
+
+    /// Sorted set: the owner's task ids by creation time.
+    pub fn owner_index(&self, owner: &OwnerHash) -> String {
+        format!("{}:owner:{owner}", self.prefix)
+    }
+
+    /// Counter: the owner's non-terminal tasks (the index expires only when it reaches 0).
+    pub fn owner_live(&self, owner: &OwnerHash) -> String {
+        format!("{}:owner-live:{owner}", self.prefix)
+    }
+
+    /// Sorted set: the live task ids created from one client address (`NewTask::source`), by
+    /// creation time: what `max_live_per_address` bounds. The task's record names it (field
+    /// `sl`) so that its terminal transition removes the id (`finish_task.lua`); it expires a
+    /// day after its last addition, so an address that never returns leaves nothing.
+    pub fn source_live(&self, source: &str) -> String {
+        format!("{}:src-live:{source}", self.prefix)
+    }
+
+    /// Sorted set: an entrypoint's ready queue, by enqueue time. Its heads come back with
+    /// every take and finish of a worker, as the candidates of that worker's next finish.
+    pub fn queue(&self, entrypoint: &str) -> String {
+        format!("{}:queue:{entrypoint}", self.prefix)
+    }
+
+    /// List: doorbell that blocked workers of an entrypoint wait on.
+    pub fn wake(&self, entrypoint: &str) -> String {
+        format!("{}:wake:{entrypoint}", self.prefix)
+    }
+
+    /// Sorted set: task id by lease deadline.
+    pub fn leases(&self) -> String {
+        format!("{}:leases", self.prefix)
+    }
+
+    /// Sorted set: reserved task id by admission deadline.
+    pub fn admissions(&self) -> String {
+        format!("{}:admissions", self.prefix)
+    }
+
+    /// String: one worker's registry entry (JSON), expiring `ttl` after its last heartbeat.
+    /// (Not `:worker:`, which prefixes the workers' cancellation channels.)
+    pub fn registry_entry(&self, worker_id: &str) -> String {
+        format!("{}:registry:{worker_id}", self.prefix)
+    }
+
+    /// Sorted set: registered worker id by entry expiry (ms, Redis clock); pruned on every
+    /// heartbeat and expiring with its latest deadline.
+    pub fn registry(&self) -> String {
+        format!("{}:registry", self.prefix)
+    }
+
+    /// Pub/sub channel of one task (in the task's shard), readable only by someone who knows
+    /// the owner hash.
+    pub fn task_channel(&self, owner: &OwnerHash, id: &str) -> String {
+        format!("{}{owner}:{id}", self.task_channel_prefix())
+    }
+
+    pub fn task_channel_prefix(&self) -> String {
+        format!("{}:ch:", self.prefix)
+    }
+
+    /// Pub/sub channel on which a worker hears that one of its tasks in this shard was
+    /// cancelled (a worker listens on every shard's).
+    pub fn worker_channel(&self, worker_id: &str) -> String {
+        format!("{}{worker_id}", self.worker_channel_prefix())
+    }
+
+    pub fn worker_channel_prefix(&self) -> String {
+        format!("{}:worker:", self.prefix)
+    }
+
+    /// Pattern matching every key of the namespace (tests and operators use it to look for leaks).
+    pub fn all_pattern(&self) -> String {
+        format!("{}:*", self.prefix)
+    }
+
+    /// String: the registry version, bumped by the registry scripts when the set of live
+    /// workers or an entry changes, expiring with the index. (Not under `:registry:`, where a
+    /// worker named `version` would have its entry.)
+    pub fn registry_version(&self) -> String {
+        format!("{}:registry-version", self.prefix)
+    }
+
+    /// String: the store layout the namespace's data is written in (`schema.rs`); set once,
+    /// never expiring.
+    pub fn layout(&self) -> String {
+        format!("{}:layout", self.prefix)
+    }
+}

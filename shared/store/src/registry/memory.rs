@@ -1,0 +1,115 @@
+//! [`MemoryRegistry`]: the registry of a single process (tests, one-binary deployments).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::{RegistryVersion, WorkerEntry, WorkerRegistry};
+use crate::{Clock, StoreError, SystemClock};
+
+/// Entries in a map, each live until `ttl` after its last heartbeat by a [`Clock`]. Expired
+/// entries are never listed and are dropped on the next heartbeat, listing or version read.
+/// Cheap to clone; clones share the entries.
+#[derive(Clone)]
+pub struct MemoryRegistry {
+    inner: Arc<Mutex<Inner>>,
+    clock: Arc<dyn Clock>,
+    /// Tells this registry's versions from another's: two registries of one process both
+    /// start counting at 0.
+    instance: u64,
+}
+
+#[derive(Default)]
+struct Inner {
+    entries: HashMap<String, Live>,
+    /// Changes to the live set or to an entry so far: the version.
+    changes: u64,
+}
+
+struct Live {
+    entry: WorkerEntry,
+    /// Milliseconds since the epoch, by the registry's clock.
+    expires_ms: u64,
+}
+
+impl MemoryRegistry {
+    /// A registry timed by the system clock.
+    pub fn new() -> Self {
+        MemoryRegistry::with_clock(Arc::new(SystemClock))
+    }
+
+    /// A registry timed by `clock` (tests move it by hand).
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        static INSTANCES: AtomicU64 = AtomicU64::new(0);
+        MemoryRegistry {
+            inner: Arc::default(),
+            clock,
+            instance: INSTANCES.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
+    /// Runs `op` under the lock, after dropping expired entries (a change); `op` gets the
+    /// current time.
+    fn with_live<T>(&self, op: impl FnOnce(&mut Inner, u64) -> T) -> T {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = self.clock.now_ms();
+        let before = inner.entries.len();
+        inner.entries.retain(|_, live| live.expires_ms > now);
+        if inner.entries.len() != before {
+            inner.changes += 1;
+        }
+        op(&mut inner, now)
+    }
+}
+
+impl Default for MemoryRegistry {
+    fn default() -> Self {
+        MemoryRegistry::new()
+    }
+}
+
+#[async_trait]
+impl WorkerRegistry for MemoryRegistry {
+    async fn heartbeat(&self, entry: &WorkerEntry, ttl: Duration) -> Result<(), StoreError> {
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        self.with_live(|inner, now| {
+            let live = Live {
+                entry: entry.clone(),
+                expires_ms: now.saturating_add(ttl_ms),
+            };
+            let before = inner.entries.insert(entry.worker_id.clone(), live);
+            if before.is_none_or(|before| before.entry != *entry) {
+                inner.changes += 1;
+            }
+        });
+        Ok(())
+    }
+
+    async fn deregister(&self, worker_id: &str) -> Result<(), StoreError> {
+        self.with_live(|inner, _| {
+            if inner.entries.remove(worker_id).is_some() {
+                inner.changes += 1;
+            }
+        });
+        Ok(())
+    }
+
+    async fn workers(&self) -> Result<Vec<WorkerEntry>, StoreError> {
+        let mut out: Vec<WorkerEntry> = self.with_live(|inner, _| {
+            inner
+                .entries
+                .values()
+                .map(|live| live.entry.clone())
+                .collect()
+        });
+        out.sort_by(|a, b| a.worker_id.cmp(&b.worker_id));
+        Ok(out)
+    }
+
+    async fn version(&self) -> Result<RegistryVersion, StoreError> {
+        Ok(self.with_live(|inner, _| RegistryVersion::new(self.instance, inner.changes)))
+    }
+}

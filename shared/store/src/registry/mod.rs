@@ -1,0 +1,137 @@
+//! The live worker registry: each worker publishes what it hosts under a short TTL and
+//! refreshes it by heartbeat, so a dead worker disappears by itself. The gateway builds the
+//! Agent Card (skills, entrypoints, schemas, prices) from it.
+//!
+//! A [`RegistryVersion`] tells a reader whether a listing it holds is still current, for the
+//! price of one cheap read: gateways cache the listing and the card built from it, and list
+//! again only when the version moves.
+
+mod memory;
+mod redis;
+
+pub use memory::MemoryRegistry;
+pub use redis::RedisRegistry;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::StoreError;
+
+/// Price of an entrypoint, in the payment rail's units (decimal strings, e.g. "0.01").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Price {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invoke: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<String>,
+    /// How it is paid. Absent (x402, and every worker from before MPP) reads as x402.
+    #[serde(default, skip_serializing_if = "PaymentProtocol::is_x402")]
+    pub protocol: PaymentProtocol,
+}
+
+/// The payment protocol a priced entrypoint asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PaymentProtocol {
+    /// x402 (`PAYMENT-SIGNATURE` / `X-PAYMENT`).
+    #[default]
+    X402,
+    /// MPP, the "Payment" HTTP authentication scheme (`Authorization: Payment`).
+    Mpp,
+}
+
+impl PaymentProtocol {
+    pub fn is_x402(&self) -> bool {
+        *self == PaymentProtocol::X402
+    }
+
+    /// The name the card's `payment_protocol` and the worker's `--price KEY=AMOUNT:NAME` use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PaymentProtocol::X402 => "x402",
+            PaymentProtocol::Mpp => "mpp",
+        }
+    }
+}
+
+/// One entrypoint as a worker advertises it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EntrypointInfo {
+    pub key: String,
+    pub description: String,
+    pub input_schema: Value,
+    pub output_schema: Value,
+    pub streaming: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price: Option<Price>,
+    /// The handler may run again after its worker died mid-run (it is idempotent or has no
+    /// side effects): a direct invoke or stream whose worker is lost then gets another
+    /// attempt. Otherwise a direct run gets exactly one attempt. Absent (older workers) reads
+    /// as false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub retry_safe: bool,
+    /// Sign-In-With-X (`--siwx KEY[:auth-only]`): the entrypoint takes a `SIGN-IN-WITH-X`
+    /// wallet signature, running for a payer already entitled to it (priced) or for any
+    /// signed-in caller (auth-only). Absent: no SIWX.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub siwx: Option<SiwxPolicy>,
+}
+
+/// An entrypoint's Sign-In-With-X policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SiwxPolicy {
+    /// Signing in is all it takes (no price); without a signature it answers 401.
+    #[serde(default)]
+    pub auth_only: bool,
+}
+
+/// A worker's registry entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerEntry {
+    pub worker_id: String,
+    pub host: String,
+    /// Milliseconds since the Unix epoch.
+    pub started_at_ms: u64,
+    pub concurrency: usize,
+    pub entrypoints: Vec<EntrypointInfo>,
+}
+
+/// Where a registry stands: equal versions (of one registry) list the same live entries. It
+/// moves when a worker joins or leaves, when an entry's content changes, and when an entry
+/// expires, but not when a heartbeat merely refreshes an unchanged entry. Compare for equality
+/// only; there is no order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RegistryVersion {
+    /// The stored version (Redis), or the registry instance (memory).
+    stamp: u64,
+    /// Expired entries not yet pruned (Redis), or the count of changes (memory).
+    moves: u64,
+}
+
+impl RegistryVersion {
+    pub(crate) fn new(stamp: u64, moves: u64) -> Self {
+        RegistryVersion { stamp, moves }
+    }
+}
+
+#[async_trait]
+pub trait WorkerRegistry: Send + Sync + 'static {
+    /// Publishes or refreshes `entry`; it vanishes `ttl` after the last refresh.
+    async fn heartbeat(&self, entry: &WorkerEntry, ttl: Duration) -> Result<(), StoreError>;
+
+    /// Removes an entry at once (clean shutdown).
+    async fn deregister(&self, worker_id: &str) -> Result<(), StoreError>;
+
+    /// Every live entry, ordered by worker id.
+    async fn workers(&self) -> Result<Vec<WorkerEntry>, StoreError>;
+
+    /// The registry's current version. A listing taken after reading a version is at least
+    /// as new as that version, so a reader that reads the version first never misses a change.
+    async fn version(&self) -> Result<RegistryVersion, StoreError>;
+}

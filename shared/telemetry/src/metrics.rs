@@ -1,0 +1,356 @@
+//! The service's metrics, under the names its dashboards use. Every recorder returns at once
+//! when metrics are off ([`super::metrics_enabled`]), before building any attribute.
+//!
+//! | name | kind | attributes |
+//! |---|---|---|
+//! | `taskcluster.tasks.admitted` | counter | `entrypoint` |
+//! | `taskcluster.tasks.finished` | counter | `entrypoint`, `status` |
+//! | `taskcluster.tasks.recovered` | counter | `entrypoint`, `outcome` |
+//! | `taskcluster.fenced_writes.rejected` | counter | `entrypoint`, `operation` |
+//! | `taskcluster.task.queue_wait` | histogram, s | `entrypoint` |
+//! | `taskcluster.task.run_time` | histogram, s | `entrypoint`, `status` |
+//! | `taskcluster.task.end_to_end` | histogram, s | `entrypoint`, `status` |
+//! | `taskcluster.queue.depth` | gauge | `entrypoint` |
+//! | `taskcluster.leases.active`, `taskcluster.workers.live` | gauge | |
+//! | `taskcluster.settlements.unreconciled` | gauge | |
+//! | `taskcluster.store.memory.fill` | gauge, 1 | `node` |
+//! | `taskcluster.admissions.refused` | counter | `reason` |
+//! | `http.server.request.duration` | histogram, s | `http.request.method`, `http.route`, `http.response.status_code`, `url.scheme` |
+//! | `http.server.active_requests` | up-down counter | `http.request.method`, `url.scheme` |
+
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
+
+use opentelemetry::KeyValue;
+use opentelemetry::global;
+use opentelemetry::metrics::{Counter, Gauge, Histogram, ObservableGauge, UpDownCounter};
+use opentelemetry_semantic_conventions::attribute as semconv;
+use opentelemetry_semantic_conventions::metric as semconv_metric;
+
+use protocol::{Task, TaskStatus};
+
+/// Bucket bounds for task durations: milliseconds for short handlers up to an hour for long
+/// ones (the default run limit is 15 minutes).
+const TASK_BUCKETS: [f64; 19] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+    900.0, 1800.0, 3600.0,
+];
+/// The HTTP semantic conventions' recommended bounds for request durations.
+const HTTP_BUCKETS: [f64; 14] = [
+    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+];
+
+struct Instruments {
+    admitted: Counter<u64>,
+    finished: Counter<u64>,
+    recovered: Counter<u64>,
+    fenced: Counter<u64>,
+    queue_wait: Histogram<f64>,
+    run_time: Histogram<f64>,
+    end_to_end: Histogram<f64>,
+    http_duration: Histogram<f64>,
+    http_active: UpDownCounter<i64>,
+    unreconciled: Gauge<u64>,
+    memory_fill: Gauge<f64>,
+    refused: Counter<u64>,
+}
+
+/// Built on first use, after [`super::init`] installed the meter provider.
+fn instruments() -> &'static Instruments {
+    static INSTRUMENTS: OnceLock<Instruments> = OnceLock::new();
+    INSTRUMENTS.get_or_init(|| {
+        let meter = global::meter("taskcluster");
+        let seconds = |name: &'static str, description: &'static str, buckets: &[f64]| {
+            meter
+                .f64_histogram(name)
+                .with_unit("s")
+                .with_description(description)
+                .with_boundaries(buckets.to_vec())
+                .build()
+        };
+        Instruments {
+            admitted: meter
+                .u64_counter("taskcluster.tasks.admitted")
+                .with_description("Tasks created (POST /tasks, invoke, stream)")
+                .build(),
+            finished: meter
+                .u64_counter("taskcluster.tasks.finished")
+                .with_description("Terminal writes: completed, failed or cancelled")
+                .build(),
+            recovered: meter
+                .u64_counter("taskcluster.tasks.recovered")
+                .with_description("Tasks settled by a recovery sweep after their lease expired")
+                .build(),
+            fenced: meter
+                .u64_counter("taskcluster.fenced_writes.rejected")
+                .with_description("Writes refused because the writer's lease was no longer current")
+                .build(),
+            queue_wait: seconds(
+                "taskcluster.task.queue_wait",
+                "From creation to the start of the first run",
+                &TASK_BUCKETS,
+            ),
+            run_time: seconds(
+                "taskcluster.task.run_time",
+                "From activation to the run's terminal write",
+                &TASK_BUCKETS,
+            ),
+            end_to_end: seconds(
+                "taskcluster.task.end_to_end",
+                "From creation to the terminal status",
+                &TASK_BUCKETS,
+            ),
+            http_duration: seconds(
+                semconv_metric::HTTP_SERVER_REQUEST_DURATION,
+                "Duration of HTTP server requests",
+                &HTTP_BUCKETS,
+            ),
+            http_active: meter
+                .i64_up_down_counter(semconv_metric::HTTP_SERVER_ACTIVE_REQUESTS)
+                .with_unit("{request}")
+                .with_description("Active HTTP server requests")
+                .build(),
+            unreconciled: meter
+                .u64_gauge("taskcluster.settlements.unreconciled")
+                .with_unit("{credential}")
+                .with_description(
+                    "Payment credentials left settling past any settle call whose outcome the \
+                     last settlement recovery sweep did not learn (their tasks stay held)",
+                )
+                .build(),
+            memory_fill: meter
+                .f64_gauge("taskcluster.store.memory.fill")
+                .with_unit("1")
+                .with_description(
+                    "Redis used_memory / maxmemory per server (every master of a cluster), as \
+                     the gateway's store memory watch last sampled it",
+                )
+                .build(),
+            refused: meter
+                .u64_counter("taskcluster.admissions.refused")
+                .with_description("New tasks a gateway refused before storing them")
+                .build(),
+        }
+    })
+}
+
+fn entrypoint(name: &str) -> KeyValue {
+    KeyValue::new("entrypoint", name.to_owned())
+}
+
+fn status(status: TaskStatus) -> KeyValue {
+    KeyValue::new("status", status.as_str())
+}
+
+/// A task was created.
+pub fn task_admitted(name: &str) {
+    if super::metrics_enabled() {
+        instruments().admitted.add(1, &[entrypoint(name)]);
+    }
+}
+
+/// A terminal write applied: counts it and records creation → terminal from the store's
+/// timestamps.
+pub fn task_finished(name: &str, task: &Task) {
+    let elapsed_ms = task.updated_at.0.saturating_sub(task.created_at.0);
+    task_settled(name, task.status, Some(Duration::from_millis(elapsed_ms)));
+}
+
+/// A task reached `outcome` (a terminal status); `end_to_end` is creation → terminal when the
+/// writer knows it (a recovery sweep does not read the task's timestamps).
+pub fn task_settled(name: &str, outcome: TaskStatus, end_to_end: Option<Duration>) {
+    if !super::metrics_enabled() || !outcome.is_terminal() {
+        return;
+    }
+    let attributes = [entrypoint(name), status(outcome)];
+    let instruments = instruments();
+    instruments.finished.add(1, &attributes);
+    if let Some(elapsed) = end_to_end {
+        instruments
+            .end_to_end
+            .record(elapsed.as_secs_f64(), &attributes);
+    }
+}
+
+/// A recovery sweep settled a task whose lease expired: `outcome` is `requeued`, `failed` or
+/// `cancelled`.
+pub fn task_recovered(name: &str, outcome: &'static str) {
+    if super::metrics_enabled() {
+        instruments()
+            .recovered
+            .add(1, &[entrypoint(name), KeyValue::new("outcome", outcome)]);
+    }
+}
+
+/// A write carrying a lease was refused because the lease is no longer current (another worker
+/// holds the task, or it is finished): `operation` is `activate`, `renew`, `emit` or `finish`.
+pub fn fenced_write_rejected(name: &str, operation: &'static str) {
+    if super::metrics_enabled() {
+        instruments().fenced.add(
+            1,
+            &[entrypoint(name), KeyValue::new("operation", operation)],
+        );
+    }
+}
+
+/// What one settlement recovery sweep left unresolved: credentials `settling` past any settle
+/// call whose outcome it could not learn (the facilitator offers no lookup, or the lookup
+/// failed). Their paid tasks stay held until someone reconciles them.
+pub fn settlements_unreconciled(count: u64) {
+    if super::metrics_enabled() {
+        instruments().unreconciled.record(count, &[]);
+    }
+}
+
+/// The store memory watch's latest sample of one server: `used_memory / maxmemory`.
+pub fn store_memory_fill(node: &str, ratio: f64) {
+    if super::metrics_enabled() {
+        instruments()
+            .memory_fill
+            .record(ratio, &[KeyValue::new("node", node.to_owned())]);
+    }
+}
+
+/// A new task was refused before it was stored; `reason` is `store_memory` (the store is past
+/// its memory high-water mark).
+pub fn admission_refused(reason: &'static str) {
+    if super::metrics_enabled() {
+        instruments()
+            .refused
+            .add(1, &[KeyValue::new("reason", reason)]);
+    }
+}
+
+/// Time a task waited from creation to its first activation.
+pub fn queue_wait(name: &str, waited: Duration) {
+    if super::metrics_enabled() {
+        instruments()
+            .queue_wait
+            .record(waited.as_secs_f64(), &[entrypoint(name)]);
+    }
+}
+
+/// How long a run took from activation to its outcome.
+pub fn run_time(name: &str, outcome: TaskStatus, took: Duration) {
+    if super::metrics_enabled() {
+        instruments()
+            .run_time
+            .record(took.as_secs_f64(), &[entrypoint(name), status(outcome)]);
+    }
+}
+
+/// One HTTP request served. `route` is the matched route template, `None` when nothing matched
+/// (then it is left out, as the conventions ask, to keep the series bounded).
+pub fn http_request(method: &str, route: Option<&str>, status_code: u16, took: Duration) {
+    if !super::metrics_enabled() {
+        return;
+    }
+    let mut attributes = vec![
+        KeyValue::new(semconv::HTTP_REQUEST_METHOD, method.to_owned()),
+        KeyValue::new(semconv::HTTP_RESPONSE_STATUS_CODE, i64::from(status_code)),
+        KeyValue::new(semconv::URL_SCHEME, "http"),
+    ];
+    if let Some(route) = route {
+        attributes.push(KeyValue::new(semconv::HTTP_ROUTE, route.to_owned()));
+    }
+    instruments()
+        .http_duration
+        .record(took.as_secs_f64(), &attributes);
+}
+
+/// Counts a request in (`+1`) or out (`-1`) of `http.server.active_requests`.
+pub fn http_active(method: &str, delta: i64) {
+    if super::metrics_enabled() {
+        instruments().http_active.add(
+            delta,
+            &[
+                KeyValue::new(semconv::HTTP_REQUEST_METHOD, method.to_owned()),
+                KeyValue::new(semconv::URL_SCHEME, "http"),
+            ],
+        );
+    }
+}
+
+/// Cluster-wide values sampled in the background; the gauges' callbacks only read these, so
+/// an export never waits on Redis.
+#[derive(Default)]
+pub struct ClusterSample {
+    /// Ready-queue length by entrypoint.
+    pub queue_depth: Vec<(String, u64)>,
+    /// Live leases (prepared and active) in the cluster, when the store counts them.
+    pub leases_active: Option<u64>,
+    /// Workers with a live registry entry, when there is a registry.
+    pub workers_live: Option<u64>,
+}
+
+/// The latest [`ClusterSample`]; empty (the gauges report nothing) until the first one.
+#[derive(Default)]
+pub struct ClusterGauges {
+    latest: Mutex<Option<ClusterSample>>,
+}
+
+impl ClusterGauges {
+    pub fn update(&self, sample: ClusterSample) {
+        *self.latest.lock().unwrap_or_else(PoisonError::into_inner) = Some(sample);
+    }
+
+    fn read<T>(&self, f: impl FnOnce(&ClusterSample) -> T) -> Option<T> {
+        self.latest
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map(f)
+    }
+}
+
+/// The registered gauges; they report while this is kept.
+pub struct ClusterGaugeHandles {
+    _gauges: Vec<ObservableGauge<u64>>,
+}
+
+/// Registers `taskcluster.queue.depth`, `taskcluster.leases.active` and
+/// `taskcluster.workers.live`, read from `gauges`. `None` when metrics are off.
+pub fn register_cluster_gauges(gauges: Arc<ClusterGauges>) -> Option<ClusterGaugeHandles> {
+    if !super::metrics_enabled() {
+        return None;
+    }
+    let meter = global::meter("taskcluster");
+    let depth = gauges.clone();
+    let leases = gauges.clone();
+    let workers = gauges;
+    let handles = vec![
+        meter
+            .u64_observable_gauge("taskcluster.queue.depth")
+            .with_unit("{task}")
+            .with_description("Tasks waiting in each entrypoint's ready queue (cluster-wide)")
+            .with_callback(move |observer| {
+                depth.read(|sample| {
+                    for (name, depth) in &sample.queue_depth {
+                        observer.observe(*depth, &[entrypoint(name)]);
+                    }
+                });
+            })
+            .build(),
+        meter
+            .u64_observable_gauge("taskcluster.leases.active")
+            .with_unit("{lease}")
+            .with_description("Live task leases in the cluster")
+            .with_callback(move |observer| {
+                if let Some(count) = leases.read(|sample| sample.leases_active).flatten() {
+                    observer.observe(count, &[]);
+                }
+            })
+            .build(),
+        meter
+            .u64_observable_gauge("taskcluster.workers.live")
+            .with_unit("{worker}")
+            .with_description("Workers with a live registry entry")
+            .with_callback(move |observer| {
+                if let Some(count) = workers.read(|sample| sample.workers_live).flatten() {
+                    observer.observe(count, &[]);
+                }
+            })
+            .build(),
+    ];
+    Some(ClusterGaugeHandles { _gauges: handles })
+}
