@@ -11,7 +11,7 @@
 //!
 //! Staleness bound: a response reflects the registry as it was at most `max_age` (plus one
 //! Redis round trip) before the request arrived. It holds for dead workers too: an entry that
-//! expires moves the version by itself (see `shared/lua/registry_version.lua`). Checks are
+//! expires moves the version by itself (see `shared/store/lua/registry_version.lua`). Checks are
 //! driven by requests, not by a timer: an idle gateway reads nothing, and a check never serves
 //! a snapshot older than the bound.
 //!

@@ -304,15 +304,18 @@ pub struct GatewayConfig {
     #[arg(long, env = "TRUST_FORWARDED_FOR", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub trust_forwarded_for: bool,
 
+    #[cfg(feature = "embedded")]
     /// Embedded mode only: tasks the in-process worker runs at once.
     #[arg(long, env = "WORKER_CONCURRENCY", default_value_t = 16)]
     pub worker_concurrency: usize,
 
+    #[cfg(feature = "embedded")]
     /// Embedded mode only: the most milliseconds the built-in `sleep` waits; a larger
     /// `input.ms` is refused with 400 `invalid_input`.
     #[arg(long, env = "WORKER_MAX_SLEEP_MS", default_value_t = worker::builtins::sleep::DEFAULT_MAX_SLEEP_MS)]
     pub worker_max_sleep_ms: u64,
 
+    #[cfg(feature = "embedded")]
     /// Embedded mode only: bytes a handler's output may take in the task store (as JSON); a
     /// larger one fails the task with `result_too_large`, as on a worker.
     #[arg(long, env = "WORKER_MAX_RESULT_BYTES", default_value_t = protocol::limits::DEFAULT_MAX_RESULT_BYTES)]

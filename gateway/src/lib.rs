@@ -13,7 +13,8 @@
 //! - [`observe`]: HTTP server spans and metrics (OpenTelemetry semantic conventions);
 //! - [`store_memory`]: new tasks refused while the store is near its memory limit;
 //! - [`pay`]: the payment gate of priced routes (x402): challenge, credential, durable admission;
-//! - [`embedded`]: the single-process mode (in-memory store and an in-process worker).
+//! - `embedded` (feature `embedded`, default): the single-process mode (in-memory store and an
+//!   in-process worker).
 //!
 //! [`app`] builds the router; tests drive it without a socket.
 
@@ -22,6 +23,7 @@ pub mod admit;
 pub mod catalog;
 pub mod client_address;
 pub mod config;
+#[cfg(feature = "embedded")]
 pub mod embedded;
 pub mod error;
 pub mod extract;

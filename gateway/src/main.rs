@@ -26,6 +26,8 @@ async fn main() -> anyhow::Result<()> {
         .redis
         .configured()
         .then(|| config.redis.store_config());
+    // Embedded mode keeps this in-process limiter; cluster mode replaces it with Redis's.
+    #[cfg_attr(not(feature = "embedded"), allow(unused_assignments))]
     let mut limiter: Arc<dyn store::ratelimit::RateLimiter> =
         Arc::new(store::ratelimit::MemoryRateLimiter::default());
     let state = match &cluster_store {
@@ -108,7 +110,14 @@ async fn main() -> anyhow::Result<()> {
                     "embedded mode takes no payments (paid tasks need a durable store); PAY_TO and FACILITATOR_URL are ignored"
                 );
             }
-            gateway::embedded::start(config.clone(), shutdown.clone(), &background)
+            #[cfg(feature = "embedded")]
+            {
+                gateway::embedded::start(config.clone(), shutdown.clone(), &background)
+            }
+            #[cfg(not(feature = "embedded"))]
+            anyhow::bail!(
+                "this gateway was built without embedded mode (feature `embedded`): set REDIS_URL or REDIS_CLUSTER_URLS"
+            )
         }
     };
 

@@ -1,5 +1,5 @@
 //! A script call the Redis Cluster client sends twice runs once (the replay guard,
-//! `shared/src/store/redis/replay.rs`).
+//! `shared/store/src/redis/replay.rs`).
 //!
 //! The cluster client resends a command whose connection dropped before its reply came. Here a
 //! real one-master cluster announces a proxy ([`CutProxy`]) as its address, so every store

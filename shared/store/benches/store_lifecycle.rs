@@ -2,7 +2,7 @@
 //! Redis commands and Redis CPU per life cycle.
 //!
 //! Run it through `scripts/bench-store`, which starts a private redis-server and calls
-//! `cargo bench -p taskcluster-shared --bench store_lifecycle` with `REDIS_URL` set.
+//! `cargo bench -p taskcluster-store --bench store_lifecycle` with `REDIS_URL` set.
 //!
 //! One life cycle is `create` (queued, entrypoint `noop`) -> `take_next` -> `activate_execution`
 //! -> `compare_and_set(.., completed, fenced)`. The "gateway" side (producers) and the "worker"
@@ -24,7 +24,7 @@
 //! - `INFO commandstats`: every command Redis executed. Redis 7 also counts the commands a Lua
 //!   script runs through `redis.call`, so the total is "server commands". The commands this
 //!   store sends itself (EVALSHA/EVAL, ZRANGE peeks, BLPOP doorbells, SCRIPT LOAD, PING, HELLO,
-//!   CLIENT SETINFO) never appear inside its scripts (checked against `shared/lua/`), so their
+//!   CLIENT SETINFO) never appear inside its scripts (checked against `shared/store/lua/`), so their
 //!   sum is exactly the number of client round trips. As a cross-check the bench also counts
 //!   its own store calls and multiplies them by the round trips the module doc of
 //!   `store/redis/mod.rs` states (create 1, take 2, activate 1, terminal write 1); the

@@ -3,7 +3,7 @@
 //!
 //! [`RedisRateLimiter`] keeps one key per subject, `{ns}:rate:<kind>:<subject>` (the subject's
 //! theoretical arrival time, in microseconds of the Redis clock), checked and charged by one
-//! script, `shared/lua/rate_limit.lua`; each key expires (PEXPIRE) once its subject's quota is
+//! script, `shared/store/lua/rate_limit.lua`; each key expires (PEXPIRE) once its subject's quota is
 //! whole again, so idle subjects cost nothing. [`MemoryRateLimiter`] is the in-process
 //! equivalent for the embedded mode.
 

@@ -1,9 +1,9 @@
 //! [`RedisCredentials`]: credential records in the store's Redis, shared by every gateway.
 //! One hash per credential, `{ns}:cred:<sha256(key)>` (fields `holder`, `state`, `request`,
-//! `receipt`), one script per transition: `shared/lua/credential_*.lua`; the records in
+//! `receipt`), one script per transition: `shared/store/lua/credential_*.lua`; the records in
 //! `settling` are indexed in `{ns}:cred-settling` (sorted by since when). Issued nonces (SIWX
 //! offers) live in one sorted set, `{ns}:nonces` (nonce -> expiry), bounded by
-//! `shared/lua/nonce_issue.lua` and spent by `shared/lua/nonce_take.lua`.
+//! `shared/store/lua/nonce_issue.lua` and spent by `shared/store/lua/nonce_take.lua`.
 
 use std::sync::Arc;
 use std::time::Duration;

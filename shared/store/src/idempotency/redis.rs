@@ -4,7 +4,7 @@
 //! names stay short and bounded whatever the client sends), with fields `fp`, `state`
 //! (`running` | `done`), `owner` (while running), `status`, `headers` (JSON pairs), `body`.
 //! Every record carries a TTL: the in-progress TTL while running, the retention once done, so
-//! nothing outlives its retention. One script per transition: `shared/lua/idempotency_*.lua`.
+//! nothing outlives its retention. One script per transition: `shared/store/lua/idempotency_*.lua`.
 //!
 //! Bounded ([`IdempotencyLimits`]): two sorted sets, `{ns}:idem-running` and `{ns}:idem-done`,
 //! list the records' ids (the hash in the name) scored by expiry, so that `begin` counts the

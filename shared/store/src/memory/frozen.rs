@@ -1,5 +1,5 @@
 //! Compact forms of what a retained task holds, so that the embedded store's memory is a
-//! small multiple of the tasks it keeps (see `shared/tests/memory_footprint.rs`).
+//! small multiple of the tasks it keeps (see `shared/store/tests/memory_footprint.rs`).
 //!
 //! A small JSON object held as a `serde_json::Value` costs several hundred bytes of maps and
 //! strings; as text it costs its length. Retained terminal tasks are most of what the

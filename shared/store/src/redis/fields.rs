@@ -4,7 +4,7 @@
 //! field name is stored in full: names such as `admission_expires` cost more than the values
 //! they label. Two-letter names cut a retained `echo` task's record by about a fifth, and with
 //! it the Redis memory per retained task (see README, Performance). The Lua scripts in
-//! `shared/lua/` spell the same names as literals; this is the one place that says what each
+//! `shared/store/lua/` spell the same names as literals; this is the one place that says what each
 //! one means, and the store layout version ([`super::schema`]) changes whenever they do.
 
 /// `running`, `completed`, `failed` or `cancelled`.

@@ -27,7 +27,7 @@ impl Keys {
     /// and while they apply context, result, error, receipt, and, until the task is terminal,
     /// phase, entrypoint, handed-off flag, fence epoch, admission deadline, lease holder and
     /// deadline, run deadline and limit. Each transition writes it with one HSET (see
-    /// `shared/lua/`); the terminal one also drops the fields only a runnable task needs, so a
+    /// `shared/store/lua/`); the terminal one also drops the fields only a runnable task needs, so a
     /// retained task is one small listpack.
     pub fn task(&self, id: &str) -> String {
         format!("{}:task:{id}", self.prefix)

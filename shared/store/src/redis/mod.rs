@@ -1,6 +1,6 @@
 //! RedisStore: the durable task store of the cluster.
 //!
-//! - every transition is one Lua script (`shared/lua/`), timed by Redis `TIME`;
+//! - every transition is one Lua script (`shared/store/lua/`), timed by Redis `TIME`;
 //! - every key a script touches is declared in KEYS and carries the namespace hash tag
 //!   ([`keys`]);
 //! - leases are fenced by owner and a per-task epoch; their deadlines live in a sorted set that

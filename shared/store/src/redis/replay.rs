@@ -44,7 +44,7 @@ const FORGET_PER_CALL: usize = 64;
 /// of keys to delete; the guard takes them off before the script sees `KEYS` and `ARGV`.
 pub fn wrap(body: &str) -> String {
     format!(
-        "-- replay guard (shared/src/store/redis/replay.rs)
+        "-- replay guard (shared/store/src/redis/replay.rs)
 local replay_key = table.remove(KEYS)
 local forget = tonumber(table.remove(ARGV))
 for _ = 1, forget do

@@ -1,4 +1,4 @@
-//! The Lua scripts, one per transition (see `shared/lua/`), with includes resolved at build
+//! The Lua scripts, one per transition (see `shared/store/lua/`), with includes resolved at build
 //! time. `redis::Script::invoke_async` sends EVALSHA and reloads on NOSCRIPT, so a Redis restart
 //! or SCRIPT FLUSH costs one extra round trip, never an error. Every script runs inside the
 //! replay guard (`replay.rs`).

@@ -8,7 +8,7 @@
 //! - `{ns}:registry-version` (string): bumped by those scripts when a worker joins or leaves,
 //!   an entry changes or the index is pruned (not on a plain refresh); expires with the index.
 //!
-//! Heartbeat and deregister are one script each (`shared/lua/register_worker.lua`,
+//! Heartbeat and deregister are one script each (`shared/store/lua/register_worker.lua`,
 //! `deregister_worker.lua`); a listing is two reads (index, then MGET of the entries), and an
 //! index member whose entry expired is skipped. The [`RegistryVersion`] is one read-only script
 //! (`registry_version.lua`): the stored version and the count of passed deadlines, so a worker
