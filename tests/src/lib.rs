@@ -1,6 +1,6 @@
 //! Test harness shared by the integration suites.
 //!
-//! - [`chaos`]: the chaos run of a whole cluster (the `chaos` binary and `tests/chaos.rs`);
+//! - [`chaos`]: the chaos run of a whole cluster (the `chaos` binary and `tests/chaos/chaos.rs`);
 //! - [`cut_proxy`]: a loopback TCP proxy that loses one reply on demand (a server that ran a
 //!   command and died before answering);
 //! - [`process`]: the workspace's `gateway`/`worker` binaries as real processes, signalled and

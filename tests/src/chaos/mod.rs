@@ -8,7 +8,7 @@
 //! master acknowledged but had not yet sent may be gone, which the checks then report).
 //!
 //! [`run`] is shared by the `chaos` binary (`scripts/chaos`, thousands of tasks) and by the
-//! smaller run in the test suite (`tests/tests/chaos.rs`). Everything random comes from one
+//! smaller run in the test suite (`tests/tests/chaos/chaos.rs`). Everything random comes from one
 //! seed, printed in the report, so a failing schedule of faults can be replayed (process timing
 //! still varies from run to run).
 
