@@ -1,5 +1,7 @@
 //! Test harness shared by the integration suites.
 //!
+//! - [`cluster`]: a cluster of real processes (Redis, workers, gateways) built in one place, and
+//!   the waits every multi-process suite shares (health, card, free ports);
 //! - [`chaos`]: the chaos run of a whole cluster (the `chaos` binary and `tests/chaos/chaos.rs`);
 //! - [`cut_proxy`]: a loopback TCP proxy that loses one reply on demand (a server that ran a
 //!   command and died before answering);
@@ -16,6 +18,7 @@
 //! - [`measure`]: the cluster benchmarks' shared measurements (Redis commandstats, process and
 //!   machine CPU, quiet-machine waits, medians and percentiles, report output).
 pub mod chaos;
+pub mod cluster;
 pub mod cut_proxy;
 pub mod hostile;
 pub mod measure;

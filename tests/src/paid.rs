@@ -3,54 +3,21 @@
 //! and two `gateway`s taking payments through it. Each suite passes the worker's and the
 //! gateways' extra settings and what the card must show before it starts testing.
 
-use std::net::TcpListener;
-use std::time::Duration;
-
 use serde_json::Value;
 
 use crate::process::ServiceProcess;
 use crate::redis_server::{RedisOptions, RedisServer};
 
-pub type Res<T> = Result<T, Box<dyn std::error::Error>>;
+// The waits and helpers every multi-process suite shares; re-exported for the paid suites.
+use crate::cluster::POLL;
+pub use crate::cluster::{PATIENCE, free_port, http, wait_healthy};
 
-/// How long any one wait for the cluster lasts.
-pub const PATIENCE: Duration = Duration::from_secs(30);
-/// Between two looks at a condition being polled for.
-const POLL: Duration = Duration::from_millis(25);
+pub type Res<T> = crate::cluster::Res<T>;
+
 /// Anvil #0: the payer (the facilitator funds it with 1000 USDC by default).
 pub const PAYER_KEY: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
 /// Anvil #1: the payee every gateway names.
 pub const PAYEE: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
-
-pub fn free_port() -> Res<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-pub fn http() -> Res<reqwest::Client> {
-    Ok(reqwest::Client::builder().timeout(PATIENCE).build()?)
-}
-
-/// Polls `base/health` until it answers 200.
-pub async fn wait_healthy(process: &ServiceProcess, base: &str) -> Res<()> {
-    let client = http()?;
-    let start = tokio::time::Instant::now();
-    loop {
-        if let Ok(response) = client.get(format!("{base}/health")).send().await
-            && response.status() == reqwest::StatusCode::OK
-        {
-            return Ok(());
-        }
-        if start.elapsed() > PATIENCE {
-            return Err(format!(
-                "{} never became healthy:\n{}",
-                process.name(),
-                process.log()
-            )
-            .into());
-        }
-        tokio::time::sleep(POLL).await;
-    }
-}
 
 /// A paying gateway `name` on `redis_url` and `facilitator`, with `env` added, once healthy:
 /// the process and its URL.

@@ -15,11 +15,11 @@
 //! `bash scripts/a2a-sdk-venv` makes the venv). One that is missing or cannot import the SDK
 //! fails the test, saying how to set it up: the test is never skipped.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use harness::cluster::free_port;
 use harness::process::{ServiceProcess, plain};
 use harness::redis_server::RedisServer;
 use serde_json::{Value, json};
@@ -57,10 +57,6 @@ const TOKEN: &str = "a2a-python-sdk-interop-token-0123456789";
 const SETUP_HINT: &str = "run `bash scripts/a2a-sdk-venv`: it makes ${CARGO_TARGET_DIR:-target}/\
                           a2a-sdk-venv with a2a-sdk==1.3.0 from PyPI, where this test looks for \
                           it unless A2A_SDK_PYTHON names another python that imports a2a-sdk";
-
-fn free_port() -> Result<u16, std::io::Error> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
 
 /// The workspace's target dir, found from this test binary as the harness finds the service
 /// binaries: `<target>/<profile>/deps/<test>`.

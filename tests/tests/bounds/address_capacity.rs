@@ -8,12 +8,11 @@
 //! bound to 127.0.0.2) still has its task run; a direct invoke and A2A SendMessage from the
 //! full address are refused as well.
 
-use std::net::{IpAddr, Ipv4Addr, TcpListener};
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use futures::StreamExt;
-use harness::process::ServiceProcess;
-use harness::redis_server::RedisServer;
+use harness::cluster::Cluster;
 use serde_json::{Value, json};
 
 type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
@@ -22,60 +21,17 @@ const PATIENCE: Duration = Duration::from_secs(60);
 const BOUND: usize = 100;
 const FLOOD: usize = 1_000;
 
-fn free_port() -> Result<u16, std::io::Error> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
 /// A worker for `sleep`, another for `echo` (so the sleeps holding the first one's slots never
 /// delay the echo: what is under test is admission), and a gateway with the default
 /// `MAX_TASKS` and `MAX_LIVE_PER_ADDRESS` at [`BOUND`], ready once its card lists both.
-async fn cluster(redis: &RedisServer) -> TestResult<(Vec<ServiceProcess>, String)> {
-    let mut processes = Vec::new();
-    for (id, entrypoints) in [("w-sleep", "sleep"), ("w-echo", "echo")] {
-        processes.push(ServiceProcess::start(
-            "worker",
-            id,
-            &[],
-            &[
-                ("REDIS_URL", redis.url()),
-                ("WORKER_ID", id.to_owned()),
-                ("WORKER_ENTRYPOINTS", entrypoints.to_owned()),
-            ],
-        )?);
-    }
-    let port = free_port()?;
-    let gateway = ServiceProcess::start(
-        "gateway",
-        "g-address",
-        &[],
-        &[
-            ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
-            ("REDIS_URL", redis.url()),
-            ("MAX_LIVE_PER_ADDRESS", BOUND.to_string()),
-        ],
-    )?;
-    let base = format!("http://127.0.0.1:{port}");
-    let client = reqwest::Client::new();
-    let start = tokio::time::Instant::now();
-    loop {
-        if let Ok(response) = client
-            .get(format!("{base}/.well-known/agent-card.json"))
-            .send()
-            .await
-            && let Ok(card) = response.json::<Value>().await
-            && let Some(skills) = card["skills"].as_array()
-            && ["sleep", "echo"]
-                .iter()
-                .all(|id| skills.iter().any(|skill| skill["id"] == *id))
-        {
-            processes.push(gateway);
-            return Ok((processes, base));
-        }
-        if start.elapsed() > PATIENCE {
-            return Err(format!("the card never listed both skills:\n{}", gateway.log()).into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+async fn cluster() -> TestResult<Cluster> {
+    Cluster::builder()
+        .worker("w-sleep", &[("WORKER_ENTRYPOINTS", "sleep")])
+        .worker("w-echo", &[("WORKER_ENTRYPOINTS", "echo")])
+        .gateway("g-address", &[("MAX_LIVE_PER_ADDRESS", &BOUND.to_string())])
+        .skills(&["sleep", "echo"])
+        .start()
+        .await
 }
 
 fn task_body(skill: &str, text: &str) -> Value {
@@ -115,8 +71,8 @@ async fn anonymous_sleep(client: &reqwest::Client, base: &str) -> TestResult<Ans
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_flood_of_anonymous_sleeps_from_one_address_leaves_room_for_another() -> TestResult {
-    let redis = RedisServer::start()?;
-    let (_processes, base) = cluster(&redis).await?;
+    let cluster = cluster().await?;
+    let base = cluster.base().to_owned();
 
     // One address: 1,000 anonymous 60 s sleeps, 64 at a time.
     let flooder = reqwest::Client::new();

@@ -4,66 +4,25 @@
 //! SendMessage while another owner is still admitted, and a finished direct invoke leaves Redis
 //! after `DIRECT_RETENTION_MS` while a task created with `POST /tasks` is kept.
 
-use std::net::TcpListener;
 use std::time::Duration;
 
-use harness::process::ServiceProcess;
-use harness::redis_server::RedisServer;
+use harness::cluster::{Cluster, PATIENCE};
 use serde_json::{Value, json};
 
 type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
-const PATIENCE: Duration = Duration::from_secs(30);
 const TOKEN_A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 const TOKEN_B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
 
-fn free_port() -> Result<u16, std::io::Error> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
 /// A worker serving `echo` and `sleep`, and a gateway with `settings`, ready once its card
 /// lists `sleep`.
-async fn cluster(
-    redis: &RedisServer,
-    settings: &[(&str, String)],
-) -> TestResult<(ServiceProcess, ServiceProcess, String)> {
-    let worker = ServiceProcess::start(
-        "worker",
-        "w-owner",
-        &[],
-        &[
-            ("REDIS_URL", redis.url()),
-            ("WORKER_ID", "w-owner".to_owned()),
-            ("WORKER_ENTRYPOINTS", "echo,sleep".to_owned()),
-        ],
-    )?;
-    let port = free_port()?;
-    let mut env = vec![
-        ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
-        ("REDIS_URL", redis.url()),
-    ];
-    env.extend(settings.iter().cloned());
-    let gateway = ServiceProcess::start("gateway", "g-owner", &[], &env)?;
-    let base = format!("http://127.0.0.1:{port}");
-    let client = reqwest::Client::new();
-    let start = tokio::time::Instant::now();
-    loop {
-        if let Ok(response) = client
-            .get(format!("{base}/.well-known/agent-card.json"))
-            .send()
-            .await
-            && let Ok(card) = response.json::<Value>().await
-            && card["skills"]
-                .as_array()
-                .is_some_and(|skills| skills.iter().any(|s| s["id"] == "sleep"))
-        {
-            return Ok((worker, gateway, base));
-        }
-        if start.elapsed() > PATIENCE {
-            return Err(format!("sleep never appeared in the card:\n{}", gateway.log()).into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+async fn cluster(settings: &[(&str, &str)]) -> TestResult<Cluster> {
+    Cluster::builder()
+        .worker("w-owner", &[("WORKER_ENTRYPOINTS", "echo,sleep")])
+        .gateway("g-owner", settings)
+        .skills(&["sleep"])
+        .start()
+        .await
 }
 
 async fn create(base: &str, token: &str, skill: &str, text: &str) -> TestResult<reqwest::Response> {
@@ -94,13 +53,12 @@ async fn cancel(base: &str, token: &str, task_id: &str) -> TestResult {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_owner_at_its_live_limit_gets_429_while_another_owner_is_admitted() -> TestResult {
-    let redis = RedisServer::start()?;
-    let (_worker, _gateway, base) =
-        cluster(&redis, &[("MAX_LIVE_PER_OWNER", "2".to_owned())]).await?;
-    let first = create_sleep(&base, TOKEN_A).await?;
-    let second = create_sleep(&base, TOKEN_A).await?;
+    let cluster = cluster(&[("MAX_LIVE_PER_OWNER", "2")]).await?;
+    let base = cluster.base();
+    let first = create_sleep(base, TOKEN_A).await?;
+    let second = create_sleep(base, TOKEN_A).await?;
 
-    let refused = create(&base, TOKEN_A, "sleep", r#"{"ms": 20000}"#).await?;
+    let refused = create(base, TOKEN_A, "sleep", r#"{"ms": 20000}"#).await?;
     assert_eq!(refused.status(), 429);
     assert!(refused.headers().contains_key("retry-after"));
     let body: Value = refused.json().await?;
@@ -127,22 +85,21 @@ async fn an_owner_at_its_live_limit_gets_429_while_another_owner_is_admitted() -
     assert!(message.contains("unfinished tasks"), "{rpc}");
 
     // Another owner is not held back.
-    let other = create_sleep(&base, TOKEN_B).await?;
+    let other = create_sleep(base, TOKEN_B).await?;
     // One of A's tasks ends: A is admitted again.
-    cancel(&base, TOKEN_A, &first).await?;
-    let third = create_sleep(&base, TOKEN_A).await?;
+    cancel(base, TOKEN_A, &first).await?;
+    let third = create_sleep(base, TOKEN_A).await?;
     for (token, id) in [(TOKEN_A, &second), (TOKEN_A, &third), (TOKEN_B, &other)] {
-        cancel(&base, token, id).await?;
+        cancel(base, token, id).await?;
     }
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_finished_direct_invoke_leaves_redis_after_its_short_retention() -> TestResult {
-    let redis = RedisServer::start()?;
-    let (_worker, _gateway, base) =
-        cluster(&redis, &[("DIRECT_RETENTION_MS", "300".to_owned())]).await?;
-    let response = create(&base, TOKEN_A, "echo", "kept").await?;
+    let cluster = cluster(&[("DIRECT_RETENTION_MS", "300")]).await?;
+    let base = cluster.base();
+    let response = create(base, TOKEN_A, "echo", "kept").await?;
     assert_eq!(response.status(), 200);
     let created: Value = response.json().await?;
     let kept = created["taskId"].as_str().ok_or("no taskId")?.to_owned();
@@ -160,7 +117,7 @@ async fn a_finished_direct_invoke_leaves_redis_after_its_short_retention() -> Te
 
     // Every task key but the kept one goes, and every owner index but the kept task's owner's
     // (each direct run has an owner of its own): poll Redis until only those are left.
-    let mut conn = redis.client().await?;
+    let mut conn = cluster.redis.client().await?;
     let start = tokio::time::Instant::now();
     loop {
         let tasks: Vec<String> = redis::cmd("KEYS")

@@ -5,9 +5,9 @@
 //! The rates are tiny (one request per 100 s), so that a quota never refills during a test:
 //! exactly the burst is admitted, whatever the machine's speed.
 
-use std::net::TcpListener;
 use std::time::Duration;
 
+use harness::cluster::free_port;
 use harness::paid::{PAYER_KEY, PaidCluster};
 use harness::process::ServiceProcess;
 use harness::redis_server::RedisServer;
@@ -77,10 +77,6 @@ async fn gcra_script_admits_the_burst_then_denies_with_retry_after() -> TestResu
         ));
     }
     Ok(())
-}
-
-fn free_port() -> Result<u16, std::io::Error> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 struct Gateway {

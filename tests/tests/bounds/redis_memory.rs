@@ -4,9 +4,9 @@
 //! gateway's high-water mark, Redis stays under its limit, a task admitted before still
 //! finishes (its terminal write is not refused), and admission reopens once memory is freed.
 
-use std::net::TcpListener;
 use std::time::Duration;
 
+use harness::cluster::free_port;
 use harness::process::ServiceProcess;
 use harness::redis_server::{RedisOptions, RedisServer};
 use nix::sys::signal::Signal;
@@ -21,10 +21,6 @@ const TOKEN: &str = "0123456789abcdef0123456789abcdef0123";
 const FILL_BYTES: usize = 200_000;
 /// Headroom given to Redis above what it used before the fill.
 const HEADROOM: u64 = 16 * 1024 * 1024;
-
-fn free_port() -> Result<u16, std::io::Error> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
 
 /// `used_memory` and `maxmemory` of the server.
 async fn memory(redis: &RedisServer) -> Result<(u64, u64), Box<dyn std::error::Error>> {

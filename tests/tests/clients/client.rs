@@ -3,13 +3,13 @@
 //! for what a real gateway never does (cards pointing elsewhere, a connection dropped during
 //! task creation, a failure that still names a task and carries payment evidence).
 
-use std::net::TcpListener as StdListener;
 use std::time::Duration;
 
 use client::{
     AgentCard, Client, ClientError, ClientOptions, CreationFailure, InvokeOptions, ListFilter,
     SendOptions, UrlPolicy,
 };
+use harness::cluster::free_port;
 use harness::process::ServiceProcess;
 use harness::redis_server::RedisServer;
 use protocol::{TaskEventKind, TaskStatus};
@@ -20,10 +20,6 @@ use tokio::net::TcpListener;
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 const PATIENCE: Duration = Duration::from_secs(30);
-
-fn free_port() -> Result<u16, std::io::Error> {
-    Ok(StdListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
 
 struct Cluster {
     _redis: RedisServer,

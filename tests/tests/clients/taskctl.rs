@@ -2,10 +2,10 @@
 //! subcommand, `--json` output that parses (one document per line), token sources, and the
 //! documented exit codes (0 ok, 1 remote error, 2 usage, 3 network).
 
-use std::net::TcpListener;
 use std::process::Output;
 use std::time::Duration;
 
+use harness::cluster::free_port;
 use harness::process::{ServiceProcess, binary};
 use harness::redis_server::RedisServer;
 use serde_json::Value;
@@ -13,10 +13,6 @@ use serde_json::Value;
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 const PATIENCE: Duration = Duration::from_secs(30);
-
-fn free_port() -> Result<u16, std::io::Error> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
 
 struct Cluster {
     _redis: RedisServer,

@@ -2,10 +2,10 @@
 //! tasks, a subscriber cut off by a dead gateway finishes on the other, Redis going away gives
 //! fast 503s and the gateway recovers by itself, and the embedded mode works with no Redis.
 
-use std::net::TcpListener;
 use std::time::Duration;
 
 use futures::StreamExt;
+use harness::cluster::free_port;
 use harness::process::ServiceProcess;
 use harness::redis_server::{RedisOptions, RedisServer};
 use nix::sys::signal::Signal;
@@ -15,10 +15,6 @@ type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 const PATIENCE: Duration = Duration::from_secs(30);
 const TOKEN: &str = "0123456789abcdef0123456789abcdef0123";
-
-fn free_port() -> Result<u16, std::io::Error> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
 
 struct Gateway {
     process: ServiceProcess,

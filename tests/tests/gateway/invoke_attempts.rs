@@ -3,9 +3,9 @@
 //! one attempt (the caller gets 502 `task_attempts_exhausted`, the handler never runs twice);
 //! an entrypoint every worker declares retry-safe (`WORKER_RETRY_SAFE`) runs again elsewhere.
 
-use std::net::TcpListener;
 use std::time::Duration;
 
+use harness::cluster::free_port;
 use harness::process::ServiceProcess;
 use harness::redis_server::RedisServer;
 use protocol::TaskStatus;
@@ -19,10 +19,6 @@ type Res<T> = Result<T, Box<dyn std::error::Error>>;
 /// Bound on waiting for something that must happen; reached only when a test fails.
 const PATIENCE: Duration = Duration::from_secs(30);
 const POLL: Duration = Duration::from_millis(20);
-
-fn free_port() -> Result<u16, std::io::Error> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
 
 struct Cluster {
     redis: RedisServer,

@@ -7,9 +7,9 @@
 //! Each change is awaited by polling with a deadline of its bound plus [`MARGIN`]; when the
 //! change starts (a worker listed in, or gone from, Redis) is read from Redis itself.
 
-use std::net::TcpListener;
 use std::time::Duration;
 
+use harness::cluster::free_port;
 use harness::process::ServiceProcess;
 use harness::redis_server::RedisServer;
 use nix::sys::signal::Signal;
@@ -28,10 +28,6 @@ const MARGIN: Duration = Duration::from_secs(3);
 /// The staleness bound the card gateway runs with.
 const REFRESH: Duration = Duration::from_millis(300);
 const TOKEN: &str = "0123456789abcdef0123456789abcdef0123";
-
-fn free_port() -> Result<u16, std::io::Error> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
 
 /// Polls `probe` until it yields a value, failing after `deadline`.
 async fn until<T>(

@@ -2,11 +2,9 @@
 //! input over `MAX_INPUT_BYTES` before storing anything, and a worker fails a task whose output
 //! is over `WORKER_MAX_RESULT_BYTES` with `result_too_large` instead of writing it to Redis.
 
-use std::net::TcpListener;
 use std::time::Duration;
 
-use harness::process::ServiceProcess;
-use harness::redis_server::RedisServer;
+use harness::cluster::Cluster;
 use serde_json::{Value, json};
 
 type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
@@ -15,45 +13,6 @@ const PATIENCE: Duration = Duration::from_secs(30);
 const TOKEN: &str = "0123456789abcdef0123456789abcdef0123";
 const MAX_INPUT_BYTES: usize = 64 * 1024;
 const MAX_RESULT_BYTES: usize = 16 * 1024;
-
-fn free_port() -> Result<u16, std::io::Error> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-/// Starts a gateway on `redis` and waits until its card lists `echo` (the worker registered).
-async fn gateway(redis: &RedisServer) -> TestResult<(ServiceProcess, String)> {
-    let port = free_port()?;
-    let process = ServiceProcess::start(
-        "gateway",
-        "g-bytes",
-        &[],
-        &[
-            ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
-            ("REDIS_URL", redis.url()),
-            ("MAX_INPUT_BYTES", MAX_INPUT_BYTES.to_string()),
-        ],
-    )?;
-    let base = format!("http://127.0.0.1:{port}");
-    let client = reqwest::Client::new();
-    let start = tokio::time::Instant::now();
-    loop {
-        if let Ok(response) = client
-            .get(format!("{base}/.well-known/agent-card.json"))
-            .send()
-            .await
-            && let Ok(card) = response.json::<Value>().await
-            && card["skills"]
-                .as_array()
-                .is_some_and(|skills| skills.iter().any(|s| s["id"] == "echo"))
-        {
-            return Ok((process, base));
-        }
-        if start.elapsed() > PATIENCE {
-            return Err(format!("echo never appeared in the card:\n{}", process.log()).into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 fn create(base: &str, text: &str) -> reqwest::RequestBuilder {
     reqwest::Client::new()
@@ -70,23 +29,28 @@ async fn task_keys(conn: &mut redis::aio::MultiplexedConnection) -> TestResult<V
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_result_over_the_workers_limit_fails_the_task_and_is_not_stored() -> TestResult {
-    let redis = RedisServer::start()?;
-    let worker = ServiceProcess::start(
-        "worker",
-        "w-bytes",
-        &[],
-        &[
-            ("REDIS_URL", redis.url()),
-            ("WORKER_ID", "w-bytes".to_owned()),
-            ("WORKER_ENTRYPOINTS", "echo".to_owned()),
-            ("WORKER_MAX_RESULT_BYTES", MAX_RESULT_BYTES.to_string()),
-        ],
-    )?;
-    let (gateway, base) = gateway(&redis).await?;
-    let mut conn = redis.client().await?;
+    // The worker, then a gateway ready once its card lists `echo` (the worker registered).
+    let cluster = Cluster::builder()
+        .worker(
+            "w-bytes",
+            &[
+                ("WORKER_ENTRYPOINTS", "echo"),
+                ("WORKER_MAX_RESULT_BYTES", &MAX_RESULT_BYTES.to_string()),
+            ],
+        )
+        .gateway(
+            "g-bytes",
+            &[("MAX_INPUT_BYTES", &MAX_INPUT_BYTES.to_string())],
+        )
+        .skills(&["echo"])
+        .start()
+        .await?;
+    let base = cluster.base();
+    let worker = &cluster.workers[0];
+    let mut conn = cluster.redis.client().await?;
 
     // Over the gateway's input limit: refused, and no task reaches Redis.
-    let response = create(&base, &"x".repeat(MAX_INPUT_BYTES)).send().await?;
+    let response = create(base, &"x".repeat(MAX_INPUT_BYTES)).send().await?;
     assert_eq!(response.status(), 413);
     let body: Value = response.json().await?;
     assert_eq!(body["error"]["code"], "invalid_request", "{body}");
@@ -121,7 +85,7 @@ async fn a_result_over_the_workers_limit_fails_the_task_and_is_not_stored() -> T
 
     // Under it, but echoed back over the worker's result limit: the task fails.
     let text = "x".repeat(32 * 1024);
-    let response = create(&base, &text).send().await?;
+    let response = create(base, &text).send().await?;
     assert_eq!(response.status(), 200);
     let created: Value = response.json().await?;
     let task_id = created["taskId"].as_str().ok_or("no taskId")?.to_owned();
@@ -198,6 +162,5 @@ async fn a_result_over_the_workers_limit_fails_the_task_and_is_not_stored() -> T
         "{}",
         worker.log()
     );
-    drop(gateway);
     Ok(())
 }

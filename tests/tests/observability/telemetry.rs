@@ -14,9 +14,9 @@
 //! - over OTLP/gRPC: the embedded gateway exports its spans and metrics;
 //! - without an endpoint nothing is exported (see also `shared`'s settings tests).
 
-use std::net::TcpListener;
 use std::time::Duration;
 
+use harness::cluster::free_port;
 use harness::otlp::{OtlpReceiver, Received, ReceivedSpan, Transport, attribute};
 use harness::process::ServiceProcess;
 use harness::redis_server::RedisServer;
@@ -33,10 +33,6 @@ const TOKEN: &str = "otel-secret-token-5f1e0c2a9b8d7e6f";
 /// The caller's own trace, which the gateway's server span continues.
 const CALLER_TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
 const CALLER_SPAN: &str = "b7ad6b7169203331";
-
-fn free_port() -> Result<u16, std::io::Error> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
 
 /// Telemetry settings that export quickly to `receiver` with `protocol`.
 fn otel_env(receiver: &OtlpReceiver, protocol: &str) -> Vec<(&'static str, String)> {

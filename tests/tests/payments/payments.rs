@@ -10,10 +10,10 @@
 //! facilitator is asked; a gateway dying mid-admission loses no paid task once the receipt is
 //! stored (and, between settle and receipt, loses the receipt but never reuses the credential).
 
-use std::net::TcpListener;
 use std::time::Duration;
 
 use base64::Engine;
+use harness::cluster::free_port;
 use harness::process::ServiceProcess;
 use harness::redis_server::{RedisOptions, RedisServer};
 use payments::payer::{Challenge, PaymentHeader};
@@ -53,10 +53,6 @@ fn shared_public_url() -> (&'static str, String) {
     (SHARED_PUBLIC_URL.0, SHARED_PUBLIC_URL.1.to_owned())
 }
 const CREDENTIAL_REQUIRED: &str = "X-PAYMENT header is required";
-
-fn free_port() -> Result<u16, std::io::Error> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
 
 fn unix_now() -> u64 {
     std::time::SystemTime::now()

@@ -1,0 +1,294 @@
+//! A cluster of real processes for the multi-process suites: a private `redis-server`, workers
+//! and gateways on it, built in one place so that every suite starts, waits for and stops its
+//! processes the same way.
+//!
+//! ```no_run
+//! # async fn demo() -> harness::cluster::Res {
+//! use harness::cluster::Cluster;
+//! let cluster = Cluster::builder()
+//!     .worker("w1", &[("WORKER_ENTRYPOINTS", "echo,sleep")])
+//!     .gateway("g1", &[("MAX_LIVE_PER_OWNER", "2")])
+//!     .skills(&["echo", "sleep"])
+//!     .start()
+//!     .await?;
+//! let card = cluster.http.get(format!("{}/.well-known/agent-card.json", cluster.base())).send().await?;
+//! # let _ = card; Ok(()) }
+//! ```
+//!
+//! What a suite does not set keeps the harness's defaults ([`ServiceProcess::start`]: fair
+//! admission's limits off, every worker slot open to any entrypoint). Each worker gets its
+//! `WORKER_ID` and `REDIS_URL`, each gateway its `LISTEN_ADDR` on a free loopback port and
+//! `REDIS_URL`. [`ClusterBuilder::start`] returns once every gateway answers `/health` and
+//! every gateway's Lucid card lists the [`ClusterBuilder::skills`] asked for. Dropping the
+//! cluster stops the processes first, then Redis.
+
+use std::net::TcpListener;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::process::ServiceProcess;
+use crate::redis_server::{RedisOptions, RedisServer};
+
+pub type Res<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
+/// How long any one wait for the cluster lasts.
+pub const PATIENCE: Duration = Duration::from_secs(30);
+/// Between two looks at a condition being polled for.
+pub const POLL: Duration = Duration::from_millis(25);
+
+/// A free TCP port on loopback (bound and released: the next process to bind it gets it,
+/// which is the one we start next).
+pub fn free_port() -> Res<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// An HTTP client whose requests give up after [`PATIENCE`].
+pub fn http() -> Res<reqwest::Client> {
+    Ok(reqwest::Client::builder().timeout(PATIENCE).build()?)
+}
+
+/// Polls `base/health` until it answers 200.
+pub async fn wait_healthy(process: &ServiceProcess, base: &str) -> Res {
+    let client = http()?;
+    let start = tokio::time::Instant::now();
+    loop {
+        if let Ok(response) = client.get(format!("{base}/health")).send().await
+            && response.status() == reqwest::StatusCode::OK
+        {
+            return Ok(());
+        }
+        if start.elapsed() > PATIENCE {
+            return Err(format!(
+                "{} never became healthy:\n{}",
+                process.name(),
+                process.log()
+            )
+            .into());
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Polls the Lucid card at `base` until `ready` accepts it.
+pub async fn wait_for_card(
+    process: &ServiceProcess,
+    base: &str,
+    ready: impl Fn(&Value) -> bool,
+) -> Res {
+    let client = http()?;
+    let start = tokio::time::Instant::now();
+    loop {
+        if let Ok(response) = client
+            .get(format!("{base}/.well-known/agent-card.json"))
+            .send()
+            .await
+            && let Ok(card) = response.json::<Value>().await
+            && ready(&card)
+        {
+            return Ok(());
+        }
+        if start.elapsed() > PATIENCE {
+            return Err(format!(
+                "the card of {} never became ready:\n{}",
+                process.name(),
+                process.log()
+            )
+            .into());
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Whether `card` lists every one of `skills`.
+pub fn lists_skills(card: &Value, skills: &[String]) -> bool {
+    let listed = card["skills"].as_array();
+    skills.iter().all(|wanted| {
+        listed.is_some_and(|listed| listed.iter().any(|skill| skill["id"] == wanted.as_str()))
+    })
+}
+
+/// A process to start: its name (also `WORKER_ID` for a worker), arguments and settings.
+#[derive(Clone, Debug)]
+struct Spec {
+    name: String,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+}
+
+impl Spec {
+    fn new(name: &str, env: &[(&str, &str)]) -> Spec {
+        Spec {
+            name: name.to_owned(),
+            args: Vec::new(),
+            env: env
+                .iter()
+                .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+                .collect(),
+        }
+    }
+}
+
+/// What [`Cluster::builder`] starts.
+#[must_use]
+pub struct ClusterBuilder {
+    redis: RedisOptions,
+    workers: Vec<Spec>,
+    gateways: Vec<Spec>,
+    skills: Vec<String>,
+}
+
+impl ClusterBuilder {
+    /// Redis started with `options` instead of the defaults (no AOF).
+    pub fn redis(mut self, options: RedisOptions) -> Self {
+        self.redis = options;
+        self
+    }
+
+    /// A worker `name` with `env` added to its settings.
+    pub fn worker(mut self, name: &str, env: &[(&str, &str)]) -> Self {
+        self.workers.push(Spec::new(name, env));
+        self
+    }
+
+    /// A gateway `name` with `env` added to its settings.
+    pub fn gateway(mut self, name: &str, env: &[(&str, &str)]) -> Self {
+        self.gateways.push(Spec::new(name, env));
+        self
+    }
+
+    /// Command-line arguments of the last worker or gateway added (whichever came last).
+    pub fn args(mut self, args: &[&str]) -> Self {
+        let last = match (self.workers.last_mut(), self.gateways.last_mut()) {
+            (_, Some(gateway)) => Some(gateway),
+            (worker, None) => worker,
+        };
+        if let Some(spec) = last {
+            spec.args = args.iter().map(|arg| (*arg).to_owned()).collect();
+        }
+        self
+    }
+
+    /// The skills every gateway's card must list before [`ClusterBuilder::start`] returns.
+    pub fn skills(mut self, skills: &[&str]) -> Self {
+        self.skills = skills.iter().map(|skill| (*skill).to_owned()).collect();
+        self
+    }
+
+    /// Starts Redis, the workers, then the gateways, and waits until they are ready.
+    pub async fn start(self) -> Res<Cluster> {
+        let redis = RedisServer::start_with(self.redis)?;
+        let mut cluster = Cluster {
+            gateways: Vec::new(),
+            workers: Vec::new(),
+            http: http()?,
+            redis,
+        };
+        for spec in &self.workers {
+            cluster.start_worker(spec)?;
+        }
+        for spec in &self.gateways {
+            let index = cluster.start_gateway(spec).await?;
+            let gateway = &cluster.gateways[index];
+            wait_for_card(&gateway.process, &gateway.base, |card| {
+                lists_skills(card, &self.skills)
+            })
+            .await?;
+        }
+        Ok(cluster)
+    }
+}
+
+/// A gateway process and the URL it serves at.
+pub struct Gateway {
+    pub process: ServiceProcess,
+    pub base: String,
+}
+
+/// Redis, workers and gateways; everything stops when it drops (processes first).
+pub struct Cluster {
+    pub gateways: Vec<Gateway>,
+    pub workers: Vec<ServiceProcess>,
+    pub http: reqwest::Client,
+    // Last: dropped after the processes that use it.
+    pub redis: RedisServer,
+}
+
+impl Cluster {
+    pub fn builder() -> ClusterBuilder {
+        ClusterBuilder {
+            redis: RedisOptions::default(),
+            workers: Vec::new(),
+            gateways: Vec::new(),
+            skills: Vec::new(),
+        }
+    }
+
+    /// The URL of the first gateway.
+    pub fn base(&self) -> &str {
+        self.gateways
+            .first()
+            .map(|gateway| gateway.base.as_str())
+            .unwrap_or_default()
+    }
+
+    /// The first gateway's process (its log, its pid).
+    pub fn gateway(&self) -> Option<&ServiceProcess> {
+        self.gateways.first().map(|gateway| &gateway.process)
+    }
+
+    /// Starts one more worker `name` with `env` added; returns its index in `workers`.
+    pub fn add_worker(&mut self, name: &str, env: &[(&str, &str)]) -> Res<usize> {
+        self.start_worker(&Spec::new(name, env))
+    }
+
+    /// Starts one more gateway `name` with `env` added, once healthy; returns its index.
+    pub async fn add_gateway(&mut self, name: &str, env: &[(&str, &str)]) -> Res<usize> {
+        self.start_gateway(&Spec::new(name, env)).await
+    }
+
+    /// The logs of every process, for a failure message.
+    pub fn logs(&self) -> String {
+        let gateways = self.gateways.iter().map(|gateway| &gateway.process);
+        gateways
+            .chain(&self.workers)
+            .map(|process| format!("--- {}\n{}", process.name(), process.log()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    fn start_worker(&mut self, spec: &Spec) -> Res<usize> {
+        let mut env = vec![
+            ("REDIS_URL", self.redis.url()),
+            ("WORKER_ID", spec.name.clone()),
+        ];
+        env.extend(
+            spec.env
+                .iter()
+                .map(|(key, value)| (key.as_str(), value.clone())),
+        );
+        let args: Vec<&str> = spec.args.iter().map(String::as_str).collect();
+        let process = ServiceProcess::start("worker", &spec.name, &args, &env)?;
+        self.workers.push(process);
+        Ok(self.workers.len() - 1)
+    }
+
+    async fn start_gateway(&mut self, spec: &Spec) -> Res<usize> {
+        let port = free_port()?;
+        let mut env = vec![
+            ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
+            ("REDIS_URL", self.redis.url()),
+        ];
+        env.extend(
+            spec.env
+                .iter()
+                .map(|(key, value)| (key.as_str(), value.clone())),
+        );
+        let args: Vec<&str> = spec.args.iter().map(String::as_str).collect();
+        let process = ServiceProcess::start("gateway", &spec.name, &args, &env)?;
+        let base = format!("http://127.0.0.1:{port}");
+        wait_healthy(&process, &base).await?;
+        self.gateways.push(Gateway { process, base });
+        Ok(self.gateways.len() - 1)
+    }
+}
