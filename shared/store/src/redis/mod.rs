@@ -15,6 +15,23 @@
 //! next task (`finish_and_take`, [`finish`]), so a busy worker makes about one per task;
 //! heartbeat 1 per worker per tick whatever its number of leases. Concurrent creates,
 //! activations, compare-and-sets and finishes of one process share calls ([`batch`]).
+//!
+//! Module map:
+//! - [`scripts`]: one module per task-store Lua script (`scripts/create.rs` for `create.lua`,
+//!   ...): the script's contract, its KEYS/ARGV packing (batch items and lanes included), its
+//!   typed reply, and the call; `scripts/mod.rs` holds the loaded set and the replay-guard
+//!   wrapping ([`scripts::guarded`], also used by the credential, idempotency, registry and
+//!   rate-limit stores);
+//! - [`tasks`]: the [`crate::TaskStore`] impl, glue from typed replies to the contract;
+//!   [`listing`] (owner listings), [`feed`] (subscriptions and gap-free event streams),
+//!   [`sweep`] (recovery and reaping over the shards);
+//! - [`take`] and [`finish`]: the batched take and finish-and-take paths, with the queue heads
+//!   they keep; [`batch`]: the batch lanes;
+//! - [`keys`], [`shards`], [`fields`], [`replies`], [`event_log`]: key names, shard routing,
+//!   record field names, record parsing, events rebuilt from records;
+//! - [`pool`], [`replay`], [`spans`], [`persistence`], [`schema`], [`memory`],
+//!   [`subscriber`]: connections (one server or a cluster), the replay guard, script spans, the
+//!   durability decision, the layout stamp, memory fill, pub/sub.
 
 mod batch;
 mod event_log;
