@@ -7,10 +7,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use redis::Value;
-
+use super::scripts::cas::CasReply;
+use super::scripts::finish_take;
 use super::shards::Shard;
-use super::take::{TakeKey, Taken, heads_wanted, parse_claims};
+use super::take::{TakeKey, Taken};
 use super::{Core, ScriptItem};
 use crate::StoreError;
 
@@ -23,7 +23,7 @@ pub(crate) struct FinishRequest {
 
 pub(crate) struct FinishOutcome {
     /// The item's `cas.lua` reply.
-    pub swap: Value,
+    pub swap: CasReply,
     pub next: Vec<Taken>,
     /// The queues still held tasks after the call: a finish that got fewer than it asked
     /// for (its candidates were stale or unknown) can take them at once.
@@ -89,54 +89,19 @@ async fn finish_group(
     take: Option<&TakeKey>,
     items: &[&ScriptItem],
     wanted: usize,
-) -> Result<(Vec<Value>, Vec<Taken>, bool), StoreError> {
-    let keys = &shard.keys;
-    let config = &core.config;
-    let no_entrypoints = Vec::new();
-    let entrypoints = take.map_or(&no_entrypoints, |key| &key.entrypoints);
-    let candidates = if wanted > 0 {
-        shard.heads.pick(entrypoints, wanted.saturating_mul(2))
-    } else {
-        Vec::new()
+) -> Result<(Vec<CasReply>, Vec<Taken>, bool), StoreError> {
+    let candidates = match take {
+        Some(key) if wanted > 0 => shard.heads.pick(&key.entrypoints, wanted.saturating_mul(2)),
+        _ => Vec::new(),
     };
-    let mut invocation = core.scripts.finish_take.prepare_invoke();
-    invocation
-        .key(keys.leases())
-        .key(keys.admissions())
-        .key(keys.live());
-    for entrypoint in entrypoints {
-        invocation.key(keys.queue(entrypoint));
-    }
-    invocation
-        .arg(u64::try_from(config.retention.as_millis()).unwrap_or(u64::MAX))
-        .arg(config.event_log_len)
-        .arg(keys.worker_channel_prefix())
-        .arg(take.map(|key| key.holder.as_str()).unwrap_or_default())
-        .arg(take.map_or(0, |key| key.ttl_ms))
-        .arg(take.and_then(|key| key.run_ms).unwrap_or(0))
-        .arg(wanted)
-        .arg(entrypoints.len())
-        .arg(if wanted > 0 { heads_wanted(wanted) } else { 0 })
-        .arg(items.len());
-    for item in items {
-        for key in &item.keys {
-            invocation.key(key);
-        }
-        for arg in &item.args {
-            invocation.arg(arg);
-        }
-    }
-    for (index, id) in &candidates {
-        invocation.key(keys.task(id)).arg(index + 1).arg(id);
-    }
-    let (swaps, flat, heads): (Vec<Value>, Vec<Value>, Vec<Vec<String>>) =
-        core.eval("finish_take", keys, &mut invocation).await?;
+    let (swaps, claims, heads) =
+        finish_take::call(core, shard, take, items, &candidates, wanted).await?;
     let Some(key) = take else {
         return Ok((swaps, Vec::new(), false));
     };
     let more_queued = heads.iter().any(|ids| !ids.is_empty());
     if wanted > 0 {
-        shard.heads.refresh(entrypoints, heads);
+        shard.heads.refresh(&key.entrypoints, heads);
     }
-    Ok((swaps, parse_claims(&key.holder, &flat, true)?, more_queued))
+    Ok((swaps, claims, more_queued))
 }

@@ -15,12 +15,31 @@
 //! next task (`finish_and_take`, [`finish`]), so a busy worker makes about one per task;
 //! heartbeat 1 per worker per tick whatever its number of leases. Concurrent creates,
 //! activations, compare-and-sets and finishes of one process share calls ([`batch`]).
+//!
+//! Module map:
+//! - [`scripts`]: one module per task-store Lua script (`scripts/create.rs` for `create.lua`,
+//!   ...): the script's contract, its KEYS/ARGV packing (batch items and lanes included), its
+//!   typed reply, and the call; `scripts/mod.rs` holds the loaded set and the replay-guard
+//!   wrapping ([`scripts::guarded`], also used by the credential, idempotency, registry and
+//!   rate-limit stores);
+//! - [`tasks`]: the [`crate::TaskStore`] impl, glue from typed replies to the contract;
+//!   [`listing`] (owner listings), [`feed`] (subscriptions and gap-free event streams),
+//!   [`sweep`] (recovery and reaping over the shards);
+//! - [`take`] and [`finish`]: the batched take and finish-and-take paths, with the queue heads
+//!   they keep; [`batch`]: the batch lanes;
+//! - [`keys`], [`shards`], [`fields`], [`replies`], [`event_log`]: key names, shard routing,
+//!   record field names, record parsing, events rebuilt from records;
+//! - [`pool`], [`replay`], [`spans`], [`persistence`], [`schema`], [`memory`],
+//!   [`subscriber`]: connections (one server or a cluster), the replay guard, script spans, the
+//!   durability decision, the layout stamp, memory fill, pub/sub.
 
 mod batch;
 mod event_log;
+mod feed;
 pub mod fields;
 mod finish;
 mod keys;
+mod listing;
 mod memory;
 mod persistence;
 mod pool;
@@ -31,6 +50,7 @@ mod scripts;
 mod shards;
 mod spans;
 mod subscriber;
+mod sweep;
 mod take;
 mod tasks;
 
@@ -340,53 +360,14 @@ fn batched(
     })
 }
 
-/// The batchers of shard `index`: their shared keys are that shard's.
-fn shard_lanes(core: &Arc<Core>, index: usize, creates_args: &[String]) -> ShardLanes {
-    let keys = &core.shards[index].keys;
-    // A finished task's holder hears of it on its cancellation channel in this shard's slot.
-    let swaps_args = vec![
-        core.config.retention.as_millis().to_string(),
-        core.config.event_log_len.to_string(),
-        keys.worker_channel_prefix(),
-    ];
+/// The batchers of shard `index`: each script module packs its lane's shared keys and
+/// arguments (that shard's).
+fn shard_lanes(core: &Arc<Core>, index: usize) -> ShardLanes {
     let lanes = 4;
     ShardLanes {
-        creates: batched(
-            core,
-            index,
-            lanes,
-            "create",
-            |s| &s.create,
-            vec![
-                keys.live(),
-                keys.admissions(),
-                keys.leases(),
-                keys.terminal(),
-            ],
-            creates_args
-                .iter()
-                .cloned()
-                .chain([keys.tag().to_owned()])
-                .collect(),
-        ),
-        activations: batched(
-            core,
-            index,
-            lanes,
-            "activate",
-            |s| &s.activate,
-            vec![keys.leases()],
-            vec![],
-        ),
-        swaps: batched(
-            core,
-            index,
-            lanes,
-            "cas",
-            |s| &s.cas,
-            vec![keys.leases(), keys.admissions(), keys.live()],
-            swaps_args,
-        ),
+        creates: scripts::create::lane(core, index, lanes),
+        activations: scripts::activate::lane(core, index, lanes),
+        swaps: scripts::cas::lane(core, index, lanes),
         // Two lanes: one call in flight while the next batch gathers; each call takes its
         // candidates out of the shard's heads, so the two never try the same ones.
         finishes: {
@@ -433,15 +414,6 @@ impl RedisStore {
         let shutdown = CancellationToken::new();
         let keys = Keys::new(&config.namespace);
         let shards = Shard::all(&config.namespace, config.shards);
-        let per_shard = |limit: u64| capacity_per_shard(limit, shards.len()).to_string();
-        let creates_args = vec![
-            per_shard(config.max_tasks),
-            per_shard(config.max_retained),
-            per_shard(config.max_retained_per_owner),
-            per_shard(config.max_live_per_owner),
-            per_shard(config.max_live_per_address),
-            per_shard(config.max_retained_bytes),
-        ];
         let durability_setting = config.durability;
         let wait_replicas = if config.cluster_urls.is_empty() {
             0
@@ -469,7 +441,7 @@ impl RedisStore {
         let lanes = core
             .shards
             .iter()
-            .map(|shard| shard_lanes(&core, shard.index, &creates_args))
+            .map(|shard| shard_lanes(&core, shard.index))
             .collect();
         let store = RedisStore {
             inner: Arc::new(Inner {
@@ -582,16 +554,6 @@ impl RedisStore {
             .core
             .eval_unreplicated(script, keys, invocation)
             .await
-    }
-
-    /// [`Self::eval`] over keys of the slot `keys` names (a shard's).
-    pub(crate) async fn eval_in<T: redis::FromRedisValue>(
-        &self,
-        keys: &Keys,
-        script: &'static str,
-        invocation: &mut redis::ScriptInvocation<'_>,
-    ) -> Result<T, StoreError> {
-        self.inner.core.eval(script, keys, invocation).await
     }
 
     /// A new connection for blocking reads: to the server, or a cluster connection of its own

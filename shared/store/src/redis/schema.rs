@@ -14,6 +14,7 @@
 //! Builds from before sharding read `2:shards=S` as an unknown layout and refuse it too.
 
 use super::RedisStore;
+use super::scripts::layout::{self, LayoutReply};
 use crate::StoreError;
 
 /// The layout this code reads and writes: 2 = two-letter task fields (`fields.rs`), creation
@@ -25,24 +26,19 @@ impl RedisStore {
     /// it already carries them. The emptiness check reads the unsharded keys: data from before
     /// the stamp existed was never sharded.
     pub(super) async fn check_layout(&self) -> Result<(), StoreError> {
-        let keys = &self.inner.core.keys;
         let shards = self.shard_count();
         let expected = stamp(shards);
-        let mut invocation = self.inner.core.scripts.layout.prepare_invoke();
-        invocation
-            .key(keys.layout())
-            .key(keys.live())
-            .key(keys.leases())
-            .key(keys.admissions())
-            .key(keys.registry())
-            .arg(&expected);
-        let found: String = self
-            .eval_unreplicated(keys, "layout", &mut invocation)
-            .await?;
-        if found == expected {
-            return Ok(());
-        }
         let namespace = &self.inner.core.config.namespace;
+        let found = match layout::call(&self.inner.core, &expected).await? {
+            LayoutReply::Stamped(found) if found == expected => return Ok(()),
+            LayoutReply::Stamped(found) => found,
+            LayoutReply::Unstamped => {
+                return Err(StoreError::Incompatible(format!(
+                    "namespace {namespace:?} holds live tasks or workers of an earlier version (store layout 1); \
+                     finish them with that version, or run this one with another REDIS_NAMESPACE"
+                )));
+            }
+        };
         if let Some(stored) = stored_shards(&found) {
             return Err(StoreError::Incompatible(format!(
                 "namespace {namespace:?} is split into {stored} shard(s), this process runs with \
@@ -52,17 +48,10 @@ impl RedisStore {
                  REDIS_NAMESPACE"
             )));
         }
-        Err(StoreError::Incompatible(if found == "unstamped" {
-            format!(
-                "namespace {namespace:?} holds live tasks or workers of an earlier version (store layout 1); \
-                 finish them with that version, or run this one with another REDIS_NAMESPACE"
-            )
-        } else {
-            format!(
-                "namespace {namespace:?} holds data of store layout {found}, this build reads layout {LAYOUT}; \
-                 run the matching version, or another REDIS_NAMESPACE"
-            )
-        }))
+        Err(StoreError::Incompatible(format!(
+            "namespace {namespace:?} holds data of store layout {found}, this build reads layout {LAYOUT}; \
+             run the matching version, or another REDIS_NAMESPACE"
+        )))
     }
 }
 

@@ -9,11 +9,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use redis::Value;
-
 use super::shards::Shard;
-use super::{Core, replies};
-use crate::{Activation, Claim, Lease, Started, StoreError};
+use super::{Core, scripts};
+use crate::{Activation, Claim, Started, StoreError};
 
 /// What a take asks for; requests with equal keys share one peek and one script call.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -95,40 +93,6 @@ impl Heads {
 /// finish before the next call, and more for the races with other processes.
 pub(crate) fn heads_wanted(wanted: usize) -> usize {
     wanted.saturating_mul(2).clamp(8, 256)
-}
-
-/// Parses a take script's claims: 9 values per claim, 11 when activated.
-pub(crate) fn parse_claims(
-    holder: &str,
-    flat: &[Value],
-    activated: bool,
-) -> Result<Vec<Taken>, StoreError> {
-    let width = if activated { 11 } else { 9 };
-    if !flat.len().is_multiple_of(width) {
-        return Err(StoreError::Corrupt("take reply has the wrong arity".into()));
-    }
-    flat.chunks(width)
-        .map(|chunk| {
-            let claim = replies::claim(holder, &chunk[..9])?;
-            let activation = match chunk.get(9..11) {
-                Some([attempt, deadline]) => Some(activation(&claim.lease, attempt, deadline)?),
-                _ => None,
-            };
-            Ok(Taken { claim, activation })
-        })
-        .collect()
-}
-
-fn activation(lease: &Lease, attempt: &Value, deadline: &Value) -> Result<Activation, StoreError> {
-    let int = |v: &Value| -> Result<u64, StoreError> {
-        redis::from_redis_value_ref::<u64>(v).map_err(|e| StoreError::Corrupt(e.to_string()))
-    };
-    Ok(Activation {
-        // Claimed and activated at the same instant: the claim's deadline is the lease's.
-        lease: lease.clone(),
-        attempt: u32::try_from(int(attempt)?).unwrap_or(u32::MAX),
-        run_deadline_ms: int(deadline)?,
-    })
 }
 
 /// Serves a batch of requests; requests that agree on entrypoints, holder and lease share one
@@ -251,7 +215,8 @@ async fn take_group(
     Ok((claims.into_iter().flatten().collect(), true))
 }
 
-/// One `take.lua` call in `shard`, over the candidates peeked there.
+/// One `take.lua` call in `shard`, over the candidates peeked there; keeps the heads it
+/// returns when they are of use (a take that activates).
 async fn take_in_shard(
     core: &Core,
     shard: &Shard,
@@ -259,33 +224,9 @@ async fn take_in_shard(
     wanted: usize,
     picks: &[(usize, &str)],
 ) -> Result<Vec<Taken>, StoreError> {
-    let keys = &shard.keys;
-    let entrypoints = &key.entrypoints;
-    let mut invocation = core.scripts.take.prepare_invoke();
-    invocation.key(keys.leases());
-    for entrypoint in entrypoints {
-        invocation.key(keys.queue(entrypoint));
-    }
-    // Heads are only of use to a worker that finishes what it took (take_active).
-    let heads_back = if key.run_ms.is_some() {
-        heads_wanted(wanted)
-    } else {
-        0
-    };
-    invocation
-        .arg(&key.holder)
-        .arg(key.ttl_ms)
-        .arg(wanted)
-        .arg(entrypoints.len())
-        .arg(key.run_ms.map(|ms| ms.to_string()).unwrap_or_default())
-        .arg(heads_back);
-    for (queue, id) in picks {
-        invocation.key(keys.task(id)).arg(queue + 1).arg(*id);
-    }
-    let (flat, fresh): (Vec<Value>, Vec<Vec<String>>) =
-        core.eval("take", keys, &mut invocation).await?;
+    let (claims, fresh) = scripts::take::call(core, shard, key, wanted, picks).await?;
     if key.run_ms.is_some() {
-        shard.heads.refresh(entrypoints, fresh);
+        shard.heads.refresh(&key.entrypoints, fresh);
     }
-    parse_claims(&key.holder, &flat, key.run_ms.is_some())
+    Ok(claims)
 }

@@ -1,0 +1,212 @@
+//! The task store's Lua scripts, one Rust module per script (BullMQ pairs each
+//! `moveToActive-*.lua` with one method the same way). Each module:
+//!
+//! - opens with the script's contract (KEYS, ARGV, reply), repeated from its Lua header, so the
+//!   two are read side by side;
+//! - names the script once ([`script_source!`]): the same `NAME` picks the resolved Lua text
+//!   (includes pasted in by `build.rs`, in OUT_DIR) and names the call's span;
+//! - packs all of the script's KEYS and ARGV, batched items (`ScriptItem`) included: no other
+//!   file builds them;
+//! - reads the reply into a typed value (an enum or struct implementing
+//!   [`redis::FromRedisValue`]); a reply that does not fit is [`StoreError::Corrupt`];
+//! - holds the call itself where one call is one script run, so that `tasks.rs` only maps
+//!   typed replies to the [`crate::TaskStore`] contract.
+//!
+//! [`Scripts`] is the loaded set, built from the modules' sources. `redis::Script::invoke_async`
+//! sends EVALSHA and reloads on NOSCRIPT, so a Redis restart or SCRIPT FLUSH costs one extra
+//! round trip, never an error. Every script runs inside the replay guard (`replay.rs`).
+//!
+//! The namespace-wide scripts (credentials, nonces, idempotency, registry, rate limits) live
+//! with their own stores and load themselves through [`guarded`].
+
+use redis::{Script, Value};
+
+use super::{Core, Keys};
+use crate::StoreError;
+
+/// Names a script once: `NAME` (the span name) and `SOURCE` (its resolved Lua text) of the
+/// module it is invoked in. `include_str!` needs a literal, hence a macro.
+macro_rules! script_source {
+    ($name:literal) => {
+        /// The script's name: its file in `shared/store/lua/` and its spans' name.
+        pub(crate) const NAME: &str = $name;
+        /// The script's text with its includes resolved (`build.rs`).
+        pub(crate) const SOURCE: &str = include_str!(concat!(env!("OUT_DIR"), "/", $name, ".lua"));
+    };
+}
+
+pub(crate) mod activate;
+pub(crate) mod attach_receipt;
+pub(crate) mod await_input;
+pub(crate) mod cas;
+pub(crate) mod claim;
+pub(crate) mod create;
+pub(crate) mod due;
+pub(crate) mod emit;
+pub(crate) mod finish_take;
+pub(crate) mod hand_off;
+pub(crate) mod hold;
+pub(crate) mod layout;
+pub(crate) mod list_page;
+pub(crate) mod record_receipt;
+pub(crate) mod recover;
+pub(crate) mod renew;
+pub(crate) mod resume;
+pub(crate) mod take;
+
+/// Declares the loaded set from the script modules: one field per module, loaded from its
+/// `SOURCE`, so a script's name is written in its module only.
+macro_rules! loaded_scripts {
+    ($($module:ident),* $(,)?) => {
+        /// Every task-store script, loaded for one pub/sub flavour.
+        pub struct Scripts {
+            $(pub $module: Script,)*
+        }
+
+        impl Scripts {
+            pub fn load(pubsub: PubSub) -> Self {
+                Scripts {
+                    $($module: script($module::SOURCE, pubsub),)*
+                }
+            }
+        }
+    };
+}
+
+loaded_scripts!(
+    create,
+    claim,
+    take,
+    renew,
+    activate,
+    hand_off,
+    hold,
+    record_receipt,
+    attach_receipt,
+    emit,
+    await_input,
+    resume,
+    cas,
+    finish_take,
+    due,
+    recover,
+    layout,
+    list_page,
+);
+
+/// How the scripts publish task events and cancellations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PubSub {
+    /// `PUBLISH`: one server (any Redis version) hears it on classic channels.
+    Classic,
+    /// `SPUBLISH` (Redis 7): on a Redis Cluster the message stays on the master that owns the
+    /// channel's slot, which is the script's own shard's (channel names carry the shard's tag).
+    Sharded,
+}
+
+/// One Lua source serves both flavours: the sharded variant only swaps the publish command,
+/// so the scripts cannot drift apart (a Lua script cannot tell by itself whether it runs on
+/// a cluster).
+fn script(text: &str, pubsub: PubSub) -> Script {
+    match pubsub {
+        PubSub::Classic => guarded(text),
+        PubSub::Sharded => guarded(&text.replace("redis.call('PUBLISH'", "redis.call('SPUBLISH'")),
+    }
+}
+
+/// A script inside the replay guard ([`super::replay`]), as every script the store runs must
+/// be: the store ends each call's keys and arguments with the guard's.
+pub(crate) fn guarded(text: &str) -> Script {
+    Script::new(&super::replay::wrap(text))
+}
+
+/// A script reply (or one item's) read as `R`; a reply that does not fit is
+/// [`StoreError::Corrupt`].
+pub(crate) fn parse<R: redis::FromRedisValue>(reply: Value) -> Result<R, StoreError> {
+    redis::from_redis_value(reply).map_err(|err| StoreError::Corrupt(err.to_string()))
+}
+
+/// Runs a script call in the slot `keys` names, waiting for replicas where the store does
+/// (`Core::eval`), and reads its reply as `R`.
+pub(crate) async fn run<R: redis::FromRedisValue>(
+    core: &Core,
+    name: &'static str,
+    keys: &Keys,
+    invocation: &mut redis::ScriptInvocation<'_>,
+) -> Result<R, StoreError> {
+    parse(core.eval::<Value>(name, keys, invocation).await?)
+}
+
+/// [`run`] without waiting for replicas (`Core::eval_unreplicated`): reads, and writes the
+/// next call writes again.
+pub(crate) async fn run_unreplicated<R: redis::FromRedisValue>(
+    core: &Core,
+    name: &'static str,
+    keys: &Keys,
+    invocation: &mut redis::ScriptInvocation<'_>,
+) -> Result<R, StoreError> {
+    parse(
+        core.eval_unreplicated::<Value>(name, keys, invocation)
+            .await?,
+    )
+}
+
+/// A [`StoreError`] met while reading a reply, as the parsing error `FromRedisValue` returns.
+pub(crate) fn misfit(err: StoreError) -> redis::ParsingError {
+    match err {
+        StoreError::Corrupt(what) => what.into(),
+        other => other.to_string().into(),
+    }
+}
+
+/// An integer inside a reply.
+pub(crate) fn int(value: &Value) -> Result<u64, redis::ParsingError> {
+    redis::from_redis_value_ref(value)
+}
+
+/// A string inside a reply.
+pub(crate) fn text(value: &Value) -> Result<String, redis::ParsingError> {
+    redis::from_redis_value_ref(value)
+}
+
+/// Milliseconds of a duration, as the scripts take them.
+pub(crate) fn ms(duration: std::time::Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// JSON text of a value, as the scripts store it.
+pub(crate) fn to_json<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|err| StoreError::Corrupt(err.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sharded_flavour_publishes_only_on_sharded_channels() {
+        let publishers = [
+            (emit::NAME, emit::SOURCE),
+            (cas::NAME, cas::SOURCE),
+            (finish_take::NAME, finish_take::SOURCE),
+            (recover::NAME, recover::SOURCE),
+            (await_input::NAME, await_input::SOURCE),
+            (resume::NAME, resume::SOURCE),
+        ];
+        for (name, text) in publishers {
+            assert!(
+                text.contains("redis.call('PUBLISH'"),
+                "{name} publishes classically"
+            );
+            let sharded = text.replace("redis.call('PUBLISH'", "redis.call('SPUBLISH'");
+            assert!(
+                !sharded.contains("'PUBLISH'"),
+                "{name} keeps a classic publish"
+            );
+            assert_ne!(
+                script(text, PubSub::Classic).get_hash(),
+                script(text, PubSub::Sharded).get_hash()
+            );
+        }
+    }
+}
