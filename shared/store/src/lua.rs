@@ -14,15 +14,14 @@ macro_rules! lua_script {
         const NAME: &str = $name;
 
         /// The script, inside the replay guard.
-        static SCRIPT: ::std::sync::LazyLock<::redis::Script> =
-            ::std::sync::LazyLock::new(|| {
-                $crate::redis::guarded_script(include_str!(concat!(
-                    env!("OUT_DIR"),
-                    "/",
-                    $name,
-                    ".lua"
-                )))
-            });
+        static SCRIPT: ::std::sync::LazyLock<::redis::Script> = ::std::sync::LazyLock::new(|| {
+            $crate::redis::guarded_script(include_str!(concat!(
+                env!("OUT_DIR"),
+                "/",
+                $name,
+                ".lua"
+            )))
+        });
     };
 }
 
