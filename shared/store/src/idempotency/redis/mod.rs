@@ -4,7 +4,7 @@
 //! names stay short and bounded whatever the client sends), with fields `fp`, `state`
 //! (`running` | `done`), `owner` (while running), `status`, `headers` (JSON pairs), `body`.
 //! Every record carries a TTL: the in-progress TTL while running, the retention once done, so
-//! nothing outlives its retention. One script per transition: `shared/store/lua/idempotency_*.lua`.
+//! nothing outlives its retention.
 //!
 //! Bounded ([`IdempotencyLimits`]): two sorted sets, `{ns}:idem-running` and `{ns}:idem-done`,
 //! list the records' ids (the hash in the name) scored by expiry, so that `begin` counts the
@@ -12,23 +12,27 @@
 //! this client evicts it with a script that declares its key (every script declares every key
 //! it touches, as a Redis Cluster requires) and begins again. A body over the limit is recorded
 //! as run but not kept (`kept` 0).
+//!
+//! One module per script, each with the script's contract, its keys and arguments, its typed
+//! reply and its call; the [`IdempotencyStore`] impl below is glue:
+//!
+//! - [`begin`]: `lua/idempotency_begin.lua`, claims a record, or says why the request cannot run;
+//! - [`evict`]: `lua/idempotency_evict.lua`, drops the done record a begin named at the bound;
+//! - [`complete`]: `lua/idempotency_complete.lua`, stores a claimed request's response;
+//! - [`release`]: `lua/idempotency_release.lua`, drops a claimed, unfinished record.
 
-use std::sync::Arc;
+mod begin;
+mod complete;
+mod evict;
+mod release;
+
 use std::time::Duration;
 
 use async_trait::async_trait;
-use redis::Script;
 use sha2::{Digest, Sha256};
 
 use super::{Begin, Claim, IdempotencyLimits, IdempotencyStore, StoredResponse};
-use crate::redis::guarded_script;
 use crate::{RedisStore, StoreError};
-
-macro_rules! lua {
-    ($name:literal) => {
-        include_str!(concat!(env!("OUT_DIR"), "/", $name, ".lua"))
-    };
-}
 
 /// Idempotency records in a [`RedisStore`]'s Redis and namespace, over its connections. Cheap
 /// to clone.
@@ -39,14 +43,6 @@ pub struct RedisIdempotency {
     running: String,
     done: String,
     limits: IdempotencyLimits,
-    scripts: Arc<Scripts>,
-}
-
-struct Scripts {
-    begin: Script,
-    evict: Script,
-    complete: Script,
-    release: Script,
 }
 
 /// Evictions one `begin` tries before it answers [`Begin::Full`]: each makes room for one
@@ -70,36 +66,12 @@ impl RedisIdempotency {
                 max_records: limits.max_records.max(1),
                 ..limits
             },
-            scripts: Arc::new(Scripts {
-                begin: guarded_script(lua!("idempotency_begin")),
-                evict: guarded_script(lua!("idempotency_evict")),
-                complete: guarded_script(lua!("idempotency_complete")),
-                release: guarded_script(lua!("idempotency_release")),
-            }),
         }
     }
 
     /// The sorted sets listing running and done records' ids (tests count them).
     pub fn index_keys(&self) -> [&str; 2] {
         [&self.running, &self.done]
-    }
-
-    /// Drops the done record `id` named by `begin`; false when it was gone already.
-    async fn evict(&self, id: &str) -> Result<bool, StoreError> {
-        // Ids are the 64 hex digits of a record's name; anything else is not ours to delete.
-        if id.len() != 64 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(corrupt(format!("bad record id {id:?}")));
-        }
-        let mut invocation = self.scripts.evict.prepare_invoke();
-        invocation
-            .key(format!("{}{id}", self.prefix))
-            .key(&self.done)
-            .arg(id);
-        let evicted: u64 = self
-            .store
-            .eval("idempotency_evict", &mut invocation)
-            .await?;
-        Ok(evicted == 1)
     }
 
     /// A record's id: the hash its name ends with.
@@ -138,43 +110,6 @@ fn corrupt(what: impl Into<String>) -> StoreError {
     StoreError::Corrupt(format!("idempotency record: {}", what.into()))
 }
 
-/// What a begin script answered.
-enum Reply {
-    Begin(Begin),
-    /// Evict this done record and begin again.
-    Evict(String),
-}
-
-fn parse_begin(reply: Vec<String>, claim: Claim) -> Result<Reply, StoreError> {
-    let begin = match reply.as_slice() {
-        [tag, id] if tag == "evict" => return Ok(Reply::Evict(id.clone())),
-        [tag] if tag == "full" => Ok(Begin::Full),
-        [tag, status] if tag == "not_kept" => {
-            let status = status
-                .parse::<u16>()
-                .map_err(|_| corrupt(format!("bad status {status:?}")))?;
-            Ok(Begin::NotKept { status })
-        }
-        [tag] if tag == "started" => Ok(Begin::Started(claim)),
-        [tag] if tag == "in_progress" => Ok(Begin::InProgress),
-        [tag] if tag == "conflict" => Ok(Begin::Conflict),
-        [tag, status, headers, body] if tag == "replay" => {
-            let status = status
-                .parse::<u16>()
-                .map_err(|_| corrupt(format!("bad status {status:?}")))?;
-            let headers: Vec<(String, String)> =
-                serde_json::from_str(headers).map_err(|err| corrupt(format!("headers: {err}")))?;
-            Ok(Begin::Replay(StoredResponse {
-                status,
-                headers,
-                body: body.clone(),
-            }))
-        }
-        other => Err(corrupt(format!("unexpected reply {other:?}"))),
-    };
-    begin.map(Reply::Begin)
-}
-
 #[async_trait]
 impl IdempotencyStore for RedisIdempotency {
     async fn begin(
@@ -187,24 +122,10 @@ impl IdempotencyStore for RedisIdempotency {
         let record = self.record_key(scope, key);
         for _ in 0..EVICT_ATTEMPTS {
             let claim = Claim::new(scope, key, fingerprint);
-            let mut invocation = self.scripts.begin.prepare_invoke();
-            invocation
-                .key(&record)
-                .key(&self.running)
-                .key(&self.done)
-                .arg(fingerprint)
-                .arg(&claim.owner)
-                .arg(millis(in_progress_ttl))
-                .arg(self.record_id(&record))
-                .arg(self.limits.max_records);
-            let reply: Vec<String> = self
-                .store
-                .eval("idempotency_begin", &mut invocation)
-                .await?;
-            match parse_begin(reply, claim)? {
-                Reply::Begin(begin) => return Ok(begin),
-                Reply::Evict(id) => {
-                    self.evict(&id).await?;
+            match begin::call(self, &record, claim, in_progress_ttl).await? {
+                begin::Step::Done(begin) => return Ok(begin),
+                begin::Step::Evict(id) => {
+                    evict::call(self, &id).await?;
                 }
             }
         }
@@ -218,42 +139,10 @@ impl IdempotencyStore for RedisIdempotency {
         response: &StoredResponse,
         retention: Duration,
     ) -> Result<bool, StoreError> {
-        let headers = serde_json::to_string(&response.headers)
-            .map_err(|err| corrupt(format!("headers: {err}")))?;
-        let mut invocation = self.scripts.complete.prepare_invoke();
-        let record = self.record_key(&claim.scope, &claim.key);
-        invocation
-            .key(&record)
-            .key(&self.running)
-            .key(&self.done)
-            .arg(&claim.owner)
-            .arg(&claim.fingerprint)
-            .arg(response.status)
-            .arg(headers)
-            .arg(&response.body)
-            .arg(millis(retention))
-            .arg(self.record_id(&record))
-            .arg(self.limits.max_body_bytes);
-        let done: u64 = self
-            .store
-            .eval("idempotency_complete", &mut invocation)
-            .await?;
-        Ok(done == 1)
+        complete::call(self, claim, response, retention).await
     }
 
     async fn release(&self, claim: &Claim) -> Result<bool, StoreError> {
-        let mut invocation = self.scripts.release.prepare_invoke();
-        let record = self.record_key(&claim.scope, &claim.key);
-        invocation
-            .key(&record)
-            .key(&self.running)
-            .arg(&claim.owner)
-            .arg(&claim.fingerprint)
-            .arg(self.record_id(&record));
-        let released: u64 = self
-            .store
-            .eval("idempotency_release", &mut invocation)
-            .await?;
-        Ok(released == 1)
+        release::call(self, claim).await
     }
 }
