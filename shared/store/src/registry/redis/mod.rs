@@ -8,51 +8,39 @@
 //! - `{ns}:registry-version` (string): bumped by those scripts when a worker joins or leaves,
 //!   an entry changes or the index is pruned (not on a plain refresh); expires with the index.
 //!
-//! Heartbeat and deregister are one script each (`shared/store/lua/register_worker.lua`,
-//! `deregister_worker.lua`); a listing is two reads (index, then MGET of the entries), and an
-//! index member whose entry expired is skipped. The [`RegistryVersion`] is one read-only script
-//! (`registry_version.lua`): the stored version and the count of passed deadlines, so a worker
-//! that was killed (and ran no script) moves it too.
+//! A listing is two reads (index, then MGET of the entries), and an index member whose entry
+//! expired is skipped. Everything else is one script, each in a module of its own with the
+//! script's contract, its keys and arguments, its typed reply and its call; the
+//! [`WorkerRegistry`] impl below is glue:
+//!
+//! - [`register`]: `lua/register_worker.lua`, the heartbeat;
+//! - [`deregister`]: `lua/deregister_worker.lua`, a clean shutdown;
+//! - [`version`]: `lua/registry_version.lua` (read-only), the [`RegistryVersion`]: the stored
+//!   version and the count of passed deadlines, so a worker that was killed (and ran no
+//!   script) moves it too.
 
-use std::sync::Arc;
+mod deregister;
+mod register;
+mod version;
+
 use std::time::Duration;
 
 use async_trait::async_trait;
-use redis::Script;
 
 use super::{RegistryVersion, WorkerEntry, WorkerRegistry};
-use crate::redis::guarded_script;
 use crate::{RedisStore, StoreError};
-
-macro_rules! lua {
-    ($name:literal) => {
-        include_str!(concat!(env!("OUT_DIR"), "/", $name, ".lua"))
-    };
-}
 
 /// The registry in a [`RedisStore`]'s Redis and namespace, over its connections. Cheap to
 /// clone.
 #[derive(Clone)]
 pub struct RedisRegistry {
     store: RedisStore,
-    scripts: Arc<Scripts>,
-}
-
-struct Scripts {
-    register: Script,
-    deregister: Script,
-    version: Script,
 }
 
 impl RedisRegistry {
     pub fn new(store: &RedisStore) -> Self {
         RedisRegistry {
             store: store.clone(),
-            scripts: Arc::new(Scripts {
-                register: guarded_script(lua!("register_worker")),
-                deregister: guarded_script(lua!("deregister_worker")),
-                version: guarded_script(lua!("registry_version")),
-            }),
         }
     }
 }
@@ -67,38 +55,12 @@ impl RedisStore {
 #[async_trait]
 impl WorkerRegistry for RedisRegistry {
     async fn heartbeat(&self, entry: &WorkerEntry, ttl: Duration) -> Result<(), StoreError> {
-        let json = serde_json::to_string(entry)
-            .map_err(|err| StoreError::Corrupt(format!("registry entry: {err}")))?;
-        // PX 0 is an error in Redis; a zero ttl means "expire at once".
-        let ttl_ms = ttl.as_millis().max(1);
-        let keys = self.store.keys();
-        let mut invocation = self.scripts.register.prepare_invoke();
-        invocation
-            .key(keys.registry())
-            .key(keys.registry_entry(&entry.worker_id))
-            .key(keys.registry_version())
-            .arg(&entry.worker_id)
-            .arg(json)
-            .arg(ttl_ms.to_string());
-        let _expires: u64 = self
-            .store
-            .eval_unreplicated(keys, "register_worker", &mut invocation)
-            .await?;
+        register::call(&self.store, entry, ttl).await?;
         Ok(())
     }
 
     async fn deregister(&self, worker_id: &str) -> Result<(), StoreError> {
-        let keys = self.store.keys();
-        let mut invocation = self.scripts.deregister.prepare_invoke();
-        invocation
-            .key(keys.registry())
-            .key(keys.registry_entry(worker_id))
-            .key(keys.registry_version())
-            .arg(worker_id);
-        let _removed: u64 = self
-            .store
-            .eval_unreplicated(keys, "deregister_worker", &mut invocation)
-            .await?;
+        deregister::call(&self.store, worker_id).await?;
         Ok(())
     }
 
@@ -126,16 +88,6 @@ impl WorkerRegistry for RedisRegistry {
     }
 
     async fn version(&self) -> Result<RegistryVersion, StoreError> {
-        let keys = self.store.keys();
-        let mut invocation = self.scripts.version.prepare_invoke();
-        invocation.key(keys.registry()).key(keys.registry_version());
-        let (stamp, expired): (String, u64) = self
-            .store
-            .eval_unreplicated(keys, "registry_version", &mut invocation)
-            .await?;
-        let stamp = stamp
-            .parse()
-            .map_err(|err| StoreError::Corrupt(format!("registry version {stamp:?}: {err}")))?;
-        Ok(RegistryVersion::new(stamp, expired))
+        version::call(&self.store).await
     }
 }
