@@ -8,7 +8,10 @@
 //!   and receipt) and Sign-In-With-X nonces;
 //! - [`idempotency`]: `Idempotency-Key` records of direct invokes, scoped to caller and operation;
 //! - [`ratelimit`]: GCRA rate limits shared by every gateway;
-//! - the Lua sources in `lua/` (helpers in `lua/includes/`, pasted in by `build.rs`).
+//! - the Lua sources in `lua/` (helpers in `lua/includes/`, pasted in by `build.rs`): the task
+//!   store's loaded by `redis/scripts.rs`; every other script has a Rust module of its own
+//!   (its contract, keys and arguments, typed reply and call), named once with `lua_script!`
+//!   (`lua.rs`).
 //!
 //! Wire types come from `protocol`; this crate adds what only a store needs.
 //!
@@ -41,6 +44,7 @@ pub mod ratelimit;
 pub mod registry;
 
 mod error;
+mod lua;
 mod memory;
 pub mod redis;
 mod types;

@@ -1,26 +1,32 @@
 //! [`RedisCredentials`]: credential records in the store's Redis, shared by every gateway.
 //! One hash per credential, `{ns}:cred:<sha256(key)>` (fields `holder`, `state`, `request`,
-//! `receipt`), one script per transition: `shared/store/lua/credential_*.lua`; the records in
-//! `settling` are indexed in `{ns}:cred-settling` (sorted by since when). Issued nonces (SIWX
-//! offers) live in one sorted set, `{ns}:nonces` (nonce -> expiry), bounded by
-//! `shared/store/lua/nonce_issue.lua` and spent by `shared/store/lua/nonce_take.lua`.
+//! `receipt`); the records in `settling` are indexed in `{ns}:cred-settling` (sorted by since
+//! when). Issued nonces (SIWX offers) live in one sorted set, `{ns}:nonces` (nonce -> expiry).
+//!
+//! One module per script, each with the script's contract, its keys and arguments, its typed
+//! reply and its call; the [`CredentialLedger`] impl below is glue:
+//!
+//! - [`claim`]: `lua/credential_claim.lua`, takes a credential once;
+//! - [`advance`]: `lua/credential_advance.lua`, `claimed -> settling -> settled | void`;
+//! - [`release`]: `lua/credential_release.lua`, gives a `claimed` credential back;
+//! - [`nonce_issue`]: `lua/nonce_issue.lua`, records an issued nonce, bounding the set;
+//! - [`nonce_take`]: `lua/nonce_take.lua`, spends an issued nonce once.
+//!
+//! Marks and the settlement-recovery sweep ([`CredentialLedger::stuck`]) are plain commands.
 
-use std::sync::Arc;
+mod advance;
+mod claim;
+mod nonce_issue;
+mod nonce_take;
+mod release;
+
 use std::time::Duration;
 
 use async_trait::async_trait;
-use redis::Script;
 use sha2::{Digest, Sha256};
 
 use super::{ClaimOutcome, CredentialLedger, CredentialState, MAX_ISSUED_NONCES, Stuck};
-use crate::redis::guarded_script;
 use crate::{RedisStore, StoreError};
-
-macro_rules! lua {
-    ($name:literal) => {
-        include_str!(concat!(env!("OUT_DIR"), "/", $name, ".lua"))
-    };
-}
 
 #[derive(Clone)]
 pub struct RedisCredentials {
@@ -30,15 +36,6 @@ pub struct RedisCredentials {
     settling: String,
     nonces: String,
     nonce_cap: usize,
-    scripts: Arc<Scripts>,
-}
-
-struct Scripts {
-    claim: Script,
-    release: Script,
-    advance: Script,
-    nonce_issue: Script,
-    nonce_take: Script,
 }
 
 impl RedisCredentials {
@@ -50,13 +47,6 @@ impl RedisCredentials {
             nonces: format!("{{{}}}:nonces", store.config().namespace),
             nonce_cap: MAX_ISSUED_NONCES,
             store: store.clone(),
-            scripts: Arc::new(Scripts {
-                claim: guarded_script(lua!("credential_claim")),
-                release: guarded_script(lua!("credential_release")),
-                advance: guarded_script(lua!("credential_advance")),
-                nonce_issue: guarded_script(lua!("nonce_issue")),
-                nonce_take: guarded_script(lua!("nonce_take")),
-            }),
         }
     }
 
@@ -95,31 +85,6 @@ impl RedisCredentials {
     }
 }
 
-impl RedisCredentials {
-    async fn advance_record(
-        &self,
-        record: &str,
-        holder: &str,
-        expected: CredentialState,
-        next: CredentialState,
-        data: Option<&str>,
-    ) -> Result<bool, StoreError> {
-        let mut invocation = self.scripts.advance.prepare_invoke();
-        invocation
-            .key(record)
-            .key(&self.settling)
-            .arg(holder)
-            .arg(expected.as_str())
-            .arg(next.as_str())
-            .arg(data.unwrap_or(""));
-        let moved: u64 = self
-            .store
-            .eval("credential_advance", &mut invocation)
-            .await?;
-        Ok(moved == 1)
-    }
-}
-
 impl RedisStore {
     /// Credential records in this store's Redis and namespace.
     pub fn credentials(&self) -> RedisCredentials {
@@ -135,18 +100,7 @@ impl CredentialLedger for RedisCredentials {
         holder: &str,
         ttl: Duration,
     ) -> Result<ClaimOutcome, StoreError> {
-        let mut invocation = self.scripts.claim.prepare_invoke();
-        invocation
-            .key(self.record_key(key))
-            .arg(holder)
-            .arg(ttl.as_millis().max(1).to_string());
-        let held: String = self.store.eval("credential_claim", &mut invocation).await?;
-        if held.is_empty() {
-            return Ok(ClaimOutcome::Taken);
-        }
-        CredentialState::parse(&held)
-            .map(ClaimOutcome::Held)
-            .ok_or_else(|| StoreError::Corrupt(format!("credential record in state {held:?}")))
+        claim::call(self, key, holder, ttl).await
     }
 
     async fn mark(&self, key: &str, ttl: Duration) -> Result<(), StoreError> {
@@ -160,21 +114,12 @@ impl CredentialLedger for RedisCredentials {
     }
 
     async fn issue_nonce(&self, nonce: &str, ttl: Duration) -> Result<(), StoreError> {
-        let mut invocation = self.scripts.nonce_issue.prepare_invoke();
-        invocation
-            .key(&self.nonces)
-            .arg(nonce)
-            .arg(ttl.as_millis().to_string())
-            .arg(self.nonce_cap);
-        let _outstanding: u64 = self.store.eval("nonce_issue", &mut invocation).await?;
+        nonce_issue::call(self, nonce, ttl).await?;
         Ok(())
     }
 
     async fn take_nonce(&self, nonce: &str) -> Result<bool, StoreError> {
-        let mut invocation = self.scripts.nonce_take.prepare_invoke();
-        invocation.key(&self.nonces).arg(nonce);
-        let taken: u64 = self.store.eval("nonce_take", &mut invocation).await?;
-        Ok(taken == 1)
+        nonce_take::call(self, nonce).await
     }
 
     async fn marked(&self, key: &str) -> Result<bool, StoreError> {
@@ -185,13 +130,7 @@ impl CredentialLedger for RedisCredentials {
     }
 
     async fn release(&self, key: &str, holder: &str) -> Result<bool, StoreError> {
-        let mut invocation = self.scripts.release.prepare_invoke();
-        invocation.key(self.record_key(key)).arg(holder);
-        let released: u64 = self
-            .store
-            .eval("credential_release", &mut invocation)
-            .await?;
-        Ok(released == 1)
+        release::call(self, key, holder).await
     }
 
     async fn advance(
@@ -202,8 +141,7 @@ impl CredentialLedger for RedisCredentials {
         next: CredentialState,
         data: Option<&str>,
     ) -> Result<bool, StoreError> {
-        self.advance_record(&self.record_key(key), holder, expected, next, data)
-            .await
+        advance::call(self, &self.record_key(key), holder, expected, next, data).await
     }
 
     async fn stuck(&self, older_than: Duration, limit: usize) -> Result<Vec<Stuck>, StoreError> {
@@ -267,7 +205,6 @@ impl CredentialLedger for RedisCredentials {
         if !id.starts_with(&self.prefix) {
             return Ok(false);
         }
-        self.advance_record(id, holder, CredentialState::Settling, next, receipt)
-            .await
+        advance::call(self, id, holder, CredentialState::Settling, next, receipt).await
     }
 }

@@ -3,18 +3,19 @@
 //!
 //! [`RedisRateLimiter`] keeps one key per subject, `{ns}:rate:<kind>:<subject>` (the subject's
 //! theoretical arrival time, in microseconds of the Redis clock), checked and charged by one
-//! script, `shared/store/lua/rate_limit.lua`; each key expires (PEXPIRE) once its subject's quota is
-//! whole again, so idle subjects cost nothing. [`MemoryRateLimiter`] is the in-process
-//! equivalent for the embedded mode.
+//! script, `lua/rate_limit.lua`, whose module [`gcra`] holds its contract, keys and arguments,
+//! typed reply and call; each key expires (PEXPIRE) once its subject's quota is whole again,
+//! so idle subjects cost nothing. [`MemoryRateLimiter`] is the in-process equivalent for the
+//! embedded mode.
+
+mod gcra;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use redis::Script;
 
-use crate::redis::guarded_script;
 use crate::{RedisStore, StoreError};
 
 /// A rate: `per_second` requests a second on average, `burst` at once.
@@ -72,7 +73,6 @@ pub trait RateLimiter: Send + Sync + 'static {
 pub struct RedisRateLimiter {
     store: RedisStore,
     prefix: String,
-    script: Arc<Script>,
 }
 
 impl RedisRateLimiter {
@@ -80,10 +80,6 @@ impl RedisRateLimiter {
         RedisRateLimiter {
             prefix: format!("{{{}}}:rate:", store.config().namespace),
             store: store.clone(),
-            script: Arc::new(guarded_script(include_str!(concat!(
-                env!("OUT_DIR"),
-                "/rate_limit.lua"
-            )))),
         }
     }
 
@@ -96,30 +92,7 @@ impl RedisRateLimiter {
 #[async_trait]
 impl RateLimiter for RedisRateLimiter {
     async fn check(&self, subjects: &[Subject]) -> Result<Verdict, StoreError> {
-        if subjects.is_empty() {
-            return Ok(Verdict::Admitted);
-        }
-        let mut invocation = self.script.prepare_invoke();
-        for subject in subjects {
-            invocation
-                .key(self.key(&subject.key))
-                .arg(subject.quota.interval_us())
-                .arg(subject.quota.burst);
-        }
-        let reply: Vec<i64> = self.store.eval("rate_limit", &mut invocation).await?;
-        let index = reply.first().copied().unwrap_or(0);
-        if index <= 0 {
-            return Ok(Verdict::Admitted);
-        }
-        let subject = usize::try_from(index - 1)
-            .ok()
-            .and_then(|i| subjects.get(i))
-            .ok_or_else(|| StoreError::Corrupt(format!("rate_limit answered {reply:?}")))?;
-        let retry_us = reply.get(1).copied().unwrap_or(0).max(0) as u64;
-        Ok(Verdict::Limited {
-            subject: subject.clone(),
-            retry_after: Duration::from_micros(retry_us),
-        })
+        gcra::call(self, subjects).await
     }
 }
 
