@@ -1,7 +1,8 @@
 //! The Lua scripts of the store's non-task parts (credentials, idempotency, registry, rate
 //! limits), one Rust module per script (`credentials/redis/claim.rs` for
 //! `lua/credential_claim.lua`, ...). [`lua_script!`] names each script once. The task store's
-//! scripts are loaded by `redis/scripts.rs`.
+//! scripts have their own loader (`redis/scripts/mod.rs`: `script_source!`), because each
+//! store loads them for its pub/sub flavour (PUBLISH or SPUBLISH), where these are static.
 
 /// `lua_script!("name")` defines, in the module that calls it, `NAME` (the span name every call
 /// records) and `SCRIPT` (`lua/name.lua`, its includes resolved by `build.rs`, inside the
