@@ -73,8 +73,9 @@ impl Cluster {
     }
 }
 
+/// The card: version, streaming entrypoints, base URL, and fields the client has no type for.
 #[tokio::test(flavor = "multi_thread")]
-async fn every_operation_against_a_cluster() -> TestResult {
+async fn the_card_is_read_with_its_unknown_fields_kept() -> TestResult {
     let cluster = Cluster::start("").await?;
     let client = Client::new(ClientOptions::default())?;
     let card = client.fetch_card(&cluster.url).await?;
@@ -87,6 +88,15 @@ async fn every_operation_against_a_cluster() -> TestResult {
     // Fields the client has no type for are kept.
     assert!(card.extra.contains_key("supportsAuthenticatedExtendedCard"));
 
+    Ok(())
+}
+
+/// `invoke` with an idempotency key: the second call replays the first run.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_invoke_with_an_idempotency_key_is_replayed() -> TestResult {
+    let cluster = Cluster::start("").await?;
+    let client = Client::new(ClientOptions::default())?;
+    let card = client.fetch_card(&cluster.url).await?;
     // invoke, with an idempotency key: the second call replays the first.
     let options = InvokeOptions {
         idempotency_key: Some("client-test-invoke-0001".into()),
@@ -103,6 +113,15 @@ async fn every_operation_against_a_cluster() -> TestResult {
         .await?;
     assert!(again.replayed);
     assert_eq!(again.run_id, first.run_id);
+    Ok(())
+}
+
+/// An unknown entrypoint comes back as `entrypoint_not_found`.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_invoke_of_an_unknown_entrypoint_is_a_typed_404() -> TestResult {
+    let cluster = Cluster::start("").await?;
+    let client = Client::new(ClientOptions::default())?;
+    let card = client.fetch_card(&cluster.url).await?;
     let missing = client
         .invoke(&card, "nope", &json!({}), &InvokeOptions::default())
         .await;
@@ -111,6 +130,15 @@ async fn every_operation_against_a_cluster() -> TestResult {
         "{missing:?}"
     );
 
+    Ok(())
+}
+
+/// `stream` yields `run-start`, one delta per item, then the end event.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stream_delivers_run_start_deltas_and_the_end() -> TestResult {
+    let cluster = Cluster::start("").await?;
+    let client = Client::new(ClientOptions::default())?;
+    let card = client.fetch_card(&cluster.url).await?;
     // stream
     let mut events = client.stream(&card, "count", &json!({"n": 3})).await?;
     let mut kinds = Vec::new();
@@ -129,6 +157,15 @@ async fn every_operation_against_a_cluster() -> TestResult {
     assert!(last.is_end());
     assert_eq!(last.data["status"], "succeeded");
 
+    Ok(())
+}
+
+/// `send_message` generates the token and the idempotency key; `wait_for_task` follows the task to completion.
+#[tokio::test(flavor = "multi_thread")]
+async fn send_message_makes_keys_and_wait_for_task_follows_it_to_the_end() -> TestResult {
+    let cluster = Cluster::start("").await?;
+    let client = Client::new(ClientOptions::default())?;
+    let card = client.fetch_card(&cluster.url).await?;
     // send_message generates both keys; wait_for_task follows it to the end.
     let access = client
         .send_message(&card, "echo", &json!({"y": 2}), SendOptions::default())
@@ -150,6 +187,21 @@ async fn every_operation_against_a_cluster() -> TestResult {
         .await?;
     assert_eq!(read, done);
 
+    Ok(())
+}
+
+/// `list_tasks`: given keys are sent as they are; filters by status, context and page; another owner sees nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn list_tasks_filters_by_status_and_context_and_owner() -> TestResult {
+    let cluster = Cluster::start("").await?;
+    let client = Client::new(ClientOptions::default())?;
+    let card = client.fetch_card(&cluster.url).await?;
+    let access = client
+        .send_message(&card, "echo", &json!({"y": 2}), SendOptions::default())
+        .await?;
+    client
+        .wait_for_task(&card, &access.task_id, access.access_token(), PATIENCE)
+        .await?;
     // The same owner for a second task (given keys are sent as they are), in a context.
     let token = access.access_token().to_owned();
     let slow = client
@@ -205,6 +257,106 @@ async fn every_operation_against_a_cluster() -> TestResult {
         .await?;
     assert!(nobody.tasks.is_empty());
 
+    Ok(())
+}
+
+/// `subscribe_task`: a running snapshot, then a cancel ends the stream, and `wait_for_task` treats cancelled as terminal.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subscription_sees_the_snapshot_then_the_cancellation() -> TestResult {
+    let cluster = Cluster::start("").await?;
+    let client = Client::new(ClientOptions::default())?;
+    let card = client.fetch_card(&cluster.url).await?;
+    let access = client
+        .send_message(&card, "echo", &json!({"y": 2}), SendOptions::default())
+        .await?;
+    client
+        .wait_for_task(&card, &access.task_id, access.access_token(), PATIENCE)
+        .await?;
+    // The same owner for a second task (given keys are sent as they are), in a context.
+    let token = access.access_token().to_owned();
+    let slow = client
+        .send_message(
+            &card,
+            "sleep",
+            &json!({"ms": 60_000}),
+            SendOptions {
+                access_token: Some(token.clone()),
+                idempotency_key: Some("client-test-send-0002".into()),
+                context_id: Some("ctx-1".into()),
+                metadata: Some(json!({"from": "test"})),
+                ..SendOptions::default()
+            },
+        )
+        .await?;
+    assert_eq!(slow.idempotency_key, "client-test-send-0002");
+    assert_eq!(slow.access_token(), token);
+
+    // subscribe: a running snapshot, then the cancellation ends the stream.
+    let mut updates = client.subscribe_task(&card, &slow.task_id, &token).await?;
+    let snapshot = tokio::time::timeout(PATIENCE, updates.next())
+        .await??
+        .ok_or("no snapshot")?;
+    assert_eq!(snapshot.kind, TaskEventKind::StatusUpdate);
+    assert_eq!(snapshot.data.status, Some(TaskStatus::Running));
+    let waiter = {
+        let client = client.clone();
+        let card = card.clone();
+        let task_id = slow.task_id.clone();
+        let token = token.clone();
+        tokio::spawn(async move {
+            client
+                .wait_for_task(&card, &task_id, &token, PATIENCE)
+                .await
+        })
+    };
+    let cancelled = client.cancel_task(&card, &slow.task_id, &token).await?;
+    assert_eq!(cancelled.status, TaskStatus::Cancelled);
+    let end = tokio::time::timeout(PATIENCE, updates.next())
+        .await??
+        .ok_or("no cancellation event")?;
+    assert_eq!(end.data.status, Some(TaskStatus::Cancelled));
+    assert!(
+        tokio::time::timeout(PATIENCE, updates.next())
+            .await??
+            .is_none()
+    );
+    // wait_for_task treats cancelled as terminal.
+    assert_eq!(waiter.await??.status, TaskStatus::Cancelled);
+
+    Ok(())
+}
+
+/// A second cancel is `invalid_state`; another owner gets `task_not_found` and a 404 wait.
+#[tokio::test(flavor = "multi_thread")]
+async fn errors_the_agent_gives_come_back_typed() -> TestResult {
+    let cluster = Cluster::start("").await?;
+    let client = Client::new(ClientOptions::default())?;
+    let card = client.fetch_card(&cluster.url).await?;
+    let access = client
+        .send_message(&card, "echo", &json!({"y": 2}), SendOptions::default())
+        .await?;
+    client
+        .wait_for_task(&card, &access.task_id, access.access_token(), PATIENCE)
+        .await?;
+    // The same owner for a second task (given keys are sent as they are), in a context.
+    let token = access.access_token().to_owned();
+    let slow = client
+        .send_message(
+            &card,
+            "sleep",
+            &json!({"ms": 60_000}),
+            SendOptions {
+                access_token: Some(token.clone()),
+                idempotency_key: Some("client-test-send-0002".into()),
+                context_id: Some("ctx-1".into()),
+                metadata: Some(json!({"from": "test"})),
+                ..SendOptions::default()
+            },
+        )
+        .await?;
+    assert_eq!(slow.idempotency_key, "client-test-send-0002");
+    assert_eq!(slow.access_token(), token);
+
     // subscribe: a running snapshot, then the cancellation ends the stream.
     let mut updates = client.subscribe_task(&card, &slow.task_id, &token).await?;
     let snapshot = tokio::time::timeout(PATIENCE, updates.next())
@@ -257,6 +409,15 @@ async fn every_operation_against_a_cluster() -> TestResult {
         Some(404)
     );
 
+    Ok(())
+}
+
+/// `wait_for_task` gives up with `ClientError::Timeout`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wait_that_runs_out_of_time_is_a_timeout() -> TestResult {
+    let cluster = Cluster::start("").await?;
+    let client = Client::new(ClientOptions::default())?;
+    let card = client.fetch_card(&cluster.url).await?;
     // A wait that runs out of time.
     let long = client
         .send_message(
@@ -282,6 +443,15 @@ async fn every_operation_against_a_cluster() -> TestResult {
         .cancel_task(&card, &long.task_id, long.access_token())
         .await?;
 
+    Ok(())
+}
+
+/// An unknown skill: `TaskCreationError` with the keys and the answer, the token never printed.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unknown_skill_is_a_creation_error_with_the_keys() -> TestResult {
+    let cluster = Cluster::start("").await?;
+    let client = Client::new(ClientOptions::default())?;
+    let card = client.fetch_card(&cluster.url).await?;
     // A skill the agent does not have: TaskCreationError with the keys and the answer.
     let error = client
         .send_message(&card, "nope", &json!({}), SendOptions::default())
