@@ -352,6 +352,22 @@ impl Snapshot {
     }
 }
 
+/// A schema worth publishing: not the accept-anything `{}` / `true` / `null`.
+pub fn published_schema(value: &serde_json::Value) -> Option<&serde_json::Value> {
+    use serde_json::Value;
+    match value {
+        Value::Null | Value::Bool(true) => None,
+        Value::Object(map) if map.is_empty() => None,
+        _ => Some(value),
+    }
+}
+
+/// Whether an entrypoint's input schema accepts any JSON (`{}`, `true`, `null`): the cards
+/// then publish none, and A2A takes any media type for it.
+pub fn accepts_anything(schema: &serde_json::Value) -> bool {
+    published_schema(schema).is_none()
+}
+
 #[cfg(test)]
 mod tests {
     use std::cell::Cell;

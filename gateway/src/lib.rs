@@ -27,6 +27,7 @@ pub mod config;
 pub mod embedded;
 pub mod error;
 pub mod extract;
+pub mod http;
 pub mod observe;
 pub mod pay;
 pub mod prices;
@@ -36,6 +37,7 @@ pub mod request_id;
 pub mod routes;
 pub mod state;
 pub mod store_memory;
+pub mod watch;
 
 use std::time::Duration;
 
@@ -69,7 +71,10 @@ pub fn app_with_limiter(
     let base = state.config.base_path();
     let limit = state.config.body_limit_bytes;
     let body_timeout = Duration::from_millis(state.config.body_timeout_ms);
-    let routes = routes::router(&state).with_state(state.clone());
+    // The two protocol adapters, side by side: neither mounts nor imports the other.
+    let routes = routes::router(&state)
+        .merge(a2a::router())
+        .with_state(state.clone());
     let mounted = if base.is_empty() {
         routes
     } else {

@@ -29,21 +29,10 @@ use axum::routing::{get, post};
 
 use crate::catalog::Document;
 use crate::error::ApiError;
-use crate::routes::card::{JSON, cached, request_origin};
+use crate::http::document::{JSON, cached};
+use crate::http::interfaces::A2A_PREFIX as PREFIX;
+use crate::http::origin::request_origin;
 use crate::state::AppState;
-
-/// Where the bindings live under the base path.
-pub const PREFIX: &str = "/a2a";
-
-/// The JSON-RPC endpoint's URL for a card built at `base_url` (origin and base path).
-pub fn jsonrpc_url(base_url: &str) -> String {
-    format!("{base_url}{PREFIX}/jsonrpc")
-}
-
-/// The HTTP+JSON binding's base URL for a card built at `base_url`.
-pub fn rest_url(base_url: &str) -> String {
-    format!("{base_url}{PREFIX}/v1")
-}
 
 pub fn router() -> Router<AppState> {
     Router::new()

@@ -32,8 +32,8 @@ use super::mapping;
 use crate::admit::{self, Admit};
 use crate::pay;
 use crate::pay::receipt::Receipt;
-use crate::routes::invoke::watch::{RunEvent, Watch};
 use crate::state::AppState;
+use crate::watch::{RunEvent, Watch};
 
 /// Media types a message's parts may declare (the card's `defaultInputModes`); a part with
 /// none is taken as what its content is.
@@ -744,7 +744,7 @@ async fn check_message(
 /// JSON, and a file part is `{url|bytes, mediaType, filename}`), else text and JSON, which
 /// are all its schema can accept.
 pub fn input_modes(entrypoint: &EntrypointInfo) -> &'static [&'static str] {
-    if crate::routes::card::accepts_anything(&entrypoint.input_schema) {
+    if crate::catalog::accepts_anything(&entrypoint.input_schema) {
         ANY_INPUT
     } else {
         INPUT_MODES

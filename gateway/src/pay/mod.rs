@@ -244,13 +244,13 @@ pub async fn check<'a>(
 }
 
 /// The origin payments and sign-ins are bound to (see
-/// [`crate::routes::card::origin::security_origin`]).
+/// [`crate::http::origin::security_origin`]).
 pub fn security_origin(
     state: &crate::state::AppState,
     headers: &axum::http::HeaderMap,
     uri: &axum::http::Uri,
 ) -> String {
-    crate::routes::card::origin::security_origin(&state.config, headers, uri)
+    crate::http::origin::security_origin(&state.config, headers, uri)
 }
 
 /// The x402 `resource` a request pays for: the route's URL at the security origin and, when

@@ -32,7 +32,7 @@ use store::registry::EntrypointInfo;
 
 use super::Gate;
 use crate::error::ApiError;
-use crate::routes::card::origin::host_of;
+use crate::http::origin::host_of;
 use crate::state::AppState;
 
 /// How long an offered sign-in stays valid (and its issued nonce spendable).

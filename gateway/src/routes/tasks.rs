@@ -18,7 +18,7 @@ use axum::Router;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{OriginalUri, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures::StreamExt;
@@ -47,8 +47,6 @@ use crate::state::AppState;
 /// A subscription ends after this long even if the task is still running (upstream's safety
 /// timeout); the client subscribes again.
 pub const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
-/// Comment lines keep idle subscriptions open through proxies.
-pub const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(15);
 
 const LAST_EVENT_ID: &str = "last-event-id";
 
@@ -401,7 +399,7 @@ async fn subscribe(
         Some((Ok::<Event, Infallible>(sse_event(&event)), relay))
     });
     let mut response = Sse::new(stream)
-        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE_INTERVAL))
+        .keep_alive(crate::http::sse::keep_alive())
         .into_response();
     let headers = response.headers_mut();
     headers.insert(

@@ -11,7 +11,6 @@ use serde_json::Value;
 use store::idempotency;
 use store::registry::EntrypointInfo;
 
-use super::watch::{RunEvent, Terminal, Watch};
 use super::{
     Kind, Run, cancel, extract_input, find_entrypoint, gate, read_json, start_paid_run, start_run,
 };
@@ -21,6 +20,7 @@ use crate::client_address::Source;
 use crate::error::ApiError;
 use crate::pay::Payment;
 use crate::state::AppState;
+use crate::watch::{RunEvent, Terminal, Watch};
 
 pub async fn invoke(
     State(state): State<AppState>,

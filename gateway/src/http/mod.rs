@@ -1,0 +1,13 @@
+//! HTTP plumbing both protocol adapters use, about HTTP rather than either protocol:
+//!
+//! - [`origin`]: the origin a client reached us at, and the one payments are bound to;
+//! - [`interfaces`]: each protocol's endpoint URLs under that origin (cards cross-link them);
+//! - [`document`]: cached documents (the cards, `/entrypoints`, OpenAPI) with ETag and `304`;
+//! - [`sse`]: server-sent events' keep-alive and plain `data:` streams.
+//!
+//! Nothing here imports [`crate::routes`] or [`crate::a2a`].
+
+pub mod document;
+pub mod interfaces;
+pub mod origin;
+pub mod sse;
