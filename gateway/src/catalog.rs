@@ -1,7 +1,7 @@
 //! The catalog: this gateway's cached view of the worker registry, and the discovery documents
 //! built from it, so that a request neither reads nor parses the registry.
 //!
-//! A snapshot is the merged listing ([`crate::prices::merge`]) tagged with the
+//! A snapshot is the merged listing ([`crate::prices::merge::merge`]) tagged with the
 //! [`RegistryVersion`] read just before it was listed. A request whose snapshot was confirmed
 //! less than `max_age` ago (`--registry-refresh-ms` for discovery; for admission the smaller of
 //! that and the entrypoint grace) is served from memory. Otherwise one request reads the

@@ -138,7 +138,7 @@ pub async fn sign_in(
         return Ok(None);
     };
     let Some(gate) = state.payments.as_deref() else {
-        return Err(Box::new(super::price::payments_disabled().into_response()));
+        return Err(Box::new(crate::prices::payments_disabled().into_response()));
     };
     let origin = super::security_origin(state, headers, uri);
     let Some(value) = headers.get(siwx::SIGN_IN_WITH_X) else {

@@ -1,6 +1,6 @@
 //! The Lucid A2A HTTP profile's adapter: one module per resource, each exposing `router()`.
 //! It calls the core (admission, payment gate, watch, catalog) and the HTTP plumbing
-//! ([`crate::http`]), never the A2A adapter ([`crate::a2a`]): [`crate::app`] merges both.
+//! ([`crate::http`]), never the A2A adapter: [`crate::app`] merges both.
 
 pub mod card;
 pub mod health;

@@ -110,7 +110,7 @@ async fn create(
         Ok(signed_in) => signed_in.is_some(),
         Err(answer) => return Ok(*answer),
     };
-    let price = pay::price::price_of(&entrypoint, pay::Priced::Task).filter(|_| !signed_in);
+    let price = crate::prices::price_of(&entrypoint, pay::Priced::Task).filter(|_| !signed_in);
     let token = if let Some(price) = price {
         // Checked before anything touches a payment: a paid task on a store that forgets it
         // on restart could lose a settled payment's capability.
