@@ -23,13 +23,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
-use axum::http::HeaderValue;
-use sha2::{Digest, Sha256};
 use store::StoreError;
 use store::registry::{EntrypointInfo, RegistryVersion, WorkerRegistry};
 
 use crate::config::GatewayConfig;
+pub use crate::http::document::Built;
 use crate::recent::RecentEntrypoints;
 
 /// Documents kept per listing. Origins come from request headers, so a client could mint them;
@@ -88,24 +86,6 @@ pub enum Document {
     Entrypoints,
     OpenApi,
     Landing,
-}
-
-/// A document's bytes and strong validator.
-pub struct Built {
-    pub body: Bytes,
-    /// `"<hex SHA-256 of body>"`.
-    pub etag: HeaderValue,
-}
-
-impl Built {
-    pub fn new(body: Vec<u8>) -> Self {
-        let etag = format!("\"{}\"", hex::encode(Sha256::digest(&body)));
-        Built {
-            body: Bytes::from(body),
-            // Quotes and hex digits only: always a valid header value.
-            etag: HeaderValue::try_from(etag).unwrap_or(HeaderValue::from_static("\"\"")),
-        }
-    }
 }
 
 impl Catalog {

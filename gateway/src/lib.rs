@@ -1,22 +1,42 @@
-//! The gateway: the Lucid HTTP profile over the task cluster, holding no state of its own.
+//! The gateway: the Lucid HTTP profile and the official A2A v1.0 bindings over the task
+//! cluster, holding no state of its own. Three layers, each using only the ones above it (the
+//! plumbing reads the settings, [`config`], for the public URL and the listen address):
 //!
-//! - [`admit`]: admission shared by task creation, invoke and stream;
-//! - [`catalog`]: the cached view of the worker registry and the documents built from it;
+//! **HTTP plumbing**, about HTTP rather than either protocol:
+//! - [`http`]: the request's and the public origin, each protocol's endpoint URLs, cached
+//!   documents (ETag, `304`), SSE keep-alive;
+//! - [`error`]: [`error::ApiError`], an HTTP status with the profile's error body: the core's
+//!   error type, which the A2A adapter maps to the spec's codes;
+//! - [`extract`]: JSON and `Task-Access-Token` extractors whose rejections are `ApiError`s
+//!   (the A2A adapter reads the same token header);
 //! - [`client_address`]: the client address key of rate limits and of `MAX_LIVE_PER_ADDRESS`;
-//! - [`config`]: settings, each a flag and an environment variable;
-//! - [`recent`]: entrypoints listed recently, admitted through a gap in the registry;
 //! - [`request_id`]: `x-request-id` values (random UUIDs without a system call each);
-//! - [`state`]: what handlers share ([`state::AppState`]): the store, the worker registry, settings;
-//! - [`error`]: [`error::ApiError`], the profile's error body with the right status;
-//! - [`extract`]: JSON and `Task-Access-Token` extractors whose rejections are `ApiError`s;
-//! - [`routes`]: one module per resource (health, card, entrypoints, tasks, invoke/stream);
-//! - [`observe`]: HTTP server spans and metrics (OpenTelemetry semantic conventions);
-//! - [`store_memory`]: new tasks refused while the store is near its memory limit;
-//! - [`pay`]: the payment gate of priced routes (x402): challenge, credential, durable admission;
-//! - `embedded` (feature `embedded`, default): the single-process mode (in-memory store and an
-//!   in-process worker).
+//! - [`observe`]: HTTP server spans and metrics (OpenTelemetry semantic conventions).
 //!
-//! [`app`] builds the router; tests drive it without a socket.
+//! **Core**, the task service both protocols call:
+//! - [`config`]: settings, each a flag and an environment variable;
+//! - [`state`]: what handlers share ([`state::AppState`]): the store, the worker registry, settings;
+//! - [`catalog`]: the cached view of the worker registry and the documents built from it;
+//! - [`recent`]: entrypoints listed recently, admitted through a gap in the registry;
+//! - [`prices`]: one view of each entrypoint's terms across workers, and a route's price;
+//! - [`admit`]: admission shared by task creation, invoke, stream and A2A messages;
+//! - [`pay`]: the payment gate of priced routes (x402, MPP, SIWX): challenge, credential,
+//!   durable admission;
+//! - [`watch`]: following a run through the store, its events in order, then its end;
+//! - [`store_memory`]: new tasks refused while the store is near its memory limit;
+//! - [`ratelimit`]: rate limits of task creation (middleware; it reads the A2A caller's token
+//!   and answers in either protocol's error shape, so it sits beside the adapters it fronts).
+//!
+//! **Protocol adapters**, which never import each other (`grep -rn "crate::routes"
+//! gateway/src/a2a` and `grep -rn "crate::a2a" gateway/src/routes` are empty):
+//! - [`routes`]: the Lucid A2A HTTP profile, one module per resource (health, card,
+//!   entrypoints, tasks, invoke/stream);
+//! - [`a2a`]: the A2A v1.0 JSON-RPC and HTTP+JSON bindings under `{base}/a2a`.
+//!
+//! `embedded` (feature `embedded`, default): the single-process mode (in-memory store and an
+//! in-process worker).
+//!
+//! [`app`] builds the router, merging both adapters' routers; tests drive it without a socket.
 
 pub mod a2a;
 pub mod admit;

@@ -9,6 +9,10 @@
 //! Both bindings run the same operations ([`service`]) on the runtime's tasks, mapped to and
 //! from A2A by [`mapping`]; every call names its protocol version ([`version`]) and its
 //! caller by bearer token ([`caller`]); errors carry the spec's codes ([`error`]).
+//!
+//! An adapter over the core (admission, payment gate, watch, catalog) and the HTTP plumbing
+//! ([`crate::http`]); it never imports the Lucid routes, and [`crate::app`] merges its router
+//! beside theirs.
 
 pub mod caller;
 pub mod card;

@@ -1,11 +1,10 @@
 //! Cached JSON (and HTML) documents: the discovery documents of both protocols are built once
 //! per registry listing and origin ([`crate::catalog`]) and served with their validators.
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
-
-use crate::catalog::Built;
+use sha2::{Digest, Sha256};
 
 pub const JSON: &str = "application/json; charset=utf-8";
 
@@ -15,6 +14,24 @@ const CACHE_CONTROL: &str = "public, max-age=30";
 
 /// The headers a response depends on besides its path: the card's URLs come from them.
 const VARY: &str = "Host, X-Forwarded-Host, X-Forwarded-Proto";
+
+/// A document's bytes and strong validator.
+pub struct Built {
+    pub body: Bytes,
+    /// `"<hex SHA-256 of body>"`.
+    pub etag: HeaderValue,
+}
+
+impl Built {
+    pub fn new(body: Vec<u8>) -> Self {
+        let etag = format!("\"{}\"", hex::encode(Sha256::digest(&body)));
+        Built {
+            body: Bytes::from(body),
+            // Quotes and hex digits only: always a valid header value.
+            etag: HeaderValue::try_from(etag).unwrap_or(HeaderValue::from_static("\"\"")),
+        }
+    }
+}
 
 /// `200` with the document, or `304` when the client already holds it (`If-None-Match`); both
 /// with the validators and caching headers, in this order.

@@ -5,7 +5,8 @@
 //! - [`document`]: cached documents (the cards, `/entrypoints`, OpenAPI) with ETag and `304`;
 //! - [`sse`]: server-sent events' keep-alive and plain `data:` streams.
 //!
-//! Nothing here imports [`crate::routes`] or [`crate::a2a`].
+//! Nothing here imports the core or either adapter, except the settings ([`crate::config`])
+//! that name the public URL and the listen address.
 
 pub mod document;
 pub mod interfaces;
