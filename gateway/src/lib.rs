@@ -4,14 +4,13 @@
 //!
 //! **HTTP plumbing**, about HTTP rather than either protocol:
 //! - [`http`]: the request's and the public origin, each protocol's endpoint URLs, cached
-//!   documents (ETag, `304`), SSE keep-alive;
+//!   documents (ETag, `304`), SSE keep-alive; the client address key of rate limits and of
+//!   `MAX_LIVE_PER_ADDRESS` ([`http::client_address`]), `x-request-id` values
+//!   ([`http::request_id`]), HTTP server spans and metrics ([`http::observe`]);
 //! - [`error`]: [`error::ApiError`], an HTTP status with the profile's error body: the core's
 //!   error type, which the A2A adapter maps to the spec's codes;
 //! - [`extract`]: JSON and `Task-Access-Token` extractors whose rejections are `ApiError`s
-//!   (the A2A adapter reads the same token header);
-//! - [`client_address`]: the client address key of rate limits and of `MAX_LIVE_PER_ADDRESS`;
-//! - [`request_id`]: `x-request-id` values (random UUIDs without a system call each);
-//! - [`observe`]: HTTP server spans and metrics (OpenTelemetry semantic conventions).
+//!   (the A2A adapter reads the same token header).
 //!
 //! **Core**, the task service both protocols call:
 //! - [`config`]: settings, each a flag and an environment variable;
@@ -41,19 +40,16 @@
 pub mod a2a;
 pub mod admit;
 pub mod catalog;
-pub mod client_address;
 pub mod config;
 #[cfg(feature = "embedded")]
 pub mod embedded;
 pub mod error;
 pub mod extract;
 pub mod http;
-pub mod observe;
 pub mod pay;
 pub mod prices;
 pub mod ratelimit;
 pub mod recent;
-pub mod request_id;
 pub mod routes;
 pub mod state;
 pub mod store_memory;
@@ -62,13 +58,11 @@ pub mod watch;
 use std::time::Duration;
 
 use axum::Router;
-use axum::http::HeaderName;
 use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::timeout::RequestBodyTimeoutLayer;
 
+use crate::http::request_id::REQUEST_ID;
 use crate::state::AppState;
-
-pub(crate) const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// The whole HTTP surface, mounted under the configured base path, with its layers applied
 /// once: request ids, the server span and HTTP metrics (no headers or bodies recorded: they
@@ -117,7 +111,7 @@ pub fn app_with_limiter(
         // address (`NewTask::source`).
         .layer(axum::middleware::from_fn_with_state(
             trust_forwarded_for,
-            client_address::tag,
+            http::client_address::tag,
         ))
         // axum's own limit, not tower-http's: its rejection reaches our extractor, which answers
         // 413 with the profile's JSON body whether or not the client declared a length.
@@ -125,9 +119,9 @@ pub fn app_with_limiter(
         .layer(RequestBodyTimeoutLayer::new(body_timeout))
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         // Inside the router's layers, so the matched route (`http.route`) is known.
-        .layer(axum::middleware::from_fn(observe::http_span))
+        .layer(axum::middleware::from_fn(http::observe::http_span))
         .layer(SetRequestIdLayer::new(
             REQUEST_ID,
-            request_id::MakeRequestUuid,
+            http::request_id::MakeRequestUuid,
         ))
 }

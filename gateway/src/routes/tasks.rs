@@ -37,9 +37,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::admit::{self, Admit};
-use crate::client_address::Source;
 use crate::error::{ApiError, json_response};
 use crate::extract::{JsonBody, OptionalTaskAccess, TaskAccess};
+use crate::http::client_address::Source;
 use crate::pay::{self, receipt::Receipt};
 use crate::routes::not_found;
 use crate::state::AppState;

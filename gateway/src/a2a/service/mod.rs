@@ -53,7 +53,7 @@ pub struct Caller<'a> {
     pub headers: &'a HeaderMap,
     pub uri: &'a Uri,
     /// The client address key of a request that may admit a task
-    /// ([`crate::client_address::Source`]); `None` where no task is created.
+    /// ([`crate::http::client_address::Source`]); `None` where no task is created.
     pub source: Option<String>,
 }
 

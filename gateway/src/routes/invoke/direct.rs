@@ -16,8 +16,8 @@ use super::{
 };
 use super::{idempotent, outcome};
 use crate::admit;
-use crate::client_address::Source;
 use crate::error::ApiError;
+use crate::http::client_address::Source;
 use crate::pay::Payment;
 use crate::state::AppState;
 use crate::watch::{RunEvent, Terminal, Watch};

@@ -29,8 +29,8 @@ use super::{
     Kind, Run, cancel, extract_input, find_entrypoint, gate, outcome, read_json, start_paid_run,
 };
 use crate::admit;
-use crate::client_address::Source;
 use crate::error::json_response;
+use crate::http::client_address::Source;
 use crate::state::AppState;
 use crate::watch::{RunEvent, Terminal};
 
