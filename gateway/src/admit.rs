@@ -277,7 +277,7 @@ pub struct Admit<'a> {
     /// How long the finished task is kept, when not the store's retention (direct runs:
     /// [`direct_retention`]).
     pub retention: Option<Duration>,
-    /// The client address key the request came from ([`crate::client_address::Source`]):
+    /// The client address key the request came from ([`crate::http::client_address::Source`]):
     /// what `MAX_LIVE_PER_ADDRESS` counts under; `None` has no address bound.
     pub source: Option<String>,
 }

@@ -1,7 +1,7 @@
 //! The catalog: this gateway's cached view of the worker registry, and the discovery documents
 //! built from it, so that a request neither reads nor parses the registry.
 //!
-//! A snapshot is the merged listing ([`crate::prices::merge`]) tagged with the
+//! A snapshot is the merged listing ([`crate::prices::merge::merge`]) tagged with the
 //! [`RegistryVersion`] read just before it was listed. A request whose snapshot was confirmed
 //! less than `max_age` ago (`--registry-refresh-ms` for discovery; for admission the smaller of
 //! that and the entrypoint grace) is served from memory. Otherwise one request reads the
@@ -23,13 +23,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
-use axum::http::HeaderValue;
-use sha2::{Digest, Sha256};
 use store::StoreError;
 use store::registry::{EntrypointInfo, RegistryVersion, WorkerRegistry};
 
 use crate::config::GatewayConfig;
+pub use crate::http::document::Built;
 use crate::recent::RecentEntrypoints;
 
 /// Documents kept per listing. Origins come from request headers, so a client could mint them;
@@ -88,24 +86,6 @@ pub enum Document {
     Entrypoints,
     OpenApi,
     Landing,
-}
-
-/// A document's bytes and strong validator.
-pub struct Built {
-    pub body: Bytes,
-    /// `"<hex SHA-256 of body>"`.
-    pub etag: HeaderValue,
-}
-
-impl Built {
-    pub fn new(body: Vec<u8>) -> Self {
-        let etag = format!("\"{}\"", hex::encode(Sha256::digest(&body)));
-        Built {
-            body: Bytes::from(body),
-            // Quotes and hex digits only: always a valid header value.
-            etag: HeaderValue::try_from(etag).unwrap_or(HeaderValue::from_static("\"\"")),
-        }
-    }
 }
 
 impl Catalog {
@@ -350,6 +330,22 @@ impl Snapshot {
         }
         Ok(built)
     }
+}
+
+/// A schema worth publishing: not the accept-anything `{}` / `true` / `null`.
+pub fn published_schema(value: &serde_json::Value) -> Option<&serde_json::Value> {
+    use serde_json::Value;
+    match value {
+        Value::Null | Value::Bool(true) => None,
+        Value::Object(map) if map.is_empty() => None,
+        _ => Some(value),
+    }
+}
+
+/// Whether an entrypoint's input schema accepts any JSON (`{}`, `true`, `null`): the cards
+/// then publish none, and A2A takes any media type for it.
+pub fn accepts_anything(schema: &serde_json::Value) -> bool {
+    published_schema(schema).is_none()
 }
 
 #[cfg(test)]

@@ -21,8 +21,8 @@ pub struct GatewayConfig {
     /// the x402 `resource` URLs and the default MPP realm are built from it. Unset: from the
     /// request's headers with --trust-forwarded-headers, else `http://<--listen>`. Set it
     /// whenever the gateway listens on a wildcard address or sits behind a proxy.
-    #[arg(long, env = "PUBLIC_URL", value_parser = crate::routes::card::origin::PublicUrl::parse)]
-    pub public_url: Option<crate::routes::card::origin::PublicUrl>,
+    #[arg(long, env = "PUBLIC_URL", value_parser = crate::http::origin::PublicUrl::parse)]
+    pub public_url: Option<crate::http::origin::PublicUrl>,
 
     /// Without --public-url: take the security-relevant origin from `X-Forwarded-Host`,
     /// `X-Forwarded-Proto` and `Host`, as the card does. Only behind a proxy that overwrites

@@ -1,52 +1,68 @@
-//! The gateway: the Lucid HTTP profile over the task cluster, holding no state of its own.
+//! The gateway: the Lucid HTTP profile and the official A2A v1.0 bindings over the task
+//! cluster, holding no state of its own. Three layers, each using only the ones above it (the
+//! plumbing reads the settings, [`config`], for the public URL and the listen address):
 //!
-//! - [`admit`]: admission shared by task creation, invoke and stream;
-//! - [`catalog`]: the cached view of the worker registry and the documents built from it;
-//! - [`client_address`]: the client address key of rate limits and of `MAX_LIVE_PER_ADDRESS`;
+//! **HTTP plumbing**, about HTTP rather than either protocol:
+//! - [`http`]: the request's and the public origin, each protocol's endpoint URLs, cached
+//!   documents (ETag, `304`), SSE keep-alive; the client address key of rate limits and of
+//!   `MAX_LIVE_PER_ADDRESS` ([`http::client_address`]), `x-request-id` values
+//!   ([`http::request_id`]), HTTP server spans and metrics ([`http::observe`]);
+//! - [`error`]: [`error::ApiError`], an HTTP status with the profile's error body: the core's
+//!   error type, which the A2A adapter maps to the spec's codes;
+//! - [`extract`]: JSON and `Task-Access-Token` extractors whose rejections are `ApiError`s
+//!   (the A2A adapter reads the same token header).
+//!
+//! **Core**, the task service both protocols call:
 //! - [`config`]: settings, each a flag and an environment variable;
-//! - [`recent`]: entrypoints listed recently, admitted through a gap in the registry;
-//! - [`request_id`]: `x-request-id` values (random UUIDs without a system call each);
 //! - [`state`]: what handlers share ([`state::AppState`]): the store, the worker registry, settings;
-//! - [`error`]: [`error::ApiError`], the profile's error body with the right status;
-//! - [`extract`]: JSON and `Task-Access-Token` extractors whose rejections are `ApiError`s;
-//! - [`routes`]: one module per resource (health, card, entrypoints, tasks, invoke/stream);
-//! - [`observe`]: HTTP server spans and metrics (OpenTelemetry semantic conventions);
+//! - [`catalog`]: the cached view of the worker registry and the documents built from it;
+//! - [`recent`]: entrypoints listed recently, admitted through a gap in the registry;
+//! - [`prices`]: one view of each entrypoint's terms across workers, and a route's price;
+//! - [`admit`]: admission shared by task creation, invoke, stream and A2A messages;
+//! - [`pay`]: the payment gate of priced routes (x402, MPP, SIWX): challenge, credential,
+//!   durable admission;
+//! - [`watch`]: following a run through the store, its events in order, then its end;
 //! - [`store_memory`]: new tasks refused while the store is near its memory limit;
-//! - [`pay`]: the payment gate of priced routes (x402): challenge, credential, durable admission;
-//! - `embedded` (feature `embedded`, default): the single-process mode (in-memory store and an
-//!   in-process worker).
+//! - [`ratelimit`]: rate limits of task creation (middleware; it reads the A2A caller's token
+//!   and answers in either protocol's error shape, so it sits beside the adapters it fronts).
 //!
-//! [`app`] builds the router; tests drive it without a socket.
+//! **Protocol adapters**, which never import each other (`grep -rn "crate::routes"
+//! gateway/src/a2a` and `grep -rn "crate::a2a" gateway/src/routes` are empty):
+//! - [`routes`]: the Lucid A2A HTTP profile, one module per resource (health, card,
+//!   entrypoints, tasks, invoke/stream);
+//! - [`a2a`]: the A2A v1.0 JSON-RPC and HTTP+JSON bindings under `{base}/a2a`.
+//!
+//! `embedded` (feature `embedded`, default): the single-process mode (in-memory store and an
+//! in-process worker).
+//!
+//! [`app`] builds the router, merging both adapters' routers; tests drive it without a socket.
 
 pub mod a2a;
 pub mod admit;
 pub mod catalog;
-pub mod client_address;
 pub mod config;
 #[cfg(feature = "embedded")]
 pub mod embedded;
 pub mod error;
 pub mod extract;
-pub mod observe;
+pub mod http;
 pub mod pay;
 pub mod prices;
 pub mod ratelimit;
 pub mod recent;
-pub mod request_id;
 pub mod routes;
 pub mod state;
 pub mod store_memory;
+pub mod watch;
 
 use std::time::Duration;
 
 use axum::Router;
-use axum::http::HeaderName;
 use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::timeout::RequestBodyTimeoutLayer;
 
+use crate::http::request_id::REQUEST_ID;
 use crate::state::AppState;
-
-pub(crate) const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// The whole HTTP surface, mounted under the configured base path, with its layers applied
 /// once: request ids, the server span and HTTP metrics (no headers or bodies recorded: they
@@ -69,7 +85,10 @@ pub fn app_with_limiter(
     let base = state.config.base_path();
     let limit = state.config.body_limit_bytes;
     let body_timeout = Duration::from_millis(state.config.body_timeout_ms);
-    let routes = routes::router(&state).with_state(state.clone());
+    // The two protocol adapters, side by side: neither mounts nor imports the other.
+    let routes = routes::router(&state)
+        .merge(a2a::router())
+        .with_state(state.clone());
     let mounted = if base.is_empty() {
         routes
     } else {
@@ -92,7 +111,7 @@ pub fn app_with_limiter(
         // address (`NewTask::source`).
         .layer(axum::middleware::from_fn_with_state(
             trust_forwarded_for,
-            client_address::tag,
+            http::client_address::tag,
         ))
         // axum's own limit, not tower-http's: its rejection reaches our extractor, which answers
         // 413 with the profile's JSON body whether or not the client declared a length.
@@ -100,9 +119,9 @@ pub fn app_with_limiter(
         .layer(RequestBodyTimeoutLayer::new(body_timeout))
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         // Inside the router's layers, so the matched route (`http.route`) is known.
-        .layer(axum::middleware::from_fn(observe::http_span))
+        .layer(axum::middleware::from_fn(http::observe::http_span))
         .layer(SetRequestIdLayer::new(
             REQUEST_ID,
-            request_id::MakeRequestUuid,
+            http::request_id::MakeRequestUuid,
         ))
 }

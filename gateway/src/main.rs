@@ -60,9 +60,7 @@ async fn main() -> anyhow::Result<()> {
             };
             if let Some(gate) = &payments {
                 tracing::info!(pay_to = %gate.pay_to, network = gate.network.name, "priced routes take x402 payments");
-                if let Some(warning) =
-                    gateway::routes::card::origin::unbound_origin_warning(&config)
-                {
+                if let Some(warning) = gateway::http::origin::unbound_origin_warning(&config) {
                     tracing::warn!("{warning}");
                 }
                 if config.settlement_recovery_ms > 0 {

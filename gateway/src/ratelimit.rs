@@ -7,7 +7,7 @@
 //! (JSON-RPC error `-32000`, HTTP 429, see `crate::a2a::jsonrpc`). The limiter is GCRA, in the store's Redis in cluster
 //! mode (shared by every gateway, see [`store::ratelimit`]) and in memory in embedded mode.
 //!
-//! The per-address key is `crate::client_address`'s (an IPv6 client counts by its /64), the one
+//! The per-address key is `crate::http::client_address`'s (an IPv6 client counts by its /64), the one
 //! `MAX_LIVE_PER_ADDRESS` counts under too.
 //!
 //! Over a limit: `429 rate_limited` with `Retry-After` (whole seconds, rounded up) and the IETF
@@ -187,7 +187,7 @@ pub async fn admit(State(limits): State<Limits>, mut request: Request, next: Nex
     let mut subjects = Vec::with_capacity(2);
     if let Some(quota) = limits.per_address
         && let Some(address) =
-            crate::client_address::source_of(&request, limits.trust_forwarded_for)
+            crate::http::client_address::source_of(&request, limits.trust_forwarded_for)
     {
         subjects.push(Subject {
             policy: PER_ADDRESS,

@@ -11,8 +11,9 @@ use a2a::{
 };
 use store::registry::EntrypointInfo;
 
-use super::{caller, jsonrpc_url, rest_url, service};
+use super::{caller, service};
 use crate::config::GatewayConfig;
+use crate::http::interfaces::{a2a_jsonrpc_url as jsonrpc_url, a2a_rest_url as rest_url};
 
 /// The card for `entrypoints` as seen from `base_url` (`scheme://host` and the base path).
 pub fn build(config: &GatewayConfig, base_url: &str, entrypoints: &[EntrypointInfo]) -> AgentCard {

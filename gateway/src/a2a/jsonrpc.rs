@@ -34,7 +34,7 @@ pub async fn handle(
     OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
     limits: Option<axum::Extension<crate::ratelimit::Deferred>>,
-    crate::client_address::Source(source): crate::client_address::Source,
+    crate::http::client_address::Source(source): crate::http::client_address::Source,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Response {
     let body = match body {

@@ -9,6 +9,10 @@
 //! Both bindings run the same operations ([`service`]) on the runtime's tasks, mapped to and
 //! from A2A by [`mapping`]; every call names its protocol version ([`version`]) and its
 //! caller by bearer token ([`caller`]); errors carry the spec's codes ([`error`]).
+//!
+//! An adapter over the core (admission, payment gate, watch, catalog) and the HTTP plumbing
+//! ([`crate::http`]); it never imports the Lucid routes, and [`crate::app`] merges its router
+//! beside theirs.
 
 pub mod caller;
 pub mod card;
@@ -29,21 +33,10 @@ use axum::routing::{get, post};
 
 use crate::catalog::Document;
 use crate::error::ApiError;
-use crate::routes::card::{JSON, cached, request_origin};
+use crate::http::document::{JSON, cached};
+use crate::http::interfaces::A2A_PREFIX as PREFIX;
+use crate::http::origin::request_origin;
 use crate::state::AppState;
-
-/// Where the bindings live under the base path.
-pub const PREFIX: &str = "/a2a";
-
-/// The JSON-RPC endpoint's URL for a card built at `base_url` (origin and base path).
-pub fn jsonrpc_url(base_url: &str) -> String {
-    format!("{base_url}{PREFIX}/jsonrpc")
-}
-
-/// The HTTP+JSON binding's base URL for a card built at `base_url`.
-pub fn rest_url(base_url: &str) -> String {
-    format!("{base_url}{PREFIX}/v1")
-}
 
 pub fn router() -> Router<AppState> {
     Router::new()

@@ -29,7 +29,7 @@ use serde::de::DeserializeOwned;
 use super::error::{A2aError, truncated};
 use super::service::{self, Caller, Refusal, Reply};
 use super::{caller, version, wire};
-use crate::client_address::Source;
+use crate::http::client_address::Source;
 use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {

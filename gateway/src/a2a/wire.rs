@@ -1,15 +1,10 @@
 //! What both bindings write: JSON bodies, SSE streams and the payment receipt.
 
-use std::convert::Infallible;
-
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use futures::StreamExt;
 use futures::stream::BoxStream;
 
 use crate::pay::receipt::Receipt;
-use crate::routes::tasks::KEEP_ALIVE_INTERVAL;
 
 /// `body` as `application/json` with `status`; a value that does not serialize (none of ours)
 /// is a bare 500.
@@ -29,10 +24,7 @@ pub fn json(status: StatusCode, body: &impl serde::Serialize) -> Response {
 
 /// Each item as one SSE `data:` line, with keep-alive comments while the stream is idle.
 pub fn sse(frames: BoxStream<'static, String>) -> Response {
-    let events = frames.map(|data| Ok::<_, Infallible>(Event::default().data(data)));
-    Sse::new(events)
-        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE_INTERVAL))
-        .into_response()
+    crate::http::sse::data_lines(frames)
 }
 
 /// A paid answer carries its receipt, whatever it says.

@@ -1,7 +1,7 @@
 //! The payment gate: what happens to a `PAYMENT-SIGNATURE` (x402 v2) or `X-PAYMENT` (x402 v1)
 //! on a priced invoke, stream or `POST /tasks`, in order:
 //!
-//! 1. [`price`]: is the route priced, and on what terms (network, amount in USDC atomic units,
+//! 1. [`crate::prices::route`]: is the route priced, and on what terms (network, amount in USDC atomic units,
 //!    payee, resource URL)?
 //! 2. no credential: [`challenge`] answers `402` with the v2 `PAYMENT-REQUIRED` header and the
 //!    v1 JSON body. Nothing is reserved, no capacity is used.
@@ -27,7 +27,6 @@ pub mod credential;
 pub mod mpp;
 pub mod payer_rate;
 pub mod pending;
-pub mod price;
 pub mod receipt;
 pub mod recovery;
 pub mod siwx;
@@ -40,7 +39,7 @@ use store::credentials::CredentialLedger;
 
 use crate::config::GatewayConfig;
 
-pub use price::Priced;
+pub use crate::prices::Priced;
 
 /// Everything a priced route needs: who is paid, on which network, who verifies and settles,
 /// and where spent credentials are recorded.
@@ -235,7 +234,7 @@ pub async fn check<'a>(
     headers: &axum::http::HeaderMap,
     uri: &axum::http::Uri,
 ) -> Result<Option<Payment<'a>>, Box<axum::response::Response>> {
-    match price::price_of(entrypoint, route) {
+    match crate::prices::price_of(entrypoint, route) {
         None => Ok(None),
         Some(price) => check_priced(state, entrypoint, price, headers, uri)
             .await
@@ -244,13 +243,13 @@ pub async fn check<'a>(
 }
 
 /// The origin payments and sign-ins are bound to (see
-/// [`crate::routes::card::origin::security_origin`]).
+/// [`crate::http::origin::security_origin`]).
 pub fn security_origin(
     state: &crate::state::AppState,
     headers: &axum::http::HeaderMap,
     uri: &axum::http::Uri,
 ) -> String {
-    crate::routes::card::origin::security_origin(&state.config, headers, uri)
+    crate::http::origin::security_origin(&state.config, headers, uri)
 }
 
 /// The x402 `resource` a request pays for: the route's URL at the security origin and, when
@@ -282,7 +281,7 @@ pub async fn check_priced<'a>(
     use axum::response::IntoResponse;
 
     let Some(gate) = state.payments.as_deref() else {
-        return Err(Box::new(price::payments_disabled().into_response()));
+        return Err(Box::new(crate::prices::payments_disabled().into_response()));
     };
     let origin = security_origin(state, headers, uri);
     let resource = resource_url(&origin, uri.path(), &entrypoint.key);

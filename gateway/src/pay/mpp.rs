@@ -114,7 +114,7 @@ impl<'a> MppRoute<'a> {
         let realm = key
             .realm
             .as_deref()
-            .unwrap_or(crate::routes::card::origin::host_of(origin));
+            .unwrap_or(crate::http::origin::host_of(origin));
         let params =
             mpp::charge_params(realm, terms).and_then(|params| params.with_opaque(bound.opaque()));
         let params = params.map_err(|err| {

@@ -32,7 +32,7 @@ use store::registry::EntrypointInfo;
 
 use super::Gate;
 use crate::error::ApiError;
-use crate::routes::card::origin::host_of;
+use crate::http::origin::host_of;
 use crate::state::AppState;
 
 /// How long an offered sign-in stays valid (and its issued nonce spendable).
@@ -138,7 +138,7 @@ pub async fn sign_in(
         return Ok(None);
     };
     let Some(gate) = state.payments.as_deref() else {
-        return Err(Box::new(super::price::payments_disabled().into_response()));
+        return Err(Box::new(crate::prices::payments_disabled().into_response()));
     };
     let origin = super::security_origin(state, headers, uri);
     let Some(value) = headers.get(siwx::SIGN_IN_WITH_X) else {

@@ -1,4 +1,6 @@
-//! One module per resource; each exposes `router()`.
+//! The Lucid A2A HTTP profile's adapter: one module per resource, each exposing `router()`.
+//! It calls the core (admission, payment gate, watch, catalog) and the HTTP plumbing
+//! ([`crate::http`]), never the A2A adapter: [`crate::app`] merges both.
 
 pub mod card;
 pub mod health;
@@ -18,7 +20,6 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .merge(card::router(state))
         .merge(tasks::router())
         .merge(invoke::router())
-        .merge(crate::a2a::router())
 }
 
 /// Unknown routes: `404 {"error":{"code":"not_found","message":"Not found"}}`.

@@ -18,7 +18,7 @@ use axum::Router;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{OriginalUri, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures::StreamExt;
@@ -37,9 +37,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::admit::{self, Admit};
-use crate::client_address::Source;
 use crate::error::{ApiError, json_response};
 use crate::extract::{JsonBody, OptionalTaskAccess, TaskAccess};
+use crate::http::client_address::Source;
 use crate::pay::{self, receipt::Receipt};
 use crate::routes::not_found;
 use crate::state::AppState;
@@ -47,8 +47,6 @@ use crate::state::AppState;
 /// A subscription ends after this long even if the task is still running (upstream's safety
 /// timeout); the client subscribes again.
 pub const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
-/// Comment lines keep idle subscriptions open through proxies.
-pub const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(15);
 
 const LAST_EVENT_ID: &str = "last-event-id";
 
@@ -112,7 +110,7 @@ async fn create(
         Ok(signed_in) => signed_in.is_some(),
         Err(answer) => return Ok(*answer),
     };
-    let price = pay::price::price_of(&entrypoint, pay::Priced::Task).filter(|_| !signed_in);
+    let price = crate::prices::price_of(&entrypoint, pay::Priced::Task).filter(|_| !signed_in);
     let token = if let Some(price) = price {
         // Checked before anything touches a payment: a paid task on a store that forgets it
         // on restart could lose a settled payment's capability.
@@ -401,7 +399,7 @@ async fn subscribe(
         Some((Ok::<Event, Infallible>(sse_event(&event)), relay))
     });
     let mut response = Sse::new(stream)
-        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE_INTERVAL))
+        .keep_alive(crate::http::sse::keep_alive())
         .into_response();
     let headers = response.headers_mut();
     headers.insert(

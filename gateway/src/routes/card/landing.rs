@@ -149,7 +149,7 @@ fn entrypoint_section(base_url: &str, entrypoint: &EntrypointInfo) -> String {
         }
         let _ = write!(section, "<p>Price: {}</p>", parts.join(", "));
     }
-    match manifest::schema(&entrypoint.input_schema) {
+    match crate::catalog::published_schema(&entrypoint.input_schema) {
         Some(schema) => {
             let pretty = serde_json::to_string_pretty(schema).unwrap_or_default();
             let _ = write!(

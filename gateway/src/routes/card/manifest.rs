@@ -12,7 +12,9 @@ use serde_json::Value;
 use store::registry::{EntrypointInfo, Price};
 
 use super::payments::{self, PaymentMethod};
+use crate::catalog::published_schema as schema;
 use crate::config::GatewayConfig;
+use crate::http::interfaces::{a2a_jsonrpc_url, a2a_rest_url};
 
 const PROTOCOL_VERSION: &str = "1.0";
 const PROTOCOL_BINDING: &str = "HTTP+JSON";
@@ -27,7 +29,7 @@ pub struct AgentCard<'a> {
     description: &'a str,
     url: String,
     /// The Lucid profile's interface first (upstream clients read it), then the official A2A
-    /// v1.0 bindings ([`crate::a2a`]).
+    /// v1.0 bindings ([`crate::http::interfaces`]).
     supported_interfaces: [Interface; 3],
     version: &'a str,
     capabilities: Capabilities,
@@ -132,12 +134,12 @@ impl<'a> AgentCard<'a> {
                     protocol_version: None,
                 },
                 Interface {
-                    url: crate::a2a::jsonrpc_url(base_url),
+                    url: a2a_jsonrpc_url(base_url),
                     protocol_binding: a2a::TRANSPORT_PROTOCOL_JSONRPC,
                     protocol_version: Some(a2a::VERSION),
                 },
                 Interface {
-                    url: crate::a2a::rest_url(base_url),
+                    url: a2a_rest_url(base_url),
                     protocol_binding: a2a::TRANSPORT_PROTOCOL_HTTP_JSON,
                     protocol_version: Some(a2a::VERSION),
                 },
@@ -191,15 +193,6 @@ impl<'a> AgentCard<'a> {
                 .collect(),
             payments: payments::methods(config, entrypoints),
         }
-    }
-}
-
-/// A schema worth publishing: not the accept-anything `{}` / `true` / `null`.
-pub fn schema(value: &Value) -> Option<&Value> {
-    match value {
-        Value::Null | Value::Bool(true) => None,
-        Value::Object(map) if map.is_empty() => None,
-        _ => Some(value),
     }
 }
 

@@ -8,50 +8,32 @@
 //!
 //! Each response is built from the live worker registry as this gateway's catalog holds it
 //! ([`Discovery::snapshot`], at most `--registry-refresh-ms` old), so the card follows workers
-//! as they come and go, and from the request's origin ([`origin`]), so a card fetched through
+//! as they come and go, and from the request's origin ([`crate::http::origin`]), so a card fetched through
 //! a proxy points back through it. The built bytes and their ETag are kept with the catalog's
-//! listing, per origin, until the listing changes ([`crate::catalog`]). Every response carries
-//! a short `Cache-Control` and a strong `ETag` (SHA-256 of the body); `If-None-Match` answers
-//! `304`.
+//! listing, per origin, until the listing changes ([`crate::catalog`]), and served by
+//! [`crate::http::document::cached`] (`ETag`, short `Cache-Control`, `304` on `If-None-Match`).
 
 mod landing;
 mod manifest;
 mod openapi;
-pub mod origin;
 mod payments;
 
 use std::sync::Arc;
 
 use axum::Router;
-use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderValue, Uri, header};
 use axum::response::Response;
 use axum::routing::get;
 use serde::Serialize;
 use store::registry::WorkerRegistry;
 
-use crate::catalog::{Built, Catalog, Document, Snapshot};
+use crate::catalog::{Catalog, Document, Snapshot};
 use crate::config::GatewayConfig;
 use crate::error::ApiError;
+use crate::http::document::{JSON, cached};
+use crate::http::origin::request_origin;
 use crate::state::AppState;
-
-pub use origin::request_origin;
-
-/// Whether an entrypoint's input schema accepts any JSON (`{}`, `true`, `null`): the card
-/// then publishes none.
-pub fn accepts_anything(schema: &serde_json::Value) -> bool {
-    manifest::schema(schema).is_none()
-}
-
-pub(crate) const JSON: &str = "application/json; charset=utf-8";
-
-/// Short (30 s): the card reflects live workers, and a stale card only costs a client one more
-/// fetch.
-const CACHE_CONTROL: &str = "public, max-age=30";
-
-/// The headers a response depends on besides its path: the card's URLs come from them.
-const VARY: &str = "Host, X-Forwarded-Host, X-Forwarded-Proto";
 
 /// What the discovery handlers read. Each request clones its handler's state, and this is
 /// three reference counts, where the whole [`AppState`] is eight and a cancellation token whose
@@ -193,65 +175,4 @@ fn to_json(value: &impl Serialize) -> Result<Vec<u8>, ApiError> {
         tracing::error!(error = %err, "discovery document did not serialize");
         ApiError::internal()
     })
-}
-
-/// `200` with the document, or `304` when the client already holds it (`If-None-Match`); both
-/// with the validators and caching headers, in this order.
-pub(crate) fn cached(
-    request: &HeaderMap,
-    content_type: &'static str,
-    document: &Built,
-) -> Response {
-    let etag = document.etag.to_str().unwrap_or_default();
-    let not_modified = request
-        .get_all(header::IF_NONE_MATCH)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .any(|value| etag_matches(value, etag));
-    let mut response = if not_modified {
-        let mut response = Response::new(Body::empty());
-        *response.status_mut() = StatusCode::NOT_MODIFIED;
-        response
-    } else {
-        // A reference-counted copy of the cached bytes.
-        Response::new(Body::from(document.body.clone()))
-    };
-    let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    headers.insert(header::ETAG, document.etag.clone());
-    headers.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static(CACHE_CONTROL),
-    );
-    headers.insert(header::VARY, HeaderValue::from_static(VARY));
-    headers.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    response
-}
-
-/// `If-None-Match` uses the weak comparison (RFC 9110 13.1.2): `W/"x"` matches `"x"`; `*`
-/// matches any current representation.
-fn etag_matches(if_none_match: &str, etag: &str) -> bool {
-    if_none_match.split(',').map(str::trim).any(|candidate| {
-        candidate == "*" || candidate.strip_prefix("W/").unwrap_or(candidate) == etag
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::etag_matches;
-
-    #[test]
-    fn if_none_match_lists_and_weak_tags() {
-        let tag = "\"abc\"";
-        assert!(etag_matches("\"abc\"", tag));
-        assert!(etag_matches("W/\"abc\"", tag));
-        assert!(etag_matches("\"x\", \"abc\"", tag));
-        assert!(etag_matches("*", tag));
-        assert!(!etag_matches("\"abcd\"", tag));
-        assert!(!etag_matches("abc", tag));
-        assert!(!etag_matches("", tag));
-    }
 }

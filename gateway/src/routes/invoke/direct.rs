@@ -11,16 +11,16 @@ use serde_json::Value;
 use store::idempotency;
 use store::registry::EntrypointInfo;
 
-use super::watch::{RunEvent, Terminal, Watch};
 use super::{
     Kind, Run, cancel, extract_input, find_entrypoint, gate, read_json, start_paid_run, start_run,
 };
 use super::{idempotent, outcome};
 use crate::admit;
-use crate::client_address::Source;
 use crate::error::ApiError;
+use crate::http::client_address::Source;
 use crate::pay::Payment;
 use crate::state::AppState;
+use crate::watch::{RunEvent, Terminal, Watch};
 
 pub async fn invoke(
     State(state): State<AppState>,

@@ -3,20 +3,20 @@
 //!
 //! Both run the entrypoint on a worker through the store, never in the gateway: each request
 //! creates a task owned by a fresh internal token (never returned, so nobody else can read the
-//! run), follows it with a [`watch::Watch`], and cancels it when the caller goes away, the
+//! run), follows it with a [`crate::watch::Watch`], and cancels it when the caller goes away, the
 //! wait times out or the gateway shuts down.
 //!
 //! - [`direct`]: invoke, waiting for the terminal state up to `invoke_timeout_ms`;
 //! - [`idempotent`]: the `Idempotency-Key` protocol around invoke;
 //! - [`stream`]: the SSE relay of the worker's stream events;
-//! - [`outcome`]: how a finished run reads on the wire;
-//! - [`watch`]: a run's events in order, then its end.
+//! - [`outcome`]: how a finished run reads on the wire.
+//!
+//! Following the run is the core's [`crate::watch`], which the A2A adapter shares.
 
 mod direct;
 mod idempotent;
 mod outcome;
 mod stream;
-pub mod watch;
 
 use std::sync::Arc;
 
@@ -136,7 +136,7 @@ fn extract_input(body: &Value) -> Value {
 struct Run {
     task: Task,
     entrypoint: String,
-    watch: watch::Watch,
+    watch: crate::watch::Watch,
     guard: CancelOnDrop,
 }
 
@@ -173,7 +173,7 @@ async fn start_run(
     )
     .await?;
     let guard = CancelOnDrop::new(state.store.clone(), &task.task_id, entrypoint);
-    let watch = watch::Watch::with(state.store.clone(), &task.task_id, &owner, subscription);
+    let watch = crate::watch::Watch::with(state.store.clone(), &task.task_id, &owner, subscription);
     Ok(Run {
         task,
         entrypoint: entrypoint.to_owned(),
@@ -225,7 +225,7 @@ async fn start_paid_run(
     };
     // The watch starts from a snapshot: a run that ended meanwhile (or that could not run
     // after settlement) reads as ended.
-    let opened = watch::Watch::open(state.store.clone(), &paid.task_id, &owner).await;
+    let opened = crate::watch::Watch::open(state.store.clone(), &paid.task_id, &owner).await;
     let task = paid.created;
     match opened {
         Ok(watch) => Ok((

@@ -7,8 +7,8 @@ use protocol::{ErrorCode, TaskError, TaskResult, TaskStatus};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::watch::Terminal;
 use crate::error::{ApiError, json_response};
+use crate::watch::Terminal;
 
 /// `200 {"run_id","status":"succeeded","output","usage"?,"model"?}`, upstream's field order.
 #[derive(Serialize)]

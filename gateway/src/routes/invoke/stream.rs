@@ -25,14 +25,14 @@ use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::watch::{RunEvent, Terminal};
 use super::{
     Kind, Run, cancel, extract_input, find_entrypoint, gate, outcome, read_json, start_paid_run,
 };
 use crate::admit;
-use crate::client_address::Source;
 use crate::error::json_response;
+use crate::http::client_address::Source;
 use crate::state::AppState;
+use crate::watch::{RunEvent, Terminal};
 
 /// Frames buffered between the relay and a slow client.
 const BUFFER: usize = 64;

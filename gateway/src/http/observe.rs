@@ -16,7 +16,7 @@ use telemetry::metrics;
 use tracing::Instrument;
 use tracing::field::Empty;
 
-use crate::REQUEST_ID;
+use super::request_id::REQUEST_ID;
 
 /// The method as the conventions name it: the known ones as-is, anything else `_OTHER` (a
 /// client must not be able to mint metric series).

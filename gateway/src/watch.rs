@@ -1,4 +1,6 @@
 //! Following one run through the store: its stream events in order, then its terminal state.
+//! Part of the core: the Lucid invoke and stream routes and the A2A send, stream and subscribe
+//! operations all follow runs with it.
 //!
 //! The watch subscribes with `after_seq = 0`, so events published between creation and the
 //! subscription are replayed from the task's event log, and a run that finished before the

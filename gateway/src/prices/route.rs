@@ -1,5 +1,5 @@
-//! Which routes cost what: an entrypoint's price for the route a request came through, turned
-//! into the x402 terms of that request.
+//! Which routes cost what: an entrypoint's (merged) price for the route a request came
+//! through, turned into the x402 terms of that request by the payment gate ([`Gate::terms`]).
 
 use axum::http::StatusCode;
 use payments::Terms;
@@ -7,8 +7,8 @@ use payments::wire::v2::ResourceInfo;
 use protocol::ErrorCode;
 use store::registry::EntrypointInfo;
 
-use super::Gate;
 use crate::error::ApiError;
+use crate::pay::Gate;
 
 /// The route a priced request came through. Task creation costs the invoke price, as
 /// upstream charges it.

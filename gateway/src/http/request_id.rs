@@ -6,8 +6,11 @@
 
 use std::cell::Cell;
 
-use axum::http::{HeaderValue, Request};
+use axum::http::{HeaderName, HeaderValue, Request};
 use tower_http::request_id::{MakeRequestId, RequestId};
+
+/// The header that carries a request's id, in and out.
+pub(crate) const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct MakeRequestUuid;

@@ -1,0 +1,302 @@
+//! `SendMessage` and `SendStreamingMessage`: a message admits a task for a skill (through the
+//! payment gate when the skill is priced), or runs the next turn of a task that waits for
+//! input; then the answer waits for the task, or streams it ([`super::follow`]).
+
+use std::time::Duration;
+
+use a2a::{Message, SendMessageRequest, SendMessageResponse, StreamResponse};
+use futures::stream::BoxStream;
+use store::registry::EntrypointInfo;
+use store::{Durability, Resumed, StoredTask};
+
+use super::follow::follow;
+use super::message::{check_message, input_for};
+use super::{Caller, Refusal, Reply, bounded, history_length, read_owned};
+use crate::a2a::error::{self, A2aError};
+use crate::a2a::mapping;
+use crate::admit::{self, Admit};
+use crate::pay;
+use crate::pay::receipt::Receipt;
+use crate::watch::{RunEvent, Watch};
+
+/// `SendMessage`: admits a task for the message and, unless `returnImmediately`, waits for it
+/// to finish (at most `--invoke-timeout-ms`; then the task as it stands).
+pub async fn send(
+    caller: &Caller<'_>,
+    request: SendMessageRequest,
+) -> Result<Reply<SendMessageResponse>, Refusal> {
+    let immediately = request
+        .configuration
+        .as_ref()
+        .and_then(|configuration| configuration.return_immediately)
+        .unwrap_or(false);
+    let history_length = history_length(
+        request
+            .configuration
+            .as_ref()
+            .and_then(|configuration| configuration.history_length),
+    )?;
+    let started = start(caller, request).await?;
+    let state = caller.state;
+    let task_id = started.task_id.clone();
+    if !immediately {
+        let wait = Duration::from_millis(state.config.invoke_timeout_ms);
+        let mut watch = started.watch;
+        let finished = tokio::time::timeout(wait, async {
+            loop {
+                if let RunEvent::Finished(_) | RunEvent::InputRequired { .. } = watch.next().await?
+                {
+                    return Ok::<(), crate::error::ApiError>(());
+                }
+            }
+        })
+        .await;
+        if let Ok(Err(err)) = finished {
+            return Err(Refusal::A2a(err.into()));
+        }
+    }
+    let stored = read_owned(state, &caller.owner, &task_id).await?;
+    let value = match mapping::reply_of(&stored) {
+        Some(message) => SendMessageResponse::Message(message),
+        None => SendMessageResponse::Task(mapping::task_of(&stored, history_length)),
+    };
+    Ok(Reply {
+        value,
+        receipt: started.receipt,
+    })
+}
+
+/// `SendStreamingMessage`: admits a task for the message and streams it: the task first, then
+/// its status and artifact updates, closing after its final status.
+pub async fn stream(
+    caller: &Caller<'_>,
+    request: SendMessageRequest,
+) -> Result<Reply<BoxStream<'static, StreamResponse>>, Refusal> {
+    let started = start(caller, request).await?;
+    let first = read_owned(caller.state, &caller.owner, &started.task_id).await?;
+    let events = bounded(
+        caller.state,
+        follow(
+            caller.state.store.clone(),
+            caller.owner.clone(),
+            first,
+            started.watch,
+            true,
+        ),
+    );
+    Ok(Reply {
+        value: events,
+        receipt: started.receipt,
+    })
+}
+
+/// A task admitted for a message, followed from its first event.
+struct Started {
+    task_id: String,
+    watch: Watch,
+    receipt: Option<Receipt>,
+}
+
+/// Checks a message and admits its task: the skill, the input, the payment.
+async fn start(caller: &Caller<'_>, request: SendMessageRequest) -> Result<Started, Refusal> {
+    let state = caller.state;
+    let message = request.message;
+    if let Some(waiting) = check_message(state, caller, &message).await? {
+        return resume(caller, waiting, message).await;
+    }
+    let entrypoint = skill_for(caller, &message).await?;
+    let input = input_for(state, &entrypoint, &message)?;
+    let context_id = message
+        .context_id
+        .clone()
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let metadata = mapping::metadata_of(&message, &input);
+    let admit = Admit {
+        owner: caller.owner.clone(),
+        entrypoint: &entrypoint.key,
+        input,
+        context_id: Some(context_id),
+        metadata: Some(metadata),
+        max_attempts: state.config.max_attempts,
+        retention: None,
+        source: caller.source.clone(),
+    };
+    match gate(caller, &entrypoint).await? {
+        None => start_free(caller, admit).await,
+        Some(payment) => start_paid(caller, payment, admit).await,
+    }
+}
+
+/// The skill a new task's message asks for (its `skillId`, else the default skill, else the
+/// only one), as the catalog lists it.
+async fn skill_for(caller: &Caller<'_>, message: &Message) -> Result<EntrypointInfo, A2aError> {
+    let state = caller.state;
+    let skills = admit::entrypoints(state).await.map_err(A2aError::from)?;
+    let keys: Vec<&str> = skills
+        .entrypoints()
+        .iter()
+        .map(|entrypoint| entrypoint.key.as_str())
+        .collect();
+    let skill = mapping::skill_of(
+        message.metadata.as_ref(),
+        state.config.a2a_default_skill.as_deref(),
+        &keys,
+    )
+    .map_err(|err| A2aError::invalid_params(err.to_string()))?;
+    admit::entrypoint(state, &skill)
+        .await
+        .map_err(A2aError::from)?
+        .ok_or_else(|| {
+            A2aError::invalid_params(format!(
+                "Skill {} not found",
+                serde_json::Value::String(error::truncated(&skill).to_owned())
+            ))
+        })
+}
+
+/// A free (or signed-in) task: created with its watch subscribed first, so that the run's
+/// every event reaches it.
+async fn start_free(caller: &Caller<'_>, admit: Admit<'_>) -> Result<Started, Refusal> {
+    let state = caller.state;
+    let entrypoint = admit.entrypoint.to_owned();
+    let (task, subscription) = admit::create_watched(state, admit)
+        .await
+        .map_err(A2aError::from)?;
+    tracing::info!(task_id = %task.task_id, %entrypoint, "A2A task created");
+    let watch = Watch::with(
+        state.store.clone(),
+        &task.task_id,
+        &caller.owner,
+        subscription,
+    );
+    Ok(Started {
+        task_id: task.task_id,
+        watch,
+        receipt: None,
+    })
+}
+
+/// A paid task: admitted by the payment gate's durable admission (on a durable store only),
+/// then watched from its snapshot.
+async fn start_paid(
+    caller: &Caller<'_>,
+    payment: pay::Payment<'_>,
+    admit: Admit<'_>,
+) -> Result<Started, Refusal> {
+    let state = caller.state;
+    if state.store.durability() == Durability::Process {
+        return Err(A2aError::unsupported("Paid tasks require a durable task store").into());
+    }
+    let entrypoint = admit.entrypoint.to_owned();
+    let paid = match pay::admission::admit_paid(state, payment, admit).await {
+        Ok(paid) => paid,
+        Err(pay::admission::Refused::Answer(response)) => {
+            return Err(Refusal::Http(response));
+        }
+        Err(pay::admission::Refused::Unconfirmed { task_id, receipt }) => {
+            // Settled: the caller keeps the receipt and can read the task later.
+            tracing::warn!(%task_id, "paid A2A task settled but its state is unconfirmed");
+            let watch = Watch::open(state.store.clone(), &task_id, &caller.owner).await;
+            return match watch {
+                Ok(watch) => Ok(Started {
+                    task_id,
+                    watch,
+                    receipt: Some(receipt),
+                }),
+                Err(err) => Err(Refusal::A2a(err.into())),
+            };
+        }
+    };
+    tracing::info!(task_id = %paid.task_id, %entrypoint, "paid A2A task created");
+    let watch = Watch::open(state.store.clone(), &paid.task_id, &caller.owner)
+        .await
+        .map_err(A2aError::from)?;
+    Ok(Started {
+        task_id: paid.task_id,
+        watch,
+        receipt: Some(paid.receipt),
+    })
+}
+
+/// A message answering a task that waits for input: the task's own skill runs the next turn
+/// with it (a paid task's turns are part of what was paid for).
+async fn resume(
+    caller: &Caller<'_>,
+    waiting: StoredTask,
+    message: Message,
+) -> Result<Started, Refusal> {
+    let state = caller.state;
+    let task_id = waiting.task.task_id.clone();
+    let skill = waiting.invocation.entrypoint.clone();
+    if let Some(named) = message
+        .metadata
+        .as_ref()
+        .and_then(|metadata| metadata.get("skillId"))
+        && named.as_str() != Some(skill.as_str())
+    {
+        return Err(A2aError::invalid_params(format!(
+            "Task {task_id} runs skill {}; a follow-up message cannot name another",
+            serde_json::Value::String(skill.clone())
+        ))
+        .into());
+    }
+    let Some(entrypoint) = admit::entrypoint(state, &skill)
+        .await
+        .map_err(A2aError::from)?
+    else {
+        return Err(A2aError::unsupported(format!(
+            "Task {task_id}'s skill is not offered any more"
+        ))
+        .into());
+    };
+    let input = input_for(state, &entrypoint, &message)?;
+    let metadata = mapping::metadata_of(&message, &input);
+    match state
+        .store
+        .resume(&task_id, &caller.owner, input, Some(metadata))
+        .await
+        .map_err(A2aError::from)?
+    {
+        Resumed::Queued { seq, .. } => {
+            tracing::info!(%task_id, entrypoint = %skill, "A2A task resumed with input");
+            let watch = Watch::open_after(state.store.clone(), &task_id, &caller.owner, seq)
+                .await
+                .map_err(A2aError::from)?;
+            Ok(Started {
+                task_id,
+                watch,
+                receipt: None,
+            })
+        }
+        Resumed::NotFound => Err(A2aError::task_not_found(&task_id).into()),
+        Resumed::NotWaiting(task) if task.status.is_terminal() => Err(A2aError::unsupported(
+            format!("Task {task_id} is in a terminal state and takes no more messages"),
+        )
+        .into()),
+        Resumed::NotWaiting(_) => {
+            Err(A2aError::unsupported(format!("Task {task_id} is not waiting for input")).into())
+        }
+    }
+}
+
+/// The payment gate for a skill: signed in with SIWX (free), free, paid so far, or its answer.
+async fn gate<'a>(
+    caller: &Caller<'a>,
+    entrypoint: &EntrypointInfo,
+) -> Result<Option<pay::Payment<'a>>, Refusal> {
+    let signed_in = pay::siwx::sign_in(caller.state, entrypoint, caller.headers, caller.uri)
+        .await
+        .map_err(|answer| Refusal::Http(*answer))?;
+    if signed_in.is_some() {
+        return Ok(None);
+    }
+    pay::check(
+        caller.state,
+        entrypoint,
+        pay::Priced::Task,
+        caller.headers,
+        caller.uri,
+    )
+    .await
+    .map_err(|answer| Refusal::Http(*answer))
+}

@@ -1,0 +1,20 @@
+//! HTTP plumbing both protocol adapters use, about HTTP rather than either protocol:
+//!
+//! - [`origin`]: the origin a client reached us at, and the one payments are bound to;
+//! - [`interfaces`]: each protocol's endpoint URLs under that origin (cards cross-link them);
+//! - [`document`]: cached documents (the cards, `/entrypoints`, OpenAPI) with ETag and `304`;
+//! - [`sse`]: server-sent events' keep-alive and plain `data:` streams;
+//! - [`client_address`]: the client address key of rate limits and of `MAX_LIVE_PER_ADDRESS`;
+//! - [`request_id`]: `x-request-id` values (random UUIDs without a system call each);
+//! - [`observe`]: HTTP server spans and metrics (OpenTelemetry semantic conventions).
+//!
+//! Nothing here imports the core or either adapter, except the settings ([`crate::config`])
+//! that name the public URL and the listen address.
+
+pub mod client_address;
+pub mod document;
+pub mod interfaces;
+pub mod observe;
+pub mod origin;
+pub mod request_id;
+pub mod sse;
