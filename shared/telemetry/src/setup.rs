@@ -19,7 +19,9 @@ use super::settings::Settings;
 
 /// Crates whose spans and events become OpenTelemetry spans and span events. Dependencies
 /// stay out: the exporters' own HTTP and gRPC clients would otherwise trace their exports.
-const TRACED_CRATES: [&str; 3] = ["gateway", "worker", "shared"];
+/// These are crate (target) names: a crate of the workspace that records spans of its own must
+/// be listed here, or its spans are dropped (the store's Redis script spans live in `store`).
+const TRACED_CRATES: [&str; 4] = ["gateway", "worker", "store", "server"];
 
 /// The log line format (`LOG_FORMAT`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
