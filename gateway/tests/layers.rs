@@ -1,0 +1,84 @@
+//! The gateway's layering holds: the two protocol adapters (`src/routes/`, the Lucid profile,
+//! and `src/a2a/`, the A2A bindings) never import each other, and the HTTP plumbing
+//! (`src/http/`) imports neither, so a change to one protocol cannot reach into the other.
+//! What they share lives in the core or the plumbing (see `src/lib.rs`).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// Every `.rs` file under `dir`.
+fn sources(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+/// The lines under `src/<layer>` that name a module of `forbidden` as `crate::<module>` or
+/// `super::super::<module>`, comments left out.
+fn offenders(layer: &str, forbidden: &[&str]) -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("src")
+        .join(layer);
+    let mut found = Vec::new();
+    for file in sources(&root) {
+        let text = fs::read_to_string(&file).unwrap_or_default();
+        for (number, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or_default();
+            for module in forbidden {
+                if code.contains(&format!("crate::{module}"))
+                    || code.contains(&format!("super::super::{module}"))
+                {
+                    found.push(format!(
+                        "{}:{}: {}",
+                        file.display(),
+                        number + 1,
+                        line.trim()
+                    ));
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_a2a_adapter_does_not_import_the_lucid_routes() {
+    let found = offenders("a2a", &["routes"]);
+    assert!(found.is_empty(), "{found:#?}");
+}
+
+#[test]
+fn the_lucid_routes_do_not_import_the_a2a_adapter() {
+    let found = offenders("routes", &["a2a"]);
+    assert!(found.is_empty(), "{found:#?}");
+}
+
+#[test]
+fn the_http_plumbing_imports_neither_adapter() {
+    let found = offenders("http", &["routes", "a2a"]);
+    assert!(found.is_empty(), "{found:#?}");
+}
+
+#[test]
+fn the_layers_are_where_the_checks_look() {
+    // A renamed folder would make the checks above pass vacuously.
+    for layer in ["a2a", "routes", "http"] {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src")
+            .join(layer);
+        assert!(!sources(&root).is_empty(), "no sources under src/{layer}");
+    }
+}
