@@ -26,8 +26,8 @@ fn sources(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
-/// The lines under `src/<layer>` that name a module of `forbidden` as `crate::<module>` or
-/// `super::super::<module>`, comments left out.
+/// The lines under `src/<layer>` that name a module of `forbidden` as `crate::<module>`,
+/// `super::super::<module>` or inside a grouped `crate::{...}` import, comments left out.
 fn offenders(layer: &str, forbidden: &[&str]) -> Vec<String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("src")
@@ -35,6 +35,18 @@ fn offenders(layer: &str, forbidden: &[&str]) -> Vec<String> {
     let mut found = Vec::new();
     for file in sources(&root) {
         let text = fs::read_to_string(&file).unwrap_or_default();
+        // Grouped imports: `use crate::{config, routes::x}`, on one line or several.
+        for group in text.split("crate::{").skip(1) {
+            let names = group.split('}').next().unwrap_or_default();
+            for module in forbidden {
+                let named = names
+                    .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                    .any(|word| word == *module);
+                if named {
+                    found.push(format!("{}: crate::{{{names}}}", file.display()));
+                }
+            }
+        }
         for (number, line) in text.lines().enumerate() {
             let code = line.split("//").next().unwrap_or_default();
             for module in forbidden {
