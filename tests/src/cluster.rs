@@ -199,7 +199,7 @@ impl ClusterBuilder {
     }
 }
 
-/// A gateway process and the URL it serves at.
+/// A gateway process and the URL it serves at (with its `BASE_PATH`, when it has one).
 pub struct Gateway {
     pub process: ServiceProcess,
     pub base: String,
@@ -286,7 +286,14 @@ impl Cluster {
         );
         let args: Vec<&str> = spec.args.iter().map(String::as_str).collect();
         let process = ServiceProcess::start("gateway", &spec.name, &args, &env)?;
-        let base = format!("http://127.0.0.1:{port}");
+        // Under a BASE_PATH every route, `/health` included, is served below it.
+        let base_path = spec
+            .env
+            .iter()
+            .find(|(key, _)| key == "BASE_PATH")
+            .map(|(_, path)| path.trim_end_matches('/'))
+            .unwrap_or_default();
+        let base = format!("http://127.0.0.1:{port}{base_path}");
         wait_healthy(&process, &base).await?;
         self.gateways.push(Gateway { process, base });
         Ok(self.gateways.len() - 1)

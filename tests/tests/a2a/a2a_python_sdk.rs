@@ -19,9 +19,8 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use harness::cluster::free_port;
+use harness::cluster::Cluster;
 use harness::process::{ServiceProcess, plain};
-use harness::redis_server::RedisServer;
 use serde_json::{Value, json};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -165,26 +164,18 @@ async fn the_official_python_sdk_sends_streams_gets_and_cancels_on_both_bindings
     let sdk = sdk_version(&python).await?;
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/a2a_sdk_client.py");
 
-    let redis = RedisServer::start()?;
-    let worker = ServiceProcess::start(
-        "worker",
-        "w1",
-        &["--a2a-tck-agent"],
-        &[("REDIS_URL", redis.url()), ("WORKER_ID", "w1".to_owned())],
-    )?;
-    let port = free_port()?;
-    let gateway = ServiceProcess::start(
-        "gateway",
-        "g1",
-        &[],
-        &[
-            ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
-            ("REDIS_URL", redis.url()),
-            ("A2A_DEFAULT_SKILL", "tck".to_owned()),
-        ],
-    )?;
-    let base = format!("http://127.0.0.1:{port}");
-    wait_for_cluster(&base, &["tck", "sleep"], &gateway, &worker).await?;
+    let cluster = Cluster::builder()
+        .worker("w1", &[])
+        .args(&["--a2a-tck-agent"])
+        .gateway("g1", &[("A2A_DEFAULT_SKILL", "tck")])
+        .skills(&["tck", "sleep"])
+        .start()
+        .await?;
+    let base = cluster.base().to_owned();
+    let gateway = &cluster.gateways[0].process;
+    let worker = &cluster.workers[0];
+    // The Lucid card lists the skills; the A2A card, which the SDK reads, must too.
+    wait_for_cluster(&base, &["tck", "sleep"], gateway, worker).await?;
 
     let run = tokio::process::Command::new(&python)
         .arg(&script)

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use harness::cluster::free_port;
+use harness::cluster::Cluster;
 use harness::process::ServiceProcess;
 use harness::redis_server::{RedisOptions, RedisServer};
 use nix::sys::signal::Signal;
@@ -52,6 +52,14 @@ async fn set_maxmemory(redis: &RedisServer, bytes: u64) -> TestResult {
     Ok(())
 }
 
+/// A worker's settings: `entrypoints` only, short leases.
+fn worker_settings(entrypoints: &str) -> [(&str, &str); 2] {
+    [
+        ("WORKER_ENTRYPOINTS", entrypoints),
+        ("WORKER_LEASE_TTL_MS", "1000"),
+    ]
+}
+
 fn worker(
     redis: &RedisServer,
     id: &str,
@@ -68,33 +76,6 @@ fn worker(
             ("WORKER_LEASE_TTL_MS", "1000".to_owned()),
         ],
     )?)
-}
-
-/// Waits until the gateway's card lists `skill`.
-async fn wait_for_skill(base: &str, skill: &str) -> TestResult {
-    let client = reqwest::Client::new();
-    let start = tokio::time::Instant::now();
-    loop {
-        // Connection refused until the gateway listens.
-        let card: Value = match client
-            .get(format!("{base}/.well-known/agent-card.json"))
-            .send()
-            .await
-        {
-            Ok(response) => response.json().await.unwrap_or(Value::Null),
-            Err(_) => Value::Null,
-        };
-        if card["skills"]
-            .as_array()
-            .is_some_and(|skills| skills.iter().any(|s| s["id"] == skill))
-        {
-            return Ok(());
-        }
-        if start.elapsed() > PATIENCE {
-            return Err(format!("{skill} never appeared in the card").into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// An anonymous `echo` invoke of `input`: its status, Retry-After and body.
@@ -119,32 +100,33 @@ async fn invoke_echo(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn admission_stops_at_the_high_water_mark_and_admitted_tasks_still_finish() -> TestResult {
-    let redis = RedisServer::start_with(
-        RedisOptions::default()
-            .arg("--maxmemory-policy")
-            .arg("noeviction"),
-    )?;
-    let port = free_port()?;
-    let base = format!("http://127.0.0.1:{port}");
-    let gateway = ServiceProcess::start(
-        "gateway",
-        "g1",
-        &[],
-        &[
-            ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
-            ("REDIS_URL", redis.url()),
-            ("REDIS_MEMORY_HIGH_WATER", "50".to_owned()),
-            ("REDIS_MEMORY_CHECK_MS", "20".to_owned()),
-        ],
-    )?;
-    let echo_worker = worker(&redis, "w-echo", "echo")?;
     // A `sleep` worker lists the entrypoint, then leaves: the well-behaved owner's task is
     // admitted (the gateway's entrypoint grace) and waits in the queue through the fill.
-    let mut sleep_worker = worker(&redis, "w-sleep", "sleep")?;
-    wait_for_skill(&base, "echo").await?;
-    wait_for_skill(&base, "sleep").await?;
+    let mut cluster = Cluster::builder()
+        .redis(
+            RedisOptions::default()
+                .arg("--maxmemory-policy")
+                .arg("noeviction"),
+        )
+        .worker("w-echo", &worker_settings("echo"))
+        .worker("w-sleep", &worker_settings("sleep"))
+        .gateway(
+            "g1",
+            &[
+                ("REDIS_MEMORY_HIGH_WATER", "50"),
+                ("REDIS_MEMORY_CHECK_MS", "20"),
+            ],
+        )
+        .skills(&["echo", "sleep"])
+        .start()
+        .await?;
+    let sleep_worker = &mut cluster.workers[1];
     sleep_worker.signal(Signal::SIGTERM)?;
     sleep_worker.wait_exit(PATIENCE)?;
+    let base = cluster.base().to_owned();
+    let redis = &cluster.redis;
+    let gateway = &cluster.gateways[0].process;
+    let echo_worker = &cluster.workers[0];
 
     let client = reqwest::Client::new();
     let created = client
@@ -159,9 +141,9 @@ async fn admission_stops_at_the_high_water_mark_and_admitted_tasks_still_finish(
 
     // A small limit a few MB above what Redis holds now; the gateway refuses new tasks from
     // half of it on.
-    let (baseline, _) = memory(&redis).await?;
+    let (baseline, _) = memory(redis).await?;
     let maxmemory = baseline + HEADROOM;
-    set_maxmemory(&redis, maxmemory).await?;
+    set_maxmemory(redis, maxmemory).await?;
 
     let fill = json!({ "text": "x".repeat(FILL_BYTES) });
     let mut admitted = 0;
@@ -193,7 +175,7 @@ async fn admission_stops_at_the_high_water_mark_and_admitted_tasks_still_finish(
             .is_some_and(|message| message.contains("memory limit")),
         "the refusal names the store's memory, not an outage: {body}"
     );
-    let (used, max) = memory(&redis).await?;
+    let (used, max) = memory(redis).await?;
     assert_eq!(max, maxmemory);
     assert!(used < max, "Redis stayed under maxmemory: {used} of {max}");
 
@@ -208,7 +190,7 @@ async fn admission_stops_at_the_high_water_mark_and_admitted_tasks_still_finish(
     assert!(again.headers().contains_key("retry-after"));
 
     // The task admitted before the fill runs now and its terminal write lands.
-    let _sleep_worker = worker(&redis, "w-sleep-2", "sleep")?;
+    let _sleep_worker = worker(redis, "w-sleep-2", "sleep")?;
     let start = tokio::time::Instant::now();
     loop {
         let task: Value = client
@@ -232,11 +214,11 @@ async fn admission_stops_at_the_high_water_mark_and_admitted_tasks_still_finish(
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let (used, max) = memory(&redis).await?;
+    let (used, max) = memory(redis).await?;
     assert!(used < max, "Redis stayed under maxmemory: {used} of {max}");
 
     // More room: admission reopens by itself.
-    set_maxmemory(&redis, used * 4).await?;
+    set_maxmemory(redis, used * 4).await?;
     let small = json!({ "x": 1 });
     let start = tokio::time::Instant::now();
     loop {

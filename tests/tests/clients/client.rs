@@ -9,7 +9,6 @@ use client::{
     AgentCard, Client, ClientError, ClientOptions, CreationFailure, InvokeOptions, ListFilter,
     SendOptions, UrlPolicy,
 };
-use harness::cluster::free_port;
 use harness::process::ServiceProcess;
 use harness::redis_server::RedisServer;
 use protocol::{TaskEventKind, TaskStatus};
@@ -30,45 +29,27 @@ struct Cluster {
 }
 
 impl Cluster {
+    /// A worker and a gateway under `base_path` (the harness's cluster builder), once the card
+    /// lists the worker's entrypoints.
     async fn start(base_path: &str) -> Result<Cluster, Box<dyn std::error::Error>> {
-        let redis = RedisServer::start()?;
-        let worker = ServiceProcess::start(
-            "worker",
-            "w1",
-            &[],
-            &[("REDIS_URL", redis.url()), ("WORKER_ID", "w1".to_owned())],
-        )?;
-        let port = free_port()?;
-        let gateway = ServiceProcess::start(
-            "gateway",
-            "g1",
-            &[],
-            &[
-                ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
-                ("REDIS_URL", redis.url()),
-                ("BASE_PATH", base_path.to_owned()),
-            ],
-        )?;
-        let url = format!("http://127.0.0.1:{port}{base_path}");
-        // Ready once the card lists the worker's entrypoints.
-        let client = Client::new(ClientOptions::default())?;
-        let start = tokio::time::Instant::now();
-        loop {
-            if let Ok(card) = client.fetch_card(&url).await
-                && card.entrypoints.contains_key("count")
-            {
-                break;
-            }
-            if start.elapsed() > PATIENCE {
-                return Err(format!("the cluster never came up:\n{}", gateway.log()).into());
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let built = harness::cluster::Cluster::builder()
+            .worker("w1", &[])
+            .gateway("g1", &[("BASE_PATH", base_path)])
+            .skills(&["count"])
+            .start()
+            .await?;
+        let harness::cluster::Cluster {
+            mut gateways,
+            mut workers,
+            redis,
+            ..
+        } = built;
+        let gateway = gateways.remove(0);
         Ok(Cluster {
             _redis: redis,
-            _worker: worker,
-            _gateway: gateway,
-            url,
+            _worker: workers.remove(0),
+            _gateway: gateway.process,
+            url: gateway.base,
         })
     }
 }

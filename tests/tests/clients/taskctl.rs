@@ -21,27 +21,29 @@ struct Cluster {
     url: String,
 }
 
+/// A worker and a gateway under `/agents/a` (the harness's cluster builder), once `taskctl card`
+/// shows the worker's entrypoints.
 async fn cluster() -> Result<Cluster, Box<dyn std::error::Error>> {
-    let redis = RedisServer::start()?;
-    let worker = ServiceProcess::start("worker", "w1", &[], &[("REDIS_URL", redis.url())])?;
-    let port = free_port()?;
-    let gateway = ServiceProcess::start(
-        "gateway",
-        "g1",
-        &[],
-        &[
-            ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
-            ("REDIS_URL", redis.url()),
-            ("BASE_PATH", "/agents/a".to_owned()),
-        ],
-    )?;
-    let url = format!("http://127.0.0.1:{port}/agents/a");
+    let built = harness::cluster::Cluster::builder()
+        .worker("w1", &[])
+        .gateway("g1", &[("BASE_PATH", "/agents/a")])
+        .skills(&["count"])
+        .start()
+        .await?;
+    let harness::cluster::Cluster {
+        mut gateways,
+        mut workers,
+        redis,
+        ..
+    } = built;
+    let gateway = gateways.remove(0);
     let cluster = Cluster {
         _redis: redis,
-        _worker: worker,
-        gateway,
-        url,
+        _worker: workers.remove(0),
+        gateway: gateway.process,
+        url: gateway.base,
     };
+    // The CLI itself sees the entrypoints too (the readiness this suite has always used).
     let start = tokio::time::Instant::now();
     loop {
         let out = taskctl(&["card", &cluster.url, "--json"], &[]).await?;

@@ -1,7 +1,6 @@
 //! The cluster fixture ([`Cluster`]): a private redis-server, `worker`s hosting the built-ins
 //! and the TCK agent, and a `gateway` speaking A2A with `A2A_DEFAULT_SKILL=tck`.
 
-use harness::paid::{free_port, wait_healthy};
 use harness::process::ServiceProcess;
 use harness::redis_server::RedisServer;
 use reqwest::StatusCode;
@@ -21,27 +20,26 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Redis, worker `w1` and the gateway, once the A2A card lists the skills the suite uses.
+    /// Redis, worker `w1` and the gateway (the harness's cluster builder), once the A2A card
+    /// lists the skills the suite uses.
     pub async fn start() -> Res<Cluster> {
-        let redis = RedisServer::start()?;
-        let workers = vec![worker(&redis, "w1")?];
-        let port = free_port()?;
-        let base = format!("http://127.0.0.1:{port}");
-        let gateway = ServiceProcess::start(
-            "gateway",
-            "g1",
-            &[],
-            &[
-                ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
-                ("REDIS_URL", redis.url()),
-                ("A2A_DEFAULT_SKILL", "tck".to_owned()),
-            ],
-        )?;
-        wait_healthy(&gateway, &base).await?;
-        let cluster = Cluster {
-            gateway,
+        let built = harness::cluster::Cluster::builder()
+            .worker("w1", WORKER_SETTINGS)
+            .args(&["--a2a-tck-agent"])
+            .gateway("g1", &[("A2A_DEFAULT_SKILL", "tck")])
+            .start()
+            .await?;
+        let harness::cluster::Cluster {
+            mut gateways,
             workers,
-            base,
+            redis,
+            ..
+        } = built;
+        let gateway = gateways.remove(0);
+        let cluster = Cluster {
+            gateway: gateway.process,
+            workers,
+            base: gateway.base,
             http: http()?,
             redis,
         };
@@ -105,19 +103,25 @@ impl Cluster {
     }
 }
 
-/// A worker hosting the built-ins and the TCK agent, with short leases so that a dead
-/// worker's task is recovered within a test.
+/// Short leases and sweeps, so that a dead worker's task is recovered within a test.
+const WORKER_SETTINGS: &[(&str, &str)] = &[
+    ("WORKER_LEASE_TTL_MS", "1000"),
+    ("WORKER_RECOVERY_INTERVAL_MS", "200"),
+];
+
+/// A worker hosting the built-ins and the TCK agent, with [`WORKER_SETTINGS`].
 pub fn worker(redis: &RedisServer, id: &str) -> Res<ServiceProcess> {
+    let mut env = vec![("REDIS_URL", redis.url()), ("WORKER_ID", id.to_owned())];
+    env.extend(
+        WORKER_SETTINGS
+            .iter()
+            .map(|(key, value)| (*key, (*value).to_owned())),
+    );
     Ok(ServiceProcess::start(
         "worker",
         id,
         &["--a2a-tck-agent"],
-        &[
-            ("REDIS_URL", redis.url()),
-            ("WORKER_ID", id.to_owned()),
-            ("WORKER_LEASE_TTL_MS", "1000".to_owned()),
-            ("WORKER_RECOVERY_INTERVAL_MS", "200".to_owned()),
-        ],
+        &env,
     )?)
 }
 
