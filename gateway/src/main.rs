@@ -14,6 +14,8 @@ use telemetry::LogFormat;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+type Limiter = Arc<dyn store::ratelimit::RateLimiter>;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = GatewayConfig::parse();
@@ -22,110 +24,154 @@ async fn main() -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let background = TaskTracker::new();
 
-    let cluster_store = config
-        .redis
-        .configured()
-        .then(|| config.redis.store_config());
-    // Embedded mode keeps this in-process limiter; cluster mode replaces it with Redis's.
-    #[cfg_attr(not(feature = "embedded"), allow(unused_assignments))]
-    let mut limiter: Arc<dyn store::ratelimit::RateLimiter> =
-        Arc::new(store::ratelimit::MemoryRateLimiter::default());
-    let state = match &cluster_store {
-        Some(store_config) => {
-            let mut store_config = store_config.clone();
-            store_config.max_tasks = config.max_tasks;
-            store_config.max_retained = config.max_retained_tasks;
-            store_config.max_retained_bytes = config.max_retained_bytes;
-            store_config.max_retained_per_owner = config.max_retained_per_owner;
-            store_config.max_live_per_owner = config.max_live_per_owner;
-            store_config.max_live_per_address = config.max_live_per_address;
-            store_config.retention = Duration::from_millis(config.retention_ms);
-            let store = RedisStore::connect(store_config)
-                .await
-                .context("cannot open the task store in Redis")?;
-            tracing::info!(durability = ?store.declared_durability(), "task store durability");
-            tracing::info!("cluster mode: tasks in Redis, run by worker processes");
-            limiter = Arc::new(store::ratelimit::RedisRateLimiter::new(&store));
-            let payments = match Gate::from_config(&config, Arc::new(store.credentials())) {
-                Ok(gate) => gate.map(|mut gate| {
-                    gate.payer_rate =
-                        gateway::pay::payer_rate::PayerRate::from_config(&config, limiter.clone());
-                    Arc::new(gate)
-                }),
-                Err(err) => {
-                    // One line, no backtrace: an operator error, not a crash.
-                    eprintln!("gateway: {err}");
-                    std::process::exit(2);
-                }
-            };
-            if let Some(gate) = &payments {
-                tracing::info!(pay_to = %gate.pay_to, network = gate.network.name, "priced routes take x402 payments");
-                if let Some(warning) = gateway::http::origin::unbound_origin_warning(&config) {
-                    tracing::warn!("{warning}");
-                }
-                if config.settlement_recovery_ms > 0 {
-                    // A record is looked up once no settle call can still be running for it.
-                    let grace = Duration::from_millis(config.facilitator_timeout_ms)
-                        + Duration::from_secs(2);
-                    background.spawn(gateway::pay::recovery::run(
-                        gate.clone(),
-                        Arc::new(store.clone()),
-                        Duration::from_millis(config.settlement_recovery_ms),
-                        grace,
-                        shutdown.clone(),
-                    ));
-                }
-            }
-            let store_memory = Arc::new(gateway::store_memory::MemoryWatch::new(
-                config.redis_memory_high_water,
-            ));
-            if store_memory.enabled() {
-                background.spawn(gateway::store_memory::run(
-                    store_memory.clone(),
-                    Arc::new(store.clone()),
-                    Duration::from_millis(config.redis_memory_check_ms),
-                    shutdown.clone(),
-                ));
-            }
-            AppState {
-                payments,
-                store_memory,
-                registry: Arc::new(store.registry()),
-                idempotency: Arc::new(store::idempotency::RedisIdempotency::with_limits(
-                    &store,
-                    config.idempotency_limits(),
-                )),
-                store: Arc::new(store),
-                catalog: Arc::new(gateway::catalog::Catalog::from_config(&config)),
-                config: Arc::new(config.clone()),
-                shutdown: shutdown.clone(),
-            }
-        }
-        None => {
-            tracing::info!("embedded mode (REDIS_URL unset): in-memory store, in-process worker");
-            if config.pay_to.is_some() || config.facilitator_url.is_some() {
-                tracing::warn!(
-                    "embedded mode takes no payments (paid tasks need a durable store); PAY_TO and FACILITATOR_URL are ignored"
-                );
-            }
-            #[cfg(feature = "embedded")]
-            {
-                gateway::embedded::start(config.clone(), shutdown.clone(), &background)
-            }
-            #[cfg(not(feature = "embedded"))]
-            anyhow::bail!(
-                "this gateway was built without embedded mode (feature `embedded`): set REDIS_URL or REDIS_CLUSTER_URLS"
-            )
+    let (state, limiter) = if config.redis.configured() {
+        cluster_state(&config, &shutdown, &background).await?
+    } else {
+        embedded_state(&config, &shutdown, &background)?
+    };
+    let store = state.store.clone();
+    serve(&config, state, limiter, shutdown.clone()).await?;
+
+    shutdown.cancel();
+    background.close();
+    background.wait().await;
+    store.close().await;
+    // Blocking: the exporters flush on their own threads.
+    let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+    Ok(())
+}
+
+/// Cluster mode: the task store in Redis (with the gateway's bounds), the rate limiter shared
+/// by every gateway through it, the payment gate when payments are configured, and the Redis
+/// memory watch; the background loops run on `background` until `shutdown`.
+async fn cluster_state(
+    config: &GatewayConfig,
+    shutdown: &CancellationToken,
+    background: &TaskTracker,
+) -> anyhow::Result<(AppState, Limiter)> {
+    let mut store_config = config.redis.store_config();
+    store_config.max_tasks = config.max_tasks;
+    store_config.max_retained = config.max_retained_tasks;
+    store_config.max_retained_bytes = config.max_retained_bytes;
+    store_config.max_retained_per_owner = config.max_retained_per_owner;
+    store_config.max_live_per_owner = config.max_live_per_owner;
+    store_config.max_live_per_address = config.max_live_per_address;
+    store_config.retention = Duration::from_millis(config.retention_ms);
+    let store = RedisStore::connect(store_config)
+        .await
+        .context("cannot open the task store in Redis")?;
+    tracing::info!(durability = ?store.declared_durability(), "task store durability");
+    tracing::info!("cluster mode: tasks in Redis, run by worker processes");
+    let limiter: Limiter = Arc::new(store::ratelimit::RedisRateLimiter::new(&store));
+    let payments = payment_gate(config, &store, &limiter, shutdown, background);
+    let store_memory = Arc::new(gateway::store_memory::MemoryWatch::new(
+        config.redis_memory_high_water,
+    ));
+    if store_memory.enabled() {
+        background.spawn(gateway::store_memory::run(
+            store_memory.clone(),
+            Arc::new(store.clone()),
+            Duration::from_millis(config.redis_memory_check_ms),
+            shutdown.clone(),
+        ));
+    }
+    let state = AppState {
+        payments,
+        store_memory,
+        registry: Arc::new(store.registry()),
+        idempotency: Arc::new(store::idempotency::RedisIdempotency::with_limits(
+            &store,
+            config.idempotency_limits(),
+        )),
+        store: Arc::new(store),
+        catalog: Arc::new(gateway::catalog::Catalog::from_config(config)),
+        config: Arc::new(config.clone()),
+        shutdown: shutdown.clone(),
+    };
+    Ok((state, limiter))
+}
+
+/// The payment gate when `PAY_TO` and a facilitator are configured, with its settlement
+/// recovery loop; a configuration it refuses stops the process with exit code 2.
+fn payment_gate(
+    config: &GatewayConfig,
+    store: &RedisStore,
+    limiter: &Limiter,
+    shutdown: &CancellationToken,
+    background: &TaskTracker,
+) -> Option<Arc<Gate>> {
+    let gate = match Gate::from_config(config, Arc::new(store.credentials())) {
+        Ok(gate) => gate.map(|mut gate| {
+            gate.payer_rate =
+                gateway::pay::payer_rate::PayerRate::from_config(config, limiter.clone());
+            Arc::new(gate)
+        }),
+        Err(err) => {
+            // One line, no backtrace: an operator error, not a crash.
+            eprintln!("gateway: {err}");
+            std::process::exit(2);
         }
     };
+    let gate = gate?;
+    tracing::info!(pay_to = %gate.pay_to, network = gate.network.name, "priced routes take x402 payments");
+    if let Some(warning) = gateway::http::origin::unbound_origin_warning(config) {
+        tracing::warn!("{warning}");
+    }
+    if config.settlement_recovery_ms > 0 {
+        // A record is looked up once no settle call can still be running for it.
+        let grace = Duration::from_millis(config.facilitator_timeout_ms) + Duration::from_secs(2);
+        background.spawn(gateway::pay::recovery::run(
+            gate.clone(),
+            Arc::new(store.clone()),
+            Duration::from_millis(config.settlement_recovery_ms),
+            grace,
+            shutdown.clone(),
+        ));
+    }
+    Some(gate)
+}
 
+/// Embedded mode: the in-memory store and an in-process worker, with a limiter of its own.
+#[cfg(feature = "embedded")]
+fn embedded_state(
+    config: &GatewayConfig,
+    shutdown: &CancellationToken,
+    background: &TaskTracker,
+) -> anyhow::Result<(AppState, Limiter)> {
+    tracing::info!("embedded mode (REDIS_URL unset): in-memory store, in-process worker");
+    if config.pay_to.is_some() || config.facilitator_url.is_some() {
+        tracing::warn!(
+            "embedded mode takes no payments (paid tasks need a durable store); PAY_TO and FACILITATOR_URL are ignored"
+        );
+    }
+    let state = gateway::embedded::start(config.clone(), shutdown.clone(), background);
+    let limiter: Limiter = Arc::new(store::ratelimit::MemoryRateLimiter::default());
+    Ok((state, limiter))
+}
+
+#[cfg(not(feature = "embedded"))]
+fn embedded_state(
+    _: &GatewayConfig,
+    _: &CancellationToken,
+    _: &TaskTracker,
+) -> anyhow::Result<(AppState, Limiter)> {
+    anyhow::bail!(
+        "this gateway was built without embedded mode (feature `embedded`): set REDIS_URL or REDIS_CLUSTER_URLS"
+    )
+}
+
+/// Serves `state` on `--listen` until SIGTERM or SIGINT, then drains.
+async fn serve(
+    config: &GatewayConfig,
+    state: AppState,
+    limiter: Limiter,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(&config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let address = listener.local_addr()?;
     tracing::info!(%address, "gateway listening; try: curl http://{address}/.well-known/agent-card.json");
-    let store = state.store.clone();
-    let stop = shutdown.clone();
     server::serve::serve(
         listener,
         gateway::app_with_limiter(state, limiter),
@@ -139,15 +185,9 @@ async fn main() -> anyhow::Result<()> {
         async move {
             server::signal::terminated("shutting down").await;
             // Ends SSE streams and the embedded worker so the drain can finish.
-            stop.cancel();
+            shutdown.cancel();
         },
     )
     .await;
-    shutdown.cancel();
-    background.close();
-    background.wait().await;
-    store.close().await;
-    // Blocking: the exporters flush on their own threads.
-    let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
     Ok(())
 }
