@@ -113,7 +113,45 @@ pub fn document(config: &GatewayConfig, base_url: &str, entrypoints: &[Entrypoin
     })
 }
 
+/// Every path of the profile, in the document's order: operations, discovery, tasks, pages.
 fn paths() -> Value {
+    let mut paths = serde_json::Map::new();
+    for group in [
+        operation_paths(),
+        discovery_paths(),
+        task_paths(),
+        page_paths(),
+    ] {
+        if let Value::Object(group) = group {
+            paths.extend(group);
+        }
+    }
+    Value::Object(paths)
+}
+
+/// Liveness and readiness.
+fn operation_paths() -> Value {
+    json!({
+        "/health": {"get": {
+            "tags": ["operations"],
+            "operationId": "health",
+            "summary": "Liveness: the process answers",
+            "responses": {"200": json_body(schema("Health"), "Up")}
+        }},
+        "/ready": {"get": {
+            "tags": ["operations"],
+            "operationId": "ready",
+            "summary": "Readiness: the task store answers",
+            "responses": {
+                "200": json_body(schema("Ready"), "Ready"),
+                "503": response("Unavailable")
+            }
+        }}
+    })
+}
+
+/// The Agent Card (and its legacy path) and the entrypoint list.
+fn discovery_paths() -> Value {
     let card = json!({
         "tags": ["discovery"],
         "summary": "Agent Card",
@@ -133,21 +171,6 @@ fn paths() -> Value {
     card["operationId"] = json!("getAgentCard");
 
     json!({
-        "/health": {"get": {
-            "tags": ["operations"],
-            "operationId": "health",
-            "summary": "Liveness: the process answers",
-            "responses": {"200": json_body(schema("Health"), "Up")}
-        }},
-        "/ready": {"get": {
-            "tags": ["operations"],
-            "operationId": "ready",
-            "summary": "Readiness: the task store answers",
-            "responses": {
-                "200": json_body(schema("Ready"), "Ready"),
-                "503": response("Unavailable")
-            }
-        }},
         "/.well-known/agent-card.json": {"get": card},
         "/.well-known/agent.json": {"get": legacy_card},
         "/entrypoints": {"get": {
@@ -159,7 +182,13 @@ fn paths() -> Value {
                 "304": {"description": "Unchanged since the ETag in If-None-Match"},
                 "503": response("Unavailable")
             }
-        }},
+        }}
+    })
+}
+
+/// Owned tasks: create, list, read, cancel, follow.
+fn task_paths() -> Value {
+    json!({
         "/tasks": {
             "post": {
                 "tags": ["tasks"],
@@ -279,7 +308,13 @@ fn paths() -> Value {
                 "404": response("NotFound"),
                 "503": response("Unavailable")
             }
-        }},
+        }}
+    })
+}
+
+/// This document, the landing page and its icon.
+fn page_paths() -> Value {
+    json!({
         "/openapi.json": {"get": {
             "tags": ["discovery"],
             "operationId": "openapi",
