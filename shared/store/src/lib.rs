@@ -8,10 +8,11 @@
 //!   and receipt) and Sign-In-With-X nonces;
 //! - [`idempotency`]: `Idempotency-Key` records of direct invokes, scoped to caller and operation;
 //! - [`ratelimit`]: GCRA rate limits shared by every gateway;
-//! - the Lua sources in `lua/` (helpers in `lua/includes/`, pasted in by `build.rs`): the task
-//!   store's loaded by `redis/scripts.rs`; every other script has a Rust module of its own
-//!   (its contract, keys and arguments, typed reply and call), named once with `lua_script!`
-//!   (`lua.rs`).
+//! - the Lua sources in `lua/` (helpers in `lua/includes/`, pasted in by `build.rs`), each with
+//!   one Rust module holding its contract, its keys and arguments, its typed reply and its call:
+//!   the task store's in `redis/scripts/` (named once with `script_source!`), the others beside
+//!   their store (`credentials/redis/`, `idempotency/redis/`, `registry/redis/`,
+//!   `ratelimit/gcra.rs`, named once with `lua_script!`, `lua.rs`).
 //!
 //! Wire types come from `protocol`; this crate adds what only a store needs.
 //!
