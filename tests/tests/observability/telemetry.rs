@@ -185,6 +185,14 @@ async fn one_trace_covers_a_task_from_gateway_to_worker_over_otlp_http() -> Test
             .is_some()
                 && find(&spans, "worker", |s| s.span.name == "handler echo").is_some()
                 && find(&spans, "gateway", |s| kind(s) == SpanKind::Producer as i32).is_some()
+                // The server span ends last of the gateway's (its children, the producer and
+                // the Redis calls, end first), and each process exports on its own schedule:
+                // wait for it rather than assume it came with the worker's.
+                && find(&spans, "gateway", |s| {
+                    kind(s) == SpanKind::Server as i32
+                        && attr(s, "http.route").as_deref() == Some("/tasks")
+                })
+                .is_some()
                 && has_point(
                     received,
                     "taskcluster.tasks.admitted",
@@ -444,6 +452,9 @@ async fn recovery_and_fencing_are_span_events_and_the_rerun_joins_the_trace() ->
                     })
             });
             let stale_run_ended = spans.iter().any(|s| run_of(s, "w1"));
+            // w2's run ended before the task read as completed, but each process exports on
+            // its own schedule: wait for its span too instead of assuming it came first.
+            let rerun_exported = spans.iter().any(|s| run_of(s, "w2"));
             let fenced = received
                 .points("taskcluster.fenced_writes.rejected")
                 .iter()
@@ -453,7 +464,8 @@ async fn recovery_and_fencing_are_span_events_and_the_rerun_joins_the_trace() ->
                 "taskcluster.tasks.recovered",
                 &[("entrypoint", "sleep"), ("outcome", "requeued")],
             );
-            (sweep && stale_run_ended && fenced && recovered).then(|| received.clone())
+            (sweep && stale_run_ended && rerun_exported && fenced && recovered)
+                .then(|| received.clone())
         })
         .await?;
     let spans = received.spans();
