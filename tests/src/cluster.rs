@@ -136,6 +136,8 @@ pub struct ClusterBuilder {
     workers: Vec<Spec>,
     gateways: Vec<Spec>,
     skills: Vec<String>,
+    /// Whether the process added last is a gateway: where [`ClusterBuilder::args`] goes.
+    last_is_gateway: bool,
 }
 
 impl ClusterBuilder {
@@ -148,20 +150,23 @@ impl ClusterBuilder {
     /// A worker `name` with `env` added to its settings.
     pub fn worker(mut self, name: &str, env: &[(&str, &str)]) -> Self {
         self.workers.push(Spec::new(name, env));
+        self.last_is_gateway = false;
         self
     }
 
     /// A gateway `name` with `env` added to its settings.
     pub fn gateway(mut self, name: &str, env: &[(&str, &str)]) -> Self {
         self.gateways.push(Spec::new(name, env));
+        self.last_is_gateway = true;
         self
     }
 
     /// Command-line arguments of the last worker or gateway added (whichever came last).
     pub fn args(mut self, args: &[&str]) -> Self {
-        let last = match (self.workers.last_mut(), self.gateways.last_mut()) {
-            (_, Some(gateway)) => Some(gateway),
-            (worker, None) => worker,
+        let last = if self.last_is_gateway {
+            self.gateways.last_mut()
+        } else {
+            self.workers.last_mut()
         };
         if let Some(spec) = last {
             spec.args = args.iter().map(|arg| (*arg).to_owned()).collect();
@@ -221,6 +226,7 @@ impl Cluster {
             workers: Vec::new(),
             gateways: Vec::new(),
             skills: Vec::new(),
+            last_is_gateway: false,
         }
     }
 
