@@ -102,7 +102,7 @@ async fn a_worker_chained_on_one_shard_still_serves_the_others() -> TestResult {
     };
     // Twenty tasks in shard 0, and the worker's slot starts on them; then one task in shard 1,
     // then twenty more in shard 0, newer than it. A slot that always took its next task from
-    // the shard it just finished in would run the lone task last, behind newer work.
+    // the shard it just finished in would run the lone task last, behind all of them.
     let crowded = ids_in_shard("crowded", 0, 2, 40);
     for id in &crowded[..20] {
         store.create(queued_task(id, &owner, "work")).await?;
@@ -128,12 +128,11 @@ async fn a_worker_chained_on_one_shard_still_serves_the_others() -> TestResult {
         .iter()
         .position(|id| id == &lone)
         .ok_or("the lone task never ran")?;
-    // Every few finishes take the oldest task of any shard: the lone task runs a few finishes
-    // after the twenty older ones, not after the twenty newer ones too.
-    assert!(
-        (20..30).contains(&position),
-        "the lone task ran {position}th: {order:?}"
-    );
+    // Every few finishes (4) leave the take to the shards' turn, which starts at another
+    // shard each time: the lone task runs within a couple of turns, neither behind the twenty
+    // newer tasks of the crowded shard nor behind the twenty older ones (queues are FIFO per
+    // shard; across shards the turns decide).
+    assert!(position < 8, "the lone task ran {position}th: {order:?}");
     Ok(())
 }
 

@@ -1,53 +1,82 @@
--- take_queued(leases, queues, tasks, picks, claimer, ttl, max, run_ms, now): claims up to max
--- of the candidate tasks still queued, oldest first. queues: queue keys; picks[i] = {queue
--- index, task id} of candidate i, whose task key is tasks[i]. A candidate another worker took
--- meanwhile is skipped; a queue entry whose task is no longer queued is dropped.
--- run_ms nil: the claims are left prepared (take_next). Otherwise each claim is activated in the
--- same step (take_active): queued tasks were handed off, so nothing stands between the two.
--- One HMGET and one HSET per claimed task (epoch and attempt are counted from the read).
+-- take_queued(leases, queues, claimer, ttl, max, run_ms, now): pops up to max queued tasks,
+-- oldest first over the given queues, and claims each (run_ms nil: the claim is left prepared,
+-- as take_next wants; otherwise it is activated in the same step, as take_active wants: queued
+-- tasks were handed off, so nothing stands between the two).
+-- The pop is the claim: no worker names candidates, so two workers can never race for one queue
+-- head, and each task taken costs one popped entry, one HMGET and one HSET. An entry whose task
+-- is no longer queued (it cannot normally exist: every transition out of `queued` removes it)
+-- is dropped and the next one taken instead.
+-- Task keys are not declared in KEYS: they are named from the shard's hash tag (the prefix of
+-- `leases`), so they lie in the same slot as every declared key, as BullMQ's scripts do with
+-- job keys. Queues hold their tasks in a sorted set by enqueue time (rather than a list) so that
+-- a queued task that is cancelled leaves its queue in O(log N) (finish_task.lua).
 -- Returns a flat list, 9 values per claim (+2 when activated):
 --   id, epoch, lease_expires, owner, invocation, attempt before, max_attempts, entrypoint,
 --   created [, attempt, run_deadline]
-local function take_queued(leases, queues, tasks, picks, claimer, ttl, max, run_ms, now)
+-- and whether any of the queues still holds a task (1 | 0).
+local function take_queued(leases, queues, claimer, ttl, max, run_ms, now)
+  local prefix = string.sub(leases, 1, -7) .. 'task:'
   local out, claimed = {}, 0
-  for i = 1, #picks do
-    if claimed >= max then break end
-    local queue, id, task = queues[picks[i][1]], picks[i][2], tasks[i]
-    local f = redis.call('HMGET', task, 'st', 'ph', 'ow', 'iv', 'at',
-      'ma', 'en', 'cr', 'ec')
-    if f[1] == 'running' and f[2] == 'queued' then
-      local epoch = tonumber(f[9] or '0') + 1
-      local before = tonumber(f[5] or '0')
-      local expires = now + ttl
-      if run_ms then
-        local deadline = now + run_ms
-        redis.call('HSET', task, 'ph', 'active', 'ec', epoch, 'lo', claimer,
-          'lx', expires, 'at', before + 1, 'rd', deadline,
-          'rm', run_ms)
-      else
-        redis.call('HSET', task, 'ph', 'prepared', 'ec', epoch, 'lo', claimer,
-          'lx', expires)
+  while claimed < max do
+    -- Up to the number still wanted, oldest first over the queues (ties by id, as a sorted
+    -- set orders them): with one queue a plain pop; with several, their heads are merged and
+    -- each queue gives up the prefix that was chosen from it.
+    local want, popped = max - claimed, {}
+    if #queues == 1 then
+      local got = redis.call('ZPOPMIN', queues[1], want)
+      for j = 1, #got, 2 do popped[#popped + 1] = got[j] end
+    else
+      local heads = {}
+      for q = 1, #queues do
+        local got = redis.call('ZRANGE', queues[q], 0, want - 1, 'WITHSCORES')
+        for j = 1, #got, 2 do heads[#heads + 1] = {tonumber(got[j + 1]), got[j], q} end
       end
-      redis.call('ZADD', leases, expires, id)
-      redis.call('ZREM', queue, id)
-      claimed = claimed + 1
-      local n = #out
-      out[n + 1] = id
-      out[n + 2] = epoch
-      out[n + 3] = expires
-      out[n + 4] = f[3]
-      out[n + 5] = f[4]
-      out[n + 6] = before
-      out[n + 7] = tonumber(f[6])
-      out[n + 8] = f[7]
-      out[n + 9] = tonumber(f[8])
-      if run_ms then
-        out[n + 10] = before + 1
-        out[n + 11] = now + run_ms
+      table.sort(heads, function(a, b)
+        if a[1] ~= b[1] then return a[1] < b[1] end
+        return a[2] < b[2]
+      end)
+      local from = {}
+      for j = 1, math.min(want, #heads) do
+        popped[j] = heads[j][2]
+        from[heads[j][3]] = (from[heads[j][3]] or 0) + 1
       end
-    elseif f[2] ~= 'queued' then
-      redis.call('ZREM', queue, id)
+      for q, n in pairs(from) do redis.call('ZPOPMIN', queues[q], n) end
+    end
+    if #popped == 0 then break end
+    for _, id in ipairs(popped) do
+      local task = prefix .. id
+      local f = redis.call('HMGET', task, 'st', 'ph', 'ow', 'iv', 'at', 'ma', 'en', 'cr', 'ec')
+      if f[1] == 'running' and f[2] == 'queued' then
+        local epoch = tonumber(f[9] or '0') + 1
+        local before = tonumber(f[5] or '0')
+        local expires = now + ttl
+        if run_ms then
+          redis.call('HSET', task, 'ph', 'active', 'ec', epoch, 'lo', claimer,
+            'lx', expires, 'at', before + 1, 'rd', now + run_ms, 'rm', run_ms)
+        else
+          redis.call('HSET', task, 'ph', 'prepared', 'ec', epoch, 'lo', claimer,
+            'lx', expires)
+        end
+        redis.call('ZADD', leases, expires, id)
+        claimed = claimed + 1
+        local n = #out
+        out[n + 1] = id
+        out[n + 2] = epoch
+        out[n + 3] = expires
+        out[n + 4] = f[3]
+        out[n + 5] = f[4]
+        out[n + 6] = before
+        out[n + 7] = tonumber(f[6])
+        out[n + 8] = f[7]
+        out[n + 9] = tonumber(f[8])
+        if run_ms then
+          out[n + 10] = before + 1
+          out[n + 11] = now + run_ms
+        end
+      end
     end
   end
-  return out
+  local more = 0
+  if #queues > 0 and redis.call('EXISTS', unpack(queues)) > 0 then more = 1 end
+  return out, more
 end

@@ -1,8 +1,8 @@
 //! Finishing a task and taking the next ones in one call (`finish_take.lua`): the fenced
 //! terminal writes of concurrent finishes of this process go out together, and the same call
-//! claims and activates the next queued tasks for the slots they free. Candidates come from
-//! [`super::take::Heads`] (the queue heads the previous take or finish returned), so no read
-//! precedes the call; what the call claims goes to the finishes that asked, in arrival order.
+//! claims and activates the next queued tasks for the slots they free, popping them from the
+//! shard's queues in the script (no read precedes the call, and no process races another for a
+//! queue head); what the call claims goes to the finishes that asked, in arrival order.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,8 +25,7 @@ pub(crate) struct FinishOutcome {
     /// The item's `cas.lua` reply.
     pub swap: CasReply,
     pub next: Vec<Taken>,
-    /// The queues still held tasks after the call: a finish that got fewer than it asked
-    /// for (its candidates were stale or unknown) can take them at once.
+    /// The queues still held tasks after the call.
     pub more_queued: bool,
 }
 
@@ -90,18 +89,13 @@ async fn finish_group(
     items: &[&ScriptItem],
     wanted: usize,
 ) -> Result<(Vec<CasReply>, Vec<Taken>, bool), StoreError> {
-    let candidates = match take {
-        Some(key) if wanted > 0 => shard.heads.pick(&key.entrypoints, wanted.saturating_mul(2)),
-        _ => Vec::new(),
-    };
-    let (swaps, claims, heads) =
-        finish_take::call(core, shard, take, items, &candidates, wanted).await?;
+    let wanted = if take.is_some() { wanted } else { 0 };
+    let (swaps, claims, more) = finish_take::call(core, shard, take, items, wanted).await?;
     let Some(key) = take else {
         return Ok((swaps, Vec::new(), false));
     };
-    let more_queued = heads.iter().any(|ids| !ids.is_empty());
-    if wanted > 0 {
-        shard.heads.refresh(&key.entrypoints, heads);
-    }
-    Ok((swaps, claims, more_queued))
+    // Even a take of none (a finish that leaves the take to the shards' turn) reports whether
+    // the queues hold tasks.
+    shard.hints.saw(&key.entrypoints, more);
+    Ok((swaps, claims, more))
 }

@@ -71,8 +71,9 @@ impl Keys {
         format!("{}:src-live:{source}", self.prefix)
     }
 
-    /// Sorted set: an entrypoint's ready queue, by enqueue time. Its heads come back with
-    /// every take and finish of a worker, as the candidates of that worker's next finish.
+    /// Sorted set: an entrypoint's ready queue, by enqueue time. Takes pop from it inside their
+    /// script (`take_queued.lua`); a sorted set rather than a list so that a queued task that
+    /// is cancelled leaves it in O(log N).
     pub fn queue(&self, entrypoint: &str) -> String {
         format!("{}:queue:{entrypoint}", self.prefix)
     }

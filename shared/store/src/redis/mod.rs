@@ -25,8 +25,8 @@
 //! - [`tasks`]: the [`crate::TaskStore`] impl, glue from typed replies to the contract;
 //!   [`listing`] (owner listings), [`feed`] (subscriptions and gap-free event streams),
 //!   [`sweep`] (recovery and reaping over the shards);
-//! - [`take`] and [`finish`]: the batched take and finish-and-take paths, with the queue heads
-//!   they keep; [`batch`]: the batch lanes;
+//! - [`take`] and [`finish`]: the batched take and finish-and-take paths, with the per-shard
+//!   hints of where work may be queued; [`batch`]: the batch lanes;
 //! - [`keys`], [`shards`], [`fields`], [`replies`], [`event_log`]: key names, shard routing,
 //!   record field names, record parsing, events rebuilt from records;
 //! - [`pool`], [`replay`], [`spans`], [`persistence`], [`schema`], [`memory`],
@@ -203,6 +203,9 @@ pub(crate) struct Core {
     /// Counts finishes: every [`FINISH_ROTATION`]th one takes from the shards in turn instead
     /// of from its own shard.
     finish_turns: AtomicUsize,
+    /// Counts takes: each starts its visit of the shards one further along, so that no shard
+    /// is always served last.
+    take_turns: AtomicUsize,
     /// The server, as script spans name it.
     peer: Peer,
 }
@@ -247,6 +250,11 @@ impl Core {
                 .finish_turns
                 .fetch_add(1, Ordering::Relaxed)
                 .is_multiple_of(FINISH_ROTATION)
+    }
+
+    /// The shard a take starts its visit at (modulo the shard count).
+    pub(crate) fn next_take_turn(&self) -> usize {
+        self.take_turns.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Runs one pipeline per shard concurrently (each pipeline's keys in its own shard), in
@@ -368,8 +376,8 @@ fn shard_lanes(core: &Arc<Core>, index: usize) -> ShardLanes {
         creates: scripts::create::lane(core, index, lanes),
         activations: scripts::activate::lane(core, index, lanes),
         swaps: scripts::cas::lane(core, index, lanes),
-        // Two lanes: one call in flight while the next batch gathers; each call takes its
-        // candidates out of the shard's heads, so the two never try the same ones.
+        // Two lanes: one call in flight while the next batch gathers; each pops its own
+        // tasks in the script, so the two never contend for the same ones.
         finishes: {
             let core = core.clone();
             Batcher::start(2, 256, move |requests| {
@@ -432,6 +440,7 @@ impl RedisStore {
             shards,
             scripts: Scripts::load(pubsub),
             finish_turns: AtomicUsize::new(0),
+            take_turns: AtomicUsize::new(0),
             peer: Peer::from_url(&first_url),
             config,
             connections,
@@ -576,9 +585,13 @@ impl RedisStore {
     }
 
     /// Blocks on the doorbells of `entrypoints` in every shard for up to `wait`; true when one
-    /// rang. One blocking read covers them all, except on a Redis Cluster with several shards,
-    /// where a command cannot name keys of several slots: there each shard gets its own read,
-    /// and the first ring ends the wait ([`Self::wait_for_any_shard`]).
+    /// rang. The shard and entrypoint that rang are marked as holding work ([`take::Hints`]), so
+    /// the next take visits that shard; a wait that times out forgets what was known of
+    /// `entrypoints` everywhere, so the next take looks at every shard (a task whose ring
+    /// another process took is still found). One blocking read covers them all, except on a
+    /// Redis Cluster with several shards, where a command cannot name keys of several slots:
+    /// there each shard gets its own read, and the first ring ends the wait
+    /// ([`Self::wait_for_any_shard`]).
     async fn wait_for_doorbell(
         &self,
         entrypoints: &[String],
@@ -589,21 +602,34 @@ impl RedisStore {
             entrypoints.iter().map(|ep| shard.keys.wake(ep)).collect()
         };
         let clustered = matches!(core.connections, Connections::Cluster { .. });
-        if !clustered || core.shards.len() == 1 {
+        let rang = if !clustered || core.shards.len() == 1 {
             let keys: Vec<String> = core.shards.iter().flat_map(wake_keys).collect();
-            return Ok(self.blocking_pop(&keys, wait).await?.is_some());
+            self.blocking_pop(&keys, wait).await?
+        } else {
+            self.wait_for_any_shard(core.shards.iter().map(wake_keys).collect(), wait)
+                .await?
+        };
+        let Some(key) = rang else {
+            for shard in &core.shards {
+                shard.hints.forget(entrypoints);
+            }
+            return Ok(false);
+        };
+        for shard in &core.shards {
+            if let Some(entrypoint) = entrypoints.iter().find(|ep| shard.keys.wake(ep) == key) {
+                shard.hints.rang(entrypoint);
+            }
         }
-        self.wait_for_any_shard(core.shards.iter().map(wake_keys).collect(), wait)
-            .await
+        Ok(true)
     }
 
-    /// One blocking read per group of keys, concurrently; true at the first ring. A read that
-    /// rings after the wait ended puts its ring back, so that another worker gets it.
+    /// One blocking read per group of keys, concurrently; the key of the first ring. A read
+    /// that rings after the wait ended puts its ring back, so that another worker gets it.
     async fn wait_for_any_shard(
         &self,
         groups: Vec<Vec<String>>,
         wait: Duration,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Option<String>, StoreError> {
         let (tx, mut rx) = tokio::sync::mpsc::channel(groups.len());
         for keys in groups {
             let store = self.clone();
@@ -619,11 +645,11 @@ impl RedisStore {
         }
         drop(tx);
         let mut failure = None;
-        let mut rang = false;
+        let mut rang = None;
         while let Some(popped) = rx.recv().await {
             match popped {
-                Ok(Some(_)) => {
-                    rang = true;
+                Ok(Some(key)) => {
+                    rang = Some(key);
                     break;
                 }
                 Ok(None) => {}
@@ -639,7 +665,7 @@ impl RedisStore {
             }
         }
         match failure {
-            Some(err) if !rang => Err(err),
+            Some(err) if rang.is_none() => Err(err),
             _ => Ok(rang),
         }
     }

@@ -28,7 +28,7 @@ use sha2::{Digest, Sha256};
 const SLOTS: usize = 16_384;
 
 use super::Keys;
-use super::take::Heads;
+use super::take::Hints;
 
 /// Most shards a namespace can have: enough for any cluster (a shard per master is plenty),
 /// few enough that per-shard sweeps and listings stay cheap.
@@ -75,12 +75,12 @@ pub fn shard_tag(namespace: &str, index: usize, count: usize) -> String {
         .unwrap_or_else(|| format!("{namespace}:{index}"))
 }
 
-/// One shard: its keys and the queue heads this process last saw in it.
+/// One shard: its keys and which of its queues this process believes may hold tasks.
 pub(crate) struct Shard {
     pub index: usize,
     pub keys: Keys,
-    /// Queue heads the last take or finish in this shard saw: candidates of the next finish.
-    pub heads: Heads,
+    /// Which entrypoints' queues may hold tasks here: the shards a take visits.
+    pub hints: Hints,
 }
 
 impl Shard {
@@ -92,7 +92,7 @@ impl Shard {
             .map(|index| Shard {
                 index,
                 keys: Keys::new(&shard_tag(namespace, index, usize::from(count))),
-                heads: Heads::default(),
+                hints: Hints::default(),
             })
             .collect()
     }

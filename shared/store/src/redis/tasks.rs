@@ -94,7 +94,8 @@ impl RedisStore {
     }
 
     /// Takes (and, with a run limit, activates) queued tasks: one batched take per look, and
-    /// the doorbell wait between looks while the queues are empty.
+    /// the doorbell wait between looks while the queues are empty (a ring points the next look
+    /// at its shard; a wait that times out makes the next look visit every shard).
     async fn take_waiting(
         &self,
         request: TakeRequest,
@@ -109,8 +110,8 @@ impl RedisStore {
             if !outcome.claims.is_empty() {
                 return Ok(outcome.claims);
             }
-            if outcome.saw_candidates {
-                // Every candidate went to another process (or was stale): look again at once.
+            if outcome.more {
+                // A queue still holds tasks (they came in after the visit): look again at once.
                 continue;
             }
             let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
@@ -473,9 +474,9 @@ impl TaskStore for RedisStore {
             .finishes
             .call(FinishRequest {
                 item,
-                take: take
-                    .filter(|_| !rotate)
-                    .map(|spec| (take_key(spec), spec.max)),
+                // A finish that leaves the take to the shards' turn still asks whether its
+                // shard's queues hold tasks (a take of none), so that the turn knows.
+                take: take.map(|spec| (take_key(spec), if rotate { 0 } else { spec.max })),
             })
             .instrument(self.inner.core.script_span(finish_take::NAME))
             .await?;
@@ -485,10 +486,10 @@ impl TaskStore for RedisStore {
             && next.len() < spec.max
             && (reply.more_queued || rotate || self.shard_count() > 1)
         {
-            // Tasks are queued but none of the known heads was still free (another process
-            // took them, or this one had seen none), or this finish leaves the take to the
-            // shards' turn, or its shard ran dry while others may hold work: take as the fetch
-            // loop would. The write above stands whatever this take does.
+            // This finish leaves the take to the shards' turn, or its shard ran dry while
+            // others may hold work: take as the fetch loop would (it visits only the shards
+            // that may hold work, so none costs nothing). The write above stands whatever this
+            // take does.
             let rest = TakeSpec {
                 max: spec.max - next.len(),
                 ..spec.clone()

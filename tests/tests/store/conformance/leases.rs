@@ -206,7 +206,7 @@ pub async fn a_stale_prepared_claim_cannot_activate(h: &impl Harness) -> TestRes
 
 /// A lease fences only its own task.
 pub async fn a_lease_fences_only_its_own_task(h: &impl Harness) -> TestResult {
-    let fx = Fx::new(h).await?;
+    let fx = Fx::ordered(h).await?;
     let a = fx.queued("a").await?;
     let b = fx.queued("b").await?;
     let claim_a = fx.take("w1", LONG).await?;

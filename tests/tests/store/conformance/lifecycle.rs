@@ -421,7 +421,7 @@ pub async fn take_next_wakes_when_a_task_is_queued(h: &impl Harness) -> TestResu
 /// Tasks queued in different milliseconds come out oldest first (ids sort the other way, so
 /// an order by id would show); `max` and the entrypoint list are honoured.
 pub async fn take_next_honours_max_entrypoints_and_fifo(h: &impl Harness) -> TestResult {
-    let fx = Fx::new(h).await?;
+    let fx = Fx::ordered(h).await?;
     let mut ids = Vec::new();
     for name in ["c", "b", "a"] {
         ids.push(fx.queued(name).await?);

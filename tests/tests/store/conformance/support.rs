@@ -141,6 +141,17 @@ impl Fx {
         Fx::with_cfg(harness, StoreCfg::default()).await
     }
 
+    /// A fixture whose tasks all land in one shard, for tests of the order in which tasks are
+    /// taken: queues are FIFO per entrypoint within a shard, and a take visits the shards in
+    /// turn, so across shards no order is promised.
+    pub async fn ordered(harness: &impl Harness) -> Result<Fx, BoxError> {
+        let cfg = StoreCfg {
+            one_shard: true,
+            ..StoreCfg::default()
+        };
+        Fx::with_cfg(harness, cfg).await
+    }
+
     pub async fn with_cfg(harness: &impl Harness, mut cfg: StoreCfg) -> Result<Fx, BoxError> {
         let tag = tag();
         let shards = harness.shards();

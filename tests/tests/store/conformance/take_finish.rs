@@ -19,7 +19,7 @@ fn done(output: serde_json::Value) -> Transition {
 /// A queued task comes back active: attempt 1 counted, run deadline started, the stored lease
 /// the one handed out; oldest first.
 pub async fn take_active_claims_and_activates(h: &impl Harness) -> TestResult {
-    let fx = Fx::new(h).await?;
+    let fx = Fx::ordered(h).await?;
     let first = fx.queued("a").await?;
     let second = fx.queued("b").await?;
     let started = fx.start("w1", LONG).await?;
@@ -69,7 +69,7 @@ pub async fn take_active_counts_attempts_after_recovery(h: &impl Harness) -> Tes
 /// One call finishes a task (one terminal write, one result event) and starts the worker's
 /// next; with nothing queued it starts nothing.
 pub async fn finish_and_take_starts_the_next_task(h: &impl Harness) -> TestResult {
-    let fx = Fx::new(h).await?;
+    let fx = Fx::ordered(h).await?;
     let a = fx.queued("a").await?;
     let b = fx.queued("b").await?;
     let first = fx.start("w1", LONG).await?;
@@ -130,7 +130,7 @@ pub async fn finish_and_take_starts_the_next_task(h: &impl Harness) -> TestResul
 /// the worker that recovered it, whose result lands. The stale worker's slot is free all the
 /// same, so its call still starts the next task.
 pub async fn a_fenced_out_finish_is_never_lost_or_applied(h: &impl Harness) -> TestResult {
-    let fx = Fx::new(h).await?;
+    let fx = Fx::ordered(h).await?;
     let a = fx.queued("a").await?;
     let stale = fx.start("w1", SHORT).await?;
     outlive(SHORT).await;

@@ -2,16 +2,15 @@
 //! `cas.lua`), then claims and activates the next queued tasks for the same worker
 //! (`take_queued.lua`), in one call: a busy worker makes about one round trip per task
 //! (BullMQ's moveToFinished "fetch next"). Concurrent finishes of one process share the call
-//! (`redis/finish.rs`). The candidates are ids kept from the worker's previous take or finish;
-//! each is re-checked, and fresh heads come back. A rejected write still takes.
+//! (`redis/finish.rs`). The next tasks are popped from the queues in the script, so no two
+//! processes race for one queue head. A rejected write still takes.
 //!
-//! KEYS: leases, admissions, live, the Q queues; then per finish item 5 keys (as `cas.lua`),
-//! then one task key per candidate.
+//! KEYS: leases, admissions, live, the Q queues; then per finish item 5 keys (as `cas.lua`).
 //! ARGV: retention ms, event log length, worker channel prefix, claimer id, lease ttl ms, run
-//! limit ms, max claims, Q, heads wanted per queue, number of finish items F; then per finish
-//! item 11 values (as `cas.lua`); then per candidate: queue index (1-based), id.
-//! Reply: `{finishes, claims, heads}`: per item a `cas.lua` reply ([`CasReply`]); claims flat,
-//! 11 values per claim ([`Claims`], activated); heads per queue.
+//! limit ms, max claims, Q, number of finish items F; then per finish item 11 values (as
+//! `cas.lua`).
+//! Reply: `{finishes, claims, more}`: per item a `cas.lua` reply ([`CasReply`]); claims flat,
+//! 11 values per claim ([`Claims`], activated); more: 1 when a queue still holds a task.
 
 use redis::Value;
 
@@ -20,7 +19,7 @@ use super::run;
 use super::take::Claims;
 use crate::StoreError;
 use crate::redis::shards::Shard;
-use crate::redis::take::{TakeKey, Taken, heads_wanted};
+use crate::redis::take::{TakeKey, Taken};
 use crate::redis::{Core, ScriptItem};
 
 script_source!("finish_take");
@@ -30,31 +29,30 @@ pub(crate) struct FinishTakeReply {
     /// Per finish item, in call order.
     pub swaps: Vec<CasReply>,
     pub claims: Claims<true>,
-    /// Per queue, its first ids after the call.
-    pub heads: Vec<Vec<String>>,
+    /// A queue still holds a task after the call.
+    pub more: bool,
 }
 
 impl redis::FromRedisValue for FinishTakeReply {
     fn from_redis_value(v: Value) -> Result<Self, redis::ParsingError> {
-        let (swaps, claims, heads) = redis::from_redis_value(v)?;
+        let (swaps, claims, more): (_, _, i64) = redis::from_redis_value(v)?;
         Ok(FinishTakeReply {
             swaps,
             claims,
-            heads,
+            more: more != 0,
         })
     }
 }
 
 /// One call in `shard`: the finish `items` (`cas.lua` items), then up to `wanted` claims for
-/// `take` over `candidates` (entrypoint index, id).
+/// `take`, and whether the queues still hold tasks.
 pub(crate) async fn call(
     core: &Core,
     shard: &Shard,
     take: Option<&TakeKey>,
     items: &[&ScriptItem],
-    candidates: &[(usize, String)],
     wanted: usize,
-) -> Result<(Vec<CasReply>, Vec<Taken>, Vec<Vec<String>>), StoreError> {
+) -> Result<(Vec<CasReply>, Vec<Taken>, bool), StoreError> {
     let keys = &shard.keys;
     let no_entrypoints = Vec::new();
     let entrypoints = take.map_or(&no_entrypoints, |key| &key.entrypoints);
@@ -74,7 +72,6 @@ pub(crate) async fn call(
         .arg(take.and_then(|key| key.run_ms).unwrap_or(0))
         .arg(wanted)
         .arg(entrypoints.len())
-        .arg(if wanted > 0 { heads_wanted(wanted) } else { 0 })
         .arg(items.len());
     for item in items {
         for key in &item.keys {
@@ -84,10 +81,7 @@ pub(crate) async fn call(
             invocation.arg(arg);
         }
     }
-    for (index, id) in candidates {
-        invocation.key(keys.task(id)).arg(index + 1).arg(id);
-    }
     let reply: FinishTakeReply = run(core, NAME, keys, &mut invocation).await?;
     let holder = take.map(|key| key.holder.as_str()).unwrap_or_default();
-    Ok((reply.swaps, reply.claims.held_by(holder), reply.heads))
+    Ok((reply.swaps, reply.claims.held_by(holder), reply.more))
 }

@@ -1,19 +1,19 @@
 //! `take.lua`: claims queued tasks for a worker, oldest first, up to a maximum, and with a run
-//! limit activates them in the same step (`take_active`). The caller peeked the candidate ids
-//! at the head of the queues (`redis/take.rs`) and declares their task keys; each is re-checked
-//! (`take_queued.lua`), so one another process took is skipped.
+//! limit activates them in the same step (`take_active`). The script pops the tasks from the
+//! queues itself (`take_queued.lua`): the caller names no candidates, so no two processes race
+//! for one queue head.
 //!
-//! KEYS: leases, the Q queues, then one task key per candidate.
-//! ARGV: claimer id, lease ttl ms, max claims, Q, run limit ms ('' leaves the claims
-//! prepared), heads wanted per queue; then per candidate: queue index (1-based), task id.
-//! Reply: `{claims, heads}`: claims flat, 9 values per claim (11 when activated: see
-//! [`Claims`]); heads: per queue, its first ids after the take.
+//! KEYS: leases, then one queue per entrypoint (task keys are named in the script from the
+//! shard's hash tag).
+//! ARGV: claimer id, lease ttl ms, max claims, run limit ms ('' leaves the claims prepared).
+//! Reply: `{claims, more}`: claims flat, 9 values per claim (11 when activated: see
+//! [`Claims`]); more: 1 when a queue still holds a task after the take.
 
 use redis::Value;
 
 use super::{int, run};
 use crate::redis::shards::Shard;
-use crate::redis::take::{TakeKey, Taken, heads_wanted};
+use crate::redis::take::{TakeKey, Taken};
 use crate::redis::{Core, replies};
 use crate::{Activation, StoreError};
 
@@ -67,56 +67,46 @@ impl<const ACTIVATED: bool> Claims<ACTIVATED> {
     }
 }
 
-/// What `take.lua` answered: the claims, and each queue's heads after the take.
+/// What `take.lua` answered: the claims, and whether a queue still holds a task.
 pub(crate) struct TakeReply<const ACTIVATED: bool> {
     pub claims: Claims<ACTIVATED>,
-    pub heads: Vec<Vec<String>>,
+    pub more: bool,
 }
 
 impl<const ACTIVATED: bool> redis::FromRedisValue for TakeReply<ACTIVATED> {
     fn from_redis_value(v: Value) -> Result<Self, redis::ParsingError> {
-        let (claims, heads) = redis::from_redis_value(v)?;
-        Ok(TakeReply { claims, heads })
+        let (claims, more): (Claims<ACTIVATED>, i64) = redis::from_redis_value(v)?;
+        Ok(TakeReply {
+            claims,
+            more: more != 0,
+        })
     }
 }
 
-/// One call in `shard` for `key`, up to `wanted` claims over the candidates `picks` (queue
-/// index, id) peeked there: the claims (activated when `key` has a run limit) and the heads.
+/// One call in `shard` for `key`, up to `wanted` claims: the claims (activated when `key` has
+/// a run limit), and whether the shard's queues still hold tasks.
 pub(crate) async fn call(
     core: &Core,
     shard: &Shard,
     key: &TakeKey,
     wanted: usize,
-    picks: &[(usize, &str)],
-) -> Result<(Vec<Taken>, Vec<Vec<String>>), StoreError> {
+) -> Result<(Vec<Taken>, bool), StoreError> {
     let keys = &shard.keys;
-    let entrypoints = &key.entrypoints;
     let mut invocation = core.scripts.take.prepare_invoke();
     invocation.key(keys.leases());
-    for entrypoint in entrypoints {
+    for entrypoint in &key.entrypoints {
         invocation.key(keys.queue(entrypoint));
     }
-    // Heads are only of use to a worker that finishes what it took (take_active).
-    let heads_back = if key.run_ms.is_some() {
-        heads_wanted(wanted)
-    } else {
-        0
-    };
     invocation
         .arg(&key.holder)
         .arg(key.ttl_ms)
         .arg(wanted)
-        .arg(entrypoints.len())
-        .arg(key.run_ms.map(|ms| ms.to_string()).unwrap_or_default())
-        .arg(heads_back);
-    for (queue, id) in picks {
-        invocation.key(keys.task(id)).arg(queue + 1).arg(*id);
-    }
+        .arg(key.run_ms.map(|ms| ms.to_string()).unwrap_or_default());
     Ok(if key.run_ms.is_some() {
         let reply: TakeReply<true> = run(core, NAME, keys, &mut invocation).await?;
-        (reply.claims.held_by(&key.holder), reply.heads)
+        (reply.claims.held_by(&key.holder), reply.more)
     } else {
         let reply: TakeReply<false> = run(core, NAME, keys, &mut invocation).await?;
-        (reply.claims.held_by(&key.holder), reply.heads)
+        (reply.claims.held_by(&key.holder), reply.more)
     })
 }
