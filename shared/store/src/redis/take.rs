@@ -166,8 +166,9 @@ async fn take_group(
     let mut more = false;
     for step in 0..count {
         let shard = &core.shards[(start + step) % count];
-        // One shard is always visited: its queues are the only ones.
-        if count > 1 && !shard.hints.may_have_work(&key.entrypoints) {
+        // Skipped on one shard too: a worker whose finish just found the queues empty then
+        // waits on the doorbell instead of asking again (each ring marks the shard).
+        if !shard.hints.may_have_work(&key.entrypoints) {
             continue;
         }
         if claims.len() >= wanted {
