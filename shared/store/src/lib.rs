@@ -254,6 +254,22 @@ pub trait TaskStore: Send + Sync + 'static {
         wait: Duration,
     ) -> Result<Vec<Claim>, StoreError>;
 
+    /// Waits up to `wait` until a task of these entrypoints may be queued; claims nothing. A
+    /// worker's fetch loop waits here and then takes with [`TaskStore::take_active`] (no
+    /// wait) unless it began to stop meanwhile: one call claims and activates, where
+    /// [`TaskStore::take_next`] hands back prepared claims that still need activating. `Ok` says
+    /// nothing certain (another worker may take the task first); the caller just looks. The
+    /// default waits out `wait` (a store without a doorbell is then polled that often).
+    async fn wait_for_work(
+        &self,
+        entrypoints: &[String],
+        wait: Duration,
+    ) -> Result<(), StoreError> {
+        let _ = entrypoints;
+        tokio::time::sleep(wait).await;
+        Ok(())
+    }
+
     /// [`TaskStore::take_next`] and [`TaskStore::activate_execution`] in one step: queued tasks
     /// (always handed off, so nothing stands between claim and activation) come back `active`,
     /// their attempt counted and run deadline started. The default calls the two methods; a

@@ -1,15 +1,14 @@
 //! The fetch loop: waits for a free slot, then claims and activates as many tasks as there are
 //! free slots in one `take_active`, and starts a slot for each. When the queues are empty it
-//! blocks on their doorbells with a plain `take_next`, whose claims (still `prepared`) can be
-//! handed back untouched if shutdown begins meanwhile, and activates what it gets. A busy slot
-//! takes its next task itself when it finishes one (see [`execute`]); it comes back here only
-//! when its finish brought nothing.
+//! waits on their doorbells (`wait_for_work`, which claims nothing, so a worker that begins to
+//! stop meanwhile has nothing to hand back) and then takes again. A busy slot takes its next
+//! task itself when it finishes one (see [`execute`]); it comes back here only when its finish
+//! brought nothing.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use store::{Started, StoreError, TakeSpec};
-use telemetry::metrics;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -77,8 +76,8 @@ pub async fn run(shared: Arc<Shared>, runs: &TaskTracker, shutdown: Cancellation
 }
 
 /// Takes and activates up to `spec.max` tasks: at once when some are queued, else after
-/// blocking up to `idle_wait` on the doorbells. Claims that arrive after shutdown began go back
-/// to the queue: a stopping worker starts nothing new.
+/// waiting up to `idle_wait` for the doorbells. A worker that began to stop while it waited
+/// takes nothing: a stopping worker starts nothing new.
 async fn take(
     shared: &Shared,
     spec: &TakeSpec,
@@ -89,47 +88,13 @@ async fn take(
     if !started.is_empty() {
         return Ok(started);
     }
-    let claims = store
-        .take_next(
-            &spec.entrypoints,
-            &spec.owner_id,
-            spec.lease_ttl,
-            spec.max,
-            shared.config.idle_wait,
-        )
+    // Not raced against shutdown either: `idle_wait` bounds it, and a ring taken here is
+    // only a hint (the task stays queued for whoever looks next).
+    store
+        .wait_for_work(&spec.entrypoints, shared.config.idle_wait)
         .await?;
     if shutdown.is_cancelled() {
-        if !claims.is_empty() {
-            tracing::info!(claims = claims.len(), "shutting down: handing claims back");
-        }
-        for claim in claims {
-            if let Err(err) = store.hand_off(&claim.lease).await {
-                tracing::warn!(task_id = %claim.lease.task_id, error = %err,
-                    "could not hand a claim back; it returns when its lease expires");
-            }
-        }
         return Ok(Vec::new());
     }
-    // Concurrent activations of one process share one store call.
-    let activations = claims
-        .iter()
-        .map(|claim| store.activate_execution(&claim.lease, spec.lease_ttl, spec.max_run));
-    let activations = futures::future::join_all(activations).await;
-    let mut started = Vec::with_capacity(claims.len());
-    for (claim, activation) in claims.into_iter().zip(activations) {
-        match activation {
-            Ok(Some(activation)) => started.push(Started { claim, activation }),
-            Ok(None) => {
-                metrics::fenced_write_rejected(&claim.invocation.entrypoint, "activate");
-                tracing::info!(task_id = %claim.lease.task_id, operation = "activate",
-                    "claim fenced out before activation");
-            }
-            Err(err) => {
-                // Unknown whether it activated: the claim expires and recovery decides.
-                tracing::warn!(task_id = %claim.lease.task_id, error = %err,
-                    "could not activate");
-            }
-        }
-    }
-    Ok(started)
+    store.take_active(spec, Duration::ZERO).await
 }

@@ -349,6 +349,28 @@ impl TaskStore for MemoryStore {
         }
     }
 
+    async fn wait_for_work(
+        &self,
+        entrypoints: &[String],
+        wait: Duration,
+    ) -> Result<(), StoreError> {
+        // Enabled before looking at the queues, so a push between the look and the wait still
+        // wakes us.
+        let notified = self.ready.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let queued = self.with_state(|state, _| {
+            state.closed
+                || entrypoints
+                    .iter()
+                    .any(|entrypoint| state.queue_depth(entrypoint) > 0)
+        });
+        if !queued {
+            let _ = tokio::time::timeout(wait, notified).await;
+        }
+        Ok(())
+    }
+
     async fn renew_leases(
         &self,
         leases: &[Lease],

@@ -434,6 +434,25 @@ impl TaskStore for RedisStore {
         Ok(taken.into_iter().map(|taken| taken.claim).collect())
     }
 
+    async fn wait_for_work(
+        &self,
+        entrypoints: &[String],
+        wait: Duration,
+    ) -> Result<(), StoreError> {
+        // Work this process already knows of ends the wait at once; else the doorbell marks
+        // the shard that rang (or a timeout makes the next take visit every shard).
+        let known = self
+            .inner
+            .core
+            .shards
+            .iter()
+            .any(|shard| shard.hints.may_have_work(entrypoints));
+        if !known && !entrypoints.is_empty() {
+            self.wait_for_doorbell(entrypoints, wait).await?;
+        }
+        Ok(())
+    }
+
     async fn take_active(
         &self,
         spec: &TakeSpec,
