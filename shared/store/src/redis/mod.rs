@@ -252,6 +252,13 @@ impl Core {
                 .is_multiple_of(FINISH_ROTATION)
     }
 
+    /// Marks the queue of `entrypoint` in task `id`'s shard as holding work: this process
+    /// just queued the task there (a create, a hand-off), so its own next take need not wait
+    /// for the doorbell to learn it.
+    pub(crate) fn queued_here(&self, id: &str, entrypoint: &str) {
+        self.shard_of(id).hints.rang(entrypoint);
+    }
+
     /// The shard a take starts its visit at (modulo the shard count).
     pub(crate) fn next_take_turn(&self) -> usize {
         self.take_turns.fetch_add(1, Ordering::Relaxed)

@@ -263,6 +263,11 @@ impl TaskStore for RedisStore {
 
     async fn hand_off(&self, lease: &Lease) -> Result<bool, StoreError> {
         let reply = hand_off::call(&self.inner.core, lease).await?;
+        if reply == HandOffReply::HandedOff {
+            self.inner
+                .core
+                .queued_here(&lease.task_id, &lease.entrypoint);
+        }
         Ok(reply == HandOffReply::HandedOff)
     }
 

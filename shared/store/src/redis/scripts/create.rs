@@ -141,5 +141,13 @@ pub(crate) async fn call(store: &RedisStore, new: &NewTask) -> Result<CreateRepl
         .call(item)
         .instrument(store.inner.core.script_span(NAME))
         .await?;
-    parse(reply)
+    let reply = parse(reply)?;
+    if matches!(reply, CreateReply::Created { .. }) && matches!(new.admission, Admission::Queued) {
+        // This process queued it: its own next take looks there without waiting for a ring.
+        store
+            .inner
+            .core
+            .queued_here(&new.task_id, &new.invocation.entrypoint);
+    }
+    Ok(reply)
 }
