@@ -182,3 +182,41 @@ async fn take_group(
     }
     Ok((claims, more))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Hints;
+
+    fn eps(names: &[&str]) -> Vec<String> {
+        names.iter().map(|name| (*name).to_owned()).collect()
+    }
+
+    #[test]
+    fn an_unknown_queue_may_have_work() {
+        let hints = Hints::default();
+        assert!(hints.may_have_work(&eps(&["echo"])));
+    }
+
+    #[test]
+    fn an_empty_reply_clears_and_a_ring_sets_again() {
+        let hints = Hints::default();
+        hints.saw(&eps(&["echo", "sleep"]), false);
+        assert!(!hints.may_have_work(&eps(&["echo"])));
+        assert!(!hints.may_have_work(&eps(&["echo", "sleep"])));
+        // A queue not asked about stays unknown.
+        assert!(hints.may_have_work(&eps(&["echo", "count"])));
+        hints.rang("sleep");
+        assert!(hints.may_have_work(&eps(&["sleep"])));
+        assert!(!hints.may_have_work(&eps(&["echo"])));
+        hints.saw(&eps(&["echo"]), true);
+        assert!(hints.may_have_work(&eps(&["echo"])));
+    }
+
+    #[test]
+    fn forgetting_makes_a_queue_unknown_again() {
+        let hints = Hints::default();
+        hints.saw(&eps(&["echo"]), false);
+        hints.forget(&eps(&["echo"]));
+        assert!(hints.may_have_work(&eps(&["echo"])));
+    }
+}

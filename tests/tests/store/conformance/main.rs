@@ -109,6 +109,7 @@ macro_rules! conformance_tests {
             take_finish {
                 take_active_claims_and_activates,
                 take_active_counts_attempts_after_recovery,
+                a_take_without_waiting_finds_what_was_queued_after_the_queue_ran_dry,
                 finish_and_take_starts_the_next_task,
                 a_fenced_out_finish_is_never_lost_or_applied,
                 concurrent_finish_and_take_hands_each_task_out_once,

@@ -4,6 +4,7 @@
 //! one terminal write.
 
 use std::collections::HashSet;
+use std::time::Duration;
 
 use protocol::{TaskResult, TaskStatus};
 use serde_json::json;
@@ -63,6 +64,34 @@ pub async fn take_active_counts_attempts_after_recovery(h: &impl Harness) -> Tes
         .take_active(&fx.spec("w3", 1, LONG), EMPTY_WAIT)
         .await?;
     assert!(empty.is_empty(), "{empty:?}");
+    Ok(())
+}
+
+/// A store that saw the queue run dry still finds, with a take that does not wait, a task
+/// queued afterwards through it: the Redis store skips shards it believes empty (its take
+/// hints), and queueing a task marks its shard again.
+pub async fn a_take_without_waiting_finds_what_was_queued_after_the_queue_ran_dry(
+    h: &impl Harness,
+) -> TestResult {
+    let fx = Fx::new(h).await?;
+    fx.queued("first").await?;
+    let first = fx.start("w1", LONG).await?;
+    let dry = fx
+        .store
+        .take_active(&fx.spec("w1", 4, LONG), Duration::ZERO)
+        .await?;
+    assert!(dry.is_empty(), "{dry:?}");
+    let later = fx.queued("later").await?;
+    let taken = fx
+        .store
+        .take_active(&fx.spec("w1", 4, LONG), Duration::ZERO)
+        .await?;
+    let ids: Vec<_> = taken
+        .iter()
+        .map(|s| s.claim.lease.task_id.clone())
+        .collect();
+    assert_eq!(ids, [later]);
+    assert_ne!(first.claim.lease.task_id, ids[0]);
     Ok(())
 }
 
