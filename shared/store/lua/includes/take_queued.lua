@@ -15,8 +15,12 @@
 --   created [, attempt, run_deadline]
 -- and whether any of the queues still holds a task (1 | 0).
 local function take_queued(leases, queues, claimer, ttl, max, run_ms, now)
+  -- One EXISTS answers the common case of a worker whose finish finds nothing queued,
+  -- before any queue is read.
+  if #queues == 0 or redis.call('EXISTS', unpack(queues)) == 0 then return {}, 0 end
+  if max <= 0 then return {}, 1 end
   local prefix = string.sub(leases, 1, -7) .. 'task:'
-  local out, claimed = {}, 0
+  local out, claimed, drained = {}, 0, false
   while claimed < max do
     -- Up to the number still wanted, oldest first over the queues (ties by id, as a sorted
     -- set orders them): with one queue a plain pop; with several, their heads are merged and
@@ -42,7 +46,10 @@ local function take_queued(leases, queues, claimer, ttl, max, run_ms, now)
       end
       for q, n in pairs(from) do redis.call('ZPOPMIN', queues[q], n) end
     end
-    if #popped == 0 then break end
+    if #popped == 0 then
+      drained = true
+      break
+    end
     for _, id in ipairs(popped) do
       local task = prefix .. id
       local f = redis.call('HMGET', task, 'st', 'ph', 'ow', 'iv', 'at', 'ma', 'en', 'cr', 'ec')
@@ -77,6 +84,6 @@ local function take_queued(leases, queues, claimer, ttl, max, run_ms, now)
     end
   end
   local more = 0
-  if #queues > 0 and redis.call('EXISTS', unpack(queues)) > 0 then more = 1 end
+  if not drained and redis.call('EXISTS', unpack(queues)) > 0 then more = 1 end
   return out, more
 end
