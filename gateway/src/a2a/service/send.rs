@@ -7,7 +7,7 @@ use std::time::Duration;
 use a2a::{Message, SendMessageRequest, SendMessageResponse, StreamResponse};
 use futures::stream::BoxStream;
 use store::registry::EntrypointInfo;
-use store::{Durability, Resumed, StoredTask};
+use store::{Durability, Phase, Resumed, StoredTask};
 
 use super::follow::follow;
 use super::message::{check_message, input_for};
@@ -73,7 +73,7 @@ pub async fn stream(
     request: SendMessageRequest,
 ) -> Result<Reply<BoxStream<'static, StreamResponse>>, Refusal> {
     let started = start(caller, request).await?;
-    let first = read_owned(caller.state, &caller.owner, &started.task_id).await?;
+    let first = as_admitted(read_owned(caller.state, &caller.owner, &started.task_id).await?);
     let events = bounded(
         caller.state,
         follow(
@@ -88,6 +88,29 @@ pub async fn stream(
         value: events,
         receipt: started.receipt,
     })
+}
+
+/// The task as its turn was admitted: the stream's first event. The watch subscribed before
+/// the task was created (or resumed) and replays every update since, so a task that ran on, or
+/// even to its end, before this read must not be shown further along than that: its stream
+/// would then skip the updates in between (a fast `count` streamed only its end). Its record
+/// is shown as it stood when admitted (submitted, no result yet), and the watch brings the
+/// rest in order.
+fn as_admitted(mut stored: StoredTask) -> StoredTask {
+    if stored.task.status.is_terminal()
+        || matches!(
+            stored.phase,
+            Phase::Prepared | Phase::Active | Phase::Waiting
+        )
+    {
+        stored.task.status = protocol::TaskStatus::Running;
+        stored.task.result = None;
+        stored.task.error = None;
+        stored.phase = Phase::Queued;
+        stored.lease = None;
+        stored.input_request = None;
+    }
+    stored
 }
 
 /// A task admitted for a message, followed from its first event.
