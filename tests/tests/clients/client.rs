@@ -9,8 +9,7 @@ use client::{
     AgentCard, Client, ClientError, ClientOptions, CreationFailure, InvokeOptions, ListFilter,
     SendOptions, UrlPolicy,
 };
-use harness::process::ServiceProcess;
-use harness::redis_server::RedisServer;
+use harness::cluster::Cluster;
 use protocol::{TaskEventKind, TaskStatus};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -20,38 +19,15 @@ type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 const PATIENCE: Duration = Duration::from_secs(30);
 
-struct Cluster {
-    _redis: RedisServer,
-    _worker: ServiceProcess,
-    _gateway: ServiceProcess,
-    /// `http://127.0.0.1:<port>` plus the base path.
-    url: String,
-}
-
-impl Cluster {
-    /// A worker and a gateway under `base_path` (the harness's cluster builder), once the card
-    /// lists the worker's entrypoints.
-    async fn start(base_path: &str) -> Result<Cluster, Box<dyn std::error::Error>> {
-        let built = harness::cluster::Cluster::builder()
-            .worker("w1", &[])
-            .gateway("g1", &[("BASE_PATH", base_path)])
-            .skills(&["count"])
-            .start()
-            .await?;
-        let harness::cluster::Cluster {
-            mut gateways,
-            mut workers,
-            redis,
-            ..
-        } = built;
-        let gateway = gateways.remove(0);
-        Ok(Cluster {
-            _redis: redis,
-            _worker: workers.remove(0),
-            _gateway: gateway.process,
-            url: gateway.base,
-        })
-    }
+/// A worker and a gateway under `base_path` (the harness's cluster builder), once the card
+/// lists the worker's entrypoints; `Cluster::base()` is the gateway's URL with the base path.
+async fn cluster(base_path: &str) -> Result<Cluster, Box<dyn std::error::Error>> {
+    Cluster::builder()
+        .worker("w1", &[])
+        .gateway("g1", &[("BASE_PATH", base_path)])
+        .skills(&["count"])
+        .start()
+        .await
 }
 
 /// An owner with two tasks: an `echo` that completed (its keys generated), then a 60 s `sleep`
@@ -91,14 +67,14 @@ async fn owner_with_a_slow_task(
 /// The card: version, streaming entrypoints, base URL, and fields the client has no type for.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_card_is_read_with_its_unknown_fields_kept() -> TestResult {
-    let cluster = Cluster::start("").await?;
+    let cluster = cluster("").await?;
     let client = Client::new(ClientOptions::default())?;
-    let card = client.fetch_card(&cluster.url).await?;
+    let card = client.fetch_card(cluster.base()).await?;
     assert_eq!(card.protocol_version.as_deref(), Some("1.0"));
     assert!(card.streams("count"));
     assert_eq!(
         client.base_url(&card)?.as_str(),
-        format!("{}/", cluster.url)
+        format!("{}/", cluster.base())
     );
     // Fields the client has no type for are kept.
     assert!(card.extra.contains_key("supportsAuthenticatedExtendedCard"));
@@ -109,9 +85,9 @@ async fn the_card_is_read_with_its_unknown_fields_kept() -> TestResult {
 /// `invoke` with an idempotency key: the second call replays the first run.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_invoke_with_an_idempotency_key_is_replayed() -> TestResult {
-    let cluster = Cluster::start("").await?;
+    let cluster = cluster("").await?;
     let client = Client::new(ClientOptions::default())?;
-    let card = client.fetch_card(&cluster.url).await?;
+    let card = client.fetch_card(cluster.base()).await?;
     // invoke, with an idempotency key: the second call replays the first.
     let options = InvokeOptions {
         idempotency_key: Some("client-test-invoke-0001".into()),
@@ -134,9 +110,9 @@ async fn an_invoke_with_an_idempotency_key_is_replayed() -> TestResult {
 /// An unknown entrypoint comes back as `entrypoint_not_found`.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_invoke_of_an_unknown_entrypoint_is_a_typed_404() -> TestResult {
-    let cluster = Cluster::start("").await?;
+    let cluster = cluster("").await?;
     let client = Client::new(ClientOptions::default())?;
-    let card = client.fetch_card(&cluster.url).await?;
+    let card = client.fetch_card(cluster.base()).await?;
     let missing = client
         .invoke(&card, "nope", &json!({}), &InvokeOptions::default())
         .await;
@@ -151,9 +127,9 @@ async fn an_invoke_of_an_unknown_entrypoint_is_a_typed_404() -> TestResult {
 /// `stream` yields `run-start`, one delta per item, then the end event.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stream_delivers_run_start_deltas_and_the_end() -> TestResult {
-    let cluster = Cluster::start("").await?;
+    let cluster = cluster("").await?;
     let client = Client::new(ClientOptions::default())?;
-    let card = client.fetch_card(&cluster.url).await?;
+    let card = client.fetch_card(cluster.base()).await?;
     // stream
     let mut events = client.stream(&card, "count", &json!({"n": 3})).await?;
     let mut kinds = Vec::new();
@@ -178,9 +154,9 @@ async fn a_stream_delivers_run_start_deltas_and_the_end() -> TestResult {
 /// `send_message` generates the token and the idempotency key; `wait_for_task` follows the task to completion.
 #[tokio::test(flavor = "multi_thread")]
 async fn send_message_makes_keys_and_wait_for_task_follows_it_to_the_end() -> TestResult {
-    let cluster = Cluster::start("").await?;
+    let cluster = cluster("").await?;
     let client = Client::new(ClientOptions::default())?;
-    let card = client.fetch_card(&cluster.url).await?;
+    let card = client.fetch_card(cluster.base()).await?;
     // send_message generates both keys; wait_for_task follows it to the end.
     let access = client
         .send_message(&card, "echo", &json!({"y": 2}), SendOptions::default())
@@ -208,9 +184,9 @@ async fn send_message_makes_keys_and_wait_for_task_follows_it_to_the_end() -> Te
 /// `list_tasks`: given keys are sent as they are; filters by status, context and page; another owner sees nothing.
 #[tokio::test(flavor = "multi_thread")]
 async fn list_tasks_filters_by_status_and_context_and_owner() -> TestResult {
-    let cluster = Cluster::start("").await?;
+    let cluster = cluster("").await?;
     let client = Client::new(ClientOptions::default())?;
-    let card = client.fetch_card(&cluster.url).await?;
+    let card = client.fetch_card(cluster.base()).await?;
     let (token, slow) = owner_with_a_slow_task(&client, &card).await?;
 
     let all = client
@@ -255,9 +231,9 @@ async fn list_tasks_filters_by_status_and_context_and_owner() -> TestResult {
 /// `subscribe_task`: a running snapshot, then a cancel ends the stream, and `wait_for_task` treats cancelled as terminal.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_subscription_sees_the_snapshot_then_the_cancellation() -> TestResult {
-    let cluster = Cluster::start("").await?;
+    let cluster = cluster("").await?;
     let client = Client::new(ClientOptions::default())?;
-    let card = client.fetch_card(&cluster.url).await?;
+    let card = client.fetch_card(cluster.base()).await?;
     let (token, slow) = owner_with_a_slow_task(&client, &card).await?;
 
     // subscribe: a running snapshot, then the cancellation ends the stream.
@@ -298,9 +274,9 @@ async fn a_subscription_sees_the_snapshot_then_the_cancellation() -> TestResult 
 /// A second cancel is `invalid_state`; another owner gets `task_not_found` and a 404 wait.
 #[tokio::test(flavor = "multi_thread")]
 async fn errors_the_agent_gives_come_back_typed() -> TestResult {
-    let cluster = Cluster::start("").await?;
+    let cluster = cluster("").await?;
     let client = Client::new(ClientOptions::default())?;
-    let card = client.fetch_card(&cluster.url).await?;
+    let card = client.fetch_card(cluster.base()).await?;
     let (token, slow) = owner_with_a_slow_task(&client, &card).await?;
 
     let cancelled = client.cancel_task(&card, &slow.task_id, &token).await?;
@@ -332,9 +308,9 @@ async fn errors_the_agent_gives_come_back_typed() -> TestResult {
 /// `wait_for_task` gives up with `ClientError::Timeout`.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_wait_that_runs_out_of_time_is_a_timeout() -> TestResult {
-    let cluster = Cluster::start("").await?;
+    let cluster = cluster("").await?;
     let client = Client::new(ClientOptions::default())?;
-    let card = client.fetch_card(&cluster.url).await?;
+    let card = client.fetch_card(cluster.base()).await?;
     // A wait that runs out of time.
     let long = client
         .send_message(
@@ -366,9 +342,9 @@ async fn a_wait_that_runs_out_of_time_is_a_timeout() -> TestResult {
 /// An unknown skill: `TaskCreationError` with the keys and the answer, the token never printed.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unknown_skill_is_a_creation_error_with_the_keys() -> TestResult {
-    let cluster = Cluster::start("").await?;
+    let cluster = cluster("").await?;
     let client = Client::new(ClientOptions::default())?;
-    let card = client.fetch_card(&cluster.url).await?;
+    let card = client.fetch_card(cluster.base()).await?;
     // A skill the agent does not have: TaskCreationError with the keys and the answer.
     let error = client
         .send_message(&card, "nope", &json!({}), SendOptions::default())
@@ -386,12 +362,12 @@ async fn an_unknown_skill_is_a_creation_error_with_the_keys() -> TestResult {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_gateway_under_a_base_path_keeps_it() -> TestResult {
-    let cluster = Cluster::start("/agents/a").await?;
+    let cluster = cluster("/agents/a").await?;
     let client = Client::new(ClientOptions::default())?;
-    let card = client.fetch_card(&cluster.url).await?;
+    let card = client.fetch_card(cluster.base()).await?;
     assert_eq!(
         client.base_url(&card)?.as_str(),
-        format!("{}/", cluster.url)
+        format!("{}/", cluster.base())
     );
     let result = client
         .invoke(&card, "echo", &json!("hi"), &InvokeOptions::default())

@@ -5,48 +5,27 @@
 use std::process::Output;
 use std::time::Duration;
 
-use harness::cluster::free_port;
-use harness::process::{ServiceProcess, binary};
-use harness::redis_server::RedisServer;
+use harness::cluster::{Cluster, free_port};
+use harness::process::binary;
 use serde_json::Value;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 const PATIENCE: Duration = Duration::from_secs(30);
 
-struct Cluster {
-    _redis: RedisServer,
-    _worker: ServiceProcess,
-    gateway: ServiceProcess,
-    url: String,
-}
-
 /// A worker and a gateway under `/agents/a` (the harness's cluster builder), once `taskctl card`
 /// shows the worker's entrypoints.
 async fn cluster() -> Result<Cluster, Box<dyn std::error::Error>> {
-    let built = harness::cluster::Cluster::builder()
+    let cluster = Cluster::builder()
         .worker("w1", &[])
         .gateway("g1", &[("BASE_PATH", "/agents/a")])
         .skills(&["count"])
         .start()
         .await?;
-    let harness::cluster::Cluster {
-        mut gateways,
-        mut workers,
-        redis,
-        ..
-    } = built;
-    let gateway = gateways.remove(0);
-    let cluster = Cluster {
-        _redis: redis,
-        _worker: workers.remove(0),
-        gateway: gateway.process,
-        url: gateway.base,
-    };
     // The CLI itself sees the entrypoints too (the readiness this suite has always used).
     let start = tokio::time::Instant::now();
     loop {
-        let out = taskctl(&["card", &cluster.url, "--json"], &[]).await?;
+        let out = taskctl(&["card", cluster.base(), "--json"], &[]).await?;
         if out.status.success()
             && json_lines(&out)?
                 .first()
@@ -55,7 +34,7 @@ async fn cluster() -> Result<Cluster, Box<dyn std::error::Error>> {
             return Ok(cluster);
         }
         if start.elapsed() > PATIENCE {
-            return Err(format!("cluster never came up:\n{}", cluster.gateway.log()).into());
+            return Err(format!("cluster never came up:\n{}", cluster.logs()).into());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -111,7 +90,7 @@ fn stdout(out: &Output) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn every_subcommand_with_json_output() -> TestResult {
     let cluster = cluster().await?;
-    let url = cluster.url.as_str();
+    let url = cluster.base();
 
     let card = one(&taskctl(&["card", url, "--json"], &[]).await?)?;
     assert_eq!(card["protocolVersion"], "1.0");
@@ -246,7 +225,7 @@ async fn every_subcommand_with_json_output() -> TestResult {
 #[tokio::test(flavor = "multi_thread")]
 async fn human_output_and_exit_codes() -> TestResult {
     let cluster = cluster().await?;
-    let url = cluster.url.as_str();
+    let url = cluster.base();
 
     let out = taskctl(&["--output", "human", "card", url], &[]).await?;
     assert_eq!(code(&out), Some(0));

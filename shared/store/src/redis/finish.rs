@@ -89,7 +89,6 @@ async fn finish_group(
     items: &[&ScriptItem],
     wanted: usize,
 ) -> Result<(Vec<CasReply>, Vec<Taken>, bool), StoreError> {
-    let wanted = if take.is_some() { wanted } else { 0 };
     let (swaps, claims, more) = finish_take::call(core, shard, take, items, wanted).await?;
     let Some(key) = take else {
         return Ok((swaps, Vec::new(), false));

@@ -622,10 +622,13 @@ impl RedisStore {
             }
             return Ok(false);
         };
-        for shard in &core.shards {
-            if let Some(entrypoint) = entrypoints.iter().find(|ep| shard.keys.wake(ep) == key) {
-                shard.hints.rang(entrypoint);
-            }
+        // The key that rang names its shard (by its tag) and its entrypoint (after it).
+        if let Some((shard, entrypoint)) = core
+            .shards
+            .iter()
+            .find_map(|shard| Some((shard, key.strip_prefix(&shard.keys.wake(""))?)))
+        {
+            shard.hints.rang(entrypoint);
         }
         Ok(true)
     }
