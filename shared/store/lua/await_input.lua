@@ -25,4 +25,5 @@ redis.call('HSET', task, 'ph', 'waiting', 'iq', ARGV[4], 'up', now, 'ax', deadli
 redis.call('HDEL', task, 'lo', 'lx', 'rd', 'rm')
 redis.call('ZREM', leases, ARGV[1])
 redis.call('ZADD', admissions, deadline, ARGV[1])
-return log_event(events, ARGV[6], seq, 'inputRequired', ARGV[5], ARGV[7])
+return log_event(events, ARGV[6], seq, 'inputRequired', ARGV[5], ARGV[7],
+  redis.call('HGET', task, 'nc'))

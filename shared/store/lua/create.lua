@@ -28,9 +28,10 @@
 -- ARGV[4] max live per owner  ARGV[5] max live per address  ARGV[6] max retained bytes (0: no
 --   cap)  ARGV[7] key prefix (the shard's hash tag: the keys of an evicted task are named
 --   from it and its `terminal` entry, in this slot)
--- ARGV[8 ..] per task, 10 values: id, owner hash, context id ('' for none), invocation json,
+-- ARGV[8 ..] per task, 11 values: id, owner hash, context id ('' for none), invocation json,
 --   entrypoint, 'queued' | 'reserved', admission ttl ms, max attempts, retention ms ('' for
---   the store's), source ('' for none: no address bound)
+--   the store's), source ('' for none: no address bound), notify channel ('' for none: the
+--   creating process's channel when it follows the task, kept as `nc` for publish_event)
 -- Returns per task: {1, created_ms} | {0, 'DUPLICATE'} | {0, 'CAPACITY', due_count}
 --   | {0, 'OWNER_LIVE'} | {0, 'ADDRESS_LIVE'} | {0, 'OWNER_RETAINED'}
 -- While the address bound is on, a task with a source enters src_live (scored by creation)
@@ -94,8 +95,11 @@ local function due_count()
     + redis.call('ZCOUNT', leases, '-inf', now)
 end
 
+-- Only this call changes `live` meanwhile (a script runs alone), one SADD per created task.
+local live_count = redis.call('SCARD', live)
+
 for i = 0, (#KEYS - 4) / 6 - 1 do
-  local kb, ab = 5 + i * 6, 8 + i * 10
+  local kb, ab = 5 + i * 6, 8 + i * 11
   local task, owner_index = KEYS[kb], KEYS[kb + 1]
   local owner_live, queue, wake = KEYS[kb + 2], KEYS[kb + 3], KEYS[kb + 4]
   local src_live = KEYS[kb + 5]
@@ -106,7 +110,7 @@ for i = 0, (#KEYS - 4) / 6 - 1 do
   local refused = nil
   if redis.call('EXISTS', task) == 1 then
     refused = {0, 'DUPLICATE'}
-  elseif redis.call('SCARD', live) >= max_tasks then
+  elseif live_count >= max_tasks then
     refused = {0, 'CAPACITY', due_count()}
   elseif max_owner_live > 0
       and tonumber(redis.call('GET', owner_live) or '0') >= max_owner_live then
@@ -123,7 +127,7 @@ for i = 0, (#KEYS - 4) / 6 - 1 do
     end
   end
   if not refused and max_retained > 0 then
-    while redis.call('SCARD', live) + redis.call('ZCARD', terminal) >= max_retained do
+    while live_count + redis.call('ZCARD', terminal) >= max_retained do
       local oldest = redis.call('ZRANGE', terminal, 0, 0)
       if #oldest == 0 then
         refused = {0, 'CAPACITY', due_count()}
@@ -161,6 +165,10 @@ for i = 0, (#KEYS - 4) / 6 - 1 do
       set[#set + 1] = 'sl'
       set[#set + 1] = src_live
     end
+    if ARGV[ab + 10] ~= '' then
+      set[#set + 1] = 'nc'
+      set[#set + 1] = ARGV[ab + 10]
+    end
     local expires = nil
     if mode == 'reserved' then
       expires = now + tonumber(ARGV[ab + 6])
@@ -168,7 +176,7 @@ for i = 0, (#KEYS - 4) / 6 - 1 do
       set[#set + 1] = expires
     end
     redis.call('HSET', task, unpack(set))
-    redis.call('SADD', live, id)
+    live_count = live_count + redis.call('SADD', live, id)
     redis.call('ZADD', owner_index, now, id)
     if redis.call('INCR', owner_live) == 1 then
       -- The owner's first live task: its index must outlive every task from now on.

@@ -35,7 +35,7 @@ for i = 4, #ARGV do
   }
   local wake = KEYS[base + 5]
   local f = redis.call('HMGET', k.task, 'st', 'ph', 'lx', 'ax',
-    'ho', 'at', 'ma', 'rd', 'rm', 'ow', 'sq', 'sh')
+    'ho', 'at', 'ma', 'rd', 'rm', 'ow', 'sq', 'sh', 'nc')
   local status, phase = f[1], f[2]
   local lease_due = f[3] and tonumber(f[3]) <= now
   local admission_due = f[4] and tonumber(f[4]) <= now
@@ -52,9 +52,9 @@ for i = 4, #ARGV do
       redis.call('HSET', k.task, 'st', next_status, 'up', now,
         'sq', seq)
     end
-    finish_task(k, id, phase, retention)
+    finish_task(k, id, phase, retention, now)
     -- The terminal record rebuilds this event (redis/event_log.rs): published, not logged.
-    publish_event(channel, seq, event, data)
+    publish_event(channel, seq, event, data, f[13])
   end
 
   if status ~= 'running' then

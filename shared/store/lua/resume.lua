@@ -19,7 +19,8 @@
 local task, events, queue, wake, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local admissions = KEYS[6]
 local id = ARGV[1]
-local f = redis.call('HMGET', task, 'st', 'ow', 'ph', 'sq', 'tu', 'cx', 'cr', 'up', 'rs', 'er')
+local f = redis.call('HMGET', task, 'st', 'ow', 'ph', 'sq', 'tu', 'cx', 'cr', 'up', 'rs', 'er',
+  'nc')
 if not f[1] or f[2] ~= ARGV[2] then return {0, 'NOT_FOUND'} end
 if f[1] ~= 'running' or f[3] ~= 'waiting' then
   return {0, 'NOT_WAITING', f[1], f[6], f[7], f[8], f[9], f[10]}
@@ -39,5 +40,5 @@ redis.call('HDEL', task, 'iq', 'ax')
 redis.call('ZREM', admissions, id)
 enqueue(task, queue, wake, leases, id, now)
 log_event(events, ARGV[6], seq, 'statusUpdate',
-  '{"taskId":' .. cjson.encode(id) .. ',"status":"running"}', ARGV[7])
+  '{"taskId":' .. cjson.encode(id) .. ',"status":"running"}', ARGV[7], f[11])
 return {1, now, seq}

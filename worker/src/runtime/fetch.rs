@@ -89,10 +89,19 @@ async fn take(
         return Ok(started);
     }
     // Not raced against shutdown either: `idle_wait` bounds it, and a ring taken here is
-    // only a hint (the task stays queued for whoever looks next).
-    store
-        .wait_for_work(&spec.entrypoints, shared.config.idle_wait)
-        .await?;
+    // only a hint (the task stays queued for whoever looks next). Raced against an entrypoint
+    // at its cap getting room again, when one is (its doorbell is not among those waited on):
+    // the loop then takes again with it open. A blocking read cut short loses its connection
+    // and at most a ring, which is a hint too.
+    let wait = store.wait_for_work(&spec.entrypoints, shared.config.idle_wait);
+    if shared.share.all_open(&spec.entrypoints) {
+        wait.await?;
+    } else {
+        tokio::select! {
+            waited = wait => waited?,
+            _ = shared.share.reopened() => return Ok(Vec::new()),
+        }
+    }
     if shutdown.is_cancelled() {
         return Ok(Vec::new());
     }

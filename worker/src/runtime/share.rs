@@ -7,14 +7,22 @@
 //! A slot is counted from the moment its task is taken (not when its run starts) until the run
 //! ends, so that a take in flight cannot pass the cap; a take asks for at most the smallest
 //! room left, so that whichever entrypoint its tasks come from, none passes its cap.
+//!
+//! The fetch loop waits only on the doorbells of open entrypoints, so a run that ends and
+//! reopens a capped entrypoint wakes it ([`SlotShare::reopened`]): else that entrypoint's
+//! queued tasks would wait for the next ring of another entrypoint, or the idle timeout.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
+
+use tokio::sync::Notify;
 
 pub struct SlotShare {
     cap: usize,
     keys: Vec<String>,
     held: Mutex<HashMap<String, usize>>,
+    /// Notified when a run ends that leaves its entrypoint below the cap again.
+    reopen: Notify,
 }
 
 impl SlotShare {
@@ -29,6 +37,7 @@ impl SlotShare {
             cap,
             keys,
             held: Mutex::new(HashMap::new()),
+            reopen: Notify::new(),
         }
     }
 
@@ -74,11 +83,28 @@ impl SlotShare {
         }
         let mut held = self.lock();
         if let Some(count) = held.get_mut(entrypoint) {
+            let was_capped = *count >= self.cap;
             *count = count.saturating_sub(1);
             if *count == 0 {
                 held.remove(entrypoint);
             }
+            if was_capped {
+                // One waiter (the fetch loop); a permit stored while it does not wait ends
+                // its next wait at once, which costs one look at the queues.
+                self.reopen.notify_one();
+            }
         }
+    }
+
+    /// True when every entrypoint is open (none at its cap): then nothing but a doorbell can
+    /// bring work that the fetch loop may take.
+    pub fn all_open(&self, open: &[String]) -> bool {
+        open.len() == self.keys.len()
+    }
+
+    /// Completes when a capped entrypoint has room again ([`SlotShare::left`]).
+    pub async fn reopened(&self) {
+        self.reopen.notified().await;
     }
 }
 
@@ -102,6 +128,36 @@ mod tests {
         assert_eq!(share.open(Some("sleep")), (keys(), 1));
         share.left("sleep");
         assert_eq!(share.open(None), (keys(), 1));
+    }
+
+    #[tokio::test]
+    async fn a_run_that_uncaps_its_entrypoint_wakes_the_waiter() {
+        let share = std::sync::Arc::new(SlotShare::new(keys(), 2, 50));
+        share.took("sleep");
+        let (open, _) = share.open(None);
+        assert!(!share.all_open(&open));
+        let waiter = tokio::spawn({
+            let share = share.clone();
+            async move {
+                share.reopened().await;
+                share.open(None).0
+            }
+        });
+        share.left("sleep");
+        assert_eq!(waiter.await.ok(), Some(keys()));
+    }
+
+    #[test]
+    fn a_run_below_the_cap_wakes_nobody() {
+        let share = SlotShare::new(keys(), 4, 50);
+        share.took("sleep");
+        share.left("sleep");
+        // No permit was stored: a waiter would still be waiting.
+        let waiting = share.reopened();
+        let mut waiting = std::pin::pin!(waiting);
+        let waker = futures::task::noop_waker();
+        let mut cx = std::task::Context::from_waker(&waker);
+        assert!(waiting.as_mut().poll(&mut cx).is_pending());
     }
 
     #[test]

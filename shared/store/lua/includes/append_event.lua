@@ -4,5 +4,6 @@
 -- nothing else in the record (emit); transitions set seq in their own HSET.
 local function append_event(task_key, events_key, channel, event, data_json, log_len)
   local seq = redis.call('HINCRBY', task_key, 'sq', 1)
-  return log_event(events_key, channel, seq, event, data_json, log_len)
+  local notify = redis.call('HGET', task_key, 'nc')
+  return log_event(events_key, channel, seq, event, data_json, log_len, notify)
 end

@@ -1,13 +1,14 @@
--- finish_task(k, id, phase, retention_ms): bookkeeping of every terminal transition, in one place so
--- that no path can skip it. k holds the key names: task, events, leases, admissions, live,
--- owner_index, owner_live, queue; phase is the task's phase before the transition (nil:
+-- finish_task(k, id, phase, retention_ms, now, known): bookkeeping of every terminal transition, in
+-- one place so that no path can skip it. k holds the key names: task, events, leases, admissions,
+-- live, owner_index, owner_live, queue; phase is the task's phase before the transition (nil:
 -- unknown). The caller's own HSET of the transition sets status and updated (one HSET per
--- transition). This drops the index entries that phase can hold, and the fields only a task
--- that can still run needs: its phase (a terminal status implies it), lease, admission, fence
--- epoch, hand-off flag, settlement hold, run deadline and limit, the entrypoint (the invocation names it
--- too) and a waiting task's input request. A retained task is smaller without them and nothing reads them once it is terminal;
--- the attempt count and its limit stay, for the record of how it ran. Field names:
--- redis/fields.rs.
+-- transition). This drops the index entries that phase can hold, and the fields only a task that
+-- can still run needs: its phase (a terminal status implies it), lease, admission, fence epoch,
+-- hand-off flag, settlement hold, run deadline and limit, the entrypoint (the invocation names it
+-- too), a waiting task's input request and the notify channel of the process that followed it
+-- (publish_event). A retained task is smaller without them and nothing
+-- reads them once it is terminal; the attempt count and its limit stay, for the record of how it
+-- ran. Field names: redis/fields.rs.
 -- Invariants: the task leaves the live set exactly once (SREM is idempotent and only terminal
 -- transitions call this), so SCARD(live) is the exact cluster-wide count of non-terminal tasks;
 -- the task and its event log expire after retention; the owner's index expires once the owner
@@ -20,15 +21,26 @@
 -- even after the record itself expired. The set's name is derived from `live`'s (same hash
 -- tag, so the same slot): every caller already declares `live`, and no key layout of the
 -- three scripts that finish tasks has to move for it.
+-- `known`, when the caller's own HMGET read them (swap_task), saves reading them again:
+-- {owner = ow, retention = rt, source_live = sl, seq = sq before the terminal event,
+-- sizes = the length of the result and error the record now holds}. Without it they are read
+-- here. A task whose seq was still 1 logged no event (every logged event takes a seq above
+-- the creation's), so it has no event log to measure or to expire.
+local TERMINAL_SLACK_MS = 1000
+
 local function terminal_key(live)
   return string.sub(live, 1, -5) .. 'terminal'
 end
 
-local function finish_task(k, id, phase, retention_ms)
-  local kept = redis.call('HMGET', k.task, 'ow', 'rt', 'sl')
-  local ttl = tonumber(kept[2]) or retention_ms
+local function finish_task(k, id, phase, retention_ms, now, known)
+  if not known then
+    local f = redis.call('HMGET', k.task, 'ow', 'rt', 'sl', 'sq')
+    known = {owner = f[1], retention = f[2], source_live = f[3], seq = f[4]}
+  end
+  local ttl = tonumber(known.retention) or retention_ms
+  local logged = tonumber(known.seq or '0') ~= 1
   redis.call('HDEL', k.task, 'ph', 'lo', 'lx', 'ax', 'ec', 'ho', 'sh', 'rd', 'rm', 'en', 'iq', 'rt',
-    'sl')
+    'sl', 'nc')
   if phase ~= 'queued' and phase ~= 'reserved' then
     redis.call('ZREM', k.leases, id)
   end
@@ -39,10 +51,10 @@ local function finish_task(k, id, phase, retention_ms)
     redis.call('ZREM', k.queue, id)
   end
   if redis.call('SREM', k.live, id) == 1 then
-    if kept[3] then
+    if known.source_live then
       -- The client address's live set (create.lua), named by the record: same hash tag, so
       -- the same slot; ZREM is idempotent, and this runs once per task anyway.
-      redis.call('ZREM', kept[3], id)
+      redis.call('ZREM', known.source_live, id)
     end
     local left = redis.call('DECR', k.owner_live)
     if left <= 0 then
@@ -54,9 +66,10 @@ local function finish_task(k, id, phase, retention_ms)
       if redis.call('ZCARD', k.owner_index) <= 1 then index_ttl = ttl end
       redis.call('PEXPIRE', k.owner_index, index_ttl)
     end
-    if kept[1] then
+    if known.owner then
       local terminal = terminal_key(k.live)
-      redis.call('ZADD', terminal, now_ms() + ttl, kept[1] .. ':' .. id)
+      local member = known.owner .. ':' .. id
+      redis.call('ZADD', terminal, now + ttl, member)
       -- Retained bytes (create.lua's max retained bytes): what the record and its log take
       -- now, plus the result or error once more for the terminal event appended after this.
       -- SAMPLES 0 counts every field and event: the default samples five fields of a hash
@@ -64,20 +77,29 @@ local function finish_task(k, id, phase, retention_ms)
       -- not. The size is kept by entry (`terminal:sizes`) beside the shard's sum
       -- (`terminal:bytes`), so that eviction and pruning take back exactly what was added,
       -- even once the record itself expired.
-      local size = (redis.call('MEMORY', 'USAGE', k.task, 'SAMPLES', 0) or 0)
-        + (redis.call('MEMORY', 'USAGE', k.events, 'SAMPLES', 0) or 0)
-        + redis.call('HSTRLEN', k.task, 'rs') + redis.call('HSTRLEN', k.task, 'er')
-      redis.call('HSET', terminal .. ':sizes', kept[1] .. ':' .. id, size)
+      local size = redis.call('MEMORY', 'USAGE', k.task, 'SAMPLES', 0) or 0
+      if logged then
+        size = size + (redis.call('MEMORY', 'USAGE', k.events, 'SAMPLES', 0) or 0)
+      end
+      if known.sizes then
+        size = size + known.sizes
+      else
+        size = size + redis.call('HSTRLEN', k.task, 'rs') + redis.call('HSTRLEN', k.task, 'er')
+      end
+      redis.call('HSET', terminal .. ':sizes', member, size)
       redis.call('INCRBY', terminal .. ':bytes', size)
-      -- The set expires with its last entry, like every key of a retained task; its sizes
-      -- and their sum with it (the three always get the same expiry at the same moment).
+      -- The set expires with its last entry (up to TERMINAL_SLACK_MS later), like every key
+      -- of a retained task; its sizes and their sum with it (the three always get the same
+      -- expiry at the same moment). The slack spares the three PEXPIREs to the finishes of
+      -- the next second.
       if redis.call('PTTL', terminal) < ttl then
-        redis.call('PEXPIRE', terminal, ttl)
-        redis.call('PEXPIRE', terminal .. ':sizes', ttl)
-        redis.call('PEXPIRE', terminal .. ':bytes', ttl)
+        local until_ms = ttl + TERMINAL_SLACK_MS
+        redis.call('PEXPIRE', terminal, until_ms)
+        redis.call('PEXPIRE', terminal .. ':sizes', until_ms)
+        redis.call('PEXPIRE', terminal .. ':bytes', until_ms)
       end
     end
   end
   redis.call('PEXPIRE', k.task, ttl)
-  redis.call('PEXPIRE', k.events, ttl)
+  if logged then redis.call('PEXPIRE', k.events, ttl) end
 end

@@ -1,8 +1,17 @@
--- publish_event(channel, seq, event, data_json): announces event number seq on the owner's task
--- channel without logging it. For the events a task's record rebuilds exactly (its terminal
--- event: see `redis/event_log.rs`), so a retained task keeps no copy of its result in a log.
--- Messages read "<seq>|<event>|<data>", as log entries do.
-local function publish_event(channel, seq, event, data_json)
-  redis.call('PUBLISH', channel, seq .. '|' .. event .. '|' .. data_json)
+-- publish_event(channel, seq, event, data_json, notify): announces event number seq on the
+-- owner's task channel without logging it. For the events a task's record rebuilds exactly (its
+-- terminal event: see `redis/event_log.rs`), so a retained task keeps no copy of its result in a
+-- log. Messages read "<seq>|<event>|<data>", as log entries do.
+-- notify: the channel of the process that created the task and follows it (the record's `nc`,
+-- create.lua), or nil. That process subscribed its channel once and routes each message by the
+-- task channel it names, "<length of channel>:<channel><message>", so following a task it
+-- created costs it no SUBSCRIBE and no UNSUBSCRIBE; anyone else following the task listens on
+-- the task channel itself.
+local function publish_event(channel, seq, event, data_json, notify)
+  local message = seq .. '|' .. event .. '|' .. data_json
+  redis.call('PUBLISH', channel, message)
+  if notify then
+    redis.call('PUBLISH', notify, #channel .. ':' .. channel .. message)
+  end
   return seq
 end

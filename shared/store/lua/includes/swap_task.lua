@@ -2,13 +2,15 @@
 -- @include "log_event"
 -- swap_task(k, a, now, retention_ms, log_len, worker_prefix): one compare-and-set item (see
 -- cas.lua for the values in a: id, owner, expected, next, result, error, holder, epoch, event,
--- data, channel). One HMGET, one HSET (status, updated, seq, result/error), then finish_task and the event: a terminal event is only published,
--- since the terminal record rebuilds it (redis/event_log.rs); any other is logged too.
+-- data, channel). One HMGET (which also reads what finish_task needs), one HSET (status,
+-- updated, seq, result/error), then finish_task and the event: a terminal event is only
+-- published, since the terminal record rebuilds it (redis/event_log.rs); any other is logged
+-- too.
 -- Returns {1 | 0, 'OK' | 'NOT_FOUND' | 'STATUS' | 'FENCED', status, context, created, updated,
 --   result, error}
 local function swap_task(k, a, now, retention_ms, log_len, worker_prefix)
   local f = redis.call('HMGET', k.task, 'st', 'ow', 'lo', 'ec',
-    'lx', 'cx', 'cr', 'up', 'rs', 'er', 'ph', 'sq')
+    'lx', 'cx', 'cr', 'up', 'rs', 'er', 'ph', 'sq', 'rt', 'sl', 'nc')
   local status, holder, next_status = f[1], a.holder, a.next
   if not status or f[2] ~= a.owner then
     return {0, 'NOT_FOUND'}
@@ -39,15 +41,16 @@ local function swap_task(k, a, now, retention_ms, log_len, worker_prefix)
   end
   redis.call('HSET', k.task, unpack(set))
   if next_status ~= 'running' then
-    finish_task(k, a.id, f[11], retention_ms)
+    finish_task(k, a.id, f[11], retention_ms, now, {owner = f[2], retention = f[13],
+      source_live = f[14], seq = f[12], sizes = #(result or '') + #(err or '')})
     if holder == '' and f[3] then
       redis.call('PUBLISH', worker_prefix .. f[3], a.id)
     end
   end
   if next_status ~= 'running' then
-    publish_event(a.channel, seq, a.event, a.data)
+    publish_event(a.channel, seq, a.event, a.data, f[15])
   else
-    log_event(k.events, a.channel, seq, a.event, a.data, log_len)
+    log_event(k.events, a.channel, seq, a.event, a.data, log_len, f[15])
   end
   return {1, reason, next_status, f[6], f[7], now, result, err}
 end

@@ -1,11 +1,15 @@
 -- take_queued(leases, queues, claimer, ttl, max, run_ms, now): pops up to max queued tasks,
--- oldest first over the given queues, and claims each (run_ms nil: the claim is left prepared,
--- as take_next wants; otherwise it is activated in the same step, as take_active wants: queued
+-- each queue's oldest first, and claims each (run_ms nil: the claim is left prepared, as
+-- take_next wants; otherwise it is activated in the same step, as take_active wants: queued
 -- tasks were handed off, so nothing stands between the two).
 -- The pop is the claim: no worker names candidates, so two workers can never race for one queue
 -- head, and each task taken costs one popped entry, one HMGET and one HSET. An entry whose task
 -- is no longer queued (it cannot normally exist: every transition out of `queued` removes it)
 -- is dropped and the next one taken instead.
+-- With several queues one ZMPOP pops from the first that holds tasks, in an order that starts
+-- at a queue chosen by the clock's millisecond, so that no entrypoint always waits behind a
+-- busy one: FIFO within each entrypoint, turns between them. (Merging the queues' heads
+-- oldest first cost one read per queue on every take, most of them of empty queues.)
 -- Task keys are not declared in KEYS: they are named from the shard's hash tag (the prefix of
 -- `leases`), so they lie in the same slot as every declared key, as BullMQ's scripts do with
 -- job keys. Queues hold their tasks in a sorted set by enqueue time (rather than a list) so that
@@ -15,36 +19,27 @@
 --   created [, attempt, run_deadline]
 -- and whether any of the queues still holds a task (1 | 0).
 local function take_queued(leases, queues, claimer, ttl, max, run_ms, now)
-  -- One EXISTS answers the common case of a worker whose finish finds nothing queued,
-  -- before any queue is read.
-  if #queues == 0 or redis.call('EXISTS', unpack(queues)) == 0 then return {}, 0 end
-  if max <= 0 then return {}, 1 end
+  if #queues == 0 then return {}, 0 end
+  if max <= 0 then
+    if redis.call('EXISTS', unpack(queues)) == 0 then return {}, 0 end
+    return {}, 1
+  end
   local prefix = string.sub(leases, 1, -7) .. 'task:'
+  -- ZMPOP numkeys key.. MIN COUNT n, the keys from a rotating first one.
+  local pop, first = {#queues}, now % #queues
+  for q = 1, #queues do pop[q + 1] = queues[(first + q - 1) % #queues + 1] end
+  pop[#pop + 1] = 'MIN'
+  pop[#pop + 1] = 'COUNT'
+  local count_at = #pop + 1
   local out, claimed, drained = {}, 0, false
   while claimed < max do
-    -- Up to the number still wanted, oldest first over the queues (ties by id, as a sorted
-    -- set orders them): with one queue a plain pop; with several, their heads are merged and
-    -- each queue gives up the prefix that was chosen from it.
+    -- Up to the number still wanted, from the first queue in `pop`'s order that holds any; an
+    -- empty reply (false) says every queue is empty.
     local want, popped = max - claimed, {}
-    if #queues == 1 then
-      local got = redis.call('ZPOPMIN', queues[1], want)
-      for j = 1, #got, 2 do popped[#popped + 1] = got[j] end
-    else
-      local heads = {}
-      for q = 1, #queues do
-        local got = redis.call('ZRANGE', queues[q], 0, want - 1, 'WITHSCORES')
-        for j = 1, #got, 2 do heads[#heads + 1] = {tonumber(got[j + 1]), got[j], q} end
-      end
-      table.sort(heads, function(a, b)
-        if a[1] ~= b[1] then return a[1] < b[1] end
-        return a[2] < b[2]
-      end)
-      local from = {}
-      for j = 1, math.min(want, #heads) do
-        popped[j] = heads[j][2]
-        from[heads[j][3]] = (from[heads[j][3]] or 0) + 1
-      end
-      for q, n in pairs(from) do redis.call('ZPOPMIN', queues[q], n) end
+    pop[count_at] = want
+    local got = redis.call('ZMPOP', unpack(pop))
+    if got then
+      for _, entry in ipairs(got[2]) do popped[#popped + 1] = entry[1] end
     end
     if #popped == 0 then
       drained = true

@@ -8,7 +8,7 @@ use futures::StreamExt;
 
 use super::subscriber::{Listener, Signal};
 use super::{RedisStore, event_log, fields, replies};
-use crate::{NewTask, StoreError, StoredEvent, Subscription, TaskStore};
+use crate::{NewTask, StoreError, StoredEvent, Subscription};
 use protocol::token::OwnerHash;
 use protocol::{Task, TaskEvent};
 
@@ -26,14 +26,17 @@ impl RedisStore {
     ) -> Result<(Task, Subscription), StoreError> {
         let keys = self.shard_keys(&new.task_id);
         // Listen first: every event of the task is published after its creation, so the live
-        // feed holds all of them from seq 2 on, and the snapshot is what the create wrote.
+        // feed holds all of them from seq 2 on, and the snapshot is what the create wrote. On
+        // this process's notify channel (subscribed once), which the record names: no
+        // subscription per task.
+        let notify = keys.notify_channel(&self.inner.process);
         let listener = self
             .inner
             .dispatcher
-            .listen(keys.task_channel(&new.owner, &new.task_id))
+            .listen_routed(notify.clone(), keys.task_channel(&new.owner, &new.task_id))
             .await?;
         let task_id = new.task_id.clone();
-        let task = self.create(new).await?;
+        let task = self.create_notifying(new, &notify).await?;
         // The task's seq 1 is its `statusUpdate running`, which create.lua neither logs nor
         // publishes (the record rebuilds it): it is the snapshot's replay.
         let first = TaskEvent::status(&task);

@@ -64,6 +64,9 @@ pub const RETENTION: &str = "rt";
 pub const SOURCE_LIVE: &str = "sl";
 /// The task's earlier turns (a JSON array of `{input, metadata?, request}`), once it waited.
 pub const TURNS: &str = "tu";
+/// The notify channel of the process that created the task and follows it
+/// (`Keys::notify_channel`); until the task is terminal.
+pub const NOTIFY: &str = "nc";
 
 /// The wire view of a task, in the order `replies::task_view` reads it.
 pub const VIEW: [&str; 6] = [STATUS, CONTEXT, CREATED, UPDATED, RESULT, ERROR];

@@ -89,12 +89,13 @@ async fn finish_group(
     items: &[&ScriptItem],
     wanted: usize,
 ) -> Result<(Vec<CasReply>, Vec<Taken>, bool), StoreError> {
+    let sent = shard.hints.mark();
     let (swaps, claims, more) = finish_take::call(core, shard, take, items, wanted).await?;
     let Some(key) = take else {
         return Ok((swaps, Vec::new(), false));
     };
     // Even a take of none (a finish that leaves the take to the shards' turn) reports whether
     // the queues hold tasks.
-    shard.hints.saw(&key.entrypoints, more);
+    shard.hints.saw(&key.entrypoints, more, sent);
     Ok((swaps, claims, more))
 }

@@ -115,6 +115,13 @@ impl Keys {
         format!("{}:ch:", self.prefix)
     }
 
+    /// Pub/sub channel of one process (in this shard) on which it hears the events of the
+    /// tasks it created and follows (`publish_event.lua`): subscribed once, each message routed
+    /// in the process by the task channel it names.
+    pub fn notify_channel(&self, process: &str) -> String {
+        format!("{}:nc:{process}", self.prefix)
+    }
+
     /// Pub/sub channel on which a worker hears that one of its tasks in this shard was
     /// cancelled (a worker listens on every shard's).
     pub fn worker_channel(&self, worker_id: &str) -> String {

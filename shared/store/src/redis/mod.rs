@@ -175,6 +175,9 @@ struct Inner {
     durability: Durability,
     /// The batch lanes of each shard's single-slot scripts, by shard index.
     lanes: Vec<ShardLanes>,
+    /// This process's name in its notify channels (`Keys::notify_channel`): random, so that
+    /// no two processes share one.
+    process: String,
     /// Takes go through one lane for every shard: it visits the shards in turn.
     takes: Batcher<take::TakeRequest, take::TakeOutcome>,
     shutdown: CancellationToken,
@@ -462,6 +465,7 @@ impl RedisStore {
         let store = RedisStore {
             inner: Arc::new(Inner {
                 lanes,
+                process: uuid::Uuid::new_v4().simple().to_string(),
                 // One lane: the takers of this process never race each other.
                 takes: {
                     let core = core.clone();

@@ -57,11 +57,19 @@ pub(crate) struct TakeOutcome {
 /// knowing nothing, and a doorbell wait that times out forgets what it knew (a sweep), so a
 /// task no ring announced to this process is still found within one idle wait.
 /// Set by a doorbell ring of the entrypoint in this shard and by every take or finish that
-/// leaves tasks queued; cleared by one that leaves the queues empty.
+/// leaves tasks queued; cleared by one that leaves the queues empty, unless a ring was heard
+/// while that call was under way: the reply may predate the task the ring announced, and the
+/// ring is spent (popped), so clearing then would leave the task to the next idle timeout.
 #[derive(Default)]
 pub(crate) struct Hints {
     by_entrypoint: std::sync::Mutex<HashMap<String, bool>>,
+    /// Rings heard in this shard so far ([`Hints::mark`]).
+    rings: std::sync::atomic::AtomicU64,
 }
+
+/// The rings a shard had heard when a take or finish was sent ([`Hints::saw`]).
+#[derive(Clone, Copy)]
+pub(crate) struct RingMark(u64);
 
 impl Hints {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, bool>> {
@@ -79,9 +87,18 @@ impl Hints {
             .any(|entrypoint| known.get(entrypoint).copied().unwrap_or(true))
     }
 
-    /// What a take or finish over `entrypoints` saw: `more` when their queues still hold tasks.
-    pub fn saw(&self, entrypoints: &[String], more: bool) {
+    /// Taken before a take or finish is sent, for its [`Hints::saw`].
+    pub fn mark(&self) -> RingMark {
+        RingMark(self.rings.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    /// What a take or finish over `entrypoints`, sent at `sent`, saw: `more` when their queues
+    /// still hold tasks. An empty reply changes nothing when a ring came after `sent`.
+    pub fn saw(&self, entrypoints: &[String], more: bool, sent: RingMark) {
         let mut known = self.lock();
+        if !more && self.rings.load(std::sync::atomic::Ordering::SeqCst) != sent.0 {
+            return;
+        }
         for entrypoint in entrypoints {
             match known.get_mut(entrypoint) {
                 Some(flag) => *flag = more,
@@ -94,7 +111,9 @@ impl Hints {
 
     /// A doorbell of `entrypoint` rang in this shard.
     pub fn rang(&self, entrypoint: &str) {
-        if let Some(flag) = self.lock().get_mut(entrypoint) {
+        let mut known = self.lock();
+        self.rings.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if let Some(flag) = known.get_mut(entrypoint) {
             *flag = true;
         }
     }
@@ -175,8 +194,9 @@ async fn take_group(
             more = true;
             break;
         }
+        let sent = shard.hints.mark();
         let (taken, left) = scripts::take::call(core, shard, key, wanted - claims.len()).await?;
-        shard.hints.saw(&key.entrypoints, left);
+        shard.hints.saw(&key.entrypoints, left, sent);
         more |= left;
         claims.extend(taken);
     }
@@ -200,7 +220,7 @@ mod tests {
     #[test]
     fn an_empty_reply_clears_and_a_ring_sets_again() {
         let hints = Hints::default();
-        hints.saw(&eps(&["echo", "sleep"]), false);
+        hints.saw(&eps(&["echo", "sleep"]), false, hints.mark());
         assert!(!hints.may_have_work(&eps(&["echo"])));
         assert!(!hints.may_have_work(&eps(&["echo", "sleep"])));
         // A queue not asked about stays unknown.
@@ -208,14 +228,28 @@ mod tests {
         hints.rang("sleep");
         assert!(hints.may_have_work(&eps(&["sleep"])));
         assert!(!hints.may_have_work(&eps(&["echo"])));
-        hints.saw(&eps(&["echo"]), true);
+        hints.saw(&eps(&["echo"]), true, hints.mark());
         assert!(hints.may_have_work(&eps(&["echo"])));
+    }
+
+    #[test]
+    fn an_empty_reply_overtaken_by_a_ring_keeps_the_queue_marked() {
+        let hints = Hints::default();
+        hints.saw(&eps(&["echo"]), true, hints.mark());
+        let sent = hints.mark();
+        // The ring of a task queued after the take ran, heard before its empty reply.
+        hints.rang("echo");
+        hints.saw(&eps(&["echo"]), false, sent);
+        assert!(hints.may_have_work(&eps(&["echo"])));
+        // A reply sent after the ring clears as usual.
+        hints.saw(&eps(&["echo"]), false, hints.mark());
+        assert!(!hints.may_have_work(&eps(&["echo"])));
     }
 
     #[test]
     fn forgetting_makes_a_queue_unknown_again() {
         let hints = Hints::default();
-        hints.saw(&eps(&["echo"]), false);
+        hints.saw(&eps(&["echo"]), false, hints.mark());
         hints.forget(&eps(&["echo"]));
         assert!(hints.may_have_work(&eps(&["echo"])));
     }

@@ -143,24 +143,18 @@ impl RedisStore {
             .and_then(OwnerHash::from_hex)
             .map(|owner| (owner, entrypoint.unwrap_or_default())))
     }
-}
 
-#[async_trait]
-impl TaskStore for RedisStore {
-    fn durability(&self) -> Durability {
-        self.declared_durability()
-    }
-
-    async fn reap_expired_admissions(&self) -> Result<u64, StoreError> {
-        let report = self.settle_due(Mode::Reap, 1_000).await?;
-        Ok(report.cancelled.len() as u64)
-    }
-
-    async fn create(&self, new: NewTask) -> Result<Task, StoreError> {
+    /// [`TaskStore::create`], the record naming `notify` (a notify channel of this process,
+    /// `Keys::notify_channel`) when the caller follows the task there; empty when not.
+    pub(super) async fn create_notifying(
+        &self,
+        new: NewTask,
+        notify: &str,
+    ) -> Result<Task, StoreError> {
         let config = &self.inner.core.config;
         let share = |limit: u64| capacity_per_shard(limit, self.shard_count());
         for round in 0..2 {
-            match create::call(self, &new).await? {
+            match create::call(self, &new, notify).await? {
                 CreateReply::Created { at } => {
                     let at = protocol::Timestamp(at);
                     return Ok(Task {
@@ -204,6 +198,22 @@ impl TaskStore for RedisStore {
         Err(StoreError::Capacity {
             max: share(config.max_tasks),
         })
+    }
+}
+
+#[async_trait]
+impl TaskStore for RedisStore {
+    fn durability(&self) -> Durability {
+        self.declared_durability()
+    }
+
+    async fn reap_expired_admissions(&self) -> Result<u64, StoreError> {
+        let report = self.settle_due(Mode::Reap, 1_000).await?;
+        Ok(report.cancelled.len() as u64)
+    }
+
+    async fn create(&self, new: NewTask) -> Result<Task, StoreError> {
+        self.create_notifying(new, "").await
     }
 
     async fn create_watched(&self, new: NewTask) -> Result<(Task, Subscription), StoreError> {

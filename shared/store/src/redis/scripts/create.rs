@@ -98,7 +98,8 @@ pub(crate) fn lane(core: &Arc<Core>, shard: usize, lanes: usize) -> Batcher<Scri
 }
 
 /// One task's item in a `create.lua` call over shard keys `keys`.
-pub(crate) fn item(keys: &Keys, new: &NewTask) -> Result<ScriptItem, StoreError> {
+/// `notify`: the creating process's notify channel when it follows the task, else empty.
+pub(crate) fn item(keys: &Keys, new: &NewTask, notify: &str) -> Result<ScriptItem, StoreError> {
     let entrypoint = &new.invocation.entrypoint;
     let (mode, admission_ttl) = match new.admission {
         Admission::Queued => ("queued", 0),
@@ -128,13 +129,19 @@ pub(crate) fn item(keys: &Keys, new: &NewTask) -> Result<ScriptItem, StoreError>
                 .map(|kept| ms(kept).to_string())
                 .unwrap_or_default(),
             new.source.clone().unwrap_or_default(),
+            notify.to_owned(),
         ],
     })
 }
 
-/// Creates `new` through its shard's `creates` lane (batched with concurrent creates).
-pub(crate) async fn call(store: &RedisStore, new: &NewTask) -> Result<CreateReply, StoreError> {
-    let item = item(store.shard_keys(&new.task_id), new)?;
+/// Creates `new` through its shard's `creates` lane (batched with concurrent creates); `notify`
+/// as [`item`] takes it.
+pub(crate) async fn call(
+    store: &RedisStore,
+    new: &NewTask,
+    notify: &str,
+) -> Result<CreateReply, StoreError> {
+    let item = item(store.shard_keys(&new.task_id), new, notify)?;
     let reply = store
         .lanes_of(&new.task_id)
         .creates

@@ -40,20 +40,22 @@ pub(super) async fn run(
                 _ = shutdown.cancelled() => return,
                 cmd = commands.recv() => match cmd {
                     None => return,
-                    Some(Command::Subscribe { channel, id, sink: tx, ready }) => {
-                        let fresh = listeners.add(&channel, id, tx);
+                    Some(Command::Subscribe { channel, route, id, sink: tx, ready }) => {
+                        let routed = route.clone();
+                        let fresh = listeners.add(&channel, route, id, tx);
                         let result = if fresh { sink.subscribe(&channel).await } else { Ok(()) };
                         match result {
                             Ok(()) => { let _ = ready.send(Ok(())); }
                             Err(err) => {
-                                listeners.remove(&channel, id);
+                                listeners.remove(&channel, routed.as_deref(), id);
+                                listeners.failed(&channel);
                                 let _ = ready.send(Err(err.into()));
                                 break;
                             }
                         }
                     }
-                    Some(Command::Unsubscribe { channel, id }) => {
-                        if listeners.remove(&channel, id) && sink.unsubscribe(&channel).await.is_err() {
+                    Some(Command::Unsubscribe { channel, route, id }) => {
+                        if listeners.remove(&channel, route.as_deref(), id) && sink.unsubscribe(&channel).await.is_err() {
                             break;
                         }
                     }

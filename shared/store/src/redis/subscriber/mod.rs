@@ -7,6 +7,12 @@
 //! [`Signal::Resync`], so each listener re-reads its task's event log and nothing published
 //! meanwhile is lost.
 //!
+//! A process that creates a task and follows it (an invoke, a stream) does not subscribe to the
+//! task's channel: the scripts also publish the task's events on the process's notify channel
+//! (`publish_event.lua`), which it subscribes once per shard, and the dispatcher routes each
+//! message to the listener of the task channel the message names ([`Dispatcher::listen_routed`]).
+//! That spares a SUBSCRIBE and an UNSUBSCRIBE round trip per task.
+//!
 //! Two flavours, matching how the scripts publish ([`super::scripts::PubSub`]):
 //! - [`classic`]: one server: `SUBSCRIBE` on a dedicated connection;
 //! - [`sharded`]: a Redis Cluster: `SSUBSCRIBE` through the cluster client, each channel on
@@ -43,12 +49,14 @@ pub enum Source {
 enum Command {
     Subscribe {
         channel: String,
+        route: Option<String>,
         id: u64,
         sink: mpsc::UnboundedSender<Signal>,
         ready: oneshot::Sender<Result<(), StoreError>>,
     },
     Unsubscribe {
         channel: String,
+        route: Option<String>,
         id: u64,
     },
 }
@@ -63,6 +71,7 @@ pub struct Dispatcher {
 pub struct Listener {
     pub signals: mpsc::UnboundedReceiver<Signal>,
     channel: String,
+    route: Option<String>,
     id: u64,
     commands: mpsc::UnboundedSender<Command>,
 }
@@ -71,6 +80,7 @@ impl Drop for Listener {
     fn drop(&mut self) {
         let _ = self.commands.send(Command::Unsubscribe {
             channel: std::mem::take(&mut self.channel),
+            route: self.route.take(),
             id: self.id,
         });
     }
@@ -96,6 +106,25 @@ impl Dispatcher {
     /// Listens on `channel`; returns once Redis confirmed the subscription, so anything
     /// published afterwards reaches the listener.
     pub async fn listen(&self, channel: String) -> Result<Listener, StoreError> {
+        self.subscribe(channel, None).await
+    }
+
+    /// Listens for the messages of routed channel `channel` (a notify channel) that name
+    /// `route` (a task channel); returns once the channel is subscribed, which takes a round
+    /// trip only the first time: a routed channel stays subscribed for the process's life.
+    pub async fn listen_routed(
+        &self,
+        channel: String,
+        route: String,
+    ) -> Result<Listener, StoreError> {
+        self.subscribe(channel, Some(route)).await
+    }
+
+    async fn subscribe(
+        &self,
+        channel: String,
+        route: Option<String>,
+    ) -> Result<Listener, StoreError> {
         let id = self
             .next_id
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -105,6 +134,7 @@ impl Dispatcher {
         self.commands
             .send(Command::Subscribe {
                 channel: channel.clone(),
+                route: route.clone(),
                 id,
                 sink,
                 ready,
@@ -113,6 +143,7 @@ impl Dispatcher {
         let listener = Listener {
             signals,
             channel,
+            route,
             id,
             commands: self.commands.clone(),
         };
@@ -121,62 +152,141 @@ impl Dispatcher {
     }
 }
 
-/// Every listener of the process, by channel.
+type Sinks = Vec<(u64, mpsc::UnboundedSender<Signal>)>;
+
+/// Every listener of the process: by channel, and on routed channels by route.
 #[derive(Default)]
-struct Listeners(HashMap<String, Vec<(u64, mpsc::UnboundedSender<Signal>)>>);
+struct Listeners {
+    plain: HashMap<String, Sinks>,
+    /// Routed (notify) channels: once added, kept for the process's life, with or without
+    /// listeners, so that their subscription is never undone and redone per task.
+    routed: HashMap<String, HashMap<String, Sinks>>,
+}
 
 impl Listeners {
-    /// Adds one listener; true when it is the channel's first.
-    fn add(&mut self, channel: &str, id: u64, sink: mpsc::UnboundedSender<Signal>) -> bool {
-        let fresh = !self.0.contains_key(channel);
-        self.0
-            .entry(channel.to_owned())
-            .or_default()
-            .push((id, sink));
-        fresh
+    /// Adds one listener; true when its channel must be subscribed (its first listener).
+    fn add(
+        &mut self,
+        channel: &str,
+        route: Option<String>,
+        id: u64,
+        sink: mpsc::UnboundedSender<Signal>,
+    ) -> bool {
+        match route {
+            None => {
+                let fresh = !self.plain.contains_key(channel);
+                self.plain
+                    .entry(channel.to_owned())
+                    .or_default()
+                    .push((id, sink));
+                fresh
+            }
+            Some(route) => {
+                let fresh = !self.routed.contains_key(channel);
+                self.routed
+                    .entry(channel.to_owned())
+                    .or_default()
+                    .entry(route)
+                    .or_default()
+                    .push((id, sink));
+                fresh
+            }
+        }
     }
 
-    /// Removes one listener; true when it was the channel's last.
-    fn remove(&mut self, channel: &str, id: u64) -> bool {
-        let Some(entries) = self.0.get_mut(channel) else {
-            return false;
-        };
-        entries.retain(|(entry, _)| *entry != id);
-        if entries.is_empty() {
-            self.0.remove(channel);
-            true
-        } else {
-            false
+    /// Removes one listener; true when its channel is to be unsubscribed (it was a plain
+    /// channel's last).
+    fn remove(&mut self, channel: &str, route: Option<&str>, id: u64) -> bool {
+        match route {
+            None => {
+                let Some(entries) = self.plain.get_mut(channel) else {
+                    return false;
+                };
+                entries.retain(|(entry, _)| *entry != id);
+                if entries.is_empty() {
+                    self.plain.remove(channel);
+                    true
+                } else {
+                    false
+                }
+            }
+            Some(route) => {
+                if let Some(routes) = self.routed.get_mut(channel)
+                    && let Some(entries) = routes.get_mut(route)
+                {
+                    entries.retain(|(entry, _)| *entry != id);
+                    if entries.is_empty() {
+                        routes.remove(route);
+                    }
+                }
+                false
+            }
+        }
+    }
+
+    /// After a failed first subscription of `channel`: a routed channel left without listeners
+    /// is forgotten, so that the next listener subscribes it again.
+    fn failed(&mut self, channel: &str) {
+        if self
+            .routed
+            .get(channel)
+            .is_some_and(|routes| routes.values().all(|entries| entries.is_empty()))
+        {
+            self.routed.remove(channel);
         }
     }
 
     fn contains(&self, channel: &str) -> bool {
-        self.0.contains_key(channel)
+        self.plain.contains_key(channel) || self.routed.contains_key(channel)
     }
 
     fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.plain.is_empty() && self.routed.is_empty()
     }
 
     fn channels(&self) -> Vec<String> {
-        self.0.keys().cloned().collect()
+        self.plain
+            .keys()
+            .chain(self.routed.keys())
+            .cloned()
+            .collect()
     }
 
-    /// Hands a message to the channel's listeners, forgetting those that went away.
+    /// Hands a message to the channel's listeners (on a routed channel, to those of the route
+    /// it names), forgetting those that went away.
     fn deliver(&mut self, channel: &str, payload: String) {
-        if let Some(entries) = self.0.get_mut(channel) {
+        if let Some(routes) = self.routed.get_mut(channel) {
+            let Some((route, message)) = routed_message(&payload) else {
+                return;
+            };
+            if let Some(entries) = routes.get_mut(route) {
+                entries.retain(|(_, tx)| tx.send(Signal::Message(message.to_owned())).is_ok());
+                if entries.is_empty() {
+                    routes.remove(route);
+                }
+            }
+        } else if let Some(entries) = self.plain.get_mut(channel) {
             entries.retain(|(_, tx)| tx.send(Signal::Message(payload.clone())).is_ok());
         }
     }
 
     /// Tells every listener to re-read its log: messages may have been missed.
     fn resync_all(&self) {
-        for entries in self.0.values() {
+        let routed = self.routed.values().flat_map(|routes| routes.values());
+        for entries in self.plain.values().chain(routed) {
             for (_, tx) in entries {
                 let _ = tx.send(Signal::Resync);
             }
         }
     }
+}
+
+/// A routed channel's message, "<length of route>:<route><message>" (`publish_event.lua`):
+/// its route and message; None when malformed.
+fn routed_message(payload: &str) -> Option<(&str, &str)> {
+    let (length, rest) = payload.split_once(':')?;
+    let length: usize = length.parse().ok()?;
+    Some((rest.get(..length)?, rest.get(length..)?))
 }
 
 /// After a failed connection: waits out `backoff` (then doubles it) while Redis is away,
@@ -203,8 +313,8 @@ async fn refuse_for(
                 Some(Command::Subscribe { ready, .. }) => {
                     let _ = ready.send(Err(StoreError::Unavailable(reason.clone())));
                 }
-                Some(Command::Unsubscribe { channel, id }) => {
-                    listeners.remove(&channel, id);
+                Some(Command::Unsubscribe { channel, route, id }) => {
+                    listeners.remove(&channel, route.as_deref(), id);
                 }
             },
         }
@@ -218,3 +328,37 @@ fn longer(backoff: Duration) -> Duration {
 
 /// The first wait after a failure.
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_routed_message_names_its_route_by_length() {
+        assert_eq!(
+            routed_message("10:{t}:ch:a:b2|progress|{}"),
+            Some(("{t}:ch:a:b", "2|progress|{}"))
+        );
+        // Malformed payloads are dropped, never a panic: a length past the end, one that
+        // splits a character, no length at all.
+        assert_eq!(routed_message("90:short"), None);
+        assert_eq!(routed_message("1:é2|x|{}"), None);
+        assert_eq!(routed_message("no length"), None);
+    }
+
+    #[test]
+    fn routed_listeners_hear_their_route_only_and_keep_the_channel() {
+        let mut listeners = Listeners::default();
+        let (a, mut heard_a) = mpsc::unbounded_channel();
+        let (b, mut heard_b) = mpsc::unbounded_channel();
+        assert!(listeners.add("nc", Some("ch:a".into()), 1, a));
+        assert!(!listeners.add("nc", Some("ch:b".into()), 2, b));
+        listeners.deliver("nc", "4:ch:a2|progress|{}".into());
+        assert!(matches!(heard_a.try_recv(), Ok(Signal::Message(m)) if m == "2|progress|{}"));
+        assert!(heard_b.try_recv().is_err());
+        // The last listener leaving does not unsubscribe a routed channel.
+        assert!(!listeners.remove("nc", Some("ch:a"), 1));
+        assert!(!listeners.remove("nc", Some("ch:b"), 2));
+        assert_eq!(listeners.channels(), vec!["nc".to_owned()]);
+    }
+}

@@ -65,20 +65,22 @@ pub(super) async fn run(
                 _ = shutdown.cancelled() => return,
                 cmd = commands.recv() => match cmd {
                     None => return,
-                    Some(Command::Subscribe { channel, id, sink, ready }) => {
-                        let fresh = listeners.add(&channel, id, sink);
+                    Some(Command::Subscribe { channel, route, id, sink, ready }) => {
+                        let routed = route.clone();
+                        let fresh = listeners.add(&channel, route, id, sink);
                         let result = if fresh {
                             conn.clone().ssubscribe(&channel).await.map_err(StoreError::from)
                         } else {
                             Ok(())
                         };
                         if result.is_err() {
-                            listeners.remove(&channel, id);
+                            listeners.remove(&channel, routed.as_deref(), id);
+                            listeners.failed(&channel);
                         }
                         let _ = ready.send(result);
                     }
-                    Some(Command::Unsubscribe { channel, id }) => {
-                        if listeners.remove(&channel, id)
+                    Some(Command::Unsubscribe { channel, route, id }) => {
+                        if listeners.remove(&channel, route.as_deref(), id)
                             && let Err(err) = conn.clone().sunsubscribe(&channel).await
                         {
                             // Harmless: the channel's messages find no listener and are dropped.
