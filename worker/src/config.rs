@@ -128,6 +128,12 @@ pub struct WorkerConfig {
     #[arg(long, env = "WORKER_RECOVERY_INTERVAL_MS", default_value_t = 500)]
     pub recovery_interval_ms: u64,
 
+    /// How long an idle worker waits on its entrypoints' doorbells before it looks at every
+    /// queue anyway, in milliseconds (a ring another process took, or one lost to a failover,
+    /// is found within this). Shutdown waits this long at most for a wait under way.
+    #[arg(long, env = "WORKER_IDLE_WAIT_MS", default_value_t = 1_000)]
+    pub idle_wait_ms: u64,
+
     /// This worker's id in leases and the registry (default: host, pid and a random suffix).
     #[arg(long, env = "WORKER_ID")]
     pub worker_id: Option<String>,
@@ -169,7 +175,7 @@ impl WorkerConfig {
             max_result_bytes: self.max_result_bytes,
             drain_timeout: Duration::from_millis(self.drain_timeout_ms),
             recovery_interval: Duration::from_millis(self.recovery_interval_ms.max(10)),
-            idle_wait: Duration::from_secs(1),
+            idle_wait: Duration::from_millis(self.idle_wait_ms.max(10)),
             gauge_interval: crate::runtime::DEFAULT_GAUGE_INTERVAL,
         }
     }

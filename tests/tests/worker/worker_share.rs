@@ -112,3 +112,58 @@ async fn long_runs_of_one_entrypoint_leave_the_others_their_slots() -> TestResul
     );
     Ok(())
 }
+
+/// Waits for task `id` of `owner` to complete (bounded by PATIENCE).
+async fn completes(store: &RedisStore, id: &str, owner: &OwnerHash) -> TestResult {
+    let mut sub = store
+        .subscribe(id, owner, None)
+        .await?
+        .ok_or("own task not visible")?;
+    if sub.snapshot.status == TaskStatus::Completed {
+        return Ok(());
+    }
+    tokio::time::timeout(PATIENCE, async {
+        while let Some(event) = sub.events.next().await {
+            if event.event == "resultUpdate" {
+                return Ok(());
+            }
+        }
+        Err("the stream ended without a result")
+    })
+    .await??;
+    Ok(())
+}
+
+/// While an entrypoint holds its whole share, the idle worker waits on the other entrypoints'
+/// doorbells only. The run that ends and gives the entrypoint room again must wake it: a task
+/// of that entrypoint queued afterwards starts at once, not after the idle wait (an hour
+/// here), which is what it waited before.
+#[tokio::test]
+async fn a_run_that_gives_its_entrypoint_room_again_wakes_the_idle_worker() -> TestResult {
+    let server = RedisServer::start()?;
+    let mut config = RedisStoreConfig::new(server.url());
+    config.max_live_per_owner = 0;
+    let store = RedisStore::connect(config).await?;
+    let owner = AccessToken::generate().owner_hash();
+    // 2 slots, at most one per entrypoint.
+    let _worker = ServiceProcess::start(
+        "worker",
+        "w1",
+        &[],
+        &[
+            ("REDIS_URL", server.url()),
+            ("WORKER_ID", "w1".to_owned()),
+            ("WORKER_CONCURRENCY", "2".to_owned()),
+            ("WORKER_ENTRYPOINT_SHARE", "50".to_owned()),
+            ("WORKER_IDLE_WAIT_MS", "3600000".to_owned()),
+        ],
+    )?;
+    for round in 0..3 {
+        let id = format!("echo-{round}");
+        store
+            .create(task(&id, &owner, "echo", json!({ "round": round })))
+            .await?;
+        completes(&store, &id, &owner).await?;
+    }
+    Ok(())
+}
