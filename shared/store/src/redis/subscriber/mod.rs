@@ -281,6 +281,116 @@ impl Listeners {
     }
 }
 
+/// The most commands applied together ([`gather`]).
+const MAX_BATCH: usize = 1_024;
+
+/// `first` and whatever else is queued behind it (up to [`MAX_BATCH`]): applied together, they
+/// cost one SUBSCRIBE and one UNSUBSCRIBE for the lot, where one each per listener made every
+/// listener wait for the round trips of all those queued before it.
+fn gather(first: Command, commands: &mut mpsc::UnboundedReceiver<Command>) -> Vec<Command> {
+    let mut batch = vec![first];
+    while batch.len() < MAX_BATCH {
+        match commands.try_recv() {
+            Ok(command) => batch.push(command),
+            Err(_) => break,
+        }
+    }
+    batch
+}
+
+/// A subscription waiting for its confirmation.
+struct Waiting {
+    channel: String,
+    route: Option<String>,
+    id: u64,
+    ready: oneshot::Sender<Result<(), StoreError>>,
+}
+
+/// What a batch of commands changed ([`Listeners::apply`]): the channels to subscribe (they
+/// gained their first listener) and to unsubscribe (they lost their last), and the
+/// subscriptions to confirm once that is done ([`Batch::confirm`]).
+struct Batch {
+    subscribe: Vec<String>,
+    unsubscribe: Vec<String>,
+    waiting: Vec<Waiting>,
+}
+
+impl Listeners {
+    /// Applies `commands` in order to the listeners.
+    fn apply(&mut self, commands: Vec<Command>) -> Batch {
+        let mut seen = std::collections::HashSet::new();
+        let mut touched = Vec::new();
+        let mut waiting = Vec::new();
+        for command in commands {
+            let channel = match &command {
+                Command::Subscribe { channel, .. } | Command::Unsubscribe { channel, .. } => {
+                    channel
+                }
+            };
+            if seen.insert(channel.clone()) {
+                touched.push((channel.clone(), self.contains(channel)));
+            }
+            match command {
+                Command::Subscribe {
+                    channel,
+                    route,
+                    id,
+                    sink,
+                    ready,
+                } => {
+                    self.add(&channel, route.clone(), id, sink);
+                    waiting.push(Waiting {
+                        channel,
+                        route,
+                        id,
+                        ready,
+                    });
+                }
+                Command::Unsubscribe { channel, route, id } => {
+                    self.remove(&channel, route.as_deref(), id);
+                }
+            }
+        }
+        let (mut subscribe, mut unsubscribe) = (Vec::new(), Vec::new());
+        for (channel, before) in touched {
+            match (before, self.contains(&channel)) {
+                (false, true) => subscribe.push(channel),
+                (true, false) => unsubscribe.push(channel),
+                _ => {}
+            }
+        }
+        Batch {
+            subscribe,
+            unsubscribe,
+            waiting,
+        }
+    }
+}
+
+impl Batch {
+    /// Confirms the batch's subscriptions once its channels are subscribed; when that failed,
+    /// refuses them and forgets their listeners.
+    fn confirm(self, listeners: &mut Listeners, result: Result<(), StoreError>) {
+        match result {
+            Ok(()) => {
+                for waiting in self.waiting {
+                    let _ = waiting.ready.send(Ok(()));
+                }
+            }
+            Err(err) => {
+                let reason = err.to_string();
+                for waiting in self.waiting {
+                    listeners.remove(&waiting.channel, waiting.route.as_deref(), waiting.id);
+                    listeners.failed(&waiting.channel);
+                    let _ = waiting
+                        .ready
+                        .send(Err(StoreError::Unavailable(reason.clone())));
+                }
+            }
+        }
+    }
+}
+
 /// A routed channel's message, "<length of route>:<route><message>" (`publish_event.lua`):
 /// its route and message; None when malformed.
 fn routed_message(payload: &str) -> Option<(&str, &str)> {
@@ -360,5 +470,59 @@ mod tests {
         assert!(!listeners.remove("nc", Some("ch:a"), 1));
         assert!(!listeners.remove("nc", Some("ch:b"), 2));
         assert_eq!(listeners.channels(), vec!["nc".to_owned()]);
+    }
+
+    fn subscribe(channel: &str, id: u64) -> (Command, oneshot::Receiver<Result<(), StoreError>>) {
+        let (sink, _) = mpsc::unbounded_channel();
+        let (ready, confirmed) = oneshot::channel();
+        let command = Command::Subscribe {
+            channel: channel.into(),
+            route: None,
+            id,
+            sink,
+            ready,
+        };
+        (command, confirmed)
+    }
+
+    fn unsubscribe(channel: &str, id: u64) -> Command {
+        Command::Unsubscribe {
+            channel: channel.into(),
+            route: None,
+            id,
+        }
+    }
+
+    #[test]
+    fn a_batch_subscribes_and_unsubscribes_only_its_net_changes() {
+        let mut listeners = Listeners::default();
+        let (first_a, _) = subscribe("a", 1);
+        let (first_b, _) = subscribe("b", 2);
+        let batch = listeners.apply(vec![first_a, first_b]);
+        assert_eq!(batch.subscribe, ["a", "b"]);
+        assert!(batch.unsubscribe.is_empty());
+        batch.confirm(&mut listeners, Ok(()));
+
+        // a's only listener leaves and another comes in the same batch: a stays subscribed; b
+        // loses its last; c is new.
+        let (again_a, _) = subscribe("a", 3);
+        let (first_c, confirmed_c) = subscribe("c", 4);
+        let batch = listeners.apply(vec![
+            unsubscribe("a", 1),
+            again_a,
+            unsubscribe("b", 2),
+            first_c,
+        ]);
+        assert_eq!(batch.subscribe, ["c"]);
+        assert_eq!(batch.unsubscribe, ["b"]);
+        batch.confirm(&mut listeners, Err(StoreError::Unavailable("gone".into())));
+        // A failed batch refuses its subscriptions and forgets their listeners.
+        assert!(matches!(confirmed_c.blocking_recv(), Ok(Err(_))));
+        // a's new listener was refused too and its old one left: nothing is listened to.
+        assert!(
+            listeners.channels().is_empty(),
+            "{:?}",
+            listeners.channels()
+        );
     }
 }

@@ -18,10 +18,10 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Command, FIRST_BACKOFF, Listeners, longer, refuse_for};
+use super::{Command, FIRST_BACKOFF, Listeners, gather, longer, refuse_for};
 use crate::StoreError;
 
-/// Subscriptions confirmed concurrently during a resync.
+/// Subscriptions confirmed concurrently (a resync, a batch of new listeners).
 const RESUBSCRIBE_CONCURRENCY: usize = 64;
 
 pub(super) async fn run(
@@ -65,27 +65,15 @@ pub(super) async fn run(
                 _ = shutdown.cancelled() => return,
                 cmd = commands.recv() => match cmd {
                     None => return,
-                    Some(Command::Subscribe { channel, route, id, sink, ready }) => {
-                        let routed = route.clone();
-                        let fresh = listeners.add(&channel, route, id, sink);
-                        let result = if fresh {
-                            conn.clone().ssubscribe(&channel).await.map_err(StoreError::from)
-                        } else {
-                            Ok(())
-                        };
-                        if result.is_err() {
-                            listeners.remove(&channel, routed.as_deref(), id);
-                            listeners.failed(&channel);
-                        }
-                        let _ = ready.send(result);
-                    }
-                    Some(Command::Unsubscribe { channel, route, id }) => {
-                        if listeners.remove(&channel, route.as_deref(), id)
-                            && let Err(err) = conn.clone().sunsubscribe(&channel).await
-                        {
-                            // Harmless: the channel's messages find no listener and are dropped.
+                    Some(first) => {
+                        let batch = listeners.apply(gather(first, &mut commands));
+                        // Harmless when it fails: the channel's messages find no listener and
+                        // are dropped.
+                        if let Err(err) = each_channel(&conn, batch.unsubscribe.clone(), Pubsub::Unsubscribe).await {
                             tracing::debug!(error = %err, "sharded unsubscribe failed");
                         }
+                        let result = each_channel(&conn, batch.subscribe.clone(), Pubsub::Subscribe).await;
+                        batch.confirm(&mut listeners, result);
                     }
                 },
                 push = pushes.recv() => match push {
@@ -163,10 +151,31 @@ fn signals_gap(push: &PushInfo, listeners: &Listeners) -> bool {
 
 /// Subscribes every channel again, each on the master that owns its slot now.
 async fn resubscribe(conn: &ClusterConnection, channels: Vec<String>) -> Result<(), StoreError> {
+    each_channel(conn, channels, Pubsub::Subscribe).await
+}
+
+#[derive(Clone, Copy)]
+enum Pubsub {
+    Subscribe,
+    Unsubscribe,
+}
+
+/// `SSUBSCRIBE` or `SUNSUBSCRIBE` of each channel, on the master that owns its slot, up to
+/// [`RESUBSCRIBE_CONCURRENCY`] at once (channels of different slots cannot share a command).
+async fn each_channel(
+    conn: &ClusterConnection,
+    channels: Vec<String>,
+    what: Pubsub,
+) -> Result<(), StoreError> {
     futures::stream::iter(channels)
         .map(|channel| {
             let mut conn = conn.clone();
-            async move { conn.ssubscribe(&channel).await }
+            async move {
+                match what {
+                    Pubsub::Subscribe => conn.ssubscribe(&channel).await,
+                    Pubsub::Unsubscribe => conn.sunsubscribe(&channel).await,
+                }
+            }
         })
         .buffer_unordered(RESUBSCRIBE_CONCURRENCY)
         .try_collect::<Vec<()>>()
