@@ -28,7 +28,7 @@
 //!   scripts run through `redis.call` too);
 //! - client round trips per task: calls of the commands the store sends itself (EVALSHA,
 //!   BLPOP doorbells, connection setup, SUBSCRIBE; see `CLIENT_COMMANDS`); the ZRANGE column
-//!   counts the queue heads the take scripts read inside (several entrypoints' queues);
+//!   counts those scripts run inside (create's prune of expired terminal tasks);
 //! - Redis CPU µs per task (`used_cpu_sys + used_cpu_user`), worker CPU µs per task (the
 //!   children's utime + stime from `/proc/<pid>/stat`, startup included), and the CPU of
 //!   everything else on the machine ("foreign", with the part of niced processes such as
@@ -826,7 +826,7 @@ fn markdown(
         )?;
         writeln!(
             md,
-            "Timed from spawning the process(es): startup = until the registry lists the first worker; tasks/s = N / (time until live_count() = 0 − startup). Per task: Redis CPU (INFO cpu), worker CPU (all worker processes, startup included), Redis commands (INFO commandstats, including those run inside scripts), client round trips (calls of {}), split into EVALSHA / BLPOP waits, beside the ZRANGEs the take scripts run inside. The bench's own polling is subtracted. % core = CPU over the whole timed window (startup included). Last column, % of one core: CPU of other processes (in brackets the part of niced ones, e.g. other builds at nice 19) and soft-interrupt time (loopback networking); ⚠ = a run with others above FOREIGN_MAX={}% even after retries.\n",
+            "Timed from spawning the process(es): startup = until the registry lists the first worker; tasks/s = N / (time until live_count() = 0 − startup). Per task: Redis CPU (INFO cpu), worker CPU (all worker processes, startup included), Redis commands (INFO commandstats, including those run inside scripts), client round trips (calls of {}), split into EVALSHA / BLPOP waits, beside the ZRANGEs scripts run inside. The bench's own polling is subtracted. % core = CPU over the whole timed window (startup included). Last column, % of one core: CPU of other processes (in brackets the part of niced ones, e.g. other builds at nice 19) and soft-interrupt time (loopback networking); ⚠ = a run with others above FOREIGN_MAX={}% even after retries.\n",
             CLIENT_COMMANDS.join("/"),
             settings.foreign_max,
         )?;

@@ -10,10 +10,10 @@ use super::Res;
 use super::redis_admin::parse_info;
 
 /// Commands clients (the store, the registry) send themselves; the rest of
-/// `INFO commandstats` runs inside scripts. ZRANGE is not among them: the take scripts read
-/// the heads of several entrypoints' queues with it, many times per task, while the clients'
-/// own ZRANGEs (a registry read every refresh, an owner listing) are rare, so counting them as
-/// script work is the smaller error.
+/// `INFO commandstats` runs inside scripts. ZRANGE is not among them: scripts run it inside
+/// (create's prune of expired terminal tasks, owner evictions), while the clients' own ZRANGEs
+/// (a registry read every refresh, an owner listing) are rare, so counting them as script work
+/// is the smaller error.
 pub const CLIENT_COMMANDS: &[&str] = &[
     "evalsha",
     "eval",

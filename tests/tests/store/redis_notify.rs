@@ -11,7 +11,7 @@ use harness::store_fixtures::{queued_task, start_running};
 use protocol::token::AccessToken;
 use protocol::{TaskResult, TaskStatus};
 use serde_json::json;
-use store::{EventPayload, RedisStore, RedisStoreConfig, TaskStore, Transition};
+use store::{CasOutcome, EventPayload, Lease, RedisStore, RedisStoreConfig, TaskStore, Transition};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -28,6 +28,17 @@ async fn channels(
         .await?;
     found.sort();
     Ok(found)
+}
+
+/// The lease holder's terminal write for its task; an error when it was not applied.
+async fn end_run(store: &RedisStore, lease: &Lease, next: Transition) -> TestResult {
+    let outcome = store
+        .compare_and_set(&lease.task_id, &[TaskStatus::Running], next, Some(lease))
+        .await?;
+    match outcome {
+        CasOutcome::Applied(_) => Ok(()),
+        CasOutcome::Rejected { reason, .. } => Err(format!("rejected: {reason:?}").into()),
+    }
 }
 
 #[tokio::test]
@@ -64,23 +75,19 @@ async fn a_created_and_followed_task_is_heard_on_the_process_channel_alone() -> 
         .emit(&lease, progress)
         .await?
         .ok_or("emit fenced out")?;
-    store
-        .compare_and_set(
-            "a",
-            &[TaskStatus::Running],
-            Transition::completed(TaskResult::output(json!("a done"))),
-            Some(&lease),
-        )
-        .await?;
+    end_run(
+        &store,
+        &lease,
+        Transition::completed(TaskResult::output(json!("a done"))),
+    )
+    .await?;
     let lease = start_running(&store, "b", "w1", LEASE).await?;
-    store
-        .compare_and_set(
-            "b",
-            &[TaskStatus::Running],
-            Transition::completed(TaskResult::output(json!("b done"))),
-            Some(&lease),
-        )
-        .await?;
+    end_run(
+        &store,
+        &lease,
+        Transition::completed(TaskResult::output(json!("b done"))),
+    )
+    .await?;
 
     let mut heard = Vec::new();
     for _ in 0..2 {
@@ -107,14 +114,7 @@ async fn a_created_and_followed_task_is_heard_on_the_process_channel_alone() -> 
         .await?;
     assert_eq!(channels(&mut redis).await?, subscribed);
     let lease = start_running(&store, "c", "w1", LEASE).await?;
-    store
-        .compare_and_set(
-            "c",
-            &[TaskStatus::Running],
-            Transition::cancelled(),
-            Some(&lease),
-        )
-        .await?;
+    end_run(&store, &lease, Transition::cancelled()).await?;
     let end = tokio::time::timeout(EVENT_BOUND, third.events.next())
         .await?
         .ok_or("c's events ended")?;

@@ -51,6 +51,30 @@ async fn running_sleeps(
     Ok(running)
 }
 
+/// Waits for task `id` of `owner` to complete (bounded by PATIENCE): finished already when the
+/// subscription went live, or later on its stream.
+async fn completes(store: &RedisStore, id: &str, owner: &OwnerHash) -> TestResult {
+    let mut sub = store
+        .subscribe(id, owner, None)
+        .await?
+        .ok_or("own task not visible")?;
+    if sub.snapshot.status == TaskStatus::Completed {
+        return Ok(());
+    }
+    let done = tokio::time::timeout(PATIENCE, async {
+        while let Some(event) = sub.events.next().await {
+            if event.event == "resultUpdate" {
+                return Some(event);
+            }
+        }
+        None
+    })
+    .await?
+    .ok_or("the stream ended without a result")?;
+    assert_eq!(done.data["status"], "completed", "{id}: {:?}", done.data);
+    Ok(())
+}
+
 #[tokio::test]
 async fn long_runs_of_one_entrypoint_leave_the_others_their_slots() -> TestResult {
     let server = RedisServer::start()?;
@@ -87,50 +111,12 @@ async fn long_runs_of_one_entrypoint_leave_the_others_their_slots() -> TestResul
     store
         .create(task("echo", &other, "echo", json!({ "x": 1 })))
         .await?;
-    let mut sub = store
-        .subscribe("echo", &other, None)
-        .await?
-        .ok_or("own task not visible")?;
-    // Finished already when the subscription went live, or later on its stream.
-    if sub.snapshot.status != TaskStatus::Completed {
-        let done = tokio::time::timeout(PATIENCE, async {
-            while let Some(event) = sub.events.next().await {
-                if event.event == "resultUpdate" {
-                    return Some(event);
-                }
-            }
-            None
-        })
-        .await?
-        .ok_or("the echo's stream ended without a result")?;
-        assert_eq!(done.data["status"], "completed", "{:?}", done.data);
-    }
+    completes(&store, "echo", &other).await?;
     assert_eq!(
         running_sleeps(&store, &sleeps).await?,
         2,
         "the sleeps hold their share and no more"
     );
-    Ok(())
-}
-
-/// Waits for task `id` of `owner` to complete (bounded by PATIENCE).
-async fn completes(store: &RedisStore, id: &str, owner: &OwnerHash) -> TestResult {
-    let mut sub = store
-        .subscribe(id, owner, None)
-        .await?
-        .ok_or("own task not visible")?;
-    if sub.snapshot.status == TaskStatus::Completed {
-        return Ok(());
-    }
-    tokio::time::timeout(PATIENCE, async {
-        while let Some(event) = sub.events.next().await {
-            if event.event == "resultUpdate" {
-                return Ok(());
-            }
-        }
-        Err("the stream ended without a result")
-    })
-    .await??;
     Ok(())
 }
 

@@ -1,14 +1,14 @@
--- finish_task(k, id, phase, retention_ms, now, known): bookkeeping of every terminal transition, in
--- one place so that no path can skip it. k holds the key names: task, events, leases, admissions,
--- live, owner_index, owner_live, queue; phase is the task's phase before the transition (nil:
--- unknown). The caller's own HSET of the transition sets status and updated (one HSET per
--- transition). This drops the index entries that phase can hold, and the fields only a task that
--- can still run needs: its phase (a terminal status implies it), lease, admission, fence epoch,
--- hand-off flag, settlement hold, run deadline and limit, the entrypoint (the invocation names it
--- too), a waiting task's input request and the notify channel of the process that followed it
--- (publish_event). A retained task is smaller without them and nothing
--- reads them once it is terminal; the attempt count and its limit stay, for the record of how it
--- ran. Field names: redis/fields.rs.
+-- finish_task(k, id, phase, retention_ms, now, known): bookkeeping of every terminal transition,
+-- in one place so that no path can skip it. k holds the key names: task, events, leases,
+-- admissions, live, owner_index, owner_live, queue; phase is the task's phase before the
+-- transition (nil: unknown). The caller's own HSET of the transition sets status and updated (one
+-- HSET per transition). This drops the index entries that phase can hold, and the fields only a
+-- task that can still run needs: its phase (a terminal status implies it), lease, admission, fence
+-- epoch, hand-off flag, settlement hold, run deadline and limit, the entrypoint (the invocation
+-- names it too), a waiting task's input request and the notify channel of the process that
+-- followed it (publish_event). A retained task is smaller without them and nothing reads them once
+-- it is terminal; the attempt count and its limit stay, for the record of how it ran. Field names:
+-- redis/fields.rs.
 -- Invariants: the task leaves the live set exactly once (SREM is idempotent and only terminal
 -- transitions call this), so SCARD(live) is the exact cluster-wide count of non-terminal tasks;
 -- the task and its event log expire after retention; the owner's index expires once the owner

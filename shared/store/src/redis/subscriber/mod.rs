@@ -164,50 +164,37 @@ struct Listeners {
 }
 
 impl Listeners {
-    /// Adds one listener; true when its channel must be subscribed (its first listener).
+    /// Adds one listener. Whether its channel must be subscribed is [`Listeners::apply`]'s to
+    /// say, from membership before and after a batch.
     fn add(
         &mut self,
         channel: &str,
         route: Option<String>,
         id: u64,
         sink: mpsc::UnboundedSender<Signal>,
-    ) -> bool {
-        match route {
-            None => {
-                let fresh = !self.plain.contains_key(channel);
-                self.plain
-                    .entry(channel.to_owned())
-                    .or_default()
-                    .push((id, sink));
-                fresh
-            }
-            Some(route) => {
-                let fresh = !self.routed.contains_key(channel);
-                self.routed
-                    .entry(channel.to_owned())
-                    .or_default()
-                    .entry(route)
-                    .or_default()
-                    .push((id, sink));
-                fresh
-            }
-        }
+    ) {
+        let sinks = match route {
+            None => self.plain.entry(channel.to_owned()).or_default(),
+            Some(route) => self
+                .routed
+                .entry(channel.to_owned())
+                .or_default()
+                .entry(route)
+                .or_default(),
+        };
+        sinks.push((id, sink));
     }
 
-    /// Removes one listener; true when its channel is to be unsubscribed (it was a plain
-    /// channel's last).
-    fn remove(&mut self, channel: &str, route: Option<&str>, id: u64) -> bool {
+    /// Removes one listener. A plain channel goes with its last listener; a routed channel
+    /// stays (see `routed`), only the route goes.
+    fn remove(&mut self, channel: &str, route: Option<&str>, id: u64) {
         match route {
             None => {
-                let Some(entries) = self.plain.get_mut(channel) else {
-                    return false;
-                };
-                entries.retain(|(entry, _)| *entry != id);
-                if entries.is_empty() {
-                    self.plain.remove(channel);
-                    true
-                } else {
-                    false
+                if let Some(entries) = self.plain.get_mut(channel) {
+                    entries.retain(|(entry, _)| *entry != id);
+                    if entries.is_empty() {
+                        self.plain.remove(channel);
+                    }
                 }
             }
             Some(route) => {
@@ -219,7 +206,6 @@ impl Listeners {
                         routes.remove(route);
                     }
                 }
-                false
             }
         }
     }
@@ -461,28 +447,56 @@ mod tests {
         let mut listeners = Listeners::default();
         let (a, mut heard_a) = mpsc::unbounded_channel();
         let (b, mut heard_b) = mpsc::unbounded_channel();
-        assert!(listeners.add("nc", Some("ch:a".into()), 1, a));
-        assert!(!listeners.add("nc", Some("ch:b".into()), 2, b));
+        // The first route subscribes the channel; the second needs nothing more.
+        let (first, _) = subscribe_routed("nc", Some("ch:a"), 1, a);
+        assert_eq!(listeners.apply(vec![first]).subscribe, ["nc"]);
+        let (second, _) = subscribe_routed("nc", Some("ch:b"), 2, b);
+        assert!(listeners.apply(vec![second]).subscribe.is_empty());
         listeners.deliver("nc", "4:ch:a2|progress|{}".into());
         assert!(matches!(heard_a.try_recv(), Ok(Signal::Message(m)) if m == "2|progress|{}"));
         assert!(heard_b.try_recv().is_err());
         // The last listener leaving does not unsubscribe a routed channel.
-        assert!(!listeners.remove("nc", Some("ch:a"), 1));
-        assert!(!listeners.remove("nc", Some("ch:b"), 2));
+        let leave = |route: &str, id| Command::Unsubscribe {
+            channel: "nc".into(),
+            route: Some(route.into()),
+            id,
+        };
+        assert!(
+            listeners
+                .apply(vec![leave("ch:a", 1)])
+                .unsubscribe
+                .is_empty()
+        );
+        assert!(
+            listeners
+                .apply(vec![leave("ch:b", 2)])
+                .unsubscribe
+                .is_empty()
+        );
         assert_eq!(listeners.channels(), vec!["nc".to_owned()]);
     }
 
-    fn subscribe(channel: &str, id: u64) -> (Command, oneshot::Receiver<Result<(), StoreError>>) {
-        let (sink, _) = mpsc::unbounded_channel();
+    type Confirmed = oneshot::Receiver<Result<(), StoreError>>;
+
+    fn subscribe_routed(
+        channel: &str,
+        route: Option<&str>,
+        id: u64,
+        sink: mpsc::UnboundedSender<Signal>,
+    ) -> (Command, Confirmed) {
         let (ready, confirmed) = oneshot::channel();
         let command = Command::Subscribe {
             channel: channel.into(),
-            route: None,
+            route: route.map(str::to_owned),
             id,
             sink,
             ready,
         };
         (command, confirmed)
+    }
+
+    fn subscribe(channel: &str, id: u64) -> (Command, Confirmed) {
+        subscribe_routed(channel, None, id, mpsc::unbounded_channel().0)
     }
 
     fn unsubscribe(channel: &str, id: u64) -> Command {
