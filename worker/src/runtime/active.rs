@@ -90,14 +90,16 @@ impl ActiveRuns {
     }
 
     /// Stops runs whose last confirmed renewal is older than `ttl`: their leases have surely
-    /// expired in the store even if the store could not tell us (it was unreachable).
-    pub fn stop_stale(&self, ttl: std::time::Duration, now: tokio::time::Instant) -> usize {
+    /// expired in the store even if the store could not tell us (it was unreachable, or this
+    /// process was frozen while a renewal was in flight). Returns their entrypoints.
+    pub fn stop_stale(&self, ttl: std::time::Duration, now: tokio::time::Instant) -> Vec<String> {
         let runs = self.lock();
-        let mut stopped = 0;
+        let mut stopped = Vec::new();
         for run in runs.values() {
             if run.renewed_at + ttl <= now {
                 stop_run(run, StopReason::LeaseLost);
-                stopped += 1;
+                let lease = run.lease.lock().unwrap_or_else(PoisonError::into_inner);
+                stopped.push(lease.entrypoint.clone());
             }
         }
         stopped

@@ -74,9 +74,14 @@ async fn renew(shared: &Shared, ttl: std::time::Duration) {
         Err(err) => tracing::warn!(error = %err, "could not renew leases"),
     }
     let stale = shared.active.stop_stale(ttl, tokio::time::Instant::now());
-    if stale > 0 {
+    if !stale.is_empty() {
+        // The worker's own fence: no write of these runs will be attempted, so the store
+        // never gets to refuse one; count them where operators look for lost leases.
+        for entrypoint in &stale {
+            telemetry::metrics::fenced_write_rejected(entrypoint, "stale");
+        }
         tracing::warn!(
-            stale,
+            stale = stale.len(),
             "leases not renewed within their TTL; stopping handlers"
         );
     }
