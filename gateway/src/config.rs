@@ -215,6 +215,18 @@ pub struct GatewayConfig {
     #[arg(long, env = "MPP_SECRET", hide_env_values = true)]
     pub mpp_secret: Option<server::secret::Secret>,
 
+    /// File holding the operator token (at least 24 bytes; surrounding whitespace ignored)
+    /// that opens the live console at `{BASE_PATH}/console`. Unset (and no `OPERATOR_TOKEN`):
+    /// no console, every `/console` path answers 404. Every gateway of a cluster that serves
+    /// the console needs the same one (its session cookies are signed with it).
+    #[arg(long, env = "OPERATOR_TOKEN_FILE")]
+    pub operator_token_file: Option<std::path::PathBuf>,
+
+    /// The operator token itself, for platforms that inject secrets as environment variables
+    /// (prefer `OPERATOR_TOKEN_FILE`: a flag's value shows in the process list). Never logged.
+    #[arg(long, env = "OPERATOR_TOKEN", hide_env_values = true)]
+    pub operator_token: Option<server::secret::Secret>,
+
     /// The MPP protection space (`realm`) challenges name; default: the host of the
     /// gateway's public origin (see --public-url).
     #[arg(long, env = "MPP_REALM")]
@@ -320,6 +332,13 @@ pub struct GatewayConfig {
     /// larger one fails the task with `result_too_large`, as on a worker.
     #[arg(long, env = "WORKER_MAX_RESULT_BYTES", default_value_t = protocol::limits::DEFAULT_MAX_RESULT_BYTES)]
     pub worker_max_result_bytes: usize,
+
+    /// Serve the metrics in the Prometheus text format: `main` on this gateway's own listener
+    /// at `{BASE_PATH}/metrics`, or `HOST:PORT` for a listener of their own with `/metrics`
+    /// and `/health` (keep it off the public network). Unset: no `/metrics`. The same
+    /// instruments as the OTLP export, which works with it or without it.
+    #[arg(long, env = "METRICS_LISTEN", value_name = "main|HOST:PORT", value_parser = server::admin::MetricsListen::parse)]
+    pub metrics_listen: Option<server::admin::MetricsListen>,
 
     /// Log format: `text` or `json`.
     #[arg(long, env = "LOG_FORMAT", default_value = "text")]

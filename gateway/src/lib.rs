@@ -32,6 +32,9 @@
 //!   entrypoints, tasks, invoke/stream);
 //! - [`a2a`]: the A2A v1.0 JSON-RPC and HTTP+JSON bindings under `{base}/a2a`.
 //!
+//! [`console`]: the live operator console (`{base}/console`, only with an operator token),
+//! reading aggregates through the core's state.
+//!
 //! `embedded` (feature `embedded`, default): the single-process mode (in-memory store and an
 //! in-process worker).
 //!
@@ -41,6 +44,7 @@ pub mod a2a;
 pub mod admit;
 pub mod catalog;
 pub mod config;
+pub mod console;
 #[cfg(feature = "embedded")]
 pub mod embedded;
 pub mod error;
@@ -86,9 +90,12 @@ pub fn app_with_limiter(
     let limit = state.config.body_limit_bytes;
     let body_timeout = Duration::from_millis(state.config.body_timeout_ms);
     // The two protocol adapters, side by side: neither mounts nor imports the other.
-    let routes = routes::router(&state)
+    let mut routes = routes::router(&state)
         .merge(a2a::router())
         .with_state(state.clone());
+    if let Some(console) = console::router(&state) {
+        routes = routes.merge(console);
+    }
     let mounted = if base.is_empty() {
         routes
     } else {

@@ -9,6 +9,7 @@ use clap::Parser;
 use gateway::config::GatewayConfig;
 use gateway::pay::Gate;
 use gateway::state::AppState;
+use server::admin::MetricsListen;
 use store::RedisStore;
 use telemetry::LogFormat;
 use tokio_util::sync::CancellationToken;
@@ -19,18 +20,49 @@ type Limiter = Arc<dyn store::ratelimit::RateLimiter>;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = GatewayConfig::parse();
-    let telemetry = telemetry::init("gateway", LogFormat::parse(&config.log_format))
+    let settings = telemetry::settings::Settings {
+        prometheus: config.metrics_listen.is_some(),
+        ..telemetry::settings::Settings::from_env("gateway")
+    };
+    let telemetry = telemetry::init_with(settings, LogFormat::parse(&config.log_format))
         .context("cannot set up logs and telemetry")?;
     let shutdown = CancellationToken::new();
     let background = TaskTracker::new();
+    let exposition = telemetry.exposition();
+    // An admin listener of its own is bound before anything starts (a taken port stops the
+    // gateway at once) and stops with the gateway's shutdown.
+    if let (Some(MetricsListen::Address(address)), Some(exposition)) =
+        (&config.metrics_listen, &exposition)
+    {
+        let listener = server::admin::bind(address).await?;
+        background.spawn(server::admin::run(
+            listener,
+            exposition.clone(),
+            shutdown.clone().cancelled_owned(),
+        ));
+    }
 
     let (state, limiter) = if config.redis.configured() {
         cluster_state(&config, &shutdown, &background).await?
     } else {
         embedded_state(&config, &shutdown, &background)?
     };
+    match gateway::console::start(&state, &background) {
+        Ok(true) => tracing::info!("operator console at {}/console", config.base_path()),
+        Ok(false) => {}
+        Err(err) => {
+            // One line, no backtrace: an operator error, not a crash.
+            eprintln!("gateway: {err}");
+            std::process::exit(2);
+        }
+    }
     let store = state.store.clone();
-    serve(&config, state, limiter, shutdown.clone()).await?;
+    // `--metrics-listen main`: `/metrics` on the gateway's own listener.
+    let metrics = match (&config.metrics_listen, exposition) {
+        (Some(MetricsListen::Main), Some(exposition)) => Some(exposition),
+        _ => None,
+    };
+    serve(&config, state, limiter, metrics, shutdown.clone()).await?;
 
     shutdown.cancel();
     background.close();
@@ -160,11 +192,13 @@ fn embedded_state(
     )
 }
 
-/// Serves `state` on `--listen` until SIGTERM or SIGINT, then drains.
+/// Serves `state` on `--listen` (with `{BASE_PATH}/metrics` when `metrics` is given) until
+/// SIGTERM or SIGINT, then drains.
 async fn serve(
     config: &GatewayConfig,
     state: AppState,
     limiter: Limiter,
+    metrics: Option<telemetry::Exposition>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(&config.listen)
@@ -172,9 +206,20 @@ async fn serve(
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let address = listener.local_addr()?;
     tracing::info!(%address, "gateway listening; try: curl http://{address}/.well-known/agent-card.json");
+    let base = config.base_path();
+    let mut app = gateway::app_with_limiter(state, limiter);
+    if let Some(exposition) = metrics {
+        // Merged outside the app's layers: a scrape is neither rate limited nor counted in
+        // the HTTP metrics it reads.
+        app = app.merge(server::admin::metrics_router(
+            &format!("{base}/metrics"),
+            exposition,
+        ));
+        tracing::info!(%address, "metrics: GET {base}/metrics");
+    }
     server::serve::serve(
         listener,
-        gateway::app_with_limiter(state, limiter),
+        app,
         server::serve::Limits {
             header_timeout: Duration::from_millis(config.header_timeout_ms),
             drain_timeout: Duration::from_secs(10),

@@ -117,7 +117,9 @@ impl MemoryWatch {
 }
 
 /// Samples `store`'s memory every `every` until `shutdown`, feeding `watch`; logs each
-/// crossing of the mark once and records the fill gauge per server.
+/// crossing of the mark once. The fill gauge (`taskcluster.store.memory.fill`) is not
+/// recorded here: it is the cluster's, reported by one worker (see `docs/observability.md`),
+/// while every gateway needs a sample of its own to refuse admissions.
 pub async fn run(
     watch: Arc<MemoryWatch>,
     store: Arc<dyn TaskStore>,
@@ -148,11 +150,6 @@ pub async fn run(
                 continue;
             }
         };
-        for fill in &fills {
-            if let Some(ratio) = fill.ratio() {
-                metrics::store_memory_fill(&fill.node, ratio);
-            }
-        }
         let worst = fills
             .iter()
             .filter(|fill| fill.ratio().is_some())

@@ -1,6 +1,8 @@
 //! What every listening binary of the cluster (`gateway`, the dev `facilitator`) and the
 //! `worker` share about running as a process, so that none of them depends on another for it:
 //!
+//! - [`admin`]: the admin listener (`/metrics`, `/health`) of `--metrics-listen`, and the
+//!   `/metrics` route a gateway mounts on its own listener;
 //! - [`serve`]: the HTTP server loop: a deadline on each connection's first request head, bounds
 //!   on header size and on open connections (in total and per client address), HTTP/2
 //!   keep-alive pings, and a graceful drain;
@@ -10,6 +12,7 @@
 //! - [`secret`]: a secret setting (a Redis URL with a password, a key), redacted in every
 //!   `Debug` print and hidden from `--help`.
 
+pub mod admin;
 pub mod redis;
 pub mod secret;
 pub mod serve;

@@ -1,5 +1,7 @@
 //! Test harness shared by the integration suites.
 //!
+//! - [`browser`]: a headless Chromium driven through a private chromedriver, for tests of the
+//!   pages the gateway serves; both stopped on drop;
 //! - [`cluster`]: a cluster of real processes (Redis, workers, gateways) built in one place, and
 //!   the waits every multi-process suite shares (health, card, free ports);
 //! - [`chaos`]: the chaos run of a whole cluster (the `chaos` binary and `tests/chaos/chaos.rs`);
@@ -17,6 +19,7 @@
 //!   export;
 //! - [`measure`]: the cluster benchmarks' shared measurements (Redis commandstats, process and
 //!   machine CPU, quiet-machine waits, medians and percentiles, report output).
+pub mod browser;
 pub mod chaos;
 pub mod cluster;
 pub mod cut_proxy;

@@ -138,6 +138,12 @@ pub struct WorkerConfig {
     #[arg(long, env = "WORKER_ID")]
     pub worker_id: Option<String>,
 
+    /// Serve `/metrics` (the Prometheus text format) and `/health` on a listener of their
+    /// own at `HOST:PORT` (keep it off the public network). Unset: no `/metrics`. The same
+    /// instruments as the OTLP export, which works with it or without it.
+    #[arg(long, env = "METRICS_LISTEN", value_name = "HOST:PORT", value_parser = server::admin::parse_address)]
+    pub metrics_listen: Option<String>,
+
     /// Log format: `text` or `json`.
     #[arg(long, env = "LOG_FORMAT", default_value = "text")]
     pub log_format: String,

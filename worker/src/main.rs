@@ -25,8 +25,27 @@ async fn main() -> anyhow::Result<()> {
             std::process::exit(2);
         }
     };
-    let telemetry = telemetry::init("worker", LogFormat::parse(&config.log_format))
+    let settings = telemetry::settings::Settings {
+        prometheus: config.metrics_listen.is_some(),
+        ..telemetry::settings::Settings::from_env("worker")
+    };
+    let telemetry = telemetry::init_with(settings, LogFormat::parse(&config.log_format))
         .context("cannot set up logs and telemetry")?;
+    // Bound before anything starts, so a taken port stops the worker at once. It serves until
+    // the worker has drained (the drain's metrics stay readable), then stops.
+    let admin_stop = CancellationToken::new();
+    let admin = match (&config.metrics_listen, telemetry.exposition()) {
+        (Some(address), Some(exposition)) => {
+            let listener = server::admin::bind(address).await?;
+            let stop = admin_stop.clone();
+            Some(tokio::spawn(server::admin::run(
+                listener,
+                exposition,
+                stop.cancelled_owned(),
+            )))
+        }
+        _ => None,
+    };
     if !config.prices.is_empty() {
         let prices: Vec<String> = config.prices.iter().map(ToString::to_string).collect();
         tracing::info!(prices = %prices.join(", "), "priced entrypoints (decimal USDC)");
@@ -55,6 +74,10 @@ async fn main() -> anyhow::Result<()> {
         shutdown,
     )
     .await?;
+    admin_stop.cancel();
+    if let Some(admin) = admin {
+        let _ = admin.await;
+    }
     store::TaskStore::close(&store).await;
     // Blocking: the exporters flush on their own threads.
     let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;

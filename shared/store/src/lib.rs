@@ -43,6 +43,7 @@ pub mod credentials;
 pub mod idempotency;
 pub mod ratelimit;
 pub mod registry;
+pub mod stats;
 
 mod error;
 mod lua;
@@ -381,6 +382,12 @@ pub trait TaskStore: Send + Sync + 'static {
     /// default, wrappers written before it).
     async fn memory_fill(&self) -> Result<Vec<MemoryFill>, StoreError> {
         Ok(Vec::new())
+    }
+
+    /// Where the cluster's console stats live (see [`stats`]); `None` for wrappers that keep
+    /// none.
+    fn cluster_stats(&self) -> Option<std::sync::Arc<dyn stats::ClusterStats>> {
+        None
     }
 
     /// Releases connections and background tasks; tasks themselves are left as they are.

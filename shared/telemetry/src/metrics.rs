@@ -11,12 +11,19 @@
 //! | `taskcluster.task.run_time` | histogram, s | `entrypoint`, `status` |
 //! | `taskcluster.task.end_to_end` | histogram, s | `entrypoint`, `status` |
 //! | `taskcluster.queue.depth` | gauge | `entrypoint` |
-//! | `taskcluster.leases.active`, `taskcluster.workers.live` | gauge | |
-//! | `taskcluster.settlements.unreconciled` | gauge | |
+//! | `taskcluster.tasks.live`, `taskcluster.leases.active` | gauge | |
+//! | `taskcluster.workers.live`, `taskcluster.workers.capacity` | gauge | |
 //! | `taskcluster.store.memory.fill` | gauge, 1 | `node` |
+//! | `taskcluster.settlements.unreconciled` | gauge | |
 //! | `taskcluster.admissions.refused` | counter | `reason` |
 //! | `http.server.request.duration` | histogram, s | `http.request.method`, `http.route`, `http.response.status_code`, `url.scheme` |
 //! | `http.server.active_requests` | up-down counter | `http.request.method`, `url.scheme` |
+//!
+//! The cluster gauges (queue depth, live tasks, leases, workers, capacity, memory fill) are
+//! the cluster's, not the process's: one process reports them ([`register_cluster_gauges`]).
+//! On `/metrics` ([`crate::prometheus`]) the names follow the OpenTelemetry-to-Prometheus
+//! conventions: `taskcluster_tasks_finished_total`, `taskcluster_task_end_to_end_seconds`,
+//! `taskcluster_store_memory_fill_ratio`, `http_server_request_duration_seconds`, ...
 
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
@@ -51,7 +58,6 @@ struct Instruments {
     http_duration: Histogram<f64>,
     http_active: UpDownCounter<i64>,
     unreconciled: Gauge<u64>,
-    memory_fill: Gauge<f64>,
     refused: Counter<u64>,
 }
 
@@ -118,14 +124,6 @@ fn instruments() -> &'static Instruments {
                      last settlement recovery sweep did not learn (their tasks stay held)",
                 )
                 .build(),
-            memory_fill: meter
-                .f64_gauge("taskcluster.store.memory.fill")
-                .with_unit("1")
-                .with_description(
-                    "Redis used_memory / maxmemory per server (every master of a cluster), as \
-                     the gateway's store memory watch last sampled it",
-                )
-                .build(),
             refused: meter
                 .u64_counter("taskcluster.admissions.refused")
                 .with_description("New tasks a gateway refused before storing them")
@@ -144,6 +142,7 @@ fn status(status: TaskStatus) -> KeyValue {
 
 /// A task was created.
 pub fn task_admitted(name: &str) {
+    super::tally::admitted();
     if super::metrics_enabled() {
         instruments().admitted.add(1, &[entrypoint(name)]);
     }
@@ -152,6 +151,9 @@ pub fn task_admitted(name: &str) {
 /// A terminal write applied: counts it and records creation → terminal from the store's
 /// timestamps.
 pub fn task_finished(name: &str, task: &Task) {
+    if let Some(error) = &task.error {
+        super::tally::failure(&task.task_id, name, &error.code);
+    }
     let elapsed_ms = task.updated_at.0.saturating_sub(task.created_at.0);
     task_settled(name, task.status, Some(Duration::from_millis(elapsed_ms)));
 }
@@ -159,6 +161,7 @@ pub fn task_finished(name: &str, task: &Task) {
 /// A task reached `outcome` (a terminal status); `end_to_end` is creation → terminal when the
 /// writer knows it (a recovery sweep does not read the task's timestamps).
 pub fn task_settled(name: &str, outcome: TaskStatus, end_to_end: Option<Duration>) {
+    super::tally::finished(outcome, end_to_end);
     if !super::metrics_enabled() || !outcome.is_terminal() {
         return;
     }
@@ -175,6 +178,7 @@ pub fn task_settled(name: &str, outcome: TaskStatus, end_to_end: Option<Duration
 /// A recovery sweep settled a task whose lease expired: `outcome` is `requeued`, `failed` or
 /// `cancelled`.
 pub fn task_recovered(name: &str, outcome: &'static str) {
+    super::tally::recovered();
     if super::metrics_enabled() {
         instruments()
             .recovered
@@ -199,15 +203,6 @@ pub fn fenced_write_rejected(name: &str, operation: &'static str) {
 pub fn settlements_unreconciled(count: u64) {
     if super::metrics_enabled() {
         instruments().unreconciled.record(count, &[]);
-    }
-}
-
-/// The store memory watch's latest sample of one server: `used_memory / maxmemory`.
-pub fn store_memory_fill(node: &str, ratio: f64) {
-    if super::metrics_enabled() {
-        instruments()
-            .memory_fill
-            .record(ratio, &[KeyValue::new("node", node.to_owned())]);
     }
 }
 
@@ -271,19 +266,27 @@ pub fn http_active(method: &str, delta: i64) {
     }
 }
 
-/// Cluster-wide values sampled in the background; the gauges' callbacks only read these, so
-/// an export never waits on Redis.
-#[derive(Default)]
+/// Cluster-wide values sampled in the background by the process that reports them; the
+/// gauges' callbacks only read these, so an export or a scrape never waits on Redis.
+#[derive(Debug, Default, Clone, PartialEq)]
 pub struct ClusterSample {
     /// Ready-queue length by entrypoint.
     pub queue_depth: Vec<(String, u64)>,
+    /// Non-terminal tasks in the cluster (what `MAX_TASKS` bounds).
+    pub tasks_live: Option<u64>,
     /// Live leases (prepared and active) in the cluster, when the store counts them.
     pub leases_active: Option<u64>,
     /// Workers with a live registry entry, when there is a registry.
     pub workers_live: Option<u64>,
+    /// The sum of those workers' concurrency: tasks the cluster runs at once.
+    pub workers_capacity: Option<u64>,
+    /// `used_memory / maxmemory` per store server with a `maxmemory` (`host:port` of a
+    /// cluster master, or `server`).
+    pub memory_fill: Vec<(String, f64)>,
 }
 
-/// The latest [`ClusterSample`]; empty (the gauges report nothing) until the first one.
+/// The latest [`ClusterSample`]; empty (the gauges report nothing) until the first one, and
+/// again after [`ClusterGauges::clear`] (this process stopped reporting).
 #[derive(Default)]
 pub struct ClusterGauges {
     latest: Mutex<Option<ClusterSample>>,
@@ -292,6 +295,11 @@ pub struct ClusterGauges {
 impl ClusterGauges {
     pub fn update(&self, sample: ClusterSample) {
         *self.latest.lock().unwrap_or_else(PoisonError::into_inner) = Some(sample);
+    }
+
+    /// No values any more: another process reports the cluster now (or nobody can tell).
+    pub fn clear(&self) {
+        *self.latest.lock().unwrap_or_else(PoisonError::into_inner) = None;
     }
 
     fn read<T>(&self, f: impl FnOnce(&ClusterSample) -> T) -> Option<T> {
@@ -305,20 +313,38 @@ impl ClusterGauges {
 
 /// The registered gauges; they report while this is kept.
 pub struct ClusterGaugeHandles {
-    _gauges: Vec<ObservableGauge<u64>>,
+    _counts: Vec<ObservableGauge<u64>>,
+    _fill: ObservableGauge<f64>,
 }
 
-/// Registers `taskcluster.queue.depth`, `taskcluster.leases.active` and
-/// `taskcluster.workers.live`, read from `gauges`. `None` when metrics are off.
+/// Registers the cluster gauges, read from `gauges`: `taskcluster.queue.depth`,
+/// `taskcluster.tasks.live`, `taskcluster.leases.active`, `taskcluster.workers.live`,
+/// `taskcluster.workers.capacity` and `taskcluster.store.memory.fill`. They observe nothing
+/// while `gauges` holds no sample, so a process that does not report the cluster exports none
+/// of them. `None` when metrics are off.
 pub fn register_cluster_gauges(gauges: Arc<ClusterGauges>) -> Option<ClusterGaugeHandles> {
     if !super::metrics_enabled() {
         return None;
     }
     let meter = global::meter("taskcluster");
     let depth = gauges.clone();
-    let leases = gauges.clone();
-    let workers = gauges;
-    let handles = vec![
+    let count = |name: &'static str,
+                 unit: &'static str,
+                 description: &'static str,
+                 read: fn(&ClusterSample) -> Option<u64>| {
+        let gauges = gauges.clone();
+        meter
+            .u64_observable_gauge(name)
+            .with_unit(unit)
+            .with_description(description)
+            .with_callback(move |observer| {
+                if let Some(value) = gauges.read(read).flatten() {
+                    observer.observe(value, &[]);
+                }
+            })
+            .build()
+    };
+    let counts = vec![
         meter
             .u64_observable_gauge("taskcluster.queue.depth")
             .with_unit("{task}")
@@ -331,26 +357,49 @@ pub fn register_cluster_gauges(gauges: Arc<ClusterGauges>) -> Option<ClusterGaug
                 });
             })
             .build(),
-        meter
-            .u64_observable_gauge("taskcluster.leases.active")
-            .with_unit("{lease}")
-            .with_description("Live task leases in the cluster")
-            .with_callback(move |observer| {
-                if let Some(count) = leases.read(|sample| sample.leases_active).flatten() {
-                    observer.observe(count, &[]);
-                }
-            })
-            .build(),
-        meter
-            .u64_observable_gauge("taskcluster.workers.live")
-            .with_unit("{worker}")
-            .with_description("Workers with a live registry entry")
-            .with_callback(move |observer| {
-                if let Some(count) = workers.read(|sample| sample.workers_live).flatten() {
-                    observer.observe(count, &[]);
-                }
-            })
-            .build(),
+        count(
+            "taskcluster.tasks.live",
+            "{task}",
+            "Non-terminal tasks in the cluster (queued, running or waiting)",
+            |sample| sample.tasks_live,
+        ),
+        count(
+            "taskcluster.leases.active",
+            "{lease}",
+            "Live task leases in the cluster",
+            |sample| sample.leases_active,
+        ),
+        count(
+            "taskcluster.workers.live",
+            "{worker}",
+            "Workers with a live registry entry",
+            |sample| sample.workers_live,
+        ),
+        count(
+            "taskcluster.workers.capacity",
+            "{task}",
+            "Tasks the live workers run at once (the sum of their concurrency)",
+            |sample| sample.workers_capacity,
+        ),
     ];
-    Some(ClusterGaugeHandles { _gauges: handles })
+    let fill = gauges.clone();
+    let fill = meter
+        .f64_observable_gauge("taskcluster.store.memory.fill")
+        .with_unit("1")
+        .with_description(
+            "Redis used_memory / maxmemory per server (every master of a cluster) with a \
+             maxmemory",
+        )
+        .with_callback(move |observer| {
+            fill.read(|sample| {
+                for (node, ratio) in &sample.memory_fill {
+                    observer.observe(*ratio, &[KeyValue::new("node", node.clone())]);
+                }
+            });
+        })
+        .build();
+    Some(ClusterGaugeHandles {
+        _counts: counts,
+        _fill: fill,
+    })
 }

@@ -15,6 +15,10 @@ pub struct Settings {
     pub traces: bool,
     /// Metrics go to an OTLP endpoint.
     pub metrics: bool,
+    /// Metrics are kept for a Prometheus scrape (`/metrics`). No `OTEL_*` variable sets it:
+    /// the binaries do, from their `--metrics-listen`, so `OTEL_SDK_DISABLED` and
+    /// `OTEL_METRICS_EXPORTER=none` leave an asked-for `/metrics` on.
+    pub prometheus: bool,
     /// `service.name` to set when neither `OTEL_SERVICE_NAME` nor `OTEL_RESOURCE_ATTRIBUTES`
     /// names the service.
     pub default_service_name: Option<String>,
@@ -59,14 +63,20 @@ impl Settings {
         Settings {
             traces,
             metrics,
+            prometheus: false,
             default_service_name: (!named).then(|| service.to_owned()),
             metric_interval,
         }
     }
 
-    /// Whether anything is exported at all.
+    /// Whether anything is exported or served at all.
     pub fn any(&self) -> bool {
-        self.traces || self.metrics
+        self.traces || self.metrics || self.prometheus
+    }
+
+    /// Whether metrics are recorded: exported over OTLP, served for Prometheus, or both.
+    pub fn metrics_recorded(&self) -> bool {
+        self.metrics || self.prometheus
     }
 }
 

@@ -15,6 +15,7 @@ use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer, Registry};
 
 use super::logs::WithTraceIds;
+use super::prometheus::Exposition;
 use super::settings::Settings;
 
 /// Crates whose spans and events become OpenTelemetry spans and span events. Dependencies
@@ -48,6 +49,8 @@ pub enum TelemetryError {
         signal: &'static str,
         source: ExporterBuildError,
     },
+    #[error("cannot set up the Prometheus exposition: {0}")]
+    Prometheus(opentelemetry_sdk::error::OTelSdkError),
     #[error("cannot install the log subscriber: {0}")]
     Subscriber(#[from] tracing_subscriber::util::TryInitError),
 }
@@ -57,6 +60,7 @@ pub struct Telemetry {
     settings: Settings,
     tracer: Option<SdkTracerProvider>,
     meter: Option<SdkMeterProvider>,
+    exposition: Option<Exposition>,
 }
 
 impl Telemetry {
@@ -67,6 +71,11 @@ impl Telemetry {
     /// Whether anything is exported.
     pub fn is_enabled(&self) -> bool {
         self.tracer.is_some() || self.meter.is_some()
+    }
+
+    /// The metrics for `/metrics`, when the settings asked for them ([`Settings::prometheus`]).
+    pub fn exposition(&self) -> Option<Exposition> {
+        self.exposition.clone()
     }
 
     /// Exports what is buffered and stops the exporters. It blocks (the SDK's export threads
@@ -86,7 +95,8 @@ impl Telemetry {
     }
 }
 
-/// Installs logging and, when the environment asks for it, OTLP export of traces and metrics.
+/// Installs logging and, when the environment asks for it, OTLP export of traces and metrics
+/// (the Prometheus exposition is asked for by [`Settings::prometheus`], through [`init_with`]).
 /// `service` is the default `service.name`. Call once, inside the Tokio runtime (the gRPC
 /// exporter binds to it).
 pub fn init(service: &str, format: LogFormat) -> Result<Telemetry, TelemetryError> {
@@ -115,24 +125,12 @@ pub fn init_with(settings: Settings, format: LogFormat) -> Result<Telemetry, Tel
         }
         _ => None,
     };
-    let meter = match (&resource, settings.metrics) {
-        (Some(resource), true) => {
-            let exporter =
-                MetricExporter::builder()
-                    .build()
-                    .map_err(|source| TelemetryError::Exporter {
-                        signal: "metric",
-                        source,
-                    })?;
-            // The periodic reader reads OTEL_METRIC_EXPORT_INTERVAL.
-            Some(
-                SdkMeterProvider::builder()
-                    .with_periodic_exporter(exporter)
-                    .with_resource(resource.clone())
-                    .build(),
-            )
+    let (meter, exposition) = match &resource {
+        Some(resource) if settings.metrics_recorded() => {
+            let (provider, exposition) = meter_provider(&settings, resource.clone())?;
+            (Some(provider), exposition)
         }
-        _ => None,
+        _ => (None, None),
     };
 
     let log_filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
@@ -185,7 +183,36 @@ pub fn init_with(settings: Settings, format: LogFormat) -> Result<Telemetry, Tel
         settings,
         tracer,
         meter,
+        exposition,
     })
+}
+
+/// The meter provider with a reader per path asked for: the OTLP periodic exporter, the
+/// Prometheus exposition, or both (one set of instruments, read by each).
+fn meter_provider(
+    settings: &Settings,
+    resource: Resource,
+) -> Result<(SdkMeterProvider, Option<Exposition>), TelemetryError> {
+    let mut builder = SdkMeterProvider::builder().with_resource(resource);
+    if settings.metrics {
+        let exporter =
+            MetricExporter::builder()
+                .build()
+                .map_err(|source| TelemetryError::Exporter {
+                    signal: "metric",
+                    source,
+                })?;
+        // The periodic reader reads OTEL_METRIC_EXPORT_INTERVAL.
+        builder = builder.with_periodic_exporter(exporter);
+    }
+    let exposition = if settings.prometheus {
+        let (exposition, reader) = Exposition::new().map_err(TelemetryError::Prometheus)?;
+        builder = builder.with_reader(reader);
+        Some(exposition)
+    } else {
+        None
+    };
+    Ok((builder.build(), exposition))
 }
 
 /// `service.name` (the environment's, else the default), `service.version`, and whatever

@@ -2,7 +2,8 @@
 //! and [`RedisRegistry`] (a private redis-server). Expiry is real time here: the tests sleep
 //! past a short TTL because expiry is what they test. For Redis, no key of a dead worker may
 //! remain once a later heartbeat has pruned the index, and the index itself expires with its
-//! last worker.
+//! last worker. The reporter lease (which worker reports the cluster gauges) has one holder at
+//! a time, passes on when its holder stops renewing, and is freed by its holder only.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -184,6 +185,37 @@ async fn the_version_moves_when_an_entry_expires(registry: &dyn WorkerRegistry) 
     Ok(())
 }
 
+async fn one_process_holds_the_reporter_lease(registry: &dyn WorkerRegistry) -> TestResult {
+    assert!(registry.hold_reporter("w1", LONG).await?, "free: taken");
+    assert!(!registry.hold_reporter("w2", LONG).await?, "held by w1");
+    assert!(
+        registry.hold_reporter("w1", LONG).await?,
+        "renewed by its holder"
+    );
+    // Someone else's release leaves it; the holder's frees it for the next caller at once.
+    registry.release_reporter("w2").await?;
+    assert!(!registry.hold_reporter("w2", LONG).await?);
+    registry.release_reporter("w1").await?;
+    assert!(registry.hold_reporter("w2", LONG).await?);
+    assert!(!registry.hold_reporter("w1", LONG).await?);
+    Ok(())
+}
+
+async fn a_reporter_lease_not_renewed_passes_on(registry: &dyn WorkerRegistry) -> TestResult {
+    assert!(registry.hold_reporter("w1", SHORT).await?);
+    assert!(!registry.hold_reporter("w2", SHORT).await?);
+    tokio::time::sleep(PAST_SHORT).await;
+    assert!(
+        registry.hold_reporter("w2", LONG).await?,
+        "w1 stopped renewing"
+    );
+    assert!(!registry.hold_reporter("w1", LONG).await?, "w1 lost it");
+    // The old holder's release on its way out does not free the new holder's lease.
+    registry.release_reporter("w1").await?;
+    assert!(!registry.hold_reporter("w3", LONG).await?);
+    Ok(())
+}
+
 // Both registries.
 
 async fn on_memory(test: impl AsyncFnOnce(&dyn WorkerRegistry) -> TestResult) -> TestResult {
@@ -226,6 +258,8 @@ both!(
     refreshing_keeps_an_entry_alive,
     the_version_moves_with_the_live_set_not_with_refreshes,
     the_version_moves_when_an_entry_expires,
+    one_process_holds_the_reporter_lease,
+    a_reporter_lease_not_renewed_passes_on,
 );
 
 // Redis only: no key leaks.

@@ -106,6 +106,27 @@ pub(crate) struct Shared {
     pub share: SlotShare,
 }
 
+/// How often the worker publishes its tally and load for the operator console (only while a
+/// console is configured somewhere in the cluster; see `store::stats`).
+const STATS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
+
+impl Shared {
+    /// What this worker holds now, for the console.
+    fn load(&self) -> store::stats::WorkerLoad {
+        let leases = self.active.leases();
+        let mut running = std::collections::BTreeMap::new();
+        for lease in &leases {
+            *running.entry(lease.entrypoint.clone()).or_insert(0u64) += 1;
+        }
+        store::stats::WorkerLoad {
+            worker_id: self.config.worker_id.clone(),
+            running,
+            leases: leases.len() as u64,
+            at_ms: store::stats::wall_ms(),
+        }
+    }
+}
+
 /// Runs the worker until `shutdown` is cancelled, then drains and returns.
 pub async fn run(
     store: Arc<dyn TaskStore>,
@@ -165,6 +186,15 @@ pub async fn run(
         background.clone(),
     ));
     loops.spawn(recovery::run(shared.clone(), background.clone()));
+    if let Some(stats) = shared.store.cluster_stats() {
+        let load_of = shared.clone();
+        loops.spawn(store::stats::publish_loop(
+            stats,
+            STATS_INTERVAL,
+            move || Some(load_of.load()),
+            background.clone(),
+        ));
+    }
     if telemetry::metrics_enabled() {
         loops.spawn(gauges::run(
             shared.clone(),

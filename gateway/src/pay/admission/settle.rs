@@ -116,7 +116,10 @@ impl Attempt<'_> {
     ) -> Result<SettleResponse, Refused> {
         let task_id = &self.task_id;
         match self.gate.facilitator.settle(request).await {
-            Ok(settlement) if settlement.success => Ok(settlement),
+            Ok(settlement) if settlement.success => {
+                telemetry::tally::settled();
+                Ok(settlement)
+            }
             Ok(settlement) => {
                 heartbeat.stop();
                 cancel(self.store.as_ref(), task_id, &self.entrypoint).await;

@@ -100,6 +100,8 @@ pub struct MemoryStore {
     /// Workers listening for cancellations of the tasks they hold, by worker id.
     cancel_watchers: Mutex<HashMap<String, Vec<UnboundedSender<String>>>>,
     clock: Arc<dyn Clock>,
+    /// The console's stats of this one-process cluster.
+    stats: Arc<crate::stats::MemoryStats>,
 }
 
 impl MemoryStore {
@@ -123,6 +125,7 @@ impl MemoryStore {
             ready: Notify::new(),
             cancel_watchers: Default::default(),
             clock,
+            stats: Arc::default(),
         }
     }
 
@@ -397,6 +400,10 @@ impl TaskStore for MemoryStore {
     }
 
     /// Ends every subscription stream and releases `take_next` waiters; tasks stay as they are.
+    fn cluster_stats(&self) -> Option<Arc<dyn crate::stats::ClusterStats>> {
+        Some(self.stats.clone())
+    }
+
     async fn close(&self) {
         self.with_state(|state, _| state.close());
         self.ready.notify_waiters();

@@ -144,6 +144,12 @@ impl Keys {
         format!("{}:registry-version", self.prefix)
     }
 
+    /// String: the id of the process that reports the cluster gauges (the reporter lease),
+    /// `SET NX PX ttl` by whoever finds it free, renewed by its holder, deleted by it on exit.
+    pub fn reporter(&self) -> String {
+        format!("{}:reporter", self.prefix)
+    }
+
     /// String: the store layout the namespace's data is written in (`schema.rs`); set once,
     /// never expiring.
     pub fn layout(&self) -> String {

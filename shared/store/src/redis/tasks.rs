@@ -582,6 +582,10 @@ impl TaskStore for RedisStore {
         self.inner.core.connections.memory_fill().await
     }
 
+    fn cluster_stats(&self) -> Option<std::sync::Arc<dyn crate::stats::ClusterStats>> {
+        Some(std::sync::Arc::new(crate::stats::RedisStats::new(self)))
+    }
+
     async fn close(&self) {
         self.inner.shutdown.cancel();
         self.inner.core.connections.close();

@@ -27,6 +27,8 @@ struct Inner {
     entries: HashMap<String, Live>,
     /// Changes to the live set or to an entry so far: the version.
     changes: u64,
+    /// The reporter lease: its holder and when it expires (ms, the registry's clock).
+    reporter: Option<(String, u64)>,
 }
 
 struct Live {
@@ -111,5 +113,32 @@ impl WorkerRegistry for MemoryRegistry {
 
     async fn version(&self) -> Result<RegistryVersion, StoreError> {
         Ok(self.with_live(|inner, _| RegistryVersion::new(self.instance, inner.changes)))
+    }
+
+    async fn hold_reporter(&self, holder: &str, ttl: Duration) -> Result<bool, StoreError> {
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        Ok(self.with_live(|inner, now| {
+            let free = match &inner.reporter {
+                Some((current, expires_ms)) => current == holder || *expires_ms <= now,
+                None => true,
+            };
+            if free {
+                inner.reporter = Some((holder.to_owned(), now.saturating_add(ttl_ms)));
+            }
+            free
+        }))
+    }
+
+    async fn release_reporter(&self, holder: &str) -> Result<(), StoreError> {
+        self.with_live(|inner, _| {
+            if inner
+                .reporter
+                .as_ref()
+                .is_some_and(|(current, _)| current == holder)
+            {
+                inner.reporter = None;
+            }
+        });
+        Ok(())
     }
 }

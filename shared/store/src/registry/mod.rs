@@ -5,6 +5,10 @@
 //! A [`RegistryVersion`] tells a reader whether a listing it holds is still current, for the
 //! price of one cheap read: gateways cache the listing and the card built from it, and list
 //! again only when the version moves.
+//!
+//! The registry also holds the cluster's reporter lease ([`WorkerRegistry::hold_reporter`]):
+//! the one worker that reports the cluster gauges (queue depth, leases, workers, capacity,
+//! store memory), so that a dashboard sees each cluster value once, not once per worker.
 
 mod memory;
 mod redis;
@@ -134,4 +138,13 @@ pub trait WorkerRegistry: Send + Sync + 'static {
     /// The registry's current version. A listing taken after reading a version is at least
     /// as new as that version, so a reader that reads the version first never misses a change.
     async fn version(&self) -> Result<RegistryVersion, StoreError>;
+
+    /// Takes the cluster's reporter lease for `holder` when nobody holds it, or renews it when
+    /// `holder` does, for `ttl`; true when `holder` holds it afterwards. At most one holder at
+    /// a time; a holder that stops renewing loses it `ttl` after its last renewal.
+    async fn hold_reporter(&self, holder: &str, ttl: Duration) -> Result<bool, StoreError>;
+
+    /// Gives the reporter lease up if `holder` holds it (a clean shutdown: the next process to
+    /// ask takes it at once instead of after the ttl); anyone else's lease stays.
+    async fn release_reporter(&self, holder: &str) -> Result<(), StoreError>;
 }

@@ -17,10 +17,15 @@
 //! - [`deregister`]: `lua/deregister_worker.lua`, a clean shutdown;
 //! - [`version`]: `lua/registry_version.lua` (read-only), the [`RegistryVersion`]: the stored
 //!   version and the count of passed deadlines, so a worker that was killed (and ran no
-//!   script) moves it too.
+//!   script) moves it too;
+//! - [`reporter_hold`], [`reporter_release`]: `lua/reporter_hold.lua` and
+//!   `lua/reporter_release.lua`, the reporter lease (`{ns}:reporter`: which process reports
+//!   the cluster gauges).
 
 mod deregister;
 mod register;
+mod reporter_hold;
+mod reporter_release;
 mod version;
 
 use std::time::Duration;
@@ -89,5 +94,14 @@ impl WorkerRegistry for RedisRegistry {
 
     async fn version(&self) -> Result<RegistryVersion, StoreError> {
         version::call(&self.store).await
+    }
+
+    async fn hold_reporter(&self, holder: &str, ttl: Duration) -> Result<bool, StoreError> {
+        reporter_hold::call(&self.store, holder, ttl).await
+    }
+
+    async fn release_reporter(&self, holder: &str) -> Result<(), StoreError> {
+        reporter_release::call(&self.store, holder).await?;
+        Ok(())
     }
 }
