@@ -77,9 +77,10 @@ pub fn render(config: &GatewayConfig, base_url: &str, entrypoints: &[EntrypointI
          <p class=\"muted\">Version {version}. \
          <a href=\"{base_path}/.well-known/agent-card.json\">Agent Card</a> · \
          <a href=\"{base_path}/openapi.json\">OpenAPI</a> · \
-         <a href=\"{base_path}/entrypoints\">Entrypoints</a></p>",
+         <a href=\"{base_path}/entrypoints\">Entrypoints</a>{operator}</p>",
         description = escape(&config.agent_description),
         version = escape(&config.agent_version),
+        operator = operator_links(config, &base_path),
     );
 
     page.push_str(&task_example(base_url, entrypoints));
@@ -92,6 +93,22 @@ pub fn render(config: &GatewayConfig, base_url: &str, entrypoints: &[EntrypointI
     }
     page.push_str("</body></html>\n");
     page
+}
+
+/// Links to what operators read, where this gateway serves it: the console (with an operator
+/// token) and `/metrics` on the gateway's own port. `base_path` is already escaped.
+fn operator_links(config: &GatewayConfig, base_path: &str) -> String {
+    let mut links = String::new();
+    if config.operator_token.is_some() || config.operator_token_file.is_some() {
+        let _ = write!(links, " · <a href=\"{base_path}/console\">Console</a>");
+    }
+    if matches!(
+        config.metrics_listen,
+        Some(server::admin::MetricsListen::Main)
+    ) {
+        let _ = write!(links, " · <a href=\"{base_path}/metrics\">Metrics</a>");
+    }
+    links
 }
 
 /// Creating a task with the `echo` skill (or the first one there is), then reading it.

@@ -1,0 +1,316 @@
+//! The operator console over HTTP against a live cluster (Redis, real gateway and worker
+//! processes): off without an operator token, closed without a session, and its overview
+//! follows the cluster (a queued task, a running one, a failure with its code, a killed
+//! worker). The browser tests (`console_browser.rs`) drive the page itself.
+
+use std::time::Duration;
+
+use harness::cluster::Cluster;
+use nix::sys::signal::Signal;
+use reqwest::StatusCode;
+use reqwest::header::{
+    AUTHORIZATION, CONTENT_SECURITY_POLICY, CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE,
+};
+use serde_json::{Value, json};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+const OPERATOR_TOKEN: &str = "console-test-operator-token-0123456789";
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// A client that does not follow redirects (the login answers 303 with the cookie).
+fn client() -> Result<reqwest::Client, reqwest::Error> {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_an_operator_token_there_is_no_console() -> TestResult {
+    let cluster = Cluster::builder()
+        .worker("w1", &[])
+        .gateway("g1", &[])
+        .skills(&["echo"])
+        .start()
+        .await?;
+    let http = client()?;
+    let base = cluster.base();
+    for path in [
+        "/console",
+        "/console/api/overview",
+        "/console/api/events",
+        "/console/assets/console.js",
+    ] {
+        let response = http.get(format!("{base}{path}")).send().await?;
+        assert_eq!(response.status(), StatusCode::NOT_FOUND, "{path}");
+        let body: Value = response.json().await?;
+        assert_eq!(body["error"]["code"], "not_found", "{path}");
+    }
+    let response = http
+        .post(format!("{base}/console/session"))
+        .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(format!("token={}", OPERATOR_TOKEN))
+        .send()
+        .await?;
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    let landing = http.get(format!("{base}/")).send().await?.text().await?;
+    assert!(!landing.contains("/console"), "{landing}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_console_wants_the_operator_token_and_never_shows_it() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let token_file = dir.path().join("operator-token");
+    std::fs::write(&token_file, format!("{OPERATOR_TOKEN}\n"))?;
+    let token_path = token_file.display().to_string();
+    let cluster = Cluster::builder()
+        .worker("w1", &[])
+        .gateway("g1", &[("OPERATOR_TOKEN_FILE", token_path.as_str())])
+        .skills(&["echo"])
+        .start()
+        .await?;
+    let http = client()?;
+    let base = cluster.base();
+
+    // No session: the login form, and nothing of the cluster.
+    let page = http.get(format!("{base}/console")).send().await?;
+    assert_eq!(page.status(), StatusCode::UNAUTHORIZED);
+    assert!(page.headers().contains_key(CONTENT_SECURITY_POLICY));
+    let page = page.text().await?;
+    assert!(page.contains("name=\"token\""), "{page}");
+    assert!(!page.contains("echo") && !page.contains("w1"), "{page}");
+    for bearer in [None, Some("Bearer not-the-token"), Some(OPERATOR_TOKEN)] {
+        let mut request = http.get(format!("{base}/console/api/overview"));
+        if let Some(value) = bearer {
+            request = request.header(AUTHORIZATION, value);
+        }
+        let response = request.send().await?;
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{bearer:?}");
+        let body: Value = response.json().await?;
+        assert_eq!(body["error"]["code"], "auth_required");
+    }
+    let events = http
+        .get(format!("{base}/console/api/events"))
+        .send()
+        .await?;
+    assert_eq!(events.status(), StatusCode::UNAUTHORIZED);
+
+    // A wrong token is refused; the right one gets a session cookie that is not the token.
+    let refused = http
+        .post(format!("{base}/console/session"))
+        .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(format!(
+            "token={}",
+            "console-test-operator-token-012345678X"
+        ))
+        .send()
+        .await?;
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    assert!(refused.headers().get(SET_COOKIE).is_none());
+    let signed_in = http
+        .post(format!("{base}/console/session"))
+        .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(format!("token={}", OPERATOR_TOKEN))
+        .send()
+        .await?;
+    assert_eq!(signed_in.status(), StatusCode::SEE_OTHER);
+    assert_eq!(
+        signed_in
+            .headers()
+            .get(LOCATION)
+            .and_then(|v| v.to_str().ok()),
+        Some("/console")
+    );
+    let set_cookie = signed_in
+        .headers()
+        .get(SET_COOKIE)
+        .and_then(|v| v.to_str().ok())
+        .ok_or("no session cookie")?
+        .to_owned();
+    assert!(set_cookie.contains("HttpOnly"), "{set_cookie}");
+    assert!(set_cookie.contains("SameSite=Strict"), "{set_cookie}");
+    assert!(set_cookie.contains("Path=/console"), "{set_cookie}");
+    assert!(!set_cookie.contains(OPERATOR_TOKEN), "{set_cookie}");
+    let cookie = set_cookie
+        .split(';')
+        .next()
+        .ok_or("empty cookie")?
+        .to_owned();
+
+    let page = http
+        .get(format!("{base}/console"))
+        .header(COOKIE, &cookie)
+        .send()
+        .await?;
+    assert_eq!(page.status(), StatusCode::OK);
+    assert!(page.text().await?.contains("/console/assets/console.js"));
+    let overview: Value = http
+        .get(format!("{base}/console/api/overview"))
+        .header(COOKIE, &cookie)
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(overview["mode"], "cluster", "{overview}");
+    let by_bearer = http
+        .get(format!("{base}/console/api/overview"))
+        .header(AUTHORIZATION, format!("Bearer {OPERATOR_TOKEN}"))
+        .send()
+        .await?;
+    assert_eq!(by_bearer.status(), StatusCode::OK);
+    // A forged session (another expiry under the same signature) is refused.
+    let forged = cookie.replacen("tc_console=1", "tc_console=9", 1);
+    let response = http
+        .get(format!("{base}/console/api/overview"))
+        .header(COOKIE, &forged)
+        .send()
+        .await?;
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+
+    // Signing out clears the cookie.
+    let out = http
+        .post(format!("{base}/console/logout"))
+        .header(COOKIE, &cookie)
+        .send()
+        .await?;
+    assert_eq!(out.status(), StatusCode::SEE_OTHER);
+    let cleared = out
+        .headers()
+        .get(SET_COOKIE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    assert!(cleared.contains("Max-Age=0"), "{cleared}");
+
+    let landing = http.get(format!("{base}/")).send().await?.text().await?;
+    assert!(landing.contains("href=\"/console\""), "{landing}");
+    let logs = cluster.logs();
+    assert!(!logs.contains(OPERATOR_TOKEN), "the token is in a log");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_overview_follows_the_cluster() -> TestResult {
+    // w1 runs `sleep` one at a time, so further sleeps queue; w2 hosts `echo` and `fail` and
+    // drops out of the registry two seconds after it is killed.
+    let cluster = Cluster::builder()
+        .worker(
+            "w1",
+            &[
+                ("WORKER_ENTRYPOINTS", "sleep"),
+                ("WORKER_CONCURRENCY", "1"),
+                ("WORKER_ENTRYPOINT_SHARE", "100"),
+            ],
+        )
+        .worker(
+            "w2",
+            &[
+                ("WORKER_ENTRYPOINTS", "echo,fail"),
+                ("WORKER_LEASE_TTL_MS", "2000"),
+            ],
+        )
+        .gateway("g1", &[("OPERATOR_TOKEN", OPERATOR_TOKEN)])
+        .skills(&["sleep", "echo", "fail"])
+        .start()
+        .await?;
+    let http = client()?;
+    let base = cluster.base().to_owned();
+
+    for _ in 0..3 {
+        let response = http
+            .post(format!("{base}/tasks"))
+            .header("Task-Access-Token", "console-test-owner-token-0123")
+            .json(&json!({"skillId": "sleep", "message": {"role": "user", "content": {"text": "{\"ms\": 60000}"}}}))
+            .send()
+            .await?;
+        assert_eq!(
+            response.status(),
+            StatusCode::OK,
+            "{}",
+            response.text().await?
+        );
+    }
+    let overview = wait_for(&http, &base, "one sleep running and two queued", |o| {
+        let sleep = row(o, "sleep");
+        sleep["queued"] == 2 && sleep["running"] == 1
+    })
+    .await
+    .map_err(|err| format!("{err}\n{}", cluster.logs()))?;
+    assert_eq!(row(&overview, "sleep")["capacity"], 1, "{overview}");
+    let w1 = worker(&overview, "w1");
+    assert_eq!(w1["leases"], 1, "{overview}");
+    assert_eq!(w1["entrypoints"], json!(["sleep"]));
+
+    let failed = http
+        .post(format!("{base}/entrypoints/fail/invoke"))
+        .json(&json!({"input": {"code": "console_probe_failure"}}))
+        .send()
+        .await?;
+    assert!(!failed.status().is_success());
+    let overview = wait_for(&http, &base, "the failure listed", |o| {
+        o["failures"].as_array().is_some_and(|failures| {
+            failures
+                .iter()
+                .any(|f| f["code"] == "console_probe_failure" && f["entrypoint"] == "fail")
+        }) && o["totals"]["failed"].as_u64() >= Some(1)
+    })
+    .await?;
+    // Aggregates only: no owner, input, result or message anywhere in the document.
+    let text = overview.to_string();
+    for leak in [
+        "console-test-owner-token-0123",
+        "\"input\"",
+        "\"result\"",
+        "\"message\"",
+        "\"ms\"",
+    ] {
+        assert!(!text.contains(leak), "{leak} in {text}");
+    }
+
+    cluster.workers[1].signal(Signal::SIGKILL)?;
+    wait_for(&http, &base, "w2 gone", |o| {
+        worker(o, "w2").is_null() && !worker(o, "w1").is_null()
+    })
+    .await?;
+    Ok(())
+}
+
+fn row<'a>(overview: &'a Value, entrypoint: &str) -> &'a Value {
+    overview["entrypoints"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|row| row["name"] == entrypoint))
+        .unwrap_or(&Value::Null)
+}
+
+fn worker<'a>(overview: &'a Value, id: &str) -> &'a Value {
+    overview["workers"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|row| row["id"] == id))
+        .unwrap_or(&Value::Null)
+}
+
+/// Reads the overview until `ready` holds (the console refreshes every 2 s), or fails with
+/// the last one read.
+async fn wait_for(
+    http: &reqwest::Client,
+    base: &str,
+    what: &str,
+    ready: impl Fn(&Value) -> bool,
+) -> Result<Value, Box<dyn std::error::Error>> {
+    let start = tokio::time::Instant::now();
+    let mut last = Value::Null;
+    while start.elapsed() < PATIENCE {
+        last = http
+            .get(format!("{base}/console/api/overview"))
+            .header(AUTHORIZATION, format!("Bearer {OPERATOR_TOKEN}"))
+            .send()
+            .await?
+            .json()
+            .await?;
+        if ready(&last) {
+            return Ok(last);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Err(format!("the console never showed {what}; last overview: {last:#}").into())
+}
