@@ -15,6 +15,8 @@
 //! - [`store_fixtures`]: a queued task and ids placed in a shard, for the store-level suites;
 //! - [`paid`]: a paying cluster (Redis with AOF, the dev facilitator, a worker, two gateways)
 //!   for the MPP and Sign-In-With-X suites;
+//! - [`prometheus`]: a private Prometheus (Debian's `prometheus`) scraping the processes'
+//!   `/metrics`, queried over its HTTP API, stopped on drop;
 //! - [`otlp`]: an in-process OTLP receiver (HTTP/protobuf and gRPC) collecting what services
 //!   export;
 //! - [`measure`]: the cluster benchmarks' shared measurements (Redis commandstats, process and
@@ -28,6 +30,7 @@ pub mod measure;
 pub mod otlp;
 pub mod paid;
 pub mod process;
+pub mod prometheus;
 pub mod redis_cluster;
 pub mod redis_server;
 pub mod store_fixtures;
