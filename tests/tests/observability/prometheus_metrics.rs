@@ -4,7 +4,8 @@
 //! admin listener. The names are the OpenTelemetry-to-Prometheus ones the dashboard queries;
 //! the cluster gauges come from exactly one worker (the reporter lease), never from a gateway,
 //! and pass to the other worker when the reporter stops; the task's token is in no label; each
-//! process stops cleanly on SIGTERM with its admin listener open.
+//! process stops cleanly on SIGTERM with its admin listener open. The embedded gateway (one
+//! process) reports the cluster itself; a mistyped `METRICS_LISTEN` stops a process at start.
 
 use std::collections::BTreeMap;
 
@@ -327,5 +328,49 @@ async fn a_bad_metrics_address_is_refused_at_start() -> TestResult {
         ],
     )?;
     assert!(!worker.wait_exit(PATIENCE)?.success());
+    Ok(())
+}
+
+/// The embedded gateway is one process, so it is the reporter: its `/metrics` has the cluster
+/// gauges of its in-process worker and in-memory store, beside its HTTP metrics.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_embedded_gateway_reports_the_cluster_itself() -> TestResult {
+    let port = free_port()?;
+    let base = format!("http://127.0.0.1:{port}");
+    let mut gateway = ServiceProcess::start(
+        "gateway",
+        "embedded",
+        &[],
+        &[
+            ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
+            ("METRICS_LISTEN", "main".to_owned()),
+            ("WORKER_CONCURRENCY", "4".to_owned()),
+        ],
+    )?;
+    harness::cluster::wait_healthy(&gateway, &base).await?;
+    let http = harness::cluster::http()?;
+    let text = scrape_until(
+        &http,
+        &format!("{base}/metrics"),
+        "the cluster gauges",
+        |text| reports(text, 1.0),
+    )
+    .await?;
+    assert_eq!(
+        value(&text, "taskcluster_workers_capacity"),
+        Some(4.0),
+        "{text}"
+    );
+    assert_eq!(
+        value(&text, "taskcluster_leases_active"),
+        Some(0.0),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"taskcluster_queue_depth{entrypoint="echo"} 0"#),
+        "{text}"
+    );
+    assert!(has(&text, "http_server_active_requests"), "{text}");
+    wait_exit_clean(&mut gateway)?;
     Ok(())
 }

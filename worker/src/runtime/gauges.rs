@@ -37,6 +37,7 @@ pub async fn run(
     let lease_ttl = shared.config.gauge_interval * LEASE_TICKS;
     let mut tick = tokio::time::interval(shared.config.gauge_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Only for the log lines of a change.
     let mut reporting = false;
     loop {
         tokio::select! {
@@ -75,8 +76,9 @@ pub async fn run(
         }
     }
     gauges.clear();
-    if reporting
-        && let Some(registry) = &registry
+    // Whether or not the last renewal was confirmed: the release deletes the lease only if it
+    // is still this worker's.
+    if let Some(registry) = &registry
         && let Err(err) = registry.release_reporter(worker_id).await
     {
         tracing::debug!(error = %err, "could not give the reporter lease up; it expires");
