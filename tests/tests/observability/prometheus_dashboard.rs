@@ -412,13 +412,23 @@ async fn every_dashboard_panel_returns_series_from_a_live_cluster() -> Res {
             r#"sum(taskcluster_tasks_admitted_total{entrypoint="summarize"})"#,
         ),
     ] {
-        let series = prometheus.query(query).await?;
-        let value = series
-            .first()
-            .and_then(|series| series["value"][1].as_str())
-            .and_then(|value| value.parse::<f64>().ok())
-            .unwrap_or_default();
-        assert!(value >= 1.0, "{what}: {query} = {series:?}");
+        // Polled: the last scrape may not have seen the last of the load yet.
+        let start = tokio::time::Instant::now();
+        loop {
+            let series = prometheus.query(query).await?;
+            let value = series
+                .first()
+                .and_then(|series| series["value"][1].as_str())
+                .and_then(|value| value.parse::<f64>().ok())
+                .unwrap_or_default();
+            if value >= 1.0 {
+                break;
+            }
+            if start.elapsed() > QUERY_PATIENCE {
+                return Err(format!("{what}: {query} = {series:?}").into());
+            }
+            tokio::time::sleep(SCRAPE).await;
+        }
     }
     drop(prometheus);
     drop(facilitator);
