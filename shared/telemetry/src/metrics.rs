@@ -197,6 +197,38 @@ pub fn fenced_write_rejected(name: &str, operation: &'static str) {
     }
 }
 
+/// Creates the worker-side counters of `entrypoints` at zero (finished by status, recovered by
+/// outcome, fenced writes by operation), so that their first event is an increase Prometheus'
+/// `increase()`/`rate()` can see: a series that first appears at 1 counts nothing.
+pub fn prime_worker_counters<'a>(entrypoints: impl IntoIterator<Item = &'a str>) {
+    if !super::metrics_enabled() {
+        return;
+    }
+    let instruments = instruments();
+    for name in entrypoints {
+        for outcome in [
+            TaskStatus::Completed,
+            TaskStatus::Failed,
+            TaskStatus::Cancelled,
+        ] {
+            instruments
+                .finished
+                .add(0, &[entrypoint(name), status(outcome)]);
+        }
+        for outcome in ["requeued", "failed", "cancelled"] {
+            instruments
+                .recovered
+                .add(0, &[entrypoint(name), KeyValue::new("outcome", outcome)]);
+        }
+        for operation in ["activate", "renew", "emit", "finish", "stale"] {
+            instruments.fenced.add(
+                0,
+                &[entrypoint(name), KeyValue::new("operation", operation)],
+            );
+        }
+    }
+}
+
 /// What one settlement recovery sweep left unresolved: credentials `settling` past any settle
 /// call whose outcome it could not learn (the facilitator offers no lookup, or the lookup
 /// failed). Their paid tasks stay held until someone reconciles them.

@@ -163,6 +163,7 @@ pub async fn run(
             .heartbeat(&entry, registry_ttl(&shared.config))
             .await?;
     }
+    telemetry::metrics::prime_worker_counters(shared.entrypoints.keys().iter().map(String::as_str));
     tracing::info!(
         worker_id = %shared.config.worker_id,
         entrypoints = ?shared.entrypoints.keys(),
