@@ -81,6 +81,8 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 const POLL: Duration = Duration::from_millis(50);
 /// Bound on ending the session from `Drop` (chromedriver closes Chromium, then kills it).
 const QUIT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long Chromium may take to exit once its session ended, before it is killed.
+const QUIT_GRACE: Duration = Duration::from_secs(2);
 /// How much of the page's text a timeout error carries.
 const PAGE_TEXT_LIMIT: usize = 4000;
 /// Lines of chromedriver's log shown in errors and on test failure.
@@ -90,8 +92,9 @@ const DRIVER_LOG: &str = "chromedriver.log";
 const DRIVER_OUTPUT: &str = "chromedriver.out";
 const PROFILE_DIR: &str = "profile";
 
-/// Everything that can go wrong while driving the browser.
-#[derive(Debug, thiserror::Error)]
+/// Everything that can go wrong while driving the browser. Its `Debug` is its message: a test
+/// that returns it prints `Debug`, and the message (install hint, page text) is what helps.
+#[derive(thiserror::Error)]
 pub enum BrowserError {
     /// chromedriver or Chromium is not installed.
     #[error("{what} not found ({detail}): {INSTALL_HINT}")]
@@ -123,9 +126,9 @@ pub enum BrowserError {
     WebDriver {
         /// What the harness was doing.
         context: String,
-        /// The underlying error.
+        /// The underlying error (boxed: it is large, and results carry it).
         #[source]
-        source: CmdError,
+        source: Box<CmdError>,
     },
     /// A wait ran out of time.
     #[error("{what} within {timeout:?} (last seen: {last_seen}); page {url} reads:\n{page_text}")]
@@ -146,6 +149,12 @@ pub enum BrowserError {
     Protocol(String),
 }
 
+impl std::fmt::Debug for BrowserError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{self}")
+    }
+}
+
 impl BrowserError {
     fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         Self::Io {
@@ -164,7 +173,7 @@ impl<T> Context<T> for Result<T, CmdError> {
     fn context(self, context: impl FnOnce() -> String) -> Result<T, BrowserError> {
         self.map_err(|source| BrowserError::WebDriver {
             context: context(),
-            source,
+            source: Box::new(source),
         })
     }
 }
@@ -249,8 +258,8 @@ impl Browser {
         let profile = dir.path().join(PROFILE_DIR);
         fs::create_dir(&profile)
             .map_err(|err| BrowserError::io("creating the browser's profile directory", err))?;
-        // Asked for the chromedriver port's answers only; a bound that a slow start exceeds
-        // shows as a failed start, with the log, never as a hang.
+        // For chromedriver's `/status` and its log endpoint; bounded, so that a stuck
+        // chromedriver fails the call (with its log) rather than hanging the test.
         let http = reqwest::Client::builder()
             .timeout(STARTUP_TIMEOUT)
             .build()
@@ -285,8 +294,9 @@ impl Browser {
             Err(err) => return Err(browser.failed(format!("reading the session id: {err}"))),
         };
         let (Some(driver), Some(dir)) = (browser.driver.take(), browser.dir.take()) else {
+            // Both were put there above and only this line takes them.
             return Err(BrowserError::Protocol(
-                "the browser was started twice".into(),
+                "the half-started browser lost its chromedriver".into(),
             ));
         };
         let browser = Browser {
@@ -488,7 +498,7 @@ impl Browser {
                 Err(err) => {
                     return Err(BrowserError::WebDriver {
                         context: format!("finding {css:?}"),
-                        source: err,
+                        source: Box::new(err),
                     });
                 }
             }
@@ -790,6 +800,13 @@ async fn start_driver(
             .arg(format!("--log-path={}", log.display()))
             // Chromium's own stderr goes to the log too.
             .arg("--enable-chrome-logs")
+            // Chromium's crash handler leaves the process group (it daemonizes) and keeps its
+            // database in $XDG_CONFIG_HOME/chromium, not in the profile: in the browser's
+            // directory it names that directory, so `kill_strays` finds it, and nothing is
+            // written to the home directory. (`--disable-crashpad-for-testing` would keep it
+            // from starting, but that flag shows an infobar and hung the renderer in tests.)
+            .env("XDG_CONFIG_HOME", dir.join("config"))
+            .env("XDG_CACHE_HOME", dir.join("cache"))
             .stdin(Stdio::null())
             .stdout(output)
             .stderr(errors)
@@ -940,11 +957,22 @@ fn delete_session(port: u16, id: &str) -> std::io::Result<()> {
     }
 }
 
-/// Kills chromedriver's process group, reaps chromedriver, then kills any process still naming
-/// the browser's directory (`dir`) on its command line: a Chromium helper that left the group.
+/// Lets Chromium finish quitting (chromedriver answers the session's end before its last
+/// process is gone), then kills chromedriver's process group, reaps chromedriver, and kills any
+/// process still naming the browser's directory (`dir`) on its command line: a Chromium helper
+/// that left the group (the crash handler does).
 fn stop(driver: &mut Option<Child>, dir: &Path) {
     if let Some(mut child) = driver.take() {
-        if let Ok(pid) = i32::try_from(child.id()) {
+        let group = child.id();
+        let start = Instant::now();
+        while start.elapsed() < QUIT_GRACE
+            && leftover_processes(group, dir)
+                .iter()
+                .any(|process| process.pid != group && !process.is_zombie())
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if let Ok(pid) = i32::try_from(group) {
             // The group's id is chromedriver's pid (`process_group(0)`); it outlives
             // chromedriver while a member lives, and is unused once none does.
             let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
@@ -988,39 +1016,73 @@ fn kill_strays(dir: &Path) {
     }
 }
 
-/// The processes still in process group `group` (zombies too) or naming `dir` on their command
-/// line, as `pid (name) state` lines: after a [`Browser`] is gone ([`Browser::process_group`],
-/// [`Browser::dir`]), none should be.
-pub fn leftover_processes(group: u32, dir: &Path) -> Vec<String> {
+/// A process of a browser's, found by [`leftover_processes`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leftover {
+    pub pid: u32,
+    /// The kernel's name for it (`chromium`, `chrome_crashpad`, ...).
+    pub name: String,
+    /// `R`, `S`, ...; `Z` for a zombie: dead, waiting for its parent to reap it.
+    pub state: char,
+    /// Its parent's pid: 1 (or a subreaper) once its own parent died.
+    pub parent: u32,
+}
+
+impl Leftover {
+    /// Dead, not yet reaped.
+    pub fn is_zombie(&self) -> bool {
+        self.state == 'Z'
+    }
+}
+
+impl std::fmt::Display for Leftover {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} ({}) state {} parent {}",
+            self.pid, self.name, self.state, self.parent
+        )
+    }
+}
+
+/// The processes in process group `group` (zombies too) or naming `dir` on their command line:
+/// once a [`Browser`] is gone ([`Browser::process_group`], [`Browser::dir`]) no live one should
+/// be, and its zombies go when their parent reaps them (init, for the orphans of a browser).
+pub fn leftover_processes(group: u32, dir: &Path) -> Vec<Leftover> {
     let needle = dir.to_str().unwrap_or_default();
     let Ok(entries) = fs::read_dir("/proc") else {
         return Vec::new();
     };
     let mut left = Vec::new();
     for entry in entries.flatten() {
-        if entry
+        let Some(pid) = entry
             .file_name()
             .to_str()
             .and_then(|name| name.parse::<u32>().ok())
-            .is_none()
-        {
+        else {
             continue;
-        }
+        };
         // `pid (comm) state ppid pgrp ...`; comm may hold spaces and parentheses, so the fields
-        // are counted from its closing parenthesis.
+        // are counted from its last closing parenthesis.
         let Ok(stat) = fs::read_to_string(entry.path().join("stat")) else {
             continue;
         };
-        let Some(close) = stat.rfind(')') else {
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
             continue;
         };
-        let mut fields = stat[close + 1..].split_whitespace();
-        let state = fields.next().unwrap_or_default();
-        let pgrp = fields.nth(1).and_then(|pgrp| pgrp.parse::<u32>().ok());
+        let mut fields = stat.get(close + 1..).unwrap_or_default().split_whitespace();
+        let state = fields.next().and_then(|state| state.chars().next());
+        let parent = fields.next().and_then(|ppid| ppid.parse::<u32>().ok());
+        let pgrp = fields.next().and_then(|pgrp| pgrp.parse::<u32>().ok());
         let cmdline = fs::read(entry.path().join("cmdline")).unwrap_or_default();
         let names_dir = !needle.is_empty() && String::from_utf8_lossy(&cmdline).contains(needle);
         if pgrp == Some(group) || names_dir {
-            left.push(format!("{} {state}", &stat[..=close]));
+            left.push(Leftover {
+                pid,
+                name: stat.get(open + 1..close).unwrap_or_default().to_owned(),
+                state: state.unwrap_or('?'),
+                parent: parent.unwrap_or(0),
+            });
         }
     }
     left
