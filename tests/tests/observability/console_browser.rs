@@ -1,0 +1,197 @@
+//! The operator console in headless Chromium against a live cluster (Redis, real gateway and
+//! worker processes): the sign-in form, the figures against the store (queued and running
+//! tasks, a failure with its code, a killed worker leaving), the page on a phone, and
+//! screenshots (`target/browser-screens/console-desktop.png`, `console-phone.png`; the one in
+//! `docs/console.png` is a copy of the desktop one).
+//!
+//! chromium and chromedriver must be installed (`.ci/run` installs them).
+
+use std::time::Duration;
+
+use harness::browser::{Browser, BrowserOptions, DESKTOP, PHONE, screens_dir};
+use harness::cluster::Cluster;
+use nix::sys::signal::Signal;
+use serde_json::json;
+use store::{RedisStore, RedisStoreConfig, TaskStore};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+const OPERATOR_TOKEN: &str = "browser-test-operator-token-0123456789";
+const OWNER_TOKEN: &str = "browser-test-owner-token-0123";
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// A cluster whose `sleep` runs one at a time on w1 (so further sleeps queue), with w2 hosting
+/// `echo`, `fail` and `count`, dropping out of the registry two seconds after it dies.
+async fn cluster() -> Result<Cluster, Box<dyn std::error::Error>> {
+    Cluster::builder()
+        .worker(
+            "w1",
+            &[
+                ("WORKER_ENTRYPOINTS", "sleep"),
+                ("WORKER_CONCURRENCY", "1"),
+                ("WORKER_ENTRYPOINT_SHARE", "100"),
+            ],
+        )
+        .worker(
+            "w2",
+            &[
+                ("WORKER_ENTRYPOINTS", "echo,fail,count"),
+                ("WORKER_LEASE_TTL_MS", "2000"),
+            ],
+        )
+        .gateway("g1", &[("OPERATOR_TOKEN", OPERATOR_TOKEN)])
+        .skills(&["sleep", "echo", "fail", "count"])
+        .start()
+        .await
+}
+
+async fn sign_in(browser: &Browser, base: &str) -> TestResult {
+    browser.goto(&format!("{base}/console")).await?;
+    browser.wait_for("#token", PATIENCE).await?;
+    assert!(
+        browser.find_all("#live").await?.is_empty(),
+        "figures before signing in"
+    );
+    browser.type_into("#token", OPERATOR_TOKEN).await?;
+    browser.submit("#login").await?;
+    // Rendered: a figure replaced the placeholder.
+    browser
+        .wait_for_text("#capacity", PATIENCE, |text| {
+            text != "–" && !text.is_empty()
+        })
+        .await?;
+    let url = browser.current_url().await?;
+    assert!(
+        !url.contains(OPERATOR_TOKEN),
+        "the token is in the URL {url}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_console_shows_the_cluster_as_the_store_sees_it() -> TestResult {
+    let cluster = cluster().await?;
+    let base = cluster.base().to_owned();
+    let http = reqwest::Client::new();
+    let store = RedisStore::connect(RedisStoreConfig::new(cluster.redis.url())).await?;
+    let browser =
+        Browser::start_with(BrowserOptions::default().window(DESKTOP.0, DESKTOP.1)).await?;
+
+    // A wrong token keeps the form up and says so.
+    browser.goto(&format!("{base}/console")).await?;
+    browser.wait_for("#token", PATIENCE).await?;
+    browser
+        .type_into("#token", "not-the-operator-token-at-all-0000")
+        .await?;
+    browser.submit("#login").await?;
+    browser
+        .wait_for_text("#message", PATIENCE, |text| {
+            text.contains("not the operator token")
+        })
+        .await?;
+    sign_in(&browser, &base).await?;
+    let cookie = browser
+        .cookie("tc_console")
+        .await?
+        .ok_or("no session cookie")?;
+    assert_eq!(cookie.http_only(), Some(true));
+    assert!(!cookie.value().contains(OPERATOR_TOKEN));
+
+    // Some traffic for the charts, then three sleeps: one runs, two queue.
+    for n in 0..20 {
+        let response = http
+            .post(format!("{base}/entrypoints/echo/invoke"))
+            .json(&json!({"input": {"n": n}}))
+            .send()
+            .await?;
+        assert!(response.status().is_success());
+    }
+    for _ in 0..3 {
+        let response = http
+            .post(format!("{base}/tasks"))
+            .header("Task-Access-Token", OWNER_TOKEN)
+            .json(&json!({"skillId": "sleep", "message": {"role": "user", "content": {"text": "{\"ms\": 60000}"}}}))
+            .send()
+            .await?;
+        assert!(response.status().is_success(), "{}", response.text().await?);
+    }
+    let queued_cell = "#entrypoints tr[data-key=\"sleep\"] td.queued";
+    let running_cell = "#entrypoints tr[data-key=\"sleep\"] td.running";
+    browser
+        .wait_for_text(queued_cell, PATIENCE, |text| text == "2")
+        .await?;
+    browser
+        .wait_for_text(running_cell, PATIENCE, |text| text == "1")
+        .await?;
+    // The same figures as the store's.
+    assert_eq!(store.queue_depth("sleep").await?, 2);
+    let leases = browser
+        .text("#workers tr[data-key=\"w1\"] td.leases")
+        .await?;
+    assert_eq!(leases, "1");
+    assert_eq!(store.lease_count().await?, 1);
+    browser
+        .wait_for_text("#completed", PATIENCE, |text| {
+            text.parse::<u64>().is_ok_and(|n| n >= 20)
+        })
+        .await?;
+
+    // A failure shows with its code.
+    let failed = http
+        .post(format!("{base}/entrypoints/fail/invoke"))
+        .json(&json!({"input": {"code": "browser_probe_failure"}}))
+        .send()
+        .await?;
+    assert!(!failed.status().is_success());
+    browser
+        .wait_for_text("#failures tbody", PATIENCE, |text| {
+            text.contains("browser_probe_failure") && text.contains("fail")
+        })
+        .await?;
+
+    let desktop = screens_dir()?.join("console-desktop.png");
+    assert!(browser.screenshot_to(&desktop).await? > 10_000);
+
+    // A killed worker leaves the console (its registry entry expires).
+    assert!(browser.text("#workers tbody").await?.contains("w2"));
+    cluster.workers[1].signal(Signal::SIGKILL)?;
+    browser
+        .wait_for_text("#workers tbody", PATIENCE, |text| {
+            !text.contains("w2") && text.contains("w1")
+        })
+        .await?;
+    browser
+        .wait_for_text("#workers-count", PATIENCE, |text| text == "1")
+        .await?;
+
+    // Readable on a phone: nothing wider than the screen but the tables' own scrollers.
+    browser.set_window_size(PHONE.0, PHONE.1).await?;
+    let overflow = browser
+        .eval(
+            "return document.documentElement.scrollWidth - window.innerWidth;",
+            Vec::new(),
+        )
+        .await?;
+    assert!(
+        overflow.as_i64().is_some_and(|px| px <= 0),
+        "the page is {overflow} px wider than a phone"
+    );
+    let phone = screens_dir()?.join("console-phone.png");
+    assert!(browser.screenshot_to(&phone).await? > 5_000);
+
+    // No script error and no CSP violation on the way.
+    // (The sign-in form itself is served with 401 on purpose: Chromium logs that status.)
+    let errors: Vec<_> = browser
+        .page_errors()
+        .await?
+        .into_iter()
+        .filter(|entry| !(entry.source == "network" && entry.message.contains("status of 401")))
+        .collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+
+    // Signing out returns to the form.
+    browser.click("#logout").await?;
+    browser.wait_for("#token", PATIENCE).await?;
+    browser.close().await?;
+    Ok(())
+}
