@@ -314,3 +314,52 @@ async fn wait_for(
     }
     Err(format!("the console never showed {what}; last overview: {last:#}").into())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn console_streams_are_bounded_per_gateway() -> TestResult {
+    let cluster = Cluster::builder()
+        .worker("w1", &[])
+        .gateway("g1", &[("OPERATOR_TOKEN", OPERATOR_TOKEN)])
+        .skills(&["echo"])
+        .start()
+        .await?;
+    let http = client()?;
+    let base = cluster.base();
+    let open = || {
+        http.get(format!("{base}/console/api/events"))
+            .header(AUTHORIZATION, format!("Bearer {OPERATOR_TOKEN}"))
+            .send()
+    };
+    // Every stream the gateway allows (32), held open...
+    let mut streams = Vec::new();
+    for _ in 0..32 {
+        let stream = open().await?;
+        assert_eq!(stream.status(), StatusCode::OK);
+        streams.push(stream);
+    }
+    // ...then one more is refused, while the rest of the gateway still answers.
+    let refused = open().await?;
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(refused.headers().contains_key("retry-after"));
+    let overview = http
+        .get(format!("{base}/console/api/overview"))
+        .header(AUTHORIZATION, format!("Bearer {OPERATOR_TOKEN}"))
+        .send()
+        .await?;
+    assert_eq!(overview.status(), StatusCode::OK);
+    // A stream that ends gives its place back (the server notices at its next event).
+    drop(streams.pop());
+    let start = tokio::time::Instant::now();
+    loop {
+        let again = open().await?;
+        if again.status() == StatusCode::OK {
+            break;
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "the freed place never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Ok(())
+}
