@@ -1,0 +1,168 @@
+//! [`WebhookClient`]: one `POST` to a webhook, made so that a caller-supplied URL cannot turn it
+//! into a request against our own network. Each guard closes one way around the address check:
+//! the resolver checks names at every connection, [`validate_url`] checks IP literals (which
+//! never reach a resolver), no proxy (it would dial for us, unchecked), no redirects (the
+//! target would be dialled without the URL checks, and a 307 would resend the credentials),
+//! and a bounded response read with a total timeout (a receiver cannot hold a sender or fill
+//! its memory).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use reqwest::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use reqwest::{Response, redirect};
+
+use crate::authorization::authorization_header;
+use crate::error::WebhookError;
+use crate::outcome::DeliveryOutcome;
+use crate::policy::WebhookPolicy;
+use crate::resolve::{DialRefused, GuardedResolver};
+use crate::target::validate_url;
+
+/// Limits of one delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookConfig {
+    /// The whole attempt: connect, send, answer and the bounded body read. A2A asks for 10 s.
+    pub timeout: Duration,
+    /// Resolving and connecting (TCP and TLS), within `timeout`.
+    pub connect_timeout: Duration,
+    /// How much of a response body is read before the connection is dropped. Receivers have
+    /// nothing to tell us in a body; reading a little lets a keep-alive connection be reused.
+    pub max_response_body: usize,
+}
+
+impl Default for WebhookConfig {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(5),
+            max_response_body: 64 * 1024,
+        }
+    }
+}
+
+/// The SSRF-guarded client push notifications are delivered with. Cheap to clone (the
+/// connection pool is shared).
+#[derive(Debug, Clone)]
+pub struct WebhookClient {
+    http: reqwest::Client,
+    policy: Arc<WebhookPolicy>,
+    config: WebhookConfig,
+}
+
+impl WebhookClient {
+    pub fn new(policy: WebhookPolicy, config: WebhookConfig) -> Result<Self, WebhookError> {
+        let policy = Arc::new(policy);
+        let http = reqwest::Client::builder()
+            .dns_resolver(GuardedResolver::new(Arc::clone(&policy)))
+            .no_proxy()
+            .redirect(redirect::Policy::none())
+            .timeout(config.timeout)
+            .connect_timeout(config.connect_timeout)
+            .user_agent(concat!("taskcluster-webhook/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(WebhookError::Client)?;
+        Ok(Self {
+            http,
+            policy,
+            config,
+        })
+    }
+
+    pub fn policy(&self) -> &WebhookPolicy {
+        &self.policy
+    }
+
+    pub fn config(&self) -> &WebhookConfig {
+        &self.config
+    }
+
+    /// POSTs `body` to `url`, with `Authorization: {scheme} {credentials}` when given.
+    ///
+    /// `Err` means the request was not sent or was stopped by the policy, and sending it again
+    /// would not change that; `Ok` carries what the receiver (or the network) answered, and
+    /// [`DeliveryOutcome::is_retryable`] says whether another attempt may help.
+    pub async fn post(
+        &self,
+        url: &str,
+        authorization: Option<(&str, &str)>,
+        content_type: &str,
+        body: Bytes,
+    ) -> Result<DeliveryOutcome, WebhookError> {
+        let authorization = authorization
+            .map(|(scheme, credentials)| authorization_header(scheme, credentials))
+            .transpose()?;
+        let content_type =
+            HeaderValue::from_str(content_type).map_err(|_| WebhookError::InvalidContentType)?;
+        let url = validate_url(url, &self.policy)?;
+        let host = url.host_str().unwrap_or_default().to_owned();
+
+        let mut request = self
+            .http
+            .post(url)
+            .header(CONTENT_TYPE, content_type)
+            .body(body);
+        if let Some(authorization) = authorization {
+            request = request.header(AUTHORIZATION, authorization);
+        }
+        let outcome = match request.send().await {
+            Ok(response) => {
+                let outcome = DeliveryOutcome::from_response(response.status(), response.headers());
+                drain_bounded(response, self.config.max_response_body).await;
+                outcome
+            }
+            Err(error) => send_failure(error)?,
+        };
+        tracing::debug!(%host, %outcome, "webhook delivery attempt");
+        Ok(outcome)
+    }
+}
+
+/// Turns a failed send into an outcome, or into the policy refusal that caused it.
+fn send_failure(error: reqwest::Error) -> Result<DeliveryOutcome, WebhookError> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&error);
+    while let Some(cause) = source {
+        if let Some(refused) = cause.downcast_ref::<DialRefused>() {
+            return Err(WebhookError::Refused {
+                host: refused.host.clone(),
+                refusals: refused.refusals.clone(),
+            });
+        }
+        source = cause.source();
+    }
+    if error.is_timeout() {
+        return Ok(DeliveryOutcome::TimedOut);
+    }
+    // The URL may carry a token in its path or query.
+    let error = error.without_url();
+    let mut detail = error.to_string();
+    let mut source = std::error::Error::source(&error);
+    while let Some(cause) = source {
+        detail.push_str(": ");
+        detail.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    Ok(DeliveryOutcome::Transport { detail })
+}
+
+/// Reads at most about `limit` bytes of the body (the chunk that crosses it is the last) and
+/// drops the rest with the connection. A body that ends within the limit leaves the connection
+/// reusable. Errors here do not change the outcome: the status already said it.
+async fn drain_bounded(mut response: Response, limit: usize) {
+    let declared = response
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > limit as u64) {
+        return;
+    }
+    let mut read = 0usize;
+    while read < limit {
+        match response.chunk().await {
+            Ok(Some(chunk)) => read += chunk.len(),
+            Ok(None) | Err(_) => return,
+        }
+    }
+}
