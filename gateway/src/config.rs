@@ -340,6 +340,17 @@ pub struct GatewayConfig {
     #[arg(long, env = "METRICS_LISTEN", value_name = "main|HOST:PORT", value_parser = server::admin::MetricsListen::parse)]
     pub metrics_listen: Option<server::admin::MetricsListen>,
 
+    /// Serve the A2A gRPC binding (`lf.a2a.v1.A2AService`, HTTP/2 cleartext) on a listener of
+    /// its own, `HOST:PORT`, with the same connection bounds as `--listen`. Unset: no gRPC, and
+    /// the A2A card lists no GRPC interface.
+    #[arg(long, env = "GRPC_LISTEN", value_name = "HOST:PORT")]
+    pub grpc_listen: Option<String>,
+
+    /// The gRPC interface's address as the A2A card names it (`host:port`, or `https://host:port`
+    /// behind a TLS proxy). Unset: the card's request host with --grpc-listen's port.
+    #[arg(long, env = "GRPC_URL")]
+    pub grpc_url: Option<String>,
+
     /// Log format: `text` or `json`.
     #[arg(long, env = "LOG_FORMAT", default_value = "text")]
     pub log_format: String,

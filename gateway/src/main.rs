@@ -19,7 +19,7 @@ type Limiter = Arc<dyn store::ratelimit::RateLimiter>;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let config = GatewayConfig::parse();
+    let mut config = GatewayConfig::parse();
     let settings = telemetry::settings::Settings {
         prometheus: config.metrics_listen.is_some(),
         ..telemetry::settings::Settings::from_env("gateway")
@@ -42,6 +42,18 @@ async fn main() -> anyhow::Result<()> {
         ));
     }
 
+    // The gRPC listener too; its bound address (a port 0 made real) is what the card names.
+    let grpc = match &config.grpc_listen {
+        Some(address) => {
+            let listener = tokio::net::TcpListener::bind(address)
+                .await
+                .with_context(|| format!("cannot listen for gRPC on {address}"))?;
+            config.grpc_listen = Some(listener.local_addr()?.to_string());
+            Some(listener)
+        }
+        None => None,
+    };
+
     let (state, limiter) = if config.redis.configured() {
         cluster_state(&config, &shutdown, &background).await?
     } else {
@@ -57,6 +69,16 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     let store = state.store.clone();
+    if let Some(listener) = grpc {
+        let address = listener.local_addr()?;
+        tracing::info!(%address, "A2A gRPC binding listening (lf.a2a.v1.A2AService)");
+        background.spawn(server::serve::serve(
+            listener,
+            gateway::a2a::grpc::router(state.clone()),
+            limits(&config),
+            shutdown.clone().cancelled_owned(),
+        ));
+    }
     // `--metrics-listen main`: `/metrics` on the gateway's own listener.
     let metrics = match (&config.metrics_listen, exposition) {
         (Some(MetricsListen::Main), Some(exposition)) => Some(exposition),
@@ -217,22 +239,23 @@ async fn serve(
         ));
         tracing::info!(%address, "metrics: GET {base}/metrics");
     }
-    server::serve::serve(
-        listener,
-        app,
-        server::serve::Limits {
-            header_timeout: Duration::from_millis(config.header_timeout_ms),
-            drain_timeout: Duration::from_secs(10),
-            h2_keep_alive_interval: Duration::from_millis(config.h2_keep_alive_ms),
-            max_connections: config.max_connections.max(1),
-            max_connections_per_ip: config.max_connections_per_ip.max(1),
-        },
-        async move {
-            server::signal::terminated("shutting down").await;
-            // Ends SSE streams and the embedded worker so the drain can finish.
-            shutdown.cancel();
-        },
-    )
+    server::serve::serve(listener, app, limits(config), async move {
+        server::signal::terminated("shutting down").await;
+        // Ends SSE streams and the embedded worker so the drain can finish.
+        shutdown.cancel();
+    })
     .await;
     Ok(())
+}
+
+/// The connection bounds of the gateway's listeners (HTTP, and gRPC when served): each
+/// listener counts its own connections against them.
+fn limits(config: &GatewayConfig) -> server::serve::Limits {
+    server::serve::Limits {
+        header_timeout: Duration::from_millis(config.header_timeout_ms),
+        drain_timeout: Duration::from_secs(10),
+        h2_keep_alive_interval: Duration::from_millis(config.h2_keep_alive_ms),
+        max_connections: config.max_connections.max(1),
+        max_connections_per_ip: config.max_connections_per_ip.max(1),
+    }
 }

@@ -1,7 +1,8 @@
 //! The A2A v1.0 Agent Card at `{base}/a2a/.well-known/agent-card.json`: the official shape
 //! and nothing else (the spec's schema allows no extra members), so strict A2A clients and
 //! the TCK read it as it is. The Lucid profile's card at `/.well-known/agent-card.json` keeps
-//! its upstream shape and lists the same two interfaces.
+//! its upstream shape and lists the JSON-RPC and HTTP+JSON interfaces; this one adds GRPC when
+//! gRPC is served.
 
 use std::collections::HashMap;
 
@@ -27,10 +28,7 @@ pub fn build(config: &GatewayConfig, base_url: &str, entrypoints: &[EntrypointIn
         name: config.agent_name.clone(),
         description: config.agent_description.clone(),
         version: config.agent_version.clone(),
-        supported_interfaces: vec![
-            AgentInterface::new(jsonrpc_url(base_url), a2a::TRANSPORT_PROTOCOL_JSONRPC),
-            AgentInterface::new(rest_url(base_url), a2a::TRANSPORT_PROTOCOL_HTTP_JSON),
-        ],
+        supported_interfaces: interfaces(config, base_url),
         capabilities: AgentCapabilities {
             streaming: Some(true),
             push_notifications: Some(false),
@@ -74,6 +72,18 @@ pub fn build(config: &GatewayConfig, base_url: &str, entrypoints: &[EntrypointIn
         ]),
         signatures: None,
     }
+}
+
+/// JSON-RPC and HTTP+JSON always; GRPC only when it is served (`--grpc-listen`).
+fn interfaces(config: &GatewayConfig, base_url: &str) -> Vec<AgentInterface> {
+    let mut interfaces = vec![
+        AgentInterface::new(jsonrpc_url(base_url), a2a::TRANSPORT_PROTOCOL_JSONRPC),
+        AgentInterface::new(rest_url(base_url), a2a::TRANSPORT_PROTOCOL_HTTP_JSON),
+    ];
+    if let Some(url) = super::grpc::card_url(config, base_url) {
+        interfaces.push(AgentInterface::new(url, a2a::TRANSPORT_PROTOCOL_GRPC));
+    }
+    interfaces
 }
 
 fn skill(entrypoint: &EntrypointInfo) -> AgentSkill {

@@ -212,8 +212,9 @@ impl A2aError {
         }
     }
 
-    /// The gRPC status name AIP-193 puts beside the code.
-    fn grpc_status(&self) -> &'static str {
+    /// The gRPC status name of this error: AIP-193's `status` beside the HTTP code, and the
+    /// gRPC binding's status code ([`crate::a2a::grpc::status`]).
+    pub fn grpc_status(&self) -> &'static str {
         if self.unauthenticated {
             return "UNAUTHENTICATED";
         }

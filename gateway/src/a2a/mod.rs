@@ -4,9 +4,10 @@
 //!
 //! - `GET {base}/a2a/.well-known/agent-card.json`: the strict A2A card ([`card`]);
 //! - `POST {base}/a2a/jsonrpc`: the JSON-RPC 2.0 binding ([`jsonrpc`]);
-//! - `{base}/a2a/v1/...`: the HTTP+JSON binding ([`rest`]).
+//! - `{base}/a2a/v1/...`: the HTTP+JSON binding ([`rest`]);
+//! - with `--grpc-listen`, the gRPC binding on a listener of its own ([`grpc`]).
 //!
-//! Both bindings run the same operations ([`service`]) on the runtime's tasks, mapped to and
+//! All bindings run the same operations ([`service`]) on the runtime's tasks, mapped to and
 //! from A2A by [`mapping`]; every call names its protocol version ([`version`]) and its
 //! caller by bearer token ([`caller`]); errors carry the spec's codes ([`error`]).
 //!
@@ -17,6 +18,7 @@
 pub mod caller;
 pub mod card;
 pub mod error;
+pub mod grpc;
 pub mod jsonrpc;
 pub mod mapping;
 pub mod proto_json;
