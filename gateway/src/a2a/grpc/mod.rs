@@ -25,13 +25,11 @@ use a2a_pb::a2a_service_server::A2aServiceServer;
 use crate::config::GatewayConfig;
 use crate::state::AppState;
 
-/// The largest request message accepted, as the HTTP bindings' body limit bounds theirs.
-const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
-
-/// The gRPC service as a router for [`server::serve::serve`].
+/// The gRPC service as a router for [`server::serve::serve`]. A request message is bounded by
+/// `--body-limit-bytes`, as the HTTP bindings' bodies are.
 pub fn router(state: AppState) -> axum::Router {
-    let service = A2aServiceServer::new(service::Grpc::new(state))
-        .max_decoding_message_size(MAX_MESSAGE_BYTES);
+    let limit = state.config.body_limit_bytes;
+    let service = A2aServiceServer::new(service::Grpc::new(state)).max_decoding_message_size(limit);
     tonic::service::Routes::new(service)
         .prepare()
         .into_axum_router()
