@@ -122,6 +122,9 @@ async fn cluster_state(
         config.redis_memory_high_water,
     ));
     if store_memory.enabled() {
+        telemetry::metrics::store_memory_high_water(
+            f64::from(config.redis_memory_high_water) / 100.0,
+        );
         background.spawn(gateway::store_memory::run(
             store_memory.clone(),
             Arc::new(store.clone()),

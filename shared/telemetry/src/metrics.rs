@@ -14,6 +14,7 @@
 //! | `taskcluster.tasks.live`, `taskcluster.leases.active` | gauge | |
 //! | `taskcluster.workers.live`, `taskcluster.workers.capacity` | gauge | |
 //! | `taskcluster.store.memory.fill` | gauge, 1 | `node` |
+//! | `taskcluster.store.memory.high_water` | gauge, 1 | |
 //! | `taskcluster.settlements.unreconciled` | gauge | |
 //! | `taskcluster.admissions.refused` | counter | `reason` |
 //! | `http.server.request.duration` | histogram, s | `http.request.method`, `http.route`, `http.response.status_code`, `url.scheme` |
@@ -58,6 +59,7 @@ struct Instruments {
     http_duration: Histogram<f64>,
     http_active: UpDownCounter<i64>,
     unreconciled: Gauge<u64>,
+    high_water: Gauge<f64>,
     refused: Counter<u64>,
 }
 
@@ -122,6 +124,15 @@ fn instruments() -> &'static Instruments {
                 .with_description(
                     "Payment credentials left settling past any settle call whose outcome the \
                      last settlement recovery sweep did not learn (their tasks stay held)",
+                )
+                .build(),
+            high_water: meter
+                .f64_gauge("taskcluster.store.memory.high_water")
+                .with_unit("1")
+                .with_description(
+                    "The gateway's store memory high-water mark (REDIS_MEMORY_HIGH_WATER) as a \
+                     fraction of maxmemory: past it, new tasks are refused. Compare with \
+                     taskcluster.store.memory.fill",
                 )
                 .build(),
             refused: meter
@@ -226,6 +237,14 @@ pub fn prime_worker_counters<'a>(entrypoints: impl IntoIterator<Item = &'a str>)
                 &[entrypoint(name), KeyValue::new("operation", operation)],
             );
         }
+    }
+}
+
+/// The store memory high-water mark this gateway admits under, as a fraction (a setting, so
+/// each gateway reports its own; they are normally equal).
+pub fn store_memory_high_water(ratio: f64) {
+    if super::metrics_enabled() {
+        instruments().high_water.record(ratio, &[]);
     }
 }
 

@@ -81,6 +81,7 @@ fn every_instrument_renders_under_its_prometheus_name() -> TestResult {
     metrics::http_request("POST", Some("/tasks"), 201, Duration::from_millis(3));
     metrics::http_active("POST", 1);
     metrics::settlements_unreconciled(0);
+    metrics::store_memory_high_water(0.8);
     metrics::admission_refused("store_memory");
     let gauges = Arc::new(ClusterGauges::default());
     let _registered = metrics::register_cluster_gauges(gauges.clone()).ok_or("no gauges")?;
@@ -111,6 +112,7 @@ fn every_instrument_renders_under_its_prometheus_name() -> TestResult {
         "taskcluster_workers_live",
         "taskcluster_workers_capacity",
         "taskcluster_store_memory_fill_ratio",
+        "taskcluster_store_memory_high_water_ratio",
         "taskcluster_settlements_unreconciled",
         "taskcluster_admissions_refused_total",
         "http_server_request_duration_seconds_bucket",
