@@ -159,26 +159,8 @@ impl PrometheusServer {
 
     /// An instant query (`/api/v1/query`): the `data.result` array.
     pub async fn query(&self, query: &str) -> Result<Vec<Value>, PrometheusError> {
-        let failed = |detail: String| PrometheusError::Query {
-            query: query.to_owned(),
-            detail,
-        };
-        let body: Value = self
-            .http
-            .get(self.api("/api/v1/query", "query", query)?)
-            .send()
-            .await
-            .map_err(|err| failed(err.to_string()))?
-            .json()
-            .await
-            .map_err(|err| failed(err.to_string()))?;
-        if body["status"] != "success" {
-            return Err(failed(body.to_string()));
-        }
-        Ok(body["data"]["result"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default())
+        let data = self.get("/api/v1/query", "query", query, query).await?;
+        Ok(data["result"].as_array().cloned().unwrap_or_default())
     }
 
     /// The values of label `label` among the series matching `matcher`
@@ -188,14 +170,33 @@ impl PrometheusServer {
         label: &str,
         matcher: &str,
     ) -> Result<Vec<String>, PrometheusError> {
+        let path = format!("/api/v1/label/{label}/values");
+        let what = format!("label_values({matcher}, {label})");
+        let data = self.get(&path, "match[]", matcher, &what).await?;
+        Ok(data
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|value| value.as_str().map(str::to_owned))
+            .collect())
+    }
+
+    /// GET of API `path` with one query parameter: the answer's `data`, or an error naming
+    /// `what` was asked when the call or Prometheus failed.
+    async fn get(
+        &self,
+        path: &str,
+        name: &str,
+        value: &str,
+        what: &str,
+    ) -> Result<Value, PrometheusError> {
         let failed = |detail: String| PrometheusError::Query {
-            query: format!("label_values({matcher}, {label})"),
+            query: what.to_owned(),
             detail,
         };
-        let path = format!("/api/v1/label/{label}/values");
-        let body: Value = self
+        let mut body: Value = self
             .http
-            .get(self.api(&path, "match[]", matcher)?)
+            .get(self.api(path, name, value)?)
             .send()
             .await
             .map_err(|err| failed(err.to_string()))?
@@ -205,12 +206,7 @@ impl PrometheusServer {
         if body["status"] != "success" {
             return Err(failed(body.to_string()));
         }
-        Ok(body["data"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|value| value.as_str().map(str::to_owned))
-            .collect())
+        Ok(body["data"].take())
     }
 
     /// The scrape targets and their health (`/api/v1/targets`), for a failure message.

@@ -64,3 +64,24 @@ pub async fn start_running(
         .ok_or("activation refused")?;
     Ok(started.lease)
 }
+
+/// Waits until task `id`'s run is active (its handler started), reading the store every
+/// 10 ms for up to `patience`.
+pub async fn wait_until_active(
+    store: &dyn TaskStore,
+    id: &str,
+    patience: Duration,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let start = tokio::time::Instant::now();
+    loop {
+        if let Some(stored) = store.get(id).await?
+            && stored.phase == store::Phase::Active
+        {
+            return Ok(());
+        }
+        if start.elapsed() > patience {
+            return Err(format!("task {id} never became active").into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

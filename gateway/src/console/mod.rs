@@ -124,7 +124,8 @@ const ANNOUNCE_EVERY: Duration = Duration::from_secs(10);
 
 impl Console {
     fn authorized(&self, headers: &HeaderMap) -> bool {
-        self.key.authorizes(headers, store::stats::wall_ms())
+        self.key
+            .authorizes(headers, protocol::Timestamp::now().as_millis())
     }
 
     fn base(&self) -> String {
@@ -191,15 +192,7 @@ fn html(status: StatusCode, body: String) -> Response {
 
 /// `{{BASE}}` in a page is the base path (an operator's setting, HTML-escaped anyway).
 fn with_base(page: &str, base: &str) -> String {
-    page.replace("{{BASE}}", &escape_html(base))
-}
-
-fn escape_html(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-        .replace('\'', "&#39;")
+    page.replace("{{BASE}}", &crate::http::document::escape(base))
 }
 
 fn login_page(console: &Console, message: &str) -> String {
@@ -226,7 +219,8 @@ async fn login(State(console): State<Console>, body: axum::body::Bytes) -> Respo
         .map(|(_, value)| value.into_owned());
     match token {
         Some(token) if console.key.is_token(&token) => {
-            let expires = store::stats::wall_ms() + auth::SESSION_TTL.as_millis() as u64;
+            let expires =
+                protocol::Timestamp::now().as_millis() + auth::SESSION_TTL.as_millis() as u64;
             let session = console.key.session(expires);
             let path = format!("{}/console", console.base());
             let cookie = auth::set_cookie(Some(&session), &path, console.secure());

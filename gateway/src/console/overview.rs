@@ -3,7 +3,6 @@
 //! message, owner, payer or token.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
 use serde::Serialize;
 use store::stats::{self, StatsBucket, StatsWindow};
@@ -17,8 +16,6 @@ pub const CHART_BUCKETS: usize = 60;
 const TOTAL_BUCKETS: usize = 30;
 /// How many failures the console lists.
 const FAILURES_SHOWN: usize = 12;
-/// At most this many settlements waiting for recovery are counted.
-const STUCK_COUNT_LIMIT: usize = 1_000;
 
 #[derive(Debug, Serialize)]
 pub struct Overview {
@@ -106,7 +103,8 @@ pub struct Payments {
     pub enabled: bool,
     /// Settled in the totals' window.
     pub settled: u64,
-    /// Credentials left settling whose outcome is not known yet (their tasks are held).
+    /// Credentials left settling whose outcome the last recovery sweep could not learn
+    /// (their tasks are held); `None` until this gateway's first sweep.
     pub awaiting_recovery: Option<u64>,
 }
 
@@ -124,7 +122,7 @@ pub struct MemoryRow {
 /// Builds the overview; a part that cannot be read is left out and named in `partial`.
 pub async fn build(state: &AppState) -> Overview {
     let mut partial = Vec::new();
-    let now_ms = stats::wall_ms();
+    let now_ms = protocol::Timestamp::now().as_millis();
     let registry = match state.registry.workers().await {
         Ok(workers) => workers,
         Err(err) => {
@@ -158,14 +156,25 @@ pub async fn build(state: &AppState) -> Overview {
             names.insert(info.key.clone());
         }
     }
-    let mut tasks = TaskCounts::default();
+    // Every read of the store at once: one round trip's wait, however many entrypoints.
+    let store = &state.store;
+    let (depths, live, leases) = tokio::join!(
+        futures::future::join_all(names.iter().map(|name| store.queue_depth(name))),
+        store.live_count(),
+        store.lease_count(),
+    );
+    let mut tasks = TaskCounts {
+        live: live.ok(),
+        ..TaskCounts::default()
+    };
+    let leases = leases.ok();
     let mut entrypoints = Vec::with_capacity(names.len());
-    for name in names {
+    for (name, depth) in names.into_iter().zip(depths) {
         let hosts: Vec<_> = registry
             .iter()
             .filter(|w| w.entrypoints.iter().any(|info| info.key == name))
             .collect();
-        let queued = match state.store.queue_depth(&name).await {
+        let queued = match depth {
             Ok(depth) => Some(depth),
             Err(err) => {
                 tracing::debug!(error = %err, "console: could not read a queue depth");
@@ -187,8 +196,6 @@ pub async fn build(state: &AppState) -> Overview {
             running,
         });
     }
-    tasks.live = state.store.live_count().await.ok();
-    let leases = state.store.lease_count().await.ok();
     tasks.waiting = tasks.live.map(|live| {
         live.saturating_sub(tasks.queued)
             .saturating_sub(leases.unwrap_or(tasks.running))
@@ -217,7 +224,7 @@ pub async fn build(state: &AppState) -> Overview {
         bucket_ms: stats::BUCKET_MS,
         points: window.buckets.iter().map(point).collect(),
     };
-    let payments = payments(state, totals.settled).await;
+    let payments = payments(state, totals.settled);
     let store_memory = memory(state, &mut partial).await;
 
     Overview {
@@ -303,23 +310,16 @@ pub fn percentile(counts: &[u64], q: f64) -> Option<u64> {
     LATENCY_BOUNDS_MS.last().copied()
 }
 
-async fn payments(state: &AppState, settled: u64) -> Payments {
+/// Settled in the window, and what this gateway's last settlement recovery sweep left
+/// unreconciled (every paying gateway sweeps the same ledger, so any one's count will do).
+fn payments(state: &AppState, settled: u64) -> Payments {
     let Some(gate) = &state.payments else {
         return Payments::default();
-    };
-    // As the settlement recovery counts them: past any settle call that can still run.
-    let grace = Duration::from_millis(state.config.facilitator_timeout_ms) + Duration::from_secs(2);
-    let awaiting_recovery = match gate.credentials.stuck(grace, STUCK_COUNT_LIMIT).await {
-        Ok(stuck) => Some(stuck.len() as u64),
-        Err(err) => {
-            tracing::debug!(error = %err, "console: could not count settlements awaiting recovery");
-            None
-        }
     };
     Payments {
         enabled: true,
         settled,
-        awaiting_recovery,
+        awaiting_recovery: gate.unreconciled.get(),
     }
 }
 

@@ -73,6 +73,23 @@ fn etag_matches(if_none_match: &str, etag: &str) -> bool {
     })
 }
 
+/// Escapes text for HTML element content and quoted attribute values (the landing page and
+/// the console's pages).
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::etag_matches;

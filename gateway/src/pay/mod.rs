@@ -63,6 +63,9 @@ pub struct Gate {
     pub pending: pending::PendingPayments,
     /// Paid creations per payer and second (see [`payer_rate`]); `None`: unlimited.
     pub payer_rate: Option<payer_rate::PayerRate>,
+    /// What the last settlement recovery sweep left unreconciled (see [`recovery`]), for the
+    /// operator console: the sweep's own count, so the console adds no reads of its own.
+    pub unreconciled: recovery::LastCount,
 }
 
 /// Points of a paid admission where crash tests stop the gateway dead.
@@ -156,6 +159,7 @@ impl Gate {
             entitlement_ttl: Duration::from_secs(config.entitlement_ttl_seconds.max(1)),
             pending: pending::PendingPayments::from_config(config),
             payer_rate: None,
+            unreconciled: recovery::LastCount::default(),
         }
     }
 }

@@ -39,6 +39,31 @@ const BATCH: usize = 50;
 /// count reads as "at least" this many).
 const COUNT_LIMIT: usize = 1_000;
 
+/// The latest count a sweep reported; unknown until the first sweep ends.
+#[derive(Debug)]
+pub struct LastCount(std::sync::atomic::AtomicU64);
+
+impl Default for LastCount {
+    fn default() -> Self {
+        LastCount(std::sync::atomic::AtomicU64::new(u64::MAX))
+    }
+}
+
+impl LastCount {
+    pub fn set(&self, count: u64) {
+        self.0.store(
+            count.min(u64::MAX - 1),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    /// `None` before the first sweep.
+    pub fn get(&self) -> Option<u64> {
+        let count = self.0.load(std::sync::atomic::Ordering::Relaxed);
+        (count != u64::MAX).then_some(count)
+    }
+}
+
 /// Sweeps every `interval` until `shutdown`. Records count as stuck `grace` after they entered
 /// `settling` (longer than a settle call can take).
 pub async fn run(
@@ -69,6 +94,7 @@ pub async fn run(
                         );
                     }
                     metrics::settlements_unreconciled(unknown as u64);
+                    gate.unreconciled.set(unknown as u64);
                     continue;
                 }
                 Ok(Sweep::Unsupported) => lookups = false,
@@ -83,6 +109,7 @@ pub async fn run(
             Ok(stuck) => {
                 let waiting = stuck.len();
                 metrics::settlements_unreconciled(waiting as u64);
+                gate.unreconciled.set(waiting as u64);
                 if warned != Some(waiting) {
                     tracing::warn!(
                         waiting,

@@ -11,7 +11,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use protocol::TaskStatus;
 
@@ -22,6 +22,10 @@ pub const LATENCY_BOUNDS_MS: [u64; 15] = [
 
 /// How many failures a process keeps between two drains (the console shows the latest few).
 const FAILURES_KEPT: usize = 20;
+/// The longest code, entrypoint or task id a failure note keeps, in bytes: a handler's error
+/// code can come from its caller's input (the `fail` built-in's does), and every note is held
+/// here, in the store's failure list and in each console overview.
+pub const MAX_NOTE_FIELD_BYTES: usize = 128;
 
 /// The counted events, by the field names the stats buckets use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,16 +131,25 @@ pub fn settled() {
 /// A task failed with `code`.
 pub fn failure(task_id: &str, entrypoint: &str, code: &str) {
     let note = FailureNote {
-        task_id: task_id.to_owned(),
-        entrypoint: entrypoint.to_owned(),
-        code: code.to_owned(),
-        at_ms: now_ms(),
+        task_id: bounded(task_id),
+        entrypoint: bounded(entrypoint),
+        code: bounded(code),
+        at_ms: protocol::Timestamp::now().as_millis(),
     };
     let mut failures = FAILURES.lock().unwrap_or_else(PoisonError::into_inner);
     if failures.len() == FAILURES_KEPT {
         failures.pop_front();
     }
     failures.push_back(note);
+}
+
+/// `text` cut to [`MAX_NOTE_FIELD_BYTES`] at a character boundary.
+fn bounded(text: &str) -> String {
+    let mut end = text.len().min(MAX_NOTE_FIELD_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_owned()
 }
 
 /// Takes everything counted since the last drain (the counters restart at zero).
@@ -168,14 +181,6 @@ pub fn latency_bucket(elapsed: Duration) -> usize {
         .iter()
         .position(|bound| ms <= *bound)
         .unwrap_or(LATENCY_BOUNDS_MS.len())
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |elapsed| {
-            u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
-        })
 }
 
 #[cfg(test)]
@@ -210,5 +215,13 @@ mod tests {
         finished(TaskStatus::Running, None);
         let second = drain();
         assert!(!second.failures.iter().any(|note| note.task_id == "t1"));
+    }
+
+    #[test]
+    fn a_failure_note_keeps_a_bounded_code() {
+        let long = "é".repeat(MAX_NOTE_FIELD_BYTES);
+        assert_eq!(bounded(&long).len(), MAX_NOTE_FIELD_BYTES);
+        assert_eq!(bounded(&format!("x{long}")).len(), MAX_NOTE_FIELD_BYTES - 1);
+        assert_eq!(bounded("short"), "short");
     }
 }

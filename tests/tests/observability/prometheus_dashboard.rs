@@ -19,11 +19,12 @@ use harness::paid::{PAYEE, PAYER_KEY};
 use harness::process::ServiceProcess;
 use harness::prometheus::{PrometheusServer, Target};
 use harness::redis_server::RedisOptions;
+use harness::store_fixtures::wait_until_active;
 use nix::sys::signal::Signal;
 use payments::LocalPayer;
 use payments::payer::Challenge;
 use serde_json::{Value, json};
-use store::{Phase, RedisStore, RedisStoreConfig, TaskStore};
+use store::{RedisStore, RedisStoreConfig};
 
 const TOKEN: &str = "dashboard-secret-token-8e2b6f1c0a9d4e73";
 /// How often Prometheus scrapes.
@@ -137,22 +138,6 @@ async fn finished(http: &reqwest::Client, base: &str, id: &str) -> Res<String> {
     }
 }
 
-/// Waits until the task's run is active (its handler started).
-async fn active(store: &RedisStore, id: &str) -> Res {
-    let start = tokio::time::Instant::now();
-    loop {
-        if let Some(stored) = store.get(id).await?
-            && stored.phase == Phase::Active
-        {
-            return Ok(());
-        }
-        if start.elapsed() > PATIENCE {
-            return Err(format!("task {id} never became active").into());
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// A `sleep` run taken by worker `runner` alone: the other worker is frozen until the run is
 /// active, so it cannot take it. Returns the task id.
 async fn sleep_on(cluster: &Cluster, store: &RedisStore, runner: usize, ms: u64) -> Res<String> {
@@ -160,7 +145,7 @@ async fn sleep_on(cluster: &Cluster, store: &RedisStore, runner: usize, ms: u64)
     other.signal(Signal::SIGSTOP)?;
     let created = create(&cluster.http, cluster.base(), "sleep", json!({"ms": ms})).await;
     let started = match &created {
-        Ok(id) => active(store, id).await,
+        Ok(id) => wait_until_active(store, id, PATIENCE).await,
         Err(_) => Ok(()),
     };
     other.signal(Signal::SIGCONT)?;
@@ -299,7 +284,7 @@ async fn every_dashboard_panel_returns_series_from_a_live_cluster() -> Res {
 
     // A cancellation mid-run.
     let long = create(&http, &g1, "sleep", json!({"ms": 30_000})).await?;
-    active(&store, &long).await?;
+    wait_until_active(&store, &long, PATIENCE).await?;
     let cancel = http
         .post(format!("{g1}/tasks/{long}/cancel"))
         .header("Task-Access-Token", TOKEN)

@@ -20,10 +20,11 @@ use harness::cluster::free_port;
 use harness::otlp::{OtlpReceiver, Received, ReceivedSpan, Transport, attribute};
 use harness::process::ServiceProcess;
 use harness::redis_server::RedisServer;
+use harness::store_fixtures::wait_until_active;
 use nix::sys::signal::Signal;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use serde_json::{Value, json};
-use store::{Phase, RedisStore, RedisStoreConfig, TaskStore};
+use store::{RedisStore, RedisStoreConfig};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -397,22 +398,6 @@ fn worker_env(
     envs
 }
 
-/// Waits until the task's run is active (its handler started).
-async fn wait_until_active(store: &RedisStore, task_id: &str) -> TestResult {
-    let start = tokio::time::Instant::now();
-    loop {
-        if let Some(stored) = store.get(task_id).await?
-            && stored.phase == Phase::Active
-        {
-            return Ok(());
-        }
-        if start.elapsed() > PATIENCE {
-            return Err(format!("task {task_id} never became active").into());
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 fn has_event(span: &ReceivedSpan, name_part: &str) -> bool {
     span.span.events.iter().any(|e| e.name.contains(name_part))
 }
@@ -427,7 +412,7 @@ async fn recovery_and_fencing_are_span_events_and_the_rerun_joins_the_trace() ->
     let store = RedisStore::connect(RedisStoreConfig::new(redis.url())).await?;
 
     let task_id = create_task(&base, "sleep", json!({"ms": 1200})).await?;
-    wait_until_active(&store, &task_id).await?;
+    wait_until_active(&store, &task_id, PATIENCE).await?;
     w1.signal(Signal::SIGSTOP)?; // frozen past its lease
     let _w2 = ServiceProcess::start("worker", "w2", &[], &worker_env(&receiver, &redis, "w2"))?;
     let task = wait_until_finished(&base, &task_id).await?;

@@ -122,7 +122,7 @@ impl Shared {
             worker_id: self.config.worker_id.clone(),
             running,
             leases: leases.len() as u64,
-            at_ms: store::stats::wall_ms(),
+            at_ms: protocol::Timestamp::now().as_millis(),
         }
     }
 }

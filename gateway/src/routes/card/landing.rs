@@ -14,6 +14,7 @@ use store::registry::EntrypointInfo;
 
 use super::manifest;
 use crate::config::GatewayConfig;
+use crate::http::document::escape;
 
 pub const HTML: &str = "text/html; charset=utf-8";
 
@@ -38,22 +39,6 @@ pub async fn favicon() -> Response {
         HeaderValue::from_static("public, max-age=86400"),
     );
     response
-}
-
-/// Escapes text for HTML element content and quoted attribute values.
-pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// Quotes `text` as one single-quoted POSIX shell word.

@@ -7,10 +7,11 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use protocol::Timestamp;
 
 use super::{
     BUCKET_MS, BUCKETS_KEPT, ClusterStats, FAILURES_KEPT, FailureRecord, LOAD_TTL, StatsBucket,
-    StatsDelta, StatsWindow, WorkerLoad, bucket_of, wall_ms, window_indexes,
+    StatsDelta, StatsWindow, WorkerLoad, bucket_of, window_indexes,
 };
 use crate::StoreError;
 
@@ -46,12 +47,12 @@ fn ms(duration: Duration) -> u64 {
 #[async_trait]
 impl ClusterStats for MemoryStats {
     async fn announce_console(&self, ttl: Duration) -> Result<(), StoreError> {
-        self.lock().console_until = wall_ms().saturating_add(ms(ttl));
+        self.lock().console_until = Timestamp::now().as_millis().saturating_add(ms(ttl));
         Ok(())
     }
 
     async fn console_on(&self) -> Result<bool, StoreError> {
-        Ok(self.lock().console_until > wall_ms())
+        Ok(self.lock().console_until > Timestamp::now().as_millis())
     }
 
     async fn publish(&self, delta: &StatsDelta) -> Result<(), StoreError> {
@@ -70,7 +71,7 @@ impl ClusterStats for MemoryStats {
         }
         held.failures.truncate(FAILURES_KEPT);
         if let Some(load) = &delta.load {
-            let until = wall_ms().saturating_add(ms(LOAD_TTL));
+            let until = Timestamp::now().as_millis().saturating_add(ms(LOAD_TTL));
             held.loads
                 .insert(load.worker_id.clone(), (load.clone(), until));
         }
@@ -83,7 +84,7 @@ impl ClusterStats for MemoryStats {
         buckets: usize,
         workers: &[String],
     ) -> Result<StatsWindow, StoreError> {
-        let now = wall_ms();
+        let now = Timestamp::now().as_millis();
         let mut held = self.lock();
         held.loads.retain(|_, (_, until)| *until > now);
         let buckets = window_indexes(now_ms, buckets)

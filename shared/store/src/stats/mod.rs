@@ -19,7 +19,7 @@ mod redis;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -163,15 +163,6 @@ pub trait ClusterStats: Send + Sync {
     ) -> Result<StatsWindow, StoreError>;
 }
 
-/// Milliseconds since the Unix epoch, by this process's clock.
-pub fn wall_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |elapsed| {
-            u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
-        })
-}
-
 /// Publishes this process's tally every `interval` while a console is announced, until `stop`
 /// (then once more, so a clean shutdown loses nothing). `load` describes a worker's runs
 /// (`None` for a gateway). While no console is announced the tally is drained and dropped, so
@@ -200,7 +191,8 @@ pub async fn publish_loop(
         }
         let drained = tally::drain();
         if on {
-            let delta = StatsDelta::from_tally(wall_ms(), drained, load());
+            let delta =
+                StatsDelta::from_tally(protocol::Timestamp::now().as_millis(), drained, load());
             if !delta.is_empty()
                 && let Err(err) = stats.publish(&delta).await
             {
