@@ -337,7 +337,7 @@ async fn memory(state: &AppState, partial: &mut Vec<String>) -> Vec<MemoryRow> {
     fills
         .into_iter()
         .map(|fill| MemoryRow {
-            fill: (fill.max > 0).then(|| fill.used as f64 / fill.max as f64),
+            fill: fill.ratio(),
             node: fill.node,
             used: fill.used,
             max: fill.max,

@@ -103,16 +103,20 @@ async fn sample(
         }
         None => (Some(1), Some(shared.config.concurrency as u64)),
     };
-    let mut queue_depth = Vec::with_capacity(entrypoints.len());
-    for entrypoint in entrypoints {
-        let depth = shared.store.queue_depth(&entrypoint).await?;
-        queue_depth.push((entrypoint, depth));
-    }
+    // Every read at once: one round trip's wait, however many entrypoints.
+    let store = &shared.store;
+    let (depths, leases_active, tasks_live, fills) = tokio::join!(
+        futures::future::try_join_all(entrypoints.iter().map(|name| store.queue_depth(name))),
+        store.lease_count(),
+        store.live_count(),
+        store.memory_fill(),
+    );
+    let queue_depth = entrypoints.into_iter().zip(depths?).collect();
     // A store that does not count leases leaves that gauge empty, not the others; the same
     // for memory (the in-memory store has no limit to fill).
-    let leases_active = shared.store.lease_count().await.ok();
-    let tasks_live = shared.store.live_count().await.ok();
-    let memory_fill = match shared.store.memory_fill().await {
+    let leases_active = leases_active.ok();
+    let tasks_live = tasks_live.ok();
+    let memory_fill = match fills {
         Ok(fills) => fills
             .iter()
             .filter_map(|fill| fill.ratio().map(|ratio| (fill.node.clone(), ratio)))
