@@ -317,8 +317,17 @@ pub async fn create_watched(
     state: &AppState,
     admit: Admit<'_>,
 ) -> Result<(Task, Subscription), ApiError> {
+    create_watched_as(state, admit, uuid::Uuid::new_v4().to_string()).await
+}
+
+/// [`create_watched`] with an id the caller chose (fresh, never used: an A2A send stores the
+/// task's inline push config under it first).
+pub async fn create_watched_as(
+    state: &AppState,
+    admit: Admit<'_>,
+    task_id: String,
+) -> Result<(Task, Subscription), ApiError> {
     state.store_memory.admit()?;
-    let task_id = uuid::Uuid::new_v4().to_string();
     let store = state.store.clone();
     admit_with(admit, task_id, Admission::Queued, |new| async move {
         store.create_watched(new).await

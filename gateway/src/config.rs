@@ -351,6 +351,41 @@ pub struct GatewayConfig {
     #[arg(long, env = "GRPC_URL")]
     pub grpc_url: Option<String>,
 
+    /// A2A push notifications: configs on every binding and durable delivery (needs
+    /// `REDIS_URL`: the outbox is in Redis; embedded mode has none). `off`: every push config
+    /// call answers PushNotificationNotSupported and the card says `pushNotifications: false`.
+    #[arg(long, env = "PUSH_NOTIFICATIONS", default_value = "on", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
+    pub push_notifications: bool,
+
+    /// Hosts (exact names) and networks (CIDRs, or single addresses) push notifications may
+    /// reach although they are not public: comma-separated, e.g. `hooks.internal,10.0.0.0/8`.
+    /// Empty: public addresses only (no loopback, private, link-local, unique-local,
+    /// metadata, multicast or unspecified address, checked at every connection).
+    #[arg(long, env = "PUSH_ALLOWLIST", default_value = "")]
+    pub push_allowlist: String,
+
+    /// Attempts at one push delivery (the first one included) before it is given up, kept
+    /// for inspection and counted (`taskcluster.push.exhausted`).
+    #[arg(long, env = "PUSH_MAX_ATTEMPTS", default_value_t = 8)]
+    pub push_max_attempts: u32,
+
+    /// First retry delay of a push delivery (ms): it doubles with each failure, up to
+    /// --push-retry-cap-ms, with full jitter.
+    #[arg(long, env = "PUSH_RETRY_BASE_MS", default_value_t = 1_000)]
+    pub push_retry_base_ms: u64,
+
+    /// Longest retry delay of a push delivery (ms).
+    #[arg(long, env = "PUSH_RETRY_CAP_MS", default_value_t = 300_000)]
+    pub push_retry_cap_ms: u64,
+
+    /// Push configs one task may have.
+    #[arg(long, env = "PUSH_MAX_CONFIGS", default_value_t = 10)]
+    pub push_max_configs: usize,
+
+    /// Push deliveries this gateway makes at once (each task's configs in order).
+    #[arg(long, env = "PUSH_CONCURRENCY", default_value_t = 32)]
+    pub push_concurrency: usize,
+
     /// Log format: `text` or `json`.
     #[arg(long, env = "LOG_FORMAT", default_value = "text")]
     pub log_format: String,

@@ -58,6 +58,8 @@ pub fn start(
         payments: None,
         // The in-memory store has no memory limit of its own to watch.
         store_memory: Arc::new(crate::store_memory::MemoryWatch::disabled()),
+        // Push deliveries are kept in Redis, so that they outlive any process: none here.
+        push: None,
         config: Arc::new(config),
         shutdown,
     }

@@ -40,6 +40,10 @@
 //!
 //! [`app`] builds the router, merging both adapters' routers; tests drive it without a socket.
 
+// The A2A handlers' futures (binding, operation, admission, payment gate, store) nest deeper
+// than the default limit lets clippy compute their layouts.
+#![recursion_limit = "256"]
+
 pub mod a2a;
 pub mod admit;
 pub mod catalog;

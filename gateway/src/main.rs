@@ -132,9 +132,11 @@ async fn cluster_state(
             shutdown.clone(),
         ));
     }
+    let push = push_notifications(config, &store, shutdown, background)?;
     let state = AppState {
         payments,
         store_memory,
+        push,
         registry: Arc::new(store.registry()),
         idempotency: Arc::new(store::idempotency::RedisIdempotency::with_limits(
             &store,
@@ -146,6 +148,27 @@ async fn cluster_state(
         shutdown: shutdown.clone(),
     };
     Ok((state, limiter))
+}
+
+/// A2A push notifications, with this gateway's deliverer, unless `--push-notifications off`;
+/// a setting they refuse (an allowlist that does not parse) stops the process.
+fn push_notifications(
+    config: &GatewayConfig,
+    store: &RedisStore,
+    shutdown: &CancellationToken,
+    background: &TaskTracker,
+) -> anyhow::Result<Option<Arc<gateway::a2a::push::Push>>> {
+    let Some(push) = gateway::a2a::push::Push::from_config(config, store)? else {
+        tracing::info!("A2A push notifications are off");
+        return Ok(None);
+    };
+    let push = Arc::new(push);
+    background.spawn(gateway::a2a::push::deliver::run(
+        Arc::new(store.clone()),
+        push.clone(),
+        shutdown.clone(),
+    ));
+    Ok(Some(push))
 }
 
 /// The payment gate when `PAY_TO` and a facilitator are configured, with its settlement

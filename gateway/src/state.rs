@@ -24,6 +24,9 @@ pub struct AppState {
     /// The store memory watch: admission refuses new tasks while the store is near its
     /// memory limit (sampled in the background; never refuses in embedded mode).
     pub store_memory: Arc<crate::store_memory::MemoryWatch>,
+    /// A2A push notifications (configs and their delivery); `None` when off, and always in
+    /// embedded mode (the outbox is in Redis).
+    pub push: Option<Arc<crate::a2a::push::Push>>,
     /// Cancelled when the gateway shuts down: long responses (SSE) end so the drain finishes.
     pub shutdown: tokio_util::sync::CancellationToken,
 }

@@ -187,7 +187,7 @@ impl Watch {
 
 /// Stream events, progress, the (re)queueing of a task, input requests and terminal
 /// transitions; unknown names are skipped.
-fn classify(event: StoredEvent) -> Option<RunEvent> {
+pub fn classify(event: StoredEvent) -> Option<RunEvent> {
     if event.event == PROGRESS {
         return Some(RunEvent::Progress);
     }

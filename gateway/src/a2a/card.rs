@@ -17,7 +17,12 @@ use crate::config::GatewayConfig;
 use crate::http::interfaces::{a2a_jsonrpc_url as jsonrpc_url, a2a_rest_url as rest_url};
 
 /// The card for `entrypoints` as seen from `base_url` (`scheme://host` and the base path).
-pub fn build(config: &GatewayConfig, base_url: &str, entrypoints: &[EntrypointInfo]) -> AgentCard {
+pub fn build(
+    config: &GatewayConfig,
+    base_url: &str,
+    entrypoints: &[EntrypointInfo],
+    push_notifications: bool,
+) -> AgentCard {
     let modes = |modes: &[&str]| {
         modes
             .iter()
@@ -31,7 +36,7 @@ pub fn build(config: &GatewayConfig, base_url: &str, entrypoints: &[EntrypointIn
         supported_interfaces: interfaces(config, base_url),
         capabilities: AgentCapabilities {
             streaming: Some(true),
-            push_notifications: Some(false),
+            push_notifications: Some(push_notifications),
             extensions: None,
             extended_agent_card: Some(false),
         },

@@ -45,6 +45,18 @@ impl A2aError {
         )
     }
 
+    /// A push config id the task does not have: TaskNotFound, as a2a-python and a2a-go answer.
+    pub fn push_config_not_found(task_id: &str, config_id: &str) -> Self {
+        A2aError::new(
+            error_code::TASK_NOT_FOUND,
+            format!(
+                "Task {} has no push notification config {}",
+                quoted(truncated(task_id)),
+                quoted(truncated(config_id))
+            ),
+        )
+    }
+
     pub fn not_cancelable(task_id: &str) -> Self {
         A2aError::new(
             error_code::TASK_NOT_CANCELABLE,

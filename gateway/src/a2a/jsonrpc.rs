@@ -21,7 +21,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::error::{A2aError, truncated};
-use super::service::{self, Caller, Refusal, Reply};
+use super::service::{self, Caller, Refusal, Reply, push_config};
 use super::{caller, version, wire};
 use crate::state::AppState;
 
@@ -130,9 +130,40 @@ async fn dispatch(caller: &Caller<'_>, id: JsonRpcId, method: &str, params: Valu
         methods::GET_EXTENDED_AGENT_CARD => {
             answer_error(id, &A2aError::extended_card_not_configured())
         }
-        // The push-notification methods: this agent has none (`capabilities.pushNotifications`
-        // is false).
-        _ => answer_error(id, &A2aError::push_not_supported()),
+        methods::CREATE_PUSH_CONFIG
+        | methods::GET_PUSH_CONFIG
+        | methods::LIST_PUSH_CONFIGS
+        | methods::DELETE_PUSH_CONFIG => dispatch_push(caller, id, method, params).await,
+        // `methods::is_valid` let only the spec's methods through.
+        _ => answer_error(id, &A2aError::method_not_found(method)),
+    }
+}
+
+/// The push notification config methods.
+async fn dispatch_push(
+    caller: &Caller<'_>,
+    id: JsonRpcId,
+    method: &str,
+    params: Value,
+) -> Response {
+    match method {
+        methods::CREATE_PUSH_CONFIG => match parse(params) {
+            Ok(config) => answer(id, push_config::create(caller, config).await),
+            Err(err) => answer_error(id, &err),
+        },
+        methods::GET_PUSH_CONFIG => match parse(params) {
+            Ok(request) => answer(id, push_config::get(caller, request).await),
+            Err(err) => answer_error(id, &err),
+        },
+        methods::LIST_PUSH_CONFIGS => match parse(params) {
+            Ok(request) => answer(id, push_config::list(caller, request).await),
+            Err(err) => answer_error(id, &err),
+        },
+        methods::DELETE_PUSH_CONFIG => match parse(params) {
+            Ok(request) => answer(id, push_config::delete(caller, request).await),
+            Err(err) => answer_error(id, &err),
+        },
+        _ => answer_error(id, &A2aError::method_not_found(method)),
     }
 }
 

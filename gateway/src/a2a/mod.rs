@@ -22,6 +22,7 @@ pub mod grpc;
 pub mod jsonrpc;
 pub mod mapping;
 pub mod proto_json;
+pub mod push;
 pub mod rest;
 pub mod service;
 pub mod version;
@@ -63,7 +64,13 @@ async fn agent_card(
     base.push_str(&state.config.base_path());
     let snapshot = crate::admit::entrypoints(&state).await?;
     let card = snapshot.document(Document::A2aCard, &base, |entrypoints| {
-        serde_json::to_vec(&card::build(&state.config, &base, entrypoints)).map_err(|err| {
+        serde_json::to_vec(&card::build(
+            &state.config,
+            &base,
+            entrypoints,
+            state.push.is_some(),
+        ))
+        .map_err(|err| {
             tracing::error!(error = %err, "the A2A card did not serialize");
             ApiError::internal()
         })

@@ -5,7 +5,8 @@
 //!   &pageToken=&historyLength=&statusTimestampAfter=&includeArtifacts=`);
 //! - `POST /tasks/{id}:cancel`, `GET|POST /tasks/{id}:subscribe` (SSE);
 //! - `GET /extendedAgentCard` (none: `ExtendedAgentCardNotConfiguredError`);
-//! - `/tasks/{id}/pushNotificationConfigs[/{configId}]`: `PushNotificationNotSupportedError`.
+//! - `POST|GET /tasks/{id}/pushNotificationConfigs` (create: the config is the body; list),
+//!   `GET|DELETE /tasks/{id}/pushNotificationConfigs/{configId}`.
 //!
 //! Errors are AIP-193 bodies with the spec's HTTP status ([`A2aError::to_rest`]); unknown
 //! paths under the binding are `404` in the same shape.
@@ -21,13 +22,13 @@ use axum::body::Bytes;
 use axum::extract::{OriginalUri, Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::Response;
-use axum::routing::{any, get, post};
+use axum::routing::{get, post};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use serde::de::DeserializeOwned;
 
 use super::error::{A2aError, truncated};
-use super::service::{self, Caller, Refusal, Reply};
+use super::service::{self, Caller, Refusal, Reply, push_config};
 use super::{caller, version, wire};
 use crate::http::client_address::Source;
 use crate::state::AppState;
@@ -38,8 +39,14 @@ pub fn router() -> Router<AppState> {
         .route("/message:stream", post(stream))
         .route("/tasks", get(list))
         .route("/tasks/{task}", get(task_get).post(task_post))
-        .route("/tasks/{task}/pushNotificationConfigs", any(push))
-        .route("/tasks/{task}/pushNotificationConfigs/{config}", any(push))
+        .route(
+            "/tasks/{task}/pushNotificationConfigs",
+            get(push_list).post(push_create).fallback(push_method),
+        )
+        .route(
+            "/tasks/{task}/pushNotificationConfigs/{config}",
+            get(push_get).delete(push_delete).fallback(push_method),
+        )
         .route("/extendedAgentCard", get(extended_card))
         .fallback(unknown)
 }
@@ -214,13 +221,111 @@ async fn subscribe(caller: &Caller<'_>, id: &str) -> Response {
     }
 }
 
-async fn push(
+/// `POST /tasks/{id}/pushNotificationConfigs`: the body is the config; the path names its task.
+async fn push_create(
+    State(state): State<AppState>,
+    OriginalUri(uri): OriginalUri,
+    headers: HeaderMap,
+    Path(task): Path<String>,
+    body: Bytes,
+) -> Response {
+    let caller = match caller(&state, &headers, &uri) {
+        Ok(caller) => caller,
+        Err(err) => return err.to_rest(),
+    };
+    let mut config = match body_of::<a2a::TaskPushNotificationConfig>(&headers, &body) {
+        Ok(config) => config,
+        Err(err) => return err.to_rest(),
+    };
+    if config.task_id.is_empty() {
+        config.task_id.clone_from(&task);
+    } else if config.task_id != task {
+        return A2aError::invalid_params("taskId in the body names another task than the path")
+            .to_rest();
+    }
+    ok_or_error(push_config::create(&caller, config).await)
+}
+
+/// `GET /tasks/{id}/pushNotificationConfigs` (`?pageSize=&pageToken=`).
+async fn push_list(
+    State(state): State<AppState>,
+    OriginalUri(uri): OriginalUri,
+    headers: HeaderMap,
+    Path(task): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let caller = match caller(&state, &headers, &uri) {
+        Ok(caller) => caller,
+        Err(err) => return err.to_rest(),
+    };
+    let query = match pairs(query.as_deref().unwrap_or_default()) {
+        Ok(query) => query,
+        Err(err) => return err.to_rest(),
+    };
+    let page_size = match query.get("pageSize").map(|n| int(n, "pageSize")) {
+        None => None,
+        Some(Ok(n)) => Some(n),
+        Some(Err(err)) => return err.to_rest(),
+    };
+    let request = a2a::ListTaskPushNotificationConfigsRequest {
+        task_id: task,
+        page_size,
+        page_token: query.get("pageToken").cloned(),
+        tenant: None,
+    };
+    ok_or_error(push_config::list(&caller, request).await)
+}
+
+/// `GET /tasks/{id}/pushNotificationConfigs/{configId}`.
+async fn push_get(
+    State(state): State<AppState>,
+    OriginalUri(uri): OriginalUri,
+    headers: HeaderMap,
+    Path((task, config)): Path<(String, String)>,
+) -> Response {
+    let caller = match caller(&state, &headers, &uri) {
+        Ok(caller) => caller,
+        Err(err) => return err.to_rest(),
+    };
+    let request = a2a::GetTaskPushNotificationConfigRequest {
+        task_id: task,
+        id: config,
+        tenant: None,
+    };
+    ok_or_error(push_config::get(&caller, request).await)
+}
+
+/// `DELETE /tasks/{id}/pushNotificationConfigs/{configId}`: `{}` (idempotent).
+async fn push_delete(
+    State(state): State<AppState>,
+    OriginalUri(uri): OriginalUri,
+    headers: HeaderMap,
+    Path((task, config)): Path<(String, String)>,
+) -> Response {
+    let caller = match caller(&state, &headers, &uri) {
+        Ok(caller) => caller,
+        Err(err) => return err.to_rest(),
+    };
+    let request = a2a::DeleteTaskPushNotificationConfigRequest {
+        task_id: task,
+        id: config,
+        tenant: None,
+    };
+    ok_or_error(
+        push_config::delete(&caller, request)
+            .await
+            .map(|()| serde_json::json!({})),
+    )
+}
+
+/// Another method on a push config path.
+async fn push_method(
     State(state): State<AppState>,
     OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
 ) -> Response {
     match caller(&state, &headers, &uri) {
-        Ok(_) => A2aError::push_not_supported().to_rest(),
+        Ok(_) => A2aError::method_not_found("this method on push notification configs").to_rest(),
         Err(err) => err.to_rest(),
     }
 }

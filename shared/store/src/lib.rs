@@ -41,6 +41,7 @@
 
 pub mod credentials;
 pub mod idempotency;
+pub mod push;
 pub mod ratelimit;
 pub mod registry;
 pub mod stats;

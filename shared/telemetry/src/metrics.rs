@@ -17,6 +17,8 @@
 //! | `taskcluster.store.memory.high_water` | gauge, 1 | |
 //! | `taskcluster.settlements.unreconciled` | gauge | |
 //! | `taskcluster.admissions.refused` | counter | `reason` |
+//! | `taskcluster.push.deliveries` | counter | `outcome` (`delivered`, `retried`, `exhausted`) |
+//! | `taskcluster.push.delivery_time` | histogram, s | `outcome` |
 //! | `http.server.request.duration` | histogram, s | `http.request.method`, `http.route`, `http.response.status_code`, `url.scheme` |
 //! | `http.server.active_requests` | up-down counter | `http.request.method`, `url.scheme` |
 //!
@@ -61,6 +63,8 @@ struct Instruments {
     unreconciled: Gauge<u64>,
     high_water: Gauge<f64>,
     refused: Counter<u64>,
+    push: Counter<u64>,
+    push_time: Histogram<f64>,
 }
 
 /// Built on first use, after [`super::init`] installed the meter provider.
@@ -139,6 +143,18 @@ fn instruments() -> &'static Instruments {
                 .u64_counter("taskcluster.admissions.refused")
                 .with_description("New tasks a gateway refused before storing them")
                 .build(),
+            push: meter
+                .u64_counter("taskcluster.push.deliveries")
+                .with_description(
+                    "A2A push notification attempts by outcome: delivered, retried (a failure \
+                     with attempts left) or exhausted (given up, kept for inspection)",
+                )
+                .build(),
+            push_time: seconds(
+                "taskcluster.push.delivery_time",
+                "One push notification attempt, from its request to the receiver's answer",
+                &HTTP_BUCKETS,
+            ),
         }
     })
 }
@@ -205,6 +221,30 @@ pub fn fenced_write_rejected(name: &str, operation: &'static str) {
             1,
             &[entrypoint(name), KeyValue::new("operation", operation)],
         );
+    }
+}
+
+/// A push notification attempt ended: `delivered`, `retried` or `exhausted`.
+pub fn push_delivery(outcome: &'static str, took: Duration) {
+    if super::metrics_enabled() {
+        let instruments = instruments();
+        let attributes = [KeyValue::new("outcome", outcome)];
+        instruments.push.add(1, &attributes);
+        instruments
+            .push_time
+            .record(took.as_secs_f64(), &attributes);
+    }
+}
+
+/// Creates the push delivery counters at zero (a gateway that delivers push notifications),
+/// so that the first exhausted delivery is an increase `increase()` can see.
+pub fn prime_push_counters() {
+    if super::metrics_enabled() {
+        for outcome in ["delivered", "retried", "exhausted"] {
+            instruments()
+                .push
+                .add(0, &[KeyValue::new("outcome", outcome)]);
+        }
     }
 }
 

@@ -82,6 +82,76 @@ pub(crate) fn authorization_header(
     Ok(value)
 }
 
+/// Upper bound on a push config's notification token.
+pub const MAX_TOKEN_LEN: usize = 1024;
+
+/// Why a token cannot go into the `X-A2A-Notification-Token` header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum TokenError {
+    #[error("the notification token is empty")]
+    Empty,
+    #[error("the notification token has {what} at byte {position}; visible ASCII only")]
+    Invalid { position: usize, what: &'static str },
+    #[error("the notification token is longer than {MAX_TOKEN_LEN} bytes")]
+    TooLong,
+}
+
+/// Checks that a push config's `token` makes a header value: visible ASCII, no space, CR, LF
+/// or other control character, at most [`MAX_TOKEN_LEN`] bytes. Errors never quote it.
+pub fn validate_token(token: &str) -> Result<(), TokenError> {
+    if token.is_empty() {
+        return Err(TokenError::Empty);
+    }
+    if token.len() > MAX_TOKEN_LEN {
+        return Err(TokenError::TooLong);
+    }
+    match token.bytes().position(|byte| !byte.is_ascii_graphic()) {
+        Some(position) => Err(TokenError::Invalid {
+            position,
+            what: describe(token.as_bytes()[position]),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The `X-A2A-Notification-Token` value, marked sensitive.
+pub(crate) fn token_header(token: &str) -> Result<HeaderValue, TokenError> {
+    validate_token(token)?;
+    let mut value = HeaderValue::from_str(token).map_err(|_| TokenError::Invalid {
+        position: 0,
+        what: "a character not allowed in a header",
+    })?;
+    value.set_sensitive(true);
+    Ok(value)
+}
+
+#[cfg(test)]
+mod token_tests {
+    use super::*;
+
+    #[test]
+    fn tokens_with_line_breaks_or_spaces_are_refused_without_being_quoted() {
+        assert_eq!(validate_token("abc-123_XYZ"), Ok(()));
+        assert_eq!(validate_token(""), Err(TokenError::Empty));
+        for bad in ["a\r\nX-Evil: 1", "a b", "caf\u{e9}"] {
+            let err = validate_token(bad).err();
+            assert!(
+                matches!(err, Some(TokenError::Invalid { .. })),
+                "{bad:?}: {err:?}"
+            );
+            assert!(
+                !err.map(|e| e.to_string())
+                    .unwrap_or_default()
+                    .contains("X-Evil")
+            );
+        }
+        assert_eq!(
+            validate_token(&"t".repeat(MAX_TOKEN_LEN + 1)),
+            Err(TokenError::TooLong)
+        );
+    }
+}
+
 fn is_tchar(byte: u8) -> bool {
     byte.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&byte)
 }

@@ -10,10 +10,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use reqwest::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use reqwest::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HeaderName, HeaderValue};
+
+/// The header that carries a push config's token (a2a-python and a2a-go send it so).
+const NOTIFICATION_TOKEN: HeaderName = HeaderName::from_static("x-a2a-notification-token");
 use reqwest::{Response, redirect};
 
-use crate::authorization::authorization_header;
+use crate::authorization::{authorization_header, token_header};
 use crate::error::WebhookError;
 use crate::outcome::DeliveryOutcome;
 use crate::policy::WebhookPolicy;
@@ -90,9 +93,24 @@ impl WebhookClient {
         content_type: &str,
         body: Bytes,
     ) -> Result<DeliveryOutcome, WebhookError> {
+        self.post_with_token(url, authorization, None, content_type, body)
+            .await
+    }
+
+    /// [`WebhookClient::post`], with `X-A2A-Notification-Token: {token}` when given (the
+    /// token an A2A push config names, for the receiver to check; never logged).
+    pub async fn post_with_token(
+        &self,
+        url: &str,
+        authorization: Option<(&str, &str)>,
+        token: Option<&str>,
+        content_type: &str,
+        body: Bytes,
+    ) -> Result<DeliveryOutcome, WebhookError> {
         let authorization = authorization
             .map(|(scheme, credentials)| authorization_header(scheme, credentials))
             .transpose()?;
+        let token = token.map(token_header).transpose()?;
         let content_type =
             HeaderValue::from_str(content_type).map_err(|_| WebhookError::InvalidContentType)?;
         let url = validate_url(url, &self.policy)?;
@@ -105,6 +123,9 @@ impl WebhookClient {
             .body(body);
         if let Some(authorization) = authorization {
             request = request.header(AUTHORIZATION, authorization);
+        }
+        if let Some(token) = token {
+            request = request.header(NOTIFICATION_TOKEN, token);
         }
         let outcome = match request.send().await {
             Ok(response) => {

@@ -6,7 +6,7 @@
 //! Nothing here carries the URL's path or query (a receiver may put a token there) or the
 //! credentials; the host is enough to find the config.
 
-use crate::authorization::AuthorizationError;
+use crate::authorization::{AuthorizationError, TokenError};
 use crate::policy::Refusal;
 
 #[derive(Debug, thiserror::Error)]
@@ -24,6 +24,8 @@ pub enum WebhookError {
     },
     #[error("invalid Authorization for the webhook: {0}")]
     InvalidAuthorization(#[from] AuthorizationError),
+    #[error("invalid notification token for the webhook: {0}")]
+    InvalidToken(#[from] TokenError),
     #[error("invalid Content-Type for the webhook: not a valid header value")]
     InvalidContentType,
     /// The HTTP client could not be built (the TLS set-up failed).

@@ -46,7 +46,7 @@ pub mod ranges;
 mod resolve;
 pub mod target;
 
-pub use authorization::{AuthorizationError, validate_authorization};
+pub use authorization::{AuthorizationError, TokenError, validate_authorization, validate_token};
 pub use backoff::{Backoff, BackoffError};
 pub use client::{WebhookClient, WebhookConfig};
 pub use error::WebhookError;

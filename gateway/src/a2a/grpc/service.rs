@@ -14,7 +14,7 @@ use super::convert;
 use super::status;
 use super::streaming::{self, Events};
 use crate::a2a::error::A2aError;
-use crate::a2a::service::{self, Caller, Reply};
+use crate::a2a::service::{self, Caller, Reply, push_config};
 use crate::pay::receipt::Receipt;
 use crate::state::AppState;
 
@@ -53,13 +53,6 @@ fn with_receipt<T>(value: T, receipt: Option<Receipt>) -> Response<T> {
         *response.metadata_mut() = MetadataMap::from_headers(headers);
     }
     response
-}
-
-/// The push-notification methods: this agent has none (`capabilities.pushNotifications` is
-/// false), answered as the other bindings answer them once the caller is identified.
-fn push_not_supported<T, U>(request: &Request<T>, method: &str) -> Result<Response<U>, Status> {
-    identify(request, method)?;
-    Err(status::of(&A2aError::push_not_supported()))
 }
 
 #[tonic::async_trait]
@@ -147,28 +140,56 @@ impl A2aService for Grpc {
         &self,
         request: Request<a2a_pb::TaskPushNotificationConfig>,
     ) -> Result<Response<a2a_pb::TaskPushNotificationConfig>, Status> {
-        push_not_supported(&request, "CreateTaskPushNotificationConfig")
+        let metadata = identify(&request, "CreateTaskPushNotificationConfig")?;
+        let config = pbconv::from_proto_task_push_notification_config(request.get_ref());
+        let stored = push_config::create(&self.caller(&metadata), config)
+            .await
+            .map_err(|err| status::of(&err))?;
+        Ok(Response::new(
+            pbconv::to_proto_task_push_notification_config(&stored),
+        ))
     }
 
     async fn get_task_push_notification_config(
         &self,
         request: Request<a2a_pb::GetTaskPushNotificationConfigRequest>,
     ) -> Result<Response<a2a_pb::TaskPushNotificationConfig>, Status> {
-        push_not_supported(&request, "GetTaskPushNotificationConfig")
+        let metadata = identify(&request, "GetTaskPushNotificationConfig")?;
+        let get = pbconv::from_proto_get_task_push_notification_config_request(request.get_ref());
+        let stored = push_config::get(&self.caller(&metadata), get)
+            .await
+            .map_err(|err| status::of(&err))?;
+        Ok(Response::new(
+            pbconv::to_proto_task_push_notification_config(&stored),
+        ))
     }
 
     async fn list_task_push_notification_configs(
         &self,
         request: Request<a2a_pb::ListTaskPushNotificationConfigsRequest>,
     ) -> Result<Response<a2a_pb::ListTaskPushNotificationConfigsResponse>, Status> {
-        push_not_supported(&request, "ListTaskPushNotificationConfigs")
+        let metadata = identify(&request, "ListTaskPushNotificationConfigs")?;
+        let list =
+            pbconv::from_proto_list_task_push_notification_configs_request(request.get_ref());
+        let configs = push_config::list(&self.caller(&metadata), list)
+            .await
+            .map_err(|err| status::of(&err))?;
+        Ok(Response::new(
+            pbconv::to_proto_list_task_push_notification_configs_response(&configs),
+        ))
     }
 
     async fn delete_task_push_notification_config(
         &self,
         request: Request<a2a_pb::DeleteTaskPushNotificationConfigRequest>,
     ) -> Result<Response<()>, Status> {
-        push_not_supported(&request, "DeleteTaskPushNotificationConfig")
+        let metadata = identify(&request, "DeleteTaskPushNotificationConfig")?;
+        let delete =
+            pbconv::from_proto_delete_task_push_notification_config_request(request.get_ref());
+        push_config::delete(&self.caller(&metadata), delete)
+            .await
+            .map_err(|err| status::of(&err))?;
+        Ok(Response::new(()))
     }
 
     /// This agent has no extended card (`capabilities.extendedAgentCard` is false), as the

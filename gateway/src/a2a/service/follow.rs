@@ -1,21 +1,17 @@
 //! A task as a stream of A2A events: `SubscribeToTask`, and the stream a
 //! `SendStreamingMessage` answers with ([`follow`]). The events come from the core's watch of
-//! the run ([`crate::watch`]), mapped to A2A status and artifact updates.
+//! the run ([`crate::watch`]), told in A2A by a [`Narrator`].
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
-use a2a::{
-    StreamResponse, SubscribeToTaskRequest, TaskArtifactUpdateEvent, TaskState, TaskStatus,
-    TaskStatusUpdateEvent,
-};
+use a2a::{StreamResponse, SubscribeToTaskRequest};
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use protocol::TaskStatus as RuntimeStatus;
 use protocol::token::OwnerHash;
-use serde_json::Value;
-use store::{Phase, StoredTask, TaskStore};
+use store::{StoredTask, TaskStore};
 
+use super::narrate::Narrator;
 use super::{Caller, bounded, check_id, read_owned};
 use crate::a2a::error::A2aError;
 use crate::a2a::mapping;
@@ -79,15 +75,10 @@ struct Follow {
     store: Arc<dyn TaskStore>,
     owner: OwnerHash,
     task_id: String,
-    context_id: String,
     watch: Watch,
     closes_on_input: bool,
-    /// Artifact ids already streamed: the final task's artifacts are not sent twice.
-    streamed: HashSet<String>,
+    narrator: Narrator,
     pending: VecDeque<StreamResponse>,
-    working_sent: bool,
-    /// The last update said `input-required`: a resume says `submitted` again.
-    asked: bool,
     done: bool,
 }
 
@@ -105,13 +96,14 @@ impl Follow {
             store,
             owner,
             task_id: first.task.task_id.clone(),
-            context_id: mapping::context_of(first),
             watch,
             closes_on_input,
-            streamed: HashSet::new(),
+            narrator: Narrator::new(
+                first.task.task_id.clone(),
+                mapping::context_of(first),
+                Narrator::state_after_reading(first),
+            ),
             pending,
-            working_sent: first.phase == Phase::Active,
-            asked: first.phase == Phase::Waiting,
             done: first.task.status.is_terminal(),
         }
     }
@@ -125,122 +117,44 @@ impl Follow {
             if self.done {
                 return None;
             }
+            let mut out = Vec::new();
             match self.watch.next().await {
-                Ok(RunEvent::Running) => self.running(),
-                Ok(RunEvent::Progress) => self.working(),
-                Ok(RunEvent::InputRequired { request }) => self.input_required(&request),
-                Ok(RunEvent::Stream { kind, data }) => self.stream(&kind, data),
-                Ok(RunEvent::Finished(_)) => self.finished().await?,
+                Ok(RunEvent::Finished(terminal)) => {
+                    self.done = true;
+                    let stored =
+                        read_finished(self.store.clone(), &self.owner, &self.task_id).await?;
+                    self.narrator.finished(Some(&stored), &terminal, &mut out);
+                }
+                Ok(event) => {
+                    let asks = matches!(event, RunEvent::InputRequired { .. });
+                    self.narrator.on(event, &mut out);
+                    if asks && self.closes_on_input {
+                        self.done = true;
+                    }
+                }
                 Err(err) => {
                     tracing::warn!(task_id = %self.task_id, error = ?err.message, "an A2A stream lost its task");
                     return None;
                 }
             }
+            self.pending.extend(out);
         }
     }
+}
 
-    /// Created or resumed: queued for a worker. Only a resume changes what the follower last
-    /// heard (`input-required`).
-    fn running(&mut self) {
-        if self.asked {
-            self.asked = false;
-            self.status(TaskState::Submitted);
+/// The finished task, as stored. `None` when it cannot be read (gone, or the store failed):
+/// the stream ends. (A free function: a `&Follow` held across the read would not be `Send`.)
+async fn read_finished(
+    store: Arc<dyn TaskStore>,
+    owner: &OwnerHash,
+    task_id: &str,
+) -> Option<StoredTask> {
+    match store.get(task_id).await {
+        Ok(Some(stored)) if stored.owner == *owner => Some(stored),
+        Ok(_) => None,
+        Err(err) => {
+            tracing::warn!(task_id, error = %err, "could not read a finished A2A task");
+            None
         }
-    }
-
-    /// A worker shows it runs the task (an event of its own): `working`, once per turn.
-    /// The runtime publishes nothing when a worker picks a task up, so this is the first
-    /// moment a follower can know.
-    fn working(&mut self) {
-        if !self.working_sent {
-            self.working_sent = true;
-            self.status(TaskState::Working);
-        }
-    }
-
-    fn input_required(&mut self, request: &Value) {
-        self.working();
-        // The next turn's run starts afresh: it gets its own `working` update.
-        self.working_sent = false;
-        self.asked = true;
-        let message = mapping::request_message(&self.task_id, &self.context_id, request);
-        self.pending
-            .push_back(StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
-                task_id: self.task_id.clone(),
-                context_id: self.context_id.clone(),
-                status: TaskStatus {
-                    state: TaskState::InputRequired,
-                    message: Some(message),
-                    timestamp: Some(chrono::Utc::now()),
-                },
-                metadata: None,
-            }));
-        if self.closes_on_input {
-            self.done = true;
-        }
-    }
-
-    fn stream(&mut self, kind: &str, data: Value) {
-        self.working();
-        let first = !self.streamed.contains(&format!("{}-stream", self.task_id));
-        let event = mapping::artifact_event(&self.task_id, &self.context_id, kind, data, first);
-        self.streamed.insert(event.artifact.artifact_id.clone());
-        self.pending
-            .push_back(StreamResponse::ArtifactUpdate(event));
-    }
-
-    /// The run ended: the artifacts not streamed yet, then the final status, read from the
-    /// task. `None` when the task cannot be read (gone, or the store failed): the stream ends.
-    async fn finished(&mut self) -> Option<()> {
-        self.done = true;
-        let stored = match self.store.get(&self.task_id).await {
-            Ok(Some(stored)) if stored.owner == self.owner => stored,
-            Ok(_) => return None,
-            Err(err) => {
-                tracing::warn!(task_id = %self.task_id, error = %err, "could not read a finished A2A task");
-                return None;
-            }
-        };
-        let task = mapping::task_of(&stored, None);
-        // A task that ended by a worker's hand (not cancelled before it ran) worked.
-        if stored.attempt > 0 && stored.task.status != RuntimeStatus::Cancelled {
-            self.working();
-        }
-        for artifact in task.artifacts.clone().unwrap_or_default() {
-            if !self.streamed.contains(&artifact.artifact_id) {
-                self.pending
-                    .push_back(StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
-                        task_id: self.task_id.clone(),
-                        context_id: self.context_id.clone(),
-                        artifact,
-                        append: None,
-                        last_chunk: Some(true),
-                        metadata: None,
-                    }));
-            }
-        }
-        self.pending
-            .push_back(StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
-                task_id: self.task_id.clone(),
-                context_id: self.context_id.clone(),
-                status: task.status,
-                metadata: None,
-            }));
-        Some(())
-    }
-
-    /// A status update without a message.
-    fn status(&mut self, state: TaskState) {
-        self.pending
-            .push_back(StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
-                task_id: self.task_id.clone(),
-                context_id: self.context_id.clone(),
-                status: TaskStatus {
-                    state,
-                    message: None,
-                    timestamp: Some(chrono::Utc::now()),
-                },
-                metadata: None,
-            }));
     }
 }

@@ -10,6 +10,8 @@
 //!   waiting for input), through the payment gate;
 //! - [`message`]: what a message must be, and the input it carries for a skill;
 //! - [`follow`]: a task as a stream of A2A events (`SubscribeToTask`, and a streamed send);
+//! - [`push_config`]: the push notification config operations, and a send's inline config;
+//! - [`narrate`]: what run events say in A2A to one listener (streams and push deliveries);
 //! - [`list`], `ListTasks`;
 //! - [`get_cancel`]: `GetTask` and `CancelTask`.
 //!
@@ -19,6 +21,8 @@ mod follow;
 mod get_cancel;
 mod list;
 mod message;
+pub mod narrate;
+pub mod push_config;
 mod send;
 
 use std::time::Duration;

@@ -11,6 +11,7 @@ use store::{Durability, Phase, Resumed, StoredTask};
 
 use super::follow::follow;
 use super::message::{check_message, input_for};
+use super::push_config;
 use super::{Caller, Refusal, Reply, bounded, history_length, read_owned};
 use crate::a2a::error::{self, A2aError};
 use crate::a2a::mapping;
@@ -124,7 +125,13 @@ struct Started {
 async fn start(caller: &Caller<'_>, request: SendMessageRequest) -> Result<Started, Refusal> {
     let state = caller.state;
     let message = request.message;
+    let inline = request
+        .configuration
+        .and_then(|configuration| configuration.task_push_notification_config);
     if let Some(waiting) = check_message(state, caller, &message).await? {
+        if let Some(config) = inline {
+            push_config::store_existing(state, &waiting.task.task_id, config).await?;
+        }
         return resume(caller, waiting, message).await;
     }
     let entrypoint = skill_for(caller, &message).await?;
@@ -144,9 +151,31 @@ async fn start(caller: &Caller<'_>, request: SendMessageRequest) -> Result<Start
         retention: None,
         source: caller.source.clone(),
     };
-    match gate(caller, &entrypoint).await? {
-        None => start_free(caller, admit).await,
-        Some(payment) => start_paid(caller, payment, admit).await,
+    let payment = gate(caller, &entrypoint).await?;
+    let task_id = uuid::Uuid::new_v4().to_string();
+    let Some(config) = inline else {
+        return admit_task(caller, payment, admit, task_id).await;
+    };
+    // The inline push config is stored before its task exists, so that none of the task's
+    // events can be published before it.
+    let config = push_config::store_inline(state, &task_id, config).await?;
+    let started = admit_task(caller, payment, admit, task_id.clone()).await;
+    match &started {
+        Ok(_) => push_config::confirm_inline(state, &task_id, &config).await,
+        Err(_) => push_config::discard_inline(state, &task_id).await,
+    }
+    started
+}
+
+async fn admit_task(
+    caller: &Caller<'_>,
+    payment: Option<pay::Payment<'_>>,
+    admit: Admit<'_>,
+    task_id: String,
+) -> Result<Started, Refusal> {
+    match payment {
+        None => start_free(caller, admit, task_id).await,
+        Some(payment) => start_paid(caller, payment, admit, task_id).await,
     }
 }
 
@@ -179,10 +208,14 @@ async fn skill_for(caller: &Caller<'_>, message: &Message) -> Result<EntrypointI
 
 /// A free (or signed-in) task: created with its watch subscribed first, so that the run's
 /// every event reaches it.
-async fn start_free(caller: &Caller<'_>, admit: Admit<'_>) -> Result<Started, Refusal> {
+async fn start_free(
+    caller: &Caller<'_>,
+    admit: Admit<'_>,
+    task_id: String,
+) -> Result<Started, Refusal> {
     let state = caller.state;
     let entrypoint = admit.entrypoint.to_owned();
-    let (task, subscription) = admit::create_watched(state, admit)
+    let (task, subscription) = admit::create_watched_as(state, admit, task_id)
         .await
         .map_err(A2aError::from)?;
     tracing::info!(task_id = %task.task_id, %entrypoint, "A2A task created");
@@ -205,13 +238,14 @@ async fn start_paid(
     caller: &Caller<'_>,
     payment: pay::Payment<'_>,
     admit: Admit<'_>,
+    task_id: String,
 ) -> Result<Started, Refusal> {
     let state = caller.state;
     if state.store.durability() == Durability::Process {
         return Err(A2aError::unsupported("Paid tasks require a durable task store").into());
     }
     let entrypoint = admit.entrypoint.to_owned();
-    let paid = match pay::admission::admit_paid(state, payment, admit).await {
+    let paid = match pay::admission::admit_paid_as(state, payment, admit, task_id).await {
         Ok(paid) => paid,
         Err(pay::admission::Refused::Answer(response)) => {
             return Err(Refusal::Http(response));

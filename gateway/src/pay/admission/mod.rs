@@ -106,6 +106,17 @@ pub async fn admit_paid(
     payment: Payment<'_>,
     admit: Admit<'_>,
 ) -> Result<Paid, Refused> {
+    admit_paid_as(state, payment, admit, uuid::Uuid::new_v4().to_string()).await
+}
+
+/// [`admit_paid`] for a task id the caller chose (fresh, never used: an A2A send stores the
+/// task's inline push config under it first).
+pub async fn admit_paid_as(
+    state: &AppState,
+    payment: Payment<'_>,
+    admit: Admit<'_>,
+    task_id: String,
+) -> Result<Paid, Refused> {
     let Payment {
         gate,
         terms,
@@ -122,7 +133,7 @@ pub async fn admit_paid(
         payer: checked.payer,
         store: state.store.clone(),
         entrypoint: admit.entrypoint.to_owned(),
-        task_id: uuid::Uuid::new_v4().to_string(),
+        task_id,
         nonce_key: credential.nonce_key().to_string(),
     };
 

@@ -1,3 +1,4 @@
+-- @include "push_outbox"
 -- publish_event(channel, seq, event, data_json, notify): announces event number seq on the
 -- owner's task channel without logging it. For the events a task's record rebuilds exactly (its
 -- terminal event: see `redis/event_log.rs`), so a retained task keeps no copy of its result in a
@@ -7,11 +8,14 @@
 -- task channel it names, "<length of channel>:<channel><message>", so following a task it
 -- created costs it no SUBSCRIBE and no UNSUBSCRIBE; anyone else following the task listens on
 -- the task channel itself.
+-- Every event of a task with push notification configs is also kept for their deliveries
+-- (push_outbox).
 local function publish_event(channel, seq, event, data_json, notify)
   local message = seq .. '|' .. event .. '|' .. data_json
   redis.call('PUBLISH', channel, message)
   if notify then
     redis.call('PUBLISH', notify, #channel .. ':' .. channel .. message)
   end
+  push_outbox(channel, message)
   return seq
 end

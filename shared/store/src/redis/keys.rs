@@ -150,6 +150,37 @@ impl Keys {
         format!("{}:reporter", self.prefix)
     }
 
+    /// Hash: a task's push notification configs, config id -> the config as its binding
+    /// stored it (opaque JSON). Its existence is what makes `publish_event.lua` copy the
+    /// task's events into [`Self::push_outbox`]; the `push_*` names are derived there from
+    /// the task channel's (same hash tag). Lives as long as the task (`push/mod.rs`).
+    pub fn push_configs(&self, id: &str) -> String {
+        format!("{}:push:{id}", self.prefix)
+    }
+
+    /// List: a task's events not yet delivered to every one of its push configs,
+    /// `<seq>|<event>|<data>` as the event log's, bounded (`publish_event.lua`).
+    pub fn push_outbox(&self, id: &str) -> String {
+        format!("{}:push-out:{id}", self.prefix)
+    }
+
+    /// Hash: config id -> how far that config's deliveries got (`push::PushCursor`).
+    pub fn push_cursors(&self, id: &str) -> String {
+        format!("{}:push-cur:{id}", self.prefix)
+    }
+
+    /// Sorted set: ids of the shard's tasks with deliveries to make, by when (ms, Redis
+    /// clock); a claimed task is scored by its claim's expiry.
+    pub fn push_due(&self) -> String {
+        format!("{}:push-due", self.prefix)
+    }
+
+    /// List: the shard's exhausted deliveries (JSON), newest first, bounded: kept for
+    /// inspection (`taskctl`-free: `LRANGE`), counted by `taskcluster.push.exhausted`.
+    pub fn push_exhausted(&self) -> String {
+        format!("{}:push-exhausted", self.prefix)
+    }
+
     /// String: the store layout the namespace's data is written in (`schema.rs`); set once,
     /// never expiring.
     pub fn layout(&self) -> String {

@@ -44,7 +44,7 @@ mod memory;
 mod persistence;
 mod pool;
 mod replay;
-mod replies;
+pub(crate) mod replies;
 mod schema;
 mod scripts;
 mod shards;
@@ -560,6 +560,22 @@ impl RedisStore {
     ) -> Result<T, StoreError> {
         let core = &self.inner.core;
         core.eval(script, &core.keys, invocation).await
+    }
+
+    /// [`Self::eval`] over keys of the slot `keys` names (a shard's): the push outbox's
+    /// writes, which wait for replicas as a task's transitions do.
+    pub(crate) async fn eval_in<T: redis::FromRedisValue>(
+        &self,
+        keys: &Keys,
+        script: &'static str,
+        invocation: &mut redis::ScriptInvocation<'_>,
+    ) -> Result<T, StoreError> {
+        self.inner.core.eval(script, keys, invocation).await
+    }
+
+    /// Every shard's keys, in shard order (one entry when unsharded).
+    pub fn all_shard_keys(&self) -> impl Iterator<Item = &Keys> {
+        self.inner.core.shards.iter().map(|shard| &shard.keys)
     }
 
     /// [`Self::eval`] without waiting for replicas (see `Core::eval_unreplicated`), over keys

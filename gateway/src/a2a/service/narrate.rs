@@ -1,0 +1,173 @@
+//! What a task's run events say in A2A: the status and artifact updates one listener hears,
+//! in order, given what it heard before. Shared by a stream ([`super::follow`]: SSE and gRPC)
+//! and by push notifications (`crate::a2a::push`), which keep a [`Narrator`]'s
+//! [`NarratorState`] per config in the store between deliveries.
+
+use a2a::{StreamResponse, TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent};
+use protocol::TaskStatus as RuntimeStatus;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use store::StoredTask;
+
+use crate::a2a::mapping;
+use crate::watch::{RunEvent, Terminal};
+
+/// Most artifact ids a narrator remembers having streamed (so the final task's artifacts are
+/// not sent twice); past it, an artifact may be sent again with the final status.
+const STREAMED_KEPT: usize = 64;
+
+/// What a listener has heard so far: serialisable, so a push config's narration survives the
+/// deliverer that wrote it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NarratorState {
+    /// Artifact ids already streamed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub streamed: Vec<String>,
+    /// `working` was said in this turn.
+    #[serde(default)]
+    pub working_sent: bool,
+    /// The last update said `input-required`: a resume says `submitted` again.
+    #[serde(default)]
+    pub asked: bool,
+}
+
+/// Turns run events into A2A updates for one listener.
+pub struct Narrator {
+    task_id: String,
+    context_id: String,
+    pub state: NarratorState,
+}
+
+impl Narrator {
+    pub fn new(task_id: String, context_id: String, state: NarratorState) -> Narrator {
+        Narrator {
+            task_id,
+            context_id,
+            state,
+        }
+    }
+
+    /// The state of a listener that has just read `task` as it stands.
+    pub fn state_after_reading(task: &StoredTask) -> NarratorState {
+        NarratorState {
+            streamed: Vec::new(),
+            working_sent: task.phase == store::Phase::Active,
+            asked: task.phase == store::Phase::Waiting,
+        }
+    }
+
+    /// The updates `event` makes, except a finish's (see [`Narrator::finished`]).
+    pub fn on(&mut self, event: RunEvent, out: &mut Vec<StreamResponse>) {
+        match event {
+            RunEvent::Running => self.running(out),
+            RunEvent::Progress => self.working(out),
+            RunEvent::InputRequired { request } => self.input_required(&request, out),
+            RunEvent::Stream { kind, data } => self.stream(&kind, data, out),
+            RunEvent::Finished(terminal) => self.finished(None, &terminal, out),
+        }
+    }
+
+    /// Created or resumed: queued for a worker. Only a resume changes what the listener last
+    /// heard (`input-required`).
+    fn running(&mut self, out: &mut Vec<StreamResponse>) {
+        if self.state.asked {
+            self.state.asked = false;
+            out.push(self.status(TaskState::Submitted));
+        }
+    }
+
+    /// A worker shows it runs the task (an event of its own): `working`, once per turn.
+    /// The runtime publishes nothing when a worker picks a task up, so this is the first
+    /// moment a listener can know.
+    fn working(&mut self, out: &mut Vec<StreamResponse>) {
+        if !self.state.working_sent {
+            self.state.working_sent = true;
+            out.push(self.status(TaskState::Working));
+        }
+    }
+
+    fn input_required(&mut self, request: &Value, out: &mut Vec<StreamResponse>) {
+        self.working(out);
+        // The next turn's run starts afresh: it gets its own `working` update.
+        self.state.working_sent = false;
+        self.state.asked = true;
+        let message = mapping::request_message(&self.task_id, &self.context_id, request);
+        out.push(StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+            task_id: self.task_id.clone(),
+            context_id: self.context_id.clone(),
+            status: TaskStatus {
+                state: TaskState::InputRequired,
+                message: Some(message),
+                timestamp: Some(chrono::Utc::now()),
+            },
+            metadata: None,
+        }));
+    }
+
+    fn stream(&mut self, kind: &str, data: Value, out: &mut Vec<StreamResponse>) {
+        self.working(out);
+        let stream_id = format!("{}-stream", self.task_id);
+        let first = !self.state.streamed.contains(&stream_id);
+        let event = mapping::artifact_event(&self.task_id, &self.context_id, kind, data, first);
+        self.remember(event.artifact.artifact_id.clone());
+        out.push(StreamResponse::ArtifactUpdate(event));
+    }
+
+    fn remember(&mut self, artifact_id: String) {
+        if !self.state.streamed.contains(&artifact_id) && self.state.streamed.len() < STREAMED_KEPT
+        {
+            self.state.streamed.push(artifact_id);
+        }
+    }
+
+    /// The run ended: the artifacts not streamed yet, then the final status, from the task
+    /// as stored (`stored`) or, when it can no longer be read, from the terminal event alone.
+    pub fn finished(
+        &mut self,
+        stored: Option<&StoredTask>,
+        terminal: &Terminal,
+        out: &mut Vec<StreamResponse>,
+    ) {
+        let Some(stored) = stored else {
+            out.push(self.status(mapping::state_of(terminal.status, store::Phase::Terminal)));
+            return;
+        };
+        let task = mapping::task_of(stored, None);
+        // A task that ended by a worker's hand (not cancelled before it ran) worked.
+        if stored.attempt > 0 && stored.task.status != RuntimeStatus::Cancelled {
+            self.working(out);
+        }
+        for artifact in task.artifacts.clone().unwrap_or_default() {
+            if !self.state.streamed.contains(&artifact.artifact_id) {
+                out.push(StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
+                    task_id: self.task_id.clone(),
+                    context_id: self.context_id.clone(),
+                    artifact,
+                    append: None,
+                    last_chunk: Some(true),
+                    metadata: None,
+                }));
+            }
+        }
+        out.push(StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+            task_id: self.task_id.clone(),
+            context_id: self.context_id.clone(),
+            status: task.status,
+            metadata: None,
+        }));
+    }
+
+    /// A status update without a message.
+    fn status(&self, state: TaskState) -> StreamResponse {
+        StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+            task_id: self.task_id.clone(),
+            context_id: self.context_id.clone(),
+            status: TaskStatus {
+                state,
+                message: None,
+                timestamp: Some(chrono::Utc::now()),
+            },
+            metadata: None,
+        })
+    }
+}

@@ -1,0 +1,44 @@
+//! `lua/push_put.lua`: stores (or replaces) one push config of a task with the cursor its
+//! deliveries start from; refuses past the most configs a task may have, and (`existing`) a
+//! task that does not exist.
+//!
+//! - KEYS: task, configs, cursors.
+//! - ARGV: config id, config, most configs, `existing` | `pending`, ttl ms of a pending one.
+//! - Reply: 1 stored | 0 no such task | -1 full.
+
+use super::{PutMode, PutOutcome};
+use crate::lua::lua_script;
+use crate::{RedisStore, StoreError};
+
+lua_script!("push_put");
+
+pub(super) async fn call(
+    store: &RedisStore,
+    task_id: &str,
+    config_id: &str,
+    config: &str,
+    max_configs: usize,
+    mode: PutMode,
+) -> Result<PutOutcome, StoreError> {
+    let keys = store.shard_keys(task_id);
+    let (mode, ttl_ms) = match mode {
+        PutMode::Existing => ("existing", 0),
+        PutMode::Pending(ttl) => ("pending", ttl.as_millis().max(1)),
+    };
+    let mut invocation = SCRIPT.prepare_invoke();
+    invocation
+        .key(keys.task(task_id))
+        .key(keys.push_configs(task_id))
+        .key(keys.push_cursors(task_id))
+        .arg(config_id)
+        .arg(config)
+        .arg(max_configs)
+        .arg(mode)
+        .arg(ttl_ms.to_string());
+    let reply: i64 = store.eval_in(keys, NAME, &mut invocation).await?;
+    Ok(match reply {
+        1 => PutOutcome::Stored,
+        0 => PutOutcome::NoTask,
+        _ => PutOutcome::Full,
+    })
+}
