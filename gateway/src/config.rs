@@ -382,6 +382,12 @@ pub struct GatewayConfig {
     #[arg(long, env = "PUSH_MAX_CONFIGS", default_value_t = 10)]
     pub push_max_configs: usize,
 
+    /// How long a gateway's claim on a task's push deliveries lasts (ms): a gateway that dies
+    /// mid-delivery leaves them to another one this long after its claim. A claim's work
+    /// stops starting attempts after half of it.
+    #[arg(long, env = "PUSH_CLAIM_MS", default_value_t = 60_000)]
+    pub push_claim_ms: u64,
+
     /// Push deliveries this gateway makes at once (each task's configs in order).
     #[arg(long, env = "PUSH_CONCURRENCY", default_value_t = 32)]
     pub push_concurrency: usize,

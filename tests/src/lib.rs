@@ -34,3 +34,4 @@ pub mod prometheus;
 pub mod redis_cluster;
 pub mod redis_server;
 pub mod store_fixtures;
+pub mod webhook_receiver;

@@ -2,9 +2,9 @@
 //! of the outbox (`store::push`), sends each config's events after its cursor, in order, one
 //! at a time, and moves the cursor after each answer.
 //!
-//! A claim lasts [`CLAIM_LEASE`]; the work done under one stops starting attempts after
-//! [`WORK_BUDGET`] (each attempt is bounded by the client's 10 s), so a live deliverer never
-//! outlives its claim in practice. One that is paused past it may send an event the next
+//! A claim lasts `--push-claim-ms` (`Push::claim`); the work done under one stops starting
+//! attempts after half of it (each attempt is bounded by the client's 10 s), so a live
+//! deliverer rarely outlives its claim. One that is paused past it may send an event the next
 //! claimant sends too (at least once); its cursor writes are compare-and-set, so it cannot
 //! move a cursor back.
 
@@ -23,12 +23,6 @@ use super::Push;
 use crate::a2a::mapping;
 use crate::a2a::service::narrate::Narrator;
 use crate::watch::{self, RunEvent};
-
-/// How long a claimed task is this deliverer's.
-pub const CLAIM_LEASE: Duration = Duration::from_secs(60);
-
-/// After this much work under one claim no new attempt starts: the task is released, due now.
-pub const WORK_BUDGET: Duration = Duration::from_secs(30);
 
 /// How often an idle deliverer looks for due tasks.
 const IDLE_POLL: Duration = Duration::from_millis(100);
@@ -53,7 +47,7 @@ pub async fn run(store: Arc<dyn TaskStore>, push: Arc<Push>, shutdown: Cancellat
             if free == 0 {
                 break;
             }
-            let ids = match push.outbox.claim_due(shard, CLAIM_LEASE, free).await {
+            let ids = match push.outbox.claim_due(shard, push.claim, free).await {
                 Ok(ids) => {
                     failing = false;
                     ids
@@ -218,7 +212,8 @@ async fn deliver_config(
     let mut narrator = Narrator::new(task_id.to_owned(), mapping::context_of(stored), state);
     let queue: Vec<StoredEvent> = pending().cloned().collect();
     for event in queue {
-        if started.elapsed() >= WORK_BUDGET || stop.is_cancelled() {
+        // After half the claim no new attempt starts: the task is released, due now.
+        if started.elapsed() >= push.claim / 2 || stop.is_cancelled() {
             return ConfigProgress {
                 done_through: cursor.seq,
                 caught_up: false,

@@ -35,6 +35,8 @@ pub struct Push {
     pub backoff: Backoff,
     /// Deliveries made at once.
     pub concurrency: usize,
+    /// How long a claim on a task's deliveries lasts (`--push-claim-ms`).
+    pub claim: Duration,
 }
 
 /// Why push notifications cannot be set up as configured.
@@ -72,6 +74,7 @@ impl Push {
             client: WebhookClient::new(policy, WebhookConfig::default())?,
             backoff,
             concurrency: config.push_concurrency.max(1),
+            claim: Duration::from_millis(config.push_claim_ms),
         }))
     }
 }

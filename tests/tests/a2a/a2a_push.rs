@@ -1,0 +1,660 @@
+//! A2A push notifications against real processes: a private redis-server, a worker hosting the
+//! built-ins, gateways with push notifications on, and a webhook receiver on a loopback port
+//! (`harness::webhook_receiver`) that records what it is sent and answers as told.
+//!
+//! One behaviour per test: configs created, read, listed and deleted on JSON-RPC and HTTP+JSON
+//! (gRPC: `a2a_grpc.rs`), owned like their task and checked without calling their URL; a
+//! streaming task's updates delivered in order with their headers, its outbox gone and its
+//! configs expiring with the task once it finished; the SSRF policy refusing a host name that
+//! resolves to loopback unless the allowlist names it; a delivery that keeps failing retried
+//! a bounded number of times, then kept and counted; and a gateway SIGKILLed in the middle of a
+//! delivery losing none of it.
+
+use std::time::Duration;
+
+use harness::cluster::{Cluster, Res};
+use harness::webhook_receiver::{Answer, Received, WebhookReceiver};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+const TOKEN_A: &str = "push-suite-token-alpha-0123456789";
+const TOKEN_B: &str = "push-suite-token-bravo-0123456789";
+
+/// How long a delivery may take to arrive.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// Short worker leases, so a test never waits on a long one.
+const WORKER: &[(&str, &str)] = &[("WORKER_LEASE_TTL_MS", "1000")];
+
+async fn cluster(gateway: &[(&str, &str)]) -> Res<Cluster> {
+    Cluster::builder()
+        .worker("w1", WORKER)
+        .gateway("g1", gateway)
+        .skills(&["echo", "count", "sleep"])
+        .start()
+        .await
+}
+
+/// A JSON-RPC call to the first gateway as `token`: `(result, error)`.
+async fn rpc(cluster: &Cluster, token: &str, method: &str, params: Value) -> Res<(Value, Value)> {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let reply: Value = cluster
+        .http
+        .post(format!("{}/a2a/jsonrpc", cluster.base()))
+        .bearer_auth(token)
+        .header("A2A-Version", "1.0")
+        .json(&body)
+        .send()
+        .await?
+        .json()
+        .await?;
+    Ok((reply["result"].clone(), reply["error"].clone()))
+}
+
+/// An HTTP+JSON call to the first gateway as `token`: `(status, body)`.
+async fn rest(
+    cluster: &Cluster,
+    token: &str,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> Res<(StatusCode, Value)> {
+    let mut request = cluster
+        .http
+        .request(method, format!("{}/a2a/v1{path}", cluster.base()))
+        .bearer_auth(token)
+        .header("A2A-Version", "1.0");
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await?;
+    let status = response.status();
+    let text = response.text().await?;
+    Ok((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
+}
+
+/// `SendMessage` for `skill` with `data`, returning at once, with an inline push config when
+/// given: the task's id.
+async fn send(cluster: &Cluster, skill: &str, data: Value, push: Option<Value>) -> Res<String> {
+    let mut configuration = json!({"returnImmediately": true});
+    if let Some(push) = push {
+        configuration["taskPushNotificationConfig"] = push;
+    }
+    let (result, error) = rpc(
+        cluster,
+        TOKEN_A,
+        "SendMessage",
+        json!({
+            "message": {
+                "messageId": format!("push-{skill}-{}", uuid()),
+                "role": "ROLE_USER",
+                "parts": [{"data": data}],
+                "metadata": {"skillId": skill},
+            },
+            "configuration": configuration,
+        }),
+    )
+    .await?;
+    if !error.is_null() {
+        return Err(format!("SendMessage refused: {error}").into());
+    }
+    Ok(result["task"]["id"]
+        .as_str()
+        .ok_or_else(|| format!("no task in {result}"))?
+        .to_owned())
+}
+
+fn uuid() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    format!(
+        "{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn code(error: &Value) -> i64 {
+    error["code"].as_i64().unwrap_or_default()
+}
+
+/// The state a delivered status update names, if it is one.
+fn status_state(received: &Received) -> Option<&str> {
+    received.body["statusUpdate"]["status"]["state"].as_str()
+}
+
+fn completed(requests: &[Received]) -> bool {
+    requests
+        .iter()
+        .any(|request| status_state(request) == Some("TASK_STATE_COMPLETED"))
+}
+
+/// The redis keys of `pattern` in the cluster's Redis.
+async fn keys(cluster: &Cluster, pattern: &str) -> Res<Vec<String>> {
+    let mut redis = cluster.redis.client().await?;
+    Ok(redis::cmd("KEYS")
+        .arg(pattern)
+        .query_async(&mut redis)
+        .await?)
+}
+
+/// Waits until `pattern` matches no key (the deliverer's release is the event; the test can
+/// only see it in Redis).
+async fn wait_for_no_keys(cluster: &Cluster, pattern: &str) -> Res {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let found = keys(cluster, pattern).await?;
+        if found.is_empty() {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!("keys {found:?} never went away").into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The exhausted deliveries kept in Redis.
+async fn exhausted(cluster: &Cluster) -> Res<Vec<Value>> {
+    let mut redis = cluster.redis.client().await?;
+    let records: Vec<String> = redis::cmd("LRANGE")
+        .arg("{tc}:push-exhausted")
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut redis)
+        .await?;
+    Ok(records
+        .iter()
+        .filter_map(|record| serde_json::from_str(record).ok())
+        .collect())
+}
+
+async fn wait_for_exhausted(cluster: &Cluster, task_id: &str) -> Res<Value> {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        if let Some(record) = exhausted(cluster)
+            .await?
+            .into_iter()
+            .find(|record| record["taskId"] == task_id)
+        {
+            return Ok(record);
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!("no exhausted delivery of {task_id} was kept").into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn configs_are_created_read_listed_and_deleted_on_both_http_bindings() -> Res {
+    let receiver = WebhookReceiver::start(Answer::Ok).await?;
+    let cluster = cluster(&[("PUSH_ALLOWLIST", "127.0.0.1"), ("PUSH_MAX_CONFIGS", "3")]).await?;
+    let card: Value = cluster
+        .http
+        .get(format!(
+            "{}/a2a/.well-known/agent-card.json",
+            cluster.base()
+        ))
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(card["capabilities"]["pushNotifications"], true, "{card}");
+    let task = send(&cluster, "sleep", json!({"ms": 60_000}), None).await?;
+
+    // JSON-RPC: create with an id and credentials, create without an id, get, list.
+    let config = json!({
+        "taskId": task,
+        "id": "rpc-1",
+        "url": receiver.url("/rpc"),
+        "token": "notification-token-1",
+        "authentication": {"scheme": "Bearer", "credentials": "hook-secret-1"},
+    });
+    let (created, error) = rpc(
+        &cluster,
+        TOKEN_A,
+        "CreateTaskPushNotificationConfig",
+        config.clone(),
+    )
+    .await?;
+    assert!(error.is_null(), "{error}");
+    assert_eq!(created, config);
+    let (generated, error) = rpc(
+        &cluster,
+        TOKEN_A,
+        "CreateTaskPushNotificationConfig",
+        json!({"taskId": task, "url": receiver.url("/generated")}),
+    )
+    .await?;
+    assert!(error.is_null(), "{error}");
+    let generated_id = generated["id"]
+        .as_str()
+        .ok_or("no generated id")?
+        .to_owned();
+    assert!(!generated_id.is_empty());
+    let (got, error) = rpc(
+        &cluster,
+        TOKEN_A,
+        "GetTaskPushNotificationConfig",
+        json!({"taskId": task, "id": "rpc-1"}),
+    )
+    .await?;
+    assert!(error.is_null(), "{error}");
+    assert_eq!(got, config);
+    let (listed, _) = rpc(
+        &cluster,
+        TOKEN_A,
+        "ListTaskPushNotificationConfigs",
+        json!({"taskId": task}),
+    )
+    .await?;
+    assert_eq!(
+        listed["configs"].as_array().map(Vec::len),
+        Some(2),
+        "{listed}"
+    );
+
+    // HTTP+JSON: the body is the config, the path its task.
+    let configs = format!("/tasks/{task}/pushNotificationConfigs");
+    let (status, created) = rest(
+        &cluster,
+        TOKEN_A,
+        Method::POST,
+        &configs,
+        Some(json!({"id": "rest-1", "url": receiver.url("/rest")})),
+    )
+    .await?;
+    assert_eq!(status, StatusCode::OK, "{created}");
+    assert_eq!(created["taskId"], task.as_str());
+    let (status, got) = rest(
+        &cluster,
+        TOKEN_A,
+        Method::GET,
+        &format!("{configs}/rest-1"),
+        None,
+    )
+    .await?;
+    assert_eq!(
+        (status, got["url"].clone()),
+        (StatusCode::OK, json!(receiver.url("/rest")))
+    );
+    let (status, listed) = rest(&cluster, TOKEN_A, Method::GET, &configs, None).await?;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        listed["configs"].as_array().map(Vec::len),
+        Some(3),
+        "{listed}"
+    );
+
+    // A fourth config is past PUSH_MAX_CONFIGS.
+    let (_, error) = rpc(
+        &cluster,
+        TOKEN_A,
+        "CreateTaskPushNotificationConfig",
+        json!({"taskId": task, "url": receiver.url("/fourth")}),
+    )
+    .await?;
+    assert_eq!(code(&error), -32602, "{error}");
+
+    // Another owner's task is not found, on both bindings.
+    let (_, error) = rpc(
+        &cluster,
+        TOKEN_B,
+        "CreateTaskPushNotificationConfig",
+        json!({"taskId": task, "url": receiver.url("/b")}),
+    )
+    .await?;
+    assert_eq!(code(&error), -32001, "{error}");
+    let (_, error) = rpc(
+        &cluster,
+        TOKEN_B,
+        "GetTaskPushNotificationConfig",
+        json!({"taskId": task, "id": "rpc-1"}),
+    )
+    .await?;
+    assert_eq!(code(&error), -32001, "{error}");
+    let (status, _) = rest(&cluster, TOKEN_B, Method::GET, &configs, None).await?;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    // What a config may not be: refused when it is created.
+    for (bad, what) in [
+        (
+            json!({"url": "ftp://127.0.0.1/hook"}),
+            "a scheme other than http(s)",
+        ),
+        (json!({"url": "http://user:pw@127.0.0.1/hook"}), "user info"),
+        (
+            json!({"url": "http://10.0.0.1/hook"}),
+            "a private address off the allowlist",
+        ),
+        (
+            json!({"url": "http://169.254.169.254/latest"}),
+            "the metadata address",
+        ),
+        (
+            json!({"url": receiver.url("/x"), "authentication": {"scheme": "Bearer", "credentials": "a\r\nX-Injected: 1"}}),
+            "CR/LF in the credentials",
+        ),
+        (
+            json!({"url": receiver.url("/x"), "authentication": {"scheme": "Bea rer", "credentials": "c"}}),
+            "a scheme that is not a token",
+        ),
+        (
+            json!({"url": receiver.url("/x"), "token": "t\nX-Injected: 1"}),
+            "LF in the token",
+        ),
+    ] {
+        let mut params = bad.clone();
+        params["taskId"] = json!(task);
+        let (_, error) = rpc(
+            &cluster,
+            TOKEN_A,
+            "CreateTaskPushNotificationConfig",
+            params,
+        )
+        .await?;
+        assert_eq!(code(&error), -32602, "{what}: {error}");
+        assert!(
+            !error.to_string().contains("X-Injected"),
+            "{what} echoed: {error}"
+        );
+    }
+
+    // Deleting is idempotent; a deleted config is not found.
+    for _ in 0..2 {
+        let (result, error) = rpc(
+            &cluster,
+            TOKEN_A,
+            "DeleteTaskPushNotificationConfig",
+            json!({"taskId": task, "id": "rpc-1"}),
+        )
+        .await?;
+        assert!(error.is_null(), "{error}");
+        assert!(result.is_null(), "{result}");
+        let (status, _) = rest(
+            &cluster,
+            TOKEN_A,
+            Method::DELETE,
+            &format!("{configs}/rest-1"),
+            None,
+        )
+        .await?;
+        assert_eq!(status, StatusCode::OK);
+    }
+    let (_, error) = rpc(
+        &cluster,
+        TOKEN_A,
+        "GetTaskPushNotificationConfig",
+        json!({"taskId": task, "id": "rpc-1"}),
+    )
+    .await?;
+    assert_eq!(code(&error), -32001, "{error}");
+    let (status, _) = rest(
+        &cluster,
+        TOKEN_A,
+        Method::GET,
+        &format!("{configs}/rest-1"),
+        None,
+    )
+    .await?;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (_, listed) = rest(&cluster, TOKEN_A, Method::GET, &configs, None).await?;
+    assert_eq!(
+        listed["configs"][0]["id"],
+        generated_id.as_str(),
+        "{listed}"
+    );
+
+    // No config's URL was called: the task has published nothing yet.
+    assert!(receiver.requests().is_empty(), "{:?}", receiver.requests());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_streaming_task_is_delivered_in_order_with_its_headers() -> Res {
+    let receiver = WebhookReceiver::start(Answer::Ok).await?;
+    let cluster = cluster(&[("PUSH_ALLOWLIST", "127.0.0.1")]).await?;
+    let task = send(
+        &cluster,
+        "count",
+        json!({"n": 4}),
+        Some(json!({
+            "url": receiver.url("/hook?source=test"),
+            "token": "notification-token-9",
+            "authentication": {"scheme": "Bearer", "credentials": "hook-secret-9"},
+        })),
+    )
+    .await?;
+    let requests = receiver
+        .wait_for(PATIENCE, "the completed status", completed)
+        .await?;
+    for request in &requests {
+        assert_eq!(
+            request.headers.get("content-type").map(String::as_str),
+            Some("application/a2a+json")
+        );
+        assert_eq!(
+            request.headers.get("authorization").map(String::as_str),
+            Some("Bearer hook-secret-9")
+        );
+        assert_eq!(
+            request
+                .headers
+                .get("x-a2a-notification-token")
+                .map(String::as_str),
+            Some("notification-token-9")
+        );
+        assert_eq!(request.path, "/hook");
+    }
+    assert_eq!(
+        status_state(&requests[0]),
+        Some("TASK_STATE_WORKING"),
+        "{:?}",
+        requests[0].body
+    );
+    let last = requests.last().ok_or("no request")?;
+    assert_eq!(
+        status_state(last),
+        Some("TASK_STATE_COMPLETED"),
+        "{:?}",
+        last.body
+    );
+    assert_eq!(last.body["statusUpdate"]["taskId"], task.as_str());
+    // The four deltas, in order, each once.
+    let deltas: Vec<Value> = requests
+        .iter()
+        .filter(|request| {
+            request.body["artifactUpdate"]["artifact"]["artifactId"] == format!("{task}-stream")
+        })
+        .map(|request| request.body["artifactUpdate"]["artifact"]["parts"][0].clone())
+        .collect();
+    assert_eq!(deltas.len(), 4, "{deltas:?}");
+    let numbers: Vec<String> = deltas.iter().map(|part| part.to_string()).collect();
+    for (i, text) in numbers.iter().enumerate() {
+        assert!(text.contains(&(i + 1).to_string()), "delta {i} is {text}");
+    }
+    // Delivered to its end: the outbox is gone, and the config expires with its task.
+    wait_for_no_keys(&cluster, &format!("{{tc}}:push-out:{task}")).await?;
+    let mut redis = cluster.redis.client().await?;
+    let config_ttl: i64 = redis::cmd("PTTL")
+        .arg(format!("{{tc}}:push:{task}"))
+        .query_async(&mut redis)
+        .await?;
+    let task_ttl: i64 = redis::cmd("PTTL")
+        .arg(format!("{{tc}}:task:{task}"))
+        .query_async(&mut redis)
+        .await?;
+    // Read one after the other: the task's has ticked on a little meanwhile.
+    assert!(
+        config_ttl > 0 && config_ttl <= task_ttl + 5_000,
+        "config {config_ttl} ms, task {task_ttl} ms"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_resolving_to_loopback_is_refused_unless_the_allowlist_names_it() -> Res {
+    let receiver = WebhookReceiver::start(Answer::Ok).await?;
+    // No allowlist: public addresses only.
+    let guarded = cluster(&[("METRICS_LISTEN", "main")]).await?;
+    // The IP literal needs no lookup: refused when the config is created.
+    let waiting = send(&guarded, "sleep", json!({"ms": 60_000}), None).await?;
+    let (_, error) = rpc(
+        &guarded,
+        TOKEN_A,
+        "CreateTaskPushNotificationConfig",
+        json!({"taskId": waiting, "url": receiver.url("/literal")}),
+    )
+    .await?;
+    assert_eq!(code(&error), -32602, "{error}");
+    // A host name is taken when created, and refused at the connection: given up at once.
+    let task = send(
+        &guarded,
+        "echo",
+        json!({"hello": "guarded"}),
+        Some(json!({"url": receiver.localhost_url("/guarded")})),
+    )
+    .await?;
+    let record = wait_for_exhausted(&guarded, &task).await?;
+    assert_eq!(record["host"], "localhost", "{record}");
+    assert!(
+        record["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("not allowed"),
+        "{record}"
+    );
+    assert!(receiver.requests_to("/guarded").is_empty());
+    let metrics = guarded
+        .http
+        .get(format!("{}/metrics", guarded.base()))
+        .send()
+        .await?
+        .text()
+        .await?;
+    assert!(
+        metrics
+            .lines()
+            .any(|line| line.starts_with("taskcluster_push_deliveries_total")
+                && line.contains("outcome=\"exhausted\"")
+                && !line.ends_with(" 0")),
+        "{metrics}"
+    );
+
+    // The same host on the allowlist: delivered.
+    let allowed = cluster(&[("PUSH_ALLOWLIST", "localhost")]).await?;
+    send(
+        &allowed,
+        "echo",
+        json!({"hello": "allowed"}),
+        Some(json!({"url": receiver.localhost_url("/allowed")})),
+    )
+    .await?;
+    receiver
+        .wait_for(PATIENCE, "the allowed delivery", |requests| {
+            requests
+                .iter()
+                .any(|r| r.path == "/allowed" && status_state(r) == Some("TASK_STATE_COMPLETED"))
+        })
+        .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_receiver_gets_a_bounded_number_of_attempts_then_the_delivery_is_kept() -> Res {
+    let receiver = WebhookReceiver::start(Answer::Status(503)).await?;
+    let cluster = cluster(&[
+        ("PUSH_ALLOWLIST", "127.0.0.1"),
+        ("PUSH_MAX_ATTEMPTS", "3"),
+        ("PUSH_RETRY_BASE_MS", "20"),
+        ("PUSH_RETRY_CAP_MS", "100"),
+    ])
+    .await?;
+    let task = send(
+        &cluster,
+        "echo",
+        json!({"n": 1}),
+        Some(json!({"url": receiver.url("/down")})),
+    )
+    .await?;
+    let record = wait_for_exhausted(&cluster, &task).await?;
+    assert_eq!(record["attempts"], 3, "{record}");
+    assert!(
+        record["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("503"),
+        "{record}"
+    );
+    // Three attempts at the first update of the run's one event (its end: `working`, its
+    // artifact, `completed`), then none: the event is given up whole.
+    let attempts = receiver.requests_to("/down");
+    assert_eq!(attempts.len(), 3, "{attempts:?}");
+    assert!(
+        attempts
+            .iter()
+            .all(|r| status_state(r) == Some("TASK_STATE_WORKING"))
+    );
+    wait_for_no_keys(&cluster, &format!("{{tc}}:push-out:{task}")).await?;
+    assert_eq!(receiver.requests_to("/down").len(), 3);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gateway_killed_mid_delivery_loses_no_delivery() -> Res {
+    // The receiver holds the first delivery open: the gateway is killed while it waits.
+    let receiver = WebhookReceiver::start(Answer::Hang).await?;
+    let settings = [("PUSH_ALLOWLIST", "127.0.0.1"), ("PUSH_CLAIM_MS", "1500")];
+    let mut cluster = cluster(&settings).await?;
+    let task = send(
+        &cluster,
+        "count",
+        json!({"n": 3}),
+        Some(json!({"url": receiver.url("/hook")})),
+    )
+    .await?;
+    receiver
+        .wait_for(PATIENCE, "a first delivery", |requests| {
+            !requests.is_empty()
+        })
+        .await?;
+    cluster.gateways[0].process.kill()?;
+    receiver.answer(Answer::Ok);
+    // Another gateway takes the task over once the dead one's claim expires.
+    cluster.add_gateway("g2", &settings).await?;
+    let requests = receiver
+        .wait_for(PATIENCE, "the completed status", completed)
+        .await?;
+    // At least once, in order: duplicates only of what was not confirmed, never a reordering.
+    let stream = format!("{task}-stream");
+    let mut seen: Vec<String> = Vec::new();
+    for request in &requests {
+        let artifact = &request.body["artifactUpdate"]["artifact"];
+        let key = match status_state(request) {
+            Some(state) => state.to_owned(),
+            None if artifact["artifactId"] == stream.as_str() => artifact["parts"][0].to_string(),
+            None => "result".to_owned(),
+        };
+        if seen.last() != Some(&key) {
+            seen.push(key);
+        }
+    }
+    let expected = [
+        "TASK_STATE_WORKING",
+        r#"{"data":1}"#,
+        r#"{"data":2}"#,
+        r#"{"data":3}"#,
+        "result",
+        "TASK_STATE_COMPLETED",
+    ];
+    assert_eq!(seen, expected, "{requests:#?}");
+    // The first delivery was never confirmed to the killed gateway: it was made again.
+    let working = requests
+        .iter()
+        .filter(|request| status_state(request) == Some("TASK_STATE_WORKING"))
+        .count();
+    assert!(working >= 2, "{seen:?}");
+    wait_for_no_keys(&cluster, &format!("{{tc}}:push-out:{task}")).await?;
+    Ok(())
+}
