@@ -5,8 +5,8 @@
 //! suites read, so the same shapes are checked.
 //!
 //! One behaviour per test: a blocking send, a stream to the end, owners, cancel, unknown tasks
-//! with their `google.rpc.ErrorInfo`, the push-notification methods, and the card's GRPC
-//! interface.
+//! with their `google.rpc.ErrorInfo`, push notification configs (and the methods refused when
+//! push notifications are off), and the card's GRPC interface.
 
 use std::time::Duration;
 
@@ -32,10 +32,18 @@ struct Grpc {
 
 impl Grpc {
     async fn start() -> Res<Grpc> {
+        Grpc::start_with(&[]).await
+    }
+
+    /// [`Grpc::start`] with `gateway` added to the gateway's settings.
+    async fn start_with(gateway: &[(&str, &str)]) -> Res<Grpc> {
         let port = free_port()?;
+        let listen = format!("127.0.0.1:{port}");
+        let mut settings = vec![("GRPC_LISTEN", listen.as_str())];
+        settings.extend_from_slice(gateway);
         let cluster = Cluster::builder()
             .worker("w1", &[])
-            .gateway("g1", &[("GRPC_LISTEN", &format!("127.0.0.1:{port}"))])
+            .gateway("g1", &settings)
             .skills(&["echo", "count", "sleep"])
             .start()
             .await?;
@@ -254,8 +262,87 @@ async fn an_unknown_task_is_not_found_with_error_info() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_push_notification_methods_are_not_supported() -> Res {
+async fn push_configs_are_created_read_listed_and_deleted_per_owner() -> Res {
     let grpc = Grpc::start().await?;
+    let mut client = grpc.client().await?;
+    let sent = send_request("sleep", json!({"ms": 60_000}), true)?;
+    let task = sent_task(
+        client
+            .send_message(call(TOKEN_A, sent)?)
+            .await?
+            .into_inner(),
+    )?;
+    let task_id = task["id"].as_str().ok_or("no task id")?.to_owned();
+    let config = a2a_pb::TaskPushNotificationConfig {
+        task_id: task_id.clone(),
+        id: "grpc-1".into(),
+        url: "https://hooks.example/a2a".into(),
+        token: "notification-token".into(),
+        ..Default::default()
+    };
+    let created = client
+        .create_task_push_notification_config(call(TOKEN_A, config.clone())?)
+        .await?
+        .into_inner();
+    assert_eq!(created, config);
+    let get = a2a_pb::GetTaskPushNotificationConfigRequest {
+        task_id: task_id.clone(),
+        id: "grpc-1".into(),
+        ..Default::default()
+    };
+    let got = client
+        .get_task_push_notification_config(call(TOKEN_A, get.clone())?)
+        .await?
+        .into_inner();
+    assert_eq!(got, config);
+    let list = a2a_pb::ListTaskPushNotificationConfigsRequest {
+        task_id: task_id.clone(),
+        ..Default::default()
+    };
+    let listed = client
+        .list_task_push_notification_configs(call(TOKEN_A, list)?)
+        .await?
+        .into_inner();
+    assert_eq!(listed.configs, vec![config.clone()]);
+    // Another owner's task is not found; a URL with user info is invalid.
+    let refused = client
+        .get_task_push_notification_config(call(TOKEN_B, get.clone())?)
+        .await
+        .err()
+        .ok_or("another owner read the config")?;
+    expect_status(&refused, Code::NotFound, "TASK_NOT_FOUND")?;
+    let bad = a2a_pb::TaskPushNotificationConfig {
+        url: "https://user:pw@hooks.example/a2a".into(),
+        ..config.clone()
+    };
+    let refused = client
+        .create_task_push_notification_config(call(TOKEN_A, bad)?)
+        .await
+        .err()
+        .ok_or("a URL with user info was taken")?;
+    expect_status(&refused, Code::InvalidArgument, "INVALID_PARAMS")?;
+    // Deleting twice succeeds; then the config is not found.
+    let delete = a2a_pb::DeleteTaskPushNotificationConfigRequest {
+        task_id: task_id.clone(),
+        id: "grpc-1".into(),
+        ..Default::default()
+    };
+    for _ in 0..2 {
+        client
+            .delete_task_push_notification_config(call(TOKEN_A, delete.clone())?)
+            .await?;
+    }
+    let refused = client
+        .get_task_push_notification_config(call(TOKEN_A, get)?)
+        .await
+        .err()
+        .ok_or("a deleted config was read")?;
+    expect_status(&refused, Code::NotFound, "TASK_NOT_FOUND")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_push_notification_methods_are_not_supported_when_off() -> Res {
+    let grpc = Grpc::start_with(&[("PUSH_NOTIFICATIONS", "off")]).await?;
     let mut client = grpc.client().await?;
     let reason = "PUSH_NOTIFICATION_NOT_SUPPORTED";
     let code = Code::Unimplemented;

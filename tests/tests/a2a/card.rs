@@ -1,5 +1,5 @@
 //! The agent cards: the strict A2A card (`/a2a/.well-known/agent-card.json`) has only the
-//! schema's members and declares both bindings at 1.0, streaming without push notifications,
+//! schema's members and declares both bindings at 1.0, streaming and push notifications,
 //! a bearer token, default modes and the suite's skills; it carries a strong validator and
 //! answers a revalidation with 304; the Lucid card lists the same two interfaces after its own.
 
@@ -67,11 +67,11 @@ async fn the_strict_card_lists_both_bindings_at_version_1_0() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_card_offers_streaming_and_no_push_notifications() -> Res {
+async fn the_card_offers_streaming_and_push_notifications() -> Res {
     let cluster = Cluster::start().await?;
     let card = cluster.a2a_card().await?;
     assert_eq!(card["capabilities"]["streaming"], true);
-    assert_eq!(card["capabilities"]["pushNotifications"], false);
+    assert_eq!(card["capabilities"]["pushNotifications"], true);
     Ok(())
 }
 

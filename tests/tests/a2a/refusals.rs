@@ -1,5 +1,5 @@
 //! What the gateway refuses, on both bindings, staying healthy: push notification configs
-//! (`PushNotificationNotSupported`), the extended card (not configured), an unknown skill, a
+//! with `PUSH_NOTIFICATIONS=off` (`PushNotificationNotSupported`), the extended card (not configured), an unknown skill, a
 //! media type a skill does not take (415; the TCK agent takes any), a message to a finished
 //! task or naming a task of another context, a message in the agent's role, and an empty one.
 
@@ -25,11 +25,21 @@ async fn still_healthy(cluster: &Cluster) -> Res {
     Ok(())
 }
 
-/// Every push notification config operation, of either binding, is refused.
+/// With push notifications off, every push notification config operation, of either binding,
+/// is refused, an inline config too, and the card says so.
 #[tokio::test(flavor = "multi_thread")]
-async fn push_notification_configs_are_not_supported() -> Res {
-    let cluster = Cluster::start().await?;
+async fn push_notification_configs_are_not_supported_when_off() -> Res {
+    let cluster = Cluster::start_with(&[("PUSH_NOTIFICATIONS", "off")]).await?;
+    let card = cluster.a2a_card().await?;
+    assert_eq!(card["capabilities"]["pushNotifications"], false, "{card}");
     let alice = cluster.client(TOKEN_A);
+    let mut inline = tck("tck-complete-task");
+    inline["configuration"] =
+        json!({"taskPushNotificationConfig": {"url": "https://example.com/hook"}});
+    for binding in BINDINGS {
+        let reply = alice.send(binding, inline.clone()).await?;
+        expect_error(binding, reply, PUSH_NOT_SUPPORTED, 400, "an inline config")?;
+    }
     for binding in BINDINGS {
         let done = completed_task(&alice, binding).await?;
         let done_id = done["id"].as_str().ok_or("no task id")?;
@@ -39,7 +49,7 @@ async fn push_notification_configs_are_not_supported() -> Res {
                 for (method, params) in [
                     (
                         "CreateTaskPushNotificationConfig",
-                        json!({"taskId": done_id, "config": config}),
+                        json!({"taskId": done_id, "url": config["url"]}),
                     ),
                     (
                         "GetTaskPushNotificationConfig",

@@ -23,10 +23,17 @@ impl Cluster {
     /// Redis, worker `w1` and the gateway (the harness's cluster builder), once the A2A card
     /// lists the skills the suite uses.
     pub async fn start() -> Res<Cluster> {
+        Cluster::start_with(&[]).await
+    }
+
+    /// [`Cluster::start`] with `gateway` added to the gateway's settings.
+    pub async fn start_with(gateway: &[(&str, &str)]) -> Res<Cluster> {
+        let mut settings = vec![("A2A_DEFAULT_SKILL", "tck")];
+        settings.extend_from_slice(gateway);
         let built = harness::cluster::Cluster::builder()
             .worker("w1", WORKER_SETTINGS)
             .args(&["--a2a-tck-agent"])
-            .gateway("g1", &[("A2A_DEFAULT_SKILL", "tck")])
+            .gateway("g1", &settings)
             .start()
             .await?;
         let harness::cluster::Cluster {
