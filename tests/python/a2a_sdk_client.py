@@ -1,16 +1,22 @@
 """The official A2A Python SDK (PyPI `a2a-sdk`) as a client of the gateway's A2A v1.0 bindings.
 
-    a2a_sdk_client.py AGENT_BASE_URL [TOKEN] [--binding JSONRPC|HTTP+JSON ...]
+    a2a_sdk_client.py AGENT_BASE_URL [TOKEN] [--binding JSONRPC|HTTP+JSON|GRPC ...]
 
 AGENT_BASE_URL is the agent's base URL, `{gateway}/a2a`: the SDK's card resolver reads
 `{AGENT_BASE_URL}/.well-known/agent-card.json`. TOKEN is the bearer token (20 to 256
 characters); without the argument it is read from the environment variable A2A_TOKEN. The agent
 must run the TCK agent (`worker --a2a-tck-agent`, gateway `A2A_DEFAULT_SKILL=tck`) beside the
-`sleep` built-in.
+`sleep` built-in, serve gRPC (`GRPC_LISTEN`) when GRPC is tested, and have push notifications on
+with 127.0.0.1 allowed as a webhook host (`PUSH_ALLOWLIST=127.0.0.1`).
 
-For each binding (by default JSONRPC and HTTP+JSON, each chosen through the SDK's ClientConfig
-from the card's supportedInterfaces), the SDK's ClientFactory makes the clients, with the SDK's
-AuthInterceptor and a CredentialService that answers the card's `bearer` scheme, and runs:
+The script starts a webhook receiver of its own: a stdlib HTTP server on 127.0.0.1 (a free
+port, in a thread) that answers every POST 200 and hands what it got to the checks.
+
+For each binding (by default JSONRPC, HTTP+JSON and GRPC, each chosen through the SDK's
+ClientConfig from the card's supportedInterfaces; gRPC over the SDK's GrpcTransport, its channel
+an insecure grpc.aio channel to the card's URL), the SDK's ClientFactory makes the clients, with
+the SDK's AuthInterceptor and a CredentialService that answers the card's `bearer` scheme, and
+runs:
 
 1. SendMessage, blocking (`tck-complete-task-*`): a completed task whose status message says
    "Hello from TCK"; and `tck-artifact-text-*`: a completed task with a text artifact;
@@ -18,18 +24,28 @@ AuthInterceptor and a CredentialService that answers the card's `bearer` scheme,
    artifact `chunked` arrives as its two chunks ("chunk-1 ", then "chunk-2" appended and last),
    and the stream ends with a completed status;
 3. GetTask of the tasks of 1 and 2: the same ids, completed, with the same content;
-4. SendMessage with returnImmediately (skill `sleep`, `{"ms": 60000}`), then CancelTask:
-   TASK_STATE_CANCELED, and GetTask agrees.
+4. SendMessage with returnImmediately (skill `sleep`, `{"ms": 60000}`), then on that task the
+   push notification configs: Create (an id, the receiver's URL, a token and Bearer
+   authentication; the answer is the config), Get (the same), List (it is listed), Delete, and
+   Get again (TaskNotFoundError); then CancelTask: TASK_STATE_CANCELED, and GetTask agrees;
+5. a delivery: SendMessage, blocking (`tck-complete-task-*`), with an inline
+   `taskPushNotificationConfig` (the receiver's URL for the binding, a token, Bearer
+   authentication); then, bounded by PUSH_TIMEOUT, the receiver's POSTs for that task until
+   one is the completed status update. Each POST must be a StreamResponse (parsed strictly by
+   the SDK's protobuf) holding a status or artifact update of the task, with Content-Type
+   application/a2a+json, `Authorization: Bearer <credentials>` and
+   `X-A2A-Notification-Token: <token>`.
 
-Every HTTP request of the A2A calls is recorded (an httpx event hook) to check that it went to
-the binding's URL from the card and carried `A2A-Version: 1.0`, which the SDK itself sets (this
+Every A2A call is recorded (an httpx event hook; on gRPC a grpc.aio client interceptor) to
+check that it went to the binding's URL from the card and carried A2A-Version 1.0 (the
+`A2A-Version` header, the `a2a-version` metadata on gRPC), which the SDK itself sets (this
 script never sets it), and the bearer token, which the AuthInterceptor adds.
 
-A failed step does not stop the independent steps after it, nor the other binding. Once the
+A failed step does not stop the independent steps after it, nor the other bindings. Once the
 card is read, it prints one JSON line to stdout, the summary (`ok`, `failures`, and what each
-binding answered); then each failure as `a2a_sdk_client: FAIL [binding] step: what` to stderr.
-Exit status: 0 when everything matched, 1 on any mismatch (or no card, or a hung binding: then
-only the failure line), 2 for bad usage.
+binding answered, with the push secrets it made under `push`); then each failure as
+`a2a_sdk_client: FAIL [binding] step: what` to stderr. Exit status: 0 when everything matched,
+1 on any mismatch (or no card, or a hung binding: then only the failure line), 2 for bad usage.
 """
 
 from __future__ import annotations
@@ -39,14 +55,18 @@ import asyncio
 import json
 import os
 import sys
+import threading
 import uuid
+
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from importlib.metadata import version
 from typing import Any
 
+import grpc
 import httpx
 
-from google.protobuf.json_format import MessageToDict
+from google.protobuf.json_format import MessageToDict, Parse
 
 from a2a.client import (
     A2ACardResolver,
@@ -60,8 +80,12 @@ from a2a.client import (
 from a2a.types import (
     AgentCard,
     Artifact,
+    AuthenticationInfo,
     CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetTaskPushNotificationConfigRequest,
     GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
     Message,
     Part,
     Role,
@@ -69,11 +93,13 @@ from a2a.types import (
     SendMessageRequest,
     StreamResponse,
     Task,
+    TaskPushNotificationConfig,
     TaskState,
 )
+from a2a.utils.errors import TaskNotFoundError
 
 
-BINDINGS = ('JSONRPC', 'HTTP+JSON')
+BINDINGS = ('JSONRPC', 'HTTP+JSON', 'GRPC')
 SECURITY_SCHEME = 'bearer'
 EXPECTED_VERSION = '1.0'
 HELLO = 'Hello from TCK'
@@ -82,6 +108,9 @@ CHUNKS = ['chunk-1 ', 'chunk-2']
 # Bounds against a hung server, not expectations: every call here takes milliseconds.
 HTTP_TIMEOUT = 30.0
 BINDING_TIMEOUT = 120.0
+# How long the receiver waits for a task's completed status update (it takes milliseconds).
+PUSH_TIMEOUT = 30.0
+PUSH_CONTENT_TYPE = 'application/a2a+json'
 
 
 class Mismatch(Exception):
@@ -144,6 +173,117 @@ class Recorder:
                 'authorization': request.headers.get('Authorization'),
             }
         )
+
+
+class GrpcRecorder:
+    """What each gRPC call carried, shaped like `Recorder`'s records: `interceptors()` are the
+    grpc.aio client interceptors of a channel to `target`, one per kind of call the SDK makes
+    (grpc.aio files an interceptor under one kind only, so one object cannot serve both)."""
+
+    def __init__(self, requests: list[dict[str, Any]], target: str) -> None:
+        self._requests = requests
+        self._target = target
+
+    def _record(self, details: grpc.aio.ClientCallDetails) -> None:
+        method = details.method
+        method = method.decode() if isinstance(method, bytes) else str(method)
+        metadata: dict[str, str] = {}
+        for key, value in details.metadata or ():
+            metadata.setdefault(key.lower(), value)
+        self._requests.append(
+            {
+                'method': method,
+                'url': self._target,
+                'a2aVersion': metadata.get('a2a-version'),
+                'authorization': metadata.get('authorization'),
+            }
+        )
+
+    def interceptors(self) -> list[grpc.aio.ClientInterceptor]:
+        record = self._record
+
+        class Unary(grpc.aio.UnaryUnaryClientInterceptor):
+            async def intercept_unary_unary(self, continuation, client_call_details, request):  # noqa: ANN001, ANN201
+                record(client_call_details)
+                return await continuation(client_call_details, request)
+
+        class Streaming(grpc.aio.UnaryStreamClientInterceptor):
+            async def intercept_unary_stream(self, continuation, client_call_details, request):  # noqa: ANN001, ANN201
+                record(client_call_details)
+                return await continuation(client_call_details, request)
+
+        return [Unary(), Streaming()]
+
+
+class WebhookReceiver:
+    """A push notification receiver on 127.0.0.1: a stdlib HTTP server in a thread that answers
+    every POST 200 and hands each one, by path, to the event loop (`wait_until`)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._received: dict[str, list[dict[str, Any]]] = {}
+        self._arrived: dict[str, asyncio.Event] = {}
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+                length = int(self.headers.get('Content-Length') or 0)
+                body = self.rfile.read(length).decode('utf-8', 'replace')
+                record = {
+                    'path': self.path,
+                    'contentType': self.headers.get('Content-Type'),
+                    'authorization': self.headers.get('Authorization'),
+                    'notificationToken': self.headers.get('X-A2A-Notification-Token'),
+                    'body': body,
+                }
+                self.send_response(200)
+                self.send_header('Content-Length', '0')
+                self.end_headers()
+                receiver._loop.call_soon_threadsafe(receiver._arrive, record)
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                pass
+
+        self._server = ThreadingHTTPServer(('127.0.0.1', 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def url(self, path: str) -> str:
+        return f'http://127.0.0.1:{self._server.server_address[1]}{path}'
+
+    def _event(self, path: str) -> asyncio.Event:
+        return self._arrived.setdefault(path, asyncio.Event())
+
+    def _arrive(self, record: dict[str, Any]) -> None:
+        self._received.setdefault(record['path'], []).append(record)
+        self._event(record['path']).set()
+
+    async def wait_until(
+        self, path: str, done: Any, timeout: float
+    ) -> list[dict[str, Any]]:
+        """The POSTs to `path` once `done(them)` holds; Mismatch when it does not within
+        `timeout` seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            received = list(self._received.get(path, []))
+            if done(received):
+                return received
+            event = self._event(path)
+            event.clear()
+            left = deadline - loop.time()
+            try:
+                await asyncio.wait_for(event.wait(), max(left, 0))
+            except asyncio.TimeoutError:
+                raise Mismatch(
+                    f'no completed status update reached {path} within {timeout:.0f} s; '
+                    f'received: {_short([r["body"] for r in received])}'
+                ) from None
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
 
 
 def user_message(text: str, message_id: str, skill: str | None = None) -> Message:
@@ -334,7 +474,7 @@ async def get_tasks(
     return got
 
 
-async def cancel(client: Client) -> dict[str, Any]:
+async def send_sleeping(client: Client) -> dict[str, Any]:
     STEP.name = 'send (returnImmediately, sleep)'
     response = await one_response(
         client,
@@ -352,18 +492,206 @@ async def cancel(client: Client) -> dict[str, Any]:
         'returnImmediately answers before the 60 s sleep ends (submitted or working)',
         submitted,
     )
+    return {'taskId': task.id, 'submitted': submitted}
 
+
+class PushSecrets:
+    """The token and the Bearer credentials of one binding's push configs."""
+
+    def __init__(self) -> None:
+        self.token = f'notification-token-{uuid.uuid4().hex}'
+        self.credentials = f'webhook-secret-{uuid.uuid4().hex}'
+
+    def config(self, url: str, task_id: str = '', config_id: str = '') -> TaskPushNotificationConfig:
+        return TaskPushNotificationConfig(
+            id=config_id,
+            task_id=task_id,
+            url=url,
+            token=self.token,
+            authentication=AuthenticationInfo(scheme='Bearer', credentials=self.credentials),
+        )
+
+
+def config_view(config: TaskPushNotificationConfig) -> dict[str, Any]:
+    return MessageToDict(config)
+
+
+async def push_configs(
+    client: Client, sleeping: dict[str, Any], receiver: WebhookReceiver, secrets: PushSecrets
+) -> dict[str, Any]:
+    task_id = sleeping['taskId']
+    config_id = f'sdk-{STEP.binding.lower().replace("+", "-")}-{uuid.uuid4().hex[:8]}'
+    wanted = secrets.config(
+        receiver.url(f'/configs/{STEP.binding}'), task_id=task_id, config_id=config_id
+    )
+
+    STEP.name = 'create push config'
+    created = await client.create_task_push_notification_config(wanted)
+    check(
+        config_view(created) == config_view(wanted),
+        'CreateTaskPushNotificationConfig answers the config as created',
+        {'sent': config_view(wanted), 'answered': config_view(created)},
+    )
+
+    STEP.name = 'get push config'
+    got = await client.get_task_push_notification_config(
+        GetTaskPushNotificationConfigRequest(task_id=task_id, id=config_id)
+    )
+    check(
+        config_view(got) == config_view(wanted),
+        'GetTaskPushNotificationConfig answers the config created',
+        {'created': config_view(wanted), 'got': config_view(got)},
+    )
+
+    STEP.name = 'list push configs'
+    listed = await client.list_task_push_notification_configs(
+        ListTaskPushNotificationConfigsRequest(task_id=task_id)
+    )
+    listed_ids = [config.id for config in listed.configs]
+    check(
+        [config_view(c) for c in listed.configs if c.id == config_id] == [config_view(wanted)],
+        'ListTaskPushNotificationConfigs lists the config created, once, as created',
+        MessageToDict(listed),
+    )
+
+    STEP.name = 'delete push config'
+    await client.delete_task_push_notification_config(
+        DeleteTaskPushNotificationConfigRequest(task_id=task_id, id=config_id)
+    )
+
+    STEP.name = 'get push config (deleted)'
+    try:
+        after = await client.get_task_push_notification_config(
+            GetTaskPushNotificationConfigRequest(task_id=task_id, id=config_id)
+        )
+    except TaskNotFoundError as error:
+        after_delete = type(error).__name__
+    else:
+        raise Mismatch(f'a deleted config is not found; got: {_short(config_view(after))}')
+
+    STEP.name = 'list push configs (deleted)'
+    relisted = await client.list_task_push_notification_configs(
+        ListTaskPushNotificationConfigsRequest(task_id=task_id)
+    )
+    relisted_ids = [config.id for config in relisted.configs]
+    check(config_id not in relisted_ids, 'a deleted config is no longer listed', relisted_ids)
+    return {
+        'taskId': task_id,
+        'configId': config_id,
+        'created': config_view(created),
+        'got': config_view(got),
+        'listed': listed_ids,
+        'afterDelete': after_delete,
+        'listedAfterDelete': relisted_ids,
+    }
+
+
+def check_delivery(
+    record: dict[str, Any], task_id: str, secrets: PushSecrets
+) -> tuple[str, str]:
+    """One POST of the receiver: its headers, and its body a StreamResponse holding a status or
+    artifact update of `task_id`; (the update's kind, the state of a status update or '')."""
+    content_type = (record['contentType'] or '').split(';')[0].strip().lower()
+    check(content_type == PUSH_CONTENT_TYPE, f'Content-Type: {PUSH_CONTENT_TYPE}', record['contentType'])
+    check(
+        record['authorization'] == f'Bearer {secrets.credentials}',
+        "Authorization: the config's scheme and credentials",
+        record['authorization'],
+    )
+    check(
+        record['notificationToken'] == secrets.token,
+        "X-A2A-Notification-Token: the config's token",
+        record['notificationToken'],
+    )
+    event = StreamResponse()
+    try:
+        Parse(record['body'], event)
+    except Exception as error:  # noqa: BLE001 - the SDK's protobuf refusing the body
+        raise Mismatch(f'the body is not a StreamResponse ({error}); got: {_short(record["body"])}') from None
+    kind = event_kind(event)
+    check(
+        kind in ('status_update', 'artifact_update'),
+        'the body is a status or an artifact update',
+        record['body'],
+    )
+    check(event_task_id(event) == task_id, 'the update is of the task sent', record['body'])
+    state = state_name(event.status_update.status.state) if kind == 'status_update' else ''
+    return kind, state
+
+
+def is_completed(record: dict[str, Any]) -> bool:
+    try:
+        body = json.loads(record['body'])
+    except ValueError:
+        return False
+    status = body.get('statusUpdate') if isinstance(body, dict) else None
+    return isinstance(status, dict) and status.get('status', {}).get('state') == 'TASK_STATE_COMPLETED'
+
+
+async def push_delivery(
+    client: Client, receiver: WebhookReceiver, secrets: PushSecrets
+) -> dict[str, Any]:
+    STEP.name = 'send (blocking, inline push config)'
+    path = f'/deliveries/{STEP.binding}'
+    url = receiver.url(path)
+    response = await one_response(
+        client,
+        SendMessageRequest(
+            message=user_message('hello', f'tck-complete-task-{uuid.uuid4()}'),
+            configuration=SendMessageConfiguration(
+                return_immediately=False,
+                task_push_notification_config=secrets.config(url),
+            ),
+        ),
+    )
+    check(response.HasField('task'), 'the answer is a Task', MessageToDict(response))
+    task = response.task
+    check_task(task, 'send')
+    state = state_name(task.status.state)
+    check(state == 'TASK_STATE_COMPLETED', 'a blocking send returns the completed task', state)
+
+    STEP.name = 'push delivery'
+    received = await receiver.wait_until(
+        path, lambda records: any(is_completed(r) for r in records), PUSH_TIMEOUT
+    )
+    deliveries = [check_delivery(record, task.id, secrets) for record in received]
+    kinds = [kind for kind, _ in deliveries]
+    states = [state for kind, state in deliveries if kind == 'status_update']
+    check(
+        states[-1:] == ['TASK_STATE_COMPLETED'] and is_completed(received[-1]),
+        'the completed status update is the last delivery',
+        [record['body'] for record in received],
+    )
+    return {
+        'taskId': task.id,
+        'url': url,
+        'deliveries': kinds,
+        'states': states,
+        'final': states[-1],
+        'contentType': received[-1]['contentType'],
+        'authorization': received[-1]['authorization'],
+        'notificationToken': received[-1]['notificationToken'],
+    }
+
+
+async def cancel(client: Client, sleeping: dict[str, Any]) -> dict[str, Any]:
+    task_id = sleeping['taskId']
     STEP.name = 'cancel task'
-    canceled = await client.cancel_task(CancelTaskRequest(id=task.id))
-    check(canceled.id == task.id, 'CancelTask answers the task asked for', MessageToDict(canceled))
+    canceled = await client.cancel_task(CancelTaskRequest(id=task_id))
+    check(canceled.id == task_id, 'CancelTask answers the task asked for', MessageToDict(canceled))
     state = state_name(canceled.status.state)
     check(state == 'TASK_STATE_CANCELED', 'the task is canceled', MessageToDict(canceled))
 
     STEP.name = 'get task (canceled)'
-    after = await client.get_task(GetTaskRequest(id=task.id))
+    after = await client.get_task(GetTaskRequest(id=task_id))
     after_state = state_name(after.status.state)
     check(after_state == 'TASK_STATE_CANCELED', 'GetTask agrees it is canceled', after_state)
-    return {'taskId': task.id, 'submitted': submitted, 'state': state, 'after': after_state}
+    return {
+        'taskId': task_id,
+        'submitted': sleeping['submitted'],
+        'state': state,
+        'after': after_state,
+    }
 
 
 def interface_url(card: AgentCard, binding: str) -> str:
@@ -384,43 +712,67 @@ async def attempt(failures: list[str], step: Any, *args: Any) -> Any:
         return None
 
 
-async def run_binding(card: AgentCard, binding: str, token: str) -> dict[str, Any]:
+async def run_binding(
+    card: AgentCard, binding: str, token: str, receiver: WebhookReceiver
+) -> dict[str, Any]:
     """Every step on `binding`; a failed step does not stop the independent ones after it."""
     STEP.binding = binding
     STEP.name = 'client'
     failures: list[str] = []
     url = interface_url(card, binding)
     recorder = Recorder()
+    secrets = PushSecrets()
+    clients: list[Client] = []
     async with httpx.AsyncClient(
         timeout=HTTP_TIMEOUT, event_hooks={'request': [recorder]}
     ) as http:
 
+        def channel(target: str) -> grpc.aio.Channel:
+            # The SDK's GrpcTransport calls this with the card's GRPC URL (host:port).
+            return grpc.aio.insecure_channel(
+                target, interceptors=GrpcRecorder(recorder.requests, target).interceptors()
+            )
+
         def client(streaming: bool) -> Client:
-            # The SDK sets its A2A-Version default header on the httpx client it is given.
+            # The SDK sets its A2A-Version default header on the httpx client it is given, and
+            # the a2a-version metadata on every gRPC call.
             config = ClientConfig(
                 httpx_client=http,
+                grpc_channel_factory=channel,
                 streaming=streaming,
                 supported_protocol_bindings=[binding],
             )
-            return ClientFactory(config).create(
+            made = ClientFactory(config).create(
                 card, interceptors=[AuthInterceptor(BearerToken(token))]
             )
+            clients.append(made)
+            return made
 
-        plain = client(streaming=False)
-        streaming = client(streaming=True)
-        sent = await attempt(failures, send_blocking, plain)
-        streamed = await attempt(failures, stream, streaming)
-        got = None
-        if sent is not None:
-            got = await attempt(failures, get_tasks, plain, sent, streamed)
-        canceled = await attempt(failures, cancel, plain)
+        try:
+            plain = client(streaming=False)
+            streaming = client(streaming=True)
+            sent = await attempt(failures, send_blocking, plain)
+            streamed = await attempt(failures, stream, streaming)
+            got = None
+            if sent is not None:
+                got = await attempt(failures, get_tasks, plain, sent, streamed)
+            sleeping = await attempt(failures, send_sleeping, plain)
+            configs = canceled = None
+            if sleeping is not None:
+                configs = await attempt(failures, push_configs, plain, sleeping, receiver, secrets)
+                canceled = await attempt(failures, cancel, plain, sleeping)
+            delivered = await attempt(failures, push_delivery, plain, receiver, secrets)
+        finally:
+            # Closes the gRPC channels; the shared httpx client closes with this block.
+            for made in clients:
+                await made.close()
 
     STEP.name = 'headers'
     versions = sorted({str(r['a2aVersion']) for r in recorder.requests})
 
     async def headers() -> None:
         requests = recorder.requests
-        check(bool(requests), 'the calls went over HTTP', requests)
+        check(bool(requests), f'the calls went over {binding}', requests)
         wrong_url = [r['url'] for r in requests if not r['url'].startswith(url)]
         check(not wrong_url, f"every call went to the card's {binding} URL {url}", wrong_url)
         check(
@@ -435,7 +787,7 @@ async def run_binding(card: AgentCard, binding: str, token: str) -> dict[str, An
         )
 
     await attempt(failures, headers)
-    return {
+    result = {
         'url': url,
         'requests': len(recorder.requests),
         'a2aVersion': versions[0] if len(versions) == 1 else versions,
@@ -443,8 +795,14 @@ async def run_binding(card: AgentCard, binding: str, token: str) -> dict[str, An
         'stream': streamed,
         'get': got,
         'cancel': canceled,
+        'pushConfigs': configs,
+        'pushDelivery': delivered,
+        'push': {'token': secrets.token, 'credentials': secrets.credentials},
         'failures': failures,
     }
+    if binding == 'GRPC':
+        result['grpcMethods'] = sorted({r['method'] for r in recorder.requests})
+    return result
 
 
 async def run(base_url: str, token: str, bindings: list[str]) -> dict[str, Any]:
@@ -459,11 +817,20 @@ async def run(base_url: str, token: str, bindings: list[str]) -> dict[str, Any]:
         f'the card declares the HTTP bearer scheme {SECURITY_SCHEME!r}',
         MessageToDict(card),
     )
+    check(
+        bool(card.capabilities.push_notifications),
+        'the card says it sends push notifications',
+        MessageToDict(card.capabilities),
+    )
+    receiver = WebhookReceiver(asyncio.get_running_loop())
     results = {}
-    for binding in bindings:
-        results[binding] = await asyncio.wait_for(
-            run_binding(card, binding, token), BINDING_TIMEOUT
-        )
+    try:
+        for binding in bindings:
+            results[binding] = await asyncio.wait_for(
+                run_binding(card, binding, token, receiver), BINDING_TIMEOUT
+            )
+    finally:
+        receiver.close()
     failures = [f for result in results.values() for f in result['failures']]
     return {
         'ok': not failures,

@@ -1,14 +1,19 @@
-//! The official A2A Python SDK (PyPI `a2a-sdk`, pinned by `scripts/a2a-sdk-venv`) as a client of
-//! the gateway's A2A v1.0 bindings, on a real cluster: a private redis-server, a worker hosting
-//! the TCK agent (`--a2a-tck-agent`) and a gateway that runs it by default
-//! (`A2A_DEFAULT_SKILL=tck`).
+//! The official A2A Python SDK (PyPI `a2a-sdk[grpc]`, pinned by `scripts/a2a-sdk-venv`) as a
+//! client of the gateway's A2A v1.0 bindings, on a real cluster: a private redis-server, a worker
+//! hosting the TCK agent (`--a2a-tck-agent`) and a gateway that runs it by default
+//! (`A2A_DEFAULT_SKILL=tck`), serves gRPC on a free port (`GRPC_LISTEN`) and may deliver push
+//! notifications to loopback (`PUSH_ALLOWLIST=127.0.0.1`).
 //!
 //! `tests/python/a2a_sdk_client.py` resolves the card with the SDK's `A2ACardResolver`, makes
 //! its clients with the SDK's `ClientFactory` (the binding chosen by `ClientConfig` from the
-//! card's `supportedInterfaces`, the bearer token added by the SDK's `AuthInterceptor`), and on
-//! JSON-RPC and HTTP+JSON alike sends a message (blocking), streams one, gets the tasks, and
-//! cancels a task it sent with `returnImmediately`. It checks every answer itself and prints a
-//! JSON summary, which this test checks again.
+//! card's `supportedInterfaces`, gRPC over the SDK's `GrpcTransport`, the bearer token added by
+//! the SDK's `AuthInterceptor`), and on JSON-RPC, HTTP+JSON and gRPC alike sends a message
+//! (blocking), streams one, gets the tasks, creates, gets, lists and deletes a push notification
+//! config (a token and Bearer authentication) of a task it sent with `returnImmediately`, cancels
+//! that task, and sends a message with an inline push config whose deliveries its own webhook
+//! receiver (a stdlib HTTP server on 127.0.0.1) awaits until the completed status update, checking
+//! their Content-Type, Authorization and X-A2A-Notification-Token. It checks every answer itself
+//! and prints a JSON summary, which this test checks again.
 //!
 //! The interpreter is `A2A_SDK_PYTHON`, else `<target dir>/a2a-sdk-venv/bin/python` (the target
 //! dir found like the harness finds the binaries: `target/` of the workspace by default, where
@@ -19,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use harness::cluster::Cluster;
+use harness::cluster::{Cluster, free_port};
 use harness::process::{ServiceProcess, plain};
 use serde_json::{Value, json};
 
@@ -54,8 +59,9 @@ const TOKEN: &str = "a2a-python-sdk-interop-token-0123456789";
 
 /// How to set the SDK up, in every failure about it.
 const SETUP_HINT: &str = "run `bash scripts/a2a-sdk-venv`: it makes ${CARGO_TARGET_DIR:-target}/\
-                          a2a-sdk-venv with a2a-sdk==1.3.0 from PyPI, where this test looks for \
-                          it unless A2A_SDK_PYTHON names another python that imports a2a-sdk";
+                          a2a-sdk-venv with a2a-sdk[grpc]==1.3.0 from PyPI, where this test \
+                          looks for it unless A2A_SDK_PYTHON names another python that imports \
+                          a2a-sdk with its grpc extra";
 
 /// The workspace's target dir, found from this test binary as the harness finds the service
 /// binaries: `<target>/<profile>/deps/<test>`.
@@ -87,8 +93,8 @@ async fn sdk_version(python: &Path) -> Result<String, Box<dyn std::error::Error>
     let probe = tokio::process::Command::new(python)
         .args([
             "-c",
-            "import a2a.client, httpx; from importlib.metadata import version; \
-             print(version('a2a-sdk'))",
+            "import a2a.client, a2a.client.transports.grpc, httpx; \
+             from importlib.metadata import version; print(version('a2a-sdk'))",
         ])
         .stdin(Stdio::null())
         .kill_on_drop(true)
@@ -159,15 +165,24 @@ fn tail(log: &str, lines: usize) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_official_python_sdk_sends_streams_gets_and_cancels_on_both_bindings() -> TestResult {
+async fn the_official_python_sdk_sends_streams_gets_cancels_and_pushes_on_all_three_bindings()
+-> TestResult {
     let python = sdk_python()?;
     let sdk = sdk_version(&python).await?;
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/a2a_sdk_client.py");
 
+    let grpc = format!("127.0.0.1:{}", free_port()?);
     let cluster = Cluster::builder()
         .worker("w1", &[])
         .args(&["--a2a-tck-agent"])
-        .gateway("g1", &[("A2A_DEFAULT_SKILL", "tck")])
+        .gateway(
+            "g1",
+            &[
+                ("A2A_DEFAULT_SKILL", "tck"),
+                ("GRPC_LISTEN", grpc.as_str()),
+                ("PUSH_ALLOWLIST", "127.0.0.1"),
+            ],
+        )
         .skills(&["tck", "sleep"])
         .start()
         .await?;
@@ -237,12 +252,14 @@ async fn the_official_python_sdk_sends_streams_gets_and_cancels_on_both_bindings
     assert_eq!(summary["sdkVersion"], json!(sdk), "{summary}");
     assert_eq!(
         summary["card"]["interfaces"],
-        json!(["JSONRPC", "HTTP+JSON"]),
+        json!(["JSONRPC", "HTTP+JSON", "GRPC"]),
         "{summary}"
     );
+    let mut secrets = Vec::new();
     for (binding, url) in [
         ("JSONRPC", format!("{base}/a2a/jsonrpc")),
         ("HTTP+JSON", format!("{base}/a2a/v1")),
+        ("GRPC", grpc.clone()),
     ] {
         let result = &summary["bindings"][binding];
         assert_eq!(result["url"], json!(url), "{binding}: {result}");
@@ -279,10 +296,84 @@ async fn the_official_python_sdk_sends_streams_gets_and_cancels_on_both_bindings
         let cancel = &result["cancel"];
         assert_eq!(cancel["state"], json!("TASK_STATE_CANCELED"), "{binding}");
         assert_eq!(cancel["after"], json!("TASK_STATE_CANCELED"), "{binding}");
+
+        let token = result["push"]["token"].as_str().ok_or("no push token")?;
+        let credentials = result["push"]["credentials"]
+            .as_str()
+            .ok_or("no push credentials")?;
+        let configs = &result["pushConfigs"];
+        assert_eq!(configs["taskId"], cancel["taskId"], "{binding}: {configs}");
+        let config_id = &configs["configId"];
+        let created = &configs["created"];
+        assert_eq!(created["id"], *config_id, "{binding}: {configs}");
+        assert_eq!(created["taskId"], configs["taskId"], "{binding}: {configs}");
+        assert_eq!(created["token"], json!(token), "{binding}: {configs}");
+        assert_eq!(
+            created["authentication"],
+            json!({"scheme": "Bearer", "credentials": credentials}),
+            "{binding}: {configs}"
+        );
+        assert_eq!(configs["got"], *created, "{binding}: {configs}");
+        let listed = configs["listed"].as_array().ok_or("no listed configs")?;
+        assert!(listed.contains(config_id), "{binding}: {configs}");
+        assert_eq!(configs["afterDelete"], json!("TaskNotFoundError"));
+        let relisted = configs["listedAfterDelete"].as_array().ok_or("no list")?;
+        assert!(!relisted.contains(config_id), "{binding}: {configs}");
+
+        let delivery = &result["pushDelivery"];
+        assert_eq!(
+            delivery["final"],
+            json!("TASK_STATE_COMPLETED"),
+            "{binding}"
+        );
+        assert_eq!(
+            delivery["states"]
+                .as_array()
+                .and_then(|states| states.last()),
+            Some(&json!("TASK_STATE_COMPLETED")),
+            "{binding}: {delivery}"
+        );
+        assert!(
+            delivery["contentType"]
+                .as_str()
+                .is_some_and(|value| value.starts_with("application/a2a+json")),
+            "{binding}: {delivery}"
+        );
+        assert_eq!(
+            delivery["authorization"],
+            json!(format!("Bearer {credentials}")),
+            "{binding}"
+        );
+        assert_eq!(delivery["notificationToken"], json!(token), "{binding}");
+        secrets.extend([token.to_owned(), credentials.to_owned()]);
     }
-    // The token reached the gateway on every call, and no log line shows it.
+    // Over gRPC, every call the script makes went through A2AService's own methods.
+    let methods = &summary["bindings"]["GRPC"]["grpcMethods"];
+    for method in [
+        "SendMessage",
+        "SendStreamingMessage",
+        "GetTask",
+        "CancelTask",
+        "CreateTaskPushNotificationConfig",
+        "GetTaskPushNotificationConfig",
+        "ListTaskPushNotificationConfigs",
+        "DeleteTaskPushNotificationConfig",
+    ] {
+        let path = json!(format!("/lf.a2a.v1.A2AService/{method}"));
+        assert!(
+            methods
+                .as_array()
+                .is_some_and(|called| called.contains(&path)),
+            "{method} not called over gRPC: {methods}"
+        );
+    }
+    // The token reached the gateway on every call, and no log line shows it, nor any push
+    // config's token or credentials.
     for log in [gateway.log(), worker.log()] {
         assert!(!log.contains(TOKEN), "a log shows the bearer token");
+        for secret in &secrets {
+            assert!(!log.contains(secret.as_str()), "a log shows a push secret");
+        }
     }
     Ok(())
 }
