@@ -42,6 +42,11 @@ pub struct Received {
 #[derive(Default)]
 struct Log {
     requests: Vec<Received>,
+    /// Requests being answered now, and the most there ever were, by path.
+    open: HashMap<String, usize>,
+    most_open: HashMap<String, usize>,
+    /// Paths answered otherwise than the receiver's answer.
+    overrides: HashMap<String, Answer>,
 }
 
 #[derive(Clone)]
@@ -104,6 +109,29 @@ impl WebhookReceiver {
     /// From now on, answer `answer` (hung requests are answered by it too).
     pub fn answer(&self, answer: Answer) {
         let _ = self.answer.send(answer);
+    }
+
+    /// From now on, answer requests to `path` with `answer`, whatever the receiver's answer.
+    pub fn answer_path(&self, path: &str, answer: Answer) {
+        self.shared
+            .log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .overrides
+            .insert(path.to_owned(), answer);
+    }
+
+    /// The most requests to `path` that were ever open at once (received, not yet answered,
+    /// their sender still connected).
+    pub fn most_open(&self, path: &str) -> usize {
+        self.shared
+            .log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .most_open
+            .get(path)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Every request so far, in arrival order.
@@ -176,12 +204,33 @@ async fn receive(
         body: serde_json::from_slice(&body).unwrap_or(Value::Null),
         answered: None,
     };
-    let index = {
+    let path = received.path.clone();
+    let (index, forced) = {
         let mut log = shared.log.lock().unwrap_or_else(PoisonError::into_inner);
         log.requests.push(received);
-        log.requests.len() - 1
+        let open = log.open.entry(path.clone()).or_default();
+        *open += 1;
+        let now = *open;
+        let most = log.most_open.entry(path.clone()).or_default();
+        *most = (*most).max(now);
+        (log.requests.len() - 1, log.overrides.get(&path).copied())
+    };
+    // Counts the request as open until it is answered or its sender goes away (the
+    // handler's future is dropped then).
+    let _open = OpenGuard {
+        log: shared.log.clone(),
+        path,
     };
     shared.changed.notify_waiters();
+    if forced == Some(Answer::Hang) {
+        std::future::pending::<()>().await;
+    }
+    if let Some(Answer::Status(code)) = forced {
+        return StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    }
+    if forced == Some(Answer::Ok) {
+        return StatusCode::OK;
+    }
     let mut answer = shared.answer.clone();
     let status = loop {
         let current = *answer.borrow_and_update();
@@ -205,4 +254,19 @@ async fn receive(
     }
     shared.changed.notify_waiters();
     status
+}
+
+/// Decrements a path's open count when a request ends, however it ends.
+struct OpenGuard {
+    log: Arc<Mutex<Log>>,
+    path: String,
+}
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(open) = log.open.get_mut(&self.path) {
+            *open = open.saturating_sub(1);
+        }
+    }
 }

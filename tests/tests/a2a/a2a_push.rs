@@ -7,8 +7,9 @@
 //! streaming task's updates delivered in order with their headers, its outbox gone and its
 //! configs expiring with the task once it finished; the SSRF policy refusing a host name that
 //! resolves to loopback unless the allowlist names it; a delivery that keeps failing retried
-//! a bounded number of times, then kept and counted; and a gateway SIGKILLed in the middle of a
-//! delivery losing none of it.
+//! a bounded number of times, then kept and counted; a gateway SIGKILLed in the middle of a
+//! delivery losing none of it; and one caller's hanging receivers taking only its share of a
+//! gateway's delivery slots.
 
 use std::time::Duration;
 
@@ -76,13 +77,24 @@ async fn rest(
 /// `SendMessage` for `skill` with `data`, returning at once, with an inline push config when
 /// given: the task's id.
 async fn send(cluster: &Cluster, skill: &str, data: Value, push: Option<Value>) -> Res<String> {
+    send_as(cluster, TOKEN_A, skill, data, push).await
+}
+
+/// [`send`] as the caller of `token`.
+async fn send_as(
+    cluster: &Cluster,
+    token: &str,
+    skill: &str,
+    data: Value,
+    push: Option<Value>,
+) -> Res<String> {
     let mut configuration = json!({"returnImmediately": true});
     if let Some(push) = push {
         configuration["taskPushNotificationConfig"] = push;
     }
     let (result, error) = rpc(
         cluster,
-        TOKEN_A,
+        token,
         "SendMessage",
         json!({
             "message": {
@@ -656,5 +668,49 @@ async fn a_gateway_killed_mid_delivery_loses_no_delivery() -> Res {
         .count();
     assert!(working >= 2, "{seen:?}");
     wait_for_no_keys(&cluster, &format!("{{tc}}:push-out:{task}")).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_callers_hanging_receivers_take_only_its_share_of_the_delivery_slots() -> Res {
+    let receiver = WebhookReceiver::start(Answer::Ok).await?;
+    receiver.answer_path("/flood", Answer::Hang);
+    // Four slots: one caller's tasks get one of them at a time.
+    let cluster = cluster(&[("PUSH_ALLOWLIST", "127.0.0.1"), ("PUSH_CONCURRENCY", "4")]).await?;
+    for n in 0..6 {
+        send_as(
+            &cluster,
+            TOKEN_B,
+            "echo",
+            json!({ "flood": n }),
+            Some(json!({"url": receiver.url("/flood")})),
+        )
+        .await?;
+    }
+    receiver
+        .wait_for(PATIENCE, "the flood's first delivery", |requests| {
+            requests.iter().any(|request| request.path == "/flood")
+        })
+        .await?;
+    // Another caller's notification goes through while the flood's receiver hangs.
+    send(
+        &cluster,
+        "echo",
+        json!({"victim": true}),
+        Some(json!({"url": receiver.url("/victim")})),
+    )
+    .await?;
+    receiver
+        .wait_for(PATIENCE, "the other caller's delivery", |requests| {
+            requests
+                .iter()
+                .any(|r| r.path == "/victim" && status_state(r) == Some("TASK_STATE_COMPLETED"))
+        })
+        .await?;
+    assert_eq!(
+        receiver.most_open("/flood"),
+        1,
+        "the flood held more than its share"
+    );
     Ok(())
 }

@@ -8,16 +8,19 @@
 //! claimant sends too (at least once); its cursor writes are compare-and-set, so it cannot
 //! move a cursor back.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use a2a::{StreamResponse, TaskPushNotificationConfig};
+use protocol::token::OwnerHash;
 use serde_json::json;
 use store::push::{LoadedConfig, PushCursor, Release};
 use store::{StoredEvent, StoredTask, TaskStore};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use webhook::DeliveryOutcome;
 
 use super::Push;
 use crate::a2a::mapping;
@@ -26,6 +29,14 @@ use crate::watch::{self, RunEvent};
 
 /// How often an idle deliverer looks for due tasks.
 const IDLE_POLL: Duration = Duration::from_millis(100);
+
+/// One owner's tasks take at most this fraction of a gateway's delivery slots (at least one):
+/// a caller whose receivers hang cannot hold every slot for their 10 s each while other
+/// callers' notifications wait.
+const OWNER_SHARE_DIVISOR: usize = 4;
+
+/// How long a task of an owner at its share waits before it is claimed again.
+const OWNER_BUSY_DELAY: Duration = Duration::from_millis(250);
 
 /// A finished task whose remaining retention cannot be read keeps its configs this long.
 const FALLBACK_CONFIG_TTL: Duration = Duration::from_secs(3600);
@@ -38,6 +49,7 @@ const A2A_JSON: &str = "application/a2a+json";
 pub async fn run(store: Arc<dyn TaskStore>, push: Arc<Push>, shutdown: CancellationToken) {
     telemetry::metrics::prime_push_counters();
     let permits = Arc::new(Semaphore::new(push.concurrency));
+    let in_flight = Arc::new(InFlight::new(push.concurrency / OWNER_SHARE_DIVISOR));
     let mut running = JoinSet::new();
     let mut failing = false;
     while !shutdown.is_cancelled() {
@@ -66,8 +78,9 @@ pub async fn run(store: Arc<dyn TaskStore>, push: Arc<Push>, shutdown: Cancellat
                 };
                 claimed += 1;
                 let (store, push, shutdown) = (store.clone(), push.clone(), shutdown.clone());
+                let in_flight = in_flight.clone();
                 running.spawn(async move {
-                    deliver_task(&*store, &push, &id, &shutdown).await;
+                    deliver_task(&*store, &push, &in_flight, &id, &shutdown).await;
                     drop(permit);
                 });
             }
@@ -83,6 +96,60 @@ pub async fn run(store: Arc<dyn TaskStore>, push: Arc<Push>, shutdown: Cancellat
     while running.join_next().await.is_some() {}
 }
 
+/// Tasks being delivered per owner, bounded by a share of the slots.
+struct InFlight {
+    share: usize,
+    per_owner: Mutex<HashMap<OwnerHash, usize>>,
+}
+
+impl InFlight {
+    fn new(share: usize) -> InFlight {
+        InFlight {
+            share: share.max(1),
+            per_owner: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A slot for one of `owner`'s tasks, unless it has its share already.
+    fn enter(self: &Arc<Self>, owner: &OwnerHash) -> Option<OwnerSlot> {
+        let mut per_owner = self
+            .per_owner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let count = per_owner.entry(owner.clone()).or_default();
+        if *count >= self.share {
+            return None;
+        }
+        *count += 1;
+        Some(OwnerSlot {
+            in_flight: Arc::clone(self),
+            owner: owner.clone(),
+        })
+    }
+}
+
+/// One task's place in its owner's share, given back when dropped.
+struct OwnerSlot {
+    in_flight: Arc<InFlight>,
+    owner: OwnerHash,
+}
+
+impl Drop for OwnerSlot {
+    fn drop(&mut self) {
+        let mut per_owner = self
+            .in_flight
+            .per_owner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = per_owner.get_mut(&self.owner) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                per_owner.remove(&self.owner);
+            }
+        }
+    }
+}
+
 /// Where one config's deliveries stand after this claim.
 struct ConfigProgress {
     /// Every event up to this seq is done with (delivered or given up).
@@ -94,7 +161,13 @@ struct ConfigProgress {
 }
 
 /// One claimed task: every config's events after its cursor, then the release.
-async fn deliver_task(store: &dyn TaskStore, push: &Push, task_id: &str, stop: &CancellationToken) {
+async fn deliver_task(
+    store: &dyn TaskStore,
+    push: &Push,
+    in_flight: &Arc<InFlight>,
+    task_id: &str,
+    stop: &CancellationToken,
+) {
     let batch = match push.outbox.load(task_id).await {
         Ok(batch) => batch,
         Err(err) => {
@@ -119,6 +192,17 @@ async fn deliver_task(store: &dyn TaskStore, push: &Push, task_id: &str, stop: &
             finished: Some(Duration::ZERO),
         };
         if let Err(err) = push.outbox.release(task_id, release).await {
+            tracing::warn!(task_id, error = %err, "could not release a task's push outbox");
+        }
+        return;
+    };
+    let Some(_slot) = in_flight.enter(&stored.owner) else {
+        // Its owner has its share of this gateway's slots: later (or another gateway).
+        if let Err(err) = push
+            .outbox
+            .release(task_id, Release::postponed(OWNER_BUSY_DELAY))
+            .await
+        {
             tracing::warn!(task_id, error = %err, "could not release a task's push outbox");
         }
         return;
@@ -167,8 +251,9 @@ async fn deliver_task(store: &dyn TaskStore, push: &Push, task_id: &str, stop: &
 /// What one attempt at sending a payload came to.
 enum Sent {
     Delivered,
-    /// Worth another attempt (a timeout, a 5xx, a 429, a reset).
-    Retry(String),
+    /// Worth another attempt (a timeout, a 5xx, a 429, a reset), not before the receiver's
+    /// `Retry-After` when it gave one.
+    Retry(String, Option<Duration>),
     /// Never worth another (a 4xx, refused by the SSRF policy, a config that cannot be sent).
     GiveUp(String),
 }
@@ -242,9 +327,13 @@ async fn deliver_config(
         };
         match failure {
             None => {}
-            Some(Sent::Retry(detail)) => {
+            Some(Sent::Retry(detail, retry_after)) => {
                 let failures = cursor.failures.saturating_add(1);
                 if let Some(delay) = push.backoff.next_delay(failures) {
+                    // The receiver's Retry-After, within the schedule's cap, when later.
+                    let delay = retry_after
+                        .map(|after| after.min(push.backoff.cap()))
+                        .map_or(delay, |after| after.max(delay));
                     telemetry::metrics::push_delivery("retried", Duration::ZERO);
                     tracing::debug!(task_id, config_id = %loaded.id, failures, %detail, "push delivery failed; will retry");
                     next = PushCursor {
@@ -341,7 +430,13 @@ async fn send(push: &Push, config: &TaskPushNotificationConfig, payload: &Stream
             telemetry::metrics::push_delivery("delivered", started.elapsed());
             Sent::Delivered
         }
-        Ok(outcome) if outcome.is_retryable() => Sent::Retry(outcome.to_string()),
+        Ok(outcome) if outcome.is_retryable() => {
+            let retry_after = match &outcome {
+                DeliveryOutcome::Unavailable { retry_after, .. } => *retry_after,
+                _ => None,
+            };
+            Sent::Retry(outcome.to_string(), retry_after)
+        }
         Ok(outcome) => Sent::GiveUp(outcome.to_string()),
         Err(err) => Sent::GiveUp(err.to_string()),
     }

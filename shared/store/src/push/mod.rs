@@ -116,6 +116,20 @@ pub struct Release {
     pub finished: Option<Duration>,
 }
 
+impl Release {
+    /// Nothing done: the task is due again after `delay`, whatever arrived meanwhile (a
+    /// deliverer that will not take it now).
+    pub fn postponed(delay: Duration) -> Release {
+        Release {
+            trim: 0,
+            // No length can exceed it: no arrival is seen, so the delay holds.
+            loaded: usize::MAX,
+            retry_in: Some(delay),
+            finished: None,
+        }
+    }
+}
+
 /// The outbox in a [`RedisStore`]'s Redis and namespace. Cheap to clone.
 #[derive(Clone)]
 pub struct PushOutbox {
