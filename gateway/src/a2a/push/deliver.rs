@@ -508,3 +508,39 @@ fn unix_ms() -> u64 {
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owner(name: &str) -> OwnerHash {
+        protocol::token::AccessToken::parse(&format!("{name}-token-0123456789abcdef"))
+            .map(|token| token.owner_hash())
+            .unwrap_or_else(|_| protocol::token::AccessToken::generate().owner_hash())
+    }
+
+    #[test]
+    fn an_owner_gets_its_share_of_slots_and_each_slot_back_when_done() {
+        let in_flight = Arc::new(InFlight::new(2));
+        let (alice, bob) = (owner("alice"), owner("bob"));
+        let first = in_flight.enter(&alice);
+        let second = in_flight.enter(&alice);
+        assert!(first.is_some() && second.is_some());
+        assert!(in_flight.enter(&alice).is_none(), "past the share");
+        assert!(
+            in_flight.enter(&bob).is_some(),
+            "another owner is not held back"
+        );
+        drop(first);
+        assert!(
+            in_flight.enter(&alice).is_some(),
+            "a slot given back is taken again"
+        );
+    }
+
+    #[test]
+    fn the_share_is_at_least_one() {
+        let in_flight = Arc::new(InFlight::new(0));
+        assert!(in_flight.enter(&owner("carol")).is_some());
+    }
+}

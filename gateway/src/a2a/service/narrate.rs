@@ -171,3 +171,75 @@ impl Narrator {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn narrator(state: NarratorState) -> Narrator {
+        Narrator::new("t1".into(), "c1".into(), state)
+    }
+
+    fn states(out: &[StreamResponse]) -> Vec<String> {
+        out.iter()
+            .map(|event| match event {
+                StreamResponse::StatusUpdate(update) => format!("{:?}", update.status.state),
+                StreamResponse::ArtifactUpdate(update) => update.artifact.artifact_id.clone(),
+                _ => "other".into(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn working_is_said_once_per_turn_and_a_resume_says_submitted() {
+        let mut narrator = narrator(NarratorState::default());
+        let mut out = Vec::new();
+        narrator.on(RunEvent::Progress, &mut out);
+        narrator.on(RunEvent::Progress, &mut out);
+        narrator.on(
+            RunEvent::InputRequired {
+                request: json!({"question": "?"}),
+            },
+            &mut out,
+        );
+        narrator.on(RunEvent::Running, &mut out);
+        narrator.on(RunEvent::Progress, &mut out);
+        assert_eq!(
+            states(&out),
+            ["Working", "InputRequired", "Submitted", "Working"]
+        );
+    }
+
+    #[test]
+    fn a_listener_resumed_from_its_stored_state_goes_on_where_it_was() -> serde_json::Result<()> {
+        let mut first = narrator(NarratorState::default());
+        let mut out = Vec::new();
+        first.on(
+            RunEvent::Stream {
+                kind: "delta".into(),
+                data: json!({"delta": 1}),
+            },
+            &mut out,
+        );
+        // Stored between deliveries, read back by another deliverer.
+        let stored = serde_json::to_value(&first.state)?;
+        let mut second = narrator(serde_json::from_value(stored)?);
+        out.clear();
+        second.on(
+            RunEvent::Stream {
+                kind: "delta".into(),
+                data: json!({"delta": 2}),
+            },
+            &mut out,
+        );
+        // No second `working`, and the chunk appends to the artifact already started.
+        assert_eq!(states(&out), ["t1-stream"]);
+        let StreamResponse::ArtifactUpdate(update) = &out[0] else {
+            return Ok(());
+        };
+        assert_eq!(update.append, Some(true));
+        Ok(())
+    }
+}
