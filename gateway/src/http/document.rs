@@ -20,15 +20,24 @@ pub struct Built {
     pub body: Bytes,
     /// `"<hex SHA-256 of body>"`.
     pub etag: HeaderValue,
+    /// When this process built it (HTTP date): the documents are rebuilt when what they list
+    /// changes, so a cache can tell an old copy by date too (the ETag stays the validator).
+    pub last_modified: HeaderValue,
 }
 
 impl Built {
     pub fn new(body: Vec<u8>) -> Self {
         let etag = format!("\"{}\"", hex::encode(Sha256::digest(&body)));
+        let last_modified = chrono::Utc::now()
+            .format("%a, %d %b %Y %H:%M:%S GMT")
+            .to_string();
         Built {
             body: Bytes::from(body),
             // Quotes and hex digits only: always a valid header value.
             etag: HeaderValue::try_from(etag).unwrap_or(HeaderValue::from_static("\"\"")),
+            // An HTTP date: ASCII letters, digits, spaces, commas and colons.
+            last_modified: HeaderValue::try_from(last_modified)
+                .unwrap_or(HeaderValue::from_static("Thu, 01 Jan 1970 00:00:00 GMT")),
         }
     }
 }
@@ -53,6 +62,7 @@ pub fn cached(request: &HeaderMap, content_type: &'static str, document: &Built)
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     headers.insert(header::ETAG, document.etag.clone());
+    headers.insert(header::LAST_MODIFIED, document.last_modified.clone());
     headers.insert(
         header::CACHE_CONTROL,
         HeaderValue::from_static(CACHE_CONTROL),

@@ -128,12 +128,20 @@ async fn the_card_lists_the_skills_with_ids_names_descriptions_and_tags() -> Res
     Ok(())
 }
 
-/// The card carries a strong validator (an ETag) and answers a revalidation with 304.
+/// The card carries a strong validator (an ETag) and a `Last-Modified` date, and answers a
+/// revalidation with 304.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_card_answers_a_revalidation_with_304() -> Res {
     let cluster = Cluster::start().await?;
     let url = format!("{}/a2a/.well-known/agent-card.json", cluster.base);
     let first = cluster.http.get(&url).send().await?;
+    let modified = first
+        .headers()
+        .get(reqwest::header::LAST_MODIFIED)
+        .ok_or("the A2A card has no Last-Modified")?
+        .to_str()?
+        .to_owned();
+    assert!(modified.ends_with(" GMT") && modified.len() == 29, "{modified}");
     let etag = first
         .headers()
         .get(reqwest::header::ETAG)
