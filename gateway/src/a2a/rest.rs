@@ -20,7 +20,7 @@ use a2a::{
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{OriginalUri, Path, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::Response;
 use axum::routing::{get, post};
 use futures::StreamExt;
@@ -45,7 +45,7 @@ pub fn router() -> Router<AppState> {
         )
         .route(
             "/tasks/{task}/pushNotificationConfigs/{config}",
-            get(push_get).delete(push_delete).fallback(push_method),
+            get(push_one).delete(push_one).fallback(push_method),
         )
         .route("/extendedAgentCard", get(extended_card))
         .fallback(unknown)
@@ -276,46 +276,34 @@ async fn push_list(
     ok_or_error(push_config::list(&caller, request).await)
 }
 
-/// `GET /tasks/{id}/pushNotificationConfigs/{configId}`.
-async fn push_get(
+/// `GET|DELETE /tasks/{id}/pushNotificationConfigs/{configId}`: the config, or `{}` once
+/// deleted (idempotent).
+async fn push_one(
     State(state): State<AppState>,
     OriginalUri(uri): OriginalUri,
+    method: Method,
     headers: HeaderMap,
-    Path((task, config)): Path<(String, String)>,
+    Path((task_id, id)): Path<(String, String)>,
 ) -> Response {
     let caller = match caller(&state, &headers, &uri) {
         Ok(caller) => caller,
         Err(err) => return err.to_rest(),
     };
+    if method == Method::DELETE {
+        let request = a2a::DeleteTaskPushNotificationConfigRequest {
+            task_id,
+            id,
+            tenant: None,
+        };
+        let deleted = push_config::delete(&caller, request).await;
+        return ok_or_error(deleted.map(|()| serde_json::json!({})));
+    }
     let request = a2a::GetTaskPushNotificationConfigRequest {
-        task_id: task,
-        id: config,
+        task_id,
+        id,
         tenant: None,
     };
     ok_or_error(push_config::get(&caller, request).await)
-}
-
-/// `DELETE /tasks/{id}/pushNotificationConfigs/{configId}`: `{}` (idempotent).
-async fn push_delete(
-    State(state): State<AppState>,
-    OriginalUri(uri): OriginalUri,
-    headers: HeaderMap,
-    Path((task, config)): Path<(String, String)>,
-) -> Response {
-    let caller = match caller(&state, &headers, &uri) {
-        Ok(caller) => caller,
-        Err(err) => return err.to_rest(),
-    };
-    let request = a2a::DeleteTaskPushNotificationConfigRequest {
-        task_id: task,
-        id: config,
-        tenant: None,
-    };
-    ok_or_error(
-        push_config::delete(&caller, request)
-            .await
-            .map(|()| serde_json::json!({})),
-    )
 }
 
 /// Another method on a push config path.

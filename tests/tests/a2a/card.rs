@@ -141,7 +141,10 @@ async fn the_card_answers_a_revalidation_with_304() -> Res {
         .ok_or("the A2A card has no Last-Modified")?
         .to_str()?
         .to_owned();
-    assert!(modified.ends_with(" GMT") && modified.len() == 29, "{modified}");
+    assert!(
+        modified.ends_with(" GMT") && modified.len() == 29,
+        "{modified}"
+    );
     let etag = first
         .headers()
         .get(reqwest::header::ETAG)
