@@ -54,6 +54,13 @@ struct Args {
     /// REDIS_SHARDS of every gateway and worker: hash tags the tasks spread over.
     #[arg(long, env = "CHAOS_SHARDS", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
     shards: u16,
+    /// Percentage of the tasks created over A2A (SendMessage) with an inline push notification
+    /// config naming the run's own webhook receiver, whose deliveries are checked (0: none).
+    #[arg(long, env = "CHAOS_PUSH_PERCENT", default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=100))]
+    push_percent: u32,
+    /// PUSH_CLAIM_MS of the gateways (how long a killed gateway's delivery claim lasts).
+    #[arg(long, env = "CHAOS_PUSH_CLAIM_MS", default_value_t = 2_000)]
+    push_claim_ms: u64,
     /// Copy every service's and Redis node's log into this directory at the end.
     #[arg(long, env = "CHAOS_LOGS_DIR")]
     logs_dir: Option<std::path::PathBuf>,
@@ -83,6 +90,8 @@ fn main() -> ExitCode {
         shards: args.shards,
         logs_dir: args.logs_dir,
         lease_ttl_ms: args.lease_ttl_ms.max(30),
+        push_percent: args.push_percent,
+        push_claim_ms: args.push_claim_ms.max(100),
         ..ChaosConfig::full(seed)
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -1,6 +1,7 @@
 //! The invariants of the design, checked once every process is back and every task has
 //! finished: against the tasks' records and event logs in Redis, the whole key space, and what
-//! the SSE subscribers saw.
+//! the SSE subscribers saw, and the push notifications the run's webhook receiver got
+//! (`push.rs`).
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -13,6 +14,7 @@ use store::{RedisStore, StoredEvent, StoredTask, TaskStore};
 
 use super::cluster::Cluster;
 use super::load::{AckedTask, Load, SubscriberLog};
+use super::push::{self, PushReceiver};
 use super::report::ChaosReport;
 use super::topology::{Routed, key_tags, shard_tags};
 use super::{ChaosError, NAMESPACE};
@@ -29,7 +31,7 @@ pub struct SettleStats {
     pub unfinished: Vec<String>,
 }
 
-async fn store(cluster: &Cluster) -> Result<RedisStore, ChaosError> {
+pub(super) async fn store(cluster: &Cluster) -> Result<RedisStore, ChaosError> {
     let config = cluster.redis.store_config(cluster.shards);
     Ok(RedisStore::connect(config).await?)
 }
@@ -386,6 +388,20 @@ async fn check_keys(
                 report.violation(format!("{key} would outlive its call (PTTL {ttl})"));
             }
             "rp" => {}
+            // A task's push configs and cursors: kept while it runs, then as long as the task
+            // once its last event is delivered (a config given with a send that was refused
+            // expires within a minute).
+            "push" | "push-cur" if !expiring => {
+                report.violation(format!("{key} never expires"));
+            }
+            "push" | "push-cur" => {}
+            // Deliveries still owed once every final status was delivered and the outbox
+            // drained (the wait's deadline passed).
+            "push-out" | "push-due" => {
+                report.violation(format!("{key} is left over: deliveries still owed"));
+            }
+            // Reported with the push checks, record by record.
+            "push-exhausted" if name.is_empty() => {}
             "owner-live" => {
                 let count: i64 = redis.get(key).await.unwrap_or(-1);
                 if count != 0 || !expiring {
@@ -414,6 +430,7 @@ async fn check_keys(
 pub async fn check(
     cluster: &Cluster,
     load: &Load,
+    receiver: &PushReceiver,
     report: &mut ChaosReport,
 ) -> Result<(), ChaosError> {
     let store = store(cluster).await?;
@@ -452,6 +469,7 @@ pub async fn check(
         check_subscriber(&subscriber, records.get(&subscriber.task_id), report);
         report.subscribers += 1;
     }
+    push::check(receiver, load, &store, &records, report).await;
     check_keys(cluster, &store, &ids, report).await?;
     for violation in load.client_violations() {
         report.violation(violation);

@@ -31,6 +31,7 @@ pub struct Cluster {
     pub workers: Vec<Slot>,
     lease_ttl_ms: u64,
     worker_concurrency: usize,
+    push_claim_ms: u64,
     graveyard: Vec<ServiceProcess>,
     http: reqwest::Client,
 }
@@ -70,6 +71,7 @@ impl Cluster {
             workers,
             lease_ttl_ms: config.lease_ttl_ms,
             worker_concurrency: config.worker_concurrency,
+            push_claim_ms: config.push_claim_ms,
             graveyard: Vec::new(),
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(2))
@@ -103,6 +105,12 @@ impl Cluster {
             // Capacity is not under test here; retention outlasts the run.
             ("MAX_TASKS", "1000000".to_owned()),
             ("RETENTION_MS", "3600000".to_owned()),
+            // Push deliveries to the run's receiver on loopback; a killed gateway's claim
+            // expires within the run, and a failed attempt is retried soon.
+            ("PUSH_ALLOWLIST", "127.0.0.1".to_owned()),
+            ("PUSH_CLAIM_MS", self.push_claim_ms.to_string()),
+            ("PUSH_RETRY_BASE_MS", "100".to_owned()),
+            ("PUSH_RETRY_CAP_MS", "2000".to_owned()),
         ]);
         let process = ServiceProcess::start("gateway", &name, &[], &env)?;
         slot.process = Some(process);

@@ -1,8 +1,11 @@
 //! The clients of a chaos run: concurrent creators that retry on any gateway until a task is
 //! acknowledged, SSE subscribers that follow their task across gateway deaths to its terminal
-//! event, cancellers, and probes with another owner's token.
+//! event, cancellers, and probes with another owner's token. A seeded fraction of the tasks is
+//! created over A2A (`SendMessage` with an inline push config naming the run's webhook
+//! receiver, `push.rs`) instead of the Lucid profile's `POST /tasks`; followers, cancellers and
+//! probes treat them like the others (the bearer token owns them as `Task-Access-Token` does).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -29,6 +32,9 @@ pub struct AckedTask {
     pub input: Value,
     /// When the client got the 200: set against the Redis fault when a task goes missing.
     pub acked_at: Instant,
+    /// Created over A2A with a push config naming `/hook/{index}` of the run's receiver:
+    /// `Some(index)`.
+    pub push: Option<usize>,
 }
 
 /// What one SSE subscriber saw, over all its connections.
@@ -71,6 +77,10 @@ pub struct Load {
     cancel_requested: Mutex<HashSet<String>>,
     /// What clients saw that breaks an invariant.
     violations: Mutex<Vec<String>>,
+    /// The base of the push configs' URLs: the run's webhook receiver.
+    push_url: String,
+    /// `SendMessage` requests sent per task number (each may have created a task).
+    a2a_sends: Mutex<HashMap<usize, u32>>,
     followers: Mutex<Vec<JoinHandle<SubscriberLog>>>,
     helpers: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -79,6 +89,15 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Whether task number `index` is created over A2A with a push config: `percent` of them,
+/// drawn from the seed apart from [`plan`]'s draws (a seed keeps its task mix).
+fn via_a2a(seed: u64, index: usize, percent: u32) -> bool {
+    let mut rng = StdRng::seed_from_u64(
+        seed.rotate_left(29) ^ (index as u64).wrapping_mul(0xD1B5_4A32_D192_ED03),
+    );
+    rng.random_range(0..100u32) < percent
 }
 
 /// What task number `index` runs: a seeded mix of every built-in, including runs long enough
@@ -99,7 +118,11 @@ fn plan(seed: u64, index: usize) -> (&'static str, Value, Option<Duration>) {
 }
 
 impl Load {
-    pub fn new(config: &ChaosConfig, gateways: Vec<String>) -> Result<Load, ChaosError> {
+    pub fn new(
+        config: &ChaosConfig,
+        gateways: Vec<String>,
+        push_url: String,
+    ) -> Result<Load, ChaosError> {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(10))
             .build()?;
@@ -120,6 +143,8 @@ impl Load {
             cancel_acknowledged: Mutex::new(HashSet::new()),
             cancel_requested: Mutex::new(HashSet::new()),
             violations: Mutex::new(Vec::new()),
+            push_url,
+            a2a_sends: Mutex::new(HashMap::new()),
             followers: Mutex::new(Vec::new()),
             helpers: Mutex::new(Vec::new()),
         })
@@ -139,6 +164,14 @@ impl Load {
 
     pub fn client_violations(&self) -> Vec<String> {
         lock(&self.violations).clone()
+    }
+
+    pub fn a2a_sends(&self) -> HashMap<usize, u32> {
+        lock(&self.a2a_sends).clone()
+    }
+
+    pub fn push_percent(&self) -> u32 {
+        self.config.push_percent
     }
 
     pub fn violation(&self, text: String) {
@@ -191,34 +224,20 @@ impl Load {
     async fn create(self: &std::sync::Arc<Self>, index: usize) {
         let (entrypoint, input, cancel_after) = plan(self.config.seed, index);
         let owner = index % self.owners.len();
-        let body = json!({
-            "skillId": entrypoint,
-            "message": {"role": "user", "content": {"text": input.to_string()}},
-        });
-        let Some((status, text, gateway)) = self
-            .until_answered(Method::POST, "/tasks", owner, Some(&body), index)
-            .await
-        else {
-            self.violation(format!("task #{index} was never acknowledged"));
-            return;
+        let push = via_a2a(self.config.seed, index, self.config.push_percent).then_some(index);
+        let task_id = if push.is_some() {
+            self.create_a2a(index, owner, entrypoint, &input).await
+        } else {
+            self.create_lucid(index, owner, entrypoint, &input).await
         };
-        let answer: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-        let task_id = match (status, answer["taskId"].as_str()) {
-            (200, Some(id)) => id.to_owned(),
-            _ => {
-                self.violation(format!(
-                    "create of {entrypoint} answered {status} at {gateway}, {:.1?} into the load: {text}",
-                    self.started.elapsed()
-                ));
-                return;
-            }
-        };
+        let Some(task_id) = task_id else { return };
         let task = AckedTask {
             id: task_id.clone(),
             owner,
             entrypoint,
             input,
             acked_at: Instant::now(),
+            push,
         };
         lock(&self.tasks).push(task.clone());
         self.acknowledged.fetch_add(1, Ordering::Relaxed);
@@ -242,6 +261,110 @@ impl Load {
             let probe = tokio::spawn(async move { load.probe(&task_id, owner + 1).await });
             lock(&self.helpers).push(probe);
         }
+    }
+
+    /// Creates task number `index` over the Lucid profile (`POST /tasks`): its id once
+    /// acknowledged.
+    async fn create_lucid(
+        &self,
+        index: usize,
+        owner: usize,
+        entrypoint: &str,
+        input: &Value,
+    ) -> Option<String> {
+        let body = json!({
+            "skillId": entrypoint,
+            "message": {"role": "user", "content": {"text": input.to_string()}},
+        });
+        let Some((status, text, gateway)) = self
+            .until_answered(Method::POST, "/tasks", owner, Some(&body), index)
+            .await
+        else {
+            self.violation(format!("task #{index} was never acknowledged"));
+            return None;
+        };
+        let answer: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        match (status, answer["taskId"].as_str()) {
+            (200, Some(id)) => Some(id.to_owned()),
+            _ => {
+                self.violation(format!(
+                    "create of {entrypoint} answered {status} at {gateway}, {:.1?} into the load: {text}",
+                    self.started.elapsed()
+                ));
+                None
+            }
+        }
+    }
+
+    /// Creates task number `index` over A2A: JSON-RPC `SendMessage` returning at once, with an
+    /// inline push config naming `/hook/{index}` of the run's receiver and a token of its own.
+    /// Sent to the gateways in turn until one answers with the task: a dead gateway, a 5xx and
+    /// JSON-RPC's internal error (-32603: the store unreachable while Redis is down) are
+    /// retried, under the same message id, as a client would. Its id once acknowledged.
+    async fn create_a2a(
+        &self,
+        index: usize,
+        owner: usize,
+        entrypoint: &str,
+        input: &Value,
+    ) -> Option<String> {
+        let body = json!({
+            "jsonrpc": "2.0",
+            "id": index,
+            "method": "SendMessage",
+            "params": {
+                "message": {
+                    "messageId": format!("chaos-{}-{index}", self.config.seed),
+                    "role": "ROLE_USER",
+                    "parts": [{"data": input}],
+                    "metadata": {"skillId": entrypoint},
+                },
+                "configuration": {
+                    "returnImmediately": true,
+                    "taskPushNotificationConfig": {
+                        "url": format!("{}/hook/{index}", self.push_url),
+                        "token": super::push::config_token(index),
+                    },
+                },
+            },
+        });
+        let deadline = Instant::now() + self.config.settle_timeout;
+        let mut turn = index;
+        while Instant::now() < deadline {
+            turn += 1;
+            *lock(&self.a2a_sends).entry(index).or_default() += 1;
+            let gateway = self.gateway(turn);
+            let sent = self
+                .http
+                .post(format!("{gateway}/a2a/jsonrpc"))
+                .bearer_auth(self.owner_token(owner))
+                .header("A2A-Version", "1.0")
+                .json(&body)
+                .send()
+                .await;
+            if let Ok(response) = sent {
+                let status = response.status().as_u16();
+                if !(500..600).contains(&status)
+                    && let Ok(text) = response.text().await
+                {
+                    let answer: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+                    if let Some(id) = answer["result"]["task"]["id"].as_str() {
+                        return Some(id.to_owned());
+                    }
+                    if answer["error"]["code"] != -32603 {
+                        self.violation(format!(
+                            "SendMessage of {entrypoint} answered {status} at {gateway}, {:.1?} into the load: {text}",
+                            self.started.elapsed()
+                        ));
+                        return None;
+                    }
+                }
+            }
+            self.retries.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(RETRY_PAUSE).await;
+        }
+        self.violation(format!("A2A task #{index} was never acknowledged"));
+        None
     }
 
     /// Sends `method path` (with `owner`'s token) to the gateways in turn until one gives an

@@ -7,6 +7,10 @@
 //! is a master's SIGKILL and its replica's takeover (asynchronous replication: what the dead
 //! master acknowledged but had not yet sent may be gone, which the checks then report).
 //!
+//! A fraction of the tasks is created over A2A with a push notification config naming a
+//! webhook receiver the run holds (`push.rs`), and their deliveries are checked too: every
+//! final status delivered, in order, only to the configs the harness made.
+//!
 //! [`run`] is shared by the `chaos` binary (`scripts/chaos`, thousands of tasks) and by the
 //! smaller run in the test suite (`tests/tests/chaos/chaos.rs`). Everything random comes from one
 //! seed, printed in the report, so a failing schedule of faults can be replayed (process timing
@@ -16,6 +20,7 @@ mod checks;
 mod cluster;
 mod load;
 mod monkey;
+mod push;
 mod redis_fault;
 mod report;
 mod topology;
@@ -69,6 +74,12 @@ pub struct ChaosConfig {
     /// Bound on the wait for every task to finish once the faults stop; reached only when
     /// something is lost or stuck.
     pub settle_timeout: Duration,
+    /// Percentage of the tasks created over A2A (`SendMessage`) with an inline push config
+    /// naming the run's webhook receiver (0: none, every task over the Lucid profile).
+    pub push_percent: u32,
+    /// `PUSH_CLAIM_MS` of the gateways: how long a killed gateway's claim on a task's
+    /// deliveries holds them up before another gateway takes them over.
+    pub push_claim_ms: u64,
     /// Where to copy every process's and Redis node's log at the end (they live in temporary
     /// directories otherwise), to read a failing run's evidence.
     pub logs_dir: Option<PathBuf>,
@@ -93,6 +104,8 @@ impl ChaosConfig {
             lease_ttl_ms: 1_000,
             seed,
             settle_timeout: Duration::from_secs(120),
+            push_percent: 10,
+            push_claim_ms: 2_000,
             logs_dir: None,
         }
     }
@@ -135,7 +148,8 @@ pub async fn run(config: ChaosConfig) -> Result<ChaosReport, ChaosError> {
     let cluster = cluster::Cluster::start(&config).await?;
     let up = started.elapsed();
     let gateways = cluster.gateway_urls();
-    let load = Arc::new(load::Load::new(&config, gateways)?);
+    let receiver = push::PushReceiver::start().await?;
+    let load = Arc::new(load::Load::new(&config, gateways, receiver.base())?);
 
     let (stop_faults, faults_stopped) = tokio::sync::watch::channel(false);
     let monkey = tokio::spawn(monkey::run(
@@ -156,12 +170,23 @@ pub async fn run(config: ChaosConfig) -> Result<ChaosReport, ChaosError> {
     let subscribers_started = Instant::now();
     let subscribers = load.finish_subscribers(config.settle_timeout).await;
     let subscribers_took = subscribers_started.elapsed();
+    // The deliveries of every finished task with a push config, awaited on the receiver.
+    let push_wait = push::wait(
+        &receiver,
+        &load,
+        &checks::store(&cluster).await?,
+        &settle.unfinished,
+        config.settle_timeout,
+    )
+    .await;
     let mut report = ChaosReport::new(&config, faults, drive, settle, subscribers);
+    report.push.wait = push_wait;
     let checks_started = Instant::now();
-    checks::check(&cluster, &load, &mut report).await?;
+    checks::check(&cluster, &load, &receiver, &mut report).await?;
     report.phases = vec![
         ("start", up),
         ("subscribers' end", subscribers_took),
+        ("push deliveries' end", report.push.wait.duration),
         ("checks", checks_started.elapsed()),
     ];
     report.fenced_results = cluster.count_in_worker_logs("result fenced out");

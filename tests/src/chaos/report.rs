@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::checks::SettleStats;
 use super::load::{DriveStats, SubscriberLog};
 use super::monkey::FaultCounts;
+use super::push::PushStats;
 use super::{ChaosConfig, RedisTopology};
 
 /// Violations printed in full; the rest are counted.
@@ -37,6 +38,8 @@ pub struct ChaosReport {
     pub fenced_results: usize,
     pub leases_lost: usize,
     pub keys: usize,
+    /// The push notifications of the tasks created over A2A.
+    pub push: PushStats,
     pub elapsed: Duration,
     /// How long the phases the other lines do not time took.
     pub phases: Vec<(&'static str, Duration)>,
@@ -179,6 +182,26 @@ impl fmt::Display for ChaosReport {
             "subscribers: {} followed their task ({} events, {} reconnections); {} probes with another owner's token got 404",
             self.subscribers, self.subscriber_events, self.subscriber_reconnects, self.drive.probes
         )?;
+        if let Some(config) = self
+            .config
+            .as_ref()
+            .filter(|config| config.push_percent > 0)
+        {
+            let push = &self.push;
+            writeln!(
+                f,
+                "push: {} A2A tasks with an inline config ({}% of creates, PUSH_CLAIM_MS={}), {} deliveries ({} re-sends of unconfirmed ones), {} final statuses delivered (waited {:.1?} for the last once settled), {} tasks created without acknowledgement delivered too, {} exhausted",
+                push.tasks,
+                config.push_percent,
+                config.push_claim_ms,
+                push.deliveries,
+                push.resends,
+                push.finals,
+                push.wait.duration,
+                push.unacknowledged,
+                push.exhausted
+            )?;
+        }
         let unreadable = match self.faults.count_unreadable.first() {
             Some(first) => format!(
                 " ({} more could not read Redis, e.g. {first})",
