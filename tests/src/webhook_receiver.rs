@@ -37,6 +37,8 @@ pub struct Received {
     pub body: Value,
     /// What it was answered (`None`: it hung and its sender gave up first).
     pub answered: Option<u16>,
+    /// When it arrived.
+    pub at: std::time::Instant,
 }
 
 #[derive(Default)]
@@ -162,11 +164,16 @@ impl WebhookReceiver {
         let deadline = tokio::time::Instant::now() + patience;
         loop {
             let changed = self.shared.changed.notified();
-            let requests = self.requests();
-            if done(&requests) {
-                return Ok(requests);
+            // Judged under the lock, copied only once done: a receiver of thousands of
+            // requests is not copied whole on each one.
+            {
+                let log = self.shared.log.lock().unwrap_or_else(PoisonError::into_inner);
+                if done(&log.requests) {
+                    return Ok(log.requests.clone());
+                }
             }
             if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                let requests = self.requests();
                 return Err(format!(
                     "the webhook receiver never saw {what}; it got {} requests: {:#?}",
                     requests.len(),
@@ -203,6 +210,7 @@ async fn receive(
             .collect(),
         body: serde_json::from_slice(&body).unwrap_or(Value::Null),
         answered: None,
+        at: std::time::Instant::now(),
     };
     let path = received.path.clone();
     let (index, forced) = {

@@ -1,17 +1,56 @@
 -- push_claim: claims up to `limit` of a shard's tasks whose deliveries are due, for lease ms:
 -- each is scored by its claim's expiry, so no other deliverer takes it meanwhile, and a
 -- deliverer that dies leaves it due again once the claim expires.
+-- Fair to owners: the caller says how many tasks of each owner it has under way, and how many
+-- in all. Due tasks of owners under their `share` are claimed first, in due order; then, while
+-- the caller's tasks under way stay below `cap` (its slots less a reserve that only owners
+-- under their share may take), those of owners at their share; any left of those are moved
+-- `postpone` ms ahead (here: no round trip), so that a flood neither holds the reserve nor
+-- stands in front of other owners' tasks. At most `scan` due tasks are looked at.
+-- The task records' names are derived from the due set's (same hash tag, same slot).
 --
 -- KEYS[1] due (sorted set: task id by when its deliveries are due, ms, Redis clock)
--- ARGV[1] lease ms  ARGV[2] limit
--- Returns the claimed task ids.
+-- ARGV[1] lease ms  ARGV[2] limit  ARGV[3] scan  ARGV[4] share  ARGV[5] postpone ms
+-- ARGV[6] tasks under way at the caller  ARGV[7] cap
+-- ARGV[8 ..] pairs: owner hash, tasks of that owner under way at the caller
+-- Returns id1, owner1, id2, owner2, ... of the claimed tasks (owner '' when the record is gone).
 -- @include "now_ms"
 
 local due = KEYS[1]
-local now = now_ms()
-local ids = redis.call('ZRANGEBYSCORE', due, '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
-local until_ms = now + tonumber(ARGV[1])
-for _, id in ipairs(ids) do
-  redis.call('ZADD', due, 'XX', until_ms, id)
+local lease, limit, scan = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local share, postpone = tonumber(ARGV[4]), tonumber(ARGV[5])
+local total, cap = tonumber(ARGV[6]), tonumber(ARGV[7])
+local under_way = {}
+for i = 8, #ARGV, 2 do
+  under_way[ARGV[i]] = tonumber(ARGV[i + 1])
 end
-return ids
+local prefix = string.sub(due, 1, -10)
+local now = now_ms()
+local ids = redis.call('ZRANGEBYSCORE', due, '-inf', now, 'LIMIT', 0, scan)
+local claimed, count, busy = {}, 0, {}
+
+local function claim(id, owner)
+  redis.call('ZADD', due, 'XX', now + lease, id)
+  if owner ~= '' then under_way[owner] = (under_way[owner] or 0) + 1 end
+  claimed[#claimed + 1] = id
+  claimed[#claimed + 1] = owner
+  count = count + 1
+end
+
+for _, id in ipairs(ids) do
+  if count >= limit then break end
+  local owner = redis.call('HGET', prefix .. ':task:' .. id, 'ow') or ''
+  if owner == '' or (under_way[owner] or 0) < share then
+    claim(id, owner)
+  else
+    busy[#busy + 1] = {id, owner}
+  end
+end
+for _, task in ipairs(busy) do
+  if count < limit and total + count < cap then
+    claim(task[1], task[2])
+  else
+    redis.call('ZADD', due, 'XX', now + postpone, task[1])
+  end
+end
+return claimed

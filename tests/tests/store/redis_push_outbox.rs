@@ -2,7 +2,8 @@
 //! Cluster: every event a task with configs publishes is kept in its shard, in order, by the
 //! script that publishes it; a config put ahead of its task is kept by the task's first event
 //! and expires otherwise; claims hide a task from other deliverers until they expire; cursors
-//! move only from what was read; a release trims what every config is done with and reschedules
+//! move only from what was read; a claim takes an owner's tasks only up to its share and moves
+//! the rest of them ahead; a release trims what every config is done with and reschedules
 //! the rest; a finished task's configs take the task's expiry.
 
 use std::time::Duration;
@@ -14,7 +15,7 @@ use protocol::TaskResult;
 use protocol::TaskStatus;
 use protocol::token::AccessToken;
 use serde_json::json;
-use store::push::{PushCursor, PushOutbox, PutMode, PutOutcome, Release};
+use store::push::{OwnerShare, PushCursor, PushOutbox, PutMode, PutOutcome, Release};
 use store::{EventPayload, Lease, RedisStore, RedisStoreConfig, TaskStore, Transition};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -27,6 +28,18 @@ async fn sharded(server: &RedisServer) -> Result<RedisStore, store::StoreError> 
     let mut config = RedisStoreConfig::new(server.url());
     config.shards = SHARDS as u16;
     RedisStore::connect(config).await
+}
+
+/// The ids of up to 10 due tasks of `shard`, claimed without an owner's share in the way.
+async fn claim(outbox: &PushOutbox, shard: usize) -> Result<Vec<String>, store::StoreError> {
+    let share = OwnerShare {
+        share: 100,
+        cap: 100,
+        under_way: Vec::new(),
+        postpone: Duration::from_secs(1),
+    };
+    let claimed = outbox.claim_due(shard, CLAIM, 10, &share).await?;
+    Ok(claimed.into_iter().map(|task| task.id).collect())
 }
 
 async fn progress(store: &RedisStore, lease: &Lease, step: u64) -> TestResult {
@@ -110,14 +123,11 @@ async fn every_event_of_a_task_with_a_config_is_kept_in_its_shard_and_claimed_fr
 
         // Due in its own shard only, once: a claim hides it until it expires.
         for other in (0..SHARDS).filter(|other| *other != shard) {
-            let claimed = outbox.claim_due(other, CLAIM, 10).await?;
+            let claimed = claim(&outbox, other).await?;
             assert!(!claimed.contains(&with), "shard {other} claimed {with}");
         }
-        assert_eq!(
-            outbox.claim_due(shard, CLAIM, 10).await?,
-            vec![with.clone()]
-        );
-        assert!(outbox.claim_due(shard, CLAIM, 10).await?.is_empty());
+        assert_eq!(claim(&outbox, shard).await?, vec![with.clone()]);
+        assert!(claim(&outbox, shard).await?.is_empty());
     }
     // Each shard's keys hold its own tasks' outboxes.
     let mut redis = server.client().await?;
@@ -230,7 +240,7 @@ async fn cursors_move_from_what_was_read_and_releases_trim_reschedule_and_finish
 
     // Both are done with the first event: it goes, and the second is left, due now.
     let shard = store::redis::shard_index(id, SHARDS);
-    outbox.claim_due(shard, CLAIM, 10).await?;
+    claim(&outbox, shard).await?;
     let release = Release {
         trim: 1,
         loaded: batch.outbox_len,
@@ -240,10 +250,7 @@ async fn cursors_move_from_what_was_read_and_releases_trim_reschedule_and_finish
     outbox.release(id, release).await?;
     let left = outbox.load(id).await?;
     assert_eq!(left.events.len(), 1);
-    assert_eq!(
-        outbox.claim_due(shard, CLAIM, 10).await?,
-        vec![id.to_owned()]
-    );
+    assert_eq!(claim(&outbox, shard).await?, vec![id.to_owned()]);
 
     // Released to wait on a retry: not due before it.
     let release = Release {
@@ -253,7 +260,7 @@ async fn cursors_move_from_what_was_read_and_releases_trim_reschedule_and_finish
         finished: None,
     };
     outbox.release(id, release).await?;
-    assert!(outbox.claim_due(shard, CLAIM, 10).await?.is_empty());
+    assert!(claim(&outbox, shard).await?.is_empty());
 
     // An event arriving during a claim makes the task due again at its release.
     complete(&store, id, &lease).await?;
@@ -266,10 +273,7 @@ async fn cursors_move_from_what_was_read_and_releases_trim_reschedule_and_finish
         finished: Some(Duration::from_secs(30)),
     };
     outbox.release(id, release).await?;
-    assert_eq!(
-        outbox.claim_due(shard, CLAIM, 10).await?,
-        vec![id.to_owned()]
-    );
+    assert_eq!(claim(&outbox, shard).await?, vec![id.to_owned()]);
 
     // Finished: the outbox goes, the configs take the given expiry.
     let release = Release {
@@ -291,7 +295,7 @@ async fn cursors_move_from_what_was_read_and_releases_trim_reschedule_and_finish
         .query_async(&mut redis)
         .await?;
     assert!(ttl > 0 && ttl <= 30_000, "{ttl}");
-    assert!(outbox.claim_due(shard, CLAIM, 10).await?.is_empty());
+    assert!(claim(&outbox, shard).await?.is_empty());
 
     // Deleting the last config takes everything with it; deleting again is no error.
     assert!(outbox.delete_config(id, "a").await?);
@@ -326,7 +330,69 @@ async fn on_a_redis_cluster_each_shard_keeps_its_tasks_events() -> TestResult {
         progress(&store, &lease, 2).await?;
         complete(&store, &id, &lease).await?;
         assert_kept_in_order(&outbox, &store, &id).await?;
-        assert_eq!(outbox.claim_due(shard, CLAIM, 10).await?, vec![id.clone()]);
+        assert_eq!(claim(&outbox, shard).await?, vec![id.clone()]);
     }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_claim_takes_an_owners_tasks_up_to_its_share_and_moves_the_rest_ahead() -> TestResult {
+    let server = RedisServer::start()?;
+    let mut config = RedisStoreConfig::new(server.url());
+    config.namespace = "share".into();
+    let store = RedisStore::connect(config).await?;
+    let outbox = store.push_outbox(4);
+    let flood = AccessToken::generate().owner_hash();
+    let other = AccessToken::generate().owner_hash();
+    let config = r#"{"url":"https://hooks.example/a"}"#;
+    let mut ids = Vec::new();
+    for (n, owner) in [&flood, &flood, &flood, &flood, &other]
+        .into_iter()
+        .enumerate()
+    {
+        let id = format!("share-{n}");
+        store.create(queued_task(&id, owner, "echo")).await?;
+        outbox
+            .put_config(&id, "c", config, PutMode::Existing)
+            .await?;
+        let lease = start_running(&store, &id, "w1", LEASE).await?;
+        progress(&store, &lease, 1).await?;
+        ids.push(id);
+    }
+    // The flood's owner has one task under way here already; its share is two, and past the
+    // shares the caller takes tasks only while it has fewer than four under way.
+    let share = OwnerShare {
+        share: 2,
+        cap: 4,
+        under_way: vec![(flood.as_str().to_owned(), 1)],
+        postpone: Duration::from_secs(600),
+    };
+    let claimed = outbox.claim_due(0, CLAIM, 10, &share).await?;
+    let of = |owner: &protocol::token::OwnerHash| {
+        claimed
+            .iter()
+            .filter(|task| task.owner == owner.as_str())
+            .count()
+    };
+    // The flood's first (up to its share) and the other owner's, in due order; then one more
+    // of the flood's past its share (four under way: the cap).
+    assert_eq!(of(&flood), 2, "{claimed:?}");
+    assert_eq!(of(&other), 1, "{claimed:?}");
+    let owners: Vec<&str> = claimed.iter().map(|task| task.owner.as_str()).collect();
+    assert_eq!(owners, [flood.as_str(), other.as_str(), flood.as_str()]);
+    // The flood's other two were moved ahead, not claimed: nothing is due now.
+    let share = OwnerShare {
+        share: 100,
+        cap: 100,
+        under_way: Vec::new(),
+        postpone: Duration::from_secs(1),
+    };
+    assert!(outbox.claim_due(0, CLAIM, 10, &share).await?.is_empty());
+    let mut redis = server.client().await?;
+    let due: u64 = redis::cmd("ZCARD")
+        .arg(store.shard_keys(&ids[0]).push_due())
+        .query_async(&mut redis)
+        .await?;
+    assert_eq!(due, 5);
     Ok(())
 }

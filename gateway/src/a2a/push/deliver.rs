@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use a2a::{StreamResponse, TaskPushNotificationConfig};
 use protocol::token::OwnerHash;
 use serde_json::json;
-use store::push::{LoadedConfig, PushCursor, Release};
+use store::push::{LoadedConfig, OwnerShare, PushCursor, Release};
 use store::{StoredEvent, StoredTask, TaskStore};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -30,13 +30,17 @@ use crate::watch::{self, RunEvent};
 /// How often an idle deliverer looks for due tasks.
 const IDLE_POLL: Duration = Duration::from_millis(100);
 
-/// One owner's tasks take at most this fraction of a gateway's delivery slots (at least one):
-/// a caller whose receivers hang cannot hold every slot for their 10 s each while other
-/// callers' notifications wait.
+/// Fairness among owners: a quarter of a gateway's delivery slots (at least one) is each
+/// owner's share, and as much is kept in reserve for owners under their share. An owner past
+/// its share gets more slots only while they are free, and never the reserve: a caller whose
+/// receivers hang cannot hold every slot for their 10 s each while other callers'
+/// notifications wait, and a caller alone still gets three quarters of the slots.
 const OWNER_SHARE_DIVISOR: usize = 4;
 
-/// How long a task of an owner at its share waits before it is claimed again.
-const OWNER_BUSY_DELAY: Duration = Duration::from_millis(250);
+/// How far ahead a due task of an owner past its share is moved when no slot fits it (by the
+/// claim script): short, so a lone caller's backlog goes on at once, long enough that a flood
+/// is passed over by the claims in between.
+const OWNER_BUSY_DELAY: Duration = Duration::from_millis(25);
 
 /// A finished task whose remaining retention cannot be read keeps its configs this long.
 const FALLBACK_CONFIG_TTL: Duration = Duration::from_secs(3600);
@@ -45,11 +49,16 @@ const FALLBACK_CONFIG_TTL: Duration = Duration::from_secs(3600);
 const A2A_JSON: &str = "application/a2a+json";
 
 /// Delivers until `shutdown`; then lets the deliveries under way end (each stops at its next
-/// event and releases its task, due now, for another gateway).
+/// event and releases its task, due now, for another gateway). Claims again as soon as a
+/// delivery ends and there are due tasks; an idle deliverer looks every [`IDLE_POLL`].
 pub async fn run(store: Arc<dyn TaskStore>, push: Arc<Push>, shutdown: CancellationToken) {
     telemetry::metrics::prime_push_counters();
     let permits = Arc::new(Semaphore::new(push.concurrency));
-    let in_flight = Arc::new(InFlight::new(push.concurrency / OWNER_SHARE_DIVISOR));
+    let reserve = (push.concurrency / OWNER_SHARE_DIVISOR).max(1);
+    let in_flight = Arc::new(InFlight::new(
+        push.concurrency / OWNER_SHARE_DIVISOR,
+        push.concurrency.saturating_sub(reserve).max(1),
+    ));
     let mut running = JoinSet::new();
     let mut failing = false;
     while !shutdown.is_cancelled() {
@@ -59,10 +68,11 @@ pub async fn run(store: Arc<dyn TaskStore>, push: Arc<Push>, shutdown: Cancellat
             if free == 0 {
                 break;
             }
-            let ids = match push.outbox.claim_due(shard, push.claim, free).await {
-                Ok(ids) => {
+            let share = in_flight.share(OWNER_BUSY_DELAY);
+            let tasks = match push.outbox.claim_due(shard, push.claim, free, &share).await {
+                Ok(tasks) => {
                     failing = false;
-                    ids
+                    tasks
                 }
                 Err(err) => {
                     if !failing {
@@ -72,22 +82,25 @@ pub async fn run(store: Arc<dyn TaskStore>, push: Arc<Push>, shutdown: Cancellat
                     continue;
                 }
             };
-            for id in ids {
+            for task in tasks {
                 let Ok(permit) = permits.clone().acquire_owned().await else {
                     return;
                 };
                 claimed += 1;
+                // Counted from the claim on, so the next claim sees it under way.
+                let slot = OwnerHash::from_hex(&task.owner).map(|owner| in_flight.enter(&owner));
                 let (store, push, shutdown) = (store.clone(), push.clone(), shutdown.clone());
-                let in_flight = in_flight.clone();
                 running.spawn(async move {
-                    deliver_task(&*store, &push, &in_flight, &id, &shutdown).await;
+                    deliver_task(&*store, &push, slot, &task.id, &shutdown).await;
                     drop(permit);
                 });
             }
         }
         while running.try_join_next().is_some() {}
-        if claimed == 0 {
+        if claimed == 0 || permits.available_permits() == 0 {
+            // Until a delivery ends (a slot is free, or its task may be due again) or the poll.
             tokio::select! {
+                Some(_) = running.join_next(), if !running.is_empty() => {}
                 () = tokio::time::sleep(IDLE_POLL) => {}
                 () = shutdown.cancelled() => {}
             }
@@ -96,35 +109,60 @@ pub async fn run(store: Arc<dyn TaskStore>, push: Arc<Push>, shutdown: Cancellat
     while running.join_next().await.is_some() {}
 }
 
-/// Tasks being delivered per owner, bounded by a share of the slots.
+/// Tasks being delivered per owner: what each claim is told (the claim script keeps the
+/// shares).
 struct InFlight {
     share: usize,
+    cap: usize,
     per_owner: Mutex<HashMap<OwnerHash, usize>>,
 }
 
 impl InFlight {
-    fn new(share: usize) -> InFlight {
+    fn new(share: usize, cap: usize) -> InFlight {
         InFlight {
             share: share.max(1),
+            cap: cap.max(1),
             per_owner: Mutex::new(HashMap::new()),
         }
     }
 
-    /// A slot for one of `owner`'s tasks, unless it has its share already.
-    fn enter(self: &Arc<Self>, owner: &OwnerHash) -> Option<OwnerSlot> {
+    /// What a claim needs to share the slots: each owner's tasks under way.
+    fn share(&self, postpone: Duration) -> OwnerShare {
+        let per_owner = self
+            .per_owner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        OwnerShare {
+            share: self.share,
+            cap: self.cap,
+            under_way: per_owner
+                .iter()
+                .map(|(owner, count)| (owner.as_str().to_owned(), *count))
+                .collect(),
+            postpone,
+        }
+    }
+
+    /// Counts one more of `owner`'s tasks under way until the slot is dropped.
+    fn enter(self: &Arc<Self>, owner: &OwnerHash) -> OwnerSlot {
         let mut per_owner = self
             .per_owner
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let count = per_owner.entry(owner.clone()).or_default();
-        if *count >= self.share {
-            return None;
-        }
-        *count += 1;
-        Some(OwnerSlot {
+        *per_owner.entry(owner.clone()).or_default() += 1;
+        OwnerSlot {
             in_flight: Arc::clone(self),
             owner: owner.clone(),
-        })
+        }
+    }
+
+    #[cfg(test)]
+    fn under_way(&self, owner: &OwnerHash) -> usize {
+        let per_owner = self
+            .per_owner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        per_owner.get(owner).copied().unwrap_or(0)
     }
 }
 
@@ -161,10 +199,11 @@ struct ConfigProgress {
 }
 
 /// One claimed task: every config's events after its cursor, then the release.
+/// `_slot`: the task's place among its owner's tasks under way, held until it is done.
 async fn deliver_task(
     store: &dyn TaskStore,
     push: &Push,
-    in_flight: &Arc<InFlight>,
+    _slot: Option<OwnerSlot>,
     task_id: &str,
     stop: &CancellationToken,
 ) {
@@ -192,17 +231,6 @@ async fn deliver_task(
             finished: Some(Duration::ZERO),
         };
         if let Err(err) = push.outbox.release(task_id, release).await {
-            tracing::warn!(task_id, error = %err, "could not release a task's push outbox");
-        }
-        return;
-    };
-    let Some(_slot) = in_flight.enter(&stored.owner) else {
-        // Its owner has its share of this gateway's slots: later (or another gateway).
-        if let Err(err) = push
-            .outbox
-            .release(task_id, Release::postponed(OWNER_BUSY_DELAY))
-            .await
-        {
             tracing::warn!(task_id, error = %err, "could not release a task's push outbox");
         }
         return;
@@ -520,27 +548,26 @@ mod tests {
     }
 
     #[test]
-    fn an_owner_gets_its_share_of_slots_and_each_slot_back_when_done() {
-        let in_flight = Arc::new(InFlight::new(2));
+    fn a_claim_is_told_each_owners_tasks_under_way_until_their_slots_are_dropped() {
+        let in_flight = Arc::new(InFlight::new(2, 6));
         let (alice, bob) = (owner("alice"), owner("bob"));
         let first = in_flight.enter(&alice);
-        let second = in_flight.enter(&alice);
-        assert!(first.is_some() && second.is_some());
-        assert!(in_flight.enter(&alice).is_none(), "past the share");
-        assert!(
-            in_flight.enter(&bob).is_some(),
-            "another owner is not held back"
-        );
+        let _second = in_flight.enter(&alice);
+        let _third = in_flight.enter(&bob);
+        let share = in_flight.share(Duration::from_millis(5));
+        assert_eq!((share.share, share.cap), (2, 6));
+        let mut under_way = share.under_way.clone();
+        under_way.sort();
+        let mut expected = vec![(alice.as_str().to_owned(), 2), (bob.as_str().to_owned(), 1)];
+        expected.sort();
+        assert_eq!(under_way, expected);
         drop(first);
-        assert!(
-            in_flight.enter(&alice).is_some(),
-            "a slot given back is taken again"
-        );
+        assert_eq!(in_flight.under_way(&alice), 1);
     }
 
     #[test]
-    fn the_share_is_at_least_one() {
-        let in_flight = Arc::new(InFlight::new(0));
-        assert!(in_flight.enter(&owner("carol")).is_some());
+    fn the_share_and_the_cap_are_at_least_one() {
+        let in_flight = InFlight::new(0, 0);
+        assert_eq!((in_flight.share, in_flight.cap), (1, 1));
     }
 }

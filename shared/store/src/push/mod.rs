@@ -10,7 +10,7 @@
 //! - `{shard}:push-exhausted` (list): deliveries given up, newest first, bounded.
 //!
 //! A deliverer [`PushOutbox::claim_due`]s tasks (a lease: each claimed task is scored by its
-//! claim's expiry), [`PushOutbox::load`]s one, sends each config's events after its cursor in
+//! claim's expiry; each owner's up to its share of the deliverer's slots, [`OwnerShare`]), [`PushOutbox::load`]s one, sends each config's events after its cursor in
 //! order, [`PushOutbox::advance`]s the cursor after each answer (compare and set), and
 //! [`PushOutbox::release`]s the task: delivered events leave the outbox, and the task is due
 //! again when something is left. A deliverer killed at any point leaves the cursor where the
@@ -82,6 +82,25 @@ pub struct PushBatch {
     pub events: Vec<StoredEvent>,
     /// The outbox's length when read.
     pub outbox_len: usize,
+}
+
+/// A claimed task, with its owner (the hash, `""` when its record is gone).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimed {
+    pub id: String,
+    pub owner: String,
+}
+
+/// How a claim shares a deliverer's slots among owners: tasks of owners with fewer than
+/// `share` under way (`under_way`: the caller's count per owner hash) first; then, while the
+/// caller's tasks under way stay below `cap`, those of owners at their share; a due task of an
+/// owner at its share that does not fit is moved `postpone` ahead.
+#[derive(Debug, Clone, Default)]
+pub struct OwnerShare {
+    pub share: usize,
+    pub cap: usize,
+    pub under_way: Vec<(String, usize)>,
+    pub postpone: Duration,
 }
 
 /// What [`PushOutbox::put_config`] did.
@@ -211,17 +230,19 @@ impl PushOutbox {
         Ok(())
     }
 
-    /// Claims up to `limit` due tasks of shard `shard` for `lease`.
+    /// Claims up to `limit` due tasks of shard `shard` for `lease`, sharing them among owners
+    /// as `share` says.
     pub async fn claim_due(
         &self,
         shard: usize,
         lease: Duration,
         limit: usize,
-    ) -> Result<Vec<String>, StoreError> {
+        share: &OwnerShare,
+    ) -> Result<Vec<Claimed>, StoreError> {
         let Some(keys) = self.store.all_shard_keys().nth(shard) else {
             return Ok(Vec::new());
         };
-        claim::call(&self.store, keys, lease, limit).await
+        claim::call(&self.store, keys, lease, limit, share).await
     }
 
     /// A claimed task's configs, cursors and outbox.
