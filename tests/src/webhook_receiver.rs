@@ -167,7 +167,11 @@ impl WebhookReceiver {
             // Judged under the lock, copied only once done: a receiver of thousands of
             // requests is not copied whole on each one.
             {
-                let log = self.shared.log.lock().unwrap_or_else(PoisonError::into_inner);
+                let log = self
+                    .shared
+                    .log
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
                 if done(&log.requests) {
                     return Ok(log.requests.clone());
                 }
