@@ -203,7 +203,16 @@ async fn one_trace_covers_a_task_from_gateway_to_worker_over_otlp_http() -> Test
                     received,
                     "taskcluster.tasks.finished",
                     &[("entrypoint", "echo"), ("status", "completed")],
-                );
+                )
+                // The counters above are created at zero when the worker starts, so they can
+                // be exported before the run: its timings are what says the run's metrics came.
+                && [
+                    "taskcluster.task.queue_wait",
+                    "taskcluster.task.run_time",
+                    "taskcluster.task.end_to_end",
+                ]
+                .iter()
+                .all(|metric| has_point(received, metric, &[("entrypoint", "echo")]));
             done.then(|| received.clone())
         })
         .await?;
