@@ -8,21 +8,21 @@
 //! claimant sends too (at least once); its cursor writes are compare-and-set, so it cannot
 //! move a cursor back.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use a2a::{StreamResponse, TaskPushNotificationConfig};
 use protocol::token::OwnerHash;
-use serde_json::json;
-use store::push::{LoadedConfig, OwnerShare, PushCursor, Release};
+use store::push::{LoadedConfig, PushCursor, Release};
 use store::{StoredEvent, StoredTask, TaskStore};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use webhook::DeliveryOutcome;
 
 use super::Push;
+use super::exhausted::give_up;
+use super::fairness::{InFlight, OWNER_BUSY_DELAY, OWNER_SHARE_DIVISOR, OwnerSlot};
+use super::send::{Sent, send};
 use crate::a2a::mapping;
 use crate::a2a::service::narrate::Narrator;
 use crate::watch::{self, RunEvent};
@@ -30,23 +30,8 @@ use crate::watch::{self, RunEvent};
 /// How often an idle deliverer looks for due tasks.
 const IDLE_POLL: Duration = Duration::from_millis(100);
 
-/// Fairness among owners: a quarter of a gateway's delivery slots (at least one) is each
-/// owner's share, and as much is kept in reserve for owners under their share. An owner past
-/// its share gets more slots only while they are free, and never the reserve: a caller whose
-/// receivers hang cannot hold every slot for their 10 s each while other callers'
-/// notifications wait, and a caller alone still gets three quarters of the slots.
-const OWNER_SHARE_DIVISOR: usize = 4;
-
-/// How far ahead a due task of an owner past its share is moved when no slot fits it (by the
-/// claim script): short, so a lone caller's backlog goes on at once, long enough that a flood
-/// is passed over by the claims in between.
-const OWNER_BUSY_DELAY: Duration = Duration::from_millis(25);
-
 /// A finished task whose remaining retention cannot be read keeps its configs this long.
 const FALLBACK_CONFIG_TTL: Duration = Duration::from_secs(3600);
-
-/// The media type of a delivery's body.
-const A2A_JSON: &str = "application/a2a+json";
 
 /// Delivers until `shutdown`; then lets the deliveries under way end (each stops at its next
 /// event and releases its task, due now, for another gateway). Claims again as soon as a
@@ -107,85 +92,6 @@ pub async fn run(store: Arc<dyn TaskStore>, push: Arc<Push>, shutdown: Cancellat
         }
     }
     while running.join_next().await.is_some() {}
-}
-
-/// Tasks being delivered per owner: what each claim is told (the claim script keeps the
-/// shares).
-struct InFlight {
-    share: usize,
-    cap: usize,
-    per_owner: Mutex<HashMap<OwnerHash, usize>>,
-}
-
-impl InFlight {
-    fn new(share: usize, cap: usize) -> InFlight {
-        InFlight {
-            share: share.max(1),
-            cap: cap.max(1),
-            per_owner: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// What a claim needs to share the slots: each owner's tasks under way.
-    fn share(&self, postpone: Duration) -> OwnerShare {
-        let per_owner = self
-            .per_owner
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        OwnerShare {
-            share: self.share,
-            cap: self.cap,
-            under_way: per_owner
-                .iter()
-                .map(|(owner, count)| (owner.as_str().to_owned(), *count))
-                .collect(),
-            postpone,
-        }
-    }
-
-    /// Counts one more of `owner`'s tasks under way until the slot is dropped.
-    fn enter(self: &Arc<Self>, owner: &OwnerHash) -> OwnerSlot {
-        let mut per_owner = self
-            .per_owner
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        *per_owner.entry(owner.clone()).or_default() += 1;
-        OwnerSlot {
-            in_flight: Arc::clone(self),
-            owner: owner.clone(),
-        }
-    }
-
-    #[cfg(test)]
-    fn under_way(&self, owner: &OwnerHash) -> usize {
-        let per_owner = self
-            .per_owner
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        per_owner.get(owner).copied().unwrap_or(0)
-    }
-}
-
-/// One task's place in its owner's share, given back when dropped.
-struct OwnerSlot {
-    in_flight: Arc<InFlight>,
-    owner: OwnerHash,
-}
-
-impl Drop for OwnerSlot {
-    fn drop(&mut self) {
-        let mut per_owner = self
-            .in_flight
-            .per_owner
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(count) = per_owner.get_mut(&self.owner) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                per_owner.remove(&self.owner);
-            }
-        }
-    }
 }
 
 /// Where one config's deliveries stand after this claim.
@@ -274,16 +180,6 @@ async fn deliver_task(
     if let Err(err) = push.outbox.release(task_id, release).await {
         tracing::warn!(task_id, error = %err, "could not release a task's push outbox");
     }
-}
-
-/// What one attempt at sending a payload came to.
-enum Sent {
-    Delivered,
-    /// Worth another attempt (a timeout, a 5xx, a 429, a reset), not before the receiver's
-    /// `Retry-After` when it gave one.
-    Retry(String, Option<Duration>),
-    /// Never worth another (a 4xx, refused by the SSRF policy, a config that cannot be sent).
-    GiveUp(String),
 }
 
 /// One config's events after its cursor, in order, until one fails or the claim's budget is
@@ -432,44 +328,6 @@ fn narrate(
     out
 }
 
-/// One POST of `payload` to the config's URL.
-async fn send(push: &Push, config: &TaskPushNotificationConfig, payload: &StreamResponse) -> Sent {
-    let Ok(body) = serde_json::to_vec(payload) else {
-        return Sent::GiveUp("the notification could not be serialised".into());
-    };
-    let authorization = config.authentication.as_ref().and_then(|auth| {
-        auth.credentials
-            .as_deref()
-            .map(|credentials| (auth.scheme.as_str(), credentials))
-    });
-    let started = Instant::now();
-    let result = push
-        .client
-        .post_with_token(
-            &config.url,
-            authorization,
-            config.token.as_deref(),
-            A2A_JSON,
-            body.into(),
-        )
-        .await;
-    match result {
-        Ok(outcome) if outcome.is_delivered() => {
-            telemetry::metrics::push_delivery("delivered", started.elapsed());
-            Sent::Delivered
-        }
-        Ok(outcome) if outcome.is_retryable() => {
-            let retry_after = match &outcome {
-                DeliveryOutcome::Unavailable { retry_after, .. } => *retry_after,
-                _ => None,
-            };
-            Sent::Retry(outcome.to_string(), retry_after)
-        }
-        Ok(outcome) => Sent::GiveUp(outcome.to_string()),
-        Err(err) => Sent::GiveUp(err.to_string()),
-    }
-}
-
 /// Moves the cursor; the new cursor's JSON when it moved, `None` when it had changed.
 async fn advance(
     push: &Push,
@@ -488,44 +346,6 @@ async fn advance(
     }
 }
 
-/// A delivery given up: kept for inspection (the URL's host only: its path or query may
-/// carry a token) and counted.
-#[allow(clippy::too_many_arguments)]
-async fn give_up(
-    push: &Push,
-    task_id: &str,
-    config_id: &str,
-    config: &TaskPushNotificationConfig,
-    seq: u64,
-    event: &str,
-    attempts: u32,
-    reason: &str,
-) {
-    telemetry::metrics::push_delivery("exhausted", Duration::ZERO);
-    let host = url::Url::parse(&config.url)
-        .ok()
-        .and_then(|url| url.host_str().map(str::to_owned))
-        .unwrap_or_default();
-    tracing::warn!(task_id, config_id, %host, attempts, reason, "push delivery given up");
-    let record = json!({
-        "taskId": task_id,
-        "configId": config_id,
-        "host": host,
-        "seq": seq,
-        "event": event,
-        "attempts": attempts,
-        "reason": reason,
-        "at": chrono::Utc::now().to_rfc3339(),
-    });
-    if let Err(err) = push
-        .outbox
-        .record_exhausted(task_id, &record.to_string())
-        .await
-    {
-        tracing::warn!(task_id, error = %err, "could not keep an exhausted push delivery");
-    }
-}
-
 fn unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -535,39 +355,4 @@ fn unix_ms() -> u64 {
 
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn owner(name: &str) -> OwnerHash {
-        protocol::token::AccessToken::parse(&format!("{name}-token-0123456789abcdef"))
-            .map(|token| token.owner_hash())
-            .unwrap_or_else(|_| protocol::token::AccessToken::generate().owner_hash())
-    }
-
-    #[test]
-    fn a_claim_is_told_each_owners_tasks_under_way_until_their_slots_are_dropped() {
-        let in_flight = Arc::new(InFlight::new(2, 6));
-        let (alice, bob) = (owner("alice"), owner("bob"));
-        let first = in_flight.enter(&alice);
-        let _second = in_flight.enter(&alice);
-        let _third = in_flight.enter(&bob);
-        let share = in_flight.share(Duration::from_millis(5));
-        assert_eq!((share.share, share.cap), (2, 6));
-        let mut under_way = share.under_way.clone();
-        under_way.sort();
-        let mut expected = vec![(alice.as_str().to_owned(), 2), (bob.as_str().to_owned(), 1)];
-        expected.sort();
-        assert_eq!(under_way, expected);
-        drop(first);
-        assert_eq!(in_flight.under_way(&alice), 1);
-    }
-
-    #[test]
-    fn the_share_and_the_cap_are_at_least_one() {
-        let in_flight = InFlight::new(0, 0);
-        assert_eq!((in_flight.share, in_flight.cap), (1, 1));
-    }
 }
