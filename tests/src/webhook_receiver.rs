@@ -35,8 +35,6 @@ pub struct Received {
     pub path: String,
     pub headers: HashMap<String, String>,
     pub body: Value,
-    /// What it was answered (`None`: it hung and its sender gave up first).
-    pub answered: Option<u16>,
     /// When it arrived.
     pub at: std::time::Instant,
 }
@@ -213,11 +211,10 @@ async fn receive(
             })
             .collect(),
         body: serde_json::from_slice(&body).unwrap_or(Value::Null),
-        answered: None,
         at: std::time::Instant::now(),
     };
     let path = received.path.clone();
-    let (index, forced) = {
+    let forced = {
         let mut log = shared.log.lock().unwrap_or_else(PoisonError::into_inner);
         log.requests.push(received);
         let open = log.open.entry(path.clone()).or_default();
@@ -225,7 +222,7 @@ async fn receive(
         let now = *open;
         let most = log.most_open.entry(path.clone()).or_default();
         *most = (*most).max(now);
-        (log.requests.len() - 1, log.overrides.get(&path).copied())
+        log.overrides.get(&path).copied()
     };
     // Counts the request as open until it is answered or its sender goes away (the
     // handler's future is dropped then).
@@ -234,38 +231,22 @@ async fn receive(
         path,
     };
     shared.changed.notify_waiters();
-    if forced == Some(Answer::Hang) {
-        std::future::pending::<()>().await;
-    }
-    if let Some(Answer::Status(code)) = forced {
-        return StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    }
-    if forced == Some(Answer::Ok) {
-        return StatusCode::OK;
-    }
+    // The path's own answer, else the receiver's as it stands (a hang lasts until it changes).
     let mut answer = shared.answer.clone();
-    let status = loop {
-        let current = *answer.borrow_and_update();
-        match current {
-            Answer::Ok => break StatusCode::OK,
+    loop {
+        match forced.unwrap_or_else(|| *answer.borrow_and_update()) {
+            Answer::Ok => return StatusCode::OK,
             Answer::Status(code) => {
-                break StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+                return StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             }
+            Answer::Hang if forced.is_some() => std::future::pending::<()>().await,
             Answer::Hang => {
                 if answer.changed().await.is_err() {
-                    break StatusCode::SERVICE_UNAVAILABLE;
+                    return StatusCode::SERVICE_UNAVAILABLE;
                 }
             }
         }
-    };
-    {
-        let mut log = shared.log.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(request) = log.requests.get_mut(index) {
-            request.answered = Some(status.as_u16());
-        }
     }
-    shared.changed.notify_waiters();
-    status
 }
 
 /// Decrements a path's open count when a request ends, however it ends.

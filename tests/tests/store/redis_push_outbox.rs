@@ -245,7 +245,7 @@ async fn cursors_move_from_what_was_read_and_releases_trim_reschedule_and_finish
         trim: 1,
         loaded: batch.outbox_len,
         retry_in: None,
-        finished: None,
+        finished: false,
     };
     outbox.release(id, release).await?;
     let left = outbox.load(id).await?;
@@ -257,7 +257,7 @@ async fn cursors_move_from_what_was_read_and_releases_trim_reschedule_and_finish
         trim: 0,
         loaded: left.outbox_len,
         retry_in: Some(Duration::from_secs(600)),
-        finished: None,
+        finished: false,
     };
     outbox.release(id, release).await?;
     assert!(claim(&outbox, shard).await?.is_empty());
@@ -270,17 +270,17 @@ async fn cursors_move_from_what_was_read_and_releases_trim_reschedule_and_finish
         trim: 0,
         loaded: 1,
         retry_in: Some(Duration::from_secs(600)),
-        finished: Some(Duration::from_secs(30)),
+        finished: true,
     };
     outbox.release(id, release).await?;
     assert_eq!(claim(&outbox, shard).await?, vec![id.to_owned()]);
 
-    // Finished: the outbox goes, the configs take the given expiry.
+    // Finished: the outbox goes, the configs take the task's expiry.
     let release = Release {
         trim: 2,
         loaded: 2,
         retry_in: None,
-        finished: Some(Duration::from_secs(30)),
+        finished: true,
     };
     outbox.release(id, release).await?;
     let mut redis = server.client().await?;
@@ -294,7 +294,15 @@ async fn cursors_move_from_what_was_read_and_releases_trim_reschedule_and_finish
         .arg(keys.push_configs(id))
         .query_async(&mut redis)
         .await?;
-    assert!(ttl > 0 && ttl <= 30_000, "{ttl}");
+    let task_ttl: i64 = redis::cmd("PTTL")
+        .arg(keys.task(id))
+        .query_async(&mut redis)
+        .await?;
+    // The task's own retention, read by the script (the task's has ticked on since).
+    assert!(
+        ttl > 0 && task_ttl > 0 && ttl >= task_ttl,
+        "{ttl} {task_ttl}"
+    );
     assert!(claim(&outbox, shard).await?.is_empty());
 
     // Deleting the last config takes everything with it; deleting again is no error.

@@ -30,9 +30,6 @@ use crate::watch::{self, RunEvent};
 /// How often an idle deliverer looks for due tasks.
 const IDLE_POLL: Duration = Duration::from_millis(100);
 
-/// A finished task whose remaining retention cannot be read keeps its configs this long.
-const FALLBACK_CONFIG_TTL: Duration = Duration::from_secs(3600);
-
 /// Delivers until `shutdown`; then lets the deliveries under way end (each stops at its next
 /// event and releases its task, due now, for another gateway). Claims again as soon as a
 /// delivery ends and there are due tasks; an idle deliverer looks every [`IDLE_POLL`].
@@ -134,7 +131,7 @@ async fn deliver_task(
             trim: loaded,
             loaded,
             retry_in: None,
-            finished: Some(Duration::ZERO),
+            finished: true,
         };
         if let Err(err) = push.outbox.release(task_id, release).await {
             tracing::warn!(task_id, error = %err, "could not release a task's push outbox");
@@ -165,12 +162,7 @@ async fn deliver_task(
         None
     };
     let finished =
-        if waiting.is_empty() && stored.task.status.is_terminal() && done_through >= stored.seq {
-            let ttl = push.outbox.task_ttl(task_id).await.ok().flatten();
-            Some(ttl.unwrap_or(FALLBACK_CONFIG_TTL))
-        } else {
-            None
-        };
+        waiting.is_empty() && stored.task.status.is_terminal() && done_through >= stored.seq;
     let release = Release {
         trim,
         loaded,

@@ -130,23 +130,9 @@ pub struct Release {
     pub loaded: usize,
     /// The earliest retry, when every config with events left waits on one.
     pub retry_in: Option<Duration>,
-    /// The task is terminal and every config got (or gave up) its last event: its configs
-    /// keep this long (the task's remaining retention), the rest goes.
-    pub finished: Option<Duration>,
-}
-
-impl Release {
-    /// Nothing done: the task is due again after `delay`, whatever arrived meanwhile (a
-    /// deliverer that will not take it now).
-    pub fn postponed(delay: Duration) -> Release {
-        Release {
-            trim: 0,
-            // No length can exceed it: no arrival is seen, so the delay holds.
-            loaded: usize::MAX,
-            retry_in: Some(delay),
-            finished: None,
-        }
-    }
+    /// The task is terminal and every config got (or gave up) its last event, or the task is
+    /// gone: the outbox goes, and the configs expire with the task (the script reads its TTL).
+    pub finished: bool,
 }
 
 /// The outbox in a [`RedisStore`]'s Redis and namespace. Cheap to clone.
@@ -314,16 +300,6 @@ impl PushOutbox {
     /// Ends the claim on `task_id`.
     pub async fn release(&self, task_id: &str, release: Release) -> Result<(), StoreError> {
         release::call(&self.store, task_id, release).await
-    }
-
-    /// How long task `task_id` is still kept (its retention left once terminal); `None`
-    /// when it is gone or kept without expiry.
-    pub async fn task_ttl(&self, task_id: &str) -> Result<Option<Duration>, StoreError> {
-        let keys = self.store.shard_keys(task_id);
-        let mut cmd = redis::cmd("PTTL");
-        cmd.arg(keys.task(task_id));
-        let ttl: i64 = self.store.query(&mut cmd).await?;
-        Ok(u64::try_from(ttl).ok().map(Duration::from_millis))
     }
 
     /// Keeps an exhausted delivery (`record`: JSON, no credentials) for inspection.

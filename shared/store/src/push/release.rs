@@ -3,7 +3,7 @@
 //! drops its outbox and gives its configs the task's remaining retention.
 //!
 //! - KEYS: due, outbox, configs, cursors.
-//! - ARGV: task id, trim, outbox length when read, retry delay ms or '', finished ttl ms or ''.
+//! - ARGV: task id, trim, outbox length when read, retry delay ms or '', '1' when finished.
 //! - Reply: the events left in the outbox.
 
 use super::Release;
@@ -33,12 +33,7 @@ pub(super) async fn call(
                 .map(|delay| delay.as_millis().to_string())
                 .unwrap_or_default(),
         )
-        .arg(
-            release
-                .finished
-                .map(|ttl| ttl.as_millis().to_string())
-                .unwrap_or_default(),
-        );
+        .arg(if release.finished { "1" } else { "" });
     let _left: i64 = store.eval_in(keys, NAME, &mut invocation).await?;
     Ok(())
 }
