@@ -21,8 +21,9 @@
 -- entries already past their retention are dropped on every call as well, so the `terminal`
 -- set tracks what is really kept (finish_task.lua fills it).
 --
--- KEYS[1] live  KEYS[2] admissions  KEYS[3] leases  KEYS[4] terminal
--- KEYS[5 ..] per task, 6 keys: task, owner_index, owner_live, queue, wake, src_live (the
+-- KEYS[1] live  KEYS[2] admissions  KEYS[3] leases  KEYS[4] terminal  KEYS[5] terminal sizes
+-- KEYS[6] terminal bytes (the retained-task keys: evict_terminal.lua)
+-- KEYS[7 ..] per task, 6 keys: task, owner_index, owner_live, queue, wake, src_live (the
 --   client address's live set; declared for every task, touched only for one with a source)
 -- ARGV[1] max tasks  ARGV[2] max retained  ARGV[3] max retained per owner
 -- ARGV[4] max live per owner  ARGV[5] max live per address  ARGV[6] max retained bytes (0: no
@@ -46,7 +47,9 @@
 -- @include "ring_doorbell"
 -- @include "evict_terminal"
 
-local live, admissions, leases, terminal = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local live, admissions, leases = KEYS[1], KEYS[2], KEYS[3]
+local retained = retained_keys(KEYS, 4)
+local terminal = retained.terminal
 local max_tasks, max_retained = tonumber(ARGV[1]), tonumber(ARGV[2])
 local max_owner_retained, max_owner_live = tonumber(ARGV[3]), tonumber(ARGV[4])
 local max_address_live, max_retained_bytes = tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -56,7 +59,7 @@ local now = now_ms()
 local SOURCE_TTL_MS = 86400000
 local out = {}
 
-prune_expired(terminal, prefix, now, 16)
+prune_expired(retained, prefix, now, 16)
 
 -- Evicts the owner's oldest terminal task (a missing record counts: it expired); false when
 -- every indexed task of the owner is live.
@@ -68,7 +71,7 @@ local function evict_owner_oldest(owner_index, owner)
     for _, id in ipairs(ids) do
       local status = redis.call('HGET', prefix .. ':task:' .. id, 'st')
       if status ~= 'running' then
-        evict(terminal, prefix, owner .. ':' .. id)
+        evict(retained, prefix, owner .. ':' .. id)
         -- Not in `terminal` (never finished: an expired record of an older layout).
         redis.call('ZREM', owner_index, id)
         return true
@@ -98,8 +101,8 @@ end
 -- Only this call changes `live` meanwhile (a script runs alone), one SADD per created task.
 local live_count = redis.call('SCARD', live)
 
-for i = 0, (#KEYS - 4) / 6 - 1 do
-  local kb, ab = 5 + i * 6, 8 + i * 11
+for i = 0, (#KEYS - 6) / 6 - 1 do
+  local kb, ab = 7 + i * 6, 8 + i * 11
   local task, owner_index = KEYS[kb], KEYS[kb + 1]
   local owner_live, queue, wake = KEYS[kb + 2], KEYS[kb + 3], KEYS[kb + 4]
   local src_live = KEYS[kb + 5]
@@ -133,14 +136,14 @@ for i = 0, (#KEYS - 4) / 6 - 1 do
         refused = {0, 'CAPACITY', due_count()}
         break
       end
-      evict(terminal, prefix, oldest[1])
+      evict(retained, prefix, oldest[1])
     end
   end
   if not refused and max_retained_bytes > 0 then
-    while retained_bytes(terminal) > max_retained_bytes do
+    while retained_bytes(retained) > max_retained_bytes do
       local oldest = redis.call('ZRANGE', terminal, 0, 0)
       if #oldest == 0 then break end
-      evict(terminal, prefix, oldest[1])
+      evict(retained, prefix, oldest[1])
     end
   end
 

@@ -1,18 +1,18 @@
 -- push_release: ends a deliverer's claim on a task. Drops the outbox's first `trim` events
 -- (delivered to, or given up by, every config), then: a task whose configs are gone leaves
 -- nothing behind; a finished task (its terminal event delivered to every config, or the task
--- gone) drops its outbox and keeps its configs as long as the task itself (its TTL, read here:
--- the task's record is in the same slot, its name derived from the outbox's); else the task
+-- gone) drops its outbox and keeps its configs as long as the task itself (its TTL, read
+-- here); else the task
 -- is due again now when events arrived during the claim or are left to send, after `delay`
 -- when every config left waits on a retry, or not at all when nothing is left.
 --
--- KEYS[1] due  KEYS[2] outbox  KEYS[3] configs  KEYS[4] cursors
+-- KEYS[1] due  KEYS[2] outbox  KEYS[3] configs  KEYS[4] cursors  KEYS[5] task
 -- ARGV[1] task id  ARGV[2] trim  ARGV[3] outbox length when read
 -- ARGV[4] delay ms of the earliest retry ('' for none)  ARGV[5] '1' when finished, else ''
 -- Returns the events left in the outbox.
 -- @include "now_ms"
 
-local due, outbox, configs, cursors = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local due, outbox, configs, cursors, task = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local id, trim, read = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 if trim > 0 then redis.call('LTRIM', outbox, trim, -1) end
 if redis.call('EXISTS', configs) == 0 then
@@ -24,7 +24,6 @@ local left = redis.call('LLEN', outbox)
 local arrived = left > read - trim
 if ARGV[5] ~= '' and not arrived then
   redis.call('DEL', outbox)
-  local task = string.sub(outbox, 1, -(#id + 11)) .. ':task:' .. id
   local ttl = redis.call('PTTL', task)
   if ttl > 0 then
     redis.call('PEXPIRE', configs, ttl)

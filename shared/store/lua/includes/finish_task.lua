@@ -1,6 +1,7 @@
 -- finish_task(k, id, phase, retention_ms, now, known): bookkeeping of every terminal transition,
 -- in one place so that no path can skip it. k holds the key names: task, events, leases,
--- admissions, live, owner_index, owner_live, queue; phase is the task's phase before the
+-- admissions, live, owner_index, owner_live, queue, and the shard's retained-task keys
+-- terminal, terminal_sizes, terminal_bytes (`Keys::retained`); phase is the task's phase before the
 -- transition (nil: unknown). The caller's own HSET of the transition sets status and updated (one
 -- HSET per transition). This drops the index entries that phase can hold, and the fields only a
 -- task that can still run needs: its phase (a terminal status implies it), lease, admission, fence
@@ -18,19 +19,13 @@
 -- Retained budget (create.lua): the task enters the shard's `terminal` sorted set, scored by
 -- when it expires (its own retention `rt` when it has one, as a direct invoke does, else the
 -- store's), as `<owner hash>:<id>` so that eviction and pruning can drop its owner-index entry
--- even after the record itself expired. The set's name is derived from `live`'s (same hash
--- tag, so the same slot): every caller already declares `live`, and no key layout of the
--- three scripts that finish tasks has to move for it.
+-- even after the record itself expired.
 -- `known`, when the caller's own HMGET read them (swap_task), saves reading them again:
 -- {owner = ow, retention = rt, source_live = sl, seq = sq before the terminal event,
 -- sizes = the length of the result and error the record now holds}. Without it they are read
 -- here. A task whose seq was still 1 logged no event (every logged event takes a seq above
 -- the creation's), so it has no event log to measure or to expire.
 local TERMINAL_SLACK_MS = 1000
-
-local function terminal_key(live)
-  return string.sub(live, 1, -5) .. 'terminal'
-end
 
 local function finish_task(k, id, phase, retention_ms, now, known)
   if not known then
@@ -67,7 +62,7 @@ local function finish_task(k, id, phase, retention_ms, now, known)
       redis.call('PEXPIRE', k.owner_index, index_ttl)
     end
     if known.owner then
-      local terminal = terminal_key(k.live)
+      local terminal = k.terminal
       local member = known.owner .. ':' .. id
       redis.call('ZADD', terminal, now + ttl, member)
       -- Retained bytes (create.lua's max retained bytes): what the record and its log take
@@ -86,8 +81,8 @@ local function finish_task(k, id, phase, retention_ms, now, known)
       else
         size = size + redis.call('HSTRLEN', k.task, 'rs') + redis.call('HSTRLEN', k.task, 'er')
       end
-      redis.call('HSET', terminal .. ':sizes', member, size)
-      redis.call('INCRBY', terminal .. ':bytes', size)
+      redis.call('HSET', k.terminal_sizes, member, size)
+      redis.call('INCRBY', k.terminal_bytes, size)
       -- The set expires with its last entry (up to TERMINAL_SLACK_MS later), like every key
       -- of a retained task; its sizes and their sum with it (the three always get the same
       -- expiry at the same moment). The slack spares the three PEXPIREs to the finishes of
@@ -95,8 +90,8 @@ local function finish_task(k, id, phase, retention_ms, now, known)
       if redis.call('PTTL', terminal) < ttl then
         local until_ms = ttl + TERMINAL_SLACK_MS
         redis.call('PEXPIRE', terminal, until_ms)
-        redis.call('PEXPIRE', terminal .. ':sizes', until_ms)
-        redis.call('PEXPIRE', terminal .. ':bytes', until_ms)
+        redis.call('PEXPIRE', k.terminal_sizes, until_ms)
+        redis.call('PEXPIRE', k.terminal_bytes, until_ms)
       end
     end
   end

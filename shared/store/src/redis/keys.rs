@@ -47,10 +47,20 @@ impl Keys {
 
     /// Sorted set: the shard's retained terminal tasks, `<owner hash>:<id>` scored by when
     /// each expires (`finish_task.lua`): what creation evicts first when the retained budget
-    /// is full, and what pruning walks to drop expired ids from owner indexes. Its name is
-    /// `live()`'s with `terminal` for `live` (the Lua derives it so).
+    /// is full, and what pruning walks to drop expired ids from owner indexes.
     pub fn terminal(&self) -> String {
         format!("{}:terminal", self.prefix)
+    }
+
+    /// The shard's retained-task keys, in the order every script that finishes, evicts or
+    /// prunes retained tasks declares them: [`Self::terminal`], then its hash of each entry's
+    /// bytes (`<owner hash>:<id>` -> bytes), then their sum (a counter), which the
+    /// retained-bytes bound reads.
+    pub fn retained(&self) -> [String; 3] {
+        let terminal = self.terminal();
+        let sizes = format!("{terminal}:sizes");
+        let bytes = format!("{terminal}:bytes");
+        [terminal, sizes, bytes]
     }
 
     /// Sorted set: the owner's task ids by creation time.

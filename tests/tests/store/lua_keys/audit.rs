@@ -73,6 +73,9 @@ pub struct Violation {
     pub script: String,
     pub command: String,
     pub key: String,
+    /// Whether the key carries the hash tag of one of the keys the call declared (so a
+    /// cluster node runs the call anyway, which is why nothing but this check sees it).
+    pub tag_declared: bool,
 }
 
 /// What a recording showed.
@@ -298,10 +301,22 @@ pub async fn check(
                         script: script.clone(),
                         command: line.name(),
                         key: String::from_utf8_lossy(key).into_owned(),
+                        tag_declared: hash_tag(key).is_some_and(|tag| {
+                            run.declared.iter().any(|other| hash_tag(other) == Some(tag))
+                        }),
                     });
                 }
             }
         }
     }
     Ok(report)
+}
+
+/// A key's hash tag as Redis Cluster reads it: what lies between its first `{` and the next
+/// `}`, when that is not empty.
+fn hash_tag(key: &[u8]) -> Option<&[u8]> {
+    let open = key.iter().position(|byte| *byte == b'{')?;
+    let rest = &key[open + 1..];
+    let close = rest.iter().position(|byte| *byte == b'}')?;
+    (close > 0).then(|| &rest[..close])
 }

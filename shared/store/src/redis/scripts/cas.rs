@@ -5,7 +5,8 @@
 //! of a task a worker holds notifies that worker's channel. Emits the item's event
 //! (statusUpdate, resultUpdate or error) when applied. `finish_take.lua` takes the same items.
 //!
-//! KEYS: leases, admissions, live (shared by the batch); then per task 5 keys: task, events,
+//! KEYS: leases, admissions, live, then the retained-task keys (terminal, its sizes, their
+//! sum: `Keys::retained`), shared by the batch; then per task 5 keys: task, events,
 //! owner_index, owner_live, queue.
 //! ARGV: retention ms, event log length, worker channel prefix (shared); then per task 11
 //! values: task id, owner hash, expected statuses comma-wrapped (",running,"), next status,
@@ -102,7 +103,9 @@ pub(crate) fn shared_args(core: &Core, keys: &Keys) -> Vec<String> {
 
 /// The keys every `cas.lua` and `finish_take.lua` call of shard keys `keys` starts with.
 pub(crate) fn shared_keys(keys: &Keys) -> Vec<String> {
-    vec![keys.leases(), keys.admissions(), keys.live()]
+    let mut shared = vec![keys.leases(), keys.admissions(), keys.live()];
+    shared.extend(keys.retained());
+    shared
 }
 
 /// The `swaps` batch lane of shard `shard`.

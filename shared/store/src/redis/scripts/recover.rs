@@ -5,7 +5,7 @@
 //! (task_timeout past its run deadline, task_attempts_exhausted when its attempts are used up)
 //! or queues it again; a task held for a settlement is left alone. Mode 'reap' only cancels.
 //!
-//! KEYS: leases, admissions, live; then per task 6 keys: task, events, owner_index,
+//! KEYS: leases, admissions, live, terminal, terminal sizes, terminal bytes; then per task 6 keys: task, events, owner_index,
 //! owner_live, queue, wake.
 //! ARGV: mode ('reap' | 'recover'), retention ms, task channel prefix; then the task ids, in
 //! the order of their keys.
@@ -87,6 +87,7 @@ pub(crate) async fn call(
         .key(keys.leases())
         .key(keys.admissions())
         .key(keys.live())
+        .key(&keys.retained())
         .arg(mode.as_str())
         .arg(ms(core.config.retention))
         .arg(keys.task_channel_prefix());
