@@ -6,7 +6,8 @@
 --
 -- KEYS[1] leases  KEYS[2] admissions  KEYS[3] live  KEYS[4] terminal  KEYS[5] terminal sizes
 -- KEYS[6] terminal bytes
--- KEYS[7 ..] per task, 5 keys: task, events, owner_index, owner_live, queue
+-- KEYS[7 ..] per task, 9 keys: task, events, owner_index, owner_live, queue, push configs,
+--   push outbox, push cursors, push due (the task's push keys: push_outbox.lua)
 -- ARGV[1] retention ms  ARGV[2] event log length  ARGV[3] worker channel prefix
 -- ARGV[4 ..] per task, 11 values: task id, owner hash, expected statuses comma-wrapped
 --   (",running,"), next status, result json ('' none), error json ('' none), fence holder
@@ -24,8 +25,8 @@ local retention, log_len, worker_prefix = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 local now = now_ms()
 local out = {}
 
-for i = 0, (#KEYS - SHARD_KEYS) / 5 - 1 do
-  local k, a = swap_item(KEYS, ARGV, SHARD_KEYS + 1 + i * 5, 4 + i * 11, shard)
+for i = 0, (#KEYS - SHARD_KEYS) / ITEM_KEYS - 1 do
+  local k, a = swap_item(KEYS, ARGV, SHARD_KEYS + 1 + i * ITEM_KEYS, 4 + i * 11, shard)
   out[#out + 1] = swap_task(k, a, now, retention, log_len, worker_prefix)
 end
 return out

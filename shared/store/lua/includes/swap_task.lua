@@ -48,9 +48,9 @@ local function swap_task(k, a, now, retention_ms, log_len, worker_prefix)
     end
   end
   if next_status ~= 'running' then
-    publish_event(a.channel, seq, a.event, a.data, f[15])
+    publish_event(a.channel, seq, a.event, a.data, f[15], k.push)
   else
-    log_event(k.events, a.channel, seq, a.event, a.data, log_len, f[15])
+    log_event(k.events, a.channel, seq, a.event, a.data, log_len, f[15], k.push)
   end
   return {1, reason, next_status, f[6], f[7], now, result, err}
 end

@@ -162,8 +162,7 @@ impl Keys {
 
     /// Hash: a task's push notification configs, config id -> the config as its binding
     /// stored it (opaque JSON). Its existence is what makes `publish_event.lua` copy the
-    /// task's events into [`Self::push_outbox`]; the `push_*` names are derived there from
-    /// the task channel's (same hash tag). Lives as long as the task (`push/mod.rs`).
+    /// task's events into [`Self::push_outbox`]. Lives as long as the task (`push/mod.rs`).
     pub fn push_configs(&self, id: &str) -> String {
         format!("{}:push:{id}", self.prefix)
     }
@@ -183,6 +182,18 @@ impl Keys {
     /// clock); a claimed task is scored by its claim's expiry.
     pub fn push_due(&self) -> String {
         format!("{}:push-due", self.prefix)
+    }
+
+    /// The push keys of task `id` that every script publishing its events declares, in this
+    /// order (`push_keys` in `push_outbox.lua`): its configs, outbox and cursors, and the
+    /// shard's due set. One helper, so that every caller passes them the same way.
+    pub fn push_of(&self, id: &str) -> [String; 4] {
+        [
+            self.push_configs(id),
+            self.push_outbox(id),
+            self.push_cursors(id),
+            self.push_due(),
+        ]
     }
 
     /// List: the shard's exhausted deliveries (JSON), newest first, bounded: kept for

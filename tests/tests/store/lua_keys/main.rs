@@ -276,21 +276,33 @@ async fn every_script_declares_every_key_it_touches_when_sharded() -> TestResult
 
 /// The check itself: a store script (named by its header, called by EVALSHA after SCRIPT
 /// LOAD, as the store calls them) that touches an undeclared key is reported under its name,
-/// and its declared keys are not.
+/// and its declared keys are not; a key of a popped task ([`POPPED`]) outside the slot of the
+/// call's declared keys is reported too.
 #[tokio::test]
 async fn the_check_reports_an_undeclared_key_under_its_scripts_name() -> TestResult {
     let result = audited(|url| async move {
         let client = redis::Client::open(url)?;
         let mut conn = client.get_multiplexed_async_connection().await?;
-        let script = redis::Script::new(
+        let cas = redis::Script::new(
             "-- cas: not the real one\n\
              redis.call('SET', KEYS[1], 'x')\n\
              redis.call('HSET', KEYS[1] .. ':derived', 'f', ARGV[1])\n\
              return 1",
         );
-        let _: i64 = script
+        let _: i64 = cas
             .key("{t}:task:1")
             .arg("v")
+            .invoke_async(&mut conn)
+            .await?;
+        let take = redis::Script::new(
+            "-- take: not the real one\n\
+             redis.call('ZCARD', KEYS[1])\n\
+             redis.call('HSET', ARGV[1], 'f', 'v')\n\
+             return 1",
+        );
+        let _: i64 = take
+            .key("{t}:queue:echo")
+            .arg("{u}:task:2")
             .invoke_async(&mut conn)
             .await?;
         Ok(())
@@ -301,7 +313,10 @@ async fn the_check_reports_an_undeclared_key_under_its_scripts_name() -> TestRes
     };
     let text = err.to_string();
     assert!(
-        text.contains("cas: HSET {t}:task:1:derived") && !text.contains("cas: SET "),
+        text.contains("cas: HSET {tag}:task:* (e.g. {t}:task:1:derived)")
+            && text.contains("take: HSET {tag}:task:* (e.g. {u}:task:2)")
+            && !text.contains("cas: SET ")
+            && !text.contains("take: ZCARD"),
         "{text}"
     );
     Ok(())

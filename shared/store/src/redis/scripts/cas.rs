@@ -6,8 +6,9 @@
 //! (statusUpdate, resultUpdate or error) when applied. `finish_take.lua` takes the same items.
 //!
 //! KEYS: leases, admissions, live, then the retained-task keys (terminal, its sizes, their
-//! sum: `Keys::retained`), shared by the batch; then per task 5 keys: task, events,
-//! owner_index, owner_live, queue.
+//! sum: `Keys::retained`), shared by the batch; then per task 9 keys: task, events,
+//! owner_index, owner_live, queue, and the task's push keys (`Keys::push_of`: configs,
+//! outbox, cursors, due).
 //! ARGV: retention ms, event log length, worker channel prefix (shared); then per task 11
 //! values: task id, owner hash, expected statuses comma-wrapped (",running,"), next status,
 //! result json ('' none), error json ('' none), fence holder ('' unfenced), fence epoch, event
@@ -150,13 +151,16 @@ pub(crate) fn item(
         error: next.error.clone(),
     });
     Ok(ScriptItem {
-        keys: vec![
+        keys: [
             keys.task(task_id),
             keys.events(task_id),
             keys.owner_index(owner),
             keys.owner_live(owner),
             keys.queue(entrypoint),
-        ],
+        ]
+        .into_iter()
+        .chain(keys.push_of(task_id))
+        .collect(),
         args: vec![
             task_id.to_owned(),
             owner.as_str().to_owned(),

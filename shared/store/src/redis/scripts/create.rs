@@ -8,8 +8,7 @@
 //! is 1, its `statusUpdate running`, neither logged nor published (the record rebuilds it).
 //!
 //! KEYS: live, admissions, leases, terminal, terminal sizes, terminal bytes (`Keys::retained`;
-//! shared by the batch); then per task 6 keys: task,
-//! owner_index, owner_live, queue, wake, src_live (declared for every task, touched only for
+//! shared by the batch); then per task 6 keys: task, owner_index, owner_live, queue, wake, src_live (declared for every task, touched only for
 //! one with a source).
 //! ARGV: max tasks, max retained, max retained per owner, max live per owner, max live per
 //! address, max retained bytes, key prefix (the shard's hash tag) (shared); then per task 10
