@@ -35,9 +35,10 @@
 --   creating process's channel when it follows the task, kept as `nc` for publish_event)
 -- Returns per task: {1, created_ms} | {0, 'DUPLICATE'} | {0, 'CAPACITY', due_count}
 --   | {0, 'OWNER_LIVE'} | {0, 'ADDRESS_LIVE'} | {0, 'OWNER_RETAINED'}
--- While the address bound is on, a task with a source enters src_live (scored by creation)
--- and its record names that set in field `sl`, so that finish_task.lua removes it exactly
--- when the task leaves `live`; the set expires a day after its last addition, so an address
+-- While the address bound is on, a task with a source enters src_live (scored by creation);
+-- a creation that finds the set at its bound first drops the ids no longer in `live`
+-- (address_has_room), so finished tasks leave it there, not in the scripts that finish them
+-- (which could not declare it); the set expires a day after its last addition, so an address
 -- that never returns leaves no key.
 -- Each created task's seq is 1: its `statusUpdate running`, which is neither logged nor
 -- published. The record rebuilds it (redis/event_log.rs), and nobody can listen to a task
@@ -82,7 +83,8 @@ local function evict_owner_oldest(owner_index, owner)
 end
 
 -- Whether the address may hold one more live task. At the bound, ids no longer in `live` are
--- dropped first: a safety net, as finish_task.lua removes every id that leaves.
+-- dropped first: that is how finished tasks leave the set (finish_task.lua leaves it alone,
+-- since its callers cannot name it), so the set never holds more than the bound.
 local function address_has_room(src_live)
   if redis.call('ZCARD', src_live) < max_address_live then return true end
   for _, id in ipairs(redis.call('ZRANGE', src_live, 0, -1)) do
@@ -163,10 +165,6 @@ for i = 0, (#KEYS - 6) / 6 - 1 do
     if retention ~= '' then
       set[#set + 1] = 'rt'
       set[#set + 1] = retention
-    end
-    if counted then
-      set[#set + 1] = 'sl'
-      set[#set + 1] = src_live
     end
     if ARGV[ab + 10] ~= '' then
       set[#set + 1] = 'nc'

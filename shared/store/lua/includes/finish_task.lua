@@ -14,14 +14,16 @@
 -- transitions call this), so SCARD(live) is the exact cluster-wide count of non-terminal tasks;
 -- the task and its event log expire after retention; the owner's index expires once the owner
 -- has no live task left, retention after its last task finished.
--- The client address's live set, when the record names one (`sl`, create.lua), loses the id
--- in the same step as `live`.
+-- The client address's live set (create.lua) is left alone: its finished ids are dropped by
+-- the next creation from that address that finds the set at its bound, so that no script
+-- touches a set its caller cannot name (a record of an earlier version names it in `sl`,
+-- dropped here with the other fields).
 -- Retained budget (create.lua): the task enters the shard's `terminal` sorted set, scored by
 -- when it expires (its own retention `rt` when it has one, as a direct invoke does, else the
 -- store's), as `<owner hash>:<id>` so that eviction and pruning can drop its owner-index entry
 -- even after the record itself expired.
 -- `known`, when the caller's own HMGET read them (swap_task), saves reading them again:
--- {owner = ow, retention = rt, source_live = sl, seq = sq before the terminal event,
+-- {owner = ow, retention = rt, seq = sq before the terminal event,
 -- sizes = the length of the result and error the record now holds}. Without it they are read
 -- here. A task whose seq was still 1 logged no event (every logged event takes a seq above
 -- the creation's), so it has no event log to measure or to expire.
@@ -29,8 +31,8 @@ local TERMINAL_SLACK_MS = 1000
 
 local function finish_task(k, id, phase, retention_ms, now, known)
   if not known then
-    local f = redis.call('HMGET', k.task, 'ow', 'rt', 'sl', 'sq')
-    known = {owner = f[1], retention = f[2], source_live = f[3], seq = f[4]}
+    local f = redis.call('HMGET', k.task, 'ow', 'rt', 'sq')
+    known = {owner = f[1], retention = f[2], seq = f[3]}
   end
   local ttl = tonumber(known.retention) or retention_ms
   local logged = tonumber(known.seq or '0') ~= 1
@@ -46,11 +48,6 @@ local function finish_task(k, id, phase, retention_ms, now, known)
     redis.call('ZREM', k.queue, id)
   end
   if redis.call('SREM', k.live, id) == 1 then
-    if known.source_live then
-      -- The client address's live set (create.lua), named by the record: same hash tag, so
-      -- the same slot; ZREM is idempotent, and this runs once per task anyway.
-      redis.call('ZREM', known.source_live, id)
-    end
     local left = redis.call('DECR', k.owner_live)
     if left <= 0 then
       redis.call('DEL', k.owner_live)

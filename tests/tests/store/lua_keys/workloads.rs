@@ -32,6 +32,36 @@ pub async fn run(url: &str, shards: u16) -> Result<(), BoxError> {
     registry(&store).await?;
     rate_limit(&store).await?;
     push(&store).await?;
+    bounds(url, shards).await?;
+    Ok(())
+}
+
+/// The creation bounds' paths: tasks from a client address (its live set, left when they
+/// finish) and a retained bound that evicts the oldest finished task.
+async fn bounds(url: &str, shards: u16) -> Result<(), BoxError> {
+    let mut config = RedisStoreConfig::new(url.to_owned());
+    config.namespace = format!("b{}", AccessToken::generate().expose());
+    config.shards = shards;
+    config.max_retained = 2;
+    config.max_live_per_address = 10;
+    let store = RedisStore::connect(config).await?;
+    let owner = AccessToken::generate().owner_hash();
+    let ids = ids_in_shard("lua-keys-bounds", 0, store.shard_count(), 4);
+    for id in &ids {
+        let mut task = queued_task(id, &owner, "echo");
+        task.source = Some("192.0.2.7".into());
+        store.create(task).await?;
+        store
+            .compare_and_set(
+                id,
+                &[TaskStatus::Running],
+                Transition::cancelled(),
+                None,
+            )
+            .await?
+            .applied()
+            .ok_or("cancel refused")?;
+    }
     Ok(())
 }
 
