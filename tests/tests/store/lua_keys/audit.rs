@@ -176,8 +176,8 @@ fn call(line: &Line, names: &HashMap<String, Option<String>>) -> Result<Run, Box
                 .flatten()
         }
     };
-    let count: usize = String::from_utf8_lossy(line.args.get(2).ok_or("a call without numkeys")?)
-        .parse()?;
+    let count: usize =
+        String::from_utf8_lossy(line.args.get(2).ok_or("a call without numkeys")?).parse()?;
     let declared = line
         .args
         .iter()
@@ -302,7 +302,9 @@ pub async fn check(
                         command: line.name(),
                         key: String::from_utf8_lossy(key).into_owned(),
                         tag_declared: hash_tag(key).is_some_and(|tag| {
-                            run.declared.iter().any(|other| hash_tag(other) == Some(tag))
+                            run.declared
+                                .iter()
+                                .any(|other| hash_tag(other) == Some(tag))
                         }),
                     });
                 }

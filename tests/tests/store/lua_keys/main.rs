@@ -155,7 +155,10 @@ where
     let server = RedisServer::start()?;
     let monitor = Monitor::start(server.port())?;
     let mut conn = server.client().await?;
-    let marker = format!("lua-keys-probe-{}", protocol::token::AccessToken::generate().expose());
+    let marker = format!(
+        "lua-keys-probe-{}",
+        protocol::token::AccessToken::generate().expose()
+    );
     let undeclared = format!("{marker}-undeclared");
     let _: redis::Value = redis::cmd("EVAL")
         .arg(audit::PROBE)

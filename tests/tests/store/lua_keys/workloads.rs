@@ -52,12 +52,7 @@ async fn bounds(url: &str, shards: u16) -> Result<(), BoxError> {
         task.source = Some("192.0.2.7".into());
         store.create(task).await?;
         store
-            .compare_and_set(
-                id,
-                &[TaskStatus::Running],
-                Transition::cancelled(),
-                None,
-            )
+            .compare_and_set(id, &[TaskStatus::Running], Transition::cancelled(), None)
             .await?
             .applied()
             .ok_or("cancel refused")?;
@@ -151,10 +146,20 @@ async fn push(store: &RedisStore) -> Result<(), BoxError> {
     let owner = AccessToken::generate().owner_hash();
     store.create(queued_task(&id, &owner, "echo")).await?;
     outbox
-        .put_config(&id, "c1", r#"{"url":"https://hooks.example/a"}"#, PutMode::Existing)
+        .put_config(
+            &id,
+            "c1",
+            r#"{"url":"https://hooks.example/a"}"#,
+            PutMode::Existing,
+        )
         .await?;
     outbox
-        .put_config(&id, "c2", r#"{"url":"https://hooks.example/b"}"#, PutMode::Existing)
+        .put_config(
+            &id,
+            "c2",
+            r#"{"url":"https://hooks.example/b"}"#,
+            PutMode::Existing,
+        )
         .await?;
     let lease = start_running(store, &id, "w1", LONG)
         .await
