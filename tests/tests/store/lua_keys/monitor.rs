@@ -123,7 +123,7 @@ pub fn parse(body: &str) -> Option<Line> {
         Some(_) => Origin::Client,
         None => return None,
     };
-    let args = unquote_all(body[close + 1..].as_bytes())?;
+    let args = unquote_all(&body.as_bytes()[close + 1..])?;
     Some(Line { origin, args })
 }
 
