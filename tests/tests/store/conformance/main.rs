@@ -7,8 +7,8 @@
 //!
 //! `conformance_tests!(module, harness_expr)` instantiates every test as a `#[tokio::test]`
 //! under `module::<theme>::<test>`, evaluating `harness_expr` once per test. A new test is
-//! added to its theme file and to the list in the macro (the compiler flags a test function
-//! left out of the list as dead code).
+//! added to its theme file and to the list in `all_tests.rs` (the compiler flags a test
+//! function left out of the list as dead code), which `lua_keys` runs too.
 
 mod all_tests;
 mod capacity;
