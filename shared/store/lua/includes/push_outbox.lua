@@ -24,10 +24,13 @@ local function push_outbox(channel, message)
   local configs = prefix .. ':push:' .. id
   if redis.call('EXISTS', configs) == 0 then return end
   local outbox = prefix .. ':push-out:' .. id
-  if redis.call('RPUSH', outbox, message) > PUSH_OUTBOX_MAX then
+  -- Stamped with the store's clock ("<ms>|<seq>|<event>|<data>"): a delivery made after the
+  -- run ended still says when its event happened (`store::push::OutboxEvent`).
+  local now = now_ms()
+  if redis.call('RPUSH', outbox, now .. '|' .. message) > PUSH_OUTBOX_MAX then
     redis.call('LPOP', outbox)
   end
   redis.call('PERSIST', configs)
   redis.call('PERSIST', prefix .. ':push-cur:' .. id)
-  redis.call('ZADD', prefix .. ':push-due', 'NX', now_ms(), id)
+  redis.call('ZADD', prefix .. ':push-due', 'NX', now, id)
 end
