@@ -8,8 +8,9 @@
 //! configs expiring with the task once it finished; the SSRF policy refusing a host name that
 //! resolves to loopback unless the allowlist names it; a delivery that keeps failing retried
 //! a bounded number of times, then kept and counted; a gateway SIGKILLed in the middle of a
-//! delivery losing none of it; and one caller's hanging receivers never holding the slots kept
-//! for other callers.
+//! delivery losing none of it; one caller's hanging receivers never holding the slots kept
+//! for other callers; a run that ended before its first delivery told in order, each update
+//! stamped with its event's time; and an allowlist entry admitting only the port it names.
 
 use std::time::Duration;
 
