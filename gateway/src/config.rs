@@ -358,8 +358,10 @@ pub struct GatewayConfig {
     pub push_notifications: bool,
 
     /// Hosts (exact names) and networks (CIDRs, or single addresses) push notifications may
-    /// reach although they are not public: comma-separated, e.g. `hooks.internal,10.0.0.0/8`.
-    /// Empty: public addresses only (no loopback, private, link-local, unique-local,
+    /// reach although they are not public, each on the port it names: comma-separated, e.g.
+    /// `hooks.internal:8080,10.0.0.0/8:443,[::1]:9000,127.0.0.1:*` (`:*`: every port). An
+    /// entry without a port admits the URL scheme's default port only (80 for http, 443 for
+    /// https). Empty: public addresses only (no loopback, private, link-local, unique-local,
     /// metadata, multicast or unspecified address, checked at every connection).
     #[arg(long, env = "PUSH_ALLOWLIST", default_value = "")]
     pub push_allowlist: String,

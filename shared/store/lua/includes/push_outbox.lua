@@ -23,10 +23,13 @@ end
 
 local function push_outbox(push, message)
   if redis.call('EXISTS', push.configs) == 0 then return end
-  if redis.call('RPUSH', push.outbox, message) > PUSH_OUTBOX_MAX then
+  -- Stamped with the store's clock ("<ms>|<seq>|<event>|<data>"): a delivery made after the
+  -- run ended still says when its event happened (`store::push::OutboxEvent`).
+  local now = now_ms()
+  if redis.call('RPUSH', push.outbox, now .. '|' .. message) > PUSH_OUTBOX_MAX then
     redis.call('LPOP', push.outbox)
   end
   redis.call('PERSIST', push.configs)
   redis.call('PERSIST', push.cursors)
-  redis.call('ZADD', push.due, 'NX', now_ms(), push.id)
+  redis.call('ZADD', push.due, 'NX', now, push.id)
 end
