@@ -287,3 +287,71 @@ async fn the_grpc_port_caps_connections_per_address_and_closes_silent_ones() -> 
     }
     Ok(())
 }
+
+/// What the docs say of payments over gRPC (docs/a2a.md, gRPC binding): the payment gate runs
+/// there as on the HTTP bindings and reads the same credential headers from the call's
+/// metadata, but it issues no challenge. A priced skill's send without a credential is
+/// `FAILED_PRECONDITION` `PAYMENT_REQUIRED`; an x402 credential made for this method's resource
+/// (`<origin>/lf.a2a.v1.A2AService/SendMessage?skillId=echo`) pays, settles once and is
+/// answered with the receipt's metadata; one made for another route is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_x402_credential_in_metadata_pays_for_a_priced_skill_over_grpc() -> Res {
+    use harness::paid::{PAYER_KEY, PaidCluster};
+    use payments::LocalPayer;
+    use payments::payer::Challenge;
+
+    let priced = |card: &serde_json::Value| card["entrypoints"]["echo"]["pricing"]["invoke"].is_string();
+    let mut cluster = PaidCluster::start(&[("WORKER_PRICES", "echo=0.001".to_owned())], &[], priced).await?;
+    let port = free_port()?;
+    let gateway = cluster
+        .add_gateway("g3", &[("GRPC_LISTEN", format!("127.0.0.1:{port}"))], priced)
+        .await?;
+    let mut grpc = client(port).await?;
+    let unpaid = grpc_send(&mut grpc, TOKEN_A).await?;
+    assert_eq!(unpaid.code(), Code::FailedPrecondition, "{unpaid:?}");
+    assert_eq!(
+        unpaid.get_details_error_info().map(|info| info.reason).as_deref(),
+        Some("PAYMENT_REQUIRED")
+    );
+    // The terms, from an HTTP 402 of the same gateway (gRPC has no challenge to carry them).
+    let body = json!({"input": {"text": "paid"}});
+    let challenge = cluster.x402_challenge(gateway, "echo", &body).await?;
+    let payer = LocalPayer::from_hex(PAYER_KEY)?;
+    let paid_call = |payment: &payments::payer::PaymentHeader| -> Res<_> {
+        let mut request = call(TOKEN_A, send_request()?)?;
+        request.metadata_mut().insert(
+            payment
+                .name
+                .to_ascii_lowercase()
+                .parse::<tonic::metadata::MetadataKey<tonic::metadata::Ascii>>()?,
+            payment.value.parse()?,
+        );
+        Ok(request)
+    };
+    // Made for the HTTP invoke route: another resource.
+    let elsewhere = payer.answer(&challenge, None, payments::unix_now())?;
+    let refused = grpc
+        .send_message(paid_call(&elsewhere)?)
+        .await
+        .err()
+        .ok_or("a credential for another route paid")?;
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+    assert_eq!(cluster.settled().await?, 0);
+    // Made for this method's resource.
+    let Challenge::V2(mut terms) = challenge else {
+        return Err("the gateway's 402 is x402 v2".into());
+    };
+    terms.resource.url = format!(
+        "{}/lf.a2a.v1.A2AService/SendMessage?skillId=echo",
+        cluster.base(gateway)
+    );
+    let payment = payer.answer(&Challenge::V2(terms), None, payments::unix_now())?;
+    let answer = grpc.send_message(paid_call(&payment)?).await?;
+    assert!(
+        answer.metadata().get("payment-response").is_some(),
+        "no receipt: {:?}",
+        answer.metadata()
+    );
+    assert_eq!(cluster.settled().await?, 1);
+    Ok(())
+}

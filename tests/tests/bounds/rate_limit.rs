@@ -377,7 +377,8 @@ async fn one_payer_over_its_rate_is_refused_before_anything_settles() -> TestRes
 
 /// `POST /tasks` through an appending proxy: the client wrote `spoofed`, the proxy appended
 /// the address it saw, `client` (nginx's `$proxy_add_x_forwarded_for`, Envoy, cloud load
-/// balancers).
+/// balancers). No worker runs `echo`: what is checked is whether the rate limit answers `429`
+/// (before anything else), as in the tests above.
 async fn create_through_proxy(
     client: &reqwest::Client,
     gateway: &Gateway,
@@ -387,7 +388,7 @@ async fn create_through_proxy(
     Ok(client
         .post(format!("{}/tasks", gateway.base))
         .header("X-Forwarded-For", format!("{spoofed}, {real}"))
-        .json(&json!({"skillId": "echo", "input": {"text": "hi"}}))
+        .json(&json!({"skillId": "echo", "message": {"role": "user", "content": {"text": "hi"}}}))
         .send()
         .await?)
 }
@@ -444,7 +445,7 @@ async fn the_forwarded_header_counts_its_right_most_untrusted_for() -> TestResul
             // Not read with CLIENT_ADDRESS_HEADER=forwarded: a fresh one each time changes
             // nothing.
             .header("X-Forwarded-For", format!("192.0.2.{i}"))
-            .json(&json!({"skillId": "echo", "input": {"text": "hi"}}))
+            .json(&json!({"skillId": "echo", "message": {"role": "user", "content": {"text": "hi"}}}))
             .send()
     };
     // Two proxies: an inner one (10.1.1.1) behind the outer one that saw the client, an IPv6
