@@ -63,7 +63,11 @@ impl TrustedProxies {
     /// empty: none.
     pub fn parse(text: &str) -> Result<TrustedProxies, BadNetwork> {
         let mut networks = Vec::new();
-        for entry in text.split(',').map(str::trim).filter(|entry| !entry.is_empty()) {
+        for entry in text
+            .split(',')
+            .map(str::trim)
+            .filter(|entry| !entry.is_empty())
+        {
             let network = match entry.parse::<IpNet>() {
                 Ok(network) => network.trunc(),
                 Err(_) => entry
@@ -139,7 +143,10 @@ mod tests {
         assert_eq!(key("2001:db8:1:2::1"), key("2001:db8:1:2:ffff::9"));
         assert_ne!(key("2001:db8:1:2::1"), key("2001:db8:1:3::1"));
         assert_eq!(key("::1").as_deref(), Some("::/64"));
-        assert_eq!(counted(ip("2001:db8:1:2::1")), counted(ip("2001:db8:1:2:9::")));
+        assert_eq!(
+            counted(ip("2001:db8:1:2::1")),
+            counted(ip("2001:db8:1:2:9::"))
+        );
     }
 
     #[test]
@@ -151,9 +158,15 @@ mod tests {
         assert!(!proxies.contains(ip("192.0.2.11")));
         assert!(proxies.contains(ip("2001:db8:ffff::1")));
         assert!(!proxies.contains(ip("2001:db9::1")));
-        assert_eq!(proxies.to_string(), "10.0.0.0/8,192.0.2.10/32,2001:db8::/32");
+        assert_eq!(
+            proxies.to_string(),
+            "10.0.0.0/8,192.0.2.10/32,2001:db8::/32"
+        );
         // Host bits are dropped, as a network means them.
-        assert_eq!(TrustedProxies::parse("10.1.2.3/8")?.to_string(), "10.0.0.0/8");
+        assert_eq!(
+            TrustedProxies::parse("10.1.2.3/8")?.to_string(),
+            "10.0.0.0/8"
+        );
         assert!(TrustedProxies::parse("")?.is_empty());
         assert!(TrustedProxies::parse("10.0.0.0/33").is_err());
         assert!(TrustedProxies::parse("proxy.internal").is_err());

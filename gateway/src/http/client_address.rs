@@ -26,8 +26,8 @@ use axum::http::HeaderMap;
 use axum::http::request::Parts;
 use axum::middleware::Next;
 use axum::response::Response;
-pub use server::address::address_key;
 use server::address::TrustedProxies;
+pub use server::address::address_key;
 
 use crate::http::forwarded::{self, ClientAddressHeader, Hop};
 
@@ -142,7 +142,10 @@ mod tests {
         let chain = with("x-forwarded-for", "203.0.113.9, 198.51.100.7");
         assert_eq!(xff.client(proxy, &chain), ip("198.51.100.7"));
         // Trusted hops on the right (a second proxy) are skipped.
-        let chain = with("x-forwarded-for", "203.0.113.9, 198.51.100.7, 10.1.1.1, 127.0.0.1");
+        let chain = with(
+            "x-forwarded-for",
+            "203.0.113.9, 198.51.100.7, 10.1.1.1, 127.0.0.1",
+        );
         assert_eq!(xff.client(proxy, &chain), ip("198.51.100.7"));
         // A hop naming no address stops the walk at the proxy nearest to it.
         let chain = with("x-forwarded-for", "203.0.113.9, unknown, 10.1.1.1");

@@ -170,7 +170,10 @@ mod tests {
     fn x_forwarded_for_lists_every_line_in_order() {
         let chain = headers(
             "x-forwarded-for",
-            &[b"203.0.113.9, 198.51.100.7:4711", b" [2001:db8::1]:80 ,2001:db8::2"],
+            &[
+                b"203.0.113.9, 198.51.100.7:4711",
+                b" [2001:db8::1]:80 ,2001:db8::2",
+            ],
         );
         assert_eq!(
             hops(&chain, ClientAddressHeader::XForwardedFor),

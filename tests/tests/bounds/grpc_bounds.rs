@@ -269,9 +269,7 @@ async fn the_grpc_port_caps_connections_per_address_and_closes_silent_ones() -> 
     for _ in 0..2 {
         let mut stream = TcpStream::connect(("127.0.0.1", port)).await?;
         stream.write_all(PREFACE).await?;
-        stream
-            .write_all(&[0, 0, 0, 0x4, 0, 0, 0, 0, 0])
-            .await?;
+        stream.write_all(&[0, 0, 0, 0x4, 0, 0, 0, 0, 0]).await?;
         let mut first = [0u8; 9];
         tokio::time::timeout(PATIENCE, stream.read_exact(&mut first)).await??;
         assert_eq!(first[3], 0x4, "a SETTINGS frame first: {first:?}");
@@ -300,17 +298,26 @@ async fn an_x402_credential_in_metadata_pays_for_a_priced_skill_over_grpc() -> R
     use payments::LocalPayer;
     use payments::payer::Challenge;
 
-    let priced = |card: &serde_json::Value| card["entrypoints"]["echo"]["pricing"]["invoke"].is_string();
-    let mut cluster = PaidCluster::start(&[("WORKER_PRICES", "echo=0.001".to_owned())], &[], priced).await?;
+    let priced =
+        |card: &serde_json::Value| card["entrypoints"]["echo"]["pricing"]["invoke"].is_string();
+    let mut cluster =
+        PaidCluster::start(&[("WORKER_PRICES", "echo=0.001".to_owned())], &[], priced).await?;
     let port = free_port()?;
     let gateway = cluster
-        .add_gateway("g3", &[("GRPC_LISTEN", format!("127.0.0.1:{port}"))], priced)
+        .add_gateway(
+            "g3",
+            &[("GRPC_LISTEN", format!("127.0.0.1:{port}"))],
+            priced,
+        )
         .await?;
     let mut grpc = client(port).await?;
     let unpaid = grpc_send(&mut grpc, TOKEN_A).await?;
     assert_eq!(unpaid.code(), Code::FailedPrecondition, "{unpaid:?}");
     assert_eq!(
-        unpaid.get_details_error_info().map(|info| info.reason).as_deref(),
+        unpaid
+            .get_details_error_info()
+            .map(|info| info.reason)
+            .as_deref(),
         Some("PAYMENT_REQUIRED")
     );
     // The terms, from an HTTP 402 of the same gateway (gRPC has no challenge to carry them).

@@ -445,7 +445,9 @@ async fn the_forwarded_header_counts_its_right_most_untrusted_for() -> TestResul
             // Not read with CLIENT_ADDRESS_HEADER=forwarded: a fresh one each time changes
             // nothing.
             .header("X-Forwarded-For", format!("192.0.2.{i}"))
-            .json(&json!({"skillId": "echo", "message": {"role": "user", "content": {"text": "hi"}}}))
+            .json(
+                &json!({"skillId": "echo", "message": {"role": "user", "content": {"text": "hi"}}}),
+            )
             .send()
     };
     // Two proxies: an inner one (10.1.1.1) behind the outer one that saw the client, an IPv6

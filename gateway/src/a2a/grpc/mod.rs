@@ -48,7 +48,10 @@ pub fn router(state: AppState, limiter: Arc<dyn store::ratelimit::RateLimiter>) 
     tonic::service::Routes::new(service)
         .prepare()
         .into_axum_router()
-        .layer(axum::middleware::from_fn_with_state(limits, admission::admit))
+        .layer(axum::middleware::from_fn_with_state(
+            limits,
+            admission::admit,
+        ))
         // Outside the rate limit, which reads the client address it leaves.
         .layer(axum::middleware::from_fn_with_state(
             forwarding,
