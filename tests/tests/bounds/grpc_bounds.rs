@@ -2,7 +2,8 @@
 //! with real processes (issue 36, item 3): the per-address and per-owner rate limits of task
 //! creation, shared with the HTTP bindings (`RESOURCE_EXHAUSTED` with `RATE_LIMITED` and a
 //! retry delay); the request-body deadline (a stream that stops mid-message is answered, not
-//! held); the first-request deadline and the per-address connection cap.
+//! held); the first-request deadline and the per-address connection cap (which a trusted
+//! proxy is not held to); and what is payable over gRPC, as docs/a2a.md says it.
 //!
 //! The rates are tiny (one request per 100 s), so a quota never refills during a test.
 
@@ -360,5 +361,26 @@ async fn an_x402_credential_in_metadata_pays_for_a_priced_skill_over_grpc() -> R
         answer.metadata()
     );
     assert_eq!(cluster.settled().await?, 1);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_trusted_proxy_is_not_held_to_the_per_address_cap() -> Res {
+    // The test client (127.0.0.1) stands for a proxy carrying many clients.
+    let (_cluster, port) = start(&[
+        ("MAX_CONNECTIONS_PER_IP", "1"),
+        ("TRUSTED_PROXIES", "127.0.0.1"),
+    ])
+    .await?;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).await?;
+        stream.write_all(PREFACE).await?;
+        stream.write_all(&[0, 0, 0, 0x4, 0, 0, 0, 0, 0]).await?;
+        let mut first = [0u8; 9];
+        tokio::time::timeout(PATIENCE, stream.read_exact(&mut first)).await??;
+        assert_eq!(first[3], 0x4, "a SETTINGS frame first: {first:?}");
+        held.push(stream);
+    }
     Ok(())
 }
