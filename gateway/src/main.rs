@@ -54,6 +54,13 @@ async fn main() -> anyhow::Result<()> {
         None => None,
     };
 
+    if config.trust_forwarded_for {
+        let proxies = config.forwarding().proxies;
+        tracing::warn!(
+            trusted_proxies = %proxies,
+            "TRUST_FORWARDED_FOR is deprecated: set TRUSTED_PROXIES to the networks your proxies connect from"
+        );
+    }
     let (state, limiter) = if config.redis.configured() {
         cluster_state(&config, &shutdown, &background).await?
     } else {
