@@ -280,9 +280,9 @@ pub struct GatewayConfig {
     /// Fair admission: task creations (POST /tasks, invoke, stream, A2A message:send and
     /// message:stream) one client address may make per second, on average, across every
     /// gateway of the namespace (GCRA in Redis); past it `429 rate_limited` with Retry-After.
-    /// 0 disables it. The default lets one machine's load test run (a few hundred creations a
-    /// second with the burst) while no single address can take the cluster's MAX_TASKS alone.
-    #[arg(long, env = "RATE_PER_ADDRESS", default_value_t = 200.0)]
+    /// 0 disables it. The default lets one machine's load test of up to 100 creations a second
+    /// run (docs/gateway.md, Default bounds and load tests).
+    #[arg(long, env = "RATE_PER_ADDRESS", default_value_t = 100.0)]
     pub rate_per_address: f64,
 
     /// Fair admission: task creations one owner (Task-Access-Token) may make per second, on
