@@ -301,11 +301,17 @@ pub struct GatewayConfig {
     pub rate_per_payer: f64,
 
     /// Idempotency records (Idempotency-Key on invoke) kept in all, across every gateway of
-    /// the namespace (upstream `maxEntries`). At the bound the oldest finished record is
-    /// evicted; a record in progress never is, so with every record in progress a new key
-    /// gets `503 service_unavailable` with Retry-After.
+    /// the namespace: a ceiling on their memory, never an eviction bound (no record is
+    /// evicted for another). At it a new key gets `503 service_unavailable` with Retry-After.
     #[arg(long, env = "IDEMPOTENCY_MAX_ENTRIES", default_value_t = store::idempotency::DEFAULT_MAX_RECORDS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub idempotency_max_entries: usize,
+
+    /// Live idempotency records one caller may hold: the payer of a paid call; otherwise the
+    /// client address, and also the `Task-Access-Token` owner or signed-in address when
+    /// there is one. Past it that caller's new keys get `429 idempotency_quota_exceeded`
+    /// with Retry-After (until its oldest record lapses); other callers' records stay.
+    #[arg(long, env = "IDEMPOTENCY_MAX_ENTRIES_PER_SUBJECT", default_value_t = store::idempotency::DEFAULT_MAX_RECORDS_PER_SUBJECT, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub idempotency_max_entries_per_subject: usize,
 
     /// Bytes of an invoke response body kept for replay under its Idempotency-Key. A larger
     /// response is recorded as run but not kept: the same request again gets
@@ -422,6 +428,7 @@ impl GatewayConfig {
     pub fn idempotency_limits(&self) -> store::idempotency::IdempotencyLimits {
         store::idempotency::IdempotencyLimits {
             max_records: self.idempotency_max_entries,
+            max_records_per_subject: self.idempotency_max_entries_per_subject,
             max_body_bytes: self.idempotency_max_body_bytes,
         }
     }

@@ -1128,6 +1128,13 @@ impl TaskStore for ClaimsDurable {
     async fn list(&self, owner: &OwnerHash, query: &ListQuery) -> Result<TaskPage, StoreError> {
         self.0.list(owner, query).await
     }
+    async fn select(
+        &self,
+        owner: &OwnerHash,
+        selection: &store::Selection,
+    ) -> Result<store::Selected, StoreError> {
+        self.0.select(owner, selection).await
+    }
     async fn claim_execution(
         &self,
         task_id: &str,

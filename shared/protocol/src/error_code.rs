@@ -23,6 +23,9 @@ pub enum ErrorCode {
     /// The request with this Idempotency-Key ran, but its response was larger than the
     /// gateway keeps for replay (`IDEMPOTENCY_MAX_BODY_BYTES`): it is not run again.
     IdempotencyResponseTooLarge,
+    /// The caller holds its quota of live idempotency records: a new key waits until its
+    /// oldest record lapses (`429`, Retry-After).
+    IdempotencyQuotaExceeded,
     // Tasks.
     TaskAccessRequired,
     TaskNotFound,
@@ -74,6 +77,7 @@ impl ErrorCode {
             ErrorCode::IdempotencyInProgress => "idempotency_in_progress",
             ErrorCode::IdempotencyKeyConflict => "idempotency_key_conflict",
             ErrorCode::IdempotencyResponseTooLarge => "idempotency_response_too_large",
+            ErrorCode::IdempotencyQuotaExceeded => "idempotency_quota_exceeded",
             ErrorCode::TaskAccessRequired => "task_access_required",
             ErrorCode::TaskNotFound => "task_not_found",
             ErrorCode::SkillNotFound => "skill_not_found",

@@ -4,26 +4,28 @@
 -- the record's is a conflict whatever the record's state; a finished record is replayed.
 -- Expiry is relative (PEXPIRE on the Redis clock), so no client time is involved.
 --
--- The namespace holds at most ARGV[5] records (upstream `maxEntries`), counted in two sorted
--- sets of record ids scored by expiry (microseconds, Redis clock): one of running records, one of done
--- ones. Expired ids are pruned first. At the bound a new record is not written: the script
--- names the oldest done record for the caller to evict (idempotency_evict.lua, which declares
--- that record's key) before it begins again; a running record is never evicted (its request
--- would run twice), so when every record is running the answer is 'full'.
+-- Records are never evicted: a record another caller could push out would let that caller
+-- make a victim's retry run (and be charged) twice. Instead each record is charged to its
+-- subjects (the payer, the token's owner, the client address: KEYS[4..], one sorted set of
+-- record ids per subject), and a subject holding ARGV[6] records is refused ('quota', with
+-- the ms until its oldest record lapses). The namespace as a whole holds at most ARGV[5]
+-- records (two sorted sets, running and done): past that every newcomer is refused ('full').
+-- Every set scores its ids by expiry (microseconds, Redis clock) and is pruned first.
 --
 -- KEYS[1] the record (hash: fp, state running|done, owner, status, headers, body, kept)
--- KEYS[2] running ids (zset)  KEYS[3] done ids (zset)
+-- KEYS[2] running ids (zset)  KEYS[3] done ids (zset)  KEYS[4..] the subjects' ids (zsets)
 -- ARGV[1] request fingerprint  ARGV[2] claim owner id  ARGV[3] in-progress TTL ms (>= 1)
 -- ARGV[4] the record's id (its key without the prefix)  ARGV[5] max records (>= 1)
+-- ARGV[6] max records per subject (>= 1)
 -- Returns {'started'} | {'in_progress'} | {'conflict'}
 --   | {'replay', status, headers json, body} | {'not_kept', status}
---   | {'evict', oldest done id} | {'full'}
+--   | {'quota', ms until the subject's oldest record lapses} | {'full'}
 
 -- @include "idempotency_index"
 
 local record, running, done = KEYS[1], KEYS[2], KEYS[3]
 local fingerprint, owner, ttl, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local max = tonumber(ARGV[5])
+local max, per_subject = tonumber(ARGV[5]), tonumber(ARGV[6])
 
 local f = redis.call('HMGET', record, 'fp', 'state', 'status', 'headers', 'body', 'kept')
 if f[1] then
@@ -42,22 +44,28 @@ end
 -- A record without a fingerprint cannot be judged; start afresh.
 redis.call('DEL', record)
 local now = now_us()
-redis.call('ZREMRANGEBYSCORE', running, '-inf', int(now))
-redis.call('ZREMRANGEBYSCORE', done, '-inf', int(now))
-redis.call('ZREM', running, id)
-redis.call('ZREM', done, id)
-expire_index(running)
-expire_index(done)
-if redis.call('ZCARD', running) + redis.call('ZCARD', done) >= max then
-  local oldest = redis.call('ZRANGE', done, 0, 0)
-  if oldest[1] then
-    return {'evict', oldest[1]}
+for i = 2, #KEYS do
+  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', int(now))
+  redis.call('ZREM', KEYS[i], id)
+  expire_index(KEYS[i])
+end
+for i = 4, #KEYS do
+  if redis.call('ZCARD', KEYS[i]) >= per_subject then
+    local oldest = redis.call('ZRANGE', KEYS[i], 0, 0, 'WITHSCORES')
+    return {'quota', int(math.ceil((tonumber(oldest[2]) - now) / 1000))}
   end
+end
+if redis.call('ZCARD', running) + redis.call('ZCARD', done) >= max then
   return {'full'}
 end
 
 redis.call('HSET', record, 'fp', fingerprint, 'state', 'running', 'owner', owner)
 redis.call('PEXPIRE', record, ttl)
-redis.call('ZADD', running, int(now + tonumber(ttl) * 1000), id)
+local expires = int(now + tonumber(ttl) * 1000)
+redis.call('ZADD', running, expires, id)
 expire_index(running)
+for i = 4, #KEYS do
+  redis.call('ZADD', KEYS[i], expires, id)
+  expire_index(KEYS[i])
+end
 return {'started'}

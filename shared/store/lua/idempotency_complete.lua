@@ -1,12 +1,13 @@
 -- idempotency_complete: stores the response of a claimed request for replay, if the claim is
 -- still the record's (not lapsed, not released, not taken over by a retry after lapsing).
 -- The record is then kept for the retention, and expires by itself; its id moves from the
--- running index to the done one (see idempotency_begin.lua), where it may be evicted.
+-- running index to the done one (see idempotency_begin.lua), and its subjects' sets score it
+-- by its new expiry: it counts against their quotas for its retention.
 -- A body over ARGV[8] bytes is not kept: the record says so (`kept` 0) and a replay answers
 -- that instead of running the request again.
 --
 -- KEYS[1] the record (hash: fp, state running|done, owner, status, headers, body, kept)
--- KEYS[2] running ids (zset)  KEYS[3] done ids (zset)
+-- KEYS[2] running ids (zset)  KEYS[3] done ids (zset)  KEYS[4..] the subjects' ids (zsets)
 -- ARGV[1] claim owner id  ARGV[2] fingerprint  ARGV[3] status  ARGV[4] headers json
 -- ARGV[5] body  ARGV[6] retention ms (>= 1)  ARGV[7] the record's id  ARGV[8] max body bytes
 -- Returns 1 when recorded, 0 when the claim is no longer current.
@@ -39,4 +40,8 @@ end
 redis.call('ZADD', done, int(expires), id)
 expire_index(running)
 expire_index(done)
+for i = 4, #KEYS do
+  redis.call('ZADD', KEYS[i], 'XX', int(expires), id)
+  expire_index(KEYS[i])
+end
 return 1

@@ -126,6 +126,16 @@ pub trait TaskStore: Send + Sync + 'static {
     /// The owner's tasks, newest first, filtered and paged.
     async fn list(&self, owner: &OwnerHash, query: &ListQuery) -> Result<TaskPage, StoreError>;
 
+    /// The ids of one page of the owner's tasks that pass `selection`, newest update first,
+    /// and how many passed. Reads only the small fields of each candidate (status, phase,
+    /// context, update time, the error code when asked), never a result: the caller reads the
+    /// page's records.
+    async fn select(
+        &self,
+        owner: &OwnerHash,
+        selection: &Selection,
+    ) -> Result<Selected, StoreError>;
+
     /// Claims a `running` task that has no live lease (reserved or queued): a `prepared` lease
     /// with a new epoch. `None` when the task is missing, terminal or already claimed.
     async fn claim_execution(

@@ -380,6 +380,88 @@ impl ListQuery {
     }
 }
 
+/// What [`super::TaskStore::select`] picks among an owner's tasks: filters on the small fields
+/// of a record (status, phase, context, update time, error code), never its result, history
+/// or input, ordered by last update, newest first (ties by task id), and paged.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Selection {
+    pub context_id: Option<String>,
+    /// Empty means every status.
+    pub statuses: Vec<TaskStatus>,
+    /// Empty means every phase (a terminal task's is [`Phase::Terminal`]).
+    pub phases: Vec<Phase>,
+    /// Only tasks whose error code is, or is not, this one (a task without an error has no
+    /// code: it never [`CodeMatch::Is`] one, and always [`CodeMatch::IsNot`] one).
+    pub error_code: Option<CodeMatch>,
+    /// Only tasks updated strictly after this time (Unix ms).
+    pub updated_after_ms: Option<u64>,
+    pub offset: usize,
+    pub limit: usize,
+}
+
+/// A condition on a task's error code ([`Selection::error_code`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CodeMatch {
+    Is(String),
+    IsNot(String),
+}
+
+impl CodeMatch {
+    pub fn accepts(&self, code: Option<&str>) -> bool {
+        match self {
+            CodeMatch::Is(wanted) => code == Some(wanted.as_str()),
+            CodeMatch::IsNot(unwanted) => code != Some(unwanted.as_str()),
+        }
+    }
+}
+
+impl Selection {
+    /// Whether a task with these fields passes the filters.
+    pub fn accepts(
+        &self,
+        status: TaskStatus,
+        phase: Phase,
+        context_id: Option<&str>,
+        updated_ms: u64,
+        error_code: Option<&str>,
+    ) -> bool {
+        let context_ok = self
+            .context_id
+            .as_deref()
+            .is_none_or(|wanted| context_id == Some(wanted));
+        context_ok
+            && (self.statuses.is_empty() || self.statuses.contains(&status))
+            && (self.phases.is_empty() || self.phases.contains(&phase))
+            && self.updated_after_ms.is_none_or(|after| updated_ms > after)
+            && self
+                .error_code
+                .as_ref()
+                .is_none_or(|code| code.accepts(error_code))
+    }
+
+    /// The page of `matching` (task id, update ms) this selection asks for, ordered newest
+    /// update first, ties by id, and how many matched.
+    pub fn page_of(&self, mut matching: Vec<(String, u64)>) -> Selected {
+        matching.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let total = matching.len() as u64;
+        let ids = matching
+            .into_iter()
+            .skip(self.offset)
+            .take(self.limit)
+            .map(|(id, _)| id)
+            .collect();
+        Selected { ids, total }
+    }
+}
+
+/// What [`super::TaskStore::select`] found: the page's task ids in order, and how many tasks
+/// matched in all.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Selected {
+    pub ids: Vec<String>,
+    pub total: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskPage {

@@ -28,6 +28,7 @@
 mod callers;
 mod card;
 mod hostile_input;
+mod list_reads;
 mod listing;
 mod messages;
 mod refusals;

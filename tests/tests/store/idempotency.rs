@@ -212,9 +212,9 @@ async fn memory_one_of_many_concurrent_claimers_wins() -> TestResult {
 }
 
 #[tokio::test]
-async fn memory_is_bounded_and_evicts_the_oldest_finished() -> TestResult {
+async fn memory_is_bounded_by_subject_quotas_without_eviction() -> TestResult {
     let store = MemoryIdempotency::with_limits(BOUNDED);
-    bounded_evicting_the_oldest_finished(&store).await?;
+    bounded_without_eviction(&store).await?;
     assert_eq!(store.len(), BOUNDED.max_records);
     Ok(())
 }
@@ -239,7 +239,8 @@ async fn memory_expired_records_make_room_first() -> TestResult {
 // ----- bounds, for any store -----
 
 const BOUNDED: IdempotencyLimits = IdempotencyLimits {
-    max_records: 3,
+    max_records: 4,
+    max_records_per_subject: 2,
     max_body_bytes: 64,
 };
 
@@ -247,46 +248,81 @@ fn bounded_key(i: usize) -> String {
     format!("bounded-key-{i:03}-0123456789abcdef")
 }
 
-/// Filling a store past its bound keeps it at the bound: finished records make room, oldest
-/// first; a record in progress is never evicted, and with every record in progress a new key
-/// is refused (`Full`) rather than run without a record.
-async fn bounded_evicting_the_oldest_finished(store: &dyn IdempotencyStore) -> TestResult {
-    let running = started(store, SCOPE, &bounded_key(0), "fp", LONG).await?;
-    let first = started(store, SCOPE, &bounded_key(1), "fp", LONG).await?;
-    let second = started(store, SCOPE, &bounded_key(2), "fp", LONG).await?;
-    assert_eq!(
-        store.begin(SCOPE, &bounded_key(3), "fp", LONG).await?,
-        Begin::Full,
-        "every record is in progress: none may go"
-    );
-    assert!(store.complete(&first, &response("1"), LONG).await?);
-    assert!(store.complete(&second, &response("2"), LONG).await?);
-    // Each newcomer evicts the oldest finished record, never the running one.
-    let mut claims = Vec::new();
-    for i in 3..10 {
-        let claim = started(store, SCOPE, &bounded_key(i), "fp", LONG).await?;
-        assert!(
-            store
-                .complete(&claim, &response(&i.to_string()), LONG)
-                .await?
-        );
-        claims.push(claim);
+async fn started_for(store: &dyn IdempotencyStore, i: usize, subject: &str) -> TestResult<Claim> {
+    match store
+        .begin_for(SCOPE, &bounded_key(i), "fp", &[subject.to_owned()], LONG)
+        .await?
+    {
+        Begin::Started(claim) => Ok(claim),
+        other => Err(format!("expected a claim for {i}, got {other:?}").into()),
     }
+}
+
+/// Filling a store past its bounds evicts nobody's record: a subject at its quota is refused
+/// (`OverQuota`, until its oldest record lapses) while others still get records, the store at
+/// its ceiling refuses every newcomer (`Full`), and a victim's finished record is replayed
+/// throughout. A released record frees its subject's quota.
+async fn bounded_without_eviction(store: &dyn IdempotencyStore) -> TestResult {
+    let victim = started_for(store, 0, "address:victim").await?;
+    assert!(store.complete(&victim, &response("0"), LONG).await?);
+    let flood = started_for(store, 1, "address:flood").await?;
+    let flood_done = started_for(store, 2, "address:flood").await?;
+    assert!(store.complete(&flood_done, &response("2"), LONG).await?);
+    let refused = store
+        .begin_for(
+            SCOPE,
+            &bounded_key(3),
+            "fp",
+            &["address:flood".to_owned()],
+            LONG,
+        )
+        .await?;
+    let Begin::OverQuota { retry_after } = refused else {
+        return Err(format!("the flood past its quota got {refused:?}").into());
+    };
+    assert!(
+        retry_after > Duration::ZERO && retry_after <= LONG,
+        "{retry_after:?}"
+    );
+    // A record charged to two subjects needs room in both.
+    assert!(matches!(
+        store
+            .begin_for(
+                SCOPE,
+                &bounded_key(3),
+                "fp",
+                &["token:other".to_owned(), "address:flood".to_owned()],
+                LONG
+            )
+            .await?,
+        Begin::OverQuota { .. }
+    ));
+    started_for(store, 4, "address:other").await?;
+    assert_eq!(
+        store
+            .begin_for(
+                SCOPE,
+                &bounded_key(5),
+                "fp",
+                &["address:late".to_owned()],
+                LONG
+            )
+            .await?,
+        Begin::Full,
+        "at the ceiling a newcomer is refused, nobody's record evicted"
+    );
     assert_eq!(
         store.begin(SCOPE, &bounded_key(0), "fp", LONG).await?,
-        Begin::InProgress,
-        "the record in progress was kept"
+        Begin::Replay(response("0")),
+        "the victim's record was kept"
     );
-    for i in [8, 9] {
-        assert_eq!(
-            store.begin(SCOPE, &bounded_key(i), "fp", LONG).await?,
-            Begin::Replay(response(&i.to_string())),
-            "the newest finished records are kept"
-        );
-    }
-    // Evicted ones start afresh (and evict again).
-    started(store, SCOPE, &bounded_key(1), "fp", LONG).await?;
-    assert!(store.complete(&running, &response("0"), LONG).await?);
+    assert_eq!(
+        store.begin(SCOPE, &bounded_key(1), "fp", LONG).await?,
+        Begin::InProgress
+    );
+    // Released, the flood's running record frees one place of its quota and of the store.
+    assert!(store.release(&flood).await?);
+    started_for(store, 3, "address:flood").await?;
     Ok(())
 }
 
@@ -406,10 +442,10 @@ async fn redis_one_of_many_concurrent_claimers_wins() -> TestResult {
 }
 
 #[tokio::test]
-async fn redis_is_bounded_and_evicts_the_oldest_finished() -> TestResult {
+async fn redis_is_bounded_by_subject_quotas_without_eviction() -> TestResult {
     let case = redis().await?;
     let store = RedisIdempotency::with_limits(&case.store, BOUNDED);
-    bounded_evicting_the_oldest_finished(&store).await?;
+    bounded_without_eviction(&store).await?;
     // The bound holds in Redis itself: as many record keys as listed ids, no more.
     let records = case.records().await?;
     assert_eq!(records.len(), BOUNDED.max_records, "{records:?}");
@@ -423,6 +459,18 @@ async fn redis_is_bounded_and_evicts_the_oldest_finished() -> TestResult {
         listed += count;
     }
     assert_eq!(listed, BOUNDED.max_records);
+    // Each subject's set lists its live records.
+    for (subject, held) in [
+        ("address:victim", 1),
+        ("address:flood", 2),
+        ("address:other", 1),
+    ] {
+        let count: usize = redis::cmd("ZCARD")
+            .arg(store.subject_key(subject))
+            .query_async(&mut conn)
+            .await?;
+        assert_eq!(count, held, "{subject}");
+    }
     Ok(())
 }
 

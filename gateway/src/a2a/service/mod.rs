@@ -40,7 +40,7 @@ use crate::state::AppState;
 
 pub use follow::subscribe;
 pub use get_cancel::{cancel, get};
-pub use list::{LIST_SCAN_MAX, list};
+pub use list::list;
 pub use message::{ANY_INPUT, INPUT_MODES, input_modes};
 pub use send::{send, stream};
 

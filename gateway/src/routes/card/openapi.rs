@@ -27,6 +27,7 @@ pub const ERROR_CODES: &[&str] = &[
     "idempotency_in_progress",
     "idempotency_key_conflict",
     "idempotency_response_too_large",
+    "idempotency_quota_exceeded",
     "task_access_required",
     "task_not_found",
     "skill_not_found",

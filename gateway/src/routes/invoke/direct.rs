@@ -50,6 +50,7 @@ async fn handle(
     let caller = idempotent::Caller::of(state, &gated, request.headers());
     let payment = gated.payment;
     let Source(source) = Source::of(request.extensions());
+    let subjects = caller.quota_subjects(source.as_deref());
     let body = read_json(request).await.map_err(answer)?;
     let input = extract_input(&body);
     // Checked before any payment is settled: bad input costs the payer nothing.
@@ -70,9 +71,16 @@ async fn handle(
                 subject: &caller.subject,
                 security: &caller.security,
             });
-            idempotent::invoke(state, key, &idempotency_key, &fingerprint, execute)
-                .await
-                .map_err(answer)
+            idempotent::invoke(
+                state,
+                key,
+                &idempotency_key,
+                &fingerprint,
+                &subjects,
+                execute,
+            )
+            .await
+            .map_err(answer)
         }
     }
 }

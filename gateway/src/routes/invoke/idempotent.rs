@@ -15,8 +15,11 @@
 //! - another request with the key: `409 idempotency_key_conflict`;
 //! - the same request after a response over `--idempotency-max-body-bytes`: it ran, its body
 //!   was not kept: `409 idempotency_response_too_large` (never a second run under the key);
-//! - `--idempotency-max-entries` records held, every one in progress (finished ones are
-//!   evicted, oldest first, to make room): `503` with `Retry-After: 1`, nothing runs;
+//! - the caller already holds `--idempotency-max-entries-per-subject` live records (see
+//!   [`Caller::quota_subjects`]): `429 idempotency_quota_exceeded` with `Retry-After` (until
+//!   its oldest record lapses), nothing runs; no record of anyone is evicted for it;
+//! - `--idempotency-max-entries` records held in all: `503` with `Retry-After: 1`, nothing
+//!   runs;
 //! - the store failing: `503`.
 //!
 //! Only deterministic outcomes are recorded (2xx and 4xx). A 5xx or a timeout releases the
@@ -91,6 +94,21 @@ impl Caller {
         }
     }
 
+    /// The quota subjects a new record of this caller is charged to: the payer of a paid
+    /// request (a payment proves it, whatever address it comes from); otherwise the client
+    /// address `source` (the rate limits' key), and also the token's owner or the signed-in
+    /// address. Those are free to mint, so the address quota is what bounds a caller who
+    /// mints them; the subject's own quota keeps one of many clients behind a shared address
+    /// from holding the whole address's share.
+    pub fn quota_subjects(&self, source: Option<&str>) -> Vec<String> {
+        let address = format!("address:{}", source.unwrap_or("unknown"));
+        match &self.subject {
+            Subject::Payer(_) => vec![self.subject.to_text()],
+            Subject::Anonymous => vec![address],
+            Subject::Token(_) | Subject::SignedIn(_) => vec![self.subject.to_text(), address],
+        }
+    }
+
     fn paid(payment: &Payment<'_>) -> Caller {
         let terms = &payment.terms;
         Caller {
@@ -141,12 +159,14 @@ fn unavailable(err: StoreError) -> ApiError {
     .retry_after(1)
 }
 
-/// Runs `run` at most once per (entrypoint, key) and request fingerprint.
+/// Runs `run` at most once per (entrypoint, key) and request fingerprint, its record charged
+/// to `subjects` ([`Caller::quota_subjects`]).
 pub async fn invoke<F, Fut>(
     state: &AppState,
     entrypoint: &str,
     key: &IdempotencyKey,
     fingerprint: &str,
+    subjects: &[String],
     run: F,
 ) -> Result<Response, ApiError>
 where
@@ -156,7 +176,13 @@ where
     let scope = scope(Operation::Invoke, entrypoint);
     let begun = state
         .idempotency
-        .begin(&scope, key.as_str(), fingerprint, DEFAULT_IN_PROGRESS_TTL)
+        .begin_for(
+            &scope,
+            key.as_str(),
+            fingerprint,
+            subjects,
+            DEFAULT_IN_PROGRESS_TTL,
+        )
         .await
         .map_err(unavailable)?;
     let claim = match begun {
@@ -188,12 +214,25 @@ where
                 ),
             ));
         }
+        Begin::OverQuota { retry_after } => {
+            let seconds = retry_after.as_millis().div_ceil(1000).max(1);
+            return Err(ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                ErrorCode::IdempotencyQuotaExceeded,
+                format!(
+                    "This caller holds its quota of live Idempotency-Key records; a new key \
+                     is accepted once its oldest record lapses (in {seconds} s). Requests \
+                     without a key, and retries of recorded ones, are not affected"
+                ),
+            )
+            .retry_after(u64::try_from(seconds).unwrap_or(u64::MAX)));
+        }
         Begin::Full => {
-            tracing::warn!("idempotency records full, every one in progress: request refused");
+            tracing::warn!("idempotency records at their ceiling: request refused");
             return Err(ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 ErrorCode::ServiceUnavailable,
-                "Too many requests with an Idempotency-Key are in progress; retry shortly",
+                "Too many requests with an Idempotency-Key are recorded; retry shortly",
             )
             .retry_after(1));
         }

@@ -1,9 +1,10 @@
-//! [`MemoryIdempotency`]: process-local records (embedded mode, tests), bounded: at capacity,
-//! expired records go first, then the oldest finished one; a record in progress is never
-//! evicted (its request would run twice), so with every record in progress `begin` answers
-//! [`Begin::Full`]. A response body over the limit is recorded as run, not kept.
+//! [`MemoryIdempotency`]: process-local records (embedded mode, tests), bounded as the Redis
+//! store is: each record is charged to its quota subjects, a subject at its quota gets
+//! [`Begin::OverQuota`], the store at its ceiling [`Begin::Full`] (expired records are dropped
+//! first); no live record is ever evicted. A response body over the limit is recorded as run,
+//! not kept.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -23,14 +24,14 @@ pub struct MemoryIdempotency {
 #[derive(Default)]
 struct State {
     records: HashMap<RecordId, Record>,
-    /// Record ids by creation order, for eviction.
-    order: BTreeMap<u64, RecordId>,
-    next: u64,
+    /// Records charged to each quota subject (expired ones included until dropped).
+    by_subject: HashMap<String, usize>,
 }
 
 struct Record {
     fingerprint: String,
-    created: u64,
+    /// The quota subjects it is charged to.
+    subjects: Vec<String>,
     expires: Instant,
     entry: Entry,
 }
@@ -49,6 +50,7 @@ impl MemoryIdempotency {
     pub fn new(max_records: usize) -> Self {
         MemoryIdempotency::with_limits(IdempotencyLimits {
             max_records,
+            max_records_per_subject: max_records,
             max_body_bytes: usize::MAX,
         })
     }
@@ -57,6 +59,7 @@ impl MemoryIdempotency {
         MemoryIdempotency {
             limits: IdempotencyLimits {
                 max_records: limits.max_records.max(1),
+                max_records_per_subject: limits.max_records_per_subject.max(1),
                 ..limits
             },
             state: Mutex::new(State::default()),
@@ -87,7 +90,14 @@ impl Default for MemoryIdempotency {
 impl State {
     fn remove(&mut self, id: &RecordId) {
         if let Some(record) = self.records.remove(id) {
-            self.order.remove(&record.created);
+            for subject in &record.subjects {
+                if let Some(count) = self.by_subject.get_mut(subject) {
+                    *count = count.saturating_sub(1);
+                    if *count == 0 {
+                        self.by_subject.remove(subject);
+                    }
+                }
+            }
         }
     }
 
@@ -100,11 +110,11 @@ impl State {
         self.records.get_mut(id)
     }
 
-    /// Makes room for one more record; false when every record is in progress.
-    fn make_room(&mut self, max: usize, now: Instant) -> bool {
-        if self.records.len() < max {
-            return true;
-        }
+    fn charged(&self, subject: &str) -> usize {
+        self.by_subject.get(subject).copied().unwrap_or(0)
+    }
+
+    fn drop_expired(&mut self, now: Instant) {
         let expired: Vec<RecordId> = self
             .records
             .iter()
@@ -114,17 +124,39 @@ impl State {
         for id in &expired {
             self.remove(id);
         }
-        while self.records.len() >= max {
-            let oldest_done = self.order.iter().find_map(|(_, id)| {
-                let running = matches!(self.records.get(id)?.entry, Entry::Running { .. });
-                (!running).then(|| id.clone())
-            });
-            let Some(id) = oldest_done else {
-                return false;
-            };
-            self.remove(&id);
+    }
+
+    /// Why a new record charged to `subjects` cannot be made, if it cannot; evicts nothing
+    /// live.
+    fn refusal(
+        &mut self,
+        subjects: &[String],
+        limits: &IdempotencyLimits,
+        now: Instant,
+    ) -> Option<Begin> {
+        let over = |state: &State| {
+            subjects
+                .iter()
+                .find(|s| state.charged(s) >= limits.max_records_per_subject)
+                .cloned()
+        };
+        if self.records.len() >= limits.max_records || over(self).is_some() {
+            self.drop_expired(now);
         }
-        true
+        if let Some(subject) = over(self) {
+            let oldest = self
+                .records
+                .values()
+                .filter(|r| r.subjects.contains(&subject))
+                .map(|r| r.expires)
+                .min()
+                .unwrap_or(now);
+            let retry_after = oldest
+                .saturating_duration_since(now)
+                .max(Duration::from_millis(1));
+            return Some(Begin::OverQuota { retry_after });
+        }
+        (self.records.len() >= limits.max_records).then_some(Begin::Full)
     }
 
     /// The record `claim` still owns.
@@ -139,11 +171,12 @@ impl State {
 
 #[async_trait]
 impl IdempotencyStore for MemoryIdempotency {
-    async fn begin(
+    async fn begin_for(
         &self,
         scope: &str,
         key: &str,
         fingerprint: &str,
+        subjects: &[String],
         in_progress_ttl: Duration,
     ) -> Result<Begin, StoreError> {
         let now = Instant::now();
@@ -160,18 +193,18 @@ impl IdempotencyStore for MemoryIdempotency {
                 }
             });
         }
-        if !state.make_room(self.limits.max_records, now) {
-            return Ok(Begin::Full);
+        if let Some(refusal) = state.refusal(subjects, &self.limits, now) {
+            return Ok(refusal);
         }
-        let claim = Claim::new(scope, key, fingerprint);
-        let created = state.next;
-        state.next += 1;
-        state.order.insert(created, id.clone());
+        let claim = Claim::new(scope, key, fingerprint, subjects);
+        for subject in subjects {
+            *state.by_subject.entry(subject.clone()).or_default() += 1;
+        }
         state.records.insert(
             id,
             Record {
                 fingerprint: fingerprint.to_owned(),
-                created,
+                subjects: subjects.to_vec(),
                 expires: now + in_progress_ttl,
                 entry: Entry::Running {
                     owner: claim.owner.clone(),
@@ -236,25 +269,45 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn evicts_the_oldest_finished_record_at_capacity() -> Result<(), StoreError> {
-        let store = MemoryIdempotency::new(3);
-        let a = claim(&store, "a").await?;
-        let b = claim(&store, "b").await?;
-        let c = claim(&store, "c").await?;
-        // Every record in progress: none may go, the newcomer is refused.
-        assert_eq!(store.begin("s", "d", "f", TTL).await?, Begin::Full);
-        assert!(store.complete(&b, &response("b"), TTL).await?);
-        assert!(store.complete(&c, &response("c"), TTL).await?);
-        claim(&store, "d").await?;
-        assert_eq!(store.len(), 3);
-        // "b" was the oldest finished record; "a" (older, but running) and "c" stay.
-        assert_eq!(store.begin("s", "a", "f", TTL).await?, Begin::InProgress);
+    async fn nothing_is_evicted_at_the_ceiling_or_a_quota() -> Result<(), StoreError> {
+        let store = MemoryIdempotency::with_limits(IdempotencyLimits {
+            max_records: 4,
+            max_records_per_subject: 2,
+            max_body_bytes: usize::MAX,
+        });
+        let subject = |name: &str| vec![name.to_owned()];
+        let begin = |key: &'static str, who: Vec<String>| {
+            let store = &store;
+            async move { store.begin_for("s", key, "f", &who, TTL).await }
+        };
+        let Begin::Started(victim) = begin("v", subject("victim")).await? else {
+            return Err(StoreError::Corrupt("victim not started".into()));
+        };
+        assert!(store.complete(&victim, &response("v"), TTL).await?);
+        assert!(matches!(
+            begin("a", subject("flood")).await?,
+            Begin::Started(_)
+        ));
+        assert!(matches!(
+            begin("b", subject("flood")).await?,
+            Begin::Started(_)
+        ));
+        // The flooding subject is at its quota: refused, until its oldest record lapses.
+        let Begin::OverQuota { retry_after } = begin("c", subject("flood")).await? else {
+            return Err(StoreError::Corrupt("flood not refused".into()));
+        };
+        assert!(retry_after <= TTL && retry_after > Duration::ZERO);
+        assert!(matches!(
+            begin("d", subject("other")).await?,
+            Begin::Started(_)
+        ));
+        // At the ceiling every newcomer is refused; nobody's record goes.
+        assert_eq!(begin("e", subject("late")).await?, Begin::Full);
         assert_eq!(
-            store.begin("s", "c", "f", TTL).await?,
-            Begin::Replay(response("c"))
+            begin("v", subject("victim")).await?,
+            Begin::Replay(response("v"))
         );
-        claim(&store, "b").await?;
-        drop(a);
+        assert_eq!(store.len(), 4);
         Ok(())
     }
 
@@ -262,6 +315,7 @@ mod tests {
     async fn large_bodies_are_run_but_not_kept() -> Result<(), StoreError> {
         let store = MemoryIdempotency::with_limits(IdempotencyLimits {
             max_records: 10,
+            max_records_per_subject: 10,
             max_body_bytes: 4,
         });
         let small = claim(&store, "small").await?;

@@ -16,8 +16,16 @@
 //! - a record in progress: [`Begin::InProgress`];
 //! - a finished record: [`Begin::Replay`] with the stored response, kept for the retention;
 //!   [`Begin::NotKept`] when its body was over [`IdempotencyLimits::max_body_bytes`];
-//! - no record and no room ([`IdempotencyLimits::max_records`], every record in progress):
-//!   [`Begin::Full`]. Finished records make room, oldest first.
+//! - no record, and one of the request's quota subjects (see below) already holds
+//!   [`IdempotencyLimits::max_records_per_subject`] live records: [`Begin::OverQuota`];
+//! - no record and the store holds [`IdempotencyLimits::max_records`]: [`Begin::Full`].
+//!
+//! No record is ever evicted to make room for another: a record that someone else's requests
+//! could push out would let them make a victim's retry run (and be charged) twice. Each new
+//! record is instead charged, for its whole life, to the request's quota subjects (strings
+//! the caller names: the payer of a paid request, the owner of a `Task-Access-Token`, the
+//! client address; see [`IdempotencyStore::begin_for`]); a subject at its quota is refused
+//! until its own oldest record lapses, whoever else is flooding.
 //!
 //! Claims are fenced by an owner id drawn at `begin`: a request whose claim lapsed and was taken
 //! by a retry can neither complete nor release the retry's record.
@@ -43,20 +51,26 @@ use crate::StoreError;
 pub const DEFAULT_IN_PROGRESS_TTL: Duration = Duration::from_secs(15 * 60);
 /// How long a finished response is replayed (upstream `retentionMs`).
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
-/// Records a store keeps (upstream `maxEntries`); in Redis, per namespace across gateways.
-pub const DEFAULT_MAX_RECORDS: usize = 10_000;
-/// The largest response body kept for replay. With [`DEFAULT_MAX_RECORDS`] that bounds the
-/// records' share of the store at about 640 MiB in the worst case, and invokes are refused
-/// well before that by the store's memory high-water mark.
+/// Records a store keeps at most (upstream `maxEntries`); in Redis, per namespace across
+/// gateways. A ceiling on memory, not an eviction bound: at it newcomers are refused.
+pub const DEFAULT_MAX_RECORDS: usize = 100_000;
+/// Live records one quota subject (a payer, a token's owner, a client address) may hold.
+pub const DEFAULT_MAX_RECORDS_PER_SUBJECT: usize = 1_000;
+/// The largest response body kept for replay. Records are small in practice (an invoke's
+/// JSON answer); in the worst case each subject's share is [`DEFAULT_MAX_RECORDS_PER_SUBJECT`]
+/// × 64 KiB (64 MiB), and invokes are refused by the store's memory high-water mark well
+/// before [`DEFAULT_MAX_RECORDS`] such records.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 64 * 1024;
 
 /// How much a store keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IdempotencyLimits {
-    /// Records at most (at least 1). At the bound the oldest finished record is evicted; a
-    /// record in progress never is (its request would run twice): when every record is in
-    /// progress, [`Begin::Full`].
+    /// Records at most (at least 1). At the bound no record is evicted: a newcomer gets
+    /// [`Begin::Full`].
     pub max_records: usize,
+    /// Live records at most per quota subject (at least 1); past it that subject's newcomers
+    /// get [`Begin::OverQuota`].
+    pub max_records_per_subject: usize,
     /// Bytes of response body kept for replay; a larger response is recorded as run but not
     /// kept ([`Begin::NotKept`] on replay).
     pub max_body_bytes: usize,
@@ -66,6 +80,7 @@ impl Default for IdempotencyLimits {
     fn default() -> Self {
         IdempotencyLimits {
             max_records: DEFAULT_MAX_RECORDS,
+            max_records_per_subject: DEFAULT_MAX_RECORDS_PER_SUBJECT,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
         }
     }
@@ -255,15 +270,18 @@ pub struct Claim {
     key: String,
     fingerprint: String,
     owner: String,
+    /// The quota subjects the record is charged to.
+    subjects: Vec<String>,
 }
 
 impl Claim {
-    fn new(scope: &str, key: &str, fingerprint: &str) -> Self {
+    fn new(scope: &str, key: &str, fingerprint: &str, subjects: &[String]) -> Self {
         Claim {
             scope: scope.to_owned(),
             key: key.to_owned(),
             fingerprint: fingerprint.to_owned(),
             owner: uuid::Uuid::new_v4().to_string(),
+            subjects: subjects.to_vec(),
         }
     }
 
@@ -292,8 +310,12 @@ pub enum Begin {
     /// The same request finished with this status, but its body was larger than the store
     /// keeps: it cannot be replayed, and must not run again under this key.
     NotKept { status: u16 },
-    /// The store holds its maximum of records and every one is in progress: no record could
-    /// be made, so the request must not run (it could not be deduplicated).
+    /// One of the request's quota subjects holds its maximum of live records: no record was
+    /// made, so the request must not run (it could not be deduplicated). Its oldest record
+    /// lapses after `retry_after`.
+    OverQuota { retry_after: Duration },
+    /// The store holds its maximum of records: no record could be made, so the request must
+    /// not run (it could not be deduplicated).
     Full,
     /// The key was used for a different request.
     Conflict,
@@ -301,15 +323,30 @@ pub enum Begin {
 
 #[async_trait]
 pub trait IdempotencyStore: Send + Sync + 'static {
-    /// Looks up `(scope, key)` and claims it when free; the claim lapses after
-    /// `in_progress_ttl`.
+    /// Looks up `(scope, key)` and claims it when free, charging the new record to each of
+    /// `subjects` (quota subjects, e.g. `payer:0x…`, `token:<owner hash>`, `address:<key>`)
+    /// until it lapses; the claim lapses after `in_progress_ttl`.
+    async fn begin_for(
+        &self,
+        scope: &str,
+        key: &str,
+        fingerprint: &str,
+        subjects: &[String],
+        in_progress_ttl: Duration,
+    ) -> Result<Begin, StoreError>;
+
+    /// [`IdempotencyStore::begin_for`] charged to no subject: only the store's ceiling
+    /// bounds it (tools and tests; the gateway always names subjects).
     async fn begin(
         &self,
         scope: &str,
         key: &str,
         fingerprint: &str,
         in_progress_ttl: Duration,
-    ) -> Result<Begin, StoreError>;
+    ) -> Result<Begin, StoreError> {
+        self.begin_for(scope, key, fingerprint, &[], in_progress_ttl)
+            .await
+    }
 
     /// Records the response of a claimed request for `retention`. False when the claim is no
     /// longer current (it lapsed, or was released).

@@ -29,8 +29,8 @@ use super::{
     Activation, CasOutcome, Claim, DEFAULT_MAX_LIVE_PER_ADDRESS, DEFAULT_MAX_LIVE_PER_OWNER,
     DEFAULT_MAX_RETAINED, DEFAULT_MAX_RETAINED_BYTES, DEFAULT_MAX_RETAINED_PER_OWNER,
     DEFAULT_MAX_TASKS, DEFAULT_RETENTION, Durability, EventPayload, Lease, ListQuery, NewTask,
-    ReceiptRecorded, RecoveryReport, StoreError, StoredTask, Subscription, TaskPage, TaskStore,
-    Transition,
+    ReceiptRecorded, RecoveryReport, Selected, Selection, StoreError, StoredTask, Subscription,
+    TaskPage, TaskStore, Transition,
 };
 use crate::Resumed;
 use protocol::token::OwnerHash;
@@ -176,6 +176,14 @@ impl TaskStore for MemoryStore {
 
     async fn list(&self, owner: &OwnerHash, query: &ListQuery) -> Result<TaskPage, StoreError> {
         Ok(self.with_state(|state, now| state.list(owner, query, now)))
+    }
+
+    async fn select(
+        &self,
+        owner: &OwnerHash,
+        selection: &Selection,
+    ) -> Result<Selected, StoreError> {
+        Ok(self.with_state(|state, now| state.select(owner, selection, now)))
     }
 
     async fn claim_execution(

@@ -24,8 +24,8 @@ use super::millis;
 use super::owner_index::OwnerIndex;
 use crate::{
     Activation, Admission, CasOutcome, Claim, EventPayload, Lease, ListQuery, NewTask, Phase,
-    ReceiptRecorded, RecoveryReport, Rejection, StoreError, StoredEvent, StoredTask, TaskPage,
-    Transition,
+    ReceiptRecorded, RecoveryReport, Rejection, Selected, Selection, StoreError, StoredEvent,
+    StoredTask, TaskPage, Transition,
 };
 use protocol::token::OwnerHash;
 use protocol::{Task, TaskError, TaskEvent, TaskStatus, Timestamp};
@@ -209,6 +209,45 @@ impl State {
             total: total as u64,
             has_more,
         }
+    }
+
+    /// [`crate::TaskStore::select`]: the owner's tasks by their small fields; an error code is
+    /// only looked at (thawed) when the selection asks about it.
+    pub(super) fn select(
+        &mut self,
+        owner: &OwnerHash,
+        selection: &Selection,
+        now: u64,
+    ) -> Selected {
+        self.purge(now);
+        let ids = self
+            .by_owner
+            .get(owner)
+            .into_iter()
+            .flat_map(OwnerIndex::newest_first);
+        let mut matching = Vec::new();
+        for id in ids {
+            let Some(entry) = self.tasks.get(id) else {
+                continue;
+            };
+            let task = &entry.stored.task;
+            let code = match &selection.error_code {
+                Some(_) if task.status == TaskStatus::Failed => {
+                    entry.task().error.map(|error| error.code)
+                }
+                _ => None,
+            };
+            if selection.accepts(
+                task.status,
+                entry.stored.phase,
+                task.context_id.as_deref(),
+                task.updated_at.0,
+                code.as_deref(),
+            ) {
+                matching.push((id.clone(), task.updated_at.0));
+            }
+        }
+        selection.page_of(matching)
     }
 
     pub(super) fn claim_execution(

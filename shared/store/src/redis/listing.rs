@@ -1,13 +1,21 @@
 //! Owner listings ([`crate::TaskStore::list`]): every shard's part of the owner's index
 //! (`list_page.lua`, [`super::scripts::list_page`]), merged newest first, then the page's
 //! records read in one pipeline per shard.
+//!
+//! Selections ([`crate::TaskStore::select`], A2A `ListTasks`): ordered by update time, which
+//! the owner's index (by creation) does not keep, so every id of the owner's index is read
+//! with the small fields the filters and the order look at (status, phase, context, update
+//! time, and the error only when a filter asks for its code), never a result; the caller
+//! reads only the page's records. The owner's retained count
+//! (`MAX_RETAINED_PER_OWNER`) bounds the ids.
 
 use protocol::token::OwnerHash;
 use protocol::{Task, TaskStatus};
+use serde_json::Value;
 
 use super::scripts::list_page::{self, ListPageReply};
 use super::{RedisStore, fields, replies};
-use crate::{ListQuery, StoreError, TaskPage};
+use crate::{ListQuery, Phase, Selected, Selection, StoreError, TaskPage};
 
 /// Expired terminal entries one listing call drops per shard (the rest go with later calls
 /// and creations): bounds the work a listing does for others' expired tasks.
@@ -60,6 +68,70 @@ impl RedisStore {
             total: total as u64,
             has_more,
         })
+    }
+
+    /// One page of `owner`'s tasks that pass `selection` (see the module doc).
+    pub(super) async fn select_tasks(
+        &self,
+        owner: &OwnerHash,
+        selection: &Selection,
+    ) -> Result<Selected, StoreError> {
+        let (_, ids) = self.owner_index_top(owner, -1).await?;
+        let core = &self.inner.core;
+        let with_error = selection.error_code.is_some();
+        let mut matching = Vec::new();
+        for chunk in ids.chunks(LIST_CHUNK) {
+            let reads = core
+                .shards
+                .iter()
+                .map(|shard| {
+                    let mut read = redis::pipe();
+                    for (_, id) in chunk.iter().filter(|(s, _)| *s == shard.index) {
+                        let cmd = read
+                            .cmd("HMGET")
+                            .arg(shard.keys.task(id))
+                            .arg(fields::OWNER)
+                            .arg(fields::STATUS)
+                            .arg(fields::PHASE)
+                            .arg(fields::CONTEXT)
+                            .arg(fields::UPDATED);
+                        if with_error {
+                            cmd.arg(fields::ERROR);
+                        }
+                    }
+                    read
+                })
+                .collect();
+            let per_shard: Vec<Vec<Vec<Option<String>>>> = core.pipe_per_shard(reads).await?;
+            let mut rows: Vec<std::vec::IntoIter<Vec<Option<String>>>> =
+                per_shard.into_iter().map(Vec::into_iter).collect();
+            for (shard, id) in chunk {
+                let row = rows[*shard]
+                    .next()
+                    .ok_or_else(|| corrupt("owner selection: a read is missing"))?;
+                let field = |i: usize| row.get(i).and_then(|f| f.as_deref());
+                // Gone, or not the owner's (a stale index entry).
+                if field(0) != Some(owner.as_str()) {
+                    continue;
+                }
+                let Some(status) = field(1).and_then(|s| s.parse::<TaskStatus>().ok()) else {
+                    continue;
+                };
+                // No phase field once terminal.
+                let phase = field(2).map_or(Some(Phase::Terminal), Phase::parse);
+                let Some(phase) = phase else {
+                    continue;
+                };
+                let updated = field(4).and_then(|u| u.parse::<u64>().ok()).unwrap_or(0);
+                let code = field(5)
+                    .and_then(|error| serde_json::from_str::<Value>(error).ok())
+                    .and_then(|error| error.get("code")?.as_str().map(str::to_owned));
+                if selection.accepts(status, phase, field(3), updated, code.as_deref()) {
+                    matching.push((id.clone(), updated));
+                }
+            }
+        }
+        Ok(selection.page_of(matching))
     }
 
     /// Every shard's part of an owner listing (`list_page.lua`: expired ids pruned first):

@@ -28,8 +28,8 @@ use super::take::{TakeKey, TakeRequest, Taken};
 use super::{Keys, RedisStore, ScriptItem, capacity_per_shard, fields};
 use crate::{
     Activation, CasOutcome, Claim, Durability, EventPayload, Finished, Lease, ListQuery, NewTask,
-    ReceiptRecorded, RecoveryReport, Rejection, Renewal, Resumed, Started, StoreError, StoredTask,
-    Subscription, TakeSpec, TaskPage, TaskStore, Transition,
+    ReceiptRecorded, RecoveryReport, Rejection, Renewal, Resumed, Selected, Selection, Started,
+    StoreError, StoredTask, Subscription, TakeSpec, TaskPage, TaskStore, Transition,
 };
 use protocol::token::OwnerHash;
 use protocol::{Task, TaskStatus};
@@ -230,6 +230,14 @@ impl TaskStore for RedisStore {
 
     async fn list(&self, owner: &OwnerHash, query: &ListQuery) -> Result<TaskPage, StoreError> {
         self.list_tasks(owner, query).await
+    }
+
+    async fn select(
+        &self,
+        owner: &OwnerHash,
+        selection: &Selection,
+    ) -> Result<Selected, StoreError> {
+        self.select_tasks(owner, selection).await
     }
 
     async fn claim_execution(

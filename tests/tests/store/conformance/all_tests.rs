@@ -77,6 +77,7 @@ macro_rules! conformance_list {
                 filters_by_context_and_status,
                 pages_with_total_and_has_more,
                 the_default_page_holds_fifty,
+                selects_by_small_fields_newest_update_first,
             }
             property {
                 live_count_matches_the_tasks,

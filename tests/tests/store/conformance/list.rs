@@ -127,3 +127,118 @@ pub async fn the_default_page_holds_fifty(h: &impl Harness) -> TestResult {
     );
     Ok(())
 }
+
+/// `select` (A2A `ListTasks`): the owner's tasks by status, phase, context, update time and
+/// error code, ordered by last update (newest first), paged, with the count that matched.
+pub async fn selects_by_small_fields_newest_update_first(h: &impl Harness) -> TestResult {
+    use protocol::TaskError;
+    use store::{CodeMatch, Phase, Selection};
+
+    let fx = Fx::new(h).await?;
+    // Contexts: a, c, e in ctx-1; b, d in ctx-2. Then a cancelled, b rejected, c failed,
+    // each update in a later millisecond: by update, c b a e d.
+    let created = create_in_order(&fx, &["a", "b", "c", "d", "e"], |n| {
+        Some(format!("ctx-{}", 1 + n % 2))
+    })
+    .await?;
+    assert!(fx.cancel(&created[0]).await?.applied().is_some());
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    let rejected = TaskError::new("rejected", "no");
+    assert!(
+        fx.fail(&created[1], None, rejected)
+            .await?
+            .applied()
+            .is_some()
+    );
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    let failed = TaskError::new("boom", "broke");
+    assert!(
+        fx.fail(&created[2], None, failed)
+            .await?
+            .applied()
+            .is_some()
+    );
+    let mut foreign = fx.new_task("foreign", Admission::Queued);
+    foreign.owner = other_owner();
+    fx.store.create(foreign).await?;
+
+    let all = || Selection {
+        limit: 10,
+        ..Selection::default()
+    };
+    let cancelled_at = fx.stored(&created[0]).await?.task.updated_at.0;
+    let cases = [
+        (all(), vec![2, 1, 0, 4, 3]),
+        (
+            Selection {
+                statuses: vec![TaskStatus::Failed],
+                error_code: Some(CodeMatch::IsNot("rejected".into())),
+                ..all()
+            },
+            vec![2],
+        ),
+        (
+            Selection {
+                statuses: vec![TaskStatus::Failed],
+                error_code: Some(CodeMatch::Is("rejected".into())),
+                ..all()
+            },
+            vec![1],
+        ),
+        (
+            Selection {
+                statuses: vec![TaskStatus::Running],
+                phases: vec![Phase::Queued],
+                ..all()
+            },
+            vec![4, 3],
+        ),
+        (
+            Selection {
+                phases: vec![Phase::Active],
+                ..all()
+            },
+            vec![],
+        ),
+        (
+            Selection {
+                context_id: Some("ctx-1".into()),
+                ..all()
+            },
+            vec![2, 0, 4],
+        ),
+        (
+            Selection {
+                updated_after_ms: Some(cancelled_at),
+                ..all()
+            },
+            vec![2, 1],
+        ),
+    ];
+    for (selection, expected) in cases {
+        let selected = fx.store.select(&fx.owner, &selection).await?;
+        let want: Vec<String> = expected.iter().map(|&i| created[i].clone()).collect();
+        assert_eq!(selected.ids, want, "{selection:?}");
+        assert_eq!(selected.total, want.len() as u64, "{selection:?}");
+    }
+    // A page: its ids, and the count of all that matched.
+    let page = fx
+        .store
+        .select(
+            &fx.owner,
+            &Selection {
+                offset: 1,
+                limit: 2,
+                ..all()
+            },
+        )
+        .await?;
+    assert_eq!(page.ids, [created[1].clone(), created[0].clone()]);
+    assert_eq!(page.total, 5);
+    let none = fx.store.select(&other_owner(), &all()).await?;
+    assert!(
+        none.ids.iter().all(|id| !created.contains(id)),
+        "another owner selects none of the owner's tasks"
+    );
+    Ok(())
+}

@@ -1,16 +1,15 @@
 //! `lua/idempotency_begin.lua`: claims the idempotency record of one (scope, key) for a
 //! request, or says why it cannot run. A new record is `running`, owned by the claim, and
 //! expires after the in-progress TTL; another fingerprint is a conflict whatever the record's
-//! state; a finished record is replayed. At the namespace's record bound the script writes
-//! nothing and names the oldest done record for the caller to evict ([`super::evict`]), or
-//! answers `full` when every record is running.
+//! state; a finished record is replayed. A new record is charged to its quota subjects; a
+//! subject at its quota is refused (`quota`, with the ms until its oldest record lapses), and
+//! at the namespace's ceiling every newcomer is (`full`). Nothing is ever evicted.
 //!
-//! - KEYS: the record, running ids (zset), done ids (zset).
+//! - KEYS: the record, running ids (zset), done ids (zset), then each subject's ids (zset).
 //! - ARGV: fingerprint, claim owner id, in-progress TTL ms (>= 1), the record's id, max
-//!   records (>= 1).
+//!   records (>= 1), max records per subject (>= 1).
 //! - Reply: `{'started'}` | `{'in_progress'}` | `{'conflict'}` | `{'replay', status, headers
-//!   json, body}` | `{'not_kept', status}` | `{'evict', oldest done id}` | `{'full'}`
-//!   ([`Reply`]).
+//!   json, body}` | `{'not_kept', status}` | `{'quota', ms}` | `{'full'}` ([`Reply`]).
 
 use std::time::Duration;
 
@@ -33,8 +32,8 @@ pub(super) enum Reply {
     NotKept {
         status: u16,
     },
-    /// At the bound: evict this done record (its id), then begin again.
-    Evict(String),
+    /// A subject at its quota; its oldest record lapses in this many ms.
+    Quota(u64),
     Full,
     /// Not a reply of this script, or a record it cannot read: what is wrong with it.
     Unreadable(String),
@@ -53,7 +52,12 @@ fn parse(reply: &[String]) -> Result<Reply, String> {
             .map_err(|_| format!("bad status {text:?}"))
     };
     match reply {
-        [tag, id] if tag == "evict" => Ok(Reply::Evict(id.clone())),
+        [tag, ms] if tag == "quota" => Ok(Reply::Quota(
+            // A record lapsing this instant still counts: at least 1 ms.
+            ms.parse::<i64>()
+                .map_err(|_| format!("bad quota wait {ms:?}"))?
+                .max(1) as u64,
+        )),
         [tag] if tag == "full" => Ok(Reply::Full),
         [tag, code] if tag == "not_kept" => Ok(Reply::NotKept {
             status: status(code)?,
@@ -75,42 +79,40 @@ fn parse(reply: &[String]) -> Result<Reply, String> {
     }
 }
 
-/// Where one begin leaves the request.
-pub(super) enum Step {
-    /// Decided (the claim is the request's when it started).
-    Done(Begin),
-    /// Evict this done record (its id), then begin again.
-    Evict(String),
-}
-
-/// One try to claim `record` (the record key of the claim's scope and key) for `claim`.
+/// Claims `record` (the record key of the claim's scope and key) for `claim`.
 pub(super) async fn call(
     records: &RedisIdempotency,
     record: &str,
     claim: Claim,
     in_progress_ttl: Duration,
-) -> Result<Step, StoreError> {
+) -> Result<Begin, StoreError> {
     let mut invocation = SCRIPT.prepare_invoke();
     invocation
         .key(record)
         .key(&records.running)
-        .key(&records.done)
+        .key(&records.done);
+    for subject in &claim.subjects {
+        invocation.key(records.subject_key(subject));
+    }
+    invocation
         .arg(&claim.fingerprint)
         .arg(&claim.owner)
         .arg(millis(in_progress_ttl))
         .arg(records.record_id(record))
-        .arg(records.limits.max_records);
-    let begin = match records.store.eval(NAME, &mut invocation).await? {
+        .arg(records.limits.max_records)
+        .arg(records.limits.max_records_per_subject);
+    Ok(match records.store.eval(NAME, &mut invocation).await? {
         Reply::Started => Begin::Started(claim),
         Reply::InProgress => Begin::InProgress,
         Reply::Conflict => Begin::Conflict,
         Reply::Replay(response) => Begin::Replay(response),
         Reply::NotKept { status } => Begin::NotKept { status },
         Reply::Full => Begin::Full,
-        Reply::Evict(id) => return Ok(Step::Evict(id)),
+        Reply::Quota(ms) => Begin::OverQuota {
+            retry_after: Duration::from_millis(ms),
+        },
         Reply::Unreadable(what) => return Err(corrupt(what)),
-    };
-    Ok(Step::Done(begin))
+    })
 }
 
 #[cfg(test)]
@@ -129,7 +131,8 @@ mod tests {
     #[test]
     fn replies_parse() -> Result<(), ParsingError> {
         assert_eq!(reply(&["started"])?, Reply::Started);
-        assert_eq!(reply(&["evict", "ab"])?, Reply::Evict("ab".into()));
+        assert_eq!(reply(&["quota", "1500"])?, Reply::Quota(1500));
+        assert_eq!(reply(&["quota", "-3"])?, Reply::Quota(1));
         assert_eq!(reply(&["not_kept", "200"])?, Reply::NotKept { status: 200 });
         assert_eq!(
             reply(&["replay", "201", r#"[["content-type","text/plain"]]"#, "hi"])?,

@@ -3,7 +3,7 @@
 //! lapsing). The record is then kept for the retention, and its id moves from the running
 //! index to the done one. A body over the limit is not kept: the record says so (`kept` 0).
 //!
-//! - KEYS: the record, running ids (zset), done ids (zset).
+//! - KEYS: the record, running ids (zset), done ids (zset), then each subject's ids (zset).
 //! - ARGV: claim owner id, fingerprint, status, headers json, body, retention ms (>= 1), the
 //!   record's id, max body bytes.
 //! - Reply: 1 when recorded, 0 when the claim is no longer current ([`Reply`]).
@@ -51,7 +51,11 @@ pub(super) async fn call(
     invocation
         .key(&record)
         .key(&records.running)
-        .key(&records.done)
+        .key(&records.done);
+    for subject in &claim.subjects {
+        invocation.key(records.subject_key(subject));
+    }
+    invocation
         .arg(&claim.owner)
         .arg(&claim.fingerprint)
         .arg(response.status)

@@ -6,24 +6,23 @@
 //! Every record carries a TTL: the in-progress TTL while running, the retention once done, so
 //! nothing outlives its retention.
 //!
-//! Bounded ([`IdempotencyLimits`]): two sorted sets, `{ns}:idem-running` and `{ns}:idem-done`,
-//! list the records' ids (the hash in the name) scored by expiry, so that `begin` counts the
-//! namespace's records across every gateway. At the bound `begin` names the oldest done record;
-//! this client evicts it with a script that declares its key (every script declares every key
-//! it touches, as a Redis Cluster requires) and begins again. A body over the limit is recorded
-//! as run but not kept (`kept` 0).
+//! Bounded ([`IdempotencyLimits`]) without eviction: two sorted sets, `{ns}:idem-running` and
+//! `{ns}:idem-done`, list the records' ids (the hash in the name) scored by expiry, so that
+//! `begin` counts the namespace's records across every gateway against the ceiling; and one
+//! sorted set per quota subject, `{ns}:idem-subject:<sha256(subject)>`, lists the ids charged
+//! to it, scored the same way, so that `begin` refuses a subject at its quota. Every script
+//! declares every set it touches (as a Redis Cluster requires). A body over the limit is
+//! recorded as run but not kept (`kept` 0).
 //!
 //! One module per script, each with the script's contract, its keys and arguments, its typed
 //! reply and its call; the [`IdempotencyStore`] impl below is glue:
 //!
 //! - [`begin`]: `lua/idempotency_begin.lua`, claims a record, or says why the request cannot run;
-//! - [`evict`]: `lua/idempotency_evict.lua`, drops the done record a begin named at the bound;
 //! - [`complete`]: `lua/idempotency_complete.lua`, stores a claimed request's response;
 //! - [`release`]: `lua/idempotency_release.lua`, drops a claimed, unfinished record.
 
 mod begin;
 mod complete;
-mod evict;
 mod release;
 
 use std::time::Duration;
@@ -40,14 +39,11 @@ use crate::{RedisStore, StoreError};
 pub struct RedisIdempotency {
     store: RedisStore,
     prefix: String,
+    subject_prefix: String,
     running: String,
     done: String,
     limits: IdempotencyLimits,
 }
-
-/// Evictions one `begin` tries before it answers [`Begin::Full`]: each makes room for one
-/// record, so only a crowd of concurrent newcomers taking the room first needs more than one.
-const EVICT_ATTEMPTS: usize = 8;
 
 impl RedisIdempotency {
     /// With the default limits.
@@ -59,11 +55,13 @@ impl RedisIdempotency {
         let namespace = &store.config().namespace;
         RedisIdempotency {
             prefix: format!("{{{namespace}}}:idem:"),
+            subject_prefix: format!("{{{namespace}}}:idem-subject:"),
             running: format!("{{{namespace}}}:idem-running"),
             done: format!("{{{namespace}}}:idem-done"),
             store: store.clone(),
             limits: IdempotencyLimits {
                 max_records: limits.max_records.max(1),
+                max_records_per_subject: limits.max_records_per_subject.max(1),
                 ..limits
             },
         }
@@ -72,6 +70,16 @@ impl RedisIdempotency {
     /// The sorted sets listing running and done records' ids (tests count them).
     pub fn index_keys(&self) -> [&str; 2] {
         [&self.running, &self.done]
+    }
+
+    /// The sorted set of the record ids charged to quota `subject`:
+    /// `{ns}:idem-subject:<lowercase hex sha256(subject)>` (bounded whatever the subject).
+    pub fn subject_key(&self, subject: &str) -> String {
+        format!(
+            "{}{}",
+            self.subject_prefix,
+            hex::encode(Sha256::digest(subject.as_bytes()))
+        )
     }
 
     /// A record's id: the hash its name ends with.
@@ -112,25 +120,17 @@ fn corrupt(what: impl Into<String>) -> StoreError {
 
 #[async_trait]
 impl IdempotencyStore for RedisIdempotency {
-    async fn begin(
+    async fn begin_for(
         &self,
         scope: &str,
         key: &str,
         fingerprint: &str,
+        subjects: &[String],
         in_progress_ttl: Duration,
     ) -> Result<Begin, StoreError> {
         let record = self.record_key(scope, key);
-        for _ in 0..EVICT_ATTEMPTS {
-            let claim = Claim::new(scope, key, fingerprint);
-            match begin::call(self, &record, claim, in_progress_ttl).await? {
-                begin::Step::Done(begin) => return Ok(begin),
-                begin::Step::Evict(id) => {
-                    evict::call(self, &id).await?;
-                }
-            }
-        }
-        // Other newcomers kept taking the room made: as good as full for now.
-        Ok(Begin::Full)
+        let claim = Claim::new(scope, key, fingerprint, subjects);
+        begin::call(self, &record, claim, in_progress_ttl).await
     }
 
     async fn complete(

@@ -2,7 +2,7 @@
 //! same request runs (after a 5xx or a timeout), and its id from the running index. Only the
 //! current claim may release it.
 //!
-//! - KEYS: the record, running ids (zset).
+//! - KEYS: the record, running ids (zset), then each subject's ids (zset).
 //! - ARGV: claim owner id, fingerprint, the record's id.
 //! - Reply: 1 when released, 0 when the claim is no longer current ([`Reply`]).
 
@@ -37,9 +37,11 @@ impl FromRedisValue for Reply {
 pub(super) async fn call(records: &RedisIdempotency, claim: &Claim) -> Result<bool, StoreError> {
     let mut invocation = SCRIPT.prepare_invoke();
     let record = records.record_key(&claim.scope, &claim.key);
+    invocation.key(&record).key(&records.running);
+    for subject in &claim.subjects {
+        invocation.key(records.subject_key(subject));
+    }
     invocation
-        .key(&record)
-        .key(&records.running)
         .arg(&claim.owner)
         .arg(&claim.fingerprint)
         .arg(records.record_id(&record));
