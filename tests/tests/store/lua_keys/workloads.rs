@@ -1,5 +1,5 @@
 //! The scripts of the store's non-task parts, each run at least once through its public API:
-//! credentials and nonces, idempotency records (eviction included), the worker registry and
+//! credentials and nonces, idempotency records (a subject's quota included), the worker registry and
 //! reporter lease, rate limits, and push notifications (put, the outbox its task's events
 //! fill, claim, advance, release, delete). The task scripts run through the conformance
 //! suite.
@@ -86,7 +86,8 @@ async fn credentials(store: &RedisStore) -> Result<(), BoxError> {
 
 async fn idempotency(store: &RedisStore) -> Result<(), BoxError> {
     let limits = IdempotencyLimits {
-        max_records: 1,
+        max_records: 2,
+        max_records_per_subject: 1,
         ..IdempotencyLimits::default()
     };
     let records = store::idempotency::RedisIdempotency::with_limits(store, limits);
@@ -95,12 +96,21 @@ async fn idempotency(store: &RedisStore) -> Result<(), BoxError> {
         headers: Vec::new(),
         body: "{}".into(),
     };
-    let Begin::Started(first) = records.begin("scope", "key-1", "fp", LONG).await? else {
+    let subjects = ["address:192.0.2.1".to_owned(), "token:aa".to_owned()];
+    let Begin::Started(first) = records
+        .begin_for("scope", "key-1", "fp", &subjects, LONG)
+        .await?
+    else {
         return Err("the first record was not started".into());
     };
     assert!(records.complete(&first, &response, LONG).await?);
-    // At the bound: the finished record is evicted to make room.
-    let Begin::Started(second) = records.begin("scope", "key-2", "fp", LONG).await? else {
+    // Past the subject's quota: refused, nothing evicted.
+    let over = records
+        .begin_for("scope", "key-2", "fp", &subjects, LONG)
+        .await?;
+    assert!(matches!(over, Begin::OverQuota { .. }), "{over:?}");
+    // Another subject, uncharged: started, then released.
+    let Begin::Started(second) = records.begin("scope", "key-3", "fp", LONG).await? else {
         return Err("the second record was not started".into());
     };
     assert!(records.release(&second).await?);
