@@ -173,7 +173,8 @@ async fn the_console_wants_the_operator_token_and_never_shows_it() -> TestResult
     let out = http
         .post(format!("{base}/console/logout"))
         .header(COOKIE, &cookie)
-        .form(&[("csrf", csrf.as_str())])
+        .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(format!("csrf={csrf}"))
         .send()
         .await?;
     assert_eq!(out.status(), StatusCode::SEE_OTHER);
@@ -301,7 +302,8 @@ async fn a_cross_site_sign_out_is_refused_and_changes_nothing() -> TestResult {
     ] {
         let mut request = http
             .post(format!("{base}/console/logout"))
-            .form(&[("csrf", csrf.as_str())]);
+            .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(format!("csrf={csrf}"));
         if with_cookie {
             request = request.header(COOKIE, &cookie);
         }
@@ -326,7 +328,8 @@ async fn a_cross_site_sign_out_is_refused_and_changes_nothing() -> TestResult {
         let response = http
             .post(format!("{base}/console/logout"))
             .header(COOKIE, &cookie)
-            .form(&[("csrf", wrong)])
+            .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(format!("csrf={}", wrong))
             .send()
             .await?;
         assert_eq!(response.status(), StatusCode::FORBIDDEN, "{wrong:?}");
@@ -345,7 +348,8 @@ async fn a_cross_site_sign_out_is_refused_and_changes_nothing() -> TestResult {
     let response = http
         .post(format!("{base}/console/session"))
         .header("sec-fetch-site", "cross-site")
-        .form(&[("token", OPERATOR_TOKEN)])
+        .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(format!("token={}", OPERATOR_TOKEN))
         .send()
         .await?;
     assert_eq!(response.status(), StatusCode::FORBIDDEN);
@@ -357,7 +361,8 @@ async fn a_cross_site_sign_out_is_refused_and_changes_nothing() -> TestResult {
         .header(COOKIE, &cookie)
         .header("sec-fetch-site", "same-origin")
         .header("origin", format!("http://{host}"))
-        .form(&[("csrf", csrf.as_str())])
+        .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(format!("csrf={csrf}"))
         .send()
         .await?;
     assert_eq!(response.status(), StatusCode::SEE_OTHER);
@@ -395,7 +400,8 @@ async fn a_cookie_is_dead_after_sign_out_on_every_gateway() -> TestResult {
     let out = http
         .post(format!("{g1}/console/logout"))
         .header(COOKIE, &cookie)
-        .form(&[("csrf", csrf.as_str())])
+        .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(format!("csrf={csrf}"))
         .send()
         .await?;
     assert_eq!(out.status(), StatusCode::SEE_OTHER);
