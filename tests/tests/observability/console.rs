@@ -666,3 +666,79 @@ async fn console_streams_are_bounded_per_gateway() -> TestResult {
     }
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sessions_are_bounded_and_a_failed_sign_in_keeps_nothing() -> TestResult {
+    let cluster = Cluster::builder()
+        .worker("w1", &[])
+        .gateway("g1", &[("OPERATOR_TOKEN", OPERATOR_TOKEN)])
+        .skills(&["echo"])
+        .start()
+        .await?;
+    let http = client()?;
+    let base = cluster.base();
+    let redis = redis::Client::open(cluster.redis.url())?;
+    let mut conn = redis.get_multiplexed_async_connection().await?;
+    const SESSIONS: &str = "{tc}:console:sessions";
+
+    // Wrong tokens and made-up cookies: nothing is kept.
+    for n in 0..20 {
+        let refused = http
+            .post(format!("{base}/console/session"))
+            .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(format!("token=not-the-operator-token-{n:04}-padding"))
+            .send()
+            .await?;
+        assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+        let made_up = format!("tc_console={n:064x}.{n:064x}");
+        assert_eq!(
+            overview_status(&http, base, &made_up).await?,
+            StatusCode::UNAUTHORIZED
+        );
+    }
+    let held: u64 = redis::cmd("ZCARD")
+        .arg(SESSIONS)
+        .query_async(&mut conn)
+        .await?;
+    assert_eq!(held, 0);
+
+    // At most 64 sessions stand: one more sign-in drops the oldest.
+    let first = sign_in(&http, base, OPERATOR_TOKEN).await?;
+    let mut last = String::new();
+    for _ in 0..64 {
+        last = sign_in(&http, base, OPERATOR_TOKEN).await?;
+    }
+    let held: u64 = redis::cmd("ZCARD")
+        .arg(SESSIONS)
+        .query_async(&mut conn)
+        .await?;
+    assert_eq!(held, 64);
+    assert_eq!(
+        overview_status(&http, base, &first).await?,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(overview_status(&http, base, &last).await?, StatusCode::OK);
+    // The store holds neither a cookie's secret nor the token, and the set expires.
+    let members: Vec<String> = redis::cmd("ZRANGE")
+        .arg(SESSIONS)
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut conn)
+        .await?;
+    let secret = last
+        .trim_start_matches("tc_console=")
+        .split('.')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(secret.len() == 64, "{last}");
+    for member in &members {
+        assert!(!member.contains(&secret) && !member.contains(OPERATOR_TOKEN));
+    }
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(SESSIONS)
+        .query_async(&mut conn)
+        .await?;
+    assert!(ttl > 0, "{ttl}");
+    Ok(())
+}

@@ -53,3 +53,37 @@ impl ConsoleSessions for MemoryStats {
         Ok(u64::try_from(before - held.sessions.len()).unwrap_or(u64::MAX))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn sessions_expire_close_and_stay_bounded() -> Result<(), StoreError> {
+        let stats = MemoryStats::new();
+        stats.open_session("k1", "a", 1_000, 0).await?;
+        assert!(stats.session_open("k1", "a", 999).await?);
+        assert!(!stats.session_open("k1", "a", 1_000).await?);
+        assert!(!stats.session_open("k2", "a", 0).await?);
+        stats.close_session("k1", "a").await?;
+        assert!(!stats.session_open("k1", "a", 0).await?);
+
+        for n in 0..=MAX_SESSIONS as u64 {
+            stats
+                .open_session("k1", &n.to_string(), 10_000 + n, 0)
+                .await?;
+        }
+        assert!(!stats.session_open("k1", "0", 0).await?, "the oldest goes");
+        assert!(stats.session_open("k1", "1", 0).await?);
+        assert_eq!(stats.lock().sessions.len(), MAX_SESSIONS);
+
+        // One more (of a new key) drops the oldest again; then the new key ends the old one's.
+        stats.open_session("k2", "b", 20_000, 0).await?;
+        assert!(stats.session_open("k1", "2", 0).await?);
+        let others = u64::try_from(MAX_SESSIONS - 1).unwrap_or(u64::MAX);
+        assert_eq!(stats.close_sessions_of_other_keys("k2").await?, others);
+        assert!(stats.session_open("k2", "b", 0).await?);
+        assert!(!stats.session_open("k1", "2", 0).await?);
+        Ok(())
+    }
+}
