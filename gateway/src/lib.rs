@@ -115,6 +115,8 @@ pub fn app_with_limiter(
     };
     mounted
         .fallback(routes::not_found)
+        // A known path with another method (TRACE included): 405 with `Allow`, not 404.
+        .method_not_allowed_fallback(routes::method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
             limits,
             ratelimit::admit,

@@ -636,11 +636,19 @@ async fn a_missing_token_is_401_and_a_wrong_one_looks_like_a_missing_task() -> T
         .await?
         .expect_json(StatusCode::NOT_FOUND, &not_found_body(unknown))?;
 
-    // A method a task route does not serve falls through to the profile's 404.
-    gw.get(&cancel, Some(TOKEN)).await?.expect_json(
-        StatusCode::NOT_FOUND,
-        r#"{"error":{"code":"not_found","message":"Not found"}}"#,
+    // A method a task route does not serve answers 405 with the methods it does serve.
+    let reply = gw.get(&cancel, Some(TOKEN)).await?;
+    reply.expect_json(
+        StatusCode::METHOD_NOT_ALLOWED,
+        r#"{"error":{"code":"method_not_allowed","message":"GET is not allowed on this path; see the Allow header"}}"#,
     )?;
+    assert_eq!(
+        reply
+            .headers
+            .get(header::ALLOW)
+            .and_then(|v| v.to_str().ok()),
+        Some("POST")
+    );
     gw.stop().await
 }
 

@@ -49,6 +49,9 @@ pub fn router() -> Router<AppState> {
         )
         .route("/extendedAgentCard", get(extended_card))
         .fallback(unknown)
+        // The binding's own answer to a method a path does not serve (the gateway's 405 of the
+        // Lucid profile is not this binding's), with axum's `Allow` header.
+        .method_not_allowed_fallback(unknown)
 }
 
 /// The checks every call starts with: the protocol version, then the caller.

@@ -1,10 +1,15 @@
 //! Who may read the console: the holder of the operator token.
 //!
 //! The token is typed once into the login form (a POST body, never a URL) and traded for a
-//! session cookie: `<expiry ms>.<HMAC-SHA256 of the expiry>`, keyed by a key derived from the
-//! token, `HttpOnly`, `SameSite=Strict`, scoped to the console's path. Any gateway configured
-//! with the same token accepts it (no session state), and changing the token ends every
-//! session. Scripts may send `Authorization: Bearer <token>` to the API instead.
+//! session: a random secret (256 bits, minus UUID version bits: 244) in a cookie
+//! `<secret>.<HMAC-SHA256 of the secret>`, keyed by a key derived from the token, `HttpOnly`,
+//! `SameSite=Strict`, scoped to the console's path. The server keeps a record of each session
+//! (its secret's digest and the fingerprint of the key it was made with: never the secret or
+//! the token) where every gateway sees it ([`store::stats::sessions`]): signing out deletes the
+//! record, and a gateway started with another token deletes those of the old one, so a copied
+//! cookie is dead on every gateway from then on. The signature lets a gateway refuse a made-up
+//! cookie without asking the store. Scripts may send `Authorization: Bearer <token>` to the
+//! API instead.
 
 use std::time::Duration;
 
@@ -90,42 +95,86 @@ impl OperatorKey {
             .unwrap_or_else(|_| unreachable!("HMAC accepts 32-byte keys"))
     }
 
-    /// A session cookie value valid until `expires_ms`.
-    pub fn session(&self, expires_ms: u64) -> String {
+    fn sign(&self, purpose: &[u8], data: &[u8]) -> HmacSha256 {
         let mut mac = self.mac();
-        mac.update(expires_ms.to_string().as_bytes());
-        format!("{expires_ms}.{}", hex::encode(mac.finalize().into_bytes()))
+        mac.update(purpose);
+        mac.update(data);
+        mac
     }
 
-    /// Whether `value` is a session this key signed that has not expired at `now_ms`.
-    pub fn is_session(&self, value: &str, now_ms: u64) -> bool {
-        let Some((expiry, signature)) = value.split_once('.') else {
-            return false;
-        };
-        let Ok(expires_ms) = expiry.parse::<u64>() else {
-            return false;
-        };
-        let Ok(signature) = hex::decode(signature) else {
-            return false;
-        };
-        let mut mac = self.mac();
-        mac.update(expiry.as_bytes());
-        mac.verify_slice(&signature).is_ok() && now_ms < expires_ms
+    /// The fingerprint of this key that session records carry: it tells sessions of another
+    /// token apart, and says nothing of the token.
+    pub fn key_id(&self) -> String {
+        let mut id = Sha256::new();
+        id.update(b"taskcluster console key id\0");
+        id.update(self.session_key);
+        hex::encode(&id.finalize()[..16])
     }
 
-    /// Whether the request carries a live session cookie or the token as a bearer credential.
-    pub fn authorizes(&self, headers: &HeaderMap, now_ms: u64) -> bool {
-        let bearer = headers
+    /// A new session: the cookie's value and the id the store records it under.
+    pub fn new_session(&self) -> (String, String) {
+        // Two v4 UUIDs: 244 bits from the operating system's random source.
+        let mut secret = [0u8; 32];
+        secret[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+        secret[16..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+        let secret = hex::encode(secret);
+        let signature = self.sign(b"session\0", secret.as_bytes()).finalize();
+        let cookie = format!("{secret}.{}", hex::encode(signature.into_bytes()));
+        (cookie, session_id(&secret))
+    }
+
+    /// The session id of a cookie value this key signed, `None` for anything else.
+    pub fn session_id(&self, value: &str) -> Option<String> {
+        let (secret, signature) = value.split_once('.')?;
+        if secret.len() != 64 || !secret.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        let signature = hex::decode(signature).ok()?;
+        self.sign(b"session\0", secret.as_bytes())
+            .verify_slice(&signature)
+            .ok()?;
+        Some(session_id(secret))
+    }
+
+    /// The sign-out form's token of session `id`: only a page served to that session holds
+    /// it, so another site cannot make the operator's browser sign out.
+    pub fn csrf(&self, id: &str) -> String {
+        hex::encode(self.sign(b"csrf\0", id.as_bytes()).finalize().into_bytes())
+    }
+
+    /// Whether `presented` is session `id`'s sign-out token (constant time).
+    pub fn is_csrf(&self, id: &str, presented: &str) -> bool {
+        let Ok(presented) = hex::decode(presented) else {
+            return false;
+        };
+        self.sign(b"csrf\0", id.as_bytes())
+            .verify_slice(&presented)
+            .is_ok()
+    }
+
+    /// `Some(true)` for the operator token as a bearer credential, `Some(false)` for another
+    /// bearer, `None` without one.
+    pub fn bearer(&self, headers: &HeaderMap) -> Option<bool> {
+        headers
             .get(AUTHORIZATION)
             .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.strip_prefix("Bearer "));
-        if let Some(token) = bearer {
-            return self.is_token(token);
-        }
+            .and_then(|value| value.strip_prefix("Bearer "))
+            .map(|token| self.is_token(token))
+    }
+
+    /// The ids of the session cookies this key signed that the request carries (their records
+    /// still have to be found in the store).
+    pub fn session_ids(&self, headers: &HeaderMap) -> Vec<String> {
         cookies(headers)
             .filter(|(name, _)| *name == COOKIE_NAME)
-            .any(|(_, value)| self.is_session(value, now_ms))
+            .filter_map(|(_, value)| self.session_id(value))
+            .collect()
     }
+}
+
+/// The id of a session secret: its digest, so that the store never holds a live credential.
+fn session_id(secret: &str) -> String {
+    hex::encode(Sha256::digest(secret.as_bytes()))
 }
 
 /// The `name=value` pairs of every `Cookie` header.
@@ -169,36 +218,68 @@ mod tests {
     }
 
     #[test]
-    fn a_session_is_signed_and_expires() {
+    fn a_session_is_signed_and_bound_to_the_key() {
         let key = OperatorKey::new(TOKEN);
-        let session = key.session(2_000);
-        assert!(key.is_session(&session, 1_999));
-        assert!(!key.is_session(&session, 2_000));
-        let forged = session.replacen("2000", "9999", 1);
-        assert!(!key.is_session(&forged, 1_000));
-        assert!(!OperatorKey::new("another-token-of-enough-length!").is_session(&session, 1_000));
+        let (cookie, id) = key.new_session();
+        assert_eq!(key.session_id(&cookie).as_deref(), Some(id.as_str()));
+        assert!(
+            !cookie.contains(&id),
+            "the cookie holds the secret, not its digest"
+        );
+        let (other, other_id) = key.new_session();
+        assert_ne!(id, other_id);
+        assert_ne!(cookie, other);
+        let forged = format!(
+            "{}{}",
+            &cookie[..63],
+            if cookie.as_bytes()[63] == b'0' {
+                '1'
+            } else {
+                '0'
+            }
+        );
+        let forged = format!("{forged}{}", &cookie[64..]);
+        assert_eq!(key.session_id(&forged), None);
+        let rotated = OperatorKey::new("another-token-of-enough-length!");
+        assert_eq!(rotated.session_id(&cookie), None);
+        assert_ne!(rotated.key_id(), key.key_id());
         for junk in ["", ".", "x.y", "2000.zz", "2000"] {
-            assert!(!key.is_session(junk, 0), "{junk}");
+            assert_eq!(key.session_id(junk), None, "{junk}");
         }
     }
 
     #[test]
-    fn a_request_is_authorized_by_cookie_or_bearer()
+    fn the_sign_out_token_is_the_sessions_own() {
+        let key = OperatorKey::new(TOKEN);
+        let (_, id) = key.new_session();
+        let (_, other) = key.new_session();
+        let csrf = key.csrf(&id);
+        assert!(key.is_csrf(&id, &csrf));
+        assert!(!key.is_csrf(&other, &csrf));
+        assert!(!key.is_csrf(&id, ""));
+        assert!(!key.is_csrf(&id, "zz"));
+        assert!(!OperatorKey::new("another-token-of-enough-length!").is_csrf(&id, &csrf));
+    }
+
+    #[test]
+    fn a_request_names_its_sessions_and_its_bearer()
     -> Result<(), axum::http::header::InvalidHeaderValue> {
         let key = OperatorKey::new(TOKEN);
         let mut headers = HeaderMap::new();
-        assert!(!key.authorizes(&headers, 0));
-        let cookie = format!("other=1; {COOKIE_NAME}={}", key.session(10));
+        assert!(key.session_ids(&headers).is_empty());
+        assert_eq!(key.bearer(&headers), None);
+        let (cookie, id) = key.new_session();
+        let cookie = format!("other=1; {COOKIE_NAME}=junk; {COOKIE_NAME}={cookie}");
         headers.insert(COOKIE, HeaderValue::from_str(&cookie)?);
-        assert!(key.authorizes(&headers, 5));
+        assert_eq!(key.session_ids(&headers), vec![id]);
         let mut bearer = HeaderMap::new();
         bearer.insert(
             AUTHORIZATION,
             HeaderValue::from_str(&format!("Bearer {TOKEN}"))?,
         );
-        assert!(key.authorizes(&bearer, 0));
+        assert_eq!(key.bearer(&bearer), Some(true));
         bearer.insert(AUTHORIZATION, HeaderValue::from_static("Bearer nope"));
-        assert!(!key.authorizes(&bearer, 0));
+        assert_eq!(key.bearer(&bearer), Some(false));
         Ok(())
     }
 }

@@ -4,7 +4,7 @@
 //! - `GET /console`: the console page for an operator session, else `401` with the login form
 //!   (which holds no data);
 //! - `POST /console/session`: the login form's token (a form body, never a URL) for a session
-//!   cookie; `POST /console/logout` ends it;
+//!   cookie; `POST /console/logout` ends it (see [`logout`] for what it asks);
 //! - `GET /console/api/overview`: the [`overview::Overview`] as JSON;
 //! - `GET /console/api/events`: the overview again every [`REFRESH`] as SSE `overview` events;
 //! - `GET /console/assets/*`: the page's script and style sheet (static, public, no data).
@@ -33,6 +33,7 @@ use tokio::sync::{Mutex, Semaphore};
 
 use self::auth::OperatorKey;
 use crate::state::AppState;
+use store::stats::{ClusterStats, MemoryStats};
 
 /// How often a watching console gets a fresh overview.
 pub const REFRESH: Duration = Duration::from_secs(2);
@@ -57,6 +58,11 @@ type Cached = Option<(tokio::time::Instant, Arc<String>)>;
 pub struct Console {
     app: AppState,
     key: Arc<OperatorKey>,
+    /// [`OperatorKey::key_id`], computed once.
+    key_id: Arc<str>,
+    /// Where the sessions are recorded: the store's (shared by every gateway), or this
+    /// process's own when the store keeps no console state.
+    sessions: Arc<dyn ClusterStats>,
     /// The latest overview and when it was built.
     latest: Arc<Mutex<Cached>>,
     streams: Arc<Semaphore>,
@@ -73,9 +79,15 @@ pub fn router(app: &AppState) -> Option<Router> {
             return None;
         }
     };
+    let sessions = app
+        .store
+        .cluster_stats()
+        .unwrap_or_else(|| Arc::new(MemoryStats::new()));
     let console = Console {
         app: app.clone(),
+        key_id: key.key_id().into(),
         key: Arc::new(key),
+        sessions,
         latest: Arc::default(),
         streams: Arc::new(Semaphore::new(MAX_STREAMS)),
     };
@@ -100,9 +112,11 @@ pub fn start(
     app: &AppState,
     background: &tokio_util::task::TaskTracker,
 ) -> Result<bool, auth::OperatorTokenError> {
-    let serves = OperatorKey::from_config(&app.config)?.is_some();
+    let key = OperatorKey::from_config(&app.config)?;
+    let serves = key.is_some();
     if let Some(stats) = app.store.cluster_stats() {
-        if serves {
+        if let Some(key) = key {
+            background.spawn(end_sessions_of_other_keys(stats.clone(), key.key_id()));
             background.spawn(store::stats::announce_loop(
                 stats.clone(),
                 ANNOUNCE_EVERY,
@@ -119,13 +133,70 @@ pub fn start(
     Ok(serves)
 }
 
+/// Ends the sessions made with another operator token: rotating the token signs every
+/// operator out, on every gateway (their cookies would no longer verify here anyway; this also
+/// ends them should the old token come back).
+async fn end_sessions_of_other_keys(sessions: Arc<dyn ClusterStats>, key_id: String) {
+    match sessions.close_sessions_of_other_keys(&key_id).await {
+        Ok(0) => {}
+        Ok(ended) => tracing::info!(ended, "console: sessions of another operator token ended"),
+        Err(err) => {
+            tracing::warn!(error = %err, "console: could not end the sessions of another operator token")
+        }
+    }
+}
+
+/// Who a console request comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Caller {
+    /// The operator token as a bearer credential.
+    Bearer,
+    /// A standing session, by id.
+    Session(String),
+    Nobody,
+}
+
 /// How often a gateway serving the console renews its announcement (well within its TTL).
 const ANNOUNCE_EVERY: Duration = Duration::from_secs(10);
 
 impl Console {
-    fn authorized(&self, headers: &HeaderMap) -> bool {
-        self.key
-            .authorizes(headers, protocol::Timestamp::now().as_millis())
+    /// Who sent `headers`: the bearer token if one is sent (right or wrong), else the first
+    /// signed session cookie whose record stands. A store that cannot answer lets nobody in.
+    async fn caller(&self, headers: &HeaderMap) -> Caller {
+        match self.key.bearer(headers) {
+            Some(true) => return Caller::Bearer,
+            Some(false) => return Caller::Nobody,
+            None => {}
+        }
+        let now = protocol::Timestamp::now().as_millis();
+        for id in self.key.session_ids(headers) {
+            if self.is_open(&id, now).await {
+                return Caller::Session(id);
+            }
+        }
+        Caller::Nobody
+    }
+
+    async fn is_open(&self, id: &str, now_ms: u64) -> bool {
+        match self.sessions.session_open(&self.key_id, id, now_ms).await {
+            Ok(open) => open,
+            Err(err) => {
+                tracing::warn!(error = %err, "console: could not look a session up");
+                false
+            }
+        }
+    }
+
+    /// Whether `caller` still may read (a session may have ended since it was checked).
+    async fn still(&self, caller: &Caller) -> bool {
+        match caller {
+            Caller::Bearer => true,
+            Caller::Session(id) => {
+                self.is_open(id, protocol::Timestamp::now().as_millis())
+                    .await
+            }
+            Caller::Nobody => false,
+        }
     }
 
     fn base(&self) -> String {
@@ -200,14 +271,26 @@ fn login_page(console: &Console, message: &str) -> String {
 }
 
 async fn page(State(console): State<Console>, headers: HeaderMap) -> Response {
-    if console.authorized(&headers) {
-        html(StatusCode::OK, with_base(PAGE, &console.base()))
-    } else {
-        html(StatusCode::UNAUTHORIZED, login_page(&console, ""))
-    }
+    let csrf = match console.caller(&headers).await {
+        Caller::Session(id) => console.key.csrf(&id),
+        // A page read with the bearer token has no session to end.
+        Caller::Bearer => String::new(),
+        Caller::Nobody => return html(StatusCode::UNAUTHORIZED, login_page(&console, "")),
+    };
+    html(
+        StatusCode::OK,
+        with_base(PAGE, &console.base()).replace("{{CSRF}}", &csrf),
+    )
 }
 
-async fn login(State(console): State<Console>, body: axum::body::Bytes) -> Response {
+async fn login(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    if !same_origin(&console, &headers) {
+        return cross_site();
+    }
     if body.len() > MAX_LOGIN_BYTES {
         return html(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -218,10 +301,34 @@ async fn login(State(console): State<Console>, body: axum::body::Bytes) -> Respo
         .find(|(name, _)| name == "token")
         .map(|(_, value)| value.into_owned());
     match token {
+        // Only the token's holder makes the store keep a session: a failed login holds nothing.
         Some(token) if console.key.is_token(&token) => {
-            let expires =
-                protocol::Timestamp::now().as_millis() + auth::SESSION_TTL.as_millis() as u64;
-            let session = console.key.session(expires);
+            let now = protocol::Timestamp::now().as_millis();
+            let expires = now
+                .saturating_add(u64::try_from(auth::SESSION_TTL.as_millis()).unwrap_or(u64::MAX));
+            let (session, id) = console.key.new_session();
+            // Sessions of an older token end first (this gateway's start did it too, unless
+            // the store was away then).
+            let opened = match console
+                .sessions
+                .close_sessions_of_other_keys(&console.key_id)
+                .await
+            {
+                Ok(_) => {
+                    console
+                        .sessions
+                        .open_session(&console.key_id, &id, expires, now)
+                        .await
+                }
+                Err(err) => Err(err),
+            };
+            if let Err(err) = opened {
+                tracing::warn!(error = %err, "console: could not record a session");
+                return html(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    login_page(&console, "The store cannot record a session now; retry."),
+                );
+            }
             let path = format!("{}/console", console.base());
             let cookie = auth::set_cookie(Some(&session), &path, console.secure());
             tracing::info!("console: operator signed in");
@@ -237,10 +344,83 @@ async fn login(State(console): State<Console>, body: axum::body::Bytes) -> Respo
     }
 }
 
-async fn logout(State(console): State<Console>) -> Response {
+/// Ends the caller's session, on every gateway. It asks for proof that the request comes from
+/// the console's own page, not another site: a `Sec-Fetch-Site` or `Origin` header naming
+/// another site is refused (`403`, nothing changed), and so is a form without the session's
+/// own sign-out token (`csrf`, only in the page served to that session). A sign-out without a
+/// standing session changes nothing and clears no cookie: it only leads back to the form.
+async fn logout(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    if !same_origin(&console, &headers) || body.len() > MAX_LOGIN_BYTES {
+        return cross_site();
+    }
+    let Caller::Session(id) = console.caller(&headers).await else {
+        return redirect_to_console(&console, None);
+    };
+    let csrf = form_urlencoded::parse(&body)
+        .find(|(name, _)| name == "csrf")
+        .map(|(_, value)| value.into_owned())
+        .unwrap_or_default();
+    if !console.key.is_csrf(&id, &csrf) {
+        tracing::info!("console: sign-out refused (no sign-out token of the session)");
+        return cross_site();
+    }
+    if let Err(err) = console.sessions.close_session(&console.key_id, &id).await {
+        tracing::warn!(error = %err, "console: could not end a session");
+        return hardened(
+            crate::error::ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                protocol::ErrorCode::ServiceUnavailable,
+                "The session could not be ended now; retry",
+            )
+            .retry_after(1)
+            .into_response(),
+            "no-store",
+        );
+    }
+    tracing::info!("console: operator signed out");
     let path = format!("{}/console", console.base());
     let cookie = auth::set_cookie(None, &path, console.secure());
     redirect_to_console(&console, Some(cookie))
+}
+
+/// Whether a form post may come from the console's own page: a browser says where a request
+/// comes from in `Sec-Fetch-Site` (it must be `same-origin`) or, older ones, `Origin` (it must
+/// be this gateway's public origin, or the origin of the `Host` the request was sent to). A
+/// client that sends neither (a script, not a browser) passes this check; the sign-out token
+/// still binds it to a session.
+fn same_origin(console: &Console, headers: &HeaderMap) -> bool {
+    let header = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
+    if let Some(site) = header("sec-fetch-site") {
+        return site.eq_ignore_ascii_case("same-origin");
+    }
+    let Some(origin) = header("origin") else {
+        return true;
+    };
+    if let Some(public) = &console.app.config.public_url
+        && public.origin().eq_ignore_ascii_case(origin)
+    {
+        return true;
+    }
+    let authority = origin
+        .strip_prefix("https://")
+        .or_else(|| origin.strip_prefix("http://"));
+    matches!((authority, header("host")), (Some(authority), Some(host)) if authority.eq_ignore_ascii_case(host))
+}
+
+fn cross_site() -> Response {
+    hardened(
+        crate::error::ApiError::new(
+            StatusCode::FORBIDDEN,
+            protocol::ErrorCode::AuthorizationFailed,
+            "Sign-in and sign-out take a form of the console's own page",
+        )
+        .into_response(),
+        "no-store",
+    )
 }
 
 fn redirect_to_console(console: &Console, cookie: Option<String>) -> Response {
@@ -268,7 +448,7 @@ fn unauthorized() -> Response {
 }
 
 async fn overview_json(State(console): State<Console>, headers: HeaderMap) -> Response {
-    if !console.authorized(&headers) {
+    if console.caller(&headers).await == Caller::Nobody {
         return unauthorized();
     }
     let json = console.overview().await;
@@ -279,7 +459,8 @@ async fn overview_json(State(console): State<Console>, headers: HeaderMap) -> Re
 }
 
 async fn events(State(console): State<Console>, headers: HeaderMap) -> Response {
-    if !console.authorized(&headers) {
+    let caller = console.caller(&headers).await;
+    if caller == Caller::Nobody {
         return unauthorized();
     }
     let Ok(permit) = console.streams.clone().try_acquire_owned() else {
@@ -297,11 +478,21 @@ async fn events(State(console): State<Console>, headers: HeaderMap) -> Response 
     let shutdown = console.app.shutdown.clone();
     let lifetime = Duration::from_millis(console.app.config.max_stream_ms);
     let ticks = tokio_stream::wrappers::IntervalStream::new(tokio::time::interval(REFRESH));
+    // A session that ends (signed out, on any gateway) ends its streams at their next tick.
     let frames = ticks
         .then(move |_| {
             let console = console.clone();
-            async move { console.overview().await }
+            let caller = caller.clone();
+            async move {
+                if console.still(&caller).await {
+                    Some(console.overview().await)
+                } else {
+                    None
+                }
+            }
         })
+        .take_while(|json| std::future::ready(json.is_some()))
+        .filter_map(std::future::ready)
         .map(move |json| {
             // The permit lives as long as the stream.
             let _held = &permit;

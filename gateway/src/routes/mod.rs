@@ -22,6 +22,16 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .merge(invoke::router())
 }
 
+/// A method a known path does not serve: `405 method_not_allowed`; axum adds the `Allow`
+/// header (the methods the path does serve) to whatever this answers.
+pub async fn method_not_allowed(method: axum::http::Method) -> impl IntoResponse {
+    ApiError::new(
+        axum::http::StatusCode::METHOD_NOT_ALLOWED,
+        protocol::ErrorCode::MethodNotAllowed,
+        format!("{method} is not allowed on this path; see the Allow header"),
+    )
+}
+
 /// Unknown routes: `404 {"error":{"code":"not_found","message":"Not found"}}`.
 pub async fn not_found() -> impl IntoResponse {
     ApiError::not_found()

@@ -7,8 +7,8 @@
 //! - `GET /tasks/{taskId}/subscribe`: the task's events as SSE, from a snapshot onward.
 //!
 //! Every read is guarded by `Task-Access-Token`; another owner's task answers exactly like a
-//! missing one. Methods a route does not serve fall through to the profile's `404 not_found`
-//! (upstream has no `405`).
+//! missing one. Methods a route does not serve answer `405 method_not_allowed` with `Allow`
+//! (upstream answers `404`; a published contract says what each path accepts).
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -41,7 +41,7 @@ use crate::error::{ApiError, json_response};
 use crate::extract::{JsonBody, OptionalTaskAccess, TaskAccess};
 use crate::http::client_address::Source;
 use crate::pay::{self, receipt::Receipt};
-use crate::routes::not_found;
+use crate::routes::method_not_allowed;
 use crate::state::AppState;
 
 /// A subscription ends after this long even if the task is still running (upstream's safety
@@ -52,12 +52,18 @@ const LAST_EVENT_ID: &str = "last-event-id";
 
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/tasks", post(create).get(list).fallback(not_found))
-        .route("/tasks/{task_id}", get(read).fallback(not_found))
-        .route("/tasks/{task_id}/cancel", post(cancel).fallback(not_found))
+        .route(
+            "/tasks",
+            post(create).get(list).fallback(method_not_allowed),
+        )
+        .route("/tasks/{task_id}", get(read).fallback(method_not_allowed))
+        .route(
+            "/tasks/{task_id}/cancel",
+            post(cancel).fallback(method_not_allowed),
+        )
         .route(
             "/tasks/{task_id}/subscribe",
-            get(subscribe).fallback(not_found),
+            get(subscribe).fallback(method_not_allowed),
         )
 }
 

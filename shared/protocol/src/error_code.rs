@@ -14,6 +14,9 @@ pub enum ErrorCode {
     NotFound,
     InternalError,
     NotImplemented,
+    /// A path the profile serves, with a method it does not (`405` with `Allow`). Ours: the
+    /// upstream profile answers `404 not_found` there.
+    MethodNotAllowed,
     // Entrypoints.
     EntrypointNotFound,
     StreamNotSupported,
@@ -71,6 +74,7 @@ impl ErrorCode {
             ErrorCode::NotFound => "not_found",
             ErrorCode::InternalError => "internal_error",
             ErrorCode::NotImplemented => "not_implemented",
+            ErrorCode::MethodNotAllowed => "method_not_allowed",
             ErrorCode::EntrypointNotFound => "entrypoint_not_found",
             ErrorCode::StreamNotSupported => "stream_not_supported",
             ErrorCode::InvalidIdempotencyKey => "invalid_idempotency_key",
@@ -145,6 +149,7 @@ mod tests {
             ErrorCode::PaymentCapabilityUnsupported,
             ErrorCode::ResultTooLarge,
             ErrorCode::IdempotencyResponseTooLarge,
+            ErrorCode::MethodNotAllowed,
         ] {
             let text = serde_json::to_string(&code).unwrap_or_default();
             assert_eq!(text, format!("\"{}\"", code.as_str()));

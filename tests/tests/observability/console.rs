@@ -159,8 +159,8 @@ async fn the_console_wants_the_operator_token_and_never_shows_it() -> TestResult
         .send()
         .await?;
     assert_eq!(by_bearer.status(), StatusCode::OK);
-    // A forged session (another expiry under the same signature) is refused.
-    let forged = cookie.replacen("tc_console=1", "tc_console=9", 1);
+    // A forged session (another secret under the same signature) is refused.
+    let forged = forge(&cookie);
     let response = http
         .get(format!("{base}/console/api/overview"))
         .header(COOKIE, &forged)
@@ -168,10 +168,13 @@ async fn the_console_wants_the_operator_token_and_never_shows_it() -> TestResult
         .await?;
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
 
-    // Signing out clears the cookie.
+    // Signing out (with the page's sign-out token) clears the cookie.
+    let csrf = csrf_of(&http, base, &cookie).await?;
     let out = http
         .post(format!("{base}/console/logout"))
         .header(COOKIE, &cookie)
+        .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(format!("csrf={csrf}"))
         .send()
         .await?;
     assert_eq!(out.status(), StatusCode::SEE_OTHER);
@@ -186,6 +189,306 @@ async fn the_console_wants_the_operator_token_and_never_shows_it() -> TestResult
     assert!(landing.contains("href=\"/console\""), "{landing}");
     let logs = cluster.logs();
     assert!(!logs.contains(OPERATOR_TOKEN), "the token is in a log");
+    Ok(())
+}
+
+/// `cookie` with one character of its secret changed (its signature no longer matches).
+fn forge(cookie: &str) -> String {
+    let (name, value) = cookie.split_once('=').unwrap_or((cookie, ""));
+    let mut chars: Vec<char> = value.chars().collect();
+    if let Some(first) = chars.first_mut() {
+        *first = if *first == 'a' { 'b' } else { 'a' };
+    }
+    format!("{name}={}", chars.into_iter().collect::<String>())
+}
+
+/// Signs in at `base` with `token`; the `tc_console=<value>` pair of the session cookie.
+async fn sign_in(
+    http: &reqwest::Client,
+    base: &str,
+    token: &str,
+) -> Result<String, Box<dyn std::error::Error>> {
+    let signed_in = http
+        .post(format!("{base}/console/session"))
+        .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(format!("token={token}"))
+        .send()
+        .await?;
+    assert_eq!(signed_in.status(), StatusCode::SEE_OTHER);
+    let set_cookie = signed_in
+        .headers()
+        .get(SET_COOKIE)
+        .and_then(|v| v.to_str().ok())
+        .ok_or("no session cookie")?;
+    Ok(set_cookie
+        .split(';')
+        .next()
+        .ok_or("empty cookie")?
+        .to_owned())
+}
+
+/// The sign-out token in the console page served to `cookie`'s session (empty when the page
+/// holds none).
+async fn csrf_of(
+    http: &reqwest::Client,
+    base: &str,
+    cookie: &str,
+) -> Result<String, Box<dyn std::error::Error>> {
+    let page = http
+        .get(format!("{base}/console"))
+        .header(COOKIE, cookie)
+        .send()
+        .await?
+        .text()
+        .await?;
+    let field = "name=\"csrf\" value=\"";
+    Ok(page
+        .split_once(field)
+        .and_then(|(_, rest)| rest.split_once('"'))
+        .map(|(value, _)| value.to_owned())
+        .unwrap_or_default())
+}
+
+/// The status of an overview read with `cookie`.
+async fn overview_status(
+    http: &reqwest::Client,
+    base: &str,
+    cookie: &str,
+) -> Result<StatusCode, reqwest::Error> {
+    Ok(http
+        .get(format!("{base}/console/api/overview"))
+        .header(COOKIE, cookie)
+        .send()
+        .await?
+        .status())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cross_site_sign_out_is_refused_and_changes_nothing() -> TestResult {
+    let cluster = Cluster::builder()
+        .worker("w1", &[])
+        .gateway("g1", &[("OPERATOR_TOKEN", OPERATOR_TOKEN)])
+        .skills(&["echo"])
+        .start()
+        .await?;
+    let http = client()?;
+    let base = cluster.base();
+    let cookie = sign_in(&http, base, OPERATOR_TOKEN).await?;
+    let csrf = csrf_of(&http, base, &cookie).await?;
+
+    // What another site can make a browser send: a form post, said to be cross-site, with or
+    // without the operator's cookie (SameSite=Strict keeps it home; older browsers may not).
+    for (what, with_cookie, site, origin) in [
+        (
+            "cross-site, no cookie",
+            false,
+            Some("cross-site"),
+            Some("https://evil.example"),
+        ),
+        (
+            "cross-site, cookie",
+            true,
+            Some("cross-site"),
+            Some("https://evil.example"),
+        ),
+        ("same-site, cookie", true, Some("same-site"), None),
+        (
+            "foreign origin, cookie",
+            true,
+            None,
+            Some("https://evil.example"),
+        ),
+        ("null origin, cookie", true, None, Some("null")),
+    ] {
+        let mut request = http
+            .post(format!("{base}/console/logout"))
+            .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(format!("csrf={csrf}"));
+        if with_cookie {
+            request = request.header(COOKIE, &cookie);
+        }
+        if let Some(site) = site {
+            request = request.header("sec-fetch-site", site);
+        }
+        if let Some(origin) = origin {
+            request = request.header("origin", origin);
+        }
+        let response = request.send().await?;
+        assert_eq!(response.status(), StatusCode::FORBIDDEN, "{what}");
+        assert!(response.headers().get(SET_COOKIE).is_none(), "{what}");
+        assert_eq!(
+            overview_status(&http, base, &cookie).await?,
+            StatusCode::OK,
+            "{what}"
+        );
+    }
+    // The operator's own cookie without the page's sign-out token (a form another site could
+    // build when the browser sends neither header) is refused too.
+    for wrong in ["", "00", &csrf[..csrf.len().saturating_sub(2)]] {
+        let response = http
+            .post(format!("{base}/console/logout"))
+            .header(COOKIE, &cookie)
+            .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(format!("csrf={}", wrong))
+            .send()
+            .await?;
+        assert_eq!(response.status(), StatusCode::FORBIDDEN, "{wrong:?}");
+        assert!(response.headers().get(SET_COOKIE).is_none());
+    }
+    assert_eq!(overview_status(&http, base, &cookie).await?, StatusCode::OK);
+    // A same-origin sign-out without a session changes nothing and clears nothing.
+    let response = http
+        .post(format!("{base}/console/logout"))
+        .header("sec-fetch-site", "same-origin")
+        .send()
+        .await?;
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    assert!(response.headers().get(SET_COOKIE).is_none());
+    // A cross-site sign-in is refused before the token is even read.
+    let response = http
+        .post(format!("{base}/console/session"))
+        .header("sec-fetch-site", "cross-site")
+        .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(format!("token={}", OPERATOR_TOKEN))
+        .send()
+        .await?;
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    assert!(response.headers().get(SET_COOKIE).is_none());
+    // The page's own form, as a browser sends it, signs out.
+    let host = base.trim_start_matches("http://");
+    let response = http
+        .post(format!("{base}/console/logout"))
+        .header(COOKIE, &cookie)
+        .header("sec-fetch-site", "same-origin")
+        .header("origin", format!("http://{host}"))
+        .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(format!("csrf={csrf}"))
+        .send()
+        .await?;
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    assert_eq!(
+        overview_status(&http, base, &cookie).await?,
+        StatusCode::UNAUTHORIZED
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cookie_is_dead_after_sign_out_on_every_gateway() -> TestResult {
+    let cluster = Cluster::builder()
+        .worker("w1", &[])
+        .gateway("g1", &[("OPERATOR_TOKEN", OPERATOR_TOKEN)])
+        .gateway("g2", &[("OPERATOR_TOKEN", OPERATOR_TOKEN)])
+        .skills(&["echo"])
+        .start()
+        .await?;
+    let http = client()?;
+    let (g1, g2) = (&cluster.gateways[0].base, &cluster.gateways[1].base);
+    let cookie = sign_in(&http, g1, OPERATOR_TOKEN).await?;
+    let other = sign_in(&http, g1, OPERATOR_TOKEN).await?;
+    // One session, read on both gateways.
+    assert_eq!(overview_status(&http, g1, &cookie).await?, StatusCode::OK);
+    assert_eq!(overview_status(&http, g2, &cookie).await?, StatusCode::OK);
+    let stream = http
+        .get(format!("{g2}/console/api/events"))
+        .header(COOKIE, &cookie)
+        .send()
+        .await?;
+    assert_eq!(stream.status(), StatusCode::OK);
+
+    let csrf = csrf_of(&http, g1, &cookie).await?;
+    let out = http
+        .post(format!("{g1}/console/logout"))
+        .header(COOKIE, &cookie)
+        .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(format!("csrf={csrf}"))
+        .send()
+        .await?;
+    assert_eq!(out.status(), StatusCode::SEE_OTHER);
+
+    // The cookie, kept by whoever copied it, reads nothing anymore, on either gateway.
+    for base in [g1, g2] {
+        assert_eq!(
+            overview_status(&http, base, &cookie).await?,
+            StatusCode::UNAUTHORIZED,
+            "{base}"
+        );
+        let page = http
+            .get(format!("{base}/console"))
+            .header(COOKIE, &cookie)
+            .send()
+            .await?;
+        assert_eq!(page.status(), StatusCode::UNAUTHORIZED);
+        let events = http
+            .get(format!("{base}/console/api/events"))
+            .header(COOKIE, &cookie)
+            .send()
+            .await?;
+        assert_eq!(events.status(), StatusCode::UNAUTHORIZED);
+    }
+    // The stream it had open ends (at its next tick), rather than running on.
+    let rest = tokio::time::timeout(PATIENCE, stream.bytes()).await;
+    assert!(
+        matches!(rest, Ok(Ok(_))),
+        "the stream did not end: {rest:?}"
+    );
+    // Another session of the same operator stands.
+    assert_eq!(overview_status(&http, g2, &other).await?, StatusCode::OK);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rotating_the_operator_token_ends_every_session() -> TestResult {
+    const ROTATED: &str = "console-test-rotated-operator-token-987654";
+    let mut cluster = Cluster::builder()
+        .worker("w1", &[])
+        .gateway("g1", &[("OPERATOR_TOKEN", OPERATOR_TOKEN)])
+        .skills(&["echo"])
+        .start()
+        .await?;
+    let http = client()?;
+    let base = cluster.base().to_owned();
+    let cookie = sign_in(&http, &base, OPERATOR_TOKEN).await?;
+    assert_eq!(
+        overview_status(&http, &base, &cookie).await?,
+        StatusCode::OK
+    );
+
+    // The gateway restarted with another token: the old session is refused...
+    cluster.gateways[0].process.kill()?;
+    let rotated = cluster
+        .add_gateway("g2", &[("OPERATOR_TOKEN", ROTATED)])
+        .await?;
+    let rotated_base = cluster.gateways[rotated].base.clone();
+    assert_eq!(
+        overview_status(&http, &rotated_base, &cookie).await?,
+        StatusCode::UNAUTHORIZED
+    );
+    let new_cookie = sign_in(&http, &rotated_base, ROTATED).await?;
+    assert_eq!(
+        overview_status(&http, &rotated_base, &new_cookie).await?,
+        StatusCode::OK
+    );
+
+    // ...and stays dead should the old token come back (say, a rollback of the secret).
+    cluster.gateways[rotated].process.kill()?;
+    let back = cluster
+        .add_gateway("g3", &[("OPERATOR_TOKEN", OPERATOR_TOKEN)])
+        .await?;
+    let back_base = cluster.gateways[back].base.clone();
+    assert_eq!(
+        overview_status(&http, &back_base, &cookie).await?,
+        StatusCode::UNAUTHORIZED,
+        "a session of the old token came back with it"
+    );
+    assert_eq!(
+        overview_status(&http, &back_base, &new_cookie).await?,
+        StatusCode::UNAUTHORIZED
+    );
+    let logs = cluster.logs();
+    for secret in [OPERATOR_TOKEN, ROTATED] {
+        assert!(!logs.contains(secret), "a token is in a log");
+    }
     Ok(())
 }
 
@@ -361,5 +664,81 @@ async fn console_streams_are_bounded_per_gateway() -> TestResult {
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sessions_are_bounded_and_a_failed_sign_in_keeps_nothing() -> TestResult {
+    let cluster = Cluster::builder()
+        .worker("w1", &[])
+        .gateway("g1", &[("OPERATOR_TOKEN", OPERATOR_TOKEN)])
+        .skills(&["echo"])
+        .start()
+        .await?;
+    let http = client()?;
+    let base = cluster.base();
+    let redis = redis::Client::open(cluster.redis.url())?;
+    let mut conn = redis.get_multiplexed_async_connection().await?;
+    const SESSIONS: &str = "{tc}:console:sessions";
+
+    // Wrong tokens and made-up cookies: nothing is kept.
+    for n in 0..20 {
+        let refused = http
+            .post(format!("{base}/console/session"))
+            .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(format!("token=not-the-operator-token-{n:04}-padding"))
+            .send()
+            .await?;
+        assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+        let made_up = format!("tc_console={n:064x}.{n:064x}");
+        assert_eq!(
+            overview_status(&http, base, &made_up).await?,
+            StatusCode::UNAUTHORIZED
+        );
+    }
+    let held: u64 = redis::cmd("ZCARD")
+        .arg(SESSIONS)
+        .query_async(&mut conn)
+        .await?;
+    assert_eq!(held, 0);
+
+    // At most 64 sessions stand: one more sign-in drops the oldest.
+    let first = sign_in(&http, base, OPERATOR_TOKEN).await?;
+    let mut last = String::new();
+    for _ in 0..64 {
+        last = sign_in(&http, base, OPERATOR_TOKEN).await?;
+    }
+    let held: u64 = redis::cmd("ZCARD")
+        .arg(SESSIONS)
+        .query_async(&mut conn)
+        .await?;
+    assert_eq!(held, 64);
+    assert_eq!(
+        overview_status(&http, base, &first).await?,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(overview_status(&http, base, &last).await?, StatusCode::OK);
+    // The store holds neither a cookie's secret nor the token, and the set expires.
+    let members: Vec<String> = redis::cmd("ZRANGE")
+        .arg(SESSIONS)
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut conn)
+        .await?;
+    let secret = last
+        .trim_start_matches("tc_console=")
+        .split('.')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(secret.len() == 64, "{last}");
+    for member in &members {
+        assert!(!member.contains(&secret) && !member.contains(OPERATOR_TOKEN));
+    }
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(SESSIONS)
+        .query_async(&mut conn)
+        .await?;
+    assert!(ttl > 0, "{ttl}");
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! The operator console in headless Chromium against a live cluster (Redis, real gateway and
-//! worker processes): the sign-in form, the figures against the store (queued and running
+//! worker processes): the sign-in form, sign-out (which ends the session: its cookie no
+//! longer reads the API), the figures against the store (queued and running
 //! tasks, a failure with its code, a killed worker leaving), the page on a phone, and
 //! screenshots (`target/browser-screens/console-desktop.png`, `console-phone.png`; the one in
 //! `docs/console.png` is a copy of the desktop one).
@@ -189,9 +190,24 @@ async fn the_console_shows_the_cluster_as_the_store_sees_it() -> TestResult {
         .collect();
     assert!(errors.is_empty(), "{errors:#?}");
 
-    // Signing out returns to the form.
+    // Signing out returns to the form, and ends the session itself: the cookie, kept by
+    // whoever copied it, no longer reads the API (here or on any gateway of the cluster).
+    let session = format!("tc_console={}", cookie.value());
+    let api = format!("{base}/console/api/overview");
+    let read = http.get(&api).header("cookie", &session).send().await?;
+    assert_eq!(read.status(), reqwest::StatusCode::OK);
     browser.click("#logout").await?;
     browser.wait_for("#token", PATIENCE).await?;
+    assert!(browser.cookie("tc_console").await?.is_none());
+    let read = http.get(&api).header("cookie", &session).send().await?;
+    assert_eq!(read.status(), reqwest::StatusCode::UNAUTHORIZED);
+    let status = browser
+        .eval(
+            "return fetch(arguments[0], {credentials: 'same-origin'}).then(r => r.status);",
+            vec![json!(api)],
+        )
+        .await?;
+    assert_eq!(status, json!(401));
     browser.close().await?;
     Ok(())
 }

@@ -14,7 +14,9 @@ pub const DEFAULT_MESSAGE: &str = "Failed on request";
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct FailInput {
-    /// The error code the task fails with, e.g. `"upstream_unavailable"`.
+    /// The error code the task fails with, e.g. `"upstream_unavailable"`; not blank (the
+    /// pattern says so in the published schema, which the gateway checks).
+    #[schemars(regex(pattern = r"\S"))]
     pub code: String,
     /// The error message; "Failed on request" when absent.
     pub message: Option<String>,

@@ -31,8 +31,9 @@ const BLOCKING_THRESHOLD: usize = 64 * 1024;
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct SummarizeInput {
-    /// The text to summarize.
-    #[schemars(length(min = 1))]
+    /// The text to summarize: at least one word (a letter or digit), which the pattern says in
+    /// the published schema (`\w` but `_`), so the gateway refuses a wordless text up front.
+    #[schemars(length(min = 1), regex(pattern = r"[^\W_]"))]
     pub text: String,
     /// How many sentences to keep (at most 20).
     #[serde(default = "default_sentences")]

@@ -21,6 +21,7 @@ pub const ERROR_CODES: &[&str] = &[
     "not_found",
     "internal_error",
     "not_implemented",
+    "method_not_allowed",
     "entrypoint_not_found",
     "stream_not_supported",
     "invalid_idempotency_key",
@@ -347,9 +348,10 @@ fn page_paths() -> Value {
 }
 
 /// The body `/entrypoints/{key}/invoke` and `/stream` read: `{"input": ...}`, or (as upstream
-/// reads a body without an `input` member) the whole body as the input. (A body with an
-/// `input` member that is not valid is refused even when the whole body would be valid input:
-/// the document does not say so, to keep the schema one a generator can use.)
+/// reads a body without an `input` member) the whole body as the input. A body with an `input`
+/// member is read as the first form only, so the second excludes it: otherwise the document
+/// would allow `{"code": "x", "input": {}}` (valid as a whole) that the server reads as the
+/// input `{}` and refuses.
 fn invoke_body(input_schema: &Value) -> Value {
     json!({"anyOf": [
         {
@@ -357,7 +359,10 @@ fn invoke_body(input_schema: &Value) -> Value {
             "required": ["input"],
             "properties": {"input": input_schema}
         },
-        input_schema
+        {"allOf": [
+            input_schema,
+            {"not": {"type": "object", "required": ["input"]}}
+        ]}
     ]})
 }
 

@@ -16,13 +16,15 @@ use super::{
 use crate::StoreError;
 
 #[derive(Default)]
-struct Held {
+pub(super) struct Held {
     buckets: BTreeMap<u64, BTreeMap<String, u64>>,
     failures: VecDeque<FailureRecord>,
     /// Load notes with the wall-clock time they lapse.
     loads: HashMap<String, (WorkerLoad, u64)>,
     /// When the console's announcement lapses.
     console_until: u64,
+    /// Console sessions (see [`super::sessions`]) and when each expires.
+    pub(super) sessions: HashMap<String, u64>,
 }
 
 #[derive(Default)]
@@ -35,7 +37,7 @@ impl MemoryStats {
         Self::default()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
         self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }

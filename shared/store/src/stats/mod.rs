@@ -16,6 +16,7 @@
 
 mod memory;
 mod redis;
+pub mod sessions;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -28,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use memory::MemoryStats;
 pub use redis::RedisStats;
+pub use sessions::ConsoleSessions;
 
 use crate::StoreError;
 
@@ -141,9 +143,9 @@ pub struct StatsWindow {
 }
 
 /// Where the cluster's stats live: the store's Redis ([`RedisStats`]) or this process
-/// ([`MemoryStats`], embedded mode).
+/// ([`MemoryStats`], embedded mode); the console's sessions live beside them.
 #[async_trait]
-pub trait ClusterStats: Send + Sync {
+pub trait ClusterStats: ConsoleSessions + Send + Sync {
     /// Says that a console reads the stats, for `ttl`: processes publish while it stands.
     async fn announce_console(&self, ttl: Duration) -> Result<(), StoreError>;
 

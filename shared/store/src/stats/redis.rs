@@ -5,7 +5,8 @@
 //! - `{ns}:failures` (list): the latest failures as JSON, newest first, trimmed to
 //!   [`FAILURES_KEPT`], expiring an hour after the last one;
 //! - `{ns}:load:<worker>` (string): a worker's load note as JSON, expiring after [`LOAD_TTL`];
-//! - `{ns}:console` (string): set while a console is configured, expiring after its TTL.
+//! - `{ns}:console` (string): set while a console is configured, expiring after its TTL;
+//! - `{ns}:console:sessions` (sorted set): the console's sessions ([`super::sessions`]).
 //!
 //! A publish is one pipeline, a window read one pipeline: no scripts, since each write stands
 //! alone (a lost publish loses a couple of seconds of counts, never corrupts them).
@@ -26,7 +27,7 @@ const FAILURES_TTL: Duration = Duration::from_secs(3_600);
 /// The stats in a [`RedisStore`]'s Redis and namespace. Cheap to clone.
 #[derive(Clone)]
 pub struct RedisStats {
-    store: RedisStore,
+    pub(super) store: RedisStore,
 }
 
 impl RedisStats {
@@ -36,7 +37,7 @@ impl RedisStats {
         }
     }
 
-    fn key(&self, suffix: &str) -> String {
+    pub(super) fn key(&self, suffix: &str) -> String {
         format!("{}:{suffix}", self.store.keys().tag())
     }
 }
