@@ -74,7 +74,10 @@ async fn main() -> anyhow::Result<()> {
         tracing::info!(%address, "A2A gRPC binding listening (lf.a2a.v1.A2AService)");
         background.spawn(server::serve::serve(
             listener,
-            gateway::a2a::grpc::router(state.clone()),
+            gateway::a2a::grpc::router(
+                state.clone(),
+                gateway::ratelimit::Limits::new(&config, limiter.clone()),
+            ),
             limits(&config),
             shutdown.clone().cancelled_owned(),
         ));

@@ -4,7 +4,11 @@
 //! `POST /entrypoints/{key}/invoke` and `/stream`, and the A2A HTTP+JSON binding's
 //! `message:send` and `message:stream`; on the JSON-RPC endpoint the middleware leaves a
 //! [`Deferred`] check that the handler makes for `SendMessage` and `SendStreamingMessage` only
-//! (JSON-RPC error `-32000`, HTTP 429, see `crate::a2a::jsonrpc`). The limiter is GCRA, in the store's Redis in cluster
+//! (JSON-RPC error `-32000`, HTTP 429, see `crate::a2a::jsonrpc`). A push notification config
+//! is stored bytes as a task is, so its creation is charged the same way: HTTP+JSON's
+//! `POST /a2a/v1/tasks/{id}/pushNotificationConfigs` here, JSON-RPC's
+//! `CreateTaskPushNotificationConfig` by its handler, gRPC's by the service
+//! ([`Limits::check_caller`]); an inline config rides on its send's charge. The limiter is GCRA, in the store's Redis in cluster
 //! mode (shared by every gateway, see [`store::ratelimit`]) and in memory in embedded mode.
 //!
 //! The per-address key is `crate::http::client_address`'s (an IPv6 client counts by its /64), the one
@@ -56,6 +60,40 @@ impl Limits {
     fn enabled(&self) -> bool {
         self.per_address.is_some() || self.per_owner.is_some()
     }
+
+    /// The subjects a request from client address key `address` as owner hash `owner` is
+    /// charged to.
+    fn subjects(&self, address: Option<&str>, owner: Option<&str>) -> Vec<Subject> {
+        let mut subjects = Vec::with_capacity(2);
+        if let Some(quota) = self.per_address
+            && let Some(address) = address
+        {
+            subjects.push(Subject {
+                policy: PER_ADDRESS,
+                key: format!("addr:{address}"),
+                quota,
+            });
+        }
+        if let Some(quota) = self.per_owner
+            && let Some(owner) = owner
+        {
+            subjects.push(Subject {
+                policy: PER_OWNER,
+                key: format!("owner:{owner}"),
+                quota,
+            });
+        }
+        subjects
+    }
+
+    /// Checks and charges a caller the middleware does not see (the gRPC listener): `Some`
+    /// when it is over a limit.
+    pub async fn check_caller(&self, address: Option<&str>, owner: &str) -> Option<Limited> {
+        if !self.enabled() {
+            return None;
+        }
+        verdict(self, &self.subjects(address, Some(owner))).await
+    }
 }
 
 /// Whether `path` (under the base path) creates tasks.
@@ -70,7 +108,12 @@ fn creates_task(base: &str, path: &str) -> bool {
     if let Some(rest) = path.strip_prefix("/entrypoints/") {
         return rest.ends_with("/invoke") || rest.ends_with("/stream");
     }
-    matches!(path, "/a2a/v1/message:send" | "/a2a/v1/message:stream")
+    if matches!(path, "/a2a/v1/message:send" | "/a2a/v1/message:stream") {
+        return true;
+    }
+    // A push notification config: stored bytes, charged like a task.
+    path.strip_prefix("/a2a/v1/tasks/")
+        .is_some_and(|rest| rest.ends_with("/pushNotificationConfigs"))
 }
 
 /// Whether `path` is the A2A JSON-RPC endpoint, whose method is only known to its handler.
@@ -184,26 +227,8 @@ pub async fn admit(State(limits): State<Limits>, mut request: Request, next: Nex
     let a2a = path
         .strip_prefix(&limits.base)
         .is_some_and(|path| path.starts_with("/a2a/"));
-    let mut subjects = Vec::with_capacity(2);
-    if let Some(quota) = limits.per_address
-        && let Some(address) =
-            crate::http::client_address::source_of(&request, limits.trust_forwarded_for)
-    {
-        subjects.push(Subject {
-            policy: PER_ADDRESS,
-            key: format!("addr:{address}"),
-            quota,
-        });
-    }
-    if let Some(quota) = limits.per_owner
-        && let Some(owner) = owner(request.headers())
-    {
-        subjects.push(Subject {
-            policy: PER_OWNER,
-            key: format!("owner:{owner}"),
-            quota,
-        });
-    }
+    let address = crate::http::client_address::source_of(&request, limits.trust_forwarded_for);
+    let subjects = limits.subjects(address.as_deref(), owner(request.headers()).as_deref());
     if jsonrpc {
         request.extensions_mut().insert(Deferred {
             limits: limits.clone(),
@@ -257,6 +282,8 @@ mod tests {
         assert!(creates_task("", "/entrypoints/echo/invoke"));
         assert!(creates_task("", "/entrypoints/echo/stream"));
         assert!(creates_task("", "/a2a/v1/message:send"));
+        assert!(creates_task("", "/a2a/v1/tasks/t1/pushNotificationConfigs"));
+        assert!(!creates_task("", "/a2a/v1/tasks/t1/pushNotificationConfigs/c1"));
         assert!(creates_task("/base", "/base/tasks"));
         assert!(!creates_task("", "/tasks/abc/cancel"));
         assert!(!creates_task("", "/a2a/v1/tasks"));

@@ -2,14 +2,21 @@
 -- last config takes its outbox with it (a due entry left behind is dropped by the next
 -- release, which finds no configs). Idempotent.
 --
+-- What a terminal task's keys free leaves its retained bytes (push_bytes.lua).
+--
 -- KEYS[1] configs  KEYS[2] cursors  KEYS[3] outbox
--- ARGV[1] config id
+-- ARGV[1] config id  ARGV[2] task id
 -- Returns 1 deleted | 0 there was no such config.
+-- @include "push_bytes"
 
 local configs, cursors, outbox = KEYS[1], KEYS[2], KEYS[3]
+local task_id = ARGV[2]
+local prefix = string.sub(configs, 1, -(#task_id + 7))
+local before = push_size(prefix, task_id)
 local deleted = redis.call('HDEL', configs, ARGV[1])
 redis.call('HDEL', cursors, ARGV[1])
 if redis.call('EXISTS', configs) == 0 then
   redis.call('DEL', cursors, outbox)
 end
+if deleted == 1 then push_retained(prefix, task_id, push_size(prefix, task_id) - before) end
 return deleted

@@ -9,40 +9,51 @@
 -- KEYS[1] due  KEYS[2] outbox  KEYS[3] configs  KEYS[4] cursors
 -- ARGV[1] task id  ARGV[2] trim  ARGV[3] outbox length when read
 -- ARGV[4] delay ms of the earliest retry ('' for none)  ARGV[5] '1' when finished, else ''
+-- Whatever this frees of a terminal task's push keys leaves its retained bytes (push_bytes.lua).
 -- Returns the events left in the outbox.
 -- @include "now_ms"
+-- @include "push_bytes"
 
 local due, outbox, configs, cursors = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id, trim, read = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-if trim > 0 then redis.call('LTRIM', outbox, trim, -1) end
-if redis.call('EXISTS', configs) == 0 then
-  redis.call('DEL', outbox, cursors)
-  redis.call('ZREM', due, id)
-  return 0
-end
-local left = redis.call('LLEN', outbox)
-local arrived = left > read - trim
-if ARGV[5] ~= '' and not arrived then
-  redis.call('DEL', outbox)
-  local task = string.sub(outbox, 1, -(#id + 11)) .. ':task:' .. id
-  local ttl = redis.call('PTTL', task)
-  if ttl > 0 then
-    redis.call('PEXPIRE', configs, ttl)
-    redis.call('PEXPIRE', cursors, ttl)
-  elseif ttl == -2 then
-    redis.call('DEL', configs, cursors)
+local prefix = string.sub(outbox, 1, -(#id + 11))
+local before = push_size(prefix, id)
+
+local function release()
+  if trim > 0 then redis.call('LTRIM', outbox, trim, -1) end
+  if redis.call('EXISTS', configs) == 0 then
+    redis.call('DEL', outbox, cursors)
+    redis.call('ZREM', due, id)
+    return 0
   end
-  redis.call('ZREM', due, id)
-  return 0
+  local left = redis.call('LLEN', outbox)
+  local arrived = left > read - trim
+  if ARGV[5] ~= '' and not arrived then
+    redis.call('DEL', outbox)
+    local task = prefix .. ':task:' .. id
+    local ttl = redis.call('PTTL', task)
+    if ttl > 0 then
+      redis.call('PEXPIRE', configs, ttl)
+      redis.call('PEXPIRE', cursors, ttl)
+    elseif ttl == -2 then
+      redis.call('DEL', configs, cursors)
+    end
+    redis.call('ZREM', due, id)
+    return 0
+  end
+  local now = now_ms()
+  if arrived then
+    redis.call('ZADD', due, now, id)
+  elseif ARGV[4] ~= '' then
+    redis.call('ZADD', due, now + tonumber(ARGV[4]), id)
+  elseif left > 0 then
+    redis.call('ZADD', due, now, id)
+  else
+    redis.call('ZREM', due, id)
+  end
+  return left
 end
-local now = now_ms()
-if arrived then
-  redis.call('ZADD', due, now, id)
-elseif ARGV[4] ~= '' then
-  redis.call('ZADD', due, now + tonumber(ARGV[4]), id)
-elseif left > 0 then
-  redis.call('ZADD', due, now, id)
-else
-  redis.call('ZREM', due, id)
-end
+
+local left = release()
+push_retained(prefix, id, push_size(prefix, id) - before)
 return left

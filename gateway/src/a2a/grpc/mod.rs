@@ -23,13 +23,16 @@ pub mod streaming;
 use a2a_pb::a2a_service_server::A2aServiceServer;
 
 use crate::config::GatewayConfig;
+use crate::ratelimit::Limits;
 use crate::state::AppState;
 
 /// The gRPC service as a router for [`server::serve::serve`]. A request message is bounded by
-/// `--body-limit-bytes`, as the HTTP bindings' bodies are.
-pub fn router(state: AppState) -> axum::Router {
+/// `--body-limit-bytes`, as the HTTP bindings' bodies are; `limits` are the HTTP listener's
+/// rate limits (the same limiter).
+pub fn router(state: AppState, limits: Limits) -> axum::Router {
     let limit = state.config.body_limit_bytes;
-    let service = A2aServiceServer::new(service::Grpc::new(state)).max_decoding_message_size(limit);
+    let service =
+        A2aServiceServer::new(service::Grpc::new(state, limits)).max_decoding_message_size(limit);
     tonic::service::Routes::new(service)
         .prepare()
         .into_axum_router()

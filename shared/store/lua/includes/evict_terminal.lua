@@ -2,12 +2,16 @@
 -- ways a retained terminal task leaves before or at its retention (create.lua, list_page.lua).
 -- `member` is the task's entry in the shard's `terminal` set, `<owner hash>:<id>` (see
 -- finish_task.lua); `prefix` is the shard's hash tag, from which the task's keys are named
--- (in this slot).
+-- (in this slot). The task's push notification configs, cursors and outbox (push/mod.rs) go
+-- with it, and it leaves the shard's push due set: nobody could read or delete them once the
+-- task is gone, and their bytes were counted in its size (finish_task.lua, push_bytes.lua).
 local function evict(terminal, prefix, member)
   local split = string.find(member, ':', 1, true)
   if split then
     local owner, id = string.sub(member, 1, split - 1), string.sub(member, split + 1)
-    redis.call('DEL', prefix .. ':task:' .. id, prefix .. ':events:' .. id)
+    redis.call('DEL', prefix .. ':task:' .. id, prefix .. ':events:' .. id,
+      prefix .. ':push:' .. id, prefix .. ':push-cur:' .. id, prefix .. ':push-out:' .. id)
+    redis.call('ZREM', prefix .. ':push-due', id)
     redis.call('ZREM', prefix .. ':owner:' .. owner, id)
   end
   redis.call('ZREM', terminal, member)

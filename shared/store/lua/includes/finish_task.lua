@@ -26,6 +26,7 @@
 -- sizes = the length of the result and error the record now holds}. Without it they are read
 -- here. A task whose seq was still 1 logged no event (every logged event takes a seq above
 -- the creation's), so it has no event log to measure or to expire.
+-- @include "push_bytes"
 local TERMINAL_SLACK_MS = 1000
 
 local function terminal_key(live)
@@ -81,11 +82,15 @@ local function finish_task(k, id, phase, retention_ms, now, known)
       if logged then
         size = size + (redis.call('MEMORY', 'USAGE', k.events, 'SAMPLES', 0) or 0)
       end
-      if known.sizes then
-        size = size + known.sizes
-      else
-        size = size + redis.call('HSTRLEN', k.task, 'rs') + redis.call('HSTRLEN', k.task, 'er')
+      local result_sizes = known.sizes
+      if not result_sizes then
+        result_sizes = redis.call('HSTRLEN', k.task, 'rs') + redis.call('HSTRLEN', k.task, 'er')
       end
+      size = size + result_sizes
+      -- Its push configs, cursors and outbox (push_bytes.lua; the prefix is `live`'s less
+      -- ':live'), and the terminal event once more when configs will keep it in the outbox.
+      local push = push_size(string.sub(k.live, 1, -6), id)
+      if push > 0 then size = size + push + result_sizes end
       redis.call('HSET', terminal .. ':sizes', member, size)
       redis.call('INCRBY', terminal .. ':bytes', size)
       -- The set expires with its last entry (up to TERMINAL_SLACK_MS later), like every key

@@ -8,7 +8,9 @@
 -- an owner hash is hex, so the id is what follows its colon): same hash tag, so the same slot,
 -- and none of the scripts that publish events has to declare three more keys.
 -- The outbox is bounded (PUSH_OUTBOX_MAX events): past it the oldest undelivered event is
--- dropped, so a receiver that is down cannot make one streaming task hold unbounded memory.
+-- dropped, so a receiver that is down cannot make one streaming task hold unbounded memory;
+-- each drop is counted in the shard's `push-dropped` counter, which the deliverers take
+-- (GETDEL, push/mod.rs) into `taskcluster.push.outbox.dropped`.
 -- The configs and cursors of a task that is still publishing never expire (a config created
 -- ahead of its task expires unless the creation's event reaches here).
 local PUSH_OUTBOX_MAX = 1000
@@ -26,6 +28,7 @@ local function push_outbox(channel, message)
   local outbox = prefix .. ':push-out:' .. id
   if redis.call('RPUSH', outbox, message) > PUSH_OUTBOX_MAX then
     redis.call('LPOP', outbox)
+    redis.call('INCR', prefix .. ':push-dropped')
   end
   redis.call('PERSIST', configs)
   redis.call('PERSIST', prefix .. ':push-cur:' .. id)

@@ -164,6 +164,12 @@ impl Keys {
         format!("{}:push-out:{id}", self.prefix)
     }
 
+    /// Counter: events the shard's full push outboxes dropped, until a deliverer takes it
+    /// (`push/mod.rs`; incremented by `lua/includes/push_outbox.lua`, which derives its name).
+    pub fn push_dropped(&self) -> String {
+        format!("{}:push-dropped", self.prefix)
+    }
+
     /// Hash: config id -> how far that config's deliveries got (`push::PushCursor`).
     pub fn push_cursors(&self, id: &str) -> String {
         format!("{}:push-cur:{id}", self.prefix)

@@ -1,0 +1,31 @@
+-- push_size(prefix, id) and push_retained(prefix, id, delta): a task's push notification keys
+-- (push/mod.rs: configs, cursors, outbox) in its retained bytes (create.lua's max retained
+-- bytes). finish_task.lua counts them when the task finishes; a script that changes them once
+-- the task is terminal (a config put or deleted, an outbox trimmed or dropped) moves the
+-- task's recorded size and the shard's sum by as much, so eviction takes back exactly what
+-- was added and no config a caller adds to a finished task escapes the budget.
+-- `prefix` is the shard's hash tag: the keys are named from it and the task id (same slot).
+
+-- The bytes the task's push keys take now (SAMPLES 0: every field and entry).
+local function push_size(prefix, id)
+  local size = 0
+  for _, name in ipairs({':push:', ':push-cur:', ':push-out:'}) do
+    size = size + (redis.call('MEMORY', 'USAGE', prefix .. name .. id, 'SAMPLES', 0) or 0)
+  end
+  return size
+end
+
+-- Adds `delta` bytes to the retained size of task `id` when it is terminal and counted
+-- (its `terminal:sizes` entry, finish_task.lua); a live task is measured when it finishes.
+local function push_retained(prefix, id, delta)
+  if delta == 0 then return end
+  local f = redis.call('HMGET', prefix .. ':task:' .. id, 'ow', 'ph')
+  -- finish_task drops the phase: a record without one is terminal.
+  if not f[1] or f[2] then return end
+  local sizes, member = prefix .. ':terminal:sizes', f[1] .. ':' .. id
+  if not redis.call('HGET', sizes, member) then return end
+  redis.call('HINCRBY', sizes, member, delta)
+  if redis.call('INCRBY', prefix .. ':terminal:bytes', delta) <= 0 then
+    redis.call('DEL', prefix .. ':terminal:bytes')
+  end
+end
