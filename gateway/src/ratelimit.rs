@@ -283,7 +283,10 @@ mod tests {
         assert!(creates_task("", "/entrypoints/echo/stream"));
         assert!(creates_task("", "/a2a/v1/message:send"));
         assert!(creates_task("", "/a2a/v1/tasks/t1/pushNotificationConfigs"));
-        assert!(!creates_task("", "/a2a/v1/tasks/t1/pushNotificationConfigs/c1"));
+        assert!(!creates_task(
+            "",
+            "/a2a/v1/tasks/t1/pushNotificationConfigs/c1"
+        ));
         assert!(creates_task("/base", "/base/tasks"));
         assert!(!creates_task("", "/tasks/abc/cancel"));
         assert!(!creates_task("", "/a2a/v1/tasks"));

@@ -37,7 +37,8 @@
 -- While the address bound is on, a task with a source enters src_live (scored by creation)
 -- and its record names that set in field `sl`, so that finish_task.lua removes it exactly
 -- when the task leaves `live`; the set expires a day after its last addition, so an address
--- that never returns leaves no key.
+-- that never returns leaves no key. A task with a source keeps it as `pa` (whatever the
+-- address bound): the address its push deliveries share slots under (push_claim.lua).
 -- Each created task's seq is 1: its `statusUpdate running`, which is neither logged nor
 -- published. The record rebuilds it (redis/event_log.rs), and nobody can listen to a task
 -- before its creation except the creator, whose create reply is that event.
@@ -164,6 +165,10 @@ for i = 0, (#KEYS - 4) / 6 - 1 do
     if counted then
       set[#set + 1] = 'sl'
       set[#set + 1] = src_live
+    end
+    if ARGV[ab + 9] ~= '' then
+      set[#set + 1] = 'pa'
+      set[#set + 1] = ARGV[ab + 9]
     end
     if ARGV[ab + 10] ~= '' then
       set[#set + 1] = 'nc'

@@ -4,7 +4,8 @@
 //! and expires otherwise; claims hide a task from other deliverers until they expire; cursors
 //! move only from what was read; a claim takes an owner's tasks only up to its share and moves
 //! the rest of them ahead; a release trims what every config is done with and reschedules
-//! the rest; a finished task's configs take the task's expiry.
+//! the rest; a finished task's configs take the task's expiry; a full outbox's drops are
+//! counted and taken once.
 
 use std::time::Duration;
 
@@ -153,7 +154,9 @@ async fn a_config_put_ahead_of_its_task_is_kept_by_its_first_event_and_expires_o
 
     // Created: every event from the first is kept, and the config no longer expires.
     assert_eq!(
-        outbox.put_config("early", "c1", config, pending, None).await?,
+        outbox
+            .put_config("early", "c1", config, pending, None)
+            .await?,
         PutOutcome::Stored
     );
     run(&store, "early").await?;
@@ -169,7 +172,9 @@ async fn a_config_put_ahead_of_its_task_is_kept_by_its_first_event_and_expires_o
 
     // Never created: it expires.
     assert_eq!(
-        outbox.put_config("never", "c1", config, pending, None).await?,
+        outbox
+            .put_config("never", "c1", config, pending, None)
+            .await?,
         PutOutcome::Stored
     );
     let ttl: i64 = redis::cmd("PTTL")
@@ -410,3 +415,37 @@ async fn a_claim_takes_an_owners_tasks_up_to_its_share_and_moves_the_rest_ahead(
     assert_eq!(due, 5);
     Ok(())
 }
+
+#[tokio::test]
+async fn events_a_full_outbox_drops_are_counted_and_taken_once() -> TestResult {
+    let server = RedisServer::start()?;
+    let mut config = RedisStoreConfig::new(server.url());
+    config.namespace = "drops".into();
+    let store = RedisStore::connect(config).await?;
+    let outbox = store.push_outbox(4);
+    let owner = AccessToken::generate().owner_hash();
+    store.create(queued_task("chatty", &owner, "echo")).await?;
+    outbox
+        .put_config(
+            "chatty",
+            "c",
+            r#"{"url":"https://hooks.example/a"}"#,
+            PutMode::Existing,
+            None,
+        )
+        .await?;
+    let lease = start_running(&store, "chatty", "w1", LEASE).await?;
+    // The outbox keeps 1,000 events: three past it drop its three oldest.
+    for step in 0..OUTBOX_MAX + 3 {
+        progress(&store, &lease, step).await?;
+    }
+    let batch = outbox.load("chatty").await?;
+    assert_eq!(batch.outbox_len as u64, OUTBOX_MAX);
+    assert_eq!(batch.dropped, 3, "every drop is counted");
+    // Taken once: the next load reports none (no other deliverer counts them again).
+    assert_eq!(outbox.load("chatty").await?.dropped, 0);
+    Ok(())
+}
+
+/// `PUSH_OUTBOX_MAX` of `lua/includes/push_outbox.lua`.
+const OUTBOX_MAX: u64 = 1000;

@@ -117,10 +117,7 @@ mod tests {
         assert_eq!((share.share, share.cap), (2, 6));
         let mut under_way = share.under_way.clone();
         under_way.sort();
-        assert_eq!(
-            under_way,
-            vec![(alice.to_owned(), 2), (bob.to_owned(), 1)]
-        );
+        assert_eq!(under_way, vec![(alice.to_owned(), 2), (bob.to_owned(), 1)]);
         drop(first);
         assert_eq!(in_flight.under_way(alice), 1);
     }

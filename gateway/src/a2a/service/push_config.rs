@@ -228,7 +228,11 @@ async fn store_config(
     let id = config.id.as_deref().unwrap_or_default();
     let json = serde_json::to_string(config).map_err(|_| A2aError::internal())?;
     let source = caller.source.as_deref();
-    match push.outbox.put_config(task_id, id, &json, mode, source).await? {
+    match push
+        .outbox
+        .put_config(task_id, id, &json, mode, source)
+        .await?
+    {
         PutOutcome::Stored => Ok(()),
         PutOutcome::NoTask => Err(A2aError::task_not_found(task_id)),
         PutOutcome::Full => Err(A2aError::invalid_params(
