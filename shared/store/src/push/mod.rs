@@ -45,6 +45,15 @@ use crate::{RedisStore, StoreError, StoredEvent};
 /// Most exhausted deliveries each shard keeps for inspection.
 pub const EXHAUSTED_KEPT: usize = 1000;
 
+/// What [`PushOutbox::load`] reads in one round trip: configs, cursors, outbox entries, the
+/// shard's dropped events.
+type Loaded = (
+    HashMap<String, String>,
+    HashMap<String, String>,
+    Vec<String>,
+    Option<u64>,
+);
+
 /// How far one config's deliveries got.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PushCursor {
@@ -259,12 +268,7 @@ impl PushOutbox {
             .arg(-1)
             .cmd("GETDEL")
             .arg(keys.push_dropped());
-        let (configs, cursors, entries, dropped): (
-            HashMap<String, String>,
-            HashMap<String, String>,
-            Vec<String>,
-            Option<u64>,
-        ) = self.store.pipe(&pipe).await?;
+        let (configs, cursors, entries, dropped): Loaded = self.store.pipe(&pipe).await?;
         let mut loaded: Vec<LoadedConfig> = configs
             .into_iter()
             .map(|(id, config)| {
