@@ -101,8 +101,9 @@ pub struct PushBatch {
     pub dropped: u64,
 }
 
-/// A claimed task, with the group its delivery slots count under: `a:<client address>` of its
-/// latest config's put, else `o:<owner hash>`; `""` when its record is gone.
+/// A claimed task, with the group its delivery slots count under: `a:<client address>` (its
+/// creator's, or that of its latest config's put), else `o:<owner hash>`; `""` when its record
+/// is gone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Claimed {
     pub id: String,
@@ -239,8 +240,8 @@ impl PushOutbox {
         Ok(())
     }
 
-    /// Claims up to `limit` due tasks of shard `shard` for `lease`, sharing them among owners
-    /// as `share` says.
+    /// Claims up to `limit` due tasks of shard `shard` for `lease`, sharing them among client
+    /// addresses as `share` says.
     pub async fn claim_due(
         &self,
         shard: usize,
