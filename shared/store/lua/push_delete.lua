@@ -12,11 +12,15 @@
 local configs, cursors, outbox = KEYS[1], KEYS[2], KEYS[3]
 local task_id = ARGV[2]
 local prefix = string.sub(configs, 1, -(#task_id + 7))
-local before = push_size(prefix, task_id)
+local counted = push_counted(prefix, task_id)
+local before = 0
+if counted then before = push_size(prefix, task_id) end
 local deleted = redis.call('HDEL', configs, ARGV[1])
 redis.call('HDEL', cursors, ARGV[1])
 if redis.call('EXISTS', configs) == 0 then
   redis.call('DEL', cursors, outbox)
 end
-if deleted == 1 then push_retained(prefix, task_id, push_size(prefix, task_id) - before) end
+if counted and deleted == 1 then
+  push_retained(prefix, counted, push_size(prefix, task_id) - before)
+end
 return deleted

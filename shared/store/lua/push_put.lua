@@ -31,8 +31,9 @@ end
 if redis.call('HEXISTS', configs, id) == 0 and redis.call('HLEN', configs) >= most then
   return -1
 end
-local before = 0
-if terminal then before = push_size(prefix, task_id) end
+local counted, before = nil, 0
+if terminal then counted = push_counted(prefix, task_id) end
+if counted then before = push_size(prefix, task_id) end
 redis.call('HSET', configs, id, config)
 if redis.call('HEXISTS', cursors, id) == 0 then
   redis.call('HSET', cursors, id, cjson.encode({s = seq}))
@@ -54,5 +55,5 @@ end
 if mode == 'existing' and source ~= '' then
   redis.call('HSET', task, 'pa', source)
 end
-if terminal then push_retained(prefix, task_id, push_size(prefix, task_id) - before) end
+if counted then push_retained(prefix, counted, push_size(prefix, task_id) - before) end
 return 1

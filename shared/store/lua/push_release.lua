@@ -17,7 +17,9 @@
 local due, outbox, configs, cursors = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id, trim, read = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local prefix = string.sub(outbox, 1, -(#id + 11))
-local before = push_size(prefix, id)
+local counted = push_counted(prefix, id)
+local before = 0
+if counted then before = push_size(prefix, id) end
 
 local function release()
   if trim > 0 then redis.call('LTRIM', outbox, trim, -1) end
@@ -55,5 +57,5 @@ local function release()
 end
 
 local left = release()
-push_retained(prefix, id, push_size(prefix, id) - before)
+if counted then push_retained(prefix, counted, push_size(prefix, id) - before) end
 return left

@@ -44,7 +44,8 @@ local function finish_task(k, id, phase, retention_ms, now, known)
   -- push configs (a config put later sets it again: push_put.lua).
   local prefix = string.sub(k.live, 1, -6)
   local dropped = {'ph', 'lo', 'lx', 'ax', 'ec', 'ho', 'sh', 'rd', 'rm', 'en', 'iq', 'rt', 'sl', 'nc'}
-  if redis.call('EXISTS', prefix .. ':push:' .. id) == 0 then dropped[#dropped + 1] = 'pa' end
+  local has_push = redis.call('EXISTS', prefix .. ':push:' .. id) == 1
+  if not has_push then dropped[#dropped + 1] = 'pa' end
   redis.call('HDEL', k.task, unpack(dropped))
   if phase ~= 'queued' and phase ~= 'reserved' then
     redis.call('ZREM', k.leases, id)
@@ -93,8 +94,7 @@ local function finish_task(k, id, phase, retention_ms, now, known)
       size = size + result_sizes
       -- Its push configs, cursors and outbox (push_bytes.lua; the prefix is `live`'s less
       -- ':live'), and the terminal event once more when configs will keep it in the outbox.
-      local push = push_size(prefix, id)
-      if push > 0 then size = size + push + result_sizes end
+      if has_push then size = size + push_size(prefix, id) + result_sizes end
       redis.call('HSET', terminal .. ':sizes', member, size)
       redis.call('INCRBY', terminal .. ':bytes', size)
       -- The set expires with its last entry (up to TERMINAL_SLACK_MS later), like every key

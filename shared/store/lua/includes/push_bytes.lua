@@ -1,9 +1,10 @@
--- push_size(prefix, id) and push_retained(prefix, id, delta): a task's push notification keys
--- (push/mod.rs: configs, cursors, outbox) in its retained bytes (create.lua's max retained
--- bytes). finish_task.lua counts them when the task finishes; a script that changes them once
--- the task is terminal (a config put or deleted, an outbox trimmed or dropped) moves the
--- task's recorded size and the shard's sum by as much, so eviction takes back exactly what
--- was added and no config a caller adds to a finished task escapes the budget.
+-- push_size(prefix, id), push_counted(prefix, id) and push_retained(prefix, member, delta): a
+-- task's push notification keys (push/mod.rs: configs, cursors, outbox) in its retained bytes
+-- (create.lua's max retained bytes). finish_task.lua counts them when the task finishes; a
+-- script that changes them once the task is terminal (a config put or deleted, an outbox
+-- trimmed or dropped) moves the task's recorded size and the shard's sum by as much, so
+-- eviction takes back exactly what was added and no config a caller adds to a finished task
+-- escapes the budget. A live task costs the check one HMGET: it is measured when it finishes.
 -- `prefix` is the shard's hash tag: the keys are named from it and the task id (same slot).
 
 -- The bytes the task's push keys take now (SAMPLES 0: every field and entry).
@@ -15,16 +16,21 @@ local function push_size(prefix, id)
   return size
 end
 
--- Adds `delta` bytes to the retained size of task `id` when it is terminal and counted
--- (its `terminal:sizes` entry, finish_task.lua); a live task is measured when it finishes.
-local function push_retained(prefix, id, delta)
-  if delta == 0 then return end
+-- The task's entry in `terminal:sizes` (`<owner hash>:<id>`, finish_task.lua) when it is
+-- terminal and counted, else nil.
+local function push_counted(prefix, id)
   local f = redis.call('HMGET', prefix .. ':task:' .. id, 'ow', 'ph')
   -- finish_task drops the phase: a record without one is terminal.
-  if not f[1] or f[2] then return end
-  local sizes, member = prefix .. ':terminal:sizes', f[1] .. ':' .. id
-  if not redis.call('HGET', sizes, member) then return end
-  redis.call('HINCRBY', sizes, member, delta)
+  if not f[1] or f[2] then return nil end
+  local member = f[1] .. ':' .. id
+  if not redis.call('HGET', prefix .. ':terminal:sizes', member) then return nil end
+  return member
+end
+
+-- Adds `delta` bytes to counted entry `member`'s size and to the shard's sum.
+local function push_retained(prefix, member, delta)
+  if not member or delta == 0 then return end
+  redis.call('HINCRBY', prefix .. ':terminal:sizes', member, delta)
   if redis.call('INCRBY', prefix .. ':terminal:bytes', delta) <= 0 then
     redis.call('DEL', prefix .. ':terminal:bytes')
   end
