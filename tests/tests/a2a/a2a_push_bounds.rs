@@ -145,6 +145,20 @@ async fn a_finished_tasks_configs_count_in_its_retained_bytes_and_go_when_it_is_
         "the retained bytes ({after}, {before} before) leave out the configs' {held} bytes"
     );
 
+    // Deleting half of them takes their bytes back.
+    for n in 0..5 {
+        let (_, _, error) = rpc(
+            &cluster,
+            TOKEN,
+            "DeleteTaskPushNotificationConfig",
+            json!({"taskId": first, "id": format!("big-{n}")}),
+        )
+        .await?;
+        assert!(error.is_null(), "delete {n}: {error}");
+    }
+    let half = redis_int(&cluster, redis::cmd("GET").arg("{tc}:terminal:bytes")).await?;
+    assert!(before < half && half < after, "{before} < {half} < {after}");
+
     // The owner's next task evicts the first: its configs and cursors go with it.
     let second = send(&cluster, TOKEN, 2).await?;
     let (_, task, _) = rpc(&cluster, TOKEN, "GetTask", json!({ "id": first })).await?;
