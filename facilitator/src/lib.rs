@@ -73,6 +73,7 @@ pub async fn serve(
             h2_keep_alive_interval: server::serve::H2_KEEP_ALIVE_INTERVAL,
             max_connections: MAX_CONNECTIONS,
             max_connections_per_ip: MAX_CONNECTIONS,
+            trusted_proxies: Default::default(),
         },
         shutdown,
     )

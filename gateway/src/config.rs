@@ -72,8 +72,9 @@ pub struct GatewayConfig {
     #[arg(long, env = "MAX_CONNECTIONS", default_value_t = 10_000)]
     pub max_connections: usize,
 
-    /// Open connections one client address holds at once; more are closed at accept (and
-    /// counted). Behind a proxy every client shares the proxy's address: raise it there.
+    /// Open connections one client address (an IPv6 peer by its /64) holds at once; more are
+    /// closed at accept (and counted). Peers in --trusted-proxies are not held to it (a
+    /// proxy's connections carry many clients; --max-connections still holds).
     #[arg(long, env = "MAX_CONNECTIONS_PER_IP", default_value_t = 256)]
     pub max_connections_per_ip: usize,
 
@@ -119,7 +120,7 @@ pub struct GatewayConfig {
     pub max_live_per_owner: u64,
 
     /// Cap on the unfinished tasks of one client address (the address the rate limits use:
-    /// the TCP peer, or X-Forwarded-For's first hop with TRUST_FORWARDED_FOR; an IPv6 client by
+    /// the TCP peer, or behind --trusted-proxies the hop they recorded; an IPv6 client by
     /// its /64), whatever their owners: POST /tasks without a token makes a fresh owner per
     /// call, so only this holds an anonymous caller. One more is refused with 429
     /// address_capacity_exhausted and Retry-After. 0: no cap.
@@ -279,8 +280,9 @@ pub struct GatewayConfig {
     /// Fair admission: task creations (POST /tasks, invoke, stream, A2A message:send and
     /// message:stream) one client address may make per second, on average, across every
     /// gateway of the namespace (GCRA in Redis); past it `429 rate_limited` with Retry-After.
-    /// 0 disables it.
-    #[arg(long, env = "RATE_PER_ADDRESS", default_value_t = 50.0)]
+    /// 0 disables it. The default lets one machine's load test of up to 100 creations a second
+    /// run (docs/gateway.md, Default bounds and load tests).
+    #[arg(long, env = "RATE_PER_ADDRESS", default_value_t = 100.0)]
     pub rate_per_address: f64,
 
     /// Fair admission: task creations one owner (Task-Access-Token) may make per second, on
@@ -311,8 +313,24 @@ pub struct GatewayConfig {
     #[arg(long, env = "IDEMPOTENCY_MAX_BODY_BYTES", default_value_t = store::idempotency::DEFAULT_MAX_BODY_BYTES)]
     pub idempotency_max_body_bytes: usize,
 
-    /// Take the client address from `X-Forwarded-For`'s first hop instead of the TCP peer;
-    /// only behind a proxy that sets it (a client could otherwise pick its own address).
+    /// Networks (CIDRs) or addresses of this gateway's own proxies (load balancer, ingress),
+    /// comma-separated, e.g. `10.0.0.0/8,192.0.2.10`. A request whose TCP peer is in them is
+    /// counted (rate limits, live tasks per address, push fairness) by the right-most hop of
+    /// `--client-address-header` that is not itself a trusted proxy: the address the nearest
+    /// proxy saw, which a client cannot choose. Their connections are not held to
+    /// --max-connections-per-ip. Empty: the TCP peer is the client, headers are not read.
+    #[arg(long, env = "TRUSTED_PROXIES", default_value = "", value_parser = server::address::TrustedProxies::parse)]
+    pub trusted_proxies: server::address::TrustedProxies,
+
+    /// The header trusted proxies record the client in: `x-forwarded-for` or `forwarded`
+    /// (RFC 7239 `for=`). Only the one named is read: a client may send the other one, and a
+    /// proxy that only writes this one would pass it through.
+    #[arg(long, env = "CLIENT_ADDRESS_HEADER", value_enum, default_value_t = crate::http::forwarded::ClientAddressHeader::XForwardedFor)]
+    pub client_address_header: crate::http::forwarded::ClientAddressHeader,
+
+    /// Deprecated: --trusted-proxies names the proxies. Alone, `true` trusts loopback and
+    /// private peers (127.0.0.0/8, ::1, 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, fc00::/7)
+    /// as proxies; with --trusted-proxies it changes nothing.
     #[arg(long, env = "TRUST_FORWARDED_FOR", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub trust_forwarded_for: bool,
 
@@ -358,8 +376,10 @@ pub struct GatewayConfig {
     pub push_notifications: bool,
 
     /// Hosts (exact names) and networks (CIDRs, or single addresses) push notifications may
-    /// reach although they are not public: comma-separated, e.g. `hooks.internal,10.0.0.0/8`.
-    /// Empty: public addresses only (no loopback, private, link-local, unique-local,
+    /// reach although they are not public, each on the port it names: comma-separated, e.g.
+    /// `hooks.internal:8080,10.0.0.0/8:443,[::1]:9000,127.0.0.1:*` (`:*`: every port). An
+    /// entry without a port admits the URL scheme's default port only (80 for http, 443 for
+    /// https). Empty: public addresses only (no loopback, private, link-local, unique-local,
     /// metadata, multicast or unspecified address, checked at every connection).
     #[arg(long, env = "PUSH_ALLOWLIST", default_value = "")]
     pub push_allowlist: String,
@@ -415,6 +435,20 @@ impl GatewayConfig {
             trimmed.to_owned()
         } else {
             format!("/{trimmed}")
+        }
+    }
+
+    /// Whose word on a request's client address is taken: --trusted-proxies, else loopback
+    /// and private peers with the deprecated --trust-forwarded-for, else nobody's.
+    pub fn forwarding(&self) -> crate::http::client_address::Forwarding {
+        let proxies = if self.trusted_proxies.is_empty() && self.trust_forwarded_for {
+            server::address::TrustedProxies::private()
+        } else {
+            self.trusted_proxies.clone()
+        };
+        crate::http::client_address::Forwarding {
+            proxies,
+            header: self.client_address_header,
         }
     }
 

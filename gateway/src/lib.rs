@@ -5,7 +5,8 @@
 //! **HTTP plumbing**, about HTTP rather than either protocol:
 //! - [`http`]: the request's and the public origin, each protocol's endpoint URLs, cached
 //!   documents (ETag, `304`), SSE keep-alive; the client address key of rate limits and of
-//!   `MAX_LIVE_PER_ADDRESS` ([`http::client_address`]), `x-request-id` values
+//!   `MAX_LIVE_PER_ADDRESS` ([`http::client_address`], behind trusted proxies from the chain
+//!   [`http::forwarded`] reads), `x-request-id` values
 //!   ([`http::request_id`]), HTTP server spans and metrics ([`http::observe`]);
 //! - [`error`]: [`error::ApiError`], an HTTP status with the profile's error body: the core's
 //!   error type, which the A2A adapter maps to the spec's codes;
@@ -89,7 +90,7 @@ pub fn app_with_limiter(
     limiter: std::sync::Arc<dyn store::ratelimit::RateLimiter>,
 ) -> Router {
     let limits = ratelimit::Limits::new(&state.config, limiter);
-    let trust_forwarded_for = state.config.trust_forwarded_for;
+    let forwarding = std::sync::Arc::new(state.config.forwarding());
     let base = state.config.base_path();
     let limit = state.config.body_limit_bytes;
     let body_timeout = Duration::from_millis(state.config.body_timeout_ms);
@@ -118,10 +119,10 @@ pub fn app_with_limiter(
             limits,
             ratelimit::admit,
         ))
-        // Outside the rate limit: every request that may admit a task carries its client
-        // address (`NewTask::source`).
+        // Outside the rate limit: the limit and every request that may admit a task read its
+        // client address (`NewTask::source`).
         .layer(axum::middleware::from_fn_with_state(
-            trust_forwarded_for,
+            forwarding,
             http::client_address::tag,
         ))
         // axum's own limit, not tower-http's: its rejection reaches our extractor, which answers

@@ -54,6 +54,13 @@ async fn main() -> anyhow::Result<()> {
         None => None,
     };
 
+    if config.trust_forwarded_for {
+        let proxies = config.forwarding().proxies;
+        tracing::warn!(
+            trusted_proxies = %proxies,
+            "TRUST_FORWARDED_FOR is deprecated: set TRUSTED_PROXIES to the networks your proxies connect from"
+        );
+    }
     let (state, limiter) = if config.redis.configured() {
         cluster_state(&config, &shutdown, &background).await?
     } else {
@@ -74,10 +81,7 @@ async fn main() -> anyhow::Result<()> {
         tracing::info!(%address, "A2A gRPC binding listening (lf.a2a.v1.A2AService)");
         background.spawn(server::serve::serve(
             listener,
-            gateway::a2a::grpc::router(
-                state.clone(),
-                gateway::ratelimit::Limits::new(&config, limiter.clone()),
-            ),
+            gateway::a2a::grpc::router(state.clone(), limiter.clone()),
             limits(&config),
             shutdown.clone().cancelled_owned(),
         ));
@@ -286,5 +290,6 @@ fn limits(config: &GatewayConfig) -> server::serve::Limits {
         h2_keep_alive_interval: Duration::from_millis(config.h2_keep_alive_ms),
         max_connections: config.max_connections.max(1),
         max_connections_per_ip: config.max_connections_per_ip.max(1),
+        trusted_proxies: config.forwarding().proxies,
     }
 }

@@ -4,15 +4,19 @@
 //! `POST /entrypoints/{key}/invoke` and `/stream`, and the A2A HTTP+JSON binding's
 //! `message:send` and `message:stream`; on the JSON-RPC endpoint the middleware leaves a
 //! [`Deferred`] check that the handler makes for `SendMessage` and `SendStreamingMessage` only
-//! (JSON-RPC error `-32000`, HTTP 429, see `crate::a2a::jsonrpc`). A push notification config
-//! is stored bytes as a task is, so its creation is charged the same way: HTTP+JSON's
+//! (JSON-RPC error `-32000`, HTTP 429, see `crate::a2a::jsonrpc`). The gRPC listener checks
+//! `SendMessage` and `SendStreamingMessage` against the same limits and limiter
+//! (`crate::a2a::grpc::admission`, `RESOURCE_EXHAUSTED`). A push notification config is stored
+//! bytes as a task is, so its creation is charged the same way: HTTP+JSON's
 //! `POST /a2a/v1/tasks/{id}/pushNotificationConfigs` here, JSON-RPC's
-//! `CreateTaskPushNotificationConfig` by its handler, gRPC's by the service
-//! ([`Limits::check_caller`]); an inline config rides on its send's charge. The limiter is GCRA, in the store's Redis in cluster
-//! mode (shared by every gateway, see [`store::ratelimit`]) and in memory in embedded mode.
+//! `CreateTaskPushNotificationConfig` by its handler, gRPC's by the admission middleware; an
+//! inline config rides on its send's charge. The limiter is GCRA, in the store's Redis in
+//! cluster mode (shared by every gateway, see [`store::ratelimit`]) and in memory in embedded
+//! mode.
 //!
-//! The per-address key is `crate::http::client_address`'s (an IPv6 client counts by its /64), the one
-//! `MAX_LIVE_PER_ADDRESS` counts under too.
+//! The per-address key is `crate::http::client_address`'s (an IPv6 client counts by its /64;
+//! behind trusted proxies the hop they recorded), the one `MAX_LIVE_PER_ADDRESS` counts under
+//! too: its middleware runs first and leaves it on the request.
 //!
 //! Over a limit: `429 rate_limited` with `Retry-After` (whole seconds, rounded up) and the IETF
 //! `RateLimit-Policy` / `RateLimit` fields (draft-ietf-httpapi-ratelimit-headers), e.g.
@@ -42,7 +46,6 @@ pub struct Limits {
     limiter: Arc<dyn RateLimiter>,
     per_address: Option<Quota>,
     per_owner: Option<Quota>,
-    trust_forwarded_for: bool,
     base: String,
 }
 
@@ -52,21 +55,20 @@ impl Limits {
             limiter,
             per_address: Quota::new(config.rate_per_address, config.rate_burst),
             per_owner: Quota::new(config.rate_per_owner, config.rate_burst),
-            trust_forwarded_for: config.trust_forwarded_for,
             base: config.base_path(),
         }
     }
 
-    fn enabled(&self) -> bool {
+    pub(crate) fn enabled(&self) -> bool {
         self.per_address.is_some() || self.per_owner.is_some()
     }
 
-    /// The subjects a request from client address key `address` as owner hash `owner` is
-    /// charged to.
-    fn subjects(&self, address: Option<&str>, owner: Option<&str>) -> Vec<Subject> {
+    /// What a creating request from the client address key `source` with `headers` is charged
+    /// to: its address and its owner, where those limits are on.
+    pub(crate) fn subjects(&self, source: Option<&str>, headers: &HeaderMap) -> Vec<Subject> {
         let mut subjects = Vec::with_capacity(2);
         if let Some(quota) = self.per_address
-            && let Some(address) = address
+            && let Some(address) = source
         {
             subjects.push(Subject {
                 policy: PER_ADDRESS,
@@ -75,7 +77,7 @@ impl Limits {
             });
         }
         if let Some(quota) = self.per_owner
-            && let Some(owner) = owner
+            && let Some(owner) = owner(headers)
         {
             subjects.push(Subject {
                 policy: PER_OWNER,
@@ -86,13 +88,9 @@ impl Limits {
         subjects
     }
 
-    /// Checks and charges a caller the middleware does not see (the gRPC listener): `Some`
-    /// when it is over a limit.
-    pub async fn check_caller(&self, address: Option<&str>, owner: &str) -> Option<Limited> {
-        if !self.enabled() {
-            return None;
-        }
-        verdict(self, &self.subjects(address, Some(owner))).await
+    /// Checks and charges `subjects` (see [`Deferred::check`]).
+    pub(crate) async fn check(&self, subjects: &[Subject]) -> Option<Limited> {
+        verdict(self, subjects).await
     }
 }
 
@@ -227,8 +225,8 @@ pub async fn admit(State(limits): State<Limits>, mut request: Request, next: Nex
     let a2a = path
         .strip_prefix(&limits.base)
         .is_some_and(|path| path.starts_with("/a2a/"));
-    let address = crate::http::client_address::source_of(&request, limits.trust_forwarded_for);
-    let subjects = limits.subjects(address.as_deref(), owner(request.headers()).as_deref());
+    let source = crate::http::client_address::Source::of(request.extensions()).0;
+    let subjects = limits.subjects(source.as_deref(), request.headers());
     if jsonrpc {
         request.extensions_mut().insert(Deferred {
             limits: limits.clone(),

@@ -60,6 +60,7 @@ fn limits() -> Limits {
         h2_keep_alive_interval: crate::serve::H2_KEEP_ALIVE_INTERVAL,
         max_connections: 64,
         max_connections_per_ip: 16,
+        trusted_proxies: Default::default(),
     }
 }
 

@@ -16,8 +16,11 @@
 //!   HTTP/2 client that answers PINGs may keep an idle connection open; the connection caps
 //!   bound how many such connections there are.
 //! - how many connections are open: `max_connections` in total and `max_connections_per_ip`
-//!   per client address; more are closed at accept and counted, logged at `warn` for the first
-//!   and every 1,000th refusal (a flood of connections must not become a flood of log lines).
+//!   per client address (an IPv6 peer by its /64, [`crate::address::counted`], as the gateway's
+//!   rate limits count it; a peer in `trusted_proxies` is not held to it: a proxy's one address
+//!   carries many clients); more are closed at accept and counted, logged at `warn` for the
+//!   first and every 1,000th refusal (a flood of connections must not become a flood of log
+//!   lines).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -33,6 +36,8 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, Semaphore};
 use tower::ServiceExt;
+
+use crate::address::{TrustedProxies, counted};
 
 /// Largest request head (request line + headers) accepted; larger heads get 431.
 const MAX_HEAD_BYTES: usize = 64 * 1024;
@@ -52,17 +57,21 @@ pub struct Limits {
     pub h2_keep_alive_interval: Duration,
     pub max_connections: usize,
     pub max_connections_per_ip: usize,
+    /// Peers not held to `max_connections_per_ip` (the gateway's `--trusted-proxies`).
+    pub trusted_proxies: TrustedProxies,
 }
 
-/// Open connections per client address; an address leaves the map when its count reaches zero.
+/// Open connections per client address (as [`counted`]: an IPv6 peer by its /64); an address
+/// leaves the map when its count reaches zero.
 #[derive(Default)]
 struct PerIp {
     open: Mutex<HashMap<IpAddr, usize>>,
 }
 
 impl PerIp {
-    /// Counts a connection from `ip`, unless it already has `cap` open.
-    fn try_add(self: &Arc<Self>, ip: IpAddr, cap: usize) -> Option<IpGuard> {
+    /// Counts a connection from `peer`, unless its address already has `cap` open.
+    fn try_add(self: &Arc<Self>, peer: IpAddr, cap: usize) -> Option<IpGuard> {
+        let ip = counted(peer);
         let mut open = self
             .open
             .lock()
@@ -161,7 +170,11 @@ pub async fn serve(
             drop(stream);
             continue;
         };
-        let Some(ip_guard) = per_ip.try_add(peer.ip(), limits.max_connections_per_ip) else {
+        let ip_guard = if limits.trusted_proxies.contains(peer.ip()) {
+            None
+        } else if let Some(guard) = per_ip.try_add(peer.ip(), limits.max_connections_per_ip) {
+            Some(guard)
+        } else {
             refuse(
                 peer,
                 limits.max_connections_per_ip,
@@ -221,5 +234,34 @@ pub async fn serve(
         .is_err()
     {
         tracing::warn!("some connections were still open at the end of the drain");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse()
+            .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED))
+    }
+
+    #[test]
+    fn the_cap_per_address_counts_an_ipv6_64_as_one_address() {
+        let per_ip = Arc::new(PerIp::default());
+        let first = per_ip.try_add(ip("2001:db8:1:2::1"), 2);
+        let second = per_ip.try_add(ip("2001:db8:1:2:ffff:ffff:ffff:ffff"), 2);
+        assert!(first.is_some() && second.is_some());
+        // A third address of the same /64 is over the cap; the next /64 and IPv4 are not.
+        assert!(per_ip.try_add(ip("2001:db8:1:2::3"), 2).is_none());
+        let other = per_ip.try_add(ip("2001:db8:1:3::1"), 2);
+        assert!(other.is_some());
+        // An IPv4-mapped peer counts as its IPv4 address.
+        let v4 = per_ip.try_add(ip("192.0.2.1"), 1);
+        assert!(v4.is_some());
+        assert!(per_ip.try_add(ip("::ffff:192.0.2.1"), 1).is_none());
+        // Closing a connection frees its place.
+        drop(first);
+        assert!(per_ip.try_add(ip("2001:db8:1:2::3"), 2).is_some());
     }
 }

@@ -44,7 +44,8 @@ async fn main() -> Res {
         loadavg()
     );
     let receiver = WebhookReceiver::start(Answer::Ok).await?;
-    let settings = [("PUSH_ALLOWLIST", "127.0.0.1"), ("RUST_LOG", "warn")];
+    let allow = format!("127.0.0.1:{}", receiver.port());
+    let settings = [("PUSH_ALLOWLIST", allow.as_str()), ("RUST_LOG", "warn")];
     let worker_settings = [("WORKER_CONCURRENCY", "64"), ("RUST_LOG", "warn")];
     let mut builder = Cluster::builder();
     for n in 0..workers {

@@ -7,7 +7,7 @@ AGENT_BASE_URL is the agent's base URL, `{gateway}/a2a`: the SDK's card resolver
 characters); without the argument it is read from the environment variable A2A_TOKEN. The agent
 must run the TCK agent (`worker --a2a-tck-agent`, gateway `A2A_DEFAULT_SKILL=tck`) beside the
 `sleep` built-in, serve gRPC (`GRPC_LISTEN`) when GRPC is tested, and have push notifications on
-with 127.0.0.1 allowed as a webhook host (`PUSH_ALLOWLIST=127.0.0.1`).
+with 127.0.0.1 allowed as a webhook host on any port (`PUSH_ALLOWLIST=127.0.0.1:*`).
 
 The script starts a webhook receiver of its own: a stdlib HTTP server on 127.0.0.1 (a free
 port, in a thread) that answers every POST 200 and hands what it got to the checks.
@@ -58,6 +58,7 @@ import sys
 import threading
 import uuid
 
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from importlib.metadata import version
@@ -216,8 +217,8 @@ class GrpcRecorder:
 
 
 class WebhookReceiver:
-    """A push notification receiver on 127.0.0.1: a stdlib HTTP server in a thread that answers
-    every POST 200 and hands each one, by path, to the event loop (`wait_until`)."""
+    """A push notification receiver on 127.0.0.1: a stdlib HTTP server in a thread that hands
+    each POST, by path, to the event loop (`wait_until`), then answers it 200."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -236,10 +237,14 @@ class WebhookReceiver:
                     'notificationToken': self.headers.get('X-A2A-Notification-Token'),
                     'body': body,
                 }
+                # Recorded before it is answered: the sender sends its next update only once
+                # this one is answered, and each request has a thread of its own, so a record
+                # made after the answer could land after the next one's (the order seen would
+                # not be the order sent).
+                receiver._loop.call_soon_threadsafe(receiver._arrive, record)
                 self.send_response(200)
                 self.send_header('Content-Length', '0')
                 self.end_headers()
-                receiver._loop.call_soon_threadsafe(receiver._arrive, record)
 
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
                 pass
@@ -628,6 +633,15 @@ def is_completed(record: dict[str, Any]) -> bool:
     return isinstance(status, dict) and status.get('status', {}).get('state') == 'TASK_STATE_COMPLETED'
 
 
+def status_time(record: dict[str, Any]) -> datetime | None:
+    """The time a delivered status update says, or None."""
+    try:
+        stamp = json.loads(record['body'])['statusUpdate']['status']['timestamp']
+        return datetime.fromisoformat(stamp.replace('Z', '+00:00'))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
 async def push_delivery(
     client: Client, receiver: WebhookReceiver, secrets: PushSecrets
 ) -> dict[str, Any]:
@@ -660,6 +674,12 @@ async def push_delivery(
     check(
         states[-1:] == ['TASK_STATE_COMPLETED'] and is_completed(received[-1]),
         'the completed status update is the last delivery',
+        [record['body'] for record in received],
+    )
+    stamps = [stamp for stamp in map(status_time, received) if stamp is not None]
+    check(
+        stamps == sorted(stamps),
+        'each status update is stamped with its event time, in the order delivered',
         [record['body'] for record in received],
     )
     return {

@@ -4,7 +4,8 @@
 //! - [`interfaces`]: each protocol's endpoint URLs under that origin (cards cross-link them);
 //! - [`document`]: cached documents (the cards, `/entrypoints`, OpenAPI) with ETag and `304`;
 //! - [`sse`]: server-sent events' keep-alive and plain `data:` streams;
-//! - [`client_address`]: the client address key of rate limits and of `MAX_LIVE_PER_ADDRESS`;
+//! - [`client_address`]: the client address key of rate limits and of `MAX_LIVE_PER_ADDRESS`,
+//!   behind trusted proxies the right-most untrusted hop of the chain [`forwarded`] reads;
 //! - [`request_id`]: `x-request-id` values (random UUIDs without a system call each);
 //! - [`observe`]: HTTP server spans and metrics (OpenTelemetry semantic conventions).
 //!
@@ -13,6 +14,7 @@
 
 pub mod client_address;
 pub mod document;
+pub mod forwarded;
 pub mod interfaces;
 pub mod observe;
 pub mod origin;

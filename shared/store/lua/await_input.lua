@@ -7,6 +7,7 @@
 -- rebuilds. Field names: redis/fields.rs.
 --
 -- KEYS[1] task  KEYS[2] events  KEYS[3] leases  KEYS[4] admissions
+-- KEYS[5 .. 9] the task's push keys (push_outbox.lua)
 -- ARGV[1] task id  ARGV[2] holder id  ARGV[3] epoch  ARGV[4] request json
 -- ARGV[5] event data json  ARGV[6] channel  ARGV[7] event log length  ARGV[8] patience ms
 -- Returns the event's sequence number | false when fenced out (or not active).
@@ -26,4 +27,4 @@ redis.call('HDEL', task, 'lo', 'lx', 'rd', 'rm')
 redis.call('ZREM', leases, ARGV[1])
 redis.call('ZADD', admissions, deadline, ARGV[1])
 return log_event(events, ARGV[6], seq, 'inputRequired', ARGV[5], ARGV[7],
-  redis.call('HGET', task, 'nc'))
+  redis.call('HGET', task, 'nc'), push_keys(KEYS, 5, ARGV[1]))

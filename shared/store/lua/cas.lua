@@ -4,8 +4,10 @@
 -- never runs again. An unfenced terminal write (cancel) of a task that a worker holds notifies
 -- that worker's channel so its handler aborts at once.
 --
--- KEYS[1] leases  KEYS[2] admissions  KEYS[3] live
--- KEYS[4 ..] per task, 5 keys: task, events, owner_index, owner_live, queue
+-- KEYS[1] leases  KEYS[2] admissions  KEYS[3] live  KEYS[4] terminal  KEYS[5] terminal sizes
+-- KEYS[6] terminal bytes
+-- KEYS[7 ..] per task, 10 keys: task, events, owner_index, owner_live, queue, push configs,
+--   push outbox, push cursors, push due, push dropped (the task's push keys: push_outbox.lua)
 -- ARGV[1] retention ms  ARGV[2] event log length  ARGV[3] worker channel prefix
 -- ARGV[4 ..] per task, 11 values: task id, owner hash, expected statuses comma-wrapped
 --   (",running,"), next status, result json ('' none), error json ('' none), fence holder
@@ -18,13 +20,13 @@
 -- @include "swap_task"
 -- @include "swap_item"
 
-local leases, admissions, live = KEYS[1], KEYS[2], KEYS[3]
+local shard = shard_keys(KEYS)
 local retention, log_len, worker_prefix = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 local now = now_ms()
 local out = {}
 
-for i = 0, (#KEYS - 3) / 5 - 1 do
-  local k, a = swap_item(KEYS, ARGV, 4 + i * 5, 4 + i * 11, leases, admissions, live)
+for i = 0, (#KEYS - SHARD_KEYS) / ITEM_KEYS - 1 do
+  local k, a = swap_item(KEYS, ARGV, SHARD_KEYS + 1 + i * ITEM_KEYS, 4 + i * 11, shard)
   out[#out + 1] = swap_task(k, a, now, retention, log_len, worker_prefix)
 end
 return out

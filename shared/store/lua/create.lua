@@ -21,8 +21,10 @@
 -- entries already past their retention are dropped on every call as well, so the `terminal`
 -- set tracks what is really kept (finish_task.lua fills it).
 --
--- KEYS[1] live  KEYS[2] admissions  KEYS[3] leases  KEYS[4] terminal
--- KEYS[5 ..] per task, 6 keys: task, owner_index, owner_live, queue, wake, src_live (the
+-- KEYS[1] live  KEYS[2] admissions  KEYS[3] leases  KEYS[4] terminal  KEYS[5] terminal sizes
+-- KEYS[6] terminal bytes (the retained-task keys: evict_terminal.lua)  KEYS[7] push due (an
+--   evicted task leaves it)
+-- KEYS[8 ..] per task, 6 keys: task, owner_index, owner_live, queue, wake, src_live (the
 --   client address's live set; declared for every task, touched only for one with a source)
 -- ARGV[1] max tasks  ARGV[2] max retained  ARGV[3] max retained per owner
 -- ARGV[4] max live per owner  ARGV[5] max live per address  ARGV[6] max retained bytes (0: no
@@ -34,11 +36,13 @@
 --   creating process's channel when it follows the task, kept as `nc` for publish_event)
 -- Returns per task: {1, created_ms} | {0, 'DUPLICATE'} | {0, 'CAPACITY', due_count}
 --   | {0, 'OWNER_LIVE'} | {0, 'ADDRESS_LIVE'} | {0, 'OWNER_RETAINED'}
--- While the address bound is on, a task with a source enters src_live (scored by creation)
--- and its record names that set in field `sl`, so that finish_task.lua removes it exactly
--- when the task leaves `live`; the set expires a day after its last addition, so an address
--- that never returns leaves no key. A task with a source keeps it as `pa` (whatever the
--- address bound): the address its push deliveries share slots under (push_claim.lua).
+-- While the address bound is on, a task with a source enters src_live (scored by creation);
+-- a creation that finds the set at its bound first drops the ids no longer in `live`
+-- (address_has_room), so finished tasks leave it there, not in the scripts that finish them
+-- (which could not declare it); the set expires a day after its last addition, so an address
+-- that never returns leaves no key.
+-- A task with a source keeps it as `pa` (whatever the address bound): the address its push
+-- deliveries share slots under (push_claim.lua).
 -- Each created task's seq is 1: its `statusUpdate running`, which is neither logged nor
 -- published. The record rebuilds it (redis/event_log.rs), and nobody can listen to a task
 -- before its creation except the creator, whose create reply is that event.
@@ -47,7 +51,10 @@
 -- @include "ring_doorbell"
 -- @include "evict_terminal"
 
-local live, admissions, leases, terminal = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local live, admissions, leases = KEYS[1], KEYS[2], KEYS[3]
+local retained = retained_keys(KEYS, 4)
+retained.push_due = KEYS[7]
+local terminal = retained.terminal
 local max_tasks, max_retained = tonumber(ARGV[1]), tonumber(ARGV[2])
 local max_owner_retained, max_owner_live = tonumber(ARGV[3]), tonumber(ARGV[4])
 local max_address_live, max_retained_bytes = tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -57,7 +64,7 @@ local now = now_ms()
 local SOURCE_TTL_MS = 86400000
 local out = {}
 
-prune_expired(terminal, prefix, now, 16)
+prune_expired(retained, prefix, now, 16)
 
 -- Evicts the owner's oldest terminal task (a missing record counts: it expired); false when
 -- every indexed task of the owner is live.
@@ -69,7 +76,7 @@ local function evict_owner_oldest(owner_index, owner)
     for _, id in ipairs(ids) do
       local status = redis.call('HGET', prefix .. ':task:' .. id, 'st')
       if status ~= 'running' then
-        evict(terminal, prefix, owner .. ':' .. id)
+        evict(retained, prefix, owner .. ':' .. id)
         -- Not in `terminal` (never finished: an expired record of an older layout).
         redis.call('ZREM', owner_index, id)
         return true
@@ -80,7 +87,8 @@ local function evict_owner_oldest(owner_index, owner)
 end
 
 -- Whether the address may hold one more live task. At the bound, ids no longer in `live` are
--- dropped first: a safety net, as finish_task.lua removes every id that leaves.
+-- dropped first: that is how finished tasks leave the set (finish_task.lua leaves it alone,
+-- since its callers cannot name it), so the set never holds more than the bound.
 local function address_has_room(src_live)
   if redis.call('ZCARD', src_live) < max_address_live then return true end
   for _, id in ipairs(redis.call('ZRANGE', src_live, 0, -1)) do
@@ -99,8 +107,8 @@ end
 -- Only this call changes `live` meanwhile (a script runs alone), one SADD per created task.
 local live_count = redis.call('SCARD', live)
 
-for i = 0, (#KEYS - 4) / 6 - 1 do
-  local kb, ab = 5 + i * 6, 8 + i * 11
+for i = 0, (#KEYS - 7) / 6 - 1 do
+  local kb, ab = 8 + i * 6, 8 + i * 11
   local task, owner_index = KEYS[kb], KEYS[kb + 1]
   local owner_live, queue, wake = KEYS[kb + 2], KEYS[kb + 3], KEYS[kb + 4]
   local src_live = KEYS[kb + 5]
@@ -134,14 +142,14 @@ for i = 0, (#KEYS - 4) / 6 - 1 do
         refused = {0, 'CAPACITY', due_count()}
         break
       end
-      evict(terminal, prefix, oldest[1])
+      evict(retained, prefix, oldest[1])
     end
   end
   if not refused and max_retained_bytes > 0 then
-    while retained_bytes(terminal) > max_retained_bytes do
+    while retained_bytes(retained) > max_retained_bytes do
       local oldest = redis.call('ZRANGE', terminal, 0, 0)
       if #oldest == 0 then break end
-      evict(terminal, prefix, oldest[1])
+      evict(retained, prefix, oldest[1])
     end
   end
 
@@ -161,10 +169,6 @@ for i = 0, (#KEYS - 4) / 6 - 1 do
     if retention ~= '' then
       set[#set + 1] = 'rt'
       set[#set + 1] = retention
-    end
-    if counted then
-      set[#set + 1] = 'sl'
-      set[#set + 1] = src_live
     end
     if ARGV[ab + 9] ~= '' then
       set[#set + 1] = 'pa'

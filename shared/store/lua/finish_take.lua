@@ -5,8 +5,8 @@
 -- the queues here, so no worker names candidates and none races another for a queue head. A
 -- rejected write still takes: the worker's slot is free either way.
 --
--- KEYS[1] leases  KEYS[2] admissions  KEYS[3] live  KEYS[4 .. 3+Q] queues
--- KEYS[4+Q ..] per finish item, 5 keys (as cas.lua)
+-- KEYS[1 .. 6] as cas.lua's (leases, admissions, live, terminal, terminal sizes, terminal bytes)
+-- KEYS[7 .. 6+Q] queues  KEYS[7+Q ..] per finish item, 10 keys (as cas.lua)
 -- ARGV[1] retention ms  ARGV[2] event log length  ARGV[3] worker channel prefix
 -- ARGV[4] claimer id  ARGV[5] lease ttl ms  ARGV[6] run limit ms  ARGV[7] max claims
 -- ARGV[8] Q  ARGV[9] number of finish items F
@@ -19,7 +19,7 @@
 -- @include "swap_item"
 -- @include "take_queued"
 
-local leases, admissions, live = KEYS[1], KEYS[2], KEYS[3]
+local shard = shard_keys(KEYS)
 local retention, log_len, worker_prefix = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 local claimer, ttl, run_ms, max = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local q, items = tonumber(ARGV[8]), tonumber(ARGV[9])
@@ -27,11 +27,11 @@ local now = now_ms()
 
 local finishes = {}
 for i = 0, items - 1 do
-  local k, a = swap_item(KEYS, ARGV, 4 + q + i * 5, 10 + i * 11, leases, admissions, live)
+  local k, a = swap_item(KEYS, ARGV, SHARD_KEYS + 1 + q + i * ITEM_KEYS, 10 + i * 11, shard)
   finishes[#finishes + 1] = swap_task(k, a, now, retention, log_len, worker_prefix)
 end
 
 local queues = {}
-for i = 1, q do queues[i] = KEYS[3 + i] end
-local claims, more = take_queued(leases, queues, claimer, ttl, max, run_ms, now)
+for i = 1, q do queues[i] = KEYS[SHARD_KEYS + i] end
+local claims, more = take_queued(shard.leases, queues, claimer, ttl, max, run_ms, now)
 return {finishes, claims, more}

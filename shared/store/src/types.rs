@@ -24,8 +24,10 @@ pub const DEFAULT_MAX_RETAINED_PER_OWNER: u64 = 1_000;
 /// Default cap on one owner's non-terminal tasks (`MAX_LIVE_PER_OWNER`).
 pub const DEFAULT_MAX_LIVE_PER_OWNER: u64 = 100;
 /// Default cap on the non-terminal tasks of one client address (`MAX_LIVE_PER_ADDRESS`):
-/// anonymous callers get a fresh owner per task, so only their address holds them.
-pub const DEFAULT_MAX_LIVE_PER_ADDRESS: u64 = 100;
+/// anonymous callers get a fresh owner per task, so only their address holds them. A fifth of
+/// [`DEFAULT_MAX_TASKS`]: one machine's load test keeps a couple of hundred tasks running, and
+/// it still takes five addresses to fill the cluster.
+pub const DEFAULT_MAX_LIVE_PER_ADDRESS: u64 = 200;
 /// Default cap on the bytes terminal tasks keep (`MAX_RETAINED_BYTES`, 256 MiB): what retained
 /// results can take of Redis whatever their count; the terminal tasks that expire first are
 /// evicted to stay under it.

@@ -4,9 +4,12 @@
 //! never reach a resolver), no proxy (it would dial for us, unchecked), no redirects (the
 //! target would be dialled without the URL checks, and a 307 would resend the credentials),
 //! and a bounded response read with a total timeout (a receiver cannot hold a sender or fill
-//! its memory).
+//! its memory). Allowlist entries admit some ports only, and a resolver is not told the port,
+//! so a URL goes through the connection pool of its port's view of the policy
+//! ([`WebhookPolicy::for_port`]): a handful for any allowlist, built on first use.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -19,7 +22,7 @@ use reqwest::{Response, redirect};
 use crate::authorization::{authorization_header, token_header};
 use crate::error::WebhookError;
 use crate::outcome::DeliveryOutcome;
-use crate::policy::WebhookPolicy;
+use crate::policy::{DialPort, WebhookPolicy};
 use crate::resolve::{DialRefused, GuardedResolver};
 use crate::target::validate_url;
 
@@ -46,31 +49,39 @@ impl Default for WebhookConfig {
 }
 
 /// The SSRF-guarded client push notifications are delivered with. Cheap to clone (the
-/// connection pool is shared).
+/// connection pools are shared).
 #[derive(Debug, Clone)]
 pub struct WebhookClient {
-    http: reqwest::Client,
+    /// One HTTP client for each view of the policy met so far, by view: at most one more than
+    /// the ports the allowlist names, times two (a scheme's default port or not).
+    views: Arc<Mutex<HashMap<WebhookPolicy, reqwest::Client>>>,
     policy: Arc<WebhookPolicy>,
     config: WebhookConfig,
 }
 
 impl WebhookClient {
     pub fn new(policy: WebhookPolicy, config: WebhookConfig) -> Result<Self, WebhookError> {
-        let policy = Arc::new(policy);
-        let http = reqwest::Client::builder()
-            .dns_resolver(GuardedResolver::new(Arc::clone(&policy)))
-            .no_proxy()
-            .redirect(redirect::Policy::none())
-            .timeout(config.timeout)
-            .connect_timeout(config.connect_timeout)
-            .user_agent(concat!("taskcluster-webhook/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(WebhookError::Client)?;
+        // The public-only view (ports no entry names) now, so that a TLS set-up that cannot
+        // work fails at start.
+        let public = WebhookPolicy::public_only();
+        let http = build(public.clone(), &config)?;
         Ok(Self {
-            http,
-            policy,
+            views: Arc::new(Mutex::new(HashMap::from([(public, http)]))),
+            policy: Arc::new(policy),
             config,
         })
+    }
+
+    /// The HTTP client whose resolver holds `dial`'s view of the policy.
+    fn http_for(&self, dial: DialPort) -> Result<reqwest::Client, WebhookError> {
+        let view = self.policy.for_port(dial);
+        let mut views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(http) = views.get(&view) {
+            return Ok(http.clone());
+        }
+        let http = build(view.clone(), &self.config)?;
+        views.insert(view, http.clone());
+        Ok(http)
     }
 
     pub fn policy(&self) -> &WebhookPolicy {
@@ -115,9 +126,13 @@ impl WebhookClient {
             HeaderValue::from_str(content_type).map_err(|_| WebhookError::InvalidContentType)?;
         let url = validate_url(url, &self.policy)?;
         let host = url.host_str().unwrap_or_default().to_owned();
+        // validate_url accepts http and https URLs only: they have a port.
+        let dial = DialPort::of(&url).ok_or_else(|| WebhookError::InvalidUrl {
+            reason: "has no port".to_owned(),
+        })?;
 
         let mut request = self
-            .http
+            .http_for(dial)?
             .post(url)
             .header(CONTENT_TYPE, content_type)
             .body(body);
@@ -138,6 +153,19 @@ impl WebhookClient {
         tracing::debug!(%host, %outcome, "webhook delivery attempt");
         Ok(outcome)
     }
+}
+
+/// A client that resolves through `view` (a [`WebhookPolicy::for_port`] view).
+fn build(view: WebhookPolicy, config: &WebhookConfig) -> Result<reqwest::Client, WebhookError> {
+    reqwest::Client::builder()
+        .dns_resolver(GuardedResolver::new(Arc::new(view)))
+        .no_proxy()
+        .redirect(redirect::Policy::none())
+        .timeout(config.timeout)
+        .connect_timeout(config.connect_timeout)
+        .user_agent(concat!("taskcluster-webhook/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(WebhookError::Client)
 }
 
 /// Turns a failed send into an outcome, or into the policy refusal that caused it.

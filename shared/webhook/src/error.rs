@@ -36,7 +36,7 @@ pub enum WebhookError {
 fn list(refusals: &[Refusal]) -> String {
     let each: Vec<String> = refusals.iter().map(ToString::to_string).collect();
     format!(
-        "{} (public addresses only unless on the push notification allowlist)",
+        "{} (public addresses only unless on the push notification allowlist, for the URL's port)",
         each.join(", ")
     )
 }

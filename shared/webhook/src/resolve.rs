@@ -3,13 +3,17 @@
 //! only be opened to an address that was checked in the same step: a name that answers with a
 //! public address when the config is created and with 127.0.0.1 later (DNS rebinding) is
 //! refused at that later connection.
+//!
+//! A resolver is not told the port it resolves for, so each one holds the policy's view for
+//! the ports it serves ([`WebhookPolicy::for_port`]: the entries that admit them, for every
+//! port), and the client sends each URL through the connector of its port's view.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
-use crate::policy::{Refusal, WebhookPolicy};
+use crate::policy::{DialPort, Refusal, WebhookPolicy};
 
 /// Every address `host` resolved to is refused. Travels through reqwest's error as its source,
 /// and the client turns it back into [`WebhookError::Refused`](crate::WebhookError::Refused).
@@ -22,6 +26,7 @@ pub(crate) struct DialRefused {
 
 #[derive(Debug, Clone)]
 pub(crate) struct GuardedResolver {
+    /// A view whose entries admit every port (`WebhookPolicy::for_port`).
     policy: Arc<WebhookPolicy>,
 }
 
@@ -30,6 +35,12 @@ impl GuardedResolver {
         Self { policy }
     }
 }
+
+/// Any port: the view's entries admit every one.
+const VIEW_PORT: DialPort = DialPort {
+    port: 0,
+    scheme_default: false,
+};
 
 impl Resolve for GuardedResolver {
     fn resolve(&self, name: Name) -> Resolving {
@@ -69,7 +80,7 @@ fn filter(
     let mut allowed = Vec::with_capacity(resolved.len());
     let mut refusals = Vec::new();
     for addr in resolved {
-        match policy.check_resolved(host, addr.ip()) {
+        match policy.check_resolved(host, addr.ip(), VIEW_PORT) {
             Ok(()) => allowed.push(addr),
             Err(refusal) => refusals.push(refusal),
         }
@@ -123,7 +134,7 @@ mod tests {
                 .any(|r| r.ip == std::net::Ipv4Addr::LOCALHOST)
         );
 
-        let allow = GuardedResolver::new(Arc::new(WebhookPolicy::from_allowlist("127.0.0.0/8")?));
+        let allow = GuardedResolver::new(Arc::new(WebhookPolicy::from_allowlist("127.0.0.0/8:*")?));
         let allowed: Vec<SocketAddr> = allow.resolve("localhost".parse()?).await?.collect();
         assert!(!allowed.is_empty());
         assert!(

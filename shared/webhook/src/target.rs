@@ -7,11 +7,11 @@ use reqwest::Url;
 use url::Host;
 
 use crate::error::WebhookError;
-use crate::policy::WebhookPolicy;
+use crate::policy::{DialPort, WebhookPolicy};
 
 /// Parses a webhook URL and checks what can be checked without resolving or calling it: an
 /// http or https URL with a host and no user name or password, whose host, when it is an IP
-/// address, the policy allows.
+/// address, the policy allows on the port the URL dials.
 pub fn validate_url(url: &str, policy: &WebhookPolicy) -> Result<Url, WebhookError> {
     let invalid = |reason: &str| WebhookError::InvalidUrl {
         reason: reason.to_owned(),
@@ -35,9 +35,10 @@ pub fn validate_url(url: &str, policy: &WebhookPolicy) -> Result<Url, WebhookErr
         Some(Host::Ipv4(v4)) => Some(v4.into()),
         Some(Host::Ipv6(v6)) => Some(v6.into()),
     };
+    let dial = DialPort::of(&parsed).ok_or_else(|| invalid("has no port"))?;
     if let Some(ip) = ip {
         policy
-            .check_ip(ip)
+            .check_ip(ip, dial)
             .map_err(|refusal| WebhookError::Refused {
                 host: parsed.host_str().unwrap_or_default().to_owned(),
                 refusals: vec![refusal],
@@ -107,9 +108,27 @@ mod tests {
 
     #[test]
     fn a_cidr_on_the_allowlist_admits_a_literal() -> Result<(), Box<dyn std::error::Error>> {
-        let policy = WebhookPolicy::from_allowlist("127.0.0.0/8")?;
+        let policy = WebhookPolicy::from_allowlist("127.0.0.0/8:8080")?;
         validate_url("http://127.0.0.1:8080/", &policy)?;
         validate_url("http://[::ffff:127.0.0.1]:8080/", &policy)?;
+        // On its own port only: another is refused as any refused address is.
+        for url in [
+            "http://127.0.0.1/",
+            "http://127.0.0.1:8081/",
+            "https://127.0.0.1/",
+        ] {
+            match validate_url(url, &policy) {
+                Err(WebhookError::Refused { host, refusals }) => {
+                    assert_eq!(host, "127.0.0.1");
+                    assert_eq!(refusals[0].range, RefusedRange::Loopback);
+                }
+                other => panic!("{url}: expected a refusal, got {other:?}"),
+            }
+        }
+        let default_port = WebhookPolicy::from_allowlist("127.0.0.0/8")?;
+        validate_url("http://127.0.0.1/", &default_port)?;
+        validate_url("https://127.0.0.1:443/", &default_port)?;
+        assert!(validate_url("http://127.0.0.1:8080/", &default_port).is_err());
         let names_only = WebhookPolicy::from_allowlist("localhost")?;
         match validate_url("http://127.0.0.1/", &names_only) {
             Err(WebhookError::Refused { host, refusals }) => {

@@ -163,13 +163,14 @@ async fn a_name_resolving_to_loopback_is_refused_without_the_allowlist() -> Test
 #[tokio::test]
 async fn a_name_resolving_to_loopback_is_delivered_when_allowed() -> TestResult {
     let receiver = Receiver::start().await?;
+    let port = receiver.addr.port();
     for allowlist in [
-        "localhost",
-        "LOCALHOST",
-        "127.0.0.0/8",
-        "10.0.0.0/8, 127.0.0.1",
+        format!("localhost:{port}"),
+        "LOCALHOST:*".to_owned(),
+        format!("127.0.0.0/8:{port}"),
+        format!("10.0.0.0/8, 127.0.0.1:{port}"),
     ] {
-        let outcome = client(allowlist)?
+        let outcome = client(&allowlist)?
             .post(&receiver.url("localhost", "/hook"), None, A2A_JSON, body())
             .await?;
         assert_eq!(
@@ -179,6 +180,36 @@ async fn a_name_resolving_to_loopback_is_delivered_when_allowed() -> TestResult 
         );
     }
     assert_eq!(receiver.hooks().await.len(), 4);
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_allowlisted_host_on_another_port_is_refused() -> TestResult {
+    let receiver = Receiver::start().await?;
+    let port = receiver.addr.port();
+    let other = if port == 65535 { port - 1 } else { port + 1 };
+    // Entries for another port of the host, and entries without a port (http's 80 only): the
+    // receiver's port is not theirs, by name (refused at the connection) or by literal (before).
+    for allowlist in [
+        format!("localhost:{other},127.0.0.1:{other}"),
+        "localhost,127.0.0.0/8".to_owned(),
+    ] {
+        let client = client(&allowlist)?;
+        let by_name = client
+            .post(&receiver.url("localhost", "/hook"), None, A2A_JSON, body())
+            .await;
+        assert_loopback_refused(by_name, "localhost");
+        let literal = client
+            .post(&receiver.url("127.0.0.1", "/hook"), None, A2A_JSON, body())
+            .await;
+        assert_loopback_refused(literal, "127.0.0.1");
+    }
+    assert_eq!(receiver.requests(), 0);
+    // The same client, on the port it names: delivered.
+    let outcome = client(&format!("localhost:{other},localhost:{port}"))?
+        .post(&receiver.url("localhost", "/hook"), None, A2A_JSON, body())
+        .await?;
+    assert!(outcome.is_delivered(), "{outcome}");
     Ok(())
 }
 
@@ -204,7 +235,7 @@ async fn loopback_literals_are_refused_without_a_cidr() -> TestResult {
         }
     }
     assert_eq!(receiver.requests(), 0);
-    let outcome = client("127.0.0.0/8")?
+    let outcome = client("127.0.0.0/8:*")?
         .post(&receiver.url("127.0.0.1", "/hook"), None, A2A_JSON, body())
         .await?;
     assert!(outcome.is_delivered(), "{outcome}");
@@ -214,7 +245,7 @@ async fn loopback_literals_are_refused_without_a_cidr() -> TestResult {
 #[tokio::test]
 async fn a_redirect_is_reported_not_followed() -> TestResult {
     let receiver = Receiver::start().await?;
-    let outcome = client("localhost")?
+    let outcome = client("localhost:*")?
         .post(
             &receiver.url("localhost", "/redirect"),
             Some(("Bearer", "x")),
@@ -255,7 +286,7 @@ async fn an_endless_response_body_is_not_read_past_the_bound() -> TestResult {
         timeout: limit,
         ..WebhookConfig::default()
     };
-    let client = WebhookClient::new(WebhookPolicy::from_allowlist("localhost")?, config)?;
+    let client = WebhookClient::new(WebhookPolicy::from_allowlist("localhost:*")?, config)?;
     let url = receiver.url("localhost", "/endless");
     let started = std::time::Instant::now();
     let outcome = client.post(&url, None, A2A_JSON, body()).await?;
@@ -275,7 +306,7 @@ async fn an_endless_response_body_is_not_read_past_the_bound() -> TestResult {
 #[tokio::test]
 async fn the_authorization_header_arrives_as_given_and_line_breaks_never_leave() -> TestResult {
     let receiver = Receiver::start().await?;
-    let client = client("localhost")?;
+    let client = client("localhost:*")?;
     let url = receiver.url("localhost", "/hook");
     let outcome = client
         .post(&url, Some(("Bearer", "x")), A2A_JSON, body())
@@ -335,7 +366,7 @@ async fn a_receiver_that_never_answers_times_out() -> TestResult {
         timeout: Duration::from_millis(300),
         ..WebhookConfig::default()
     };
-    let client = WebhookClient::new(WebhookPolicy::from_allowlist("localhost")?, config)?;
+    let client = WebhookClient::new(WebhookPolicy::from_allowlist("localhost:*")?, config)?;
     let outcome = client
         .post(
             &format!("http://localhost:{port}/hook"),
@@ -352,7 +383,7 @@ async fn a_receiver_that_never_answers_times_out() -> TestResult {
 #[tokio::test]
 async fn a_closed_port_is_a_retryable_connection_failure() -> TestResult {
     let port = TcpListener::bind("127.0.0.1:0").await?.local_addr()?.port();
-    let outcome = client("127.0.0.1")?
+    let outcome = client("127.0.0.1:*")?
         .post(
             &format!("http://127.0.0.1:{port}/hook?token=secret"),
             None,
@@ -373,7 +404,7 @@ async fn a_closed_port_is_a_retryable_connection_failure() -> TestResult {
 #[tokio::test]
 async fn statuses_are_classified_on_the_wire() -> TestResult {
     let receiver = Receiver::start().await?;
-    let client = client("localhost")?;
+    let client = client("localhost:*")?;
     let seven = Some(Duration::from_secs(7));
     for (code, expected) in [
         (200, DeliveryOutcome::Delivered { status: 200 }),
@@ -426,7 +457,7 @@ async fn statuses_are_classified_on_the_wire() -> TestResult {
 #[tokio::test]
 async fn urls_that_are_not_webhooks_are_refused_before_sending() -> TestResult {
     let receiver = Receiver::start().await?;
-    let client = client("localhost")?;
+    let client = client("localhost:*")?;
     let port = receiver.addr.port();
     for url in [
         format!("ftp://localhost:{port}/hook"),

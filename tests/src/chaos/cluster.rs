@@ -107,7 +107,8 @@ impl Cluster {
             ("RETENTION_MS", "3600000".to_owned()),
             // Push deliveries to the run's receiver on loopback; a killed gateway's claim
             // expires within the run, and a failed attempt is retried soon.
-            ("PUSH_ALLOWLIST", "127.0.0.1".to_owned()),
+            // (Every port: the receiver starts after the gateways, on a free one.)
+            ("PUSH_ALLOWLIST", "127.0.0.1:*".to_owned()),
             ("PUSH_CLAIM_MS", self.push_claim_ms.to_string()),
             ("PUSH_RETRY_BASE_MS", "100".to_owned()),
             ("PUSH_RETRY_CAP_MS", "2000".to_owned()),

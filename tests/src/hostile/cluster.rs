@@ -88,7 +88,7 @@ impl Cluster {
                     ("FACILITATOR_URL", facilitator_url.clone()),
                     ("PUBLIC_URL", base.clone()),
                     // The gateway's defaults (the harness sets 0 for the suites).
-                    ("RATE_PER_ADDRESS", "50".to_owned()),
+                    ("RATE_PER_ADDRESS", "100".to_owned()),
                     ("RATE_PER_PAYER", "10".to_owned()),
                     (
                         "MAX_LIVE_PER_ADDRESS",

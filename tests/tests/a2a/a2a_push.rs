@@ -8,8 +8,10 @@
 //! configs expiring with the task once it finished; the SSRF policy refusing a host name that
 //! resolves to loopback unless the allowlist names it; a delivery that keeps failing retried
 //! a bounded number of times, then kept and counted; a gateway SIGKILLed in the middle of a
-//! delivery losing none of it; and one address's hanging receivers, under however many
-//! tokens, never holding the slots kept for other addresses.
+//! delivery losing none of it; one address's hanging receivers, under however many tokens,
+//! never holding the slots kept for other addresses; a run that ended before its first
+//! delivery told in order, each update stamped with its event's time; and an allowlist entry
+//! admitting only the port it names.
 
 use std::time::Duration;
 
@@ -154,6 +156,12 @@ fn uuid() -> String {
     )
 }
 
+/// The allowlist entry of the receiver's address and port (an entry without a port would
+/// admit port 80 only).
+fn loopback(receiver: &WebhookReceiver) -> String {
+    format!("127.0.0.1:{}", receiver.port())
+}
+
 fn code(error: &Value) -> i64 {
     error["code"].as_i64().unwrap_or_default()
 }
@@ -229,7 +237,12 @@ async fn wait_for_exhausted(cluster: &Cluster, task_id: &str) -> Res<Value> {
 #[tokio::test(flavor = "multi_thread")]
 async fn configs_are_created_read_listed_and_deleted_on_both_http_bindings() -> Res {
     let receiver = WebhookReceiver::start(Answer::Ok).await?;
-    let cluster = cluster(&[("PUSH_ALLOWLIST", "127.0.0.1"), ("PUSH_MAX_CONFIGS", "3")]).await?;
+    let allow = loopback(&receiver);
+    let cluster = cluster(&[
+        ("PUSH_ALLOWLIST", allow.as_str()),
+        ("PUSH_MAX_CONFIGS", "3"),
+    ])
+    .await?;
     let card: Value = cluster
         .http
         .get(format!(
@@ -454,7 +467,8 @@ async fn configs_are_created_read_listed_and_deleted_on_both_http_bindings() -> 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_streaming_task_is_delivered_in_order_with_its_headers() -> Res {
     let receiver = WebhookReceiver::start(Answer::Ok).await?;
-    let cluster = cluster(&[("PUSH_ALLOWLIST", "127.0.0.1")]).await?;
+    let allow = loopback(&receiver);
+    let cluster = cluster(&[("PUSH_ALLOWLIST", allow.as_str())]).await?;
     let task = send(
         &cluster,
         "count",
@@ -583,7 +597,8 @@ async fn a_host_resolving_to_loopback_is_refused_unless_the_allowlist_names_it()
     );
 
     // The same host on the allowlist: delivered.
-    let allowed = cluster(&[("PUSH_ALLOWLIST", "localhost")]).await?;
+    let allow = format!("localhost:{}", receiver.port());
+    let allowed = cluster(&[("PUSH_ALLOWLIST", allow.as_str())]).await?;
     send(
         &allowed,
         "echo",
@@ -604,8 +619,9 @@ async fn a_host_resolving_to_loopback_is_refused_unless_the_allowlist_names_it()
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failing_receiver_gets_a_bounded_number_of_attempts_then_the_delivery_is_kept() -> Res {
     let receiver = WebhookReceiver::start(Answer::Status(503)).await?;
+    let allow = loopback(&receiver);
     let cluster = cluster(&[
-        ("PUSH_ALLOWLIST", "127.0.0.1"),
+        ("PUSH_ALLOWLIST", allow.as_str()),
         ("PUSH_MAX_ATTEMPTS", "3"),
         ("PUSH_RETRY_BASE_MS", "20"),
         ("PUSH_RETRY_CAP_MS", "100"),
@@ -645,7 +661,11 @@ async fn a_failing_receiver_gets_a_bounded_number_of_attempts_then_the_delivery_
 async fn a_gateway_killed_mid_delivery_loses_no_delivery() -> Res {
     // The receiver holds the first delivery open: the gateway is killed while it waits.
     let receiver = WebhookReceiver::start(Answer::Hang).await?;
-    let settings = [("PUSH_ALLOWLIST", "127.0.0.1"), ("PUSH_CLAIM_MS", "1500")];
+    let allow = loopback(&receiver);
+    let settings = [
+        ("PUSH_ALLOWLIST", allow.as_str()),
+        ("PUSH_CLAIM_MS", "1500"),
+    ];
     let mut cluster = cluster(&settings).await?;
     let task = send(
         &cluster,
@@ -706,8 +726,9 @@ async fn an_addresss_hanging_receivers_leave_other_addresses_a_slot_whatever_its
     // Four slots: one is each address's share and one is kept for addresses with nothing under
     // way, so the flood's tasks get three at most. Client addresses come from a single
     // X-Forwarded-For hop, trusted from the loopback peer.
+    let allow = loopback(&receiver);
     let cluster = cluster(&[
-        ("PUSH_ALLOWLIST", "127.0.0.1"),
+        ("PUSH_ALLOWLIST", allow.as_str()),
         ("PUSH_CONCURRENCY", "4"),
         ("TRUST_FORWARDED_FOR", "true"),
     ])
@@ -758,5 +779,174 @@ async fn an_addresss_hanging_receivers_leave_other_addresses_a_slot_whatever_its
         3,
         "the flood held the reserve, or less than its share and the free slots"
     );
+    Ok(())
+}
+
+/// The time a status update says (its `status.timestamp`), as Unix ms.
+fn stamp_ms(received: &Received) -> Res<i64> {
+    let text = received.body["statusUpdate"]["status"]["timestamp"]
+        .as_str()
+        .ok_or_else(|| format!("no timestamp in {}", received.body))?;
+    Ok(chrono::DateTime::parse_from_rfc3339(text)?.timestamp_millis())
+}
+
+/// Issue 36, item 9: a run that ends before its first delivery is rendered, for each update,
+/// at delivery time. Its `working` update must still come before `completed` and say the
+/// time of the event that told it (the run's end), not the time it was sent: a receiver that
+/// orders or deduplicates by timestamp must not see the task work after it completed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_that_ends_before_its_first_delivery_is_told_in_order_at_its_events_times() -> Res {
+    let receiver = WebhookReceiver::start(Answer::Hang).await?;
+    // One delivery slot, held by a first task's receiver: the raced task's first claim can
+    // only come once its run is over.
+    let allow = loopback(&receiver);
+    let cluster = cluster(&[
+        ("PUSH_ALLOWLIST", allow.as_str()),
+        ("PUSH_CONCURRENCY", "1"),
+    ])
+    .await?;
+    send(
+        &cluster,
+        "echo",
+        json!({"hold": true}),
+        Some(json!({"url": receiver.url("/hold")})),
+    )
+    .await?;
+    receiver
+        .wait_for(PATIENCE, "the held delivery", |requests| {
+            requests.iter().any(|request| request.path == "/hold")
+        })
+        .await?;
+    // The raced task: created, run and finished while the only slot is held (a blocking send
+    // answers once it finished).
+    let (result, error) = rpc(
+        &cluster,
+        TOKEN_A,
+        "SendMessage",
+        json!({
+            "message": {
+                "messageId": format!("push-raced-{}", uuid()),
+                "role": "ROLE_USER",
+                "parts": [{"data": {"raced": true}}],
+                "metadata": {"skillId": "echo"},
+            },
+            "configuration": {
+                "returnImmediately": false,
+                "taskPushNotificationConfig": {"url": receiver.url("/raced")},
+            },
+        }),
+    )
+    .await?;
+    assert!(error.is_null(), "{error}");
+    let task = &result["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{result}");
+    let finished = task["status"]["timestamp"]
+        .as_str()
+        .ok_or_else(|| format!("no status timestamp in {result}"))?;
+    let finished_ms = chrono::DateTime::parse_from_rfc3339(finished)?.timestamp_millis();
+    // Every delivery of the raced task is rendered after this: past the end's millisecond.
+    loop {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
+        if i64::try_from(now.as_millis())? > finished_ms {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    receiver.answer(Answer::Ok);
+    receiver
+        .wait_for(PATIENCE, "the raced task's completed status", |requests| {
+            requests
+                .iter()
+                .any(|r| r.path == "/raced" && status_state(r) == Some("TASK_STATE_COMPLETED"))
+        })
+        .await?;
+    let raced = receiver.requests_to("/raced");
+    let states: Vec<&str> = raced.iter().filter_map(status_state).collect();
+    assert_eq!(
+        states,
+        ["TASK_STATE_WORKING", "TASK_STATE_COMPLETED"],
+        "{raced:#?}"
+    );
+    let stamps = raced
+        .iter()
+        .filter(|request| status_state(request).is_some())
+        .map(stamp_ms)
+        .collect::<Res<Vec<i64>>>()?;
+    // Each update says when its event happened: the run's end, as the task records it.
+    assert_eq!(
+        stamps,
+        [finished_ms, finished_ms],
+        "working then completed, stamped {stamps:?}; the task finished at {finished}"
+    );
+    Ok(())
+}
+
+/// Issue 36, item 8b: an allowlist entry admits the port it names, and an entry without one
+/// only the URL scheme's (80 or 443), not every port of its host: allowing a receiver must not
+/// open the host's other services (Redis, an admin port) to whoever creates a config.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_allowlisted_host_is_reached_only_on_the_port_its_entry_names() -> Res {
+    let receiver = WebhookReceiver::start(Answer::Ok).await?;
+    // The receiver's host and address, without a port: http's 80 only, never the receiver's.
+    let guarded = cluster(&[("PUSH_ALLOWLIST", "127.0.0.1,localhost")]).await?;
+    // An IP literal: refused when the config is created, as any SSRF refusal is.
+    let waiting = send(&guarded, "sleep", json!({"ms": 60_000}), None).await?;
+    let (_, error) = rpc(
+        &guarded,
+        TOKEN_A,
+        "CreateTaskPushNotificationConfig",
+        json!({"taskId": waiting, "url": receiver.url("/literal")}),
+    )
+    .await?;
+    assert_eq!(code(&error), -32602, "{error}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("webhook host 127.0.0.1 is not allowed: 127.0.0.1 is loopback"),
+        "{error}"
+    );
+    // A host name is taken when created (it is not resolved then), and refused at the
+    // connection: given up at once, never sent.
+    let task = send(
+        &guarded,
+        "echo",
+        json!({"port": "unlisted"}),
+        Some(json!({"url": receiver.localhost_url("/named")})),
+    )
+    .await?;
+    let record = wait_for_exhausted(&guarded, &task).await?;
+    assert_eq!(record["host"], "localhost", "{record}");
+    assert!(
+        record["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("not allowed"),
+        "{record}"
+    );
+    assert!(receiver.requests().is_empty(), "{:?}", receiver.requests());
+
+    // Entries naming the receiver's port: both forms delivered.
+    let allowlist = format!("127.0.0.1:{0},localhost:{0}", receiver.port());
+    let open = cluster(&[("PUSH_ALLOWLIST", allowlist.as_str())]).await?;
+    for (path, url) in [
+        ("/literal", receiver.url("/literal")),
+        ("/named", receiver.localhost_url("/named")),
+    ] {
+        send(
+            &open,
+            "echo",
+            json!({"path": path}),
+            Some(json!({"url": url})),
+        )
+        .await?;
+        receiver
+            .wait_for(PATIENCE, path, |requests| {
+                requests
+                    .iter()
+                    .any(|r| r.path == path && status_state(r) == Some("TASK_STATE_COMPLETED"))
+            })
+            .await?;
+    }
     Ok(())
 }

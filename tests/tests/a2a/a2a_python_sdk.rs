@@ -2,7 +2,7 @@
 //! client of the gateway's A2A v1.0 bindings, on a real cluster: a private redis-server, a worker
 //! hosting the TCK agent (`--a2a-tck-agent`) and a gateway that runs it by default
 //! (`A2A_DEFAULT_SKILL=tck`), serves gRPC on a free port (`GRPC_LISTEN`) and may deliver push
-//! notifications to loopback (`PUSH_ALLOWLIST=127.0.0.1`).
+//! notifications to loopback (`PUSH_ALLOWLIST=127.0.0.1:*`).
 //!
 //! `tests/python/a2a_sdk_client.py` resolves the card with the SDK's `A2ACardResolver`, makes
 //! its clients with the SDK's `ClientFactory` (the binding chosen by `ClientConfig` from the
@@ -180,7 +180,8 @@ async fn the_official_python_sdk_sends_streams_gets_cancels_and_pushes_on_all_th
             &[
                 ("A2A_DEFAULT_SKILL", "tck"),
                 ("GRPC_LISTEN", grpc.as_str()),
-                ("PUSH_ALLOWLIST", "127.0.0.1"),
+                // Every port: the script picks its receiver's once the gateway runs.
+                ("PUSH_ALLOWLIST", "127.0.0.1:*"),
             ],
         )
         .skills(&["tck", "sleep"])

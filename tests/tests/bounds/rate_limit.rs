@@ -374,3 +374,99 @@ async fn one_payer_over_its_rate_is_refused_before_anything_settles() -> TestRes
     assert_eq!(cluster.settled().await?, 4);
     Ok(())
 }
+
+/// `POST /tasks` through an appending proxy: the client wrote `spoofed`, the proxy appended
+/// the address it saw, `client` (nginx's `$proxy_add_x_forwarded_for`, Envoy, cloud load
+/// balancers). No worker runs `echo`: what is checked is whether the rate limit answers `429`
+/// (before anything else), as in the tests above.
+async fn create_through_proxy(
+    client: &reqwest::Client,
+    gateway: &Gateway,
+    spoofed: &str,
+    real: &str,
+) -> TestResult<reqwest::Response> {
+    Ok(client
+        .post(format!("{}/tasks", gateway.base))
+        .header("X-Forwarded-For", format!("{spoofed}, {real}"))
+        .json(&json!({"skillId": "echo", "message": {"role": "user", "content": {"text": "hi"}}}))
+        .send()
+        .await?)
+}
+
+#[tokio::test]
+async fn a_spoofed_left_most_hop_gets_no_fresh_quota() -> TestResult {
+    let redis = RedisServer::start()?;
+    // The test client is the trusted proxy (127.0.0.1); the deprecated switch too, so that a
+    // gateway without --trusted-proxies reads the header as well (and this test shows it
+    // taking the client's own word).
+    let settings = [
+        ("RATE_PER_ADDRESS", "0.01"),
+        ("RATE_BURST", "5"),
+        ("TRUSTED_PROXIES", "127.0.0.1/32"),
+        ("TRUST_FORWARDED_FOR", "true"),
+    ];
+    let gateway = gateway("gateway-a", &redis, &settings).await?;
+    let client = reqwest::Client::new();
+    for i in 0..5 {
+        let spoofed = format!("203.0.113.{i}");
+        let response = create_through_proxy(&client, &gateway, &spoofed, "198.51.100.7").await?;
+        assert_ne!(response.status(), 429, "request {i} within the burst");
+    }
+    // A fresh left-most address every time: the quota is still the real client's.
+    for i in 5..8 {
+        let spoofed = format!("203.0.113.{i}");
+        assert_limited(
+            create_through_proxy(&client, &gateway, &spoofed, "198.51.100.7").await?,
+            "per-address",
+        )
+        .await?;
+    }
+    // Another real client behind the same proxy has its own quota.
+    let other = create_through_proxy(&client, &gateway, "203.0.113.1", "198.51.100.8").await?;
+    assert_ne!(other.status(), 429);
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_forwarded_header_counts_its_right_most_untrusted_for() -> TestResult {
+    let redis = RedisServer::start()?;
+    let settings = [
+        ("RATE_PER_ADDRESS", "0.01"),
+        ("RATE_BURST", "5"),
+        ("TRUSTED_PROXIES", "127.0.0.1,10.0.0.0/8"),
+        ("CLIENT_ADDRESS_HEADER", "forwarded"),
+    ];
+    let gateway = gateway("gateway-a", &redis, &settings).await?;
+    let client = reqwest::Client::new();
+    let post = |forwarded: String, i: u8| {
+        client
+            .post(format!("{}/tasks", gateway.base))
+            .header("Forwarded", forwarded)
+            // Not read with CLIENT_ADDRESS_HEADER=forwarded: a fresh one each time changes
+            // nothing.
+            .header("X-Forwarded-For", format!("192.0.2.{i}"))
+            .json(
+                &json!({"skillId": "echo", "message": {"role": "user", "content": {"text": "hi"}}}),
+            )
+            .send()
+    };
+    // Two proxies: an inner one (10.1.1.1) behind the outer one that saw the client, an IPv6
+    // host picking a new address of its /64 each time.
+    for i in 0..5u8 {
+        let forwarded = format!(
+            "for=203.0.113.{i}, for=\"[2001:db8:1:2::{i}]:4711\";proto=https, for=10.1.1.1"
+        );
+        let response = post(forwarded, i).await?;
+        assert_ne!(response.status(), 429, "request {i} within the burst");
+    }
+    assert_limited(
+        post(
+            "for=203.0.113.9, for=\"[2001:db8:1:2::ff]\", for=10.1.1.1".to_owned(),
+            9,
+        )
+        .await?,
+        "per-address",
+    )
+    .await?;
+    Ok(())
+}

@@ -86,6 +86,19 @@ async fn assert_kept_in_order(outbox: &PushOutbox, store: &RedisStore, id: &str)
     assert!(seqs.windows(2).all(|pair| pair[0] < pair[1]), "{seqs:?}");
     let stored = store.get(id).await?.ok_or("task gone")?;
     assert_eq!(seqs.last().copied(), Some(stored.seq));
+    // Each stamped with its script's time (Redis clock), so a late delivery says when its
+    // event happened: in order, the terminal one the task's own last update.
+    let stamps: Vec<u64> = batch.events.iter().filter_map(|e| e.at_ms).collect();
+    assert_eq!(stamps.len(), 3, "{:?}", batch.events);
+    assert!(
+        stamps.windows(2).all(|pair| pair[0] <= pair[1]),
+        "{stamps:?}"
+    );
+    assert!(
+        stamps.last().copied() >= Some(stored.task.updated_at.0),
+        "{stamps:?} against the task's {}",
+        stored.task.updated_at.0
+    );
     assert_eq!(batch.outbox_len, 3);
     assert_eq!(batch.configs.len(), 1);
     Ok(())

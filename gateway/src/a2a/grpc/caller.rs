@@ -3,14 +3,12 @@
 //! and `a2a-version` the protocol version ([`crate::a2a::version`]). Metadata is HTTP/2 headers,
 //! so both checks read it as the header map it is; the token is never logged.
 
-use std::net::SocketAddr;
-
 use axum::http::{HeaderMap, Uri};
 use protocol::token::OwnerHash;
 
 use crate::a2a::error::A2aError;
 use crate::a2a::{caller, version};
-use crate::http::client_address::address_key;
+use crate::http::client_address::Source;
 
 /// What a gRPC call brings for [`crate::a2a::service::Caller`].
 pub struct Metadata {
@@ -18,7 +16,7 @@ pub struct Metadata {
     pub headers: HeaderMap,
     /// The method's path, for the payment gate's resource (no gRPC request carries a URI).
     pub uri: Uri,
-    /// The peer's address key, for the per-address bound on live tasks.
+    /// The client address key, for the per-address bound on live tasks.
     pub source: Option<String>,
 }
 
@@ -30,11 +28,9 @@ pub fn of<T>(request: &tonic::Request<T>, method: &str) -> Result<Metadata, A2aE
     let uri = format!("/lf.a2a.v1.A2AService/{method}")
         .parse()
         .map_err(|_| A2aError::internal())?;
-    // The connection loop leaves the TCP peer on every request ([`server::serve`]).
-    let source = request
-        .extensions()
-        .get::<axum::extract::ConnectInfo<SocketAddr>>()
-        .map(|axum::extract::ConnectInfo(peer)| address_key(peer.ip()));
+    // Left by the router's client address middleware (the TCP peer, or behind a trusted
+    // proxy the hop it recorded), as on the HTTP bindings.
+    let Source(source) = Source::of(request.extensions());
     Ok(Metadata {
         owner,
         headers,

@@ -4,38 +4,60 @@
 //! binding reads it.
 //!
 //! - [`service`]: the `A2aService` implementation, converting with `a2a_pb::pbconv`;
+//! - [`admission`]: the rate limits of task creation, shared with the HTTP bindings;
 //! - [`convert`]: a message's numbers as the JSON bindings read them;
 //! - [`caller`]: who is calling and in which protocol version, from the request's metadata;
 //! - [`status`]: A2A errors as `google.rpc.Status` with an `ErrorInfo` detail;
 //! - [`streaming`]: the streamed methods' events as a gRPC server stream.
 //!
 //! A port of its own rather than the gateway's by content type: gRPC's paths sit at the root
-//! (`/lf.a2a.v1.A2AService/...`), outside the base path, and the HTTP router's layers (request
-//! timeout, body limit, per-address rate limit) are written for HTTP answers, not gRPC's
-//! trailers. The connection loop is the same ([`server::serve`]), so its bounds apply.
+//! (`/lf.a2a.v1.A2AService/...`), outside the base path, and the HTTP router's answers (a
+//! `429` body, a `413`) are HTTP's, not gRPC's trailers. The bounds are the same ones: the
+//! connection loop ([`server::serve`]: first-request deadline, connection caps), the body read
+//! deadline and size, the client address (trusted proxies) and the rate limits ([`router`]).
 
+pub mod admission;
 pub mod caller;
 pub mod convert;
 pub mod service;
 pub mod status;
 pub mod streaming;
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use a2a_pb::a2a_service_server::A2aServiceServer;
+use tower_http::timeout::RequestBodyTimeoutLayer;
 
 use crate::config::GatewayConfig;
+use crate::http::client_address;
 use crate::ratelimit::Limits;
 use crate::state::AppState;
 
-/// The gRPC service as a router for [`server::serve::serve`]. A request message is bounded by
-/// `--body-limit-bytes`, as the HTTP bindings' bodies are; `limits` are the HTTP listener's
-/// rate limits (the same limiter).
-pub fn router(state: AppState, limits: Limits) -> axum::Router {
+/// The gRPC service as a router for [`server::serve::serve`], under the HTTP listener's bounds:
+/// a request message is at most `--body-limit-bytes` and must arrive within
+/// `--body-timeout-ms` of its last frame (a stream that stops mid-message is answered, and its
+/// buffer freed, then); the client address is read as on HTTP (`--trusted-proxies`); creating
+/// calls pass the rate limits in `limiter`, the HTTP router's.
+pub fn router(state: AppState, limiter: Arc<dyn store::ratelimit::RateLimiter>) -> axum::Router {
     let limit = state.config.body_limit_bytes;
-    let service =
-        A2aServiceServer::new(service::Grpc::new(state, limits)).max_decoding_message_size(limit);
+    let body_timeout = Duration::from_millis(state.config.body_timeout_ms);
+    let limits = Limits::new(&state.config, limiter);
+    let forwarding = Arc::new(state.config.forwarding());
+    let service = A2aServiceServer::new(service::Grpc::new(state)).max_decoding_message_size(limit);
     tonic::service::Routes::new(service)
         .prepare()
         .into_axum_router()
+        .layer(axum::middleware::from_fn_with_state(
+            limits,
+            admission::admit,
+        ))
+        // Outside the rate limit, which reads the client address it leaves.
+        .layer(axum::middleware::from_fn_with_state(
+            forwarding,
+            client_address::tag,
+        ))
+        .layer(RequestBodyTimeoutLayer::new(body_timeout))
 }
 
 /// The card's GRPC interface address for a card built at `base_url`, when gRPC is served:

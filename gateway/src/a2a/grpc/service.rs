@@ -16,35 +16,16 @@ use super::streaming::{self, Events};
 use crate::a2a::error::A2aError;
 use crate::a2a::service::{self, Caller, Reply, push_config};
 use crate::pay::receipt::Receipt;
-use crate::ratelimit::Limits;
 use crate::state::AppState;
 
-/// The gRPC service: the gateway's state, as the HTTP bindings' handlers have it, and the
-/// rate limits the HTTP listener's middleware applies (`crate::ratelimit`).
+/// The gRPC service: the gateway's state, as the HTTP bindings' handlers have it.
 pub struct Grpc {
     state: AppState,
-    limits: Limits,
 }
 
 impl Grpc {
-    pub fn new(state: AppState, limits: Limits) -> Self {
-        Grpc { state, limits }
-    }
-
-    /// The rate limits of a call that stores bytes for its caller (a push config), as the
-    /// HTTP bindings charge it: `RESOURCE_EXHAUSTED` over a limit.
-    async fn charge(&self, metadata: &Metadata) -> Result<(), Status> {
-        match self
-            .limits
-            .check_caller(metadata.source.as_deref(), metadata.owner.as_str())
-            .await
-        {
-            None => Ok(()),
-            Some(limited) => Err(status::of(&A2aError::new(
-                crate::a2a::error::QUOTA_EXCEEDED,
-                limited.message(),
-            ))),
-        }
+    pub fn new(state: AppState) -> Self {
+        Grpc { state }
     }
 
     fn caller<'a>(&'a self, metadata: &'a Metadata) -> Caller<'a> {
@@ -160,7 +141,6 @@ impl A2aService for Grpc {
         request: Request<a2a_pb::TaskPushNotificationConfig>,
     ) -> Result<Response<a2a_pb::TaskPushNotificationConfig>, Status> {
         let metadata = identify(&request, "CreateTaskPushNotificationConfig")?;
-        self.charge(&metadata).await?;
         let config = pbconv::from_proto_task_push_notification_config(request.get_ref());
         let stored = push_config::create(&self.caller(&metadata), config)
             .await

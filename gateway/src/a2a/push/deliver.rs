@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use a2a::{StreamResponse, TaskPushNotificationConfig};
-use store::push::{LoadedConfig, PushCursor, Release};
-use store::{StoredEvent, StoredTask, TaskStore};
+use store::push::{LoadedConfig, OutboxEvent, PushCursor, Release};
+use store::{StoredTask, TaskStore};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -187,7 +187,7 @@ async fn deliver_config(
     push: &Push,
     stored: &StoredTask,
     loaded: &LoadedConfig,
-    events: &[StoredEvent],
+    events: &[OutboxEvent],
     started: Instant,
     stop: &CancellationToken,
 ) -> ConfigProgress {
@@ -218,7 +218,7 @@ async fn deliver_config(
         .and_then(|state| serde_json::from_value(state).ok())
         .unwrap_or_default();
     let mut narrator = Narrator::new(task_id.to_owned(), mapping::context_of(stored), state);
-    let queue: Vec<StoredEvent> = pending().cloned().collect();
+    let queue: Vec<&OutboxEvent> = pending().collect();
     for event in queue {
         // After half the claim no new attempt starts: the task is released, due now.
         if started.elapsed() >= push.claim / 2 || stop.is_cancelled() {
@@ -309,19 +309,26 @@ async fn deliver_config(
     }
 }
 
-/// The updates `event` makes for the config's listener.
+/// The updates `event` makes for the config's listener, stamped with the event's time as the
+/// store recorded it (rendered now, sent perhaps long after the event: never stamped now).
 fn narrate(
     narrator: &mut Narrator,
-    event: StoredEvent,
+    event: &OutboxEvent,
     stored: &StoredTask,
 ) -> Vec<StreamResponse> {
+    let at = event
+        .at_ms
+        .and_then(|ms| i64::try_from(ms).ok())
+        .and_then(chrono::DateTime::from_timestamp_millis)
+        // An entry from before outbox entries were stamped.
+        .unwrap_or_else(chrono::Utc::now);
     let mut out = Vec::new();
-    match watch::classify(event) {
+    match watch::classify(event.stored()) {
         Some(RunEvent::Finished(terminal)) => {
             let stored = Some(stored).filter(|stored| stored.task.status.is_terminal());
-            narrator.finished(stored, &terminal, &mut out);
+            narrator.finished(stored, &terminal, at, &mut out);
         }
-        Some(event) => narrator.on(event, &mut out),
+        Some(event) => narrator.on(event, at, &mut out),
         None => {}
     }
     out

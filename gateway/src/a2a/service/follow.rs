@@ -123,11 +123,15 @@ impl Follow {
                     self.done = true;
                     let stored =
                         read_finished(self.store.clone(), &self.owner, &self.task_id).await?;
-                    self.narrator.finished(Some(&stored), &terminal, &mut out);
+                    // Told as the task records its end (`at` is for a task no longer read).
+                    let now = chrono::Utc::now();
+                    self.narrator
+                        .finished(Some(&stored), &terminal, now, &mut out);
                 }
                 Ok(event) => {
                     let asks = matches!(event, RunEvent::InputRequired { .. });
-                    self.narrator.on(event, &mut out);
+                    // A live listener hears an event as it happens: now is its time.
+                    self.narrator.on(event, chrono::Utc::now(), &mut out);
                     if asks && self.closes_on_input {
                         self.done = true;
                     }

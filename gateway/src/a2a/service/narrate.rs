@@ -2,6 +2,10 @@
 //! in order, given what it heard before. Shared by a stream ([`super::follow`]: SSE and gRPC)
 //! and by push notifications (`crate::a2a::push`), which keep a [`Narrator`]'s
 //! [`NarratorState`] per config in the store between deliveries.
+//!
+//! Every status update says when its event happened (`at`), never when it was rendered: a push
+//! delivery may be made long after its event (a run that ended before its first claim), and
+//! its `working` must not be stamped after the `completed` that follows it.
 
 use a2a::{StreamResponse, TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent};
 use protocol::TaskStatus as RuntimeStatus;
@@ -11,6 +15,9 @@ use store::StoredTask;
 
 use crate::a2a::mapping;
 use crate::watch::{RunEvent, Terminal};
+
+/// When an event happened.
+pub type Stamp = chrono::DateTime<chrono::Utc>;
 
 /// Most artifact ids a narrator remembers having streamed (so the final task's artifacts are
 /// not sent twice); past it, an artifact may be sent again with the final status.
@@ -56,38 +63,39 @@ impl Narrator {
         }
     }
 
-    /// The updates `event` makes, except a finish's (see [`Narrator::finished`]).
-    pub fn on(&mut self, event: RunEvent, out: &mut Vec<StreamResponse>) {
+    /// The updates `event`, which happened `at`, makes, except a finish's (see
+    /// [`Narrator::finished`]).
+    pub fn on(&mut self, event: RunEvent, at: Stamp, out: &mut Vec<StreamResponse>) {
         match event {
-            RunEvent::Running => self.running(out),
-            RunEvent::Progress => self.working(out),
-            RunEvent::InputRequired { request } => self.input_required(&request, out),
-            RunEvent::Stream { kind, data } => self.stream(&kind, data, out),
-            RunEvent::Finished(terminal) => self.finished(None, &terminal, out),
+            RunEvent::Running => self.running(at, out),
+            RunEvent::Progress => self.working(at, out),
+            RunEvent::InputRequired { request } => self.input_required(&request, at, out),
+            RunEvent::Stream { kind, data } => self.stream(&kind, data, at, out),
+            RunEvent::Finished(terminal) => self.finished(None, &terminal, at, out),
         }
     }
 
     /// Created or resumed: queued for a worker. Only a resume changes what the listener last
     /// heard (`input-required`).
-    fn running(&mut self, out: &mut Vec<StreamResponse>) {
+    fn running(&mut self, at: Stamp, out: &mut Vec<StreamResponse>) {
         if self.state.asked {
             self.state.asked = false;
-            out.push(self.status(TaskState::Submitted));
+            out.push(self.status(TaskState::Submitted, at));
         }
     }
 
     /// A worker shows it runs the task (an event of its own): `working`, once per turn.
     /// The runtime publishes nothing when a worker picks a task up, so this is the first
     /// moment a listener can know.
-    fn working(&mut self, out: &mut Vec<StreamResponse>) {
+    fn working(&mut self, at: Stamp, out: &mut Vec<StreamResponse>) {
         if !self.state.working_sent {
             self.state.working_sent = true;
-            out.push(self.status(TaskState::Working));
+            out.push(self.status(TaskState::Working, at));
         }
     }
 
-    fn input_required(&mut self, request: &Value, out: &mut Vec<StreamResponse>) {
-        self.working(out);
+    fn input_required(&mut self, request: &Value, at: Stamp, out: &mut Vec<StreamResponse>) {
+        self.working(at, out);
         // The next turn's run starts afresh: it gets its own `working` update.
         self.state.working_sent = false;
         self.state.asked = true;
@@ -98,14 +106,14 @@ impl Narrator {
             status: TaskStatus {
                 state: TaskState::InputRequired,
                 message: Some(message),
-                timestamp: Some(chrono::Utc::now()),
+                timestamp: Some(at),
             },
             metadata: None,
         }));
     }
 
-    fn stream(&mut self, kind: &str, data: Value, out: &mut Vec<StreamResponse>) {
-        self.working(out);
+    fn stream(&mut self, kind: &str, data: Value, at: Stamp, out: &mut Vec<StreamResponse>) {
+        self.working(at, out);
         let stream_id = format!("{}-stream", self.task_id);
         let first = !self.state.streamed.contains(&stream_id);
         let event = mapping::artifact_event(&self.task_id, &self.context_id, kind, data, first);
@@ -120,22 +128,26 @@ impl Narrator {
         }
     }
 
-    /// The run ended: the artifacts not streamed yet, then the final status, from the task
-    /// as stored (`stored`) or, when it can no longer be read, from the terminal event alone.
+    /// The run ended (`at`): the artifacts not streamed yet, then the final status, from the
+    /// task as stored (`stored`) or, when it can no longer be read, from the terminal event
+    /// alone. A `working` said only now is stamped with the end, as the task records it: the
+    /// moment this listener learnt of the run, and never after the final status.
     pub fn finished(
         &mut self,
         stored: Option<&StoredTask>,
         terminal: &Terminal,
+        at: Stamp,
         out: &mut Vec<StreamResponse>,
     ) {
         let Some(stored) = stored else {
-            out.push(self.status(mapping::state_of(terminal.status, store::Phase::Terminal)));
+            let state = mapping::state_of(terminal.status, store::Phase::Terminal);
+            out.push(self.status(state, at));
             return;
         };
         let task = mapping::task_of(stored, None);
         // A task that ended by a worker's hand (not cancelled before it ran) worked.
         if stored.attempt > 0 && stored.task.status != RuntimeStatus::Cancelled {
-            self.working(out);
+            self.working(task.status.timestamp.unwrap_or(at), out);
         }
         for artifact in task.artifacts.clone().unwrap_or_default() {
             if !self.state.streamed.contains(&artifact.artifact_id) {
@@ -157,15 +169,15 @@ impl Narrator {
         }));
     }
 
-    /// A status update without a message.
-    fn status(&self, state: TaskState) -> StreamResponse {
+    /// A status update without a message, stamped `at`.
+    fn status(&self, state: TaskState, at: Stamp) -> StreamResponse {
         StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
             task_id: self.task_id.clone(),
             context_id: self.context_id.clone(),
             status: TaskStatus {
                 state,
                 message: None,
-                timestamp: Some(chrono::Utc::now()),
+                timestamp: Some(at),
             },
             metadata: None,
         })
@@ -182,6 +194,21 @@ mod tests {
         Narrator::new("t1".into(), "c1".into(), state)
     }
 
+    fn at(ms: i64) -> Stamp {
+        chrono::DateTime::from_timestamp_millis(ms).unwrap_or_default()
+    }
+
+    fn stamps(out: &[StreamResponse]) -> Vec<Option<i64>> {
+        out.iter()
+            .filter_map(|event| match event {
+                StreamResponse::StatusUpdate(update) => {
+                    Some(update.status.timestamp.map(|t| t.timestamp_millis()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
     fn states(out: &[StreamResponse]) -> Vec<String> {
         out.iter()
             .map(|event| match event {
@@ -196,20 +223,23 @@ mod tests {
     fn working_is_said_once_per_turn_and_a_resume_says_submitted() {
         let mut narrator = narrator(NarratorState::default());
         let mut out = Vec::new();
-        narrator.on(RunEvent::Progress, &mut out);
-        narrator.on(RunEvent::Progress, &mut out);
+        narrator.on(RunEvent::Progress, at(10), &mut out);
+        narrator.on(RunEvent::Progress, at(11), &mut out);
         narrator.on(
             RunEvent::InputRequired {
                 request: json!({"question": "?"}),
             },
+            at(12),
             &mut out,
         );
-        narrator.on(RunEvent::Running, &mut out);
-        narrator.on(RunEvent::Progress, &mut out);
+        narrator.on(RunEvent::Running, at(13), &mut out);
+        narrator.on(RunEvent::Progress, at(14), &mut out);
         assert_eq!(
             states(&out),
             ["Working", "InputRequired", "Submitted", "Working"]
         );
+        // Each stamped with the time of the event that made it, however late it is told.
+        assert_eq!(stamps(&out), [Some(10), Some(12), Some(13), Some(14)]);
     }
 
     #[test]
@@ -221,6 +251,7 @@ mod tests {
                 kind: "delta".into(),
                 data: json!({"delta": 1}),
             },
+            at(1),
             &mut out,
         );
         // Stored between deliveries, read back by another deliverer.
@@ -232,6 +263,7 @@ mod tests {
                 kind: "delta".into(),
                 data: json!({"delta": 2}),
             },
+            at(2),
             &mut out,
         );
         // No second `working`, and the chunk appends to the artifact already started.

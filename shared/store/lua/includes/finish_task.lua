@@ -1,6 +1,8 @@
 -- finish_task(k, id, phase, retention_ms, now, known): bookkeeping of every terminal transition,
 -- in one place so that no path can skip it. k holds the key names: task, events, leases,
--- admissions, live, owner_index, owner_live, queue; phase is the task's phase before the
+-- admissions, live, owner_index, owner_live, queue, the shard's retained-task keys
+-- terminal, terminal_sizes, terminal_bytes (`Keys::retained`), and push, the task's push keys
+-- (push_keys in push_outbox.lua: `Keys::push_of`); phase is the task's phase before the
 -- transition (nil: unknown). The caller's own HSET of the transition sets status and updated (one
 -- HSET per transition). This drops the index entries that phase can hold, and the fields only a
 -- task that can still run needs: its phase (a terminal status implies it), lease, admission, fence
@@ -13,38 +15,33 @@
 -- transitions call this), so SCARD(live) is the exact cluster-wide count of non-terminal tasks;
 -- the task and its event log expire after retention; the owner's index expires once the owner
 -- has no live task left, retention after its last task finished.
--- The client address's live set, when the record names one (`sl`, create.lua), loses the id
--- in the same step as `live`.
+-- The client address's live set (create.lua) is left alone: its finished ids are dropped by
+-- the next creation from that address that finds the set at its bound, so that no script
+-- touches a set its caller cannot name (a record of an earlier version names it in `sl`,
+-- dropped here with the other fields).
 -- Retained budget (create.lua): the task enters the shard's `terminal` sorted set, scored by
 -- when it expires (its own retention `rt` when it has one, as a direct invoke does, else the
 -- store's), as `<owner hash>:<id>` so that eviction and pruning can drop its owner-index entry
--- even after the record itself expired. The set's name is derived from `live`'s (same hash
--- tag, so the same slot): every caller already declares `live`, and no key layout of the
--- three scripts that finish tasks has to move for it.
+-- even after the record itself expired.
 -- `known`, when the caller's own HMGET read them (swap_task), saves reading them again:
--- {owner = ow, retention = rt, source_live = sl, seq = sq before the terminal event,
+-- {owner = ow, retention = rt, seq = sq before the terminal event,
 -- sizes = the length of the result and error the record now holds}. Without it they are read
 -- here. A task whose seq was still 1 logged no event (every logged event takes a seq above
 -- the creation's), so it has no event log to measure or to expire.
 -- @include "push_bytes"
 local TERMINAL_SLACK_MS = 1000
 
-local function terminal_key(live)
-  return string.sub(live, 1, -5) .. 'terminal'
-end
-
 local function finish_task(k, id, phase, retention_ms, now, known)
   if not known then
-    local f = redis.call('HMGET', k.task, 'ow', 'rt', 'sl', 'sq')
-    known = {owner = f[1], retention = f[2], source_live = f[3], seq = f[4]}
+    local f = redis.call('HMGET', k.task, 'ow', 'rt', 'sq')
+    known = {owner = f[1], retention = f[2], seq = f[3]}
   end
   local ttl = tonumber(known.retention) or retention_ms
   local logged = tonumber(known.seq or '0') ~= 1
   -- The client address push deliveries share slots by (`pa`) stays only while the task has
   -- push configs (a config put later sets it again: push_put.lua).
-  local prefix = string.sub(k.live, 1, -6)
   local dropped = {'ph', 'lo', 'lx', 'ax', 'ec', 'ho', 'sh', 'rd', 'rm', 'en', 'iq', 'rt', 'sl', 'nc'}
-  local has_push = redis.call('EXISTS', prefix .. ':push:' .. id) == 1
+  local has_push = redis.call('EXISTS', k.push.configs) == 1
   if not has_push then dropped[#dropped + 1] = 'pa' end
   redis.call('HDEL', k.task, unpack(dropped))
   if phase ~= 'queued' and phase ~= 'reserved' then
@@ -57,11 +54,6 @@ local function finish_task(k, id, phase, retention_ms, now, known)
     redis.call('ZREM', k.queue, id)
   end
   if redis.call('SREM', k.live, id) == 1 then
-    if known.source_live then
-      -- The client address's live set (create.lua), named by the record: same hash tag, so
-      -- the same slot; ZREM is idempotent, and this runs once per task anyway.
-      redis.call('ZREM', known.source_live, id)
-    end
     local left = redis.call('DECR', k.owner_live)
     if left <= 0 then
       redis.call('DEL', k.owner_live)
@@ -73,7 +65,7 @@ local function finish_task(k, id, phase, retention_ms, now, known)
       redis.call('PEXPIRE', k.owner_index, index_ttl)
     end
     if known.owner then
-      local terminal = terminal_key(k.live)
+      local terminal = k.terminal
       local member = known.owner .. ':' .. id
       redis.call('ZADD', terminal, now + ttl, member)
       -- Retained bytes (create.lua's max retained bytes): what the record and its log take
@@ -92,11 +84,12 @@ local function finish_task(k, id, phase, retention_ms, now, known)
         result_sizes = redis.call('HSTRLEN', k.task, 'rs') + redis.call('HSTRLEN', k.task, 'er')
       end
       size = size + result_sizes
-      -- Its push configs, cursors and outbox (push_bytes.lua; the prefix is `live`'s less
-      -- ':live'), and the terminal event once more when configs will keep it in the outbox.
-      if has_push then size = size + push_size(prefix, id) + result_sizes end
-      redis.call('HSET', terminal .. ':sizes', member, size)
-      redis.call('INCRBY', terminal .. ':bytes', size)
+      -- Its push configs, cursors and outbox (push_bytes.lua; `k.push`, declared by every
+      -- caller: push_keys), and the terminal event once more when configs will keep it in
+      -- the outbox.
+      if has_push then size = size + push_size(k.push) + result_sizes end
+      redis.call('HSET', k.terminal_sizes, member, size)
+      redis.call('INCRBY', k.terminal_bytes, size)
       -- The set expires with its last entry (up to TERMINAL_SLACK_MS later), like every key
       -- of a retained task; its sizes and their sum with it (the three always get the same
       -- expiry at the same moment). The slack spares the three PEXPIREs to the finishes of
@@ -104,8 +97,8 @@ local function finish_task(k, id, phase, retention_ms, now, known)
       if redis.call('PTTL', terminal) < ttl then
         local until_ms = ttl + TERMINAL_SLACK_MS
         redis.call('PEXPIRE', terminal, until_ms)
-        redis.call('PEXPIRE', terminal .. ':sizes', until_ms)
-        redis.call('PEXPIRE', terminal .. ':bytes', until_ms)
+        redis.call('PEXPIRE', k.terminal_sizes, until_ms)
+        redis.call('PEXPIRE', k.terminal_bytes, until_ms)
       end
     end
   end

@@ -1,11 +1,26 @@
--- swap_item(keys, argv, kb, ab, leases, admissions, live): the keys (5 from kb: task, events,
--- owner_index, owner_live, queue) and values (11 from ab) of one compare-and-set item, as
--- swap_task takes them.
-local function swap_item(keys, argv, kb, ab, leases, admissions, live)
+-- @include "push_outbox"
+-- SHARD_KEYS, shard_keys(keys): the 6 keys every cas.lua and finish_take.lua call starts
+-- with: leases, admissions, live, and the retained-task keys terminal, terminal sizes,
+-- terminal bytes (`cas::shared_keys`).
+local SHARD_KEYS = 6
+local function shard_keys(keys)
+  return {
+    leases = keys[1], admissions = keys[2], live = keys[3], terminal = keys[4],
+    terminal_sizes = keys[5], terminal_bytes = keys[6],
+  }
+end
+
+-- ITEM_KEYS, swap_item(keys, argv, kb, ab, shard): the keys (ITEM_KEYS from kb: task, events,
+-- owner_index, owner_live, queue, then the task's push keys: push_keys; with the shard's:
+-- shard_keys) and values (11 from ab) of one compare-and-set item, as swap_task takes them.
+local ITEM_KEYS = 5 + PUSH_KEYS
+local function swap_item(keys, argv, kb, ab, shard)
   local k = {
     task = keys[kb], events = keys[kb + 1], owner_index = keys[kb + 2],
-    owner_live = keys[kb + 3], queue = keys[kb + 4], leases = leases, admissions = admissions,
-    live = live,
+    owner_live = keys[kb + 3], queue = keys[kb + 4], leases = shard.leases,
+    admissions = shard.admissions, live = shard.live, terminal = shard.terminal,
+    terminal_sizes = shard.terminal_sizes, terminal_bytes = shard.terminal_bytes,
+    push = push_keys(keys, kb + 5, argv[ab]),
   }
   local a = {
     id = argv[ab], owner = argv[ab + 1], expected = argv[ab + 2], next = argv[ab + 3],

@@ -10,7 +10,7 @@
 --   result, error}
 local function swap_task(k, a, now, retention_ms, log_len, worker_prefix)
   local f = redis.call('HMGET', k.task, 'st', 'ow', 'lo', 'ec',
-    'lx', 'cx', 'cr', 'up', 'rs', 'er', 'ph', 'sq', 'rt', 'sl', 'nc')
+    'lx', 'cx', 'cr', 'up', 'rs', 'er', 'ph', 'sq', 'rt', 'nc')
   local status, holder, next_status = f[1], a.holder, a.next
   if not status or f[2] ~= a.owner then
     return {0, 'NOT_FOUND'}
@@ -42,15 +42,15 @@ local function swap_task(k, a, now, retention_ms, log_len, worker_prefix)
   redis.call('HSET', k.task, unpack(set))
   if next_status ~= 'running' then
     finish_task(k, a.id, f[11], retention_ms, now, {owner = f[2], retention = f[13],
-      source_live = f[14], seq = f[12], sizes = #(result or '') + #(err or '')})
+      seq = f[12], sizes = #(result or '') + #(err or '')})
     if holder == '' and f[3] then
       redis.call('PUBLISH', worker_prefix .. f[3], a.id)
     end
   end
   if next_status ~= 'running' then
-    publish_event(a.channel, seq, a.event, a.data, f[15])
+    publish_event(a.channel, seq, a.event, a.data, f[14], k.push)
   else
-    log_event(k.events, a.channel, seq, a.event, a.data, log_len, f[15])
+    log_event(k.events, a.channel, seq, a.event, a.data, log_len, f[14], k.push)
   end
   return {1, reason, next_status, f[6], f[7], now, result, err}
 end

@@ -21,6 +21,8 @@ pub(super) async fn call(
         .key(keys.push_configs(task_id))
         .key(keys.push_cursors(task_id))
         .key(keys.push_outbox(task_id))
+        .key(keys.task(task_id))
+        .key(&keys.retained())
         .arg(config_id)
         .arg(task_id);
     let deleted: i64 = store.eval_in(keys, NAME, &mut invocation).await?;

@@ -4,7 +4,7 @@
 //! - `{shard}:push:<id>` (hash): config id -> the config as its binding stored it (opaque);
 //! - `{shard}:push-out:<id>` (list): the task's events not yet delivered to every config,
 //!   appended by the very script that publishes each event (`lua/includes/push_outbox.lua`),
-//!   bounded;
+//!   each stamped with that script's time ([`OutboxEvent`]), bounded;
 //! - `{shard}:push-cur:<id>` (hash): config id -> [`PushCursor`], how far that config got;
 //! - `{shard}:push-due` (sorted set): tasks with deliveries to make, by when (Redis clock);
 //! - `{shard}:push-exhausted` (list): deliveries given up, newest first, bounded;
@@ -88,12 +88,65 @@ pub struct LoadedConfig {
     pub raw_cursor: String,
 }
 
+/// One outbox entry: a task's event, and when the script that published it ran (Unix ms,
+/// Redis clock). Entries read `<ms>|<seq>|<event>|<data json>` (`push_outbox.lua`); one
+/// written before entries were stamped (`<seq>|<event>|<data json>`) has no time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutboxEvent {
+    pub seq: u64,
+    pub event: String,
+    pub data: serde_json::Value,
+    pub at_ms: Option<u64>,
+}
+
+impl OutboxEvent {
+    /// Parses an outbox entry; an entry that does not parse keeps its place as event 0, which
+    /// nothing delivers and every release trims.
+    pub fn parse(entry: &str) -> OutboxEvent {
+        // A stamped entry's second field is the seq (digits); an unstamped one's is the event's
+        // name, never digits alone.
+        let stamped = entry.split_once('|').and_then(|(at, rest)| {
+            let at = at.parse::<u64>().ok()?;
+            let (seq, _) = rest.split_once('|')?;
+            seq.parse::<u64>().ok()?;
+            Some((at, rest))
+        });
+        let (at_ms, event) = match stamped {
+            Some((at, rest)) => (Some(at), replies::event(rest)),
+            None => (None, replies::event(entry)),
+        };
+        match event {
+            Ok(event) => OutboxEvent {
+                seq: event.seq,
+                event: event.event,
+                data: event.data,
+                at_ms,
+            },
+            Err(_) => OutboxEvent {
+                seq: 0,
+                event: String::new(),
+                data: serde_json::Value::Null,
+                at_ms,
+            },
+        }
+    }
+
+    /// The event as the rest of the store speaks of it.
+    pub fn stored(&self) -> StoredEvent {
+        StoredEvent {
+            seq: self.seq,
+            event: self.event.clone(),
+            data: self.data.clone(),
+        }
+    }
+}
+
 /// A claimed task's deliveries: its configs and the events its outbox holds.
 #[derive(Debug, Clone, Default)]
 pub struct PushBatch {
     pub configs: Vec<LoadedConfig>,
     /// In outbox order, one per entry.
-    pub events: Vec<StoredEvent>,
+    pub events: Vec<OutboxEvent>,
     /// The outbox's length when read.
     pub outbox_len: usize,
     /// Events full outboxes of the task's shard dropped since a deliverer last looked: taken
@@ -286,17 +339,9 @@ impl PushOutbox {
             .collect();
         loaded.sort_by(|a, b| a.id.cmp(&b.id));
         let outbox_len = entries.len();
-        // An entry that does not parse keeps its place as event 0, which nothing delivers and
-        // every release trims.
         let events = entries
             .iter()
-            .map(|entry| {
-                replies::event(entry).unwrap_or(StoredEvent {
-                    seq: 0,
-                    event: String::new(),
-                    data: serde_json::Value::Null,
-                })
-            })
+            .map(|entry| OutboxEvent::parse(entry))
             .collect();
         Ok(PushBatch {
             configs: loaded,
@@ -364,5 +409,34 @@ impl PushOutbox {
             total += n;
         }
         Ok(total)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::OutboxEvent;
+
+    #[test]
+    fn an_outbox_entry_carries_its_time_and_an_unstamped_one_none() {
+        let stamped = OutboxEvent::parse(r#"1765000000123|7|progress|{"n":1}"#);
+        assert_eq!(
+            stamped,
+            OutboxEvent {
+                seq: 7,
+                event: "progress".into(),
+                data: json!({"n": 1}),
+                at_ms: Some(1_765_000_000_123),
+            }
+        );
+        let unstamped = OutboxEvent::parse(r#"7|statusUpdate|{"a":"x|y"}"#);
+        assert_eq!(unstamped.seq, 7);
+        assert_eq!(unstamped.event, "statusUpdate");
+        assert_eq!(unstamped.data, json!({"a": "x|y"}));
+        assert_eq!(unstamped.at_ms, None);
+        for broken in ["", "x", "1|2", "12|3|delta|not json"] {
+            assert_eq!(OutboxEvent::parse(broken).seq, 0, "{broken}");
+        }
     }
 }

@@ -3,7 +3,8 @@
 //! task that does not exist. Keeps the caller's client address on the task's record (what
 //! delivery slots are shared by) and counts a terminal task's new bytes in its retained size.
 //!
-//! - KEYS: task, configs, cursors.
+//! - KEYS: task, configs, cursors, outbox, the retained-task keys (`Keys::retained`: a
+//!   terminal task's push bytes are in its retained size).
 //! - ARGV: config id, config, most configs, `existing` | `pending`, ttl ms of a pending one,
 //!   task id, client address or ''.
 //! - Reply: 1 stored | 0 no such task | -1 full.
@@ -33,6 +34,8 @@ pub(super) async fn call(
         .key(keys.task(task_id))
         .key(keys.push_configs(task_id))
         .key(keys.push_cursors(task_id))
+        .key(keys.push_outbox(task_id))
+        .key(&keys.retained())
         .arg(config_id)
         .arg(config)
         .arg(max_configs)

@@ -2,7 +2,7 @@
 //! the task again (now, after the earliest retry, or not at all), or, for a finished task,
 //! drops its outbox and gives its configs the task's remaining retention.
 //!
-//! - KEYS: due, outbox, configs, cursors.
+//! - KEYS: due, outbox, configs, cursors, task (its TTL is read for a finished task).
 //! - ARGV: task id, trim, outbox length when read, retry delay ms or '', '1' when finished.
 //! - Reply: the events left in the outbox.
 
@@ -24,6 +24,8 @@ pub(super) async fn call(
         .key(keys.push_outbox(task_id))
         .key(keys.push_configs(task_id))
         .key(keys.push_cursors(task_id))
+        .key(keys.task(task_id))
+        .key(&keys.retained())
         .arg(task_id)
         .arg(release.trim)
         .arg(release.loaded)

@@ -58,9 +58,10 @@ pub const INPUT_REQUEST: &str = "iq";
 /// How long the task is kept once terminal, ms, when not the store's retention; until the
 /// task is terminal.
 pub const RETENTION: &str = "rt";
-/// The name of the client address's live set the task counts in (`Keys::source_live`), when
-/// it was created with a source while `max_live_per_address` was on; until the task is
-/// terminal.
+/// The name of the client address's live set the task counts in (`Keys::source_live`), in
+/// records of earlier versions only (the terminal transition drops it): the set is no longer
+/// named by the record, since the scripts that finish a task cannot declare it; a creation at
+/// the bound drops the set's finished ids instead (`create.lua`).
 pub const SOURCE_LIVE: &str = "sl";
 /// The task's earlier turns (a JSON array of `{input, metadata?, request}`), once it waited.
 pub const TURNS: &str = "tu";

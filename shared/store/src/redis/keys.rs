@@ -47,10 +47,20 @@ impl Keys {
 
     /// Sorted set: the shard's retained terminal tasks, `<owner hash>:<id>` scored by when
     /// each expires (`finish_task.lua`): what creation evicts first when the retained budget
-    /// is full, and what pruning walks to drop expired ids from owner indexes. Its name is
-    /// `live()`'s with `terminal` for `live` (the Lua derives it so).
+    /// is full, and what pruning walks to drop expired ids from owner indexes.
     pub fn terminal(&self) -> String {
         format!("{}:terminal", self.prefix)
+    }
+
+    /// The shard's retained-task keys, in the order every script that finishes, evicts or
+    /// prunes retained tasks declares them: [`Self::terminal`], then its hash of each entry's
+    /// bytes (`<owner hash>:<id>` -> bytes), then their sum (a counter), which the
+    /// retained-bytes bound reads.
+    pub fn retained(&self) -> [String; 3] {
+        let terminal = self.terminal();
+        let sizes = format!("{terminal}:sizes");
+        let bytes = format!("{terminal}:bytes");
+        [terminal, sizes, bytes]
     }
 
     /// Sorted set: the owner's task ids by creation time.
@@ -152,8 +162,7 @@ impl Keys {
 
     /// Hash: a task's push notification configs, config id -> the config as its binding
     /// stored it (opaque JSON). Its existence is what makes `publish_event.lua` copy the
-    /// task's events into [`Self::push_outbox`]; the `push_*` names are derived there from
-    /// the task channel's (same hash tag). Lives as long as the task (`push/mod.rs`).
+    /// task's events into [`Self::push_outbox`]. Lives as long as the task (`push/mod.rs`).
     pub fn push_configs(&self, id: &str) -> String {
         format!("{}:push:{id}", self.prefix)
     }
@@ -165,7 +174,7 @@ impl Keys {
     }
 
     /// Counter: events the shard's full push outboxes dropped, until a deliverer takes it
-    /// (`push/mod.rs`; incremented by `lua/includes/push_outbox.lua`, which derives its name).
+    /// (`push/mod.rs`; incremented by `lua/includes/push_outbox.lua`: [`Self::push_of`]).
     pub fn push_dropped(&self) -> String {
         format!("{}:push-dropped", self.prefix)
     }
@@ -179,6 +188,20 @@ impl Keys {
     /// clock); a claimed task is scored by its claim's expiry.
     pub fn push_due(&self) -> String {
         format!("{}:push-due", self.prefix)
+    }
+
+    /// The push keys of task `id` that every script publishing its events declares, in this
+    /// order (`push_keys` in `push_outbox.lua`): its configs, outbox and cursors, and the
+    /// shard's due set and dropped counter. One helper, so that every caller passes them the
+    /// same way.
+    pub fn push_of(&self, id: &str) -> [String; 5] {
+        [
+            self.push_configs(id),
+            self.push_outbox(id),
+            self.push_cursors(id),
+            self.push_due(),
+            self.push_dropped(),
+        ]
     }
 
     /// List: the shard's exhausted deliveries (JSON), newest first, bounded: kept for

@@ -4,7 +4,7 @@
 //! deadline (kept as an admission's: past it the sweeps fail the task with input_timeout).
 //! Logs and publishes the `inputRequired` event.
 //!
-//! KEYS: task, events, leases, admissions. ARGV: task id, holder id, epoch, request json,
+//! KEYS: task, events, leases, admissions, the task's push keys (`Keys::push_of`). ARGV: task id, holder id, epoch, request json,
 //! event data json, channel, event log length, patience ms.
 //! Reply: the event's sequence number | false when fenced out (or not active).
 
@@ -50,6 +50,7 @@ pub(crate) async fn call(
         .key(keys.events(&lease.task_id))
         .key(keys.leases())
         .key(keys.admissions())
+        .key(&keys.push_of(&lease.task_id))
         .arg(&lease.task_id)
         .arg(&lease.owner_id)
         .arg(lease.epoch)

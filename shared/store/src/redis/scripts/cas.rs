@@ -5,8 +5,10 @@
 //! of a task a worker holds notifies that worker's channel. Emits the item's event
 //! (statusUpdate, resultUpdate or error) when applied. `finish_take.lua` takes the same items.
 //!
-//! KEYS: leases, admissions, live (shared by the batch); then per task 5 keys: task, events,
-//! owner_index, owner_live, queue.
+//! KEYS: leases, admissions, live, then the retained-task keys (terminal, its sizes, their
+//! sum: `Keys::retained`), shared by the batch; then per task 10 keys: task, events,
+//! owner_index, owner_live, queue, and the task's push keys (`Keys::push_of`: configs,
+//! outbox, cursors, due, dropped).
 //! ARGV: retention ms, event log length, worker channel prefix (shared); then per task 11
 //! values: task id, owner hash, expected statuses comma-wrapped (",running,"), next status,
 //! result json ('' none), error json ('' none), fence holder ('' unfenced), fence epoch, event
@@ -102,7 +104,9 @@ pub(crate) fn shared_args(core: &Core, keys: &Keys) -> Vec<String> {
 
 /// The keys every `cas.lua` and `finish_take.lua` call of shard keys `keys` starts with.
 pub(crate) fn shared_keys(keys: &Keys) -> Vec<String> {
-    vec![keys.leases(), keys.admissions(), keys.live()]
+    let mut shared = vec![keys.leases(), keys.admissions(), keys.live()];
+    shared.extend(keys.retained());
+    shared
 }
 
 /// The `swaps` batch lane of shard `shard`.
@@ -147,13 +151,16 @@ pub(crate) fn item(
         error: next.error.clone(),
     });
     Ok(ScriptItem {
-        keys: vec![
+        keys: [
             keys.task(task_id),
             keys.events(task_id),
             keys.owner_index(owner),
             keys.owner_live(owner),
             keys.queue(entrypoint),
-        ],
+        ]
+        .into_iter()
+        .chain(keys.push_of(task_id))
+        .collect(),
         args: vec![
             task_id.to_owned(),
             owner.as_str().to_owned(),

@@ -1,8 +1,8 @@
 //! `emit.lua`: a lease holder appends a custom event (progress, stream output) to its task's
 //! log and publishes it. Fenced like every other worker write.
 //!
-//! KEYS: task, events. ARGV: holder id, epoch, event name, data json, channel, event log
-//! length. Reply: the event's sequence number | false when fenced out.
+//! KEYS: task, events, the task's push keys (`Keys::push_of`). ARGV: holder id, epoch, event
+//! name, data json, channel, event log length, task id. Reply: the event's sequence number | false when fenced out.
 
 use redis::Value;
 
@@ -40,11 +40,13 @@ pub(crate) async fn call(
     invocation
         .key(keys.task(&lease.task_id))
         .key(keys.events(&lease.task_id))
+        .key(&keys.push_of(&lease.task_id))
         .arg(&lease.owner_id)
         .arg(lease.epoch)
         .arg(&event.event)
         .arg(to_json(&event.data)?)
         .arg(keys.task_channel(&lease.task_owner, &lease.task_id))
-        .arg(core.config.event_log_len);
+        .arg(core.config.event_log_len)
+        .arg(&lease.task_id);
     run(core, NAME, keys, &mut invocation).await
 }

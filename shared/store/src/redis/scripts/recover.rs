@@ -5,8 +5,9 @@
 //! (task_timeout past its run deadline, task_attempts_exhausted when its attempts are used up)
 //! or queues it again; a task held for a settlement is left alone. Mode 'reap' only cancels.
 //!
-//! KEYS: leases, admissions, live; then per task 6 keys: task, events, owner_index,
-//! owner_live, queue, wake.
+//! KEYS: leases, admissions, live, terminal, terminal sizes, terminal bytes; then per task 11
+//! keys: task, events, owner_index, owner_live, queue, wake, and the task's push keys
+//! (`Keys::push_of`).
 //! ARGV: mode ('reap' | 'recover'), retention ms, task channel prefix; then the task ids, in
 //! the order of their keys.
 //! Reply: `{requeued ids, failed ids, cancelled ids}`.
@@ -87,6 +88,7 @@ pub(crate) async fn call(
         .key(keys.leases())
         .key(keys.admissions())
         .key(keys.live())
+        .key(&keys.retained())
         .arg(mode.as_str())
         .arg(ms(core.config.retention))
         .arg(keys.task_channel_prefix());
@@ -105,6 +107,7 @@ pub(crate) async fn call(
             .key(keys.owner_live(&owner))
             .key(keys.queue(entrypoint))
             .key(keys.wake(entrypoint))
+            .key(&keys.push_of(id))
             .arg(id);
     }
     let RecoverReply {

@@ -5,7 +5,8 @@
 //! STALE, and the caller reads again. Attempts count afresh. Logs and publishes
 //! `statusUpdate running`.
 //!
-//! KEYS: task, events, queue, wake, leases, admissions.
+//! KEYS: task, events, queue, wake, leases, admissions, the task's push keys
+//! (`Keys::push_of`).
 //! ARGV: task id, owner hash, expected seq, invocation json, turn json, channel, event log
 //! length.
 //! Reply: `{1, updated, seq}` | `{0, 'NOT_FOUND'}` | `{0, 'STALE'}` |
@@ -82,6 +83,7 @@ pub(crate) async fn call(
         .key(keys.wake(&invocation.entrypoint))
         .key(keys.leases())
         .key(keys.admissions())
+        .key(&keys.push_of(task_id))
         .arg(task_id)
         .arg(owner.as_str())
         .arg(seq)
