@@ -6,9 +6,13 @@
 //! [`Deferred`] check that the handler makes for `SendMessage` and `SendStreamingMessage` only
 //! (JSON-RPC error `-32000`, HTTP 429, see `crate::a2a::jsonrpc`). The gRPC listener checks
 //! `SendMessage` and `SendStreamingMessage` against the same limits and limiter
-//! (`crate::a2a::grpc::admission`, `RESOURCE_EXHAUSTED`). The limiter is GCRA, in the store's
-//! Redis in cluster mode (shared by every gateway, see [`store::ratelimit`]) and in memory in
-//! embedded mode.
+//! (`crate::a2a::grpc::admission`, `RESOURCE_EXHAUSTED`). A push notification config is stored
+//! bytes as a task is, so its creation is charged the same way: HTTP+JSON's
+//! `POST /a2a/v1/tasks/{id}/pushNotificationConfigs` here, JSON-RPC's
+//! `CreateTaskPushNotificationConfig` by its handler, gRPC's by the admission middleware; an
+//! inline config rides on its send's charge. The limiter is GCRA, in the store's Redis in
+//! cluster mode (shared by every gateway, see [`store::ratelimit`]) and in memory in embedded
+//! mode.
 //!
 //! The per-address key is `crate::http::client_address`'s (an IPv6 client counts by its /64;
 //! behind trusted proxies the hop they recorded), the one `MAX_LIVE_PER_ADDRESS` counts under
@@ -102,7 +106,12 @@ fn creates_task(base: &str, path: &str) -> bool {
     if let Some(rest) = path.strip_prefix("/entrypoints/") {
         return rest.ends_with("/invoke") || rest.ends_with("/stream");
     }
-    matches!(path, "/a2a/v1/message:send" | "/a2a/v1/message:stream")
+    if matches!(path, "/a2a/v1/message:send" | "/a2a/v1/message:stream") {
+        return true;
+    }
+    // A push notification config: stored bytes, charged like a task.
+    path.strip_prefix("/a2a/v1/tasks/")
+        .is_some_and(|rest| rest.ends_with("/pushNotificationConfigs"))
 }
 
 /// Whether `path` is the A2A JSON-RPC endpoint, whose method is only known to its handler.
@@ -271,6 +280,11 @@ mod tests {
         assert!(creates_task("", "/entrypoints/echo/invoke"));
         assert!(creates_task("", "/entrypoints/echo/stream"));
         assert!(creates_task("", "/a2a/v1/message:send"));
+        assert!(creates_task("", "/a2a/v1/tasks/t1/pushNotificationConfigs"));
+        assert!(!creates_task(
+            "",
+            "/a2a/v1/tasks/t1/pushNotificationConfigs/c1"
+        ));
         assert!(creates_task("/base", "/base/tasks"));
         assert!(!creates_task("", "/tasks/abc/cancel"));
         assert!(!creates_task("", "/a2a/v1/tasks"));

@@ -73,10 +73,11 @@ pub async fn handle(
         Ok(owner) => owner,
         Err(err) => return answer_error(id, &err),
     };
-    // Fair admission (see `crate::ratelimit`): only the methods that create tasks.
+    // Fair admission (see `crate::ratelimit`): only the methods that create tasks, and push
+    // notification configs (stored bytes as a task is).
     if matches!(
         method.as_str(),
-        methods::SEND_MESSAGE | methods::SEND_STREAMING_MESSAGE
+        methods::SEND_MESSAGE | methods::SEND_STREAMING_MESSAGE | methods::CREATE_PUSH_CONFIG
     ) && let Some(axum::Extension(limits)) = &limits
         && let Some(limited) = limits.check().await
     {

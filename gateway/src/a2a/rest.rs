@@ -230,10 +230,12 @@ async fn push_create(
     OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
     Path(task): Path<String>,
+    Source(source): Source,
     body: Bytes,
 ) -> Response {
+    // The caller's address goes with the config: the task's deliveries share slots by it.
     let caller = match caller(&state, &headers, &uri) {
-        Ok(caller) => caller,
+        Ok(caller) => Caller { source, ..caller },
         Err(err) => return err.to_rest(),
     };
     let mut config = match body_of::<a2a::TaskPushNotificationConfig>(&headers, &body) {

@@ -7,7 +7,7 @@
 -- rebuilds. Field names: redis/fields.rs.
 --
 -- KEYS[1] task  KEYS[2] events  KEYS[3] leases  KEYS[4] admissions
--- KEYS[5 .. 8] the task's push keys (push_outbox.lua)
+-- KEYS[5 .. 9] the task's push keys (push_outbox.lua)
 -- ARGV[1] task id  ARGV[2] holder id  ARGV[3] epoch  ARGV[4] request json
 -- ARGV[5] event data json  ARGV[6] channel  ARGV[7] event log length  ARGV[8] patience ms
 -- Returns the event's sequence number | false when fenced out (or not active).

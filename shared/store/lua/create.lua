@@ -22,8 +22,9 @@
 -- set tracks what is really kept (finish_task.lua fills it).
 --
 -- KEYS[1] live  KEYS[2] admissions  KEYS[3] leases  KEYS[4] terminal  KEYS[5] terminal sizes
--- KEYS[6] terminal bytes (the retained-task keys: evict_terminal.lua)
--- KEYS[7 ..] per task, 6 keys: task, owner_index, owner_live, queue, wake, src_live (the
+-- KEYS[6] terminal bytes (the retained-task keys: evict_terminal.lua)  KEYS[7] push due (an
+--   evicted task leaves it)
+-- KEYS[8 ..] per task, 6 keys: task, owner_index, owner_live, queue, wake, src_live (the
 --   client address's live set; declared for every task, touched only for one with a source)
 -- ARGV[1] max tasks  ARGV[2] max retained  ARGV[3] max retained per owner
 -- ARGV[4] max live per owner  ARGV[5] max live per address  ARGV[6] max retained bytes (0: no
@@ -40,6 +41,8 @@
 -- (address_has_room), so finished tasks leave it there, not in the scripts that finish them
 -- (which could not declare it); the set expires a day after its last addition, so an address
 -- that never returns leaves no key.
+-- A task with a source keeps it as `pa` (whatever the address bound): the address its push
+-- deliveries share slots under (push_claim.lua).
 -- Each created task's seq is 1: its `statusUpdate running`, which is neither logged nor
 -- published. The record rebuilds it (redis/event_log.rs), and nobody can listen to a task
 -- before its creation except the creator, whose create reply is that event.
@@ -50,6 +53,7 @@
 
 local live, admissions, leases = KEYS[1], KEYS[2], KEYS[3]
 local retained = retained_keys(KEYS, 4)
+retained.push_due = KEYS[7]
 local terminal = retained.terminal
 local max_tasks, max_retained = tonumber(ARGV[1]), tonumber(ARGV[2])
 local max_owner_retained, max_owner_live = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -103,8 +107,8 @@ end
 -- Only this call changes `live` meanwhile (a script runs alone), one SADD per created task.
 local live_count = redis.call('SCARD', live)
 
-for i = 0, (#KEYS - 6) / 6 - 1 do
-  local kb, ab = 7 + i * 6, 8 + i * 11
+for i = 0, (#KEYS - 7) / 6 - 1 do
+  local kb, ab = 8 + i * 6, 8 + i * 11
   local task, owner_index = KEYS[kb], KEYS[kb + 1]
   local owner_live, queue, wake = KEYS[kb + 2], KEYS[kb + 3], KEYS[kb + 4]
   local src_live = KEYS[kb + 5]
@@ -165,6 +169,10 @@ for i = 0, (#KEYS - 6) / 6 - 1 do
     if retention ~= '' then
       set[#set + 1] = 'rt'
       set[#set + 1] = retention
+    end
+    if ARGV[ab + 9] ~= '' then
+      set[#set + 1] = 'pa'
+      set[#set + 1] = ARGV[ab + 9]
     end
     if ARGV[ab + 10] ~= '' then
       set[#set + 1] = 'nc'

@@ -1,7 +1,7 @@
 -- emit: a lease holder appends a custom event (progress, stream output) to its task's log and
 -- publishes it. Fenced like every other worker write.
 --
--- KEYS[1] task  KEYS[2] events  KEYS[3 .. 6] the task's push keys (push_outbox.lua)
+-- KEYS[1] task  KEYS[2] events  KEYS[3 .. 7] the task's push keys (push_outbox.lua)
 -- ARGV[1] holder id  ARGV[2] epoch  ARGV[3] event name  ARGV[4] data json  ARGV[5] channel
 -- ARGV[6] event log length  ARGV[7] task id
 -- Returns the event's sequence number | false when fenced out.

@@ -11,8 +11,9 @@
 --
 -- KEYS[1] leases  KEYS[2] admissions  KEYS[3] live  KEYS[4] terminal  KEYS[5] terminal sizes
 -- KEYS[6] terminal bytes
--- KEYS[7 ..] per task, 10 keys: task, events, owner_index, owner_live, queue, wake, push
---   configs, push outbox, push cursors, push due (the task's push keys: push_outbox.lua)
+-- KEYS[7 ..] per task, 11 keys: task, events, owner_index, owner_live, queue, wake, push
+--   configs, push outbox, push cursors, push due, push dropped (the task's push keys:
+--   push_outbox.lua)
 -- ARGV[1] mode  ARGV[2] retention ms  ARGV[3] task channel prefix
 -- ARGV[4 ..] task ids, in the order of their keys
 -- Returns {requeued ids, failed ids, cancelled ids}
@@ -30,12 +31,12 @@ local requeued, failed, cancelled = {}, {}, {}
 
 for i = 4, #ARGV do
   local id = ARGV[i]
-  local base = 7 + (i - 4) * 10
+  local base = 7 + (i - 4) * (6 + PUSH_KEYS)
   local k = {
     task = KEYS[base], events = KEYS[base + 1], owner_index = KEYS[base + 2],
     owner_live = KEYS[base + 3], queue = KEYS[base + 4], leases = leases,
     admissions = admissions, live = live, terminal = terminal, terminal_sizes = terminal_sizes,
-    terminal_bytes = terminal_bytes,
+    terminal_bytes = terminal_bytes, push = push_keys(KEYS, base + 6, id),
   }
   local wake = KEYS[base + 5]
   local f = redis.call('HMGET', k.task, 'st', 'ph', 'lx', 'ax',
@@ -58,7 +59,7 @@ for i = 4, #ARGV do
     end
     finish_task(k, id, phase, retention, now)
     -- The terminal record rebuilds this event (redis/event_log.rs): published, not logged.
-    publish_event(channel, seq, event, data, f[13], push_keys(KEYS, base + 6, id))
+    publish_event(channel, seq, event, data, f[13], k.push)
   end
 
   if status ~= 'running' then

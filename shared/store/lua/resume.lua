@@ -7,7 +7,7 @@
 -- runs. Logs and publishes 'statusUpdate running' (a logged entry: only seq 1's is rebuilt).
 --
 -- KEYS[1] task  KEYS[2] events  KEYS[3] queue  KEYS[4] wake  KEYS[5] leases  KEYS[6] admissions
--- KEYS[7 .. 10] the task's push keys (push_outbox.lua)
+-- KEYS[7 .. 11] the task's push keys (push_outbox.lua)
 -- ARGV[1] task id  ARGV[2] owner hash  ARGV[3] expected seq  ARGV[4] invocation json
 -- ARGV[5] turn json  ARGV[6] channel  ARGV[7] event log length
 -- Returns {1, updated, seq} | {0, 'NOT_FOUND'} | {0, 'STALE'}

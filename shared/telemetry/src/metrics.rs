@@ -17,7 +17,7 @@
 //! | `taskcluster.store.memory.high_water` | gauge, 1 | |
 //! | `taskcluster.settlements.unreconciled` | gauge | |
 //! | `taskcluster.admissions.refused` | counter | `reason` |
-//! | `taskcluster.push.deliveries` | counter | `outcome` (`delivered`, `retried`, `exhausted`) |
+//! | `taskcluster.push.deliveries` | counter | `outcome` (`delivered`, `retried`, `exhausted`, `dropped`) |
 //! | `taskcluster.push.delivery_time` | histogram, s | `outcome` |
 //! | `http.server.request.duration` | histogram, s | `http.request.method`, `http.route`, `http.response.status_code`, `url.scheme` |
 //! | `http.server.active_requests` | up-down counter | `http.request.method`, `url.scheme` |
@@ -147,7 +147,8 @@ fn instruments() -> &'static Instruments {
                 .u64_counter("taskcluster.push.deliveries")
                 .with_description(
                     "A2A push notification attempts by outcome: delivered, retried (a failure \
-                     with attempts left) or exhausted (given up, kept for inspection)",
+                     with attempts left) or exhausted (given up, kept for inspection); dropped: \
+                     events a full outbox dropped before they were delivered",
                 )
                 .build(),
             push_time: seconds(
@@ -236,11 +237,21 @@ pub fn push_delivery(outcome: &'static str, took: Duration) {
     }
 }
 
+/// `events` a full push outbox dropped before they were delivered (counted by the store,
+/// taken by one deliverer).
+pub fn push_dropped(events: u64) {
+    if super::metrics_enabled() && events > 0 {
+        instruments()
+            .push
+            .add(events, &[KeyValue::new("outcome", "dropped")]);
+    }
+}
+
 /// Creates the push delivery counters at zero (a gateway that delivers push notifications),
 /// so that the first exhausted delivery is an increase `increase()` can see.
 pub fn prime_push_counters() {
     if super::metrics_enabled() {
-        for outcome in ["delivered", "retried", "exhausted"] {
+        for outcome in ["delivered", "retried", "exhausted", "dropped"] {
             instruments()
                 .push
                 .add(0, &[KeyValue::new("outcome", outcome)]);

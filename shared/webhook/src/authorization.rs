@@ -6,8 +6,9 @@
 
 use reqwest::header::HeaderValue;
 
-/// Upper bound on the header value: servers commonly refuse headers past 8 KiB anyway.
-pub const MAX_AUTHORIZATION_LEN: usize = 8 * 1024;
+/// Upper bound on the header value: enough for a large JWT, and a config is bytes the store
+/// keeps for its caller (up to `--push-max-configs` of them a task), so no more than that.
+pub const MAX_AUTHORIZATION_LEN: usize = 4 * 1024;
 
 /// Why a scheme or credentials cannot go into an `Authorization` header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -82,8 +83,9 @@ pub(crate) fn authorization_header(
     Ok(value)
 }
 
-/// Upper bound on a push config's notification token.
-pub const MAX_TOKEN_LEN: usize = 1024;
+/// Upper bound on a push config's notification token (an opaque value the receiver checks:
+/// a UUID or a MAC is far shorter).
+pub const MAX_TOKEN_LEN: usize = 512;
 
 /// Why a token cannot go into the `X-A2A-Notification-Token` header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

@@ -8,9 +8,10 @@
 //! configs expiring with the task once it finished; the SSRF policy refusing a host name that
 //! resolves to loopback unless the allowlist names it; a delivery that keeps failing retried
 //! a bounded number of times, then kept and counted; a gateway SIGKILLed in the middle of a
-//! delivery losing none of it; one caller's hanging receivers never holding the slots kept
-//! for other callers; a run that ended before its first delivery told in order, each update
-//! stamped with its event's time; and an allowlist entry admitting only the port it names.
+//! delivery losing none of it; one address's hanging receivers, under however many tokens,
+//! never holding the slots kept for other addresses; a run that ended before its first
+//! delivery told in order, each update stamped with its event's time; and an allowlist entry
+//! admitting only the port it names.
 
 use std::time::Duration;
 
@@ -21,6 +22,10 @@ use serde_json::{Value, json};
 
 const TOKEN_A: &str = "push-suite-token-alpha-0123456789";
 const TOKEN_B: &str = "push-suite-token-bravo-0123456789";
+
+/// The client addresses of the fairness test (documentation range, RFC 5737).
+const FLOOD_ADDRESS: &str = "203.0.113.7";
+const VICTIM_ADDRESS: &str = "198.51.100.9";
 
 /// How long a delivery may take to arrive.
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -39,17 +44,28 @@ async fn cluster(gateway: &[(&str, &str)]) -> Res<Cluster> {
 
 /// A JSON-RPC call to the first gateway as `token`: `(result, error)`.
 async fn rpc(cluster: &Cluster, token: &str, method: &str, params: Value) -> Res<(Value, Value)> {
+    rpc_from(cluster, token, None, method, params).await
+}
+
+/// [`rpc`] from client address `from` (one `X-Forwarded-For` hop from the loopback peer: the
+/// gateway must run with `TRUST_FORWARDED_FOR=true`).
+async fn rpc_from(
+    cluster: &Cluster,
+    token: &str,
+    from: Option<&str>,
+    method: &str,
+    params: Value,
+) -> Res<(Value, Value)> {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    let reply: Value = cluster
+    let mut request = cluster
         .http
         .post(format!("{}/a2a/jsonrpc", cluster.base()))
         .bearer_auth(token)
-        .header("A2A-Version", "1.0")
-        .json(&body)
-        .send()
-        .await?
-        .json()
-        .await?;
+        .header("A2A-Version", "1.0");
+    if let Some(from) = from {
+        request = request.header("X-Forwarded-For", from);
+    }
+    let reply: Value = request.json(&body).send().await?.json().await?;
     Ok((reply["result"].clone(), reply["error"].clone()))
 }
 
@@ -89,13 +105,26 @@ async fn send_as(
     data: Value,
     push: Option<Value>,
 ) -> Res<String> {
+    send_from(cluster, token, None, skill, data, push).await
+}
+
+/// [`send_as`] from client address `from` (see [`rpc_from`]).
+async fn send_from(
+    cluster: &Cluster,
+    token: &str,
+    from: Option<&str>,
+    skill: &str,
+    data: Value,
+    push: Option<Value>,
+) -> Res<String> {
     let mut configuration = json!({"returnImmediately": true});
     if let Some(push) = push {
         configuration["taskPushNotificationConfig"] = push;
     }
-    let (result, error) = rpc(
+    let (result, error) = rpc_from(
         cluster,
         token,
+        from,
         "SendMessage",
         json!({
             "message": {
@@ -691,21 +720,26 @@ async fn a_gateway_killed_mid_delivery_loses_no_delivery() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_callers_hanging_receivers_leave_other_callers_a_slot() -> Res {
+async fn an_addresss_hanging_receivers_leave_other_addresses_a_slot_whatever_its_tokens() -> Res {
     let receiver = WebhookReceiver::start(Answer::Ok).await?;
     receiver.answer_path("/flood", Answer::Hang);
-    // Four slots: one is each caller's share and one is kept for callers under their share, so
-    // the flood's tasks get three at most.
+    // Four slots: one is each address's share and one is kept for addresses with nothing under
+    // way, so the flood's tasks get three at most. Client addresses come from a single
+    // X-Forwarded-For hop, trusted from the loopback peer.
     let allow = loopback(&receiver);
     let cluster = cluster(&[
         ("PUSH_ALLOWLIST", allow.as_str()),
         ("PUSH_CONCURRENCY", "4"),
+        ("TRUST_FORWARDED_FOR", "true"),
     ])
     .await?;
-    for n in 0..6 {
-        send_as(
+    // Eight tasks under eight fresh tokens, all from one address: minting buys no slots.
+    for n in 0..8 {
+        let token = format!("push-suite-flood-token-{n}-0123456789abcdef");
+        send_from(
             &cluster,
-            TOKEN_B,
+            &token,
+            Some(FLOOD_ADDRESS),
             "echo",
             json!({ "flood": n }),
             Some(json!({"url": receiver.url("/flood")})),
@@ -722,22 +756,24 @@ async fn a_callers_hanging_receivers_leave_other_callers_a_slot() -> Res {
                 >= 3
         })
         .await?;
-    // Another caller's notification goes through while the flood's receiver hangs.
-    send(
+    // A caller from another address gets its notification while the flood's receiver hangs.
+    send_from(
         &cluster,
+        TOKEN_A,
+        Some(VICTIM_ADDRESS),
         "echo",
         json!({"victim": true}),
         Some(json!({"url": receiver.url("/victim")})),
     )
     .await?;
     receiver
-        .wait_for(PATIENCE, "the other caller's delivery", |requests| {
+        .wait_for(PATIENCE, "the other address's delivery", |requests| {
             requests
                 .iter()
                 .any(|r| r.path == "/victim" && status_state(r) == Some("TASK_STATE_COMPLETED"))
         })
         .await?;
-    // The flood never had a fourth: the other caller took the reserve.
+    // The flood never had a fourth: the other address took the reserve.
     assert_eq!(
         receiver.most_open("/flood"),
         3,

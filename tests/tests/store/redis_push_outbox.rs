@@ -4,7 +4,8 @@
 //! and expires otherwise; claims hide a task from other deliverers until they expire; cursors
 //! move only from what was read; a claim takes an owner's tasks only up to its share and moves
 //! the rest of them ahead; a release trims what every config is done with and reschedules
-//! the rest; a finished task's configs take the task's expiry.
+//! the rest; a finished task's configs take the task's expiry; a full outbox's drops are
+//! counted and taken once.
 
 use std::time::Duration;
 
@@ -120,6 +121,7 @@ async fn every_event_of_a_task_with_a_config_is_kept_in_its_shard_and_claimed_fr
                 "c1",
                 r#"{"url":"https://hooks.example/a"}"#,
                 PutMode::Existing,
+                None,
             )
             .await?;
         assert_eq!(put, PutOutcome::Stored);
@@ -165,7 +167,9 @@ async fn a_config_put_ahead_of_its_task_is_kept_by_its_first_event_and_expires_o
 
     // Created: every event from the first is kept, and the config no longer expires.
     assert_eq!(
-        outbox.put_config("early", "c1", config, pending).await?,
+        outbox
+            .put_config("early", "c1", config, pending, None)
+            .await?,
         PutOutcome::Stored
     );
     run(&store, "early").await?;
@@ -181,7 +185,9 @@ async fn a_config_put_ahead_of_its_task_is_kept_by_its_first_event_and_expires_o
 
     // Never created: it expires.
     assert_eq!(
-        outbox.put_config("never", "c1", config, pending).await?,
+        outbox
+            .put_config("never", "c1", config, pending, None)
+            .await?,
         PutOutcome::Stored
     );
     let ttl: i64 = redis::cmd("PTTL")
@@ -192,7 +198,7 @@ async fn a_config_put_ahead_of_its_task_is_kept_by_its_first_event_and_expires_o
 
     // An existing put needs its task; a task has at most its configs.
     let outcome = outbox
-        .put_config("missing", "c1", config, PutMode::Existing)
+        .put_config("missing", "c1", config, PutMode::Existing, None)
         .await?;
     assert_eq!(outcome, PutOutcome::NoTask);
     let small = store.push_outbox(1);
@@ -200,20 +206,20 @@ async fn a_config_put_ahead_of_its_task_is_kept_by_its_first_event_and_expires_o
     store.create(queued_task("one", &owner, "echo")).await?;
     assert_eq!(
         small
-            .put_config("one", "a", config, PutMode::Existing)
+            .put_config("one", "a", config, PutMode::Existing, None)
             .await?,
         PutOutcome::Stored
     );
     assert_eq!(
         small
-            .put_config("one", "b", config, PutMode::Existing)
+            .put_config("one", "b", config, PutMode::Existing, None)
             .await?,
         PutOutcome::Full
     );
     // Replacing a config is not adding one.
     assert_eq!(
         small
-            .put_config("one", "a", config, PutMode::Existing)
+            .put_config("one", "a", config, PutMode::Existing, None)
             .await?,
         PutOutcome::Stored
     );
@@ -230,10 +236,10 @@ async fn cursors_move_from_what_was_read_and_releases_trim_reschedule_and_finish
     let owner = AccessToken::generate().owner_hash();
     store.create(queued_task(id, &owner, "echo")).await?;
     outbox
-        .put_config(id, "a", config, PutMode::Existing)
+        .put_config(id, "a", config, PutMode::Existing, None)
         .await?;
     outbox
-        .put_config(id, "b", config, PutMode::Existing)
+        .put_config(id, "b", config, PutMode::Existing, None)
         .await?;
     let lease = start_running(&store, id, "w1", LEASE).await?;
     progress(&store, &lease, 1).await?;
@@ -344,6 +350,7 @@ async fn on_a_redis_cluster_each_shard_keeps_its_tasks_events() -> TestResult {
                 "c1",
                 r#"{"url":"https://hooks.example/a"}"#,
                 PutMode::Existing,
+                None,
             )
             .await?;
         let lease = start_running(&store, &id, "w1", LEASE).await?;
@@ -374,7 +381,7 @@ async fn a_claim_takes_an_owners_tasks_up_to_its_share_and_moves_the_rest_ahead(
         let id = format!("share-{n}");
         store.create(queued_task(&id, owner, "echo")).await?;
         outbox
-            .put_config(&id, "c", config, PutMode::Existing)
+            .put_config(&id, "c", config, PutMode::Existing, None)
             .await?;
         let lease = start_running(&store, &id, "w1", LEASE).await?;
         progress(&store, &lease, 1).await?;
@@ -385,22 +392,26 @@ async fn a_claim_takes_an_owners_tasks_up_to_its_share_and_moves_the_rest_ahead(
     let share = OwnerShare {
         share: 2,
         cap: 4,
-        under_way: vec![(flood.as_str().to_owned(), 1)],
+        under_way: vec![(format!("o:{}", flood.as_str()), 1)],
         postpone: Duration::from_secs(600),
     };
     let claimed = outbox.claim_due(0, CLAIM, 10, &share).await?;
     let of = |owner: &protocol::token::OwnerHash| {
         claimed
             .iter()
-            .filter(|task| task.owner == owner.as_str())
+            .filter(|task| task.group == format!("o:{}", owner.as_str()))
             .count()
     };
     // The flood's first (up to its share) and the other owner's, in due order; then one more
     // of the flood's past its share (four under way: the cap).
     assert_eq!(of(&flood), 2, "{claimed:?}");
     assert_eq!(of(&other), 1, "{claimed:?}");
-    let owners: Vec<&str> = claimed.iter().map(|task| task.owner.as_str()).collect();
-    assert_eq!(owners, [flood.as_str(), other.as_str(), flood.as_str()]);
+    let groups: Vec<&str> = claimed.iter().map(|task| task.group.as_str()).collect();
+    let (flood_group, other_group) = (
+        format!("o:{}", flood.as_str()),
+        format!("o:{}", other.as_str()),
+    );
+    assert_eq!(groups, [&flood_group, &other_group, &flood_group]);
     // The flood's other two were moved ahead, not claimed: nothing is due now.
     let share = OwnerShare {
         share: 100,
@@ -417,3 +428,37 @@ async fn a_claim_takes_an_owners_tasks_up_to_its_share_and_moves_the_rest_ahead(
     assert_eq!(due, 5);
     Ok(())
 }
+
+#[tokio::test]
+async fn events_a_full_outbox_drops_are_counted_and_taken_once() -> TestResult {
+    let server = RedisServer::start()?;
+    let mut config = RedisStoreConfig::new(server.url());
+    config.namespace = "drops".into();
+    let store = RedisStore::connect(config).await?;
+    let outbox = store.push_outbox(4);
+    let owner = AccessToken::generate().owner_hash();
+    store.create(queued_task("chatty", &owner, "echo")).await?;
+    outbox
+        .put_config(
+            "chatty",
+            "c",
+            r#"{"url":"https://hooks.example/a"}"#,
+            PutMode::Existing,
+            None,
+        )
+        .await?;
+    let lease = start_running(&store, "chatty", "w1", LEASE).await?;
+    // The outbox keeps 1,000 events: three past it drop its three oldest.
+    for step in 0..OUTBOX_MAX + 3 {
+        progress(&store, &lease, step).await?;
+    }
+    let batch = outbox.load("chatty").await?;
+    assert_eq!(batch.outbox_len as u64, OUTBOX_MAX);
+    assert_eq!(batch.dropped, 3, "every drop is counted");
+    // Taken once: the next load reports none (no other deliverer counts them again).
+    assert_eq!(outbox.load("chatty").await?.dropped, 0);
+    Ok(())
+}
+
+/// `PUSH_OUTBOX_MAX` of `lua/includes/push_outbox.lua`.
+const OUTBOX_MAX: u64 = 1000;

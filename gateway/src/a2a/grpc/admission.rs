@@ -1,6 +1,7 @@
 //! Fair admission on the gRPC listener: `SendMessage` and `SendStreamingMessage` create tasks,
-//! so they are charged to the same per-address and per-owner quotas, in the same limiter, as
-//! the HTTP bindings' creating requests ([`crate::ratelimit`]): a caller cannot get a second
+//! and `CreateTaskPushNotificationConfig` stores bytes as a task does, so they are charged to
+//! the same per-address and per-owner quotas, in the same limiter, as the HTTP bindings'
+//! creating requests ([`crate::ratelimit`]): a caller cannot get a second
 //! quota by switching binding. Checked before the request message is read, as on HTTP.
 //!
 //! Over a limit the call ends with `RESOURCE_EXHAUSTED` (the spec's gRPC code for the
@@ -21,10 +22,11 @@ use tonic_types::{ErrorDetails, StatusExt};
 use crate::http::client_address::Source;
 use crate::ratelimit::{Limited, Limits};
 
-/// The methods that create tasks.
-const CREATING: [&str; 2] = [
+/// The methods that create tasks or push notification configs.
+const CREATING: [&str; 3] = [
     "/lf.a2a.v1.A2AService/SendMessage",
     "/lf.a2a.v1.A2AService/SendStreamingMessage",
+    "/lf.a2a.v1.A2AService/CreateTaskPushNotificationConfig",
 ];
 
 /// The middleware: checks and charges a creating call, or answers `RESOURCE_EXHAUSTED`.

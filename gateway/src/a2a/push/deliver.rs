@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use a2a::{StreamResponse, TaskPushNotificationConfig};
-use protocol::token::OwnerHash;
 use store::push::{LoadedConfig, OutboxEvent, PushCursor, Release};
 use store::{StoredTask, TaskStore};
 use tokio::sync::Semaphore;
@@ -21,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Push;
 use super::exhausted::give_up;
-use super::fairness::{InFlight, OWNER_BUSY_DELAY, OWNER_SHARE_DIVISOR, OwnerSlot};
+use super::fairness::{GROUP_BUSY_DELAY, GROUP_SHARE_DIVISOR, GroupSlot, InFlight};
 use super::send::{Sent, send};
 use crate::a2a::mapping;
 use crate::a2a::service::narrate::Narrator;
@@ -36,9 +35,9 @@ const IDLE_POLL: Duration = Duration::from_millis(100);
 pub async fn run(store: Arc<dyn TaskStore>, push: Arc<Push>, shutdown: CancellationToken) {
     telemetry::metrics::prime_push_counters();
     let permits = Arc::new(Semaphore::new(push.concurrency));
-    let reserve = (push.concurrency / OWNER_SHARE_DIVISOR).max(1);
+    let reserve = (push.concurrency / GROUP_SHARE_DIVISOR).max(1);
     let in_flight = Arc::new(InFlight::new(
-        push.concurrency / OWNER_SHARE_DIVISOR,
+        push.concurrency / GROUP_SHARE_DIVISOR,
         push.concurrency.saturating_sub(reserve).max(1),
     ));
     let mut running = JoinSet::new();
@@ -50,7 +49,7 @@ pub async fn run(store: Arc<dyn TaskStore>, push: Arc<Push>, shutdown: Cancellat
             if free == 0 {
                 break;
             }
-            let share = in_flight.share(OWNER_BUSY_DELAY);
+            let share = in_flight.share(GROUP_BUSY_DELAY);
             let tasks = match push.outbox.claim_due(shard, push.claim, free, &share).await {
                 Ok(tasks) => {
                     failing = false;
@@ -70,7 +69,7 @@ pub async fn run(store: Arc<dyn TaskStore>, push: Arc<Push>, shutdown: Cancellat
                 };
                 claimed += 1;
                 // Counted from the claim on, so the next claim sees it under way.
-                let slot = OwnerHash::from_hex(&task.owner).map(|owner| in_flight.enter(&owner));
+                let slot = (!task.group.is_empty()).then(|| in_flight.enter(&task.group));
                 let (store, push, shutdown) = (store.clone(), push.clone(), shutdown.clone());
                 running.spawn(async move {
                     deliver_task(&*store, &push, slot, &task.id, &shutdown).await;
@@ -102,11 +101,11 @@ struct ConfigProgress {
 }
 
 /// One claimed task: every config's events after its cursor, then the release.
-/// `_slot`: the task's place among its owner's tasks under way, held until it is done.
+/// `_slot`: the task's place among its group's tasks under way, held until it is done.
 async fn deliver_task(
     store: &dyn TaskStore,
     push: &Push,
-    _slot: Option<OwnerSlot>,
+    _slot: Option<GroupSlot>,
     task_id: &str,
     stop: &CancellationToken,
 ) {
@@ -125,6 +124,14 @@ async fn deliver_task(
         }
     };
     let loaded = batch.outbox_len;
+    if batch.dropped > 0 {
+        // The shard's drops since any deliverer last looked (not only this task's).
+        tracing::warn!(
+            dropped = batch.dropped,
+            "full push outboxes dropped undelivered events (PUSH_OUTBOX_MAX)"
+        );
+        telemetry::metrics::push_dropped(batch.dropped);
+    }
     let Some(stored) = stored.filter(|_| !batch.configs.is_empty()) else {
         // No configs left, or the task itself is gone (expired): nothing to deliver, ever.
         let release = Release {

@@ -1,7 +1,8 @@
 //! A2A push notifications: a task's configs (created on every binding, see
 //! [`crate::a2a::service::push_config`]) and their durable delivery: [`deliver`] (the loop,
 //! a task's and a config's deliveries), `send` (one POST and what it came to), `fairness`
-//! (owners' tasks under way, told to each claim), `exhausted` (deliveries given up).
+//! (each client address's tasks under way, told to each claim), `exhausted` (deliveries given
+//! up).
 //!
 //! **Who delivers: the gateways.** Every gateway with push notifications on runs a deliverer
 //! over the store's outbox (`store::push`). A delivery is the A2A rendering of a run event

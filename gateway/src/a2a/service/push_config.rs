@@ -11,6 +11,13 @@
 //!
 //! The stored config is returned as it was given (the caller's own credentials, to the
 //! caller alone), with its id and task id filled in.
+//!
+//! Stored bytes, bounded as a task's are: each part has a size limit; a task has at most
+//! `--push-max-configs`; a config is refused like a new task while the store is at its
+//! memory high-water mark (`crate::store_memory`), and its creation is rate limited as a
+//! task's is (`crate::ratelimit`); it counts in its task's retained bytes and goes with the
+//! task (`store::push`). The caller's client address is kept with the task: delivery slots are
+//! shared by address (`crate::a2a::push`).
 
 use std::time::Duration;
 
@@ -48,7 +55,8 @@ pub async fn create(
     let task_id = config.task_id.clone();
     read_owned(caller.state, &caller.owner, &task_id).await?;
     let config = checked(push, config, &task_id)?;
-    store_config(push, &task_id, &config, PutMode::Existing).await?;
+    caller.state.store_memory.admit()?;
+    store_config(caller, push, &task_id, &config, PutMode::Existing).await?;
     Ok(config)
 }
 
@@ -109,29 +117,37 @@ pub async fn delete(
 /// The inline config of a send that creates task `task_id`: checked, and stored before the
 /// task exists, so that none of its events can be published before it (confirmed by
 /// [`confirm_inline`] once the task is created, dropped by [`discard_inline`] if it is not).
-/// The config as stored.
+/// The config as stored. Refused, as the task would be, at the memory high-water mark.
 pub(super) async fn store_inline(
-    state: &AppState,
+    caller: &Caller<'_>,
     task_id: &str,
     config: TaskPushNotificationConfig,
 ) -> Result<TaskPushNotificationConfig, A2aError> {
-    let push = enabled(state)?;
+    let push = enabled(caller.state)?;
     let config = checked(push, config, task_id)?;
-    store_config(push, task_id, &config, PutMode::Pending(PENDING_TTL)).await?;
+    caller.state.store_memory.admit()?;
+    store_config(
+        caller,
+        push,
+        task_id,
+        &config,
+        PutMode::Pending(PENDING_TTL),
+    )
+    .await?;
     Ok(config)
 }
 
 /// The task of an inline config exists: the config lives as long as the task. A failure is
 /// logged, not answered: the task exists, and its first event keeps the config anyway.
 pub(super) async fn confirm_inline(
-    state: &AppState,
+    caller: &Caller<'_>,
     task_id: &str,
     config: &TaskPushNotificationConfig,
 ) {
-    let Some(push) = state.push.as_deref() else {
+    let Some(push) = caller.state.push.as_deref() else {
         return;
     };
-    if let Err(err) = store_config(push, task_id, config, PutMode::Existing).await {
+    if let Err(err) = store_config(caller, push, task_id, config, PutMode::Existing).await {
         tracing::warn!(task_id, error = %err, "could not confirm the inline push config of a task");
     }
 }
@@ -148,13 +164,14 @@ pub(super) async fn discard_inline(state: &AppState, task_id: &str) {
 /// The inline config of a send that answers task `task_id` (waiting for input; the caller's
 /// own, checked already): stored as a created config is.
 pub(super) async fn store_existing(
-    state: &AppState,
+    caller: &Caller<'_>,
     task_id: &str,
     config: TaskPushNotificationConfig,
 ) -> Result<(), A2aError> {
-    let push = enabled(state)?;
+    let push = enabled(caller.state)?;
     let config = checked(push, config, task_id)?;
-    store_config(push, task_id, &config, PutMode::Existing).await
+    caller.state.store_memory.admit()?;
+    store_config(caller, push, task_id, &config, PutMode::Existing).await
 }
 
 /// A config that may be stored: its parts checked, its id (generated when absent) and task
@@ -199,7 +216,10 @@ fn checked(
     Ok(config)
 }
 
+/// Stores `config` with the caller's client address (what the task's deliveries share slots
+/// by).
 async fn store_config(
+    caller: &Caller<'_>,
     push: &Push,
     task_id: &str,
     config: &TaskPushNotificationConfig,
@@ -207,7 +227,12 @@ async fn store_config(
 ) -> Result<(), A2aError> {
     let id = config.id.as_deref().unwrap_or_default();
     let json = serde_json::to_string(config).map_err(|_| A2aError::internal())?;
-    match push.outbox.put_config(task_id, id, &json, mode).await? {
+    let source = caller.source.as_deref();
+    match push
+        .outbox
+        .put_config(task_id, id, &json, mode, source)
+        .await?
+    {
         PutOutcome::Stored => Ok(()),
         PutOutcome::NoTask => Err(A2aError::task_not_found(task_id)),
         PutOutcome::Full => Err(A2aError::invalid_params(

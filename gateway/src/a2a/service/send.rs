@@ -130,7 +130,7 @@ async fn start(caller: &Caller<'_>, request: SendMessageRequest) -> Result<Start
         .and_then(|configuration| configuration.task_push_notification_config);
     if let Some(waiting) = check_message(state, caller, &message).await? {
         if let Some(config) = inline {
-            push_config::store_existing(state, &waiting.task.task_id, config).await?;
+            push_config::store_existing(caller, &waiting.task.task_id, config).await?;
         }
         return resume(caller, waiting, message).await;
     }
@@ -158,10 +158,10 @@ async fn start(caller: &Caller<'_>, request: SendMessageRequest) -> Result<Start
     };
     // The inline push config is stored before its task exists, so that none of the task's
     // events can be published before it.
-    let config = push_config::store_inline(state, &task_id, config).await?;
+    let config = push_config::store_inline(caller, &task_id, config).await?;
     let started = admit_task(caller, payment, admit, task_id.clone()).await;
     match &started {
-        Ok(_) => push_config::confirm_inline(state, &task_id, &config).await,
+        Ok(_) => push_config::confirm_inline(caller, &task_id, &config).await,
         Err(_) => push_config::discard_inline(state, &task_id).await,
     }
     started

@@ -1,7 +1,8 @@
 -- finish_task(k, id, phase, retention_ms, now, known): bookkeeping of every terminal transition,
 -- in one place so that no path can skip it. k holds the key names: task, events, leases,
--- admissions, live, owner_index, owner_live, queue, and the shard's retained-task keys
--- terminal, terminal_sizes, terminal_bytes (`Keys::retained`); phase is the task's phase before the
+-- admissions, live, owner_index, owner_live, queue, the shard's retained-task keys
+-- terminal, terminal_sizes, terminal_bytes (`Keys::retained`), and push, the task's push keys
+-- (push_keys in push_outbox.lua: `Keys::push_of`); phase is the task's phase before the
 -- transition (nil: unknown). The caller's own HSET of the transition sets status and updated (one
 -- HSET per transition). This drops the index entries that phase can hold, and the fields only a
 -- task that can still run needs: its phase (a terminal status implies it), lease, admission, fence
@@ -27,6 +28,7 @@
 -- sizes = the length of the result and error the record now holds}. Without it they are read
 -- here. A task whose seq was still 1 logged no event (every logged event takes a seq above
 -- the creation's), so it has no event log to measure or to expire.
+-- @include "push_bytes"
 local TERMINAL_SLACK_MS = 1000
 
 local function finish_task(k, id, phase, retention_ms, now, known)
@@ -36,8 +38,12 @@ local function finish_task(k, id, phase, retention_ms, now, known)
   end
   local ttl = tonumber(known.retention) or retention_ms
   local logged = tonumber(known.seq or '0') ~= 1
-  redis.call('HDEL', k.task, 'ph', 'lo', 'lx', 'ax', 'ec', 'ho', 'sh', 'rd', 'rm', 'en', 'iq', 'rt',
-    'sl', 'nc')
+  -- The client address push deliveries share slots by (`pa`) stays only while the task has
+  -- push configs (a config put later sets it again: push_put.lua).
+  local dropped = {'ph', 'lo', 'lx', 'ax', 'ec', 'ho', 'sh', 'rd', 'rm', 'en', 'iq', 'rt', 'sl', 'nc'}
+  local has_push = redis.call('EXISTS', k.push.configs) == 1
+  if not has_push then dropped[#dropped + 1] = 'pa' end
+  redis.call('HDEL', k.task, unpack(dropped))
   if phase ~= 'queued' and phase ~= 'reserved' then
     redis.call('ZREM', k.leases, id)
   end
@@ -73,11 +79,15 @@ local function finish_task(k, id, phase, retention_ms, now, known)
       if logged then
         size = size + (redis.call('MEMORY', 'USAGE', k.events, 'SAMPLES', 0) or 0)
       end
-      if known.sizes then
-        size = size + known.sizes
-      else
-        size = size + redis.call('HSTRLEN', k.task, 'rs') + redis.call('HSTRLEN', k.task, 'er')
+      local result_sizes = known.sizes
+      if not result_sizes then
+        result_sizes = redis.call('HSTRLEN', k.task, 'rs') + redis.call('HSTRLEN', k.task, 'er')
       end
+      size = size + result_sizes
+      -- Its push configs, cursors and outbox (push_bytes.lua; `k.push`, declared by every
+      -- caller: push_keys), and the terminal event once more when configs will keep it in
+      -- the outbox.
+      if has_push then size = size + push_size(k.push) + result_sizes end
       redis.call('HSET', k.terminal_sizes, member, size)
       redis.call('INCRBY', k.terminal_bytes, size)
       -- The set expires with its last entry (up to TERMINAL_SLACK_MS later), like every key

@@ -10,10 +10,10 @@ local function shard_keys(keys)
   }
 end
 
--- ITEM_KEYS, swap_item(keys, argv, kb, ab, shard): the keys (9 from kb: task, events,
+-- ITEM_KEYS, swap_item(keys, argv, kb, ab, shard): the keys (ITEM_KEYS from kb: task, events,
 -- owner_index, owner_live, queue, then the task's push keys: push_keys; with the shard's:
 -- shard_keys) and values (11 from ab) of one compare-and-set item, as swap_task takes them.
-local ITEM_KEYS = 9
+local ITEM_KEYS = 5 + PUSH_KEYS
 local function swap_item(keys, argv, kb, ab, shard)
   local k = {
     task = keys[kb], events = keys[kb + 1], owner_index = keys[kb + 2],

@@ -1,12 +1,12 @@
 //! `lua/push_claim.lua`: claims up to `limit` of a shard's due tasks, each scored by its
 //! claim's expiry, so no other deliverer takes it while the claim lasts: first the tasks of
-//! owners under their share of the caller's slots, then, below the caller's cap, the others;
-//! those left are moved a little ahead.
+//! groups (client addresses, else owners) under their share of the caller's slots, then,
+//! below the caller's cap, the others; those left are moved a little ahead.
 //!
 //! - KEYS: due.
 //! - ARGV: lease ms, limit, scan, share, postpone ms, tasks under way at the caller, cap, then
-//!   pairs of owner hash and tasks of it under way at the caller.
-//! - Reply: id, owner, id, owner, ... of the claimed tasks.
+//!   pairs of group and tasks of it under way at the caller.
+//! - Reply: id, group, id, group, ... of the claimed tasks.
 //!
 //! Unreplicated: a claim a failover loses only lets a second deliverer send what the first
 //! sends too (at least once).
@@ -20,7 +20,7 @@ use crate::{RedisStore, StoreError};
 
 lua_script!("push_claim");
 
-/// Due tasks looked at per claimed one, at most: enough to pass over a flood of one owner's.
+/// Due tasks looked at per claimed one, at most: enough to pass over a flood of one group's.
 const SCAN_FACTOR: usize = 2;
 
 pub(super) async fn call(
@@ -41,16 +41,16 @@ pub(super) async fn call(
         .arg(share.postpone.as_millis().max(1).to_string())
         .arg(share.under_way.iter().map(|(_, n)| *n).sum::<usize>())
         .arg(share.cap);
-    for (owner, under_way) in &share.under_way {
-        invocation.arg(owner).arg(*under_way);
+    for (group, under_way) in &share.under_way {
+        invocation.arg(group).arg(*under_way);
     }
     let flat: Vec<String> = store.eval_unreplicated(keys, NAME, &mut invocation).await?;
     Ok(flat
         .chunks(2)
         .filter_map(|pair| match pair {
-            [id, owner] => Some(Claimed {
+            [id, group] => Some(Claimed {
                 id: id.clone(),
-                owner: owner.clone(),
+                group: group.clone(),
             }),
             _ => None,
         })

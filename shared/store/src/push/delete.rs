@@ -2,7 +2,7 @@
 //! outbox with it. Idempotent.
 //!
 //! - KEYS: configs, cursors, outbox.
-//! - ARGV: config id.
+//! - ARGV: config id, task id.
 //! - Reply: 1 deleted | 0 no such config.
 
 use crate::lua::lua_script;
@@ -21,7 +21,10 @@ pub(super) async fn call(
         .key(keys.push_configs(task_id))
         .key(keys.push_cursors(task_id))
         .key(keys.push_outbox(task_id))
-        .arg(config_id);
+        .key(keys.task(task_id))
+        .key(&keys.retained())
+        .arg(config_id)
+        .arg(task_id);
     let deleted: i64 = store.eval_in(keys, NAME, &mut invocation).await?;
     Ok(deleted == 1)
 }

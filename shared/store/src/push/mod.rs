@@ -7,10 +7,13 @@
 //!   each stamped with that script's time ([`OutboxEvent`]), bounded;
 //! - `{shard}:push-cur:<id>` (hash): config id -> [`PushCursor`], how far that config got;
 //! - `{shard}:push-due` (sorted set): tasks with deliveries to make, by when (Redis clock);
-//! - `{shard}:push-exhausted` (list): deliveries given up, newest first, bounded.
+//! - `{shard}:push-exhausted` (list): deliveries given up, newest first, bounded;
+//! - `{shard}:push-dropped` (counter): events a full outbox dropped, not yet taken by a
+//!   deliverer ([`PushBatch::dropped`]).
 //!
 //! A deliverer [`PushOutbox::claim_due`]s tasks (a lease: each claimed task is scored by its
-//! claim's expiry; each owner's up to its share of the deliverer's slots, [`OwnerShare`]), [`PushOutbox::load`]s one, sends each config's events after its cursor in
+//! claim's expiry; each client address's up to its share of the deliverer's slots,
+//! [`OwnerShare`]), [`PushOutbox::load`]s one, sends each config's events after its cursor in
 //! order, [`PushOutbox::advance`]s the cursor after each answer (compare and set), and
 //! [`PushOutbox::release`]s the task: delivered events leave the outbox, and the task is due
 //! again when something is left. A deliverer killed at any point leaves the cursor where the
@@ -18,7 +21,9 @@
 //! deliverer sends again what was not confirmed (at least once, in order per config).
 //!
 //! Configs live as long as their task: they never expire while it runs, and once its terminal
-//! event is delivered they take the task's remaining retention.
+//! event is delivered they take the task's remaining retention. They are bytes the task keeps:
+//! counted in its retained size (`lua/includes/push_bytes.lua`), and deleted with it when it
+//! is evicted or its retention ends (`lua/includes/evict_terminal.lua`).
 //!
 //! Redis only: the embedded store keeps nothing across a restart, so it has no outbox, and
 //! push notifications need `REDIS_URL`.
@@ -39,6 +44,15 @@ use crate::{RedisStore, StoreError, StoredEvent};
 
 /// Most exhausted deliveries each shard keeps for inspection.
 pub const EXHAUSTED_KEPT: usize = 1000;
+
+/// What [`PushOutbox::load`] reads in one round trip: configs, cursors, outbox entries, the
+/// shard's dropped events.
+type Loaded = (
+    HashMap<String, String>,
+    HashMap<String, String>,
+    Vec<String>,
+    Option<u64>,
+);
 
 /// How far one config's deliveries got.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -135,19 +149,26 @@ pub struct PushBatch {
     pub events: Vec<OutboxEvent>,
     /// The outbox's length when read.
     pub outbox_len: usize,
+    /// Events full outboxes of the task's shard dropped since a deliverer last looked: taken
+    /// (GETDEL) with this load, so each drop is reported by one deliverer, once.
+    pub dropped: u64,
 }
 
-/// A claimed task, with its owner (the hash, `""` when its record is gone).
+/// A claimed task, with the group its delivery slots count under: `a:<client address>` (its
+/// creator's, or that of its latest config's put), else `o:<owner hash>`; `""` when its record
+/// is gone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Claimed {
     pub id: String,
-    pub owner: String,
+    pub group: String,
 }
 
-/// How a claim shares a deliverer's slots among owners: tasks of owners with fewer than
-/// `share` under way (`under_way`: the caller's count per owner hash) first; then, while the
-/// caller's tasks under way stay below `cap`, those of owners at their share; a due task of an
-/// owner at its share that does not fit is moved `postpone` ahead.
+/// How a claim shares a deliverer's slots among groups ([`Claimed::group`]: client addresses,
+/// so that minting tokens buys no more slots): tasks of groups with fewer than `share` under
+/// way (`under_way`: the caller's count per group) first, the reserve (the slots past `cap`)
+/// only to a group with none under way; then, while the caller's tasks under way stay below
+/// `cap`, those of groups at their share; a due task of a group at its share that does not fit
+/// is moved `postpone` ahead.
 #[derive(Debug, Clone, Default)]
 pub struct OwnerShare {
     pub share: usize,
@@ -210,13 +231,15 @@ impl PushOutbox {
         self.store.shard_count()
     }
 
-    /// Stores (or replaces) config `config_id` of `task_id`.
+    /// Stores (or replaces) config `config_id` of `task_id`, put by a caller from client
+    /// address `source` (the task's deliveries share slots by it).
     pub async fn put_config(
         &self,
         task_id: &str,
         config_id: &str,
         config: &str,
         mode: PutMode,
+        source: Option<&str>,
     ) -> Result<PutOutcome, StoreError> {
         put::call(
             &self.store,
@@ -225,6 +248,7 @@ impl PushOutbox {
             config,
             self.max_configs,
             mode,
+            source,
         )
         .await
     }
@@ -269,8 +293,8 @@ impl PushOutbox {
         Ok(())
     }
 
-    /// Claims up to `limit` due tasks of shard `shard` for `lease`, sharing them among owners
-    /// as `share` says.
+    /// Claims up to `limit` due tasks of shard `shard` for `lease`, sharing them among client
+    /// addresses as `share` says.
     pub async fn claim_due(
         &self,
         shard: usize,
@@ -295,12 +319,10 @@ impl PushOutbox {
             .cmd("LRANGE")
             .arg(keys.push_outbox(task_id))
             .arg(0)
-            .arg(-1);
-        let (configs, cursors, entries): (
-            HashMap<String, String>,
-            HashMap<String, String>,
-            Vec<String>,
-        ) = self.store.pipe(&pipe).await?;
+            .arg(-1)
+            .cmd("GETDEL")
+            .arg(keys.push_dropped());
+        let (configs, cursors, entries, dropped): Loaded = self.store.pipe(&pipe).await?;
         let mut loaded: Vec<LoadedConfig> = configs
             .into_iter()
             .map(|(id, config)| {
@@ -325,6 +347,7 @@ impl PushOutbox {
             configs: loaded,
             events,
             outbox_len,
+            dropped: dropped.unwrap_or(0),
         })
     }
 

@@ -25,6 +25,7 @@ pub(super) async fn call(
         .key(keys.push_configs(task_id))
         .key(keys.push_cursors(task_id))
         .key(keys.task(task_id))
+        .key(&keys.retained())
         .arg(task_id)
         .arg(release.trim)
         .arg(release.loaded)

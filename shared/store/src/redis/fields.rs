@@ -68,6 +68,9 @@ pub const TURNS: &str = "tu";
 /// The notify channel of the process that created the task and follows it
 /// (`Keys::notify_channel`); until the task is terminal.
 pub const NOTIFY: &str = "nc";
+/// The client address key the task's push deliveries share slots under (`push_claim.lua`):
+/// its creator's (create.lua), then that of whoever puts a config on it last (push_put.lua).
+pub const PUSH_ADDRESS: &str = "pa";
 
 /// The wire view of a task, in the order `replies::task_view` reads it.
 pub const VIEW: [&str; 6] = [STATUS, CONTEXT, CREATED, UPDATED, RESULT, ERROR];

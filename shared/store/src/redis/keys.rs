@@ -173,6 +173,12 @@ impl Keys {
         format!("{}:push-out:{id}", self.prefix)
     }
 
+    /// Counter: events the shard's full push outboxes dropped, until a deliverer takes it
+    /// (`push/mod.rs`; incremented by `lua/includes/push_outbox.lua`: [`Self::push_of`]).
+    pub fn push_dropped(&self) -> String {
+        format!("{}:push-dropped", self.prefix)
+    }
+
     /// Hash: config id -> how far that config's deliveries got (`push::PushCursor`).
     pub fn push_cursors(&self, id: &str) -> String {
         format!("{}:push-cur:{id}", self.prefix)
@@ -186,13 +192,15 @@ impl Keys {
 
     /// The push keys of task `id` that every script publishing its events declares, in this
     /// order (`push_keys` in `push_outbox.lua`): its configs, outbox and cursors, and the
-    /// shard's due set. One helper, so that every caller passes them the same way.
-    pub fn push_of(&self, id: &str) -> [String; 4] {
+    /// shard's due set and dropped counter. One helper, so that every caller passes them the
+    /// same way.
+    pub fn push_of(&self, id: &str) -> [String; 5] {
         [
             self.push_configs(id),
             self.push_outbox(id),
             self.push_cursors(id),
             self.push_due(),
+            self.push_dropped(),
         ]
     }
 

@@ -210,9 +210,10 @@ where
 
 /// The keys no caller can declare: those of a task whose id the script itself takes from an
 /// index it declared (a worker's take pops its tasks from the queues, so that no two workers
-/// contend for a queue head; the push claim reads the owner of each due task; a listing and
-/// a creation drop retained tasks whose retention ended or that the retained bound evicts,
-/// oldest first, with their owner's index entry). Knowing them first would take a read, and a
+/// contend for a queue head; the push claim reads the owner and address of each due task; a
+/// listing and a creation drop retained tasks whose retention ended or that the retained bound
+/// evicts, oldest first, with their owner's index entry and their push configs, cursors and
+/// outbox). Knowing them first would take a read, and a
 /// race, before every such call (docs/store.md, Redis layout). Each is allowed for its script
 /// and kind of key only, and only in the hash tag (so the slot) of a key the call declared.
 const POPPED: &[(&str, &str)] = &[
@@ -222,9 +223,15 @@ const POPPED: &[(&str, &str)] = &[
     ("list_page", "task"),
     ("list_page", "events"),
     ("list_page", "owner"),
+    ("list_page", "push"),
+    ("list_page", "push-cur"),
+    ("list_page", "push-out"),
     ("create", "task"),
     ("create", "events"),
     ("create", "owner"),
+    ("create", "push"),
+    ("create", "push-cur"),
+    ("create", "push-out"),
 ];
 
 /// Whether a violation is one of [`POPPED`].

@@ -1,8 +1,9 @@
 //! The scripts of the store's non-task parts, each run at least once through its public API:
 //! credentials and nonces, idempotency records (a subject's quota included), the worker registry and
 //! reporter lease, rate limits, and push notifications (put, the outbox its task's events
-//! fill, claim, advance, release, delete). The task scripts run through the conformance
-//! suite.
+//! fill, claim, advance, release, delete; on a finished task too, whose retained bytes they
+//! move; an outbox past its bound, which counts its drops). The task scripts run through the
+//! conformance suite.
 
 use std::time::Duration;
 
@@ -36,8 +37,43 @@ pub async fn run(url: &str, shards: u16) -> Result<(), BoxError> {
     Ok(())
 }
 
+/// `PUSH_OUTBOX_MAX` of `lua/includes/push_outbox.lua`.
+const PUSH_OUTBOX_MAX: usize = 1000;
+
+/// A task with a config emits past its outbox's bound: the oldest event is dropped and the
+/// drop counted (the shard's `push-dropped`, taken by the next load).
+async fn outbox_past_its_bound(store: &RedisStore) -> Result<(), BoxError> {
+    let outbox = store.push_outbox(4);
+    let id = ids_in_shard("lua-keys-drop", 0, store.shard_count(), 1)
+        .pop()
+        .ok_or("an id")?;
+    let owner = AccessToken::generate().owner_hash();
+    store.create(queued_task(&id, &owner, "echo")).await?;
+    outbox
+        .put_config(
+            &id,
+            "c1",
+            r#"{"url":"https://hooks.example/a"}"#,
+            PutMode::Existing,
+            None,
+        )
+        .await?;
+    let lease = start_running(store, &id, "w1", LONG)
+        .await
+        .map_err(|err| err.to_string())?;
+    for step in 0..=PUSH_OUTBOX_MAX {
+        let event = EventPayload {
+            event: "progress".into(),
+            data: json!({ "step": step }),
+        };
+        store.emit(&lease, event).await?.ok_or("emit refused")?;
+    }
+    assert!(outbox.load(&id).await?.dropped > 0, "a drop is counted");
+    Ok(())
+}
+
 /// The creation bounds' paths: tasks from a client address (its live set, left when they
-/// finish) and a retained bound that evicts the oldest finished task.
+/// finish) and a retained bound that evicts the oldest finished task, with its push configs.
 async fn bounds(url: &str, shards: u16) -> Result<(), BoxError> {
     let mut config = RedisStoreConfig::new(url.to_owned());
     config.namespace = format!("b{}", AccessToken::generate().expose());
@@ -46,11 +82,21 @@ async fn bounds(url: &str, shards: u16) -> Result<(), BoxError> {
     config.max_live_per_address = 10;
     let store = RedisStore::connect(config).await?;
     let owner = AccessToken::generate().owner_hash();
+    let outbox = store.push_outbox(4);
     let ids = ids_in_shard("lua-keys-bounds", 0, store.shard_count(), 4);
     for id in &ids {
         let mut task = queued_task(id, &owner, "echo");
         task.source = Some("192.0.2.7".into());
         store.create(task).await?;
+        outbox
+            .put_config(
+                id,
+                "c1",
+                r#"{"url":"https://hooks.example/a"}"#,
+                PutMode::Existing,
+                None,
+            )
+            .await?;
         store
             .compare_and_set(id, &[TaskStatus::Running], Transition::cancelled(), None)
             .await?
@@ -161,6 +207,7 @@ async fn push(store: &RedisStore) -> Result<(), BoxError> {
             "c1",
             r#"{"url":"https://hooks.example/a"}"#,
             PutMode::Existing,
+            Some("192.0.2.9"),
         )
         .await?;
     outbox
@@ -169,6 +216,7 @@ async fn push(store: &RedisStore) -> Result<(), BoxError> {
             "c2",
             r#"{"url":"https://hooks.example/b"}"#,
             PutMode::Existing,
+            None,
         )
         .await?;
     let lease = start_running(store, &id, "w1", LONG)
@@ -189,6 +237,17 @@ async fn push(store: &RedisStore) -> Result<(), BoxError> {
         .await?
         .applied()
         .ok_or("completion refused")?;
+    // The task is finished and counted in the retained bytes: a config put on it now, the
+    // delete and the release below move its size (push_bytes.lua).
+    outbox
+        .put_config(
+            &id,
+            "c3",
+            r#"{"url":"https://hooks.example/c"}"#,
+            PutMode::Existing,
+            None,
+        )
+        .await?;
     let share = OwnerShare {
         share: 100,
         cap: 100,
@@ -217,6 +276,7 @@ async fn push(store: &RedisStore) -> Result<(), BoxError> {
         finished: true,
     };
     outbox.release(&id, release).await?;
+    outbox_past_its_bound(store).await?;
     let ahead = ids_in_shard("lua-keys-ahead", 0, shards, 1)
         .pop()
         .ok_or("an id")?;
@@ -226,6 +286,7 @@ async fn push(store: &RedisStore) -> Result<(), BoxError> {
             "c1",
             r#"{"url":"https://hooks.example/a"}"#,
             PutMode::Pending(LONG),
+            None,
         )
         .await?;
     Ok(())

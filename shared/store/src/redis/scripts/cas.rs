@@ -6,9 +6,9 @@
 //! (statusUpdate, resultUpdate or error) when applied. `finish_take.lua` takes the same items.
 //!
 //! KEYS: leases, admissions, live, then the retained-task keys (terminal, its sizes, their
-//! sum: `Keys::retained`), shared by the batch; then per task 9 keys: task, events,
+//! sum: `Keys::retained`), shared by the batch; then per task 10 keys: task, events,
 //! owner_index, owner_live, queue, and the task's push keys (`Keys::push_of`: configs,
-//! outbox, cursors, due).
+//! outbox, cursors, due, dropped).
 //! ARGV: retention ms, event log length, worker channel prefix (shared); then per task 11
 //! values: task id, owner hash, expected statuses comma-wrapped (",running,"), next status,
 //! result json ('' none), error json ('' none), fence holder ('' unfenced), fence epoch, event

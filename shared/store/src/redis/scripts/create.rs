@@ -7,8 +7,8 @@
 //! and retained bytes (terminal tasks that expire first are evicted). Each created task's seq
 //! is 1, its `statusUpdate running`, neither logged nor published (the record rebuilds it).
 //!
-//! KEYS: live, admissions, leases, terminal, terminal sizes, terminal bytes (`Keys::retained`;
-//! shared by the batch); then per task 6 keys: task, owner_index, owner_live, queue, wake, src_live (declared for every task, touched only for
+//! KEYS: live, admissions, leases, terminal, terminal sizes, terminal bytes (`Keys::retained`),
+//! push due (an evicted task leaves it) (shared by the batch); then per task 6 keys: task, owner_index, owner_live, queue, wake, src_live (declared for every task, touched only for
 //! one with a source).
 //! ARGV: max tasks, max retained, max retained per owner, max live per owner, max live per
 //! address, max retained bytes, key prefix (the shard's hash tag) (shared); then per task 10
@@ -90,6 +90,7 @@ pub(crate) fn lane(core: &Arc<Core>, shard: usize, lanes: usize) -> Batcher<Scri
         [keys.live(), keys.admissions(), keys.leases()]
             .into_iter()
             .chain(keys.retained())
+            .chain([keys.push_due()])
             .collect(),
         shared_args,
     )

@@ -2,7 +2,8 @@
 //! past their retention first (so the owner's index counts only kept tasks), then answers the
 //! index's size and its newest `top` ids.
 //!
-//! KEYS: owner_index, terminal, terminal sizes, terminal bytes. ARGV: key prefix (the shard's hash tag), top (0: none, -1:
+//! KEYS: owner_index, terminal, terminal sizes, terminal bytes, push due (an evicted task
+//! leaves it). ARGV: key prefix (the shard's hash tag), top (0: none, -1:
 //! every id), most expired entries to drop in this call.
 //! Reply: `{count, {id, created_ms, id, created_ms, ...}}` newest first.
 
@@ -55,6 +56,7 @@ pub(crate) async fn call(
     invocation
         .key(keys.owner_index(owner))
         .key(&keys.retained())
+        .key(keys.push_due())
         .arg(keys.tag())
         .arg(top)
         .arg(prune);

@@ -5,7 +5,7 @@
 //! (task_timeout past its run deadline, task_attempts_exhausted when its attempts are used up)
 //! or queues it again; a task held for a settlement is left alone. Mode 'reap' only cancels.
 //!
-//! KEYS: leases, admissions, live, terminal, terminal sizes, terminal bytes; then per task 10
+//! KEYS: leases, admissions, live, terminal, terminal sizes, terminal bytes; then per task 11
 //! keys: task, events, owner_index, owner_live, queue, wake, and the task's push keys
 //! (`Keys::push_of`).
 //! ARGV: mode ('reap' | 'recover'), retention ms, task channel prefix; then the task ids, in
