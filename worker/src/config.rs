@@ -33,9 +33,23 @@ pub struct WorkerConfig {
         value_parser = clap::value_parser!(u8).range(50..=100))]
     pub entrypoint_share: u8,
 
-    /// Entrypoints to host, comma separated (default: every built-in).
+    /// Built-in entrypoints to host, comma separated (default: every built-in, or none with
+    /// `--agent`).
     #[arg(long, env = "WORKER_ENTRYPOINTS", value_delimiter = ',')]
     pub entrypoints: Vec<String>,
+
+    /// Agents to host, by base URL (e.g. `http://127.0.0.1:9000`): every entrypoint on the
+    /// agent's Lucid card (`/.well-known/agent-card.json`) is hosted, each run a
+    /// `POST {URL}/entrypoints/KEY/invoke`. Repeatable or comma separated. With an agent,
+    /// the built-ins are hosted only where `--entrypoints` names them. A priced entrypoint, a
+    /// key hosted twice or an unreadable card stops the worker at start.
+    #[arg(
+        long = "agent",
+        env = "WORKER_AGENTS",
+        value_name = "URL",
+        value_delimiter = ','
+    )]
+    pub agents: Vec<String>,
 
     /// Prices, `KEY=AMOUNT` in decimal USDC with an optional payment protocol, `:x402` (the
     /// default) or `:mpp` (the "Payment" HTTP authentication scheme), e.g. `echo=0.001` or

@@ -6,6 +6,7 @@
 //! - [`builtins`]: `echo`, `sleep`, `fail`, `count`, `summarize`, and the A2A TCK agent `tck`
 //!   (only with `--a2a-tck-agent`);
 //! - [`prices`]: `--price KEY=AMOUNT` parsed and applied to the hosted entrypoints;
+//! - [`remote`]: `--agent URL`, the entrypoints of an agent speaking the Lucid HTTP profile;
 //! - [`runtime`]: the claim loop, heartbeat, cancellation, recovery sweep and drain;
 //! - [`config`]: settings, each a flag and an environment variable.
 
@@ -15,4 +16,5 @@ pub mod emitter;
 pub mod entrypoint;
 pub mod handler;
 pub mod prices;
+pub mod remote;
 pub mod runtime;

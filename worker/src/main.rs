@@ -18,7 +18,7 @@ async fn main() -> anyhow::Result<()> {
     let config = WorkerConfig::parse();
     // Settings errors are one line, like clap's, before anything starts: no backtrace (which
     // anyhow prints when RUST_BACKTRACE is set) and nothing to flush.
-    let entrypoints = match hosted(&config) {
+    let entrypoints = match hosted(&config).await {
         Ok(entrypoints) => entrypoints,
         Err(message) => {
             eprintln!("error: {message}");
@@ -84,18 +84,27 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The entrypoints this worker hosts (`--entrypoints`, default every built-in, plus the A2A
-/// TCK agent with `--a2a-tck-agent`), priced (`--price`). A mistyped name or price stops the
+/// The entrypoints this worker hosts (`--entrypoints`, default every built-in or none with
+/// `--agent`, plus the A2A TCK agent with `--a2a-tck-agent`, plus every entrypoint of each
+/// `--agent`), priced (`--price`). A mistyped name or price stops the
 /// worker: it must not leave a paid entrypoint free, nor host something other than what was
 /// asked.
-fn hosted(config: &WorkerConfig) -> Result<Entrypoints, String> {
+async fn hosted(config: &WorkerConfig) -> Result<Entrypoints, String> {
     let mut builtins = worker::builtins::all().with(worker::builtins::sleep::entrypoint_with_max(
         config.max_sleep_ms,
     ));
     if config.a2a_tck_agent {
         builtins = builtins.with(worker::builtins::tck::entrypoint());
     }
-    let entrypoints = if config.entrypoints.is_empty() {
+    let entrypoints = if config.entrypoints.is_empty() && !config.agents.is_empty() {
+        // An agent's keys would collide with the built-ins of the same names: with an agent,
+        // built-ins are hosted only where `--entrypoints` names them.
+        if config.a2a_tck_agent {
+            Entrypoints::new().with(worker::builtins::tck::entrypoint())
+        } else {
+            Entrypoints::new()
+        }
+    } else if config.entrypoints.is_empty() {
         builtins
     } else {
         let only = builtins
@@ -108,6 +117,9 @@ fn hosted(config: &WorkerConfig) -> Result<Entrypoints, String> {
             only
         }
     };
+    let entrypoints = worker::remote::host(entrypoints, &config.agents, config.max_result_bytes)
+        .await
+        .map_err(|err| err.to_string())?;
     let entrypoints = entrypoints
         .retry_safe(&config.retry_safe)
         .map_err(|unknown| {

@@ -1,0 +1,232 @@
+//! `worker --agent URL` on real processes: the remote agent is our own embedded gateway (no
+//! Redis; it serves the Lucid profile with the built-ins), the cluster a redis-server, a
+//! worker hosting that agent's entrypoints (and no built-ins of its own) and a gateway.
+
+use futures::StreamExt;
+use harness::cluster::{Cluster, PATIENCE, free_port, wait_healthy};
+use harness::process::ServiceProcess;
+use protocol::TaskStatus;
+use protocol::token::AccessToken;
+use serde_json::{Value, json};
+use store::{
+    Admission, Invocation, NewTask, RedisStore, RedisStoreConfig, StoredEvent, Subscription,
+    TaskStore, Transition,
+};
+
+type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
+/// The embedded gateway serving the built-ins over the profile, and its base URL.
+async fn remote_agent() -> TestResult<(ServiceProcess, String)> {
+    let port = free_port()?;
+    let agent = ServiceProcess::start(
+        "gateway",
+        "remote-agent",
+        &[],
+        &[("LISTEN_ADDR", format!("127.0.0.1:{port}"))],
+    )?;
+    let base = format!("http://127.0.0.1:{port}");
+    wait_healthy(&agent, &base).await?;
+    Ok((agent, base))
+}
+
+/// A cluster whose only worker, of one slot, hosts the agent at `agent`.
+async fn cluster_hosting(agent: &str) -> TestResult<Cluster> {
+    Cluster::builder()
+        .worker(
+            "w1",
+            &[("WORKER_AGENTS", agent), ("WORKER_CONCURRENCY", "1")],
+        )
+        .gateway("g1", &[])
+        .skills(&["echo", "fail", "sleep", "count", "summarize"])
+        .start()
+        .await
+}
+
+/// Awaits the next event named `name`, skipping others.
+async fn event(sub: &mut Subscription, name: &str) -> TestResult<StoredEvent> {
+    let found = tokio::time::timeout(PATIENCE, async {
+        while let Some(event) = sub.events.next().await {
+            if event.event == name {
+                return Some(event);
+            }
+        }
+        None
+    })
+    .await?;
+    Ok(found.ok_or("subscription ended")?)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cluster_runs_a_remote_agents_entrypoints() -> TestResult {
+    let (_agent, agent_base) = remote_agent().await?;
+    let cluster = cluster_hosting(&agent_base).await?;
+
+    let card: Value = cluster
+        .http
+        .get(format!("{}/.well-known/agent-card.json", cluster.base()))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let remote: Value = cluster
+        .http
+        .get(format!("{agent_base}/.well-known/agent-card.json"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    for key in ["echo", "fail", "sleep", "count", "summarize"] {
+        let ours = &card["entrypoints"][key];
+        assert_eq!(
+            ours["description"], remote["entrypoints"][key]["description"],
+            "{key}"
+        );
+        assert_eq!(
+            ours["streaming"], remote["entrypoints"][key]["streaming"],
+            "{key}"
+        );
+    }
+    assert_eq!(
+        card["entrypoints"]["sleep"]["input_schema"],
+        remote["entrypoints"]["sleep"]["input_schema"]
+    );
+
+    let input = json!({"hello": "remote", "n": [1, 2, 3]});
+    let echoed = cluster
+        .http
+        .post(format!("{}/entrypoints/echo/invoke", cluster.base()))
+        .json(&json!({"input": input}))
+        .send()
+        .await?;
+    assert_eq!(echoed.status(), 200, "{}", cluster.logs());
+    let echoed: Value = echoed.json().await?;
+    assert_eq!(echoed["output"], input);
+
+    // The agent's error code becomes the task's: the cluster answers a failing run as the
+    // agent itself does (the profile's HTTP answer maps codes it does not know to
+    // internal_error, so both sides see the code the agent put on the wire).
+    let fail = json!({"input": {"code": "invalid_input", "message": "try later"}});
+    let direct = cluster
+        .http
+        .post(format!("{agent_base}/entrypoints/fail/invoke"))
+        .json(&fail)
+        .send()
+        .await?;
+    let direct_status = direct.status();
+    let direct: Value = direct.json().await?;
+    let through = cluster
+        .http
+        .post(format!("{}/entrypoints/fail/invoke", cluster.base()))
+        .json(&fail)
+        .send()
+        .await?;
+    assert_eq!(through.status(), direct_status);
+    assert_eq!(direct_status, 400);
+    let through: Value = through.json().await?;
+    assert_eq!(
+        through["error"]["code"], direct["error"]["code"],
+        "{through}"
+    );
+    assert_eq!(through["error"]["code"], "invalid_input");
+    assert_eq!(through["error"]["message"], "try later");
+
+    let unknown = json!({"input": {"code": "upstream_unavailable", "message": "later"}});
+    let direct: Value = cluster
+        .http
+        .post(format!("{agent_base}/entrypoints/fail/invoke"))
+        .json(&unknown)
+        .send()
+        .await?
+        .json()
+        .await?;
+    let through: Value = cluster
+        .http
+        .post(format!("{}/entrypoints/fail/invoke", cluster.base()))
+        .json(&unknown)
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(through["error"], direct["error"]);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancel_ends_a_remote_run_at_once() -> TestResult {
+    let (_agent, agent_base) = remote_agent().await?;
+    let cluster = cluster_hosting(&agent_base).await?;
+    let store = RedisStore::connect(RedisStoreConfig::new(cluster.redis.url())).await?;
+    let owner = AccessToken::generate().owner_hash();
+    store
+        .create(NewTask {
+            task_id: "remote-sleep".to_owned(),
+            owner: owner.clone(),
+            invocation: Invocation {
+                entrypoint: "sleep".to_owned(),
+                input: json!({"ms": 60_000}),
+                context_id: None,
+                metadata: None,
+                trace_context: Default::default(),
+            },
+            admission: Admission::Queued,
+            max_attempts: 1,
+            retention: None,
+            source: None,
+        })
+        .await?;
+    // From the first event on: the worker may hand the run over before this subscribes.
+    let mut sub = store
+        .subscribe("remote-sleep", &owner, Some(0))
+        .await?
+        .ok_or("own task not visible")?;
+    // The worker handed the run to the agent.
+    let handed = event(&mut sub, "progress").await?;
+    assert_eq!(handed.data["agent"], "invoked", "{:?}", handed.data);
+
+    let outcome = store
+        .compare_and_set(
+            "remote-sleep",
+            &[TaskStatus::Running],
+            Transition::cancelled(),
+            None,
+        )
+        .await?;
+    assert!(outcome.applied().is_some());
+    let status = event(&mut sub, "statusUpdate").await?;
+    assert_eq!(status.data["status"], "cancelled");
+    // The worker stops waiting for the agent at once: its only slot is free for the next
+    // task, an echo that completes while the cancelled sleep would still have a minute to go
+    // (longer than this request waits).
+    let echoed = cluster
+        .http
+        .post(format!("{}/entrypoints/echo/invoke", cluster.base()))
+        .json(&json!({"input": "after the cancel"}))
+        .send()
+        .await?;
+    assert_eq!(echoed.status(), 200, "{}", cluster.logs());
+    let task = store.get("remote-sleep").await?.ok_or("task missing")?;
+    assert_eq!(task.task.status, TaskStatus::Cancelled);
+    assert_eq!(task.task.result, None);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_hosted_twice_stops_the_worker_at_start() -> TestResult {
+    let (_agent, agent_base) = remote_agent().await?;
+    let redis = harness::redis_server::RedisServer::start()?;
+    // `--entrypoints echo` hosts the built-in echo, which the agent's card names too.
+    let mut worker = ServiceProcess::start(
+        "worker",
+        "w-collides",
+        &["--agent", &agent_base, "--entrypoints", "echo"],
+        &[("REDIS_URL", redis.url())],
+    )?;
+    let status = worker.wait_exit(PATIENCE)?;
+    assert_eq!(status.code(), Some(2), "{}", worker.log());
+    let log = worker.log();
+    assert!(
+        log.contains("entrypoint echo is already hosted by this worker (a built-in)"),
+        "{log}"
+    );
+    Ok(())
+}

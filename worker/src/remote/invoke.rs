@@ -1,0 +1,196 @@
+//! One run of a remote entrypoint: `POST {base}/entrypoints/:key/invoke` with `{"input": ...}`.
+//!
+//! The request carries the task's id, attempt and time left (headers) and an `Idempotency-Key`
+//! derived from the task id, the same on every attempt of one task, so the agent can
+//! deduplicate side effects. The answer's size is bounded; the agent's error code becomes the
+//! task's error. A cancel or a lost lease drops this future (the runtime stops waiting), which
+//! closes the connection; the run deadline bounds the request as well.
+
+use serde_json::{Value, json};
+
+use crate::handler::{Handler, HandlerError, HandlerFuture, HandlerOutput, TaskContext};
+
+/// Headers a remote handler may use to stay safe.
+pub const TASK_ID_HEADER: &str = "X-Task-Id";
+pub const ATTEMPT_HEADER: &str = "X-Task-Attempt";
+/// Milliseconds left before the run deadline when the request was sent.
+pub const DEADLINE_HEADER: &str = "X-Task-Deadline-Ms";
+pub const IDEMPOTENCY_HEADER: &str = "Idempotency-Key";
+
+/// The profile's bounds on an `Idempotency-Key`.
+const IDEMPOTENCY_KEY_LEN: std::ops::RangeInclusive<usize> = 20..=256;
+/// Room for the envelope around an output (`run_id`, `usage`, `model`).
+const ENVELOPE_BYTES: usize = 64 * 1024;
+
+/// The most bytes of an invoke answer read for outputs of at most `max_result_bytes`.
+pub fn response_bound(max_result_bytes: usize) -> usize {
+    max_result_bytes.saturating_add(ENVELOPE_BYTES)
+}
+
+/// The handler of a remote entrypoint.
+pub struct RemoteHandler {
+    pub client: reqwest::Client,
+    /// `{base}/entrypoints/{key}/invoke`, built from the configured origin only.
+    pub url: String,
+    pub max_bytes: usize,
+}
+
+impl Handler for RemoteHandler {
+    fn call(&self, input: Value, ctx: TaskContext) -> HandlerFuture {
+        let client = self.client.clone();
+        let url = self.url.clone();
+        let max_bytes = self.max_bytes;
+        Box::pin(async move { run(client, url, max_bytes, input, ctx).await })
+    }
+}
+
+/// The idempotency key of every attempt of task `task_id`, or none where the profile's length
+/// bounds cannot hold it.
+pub fn idempotency_key(task_id: &str) -> Option<String> {
+    let key = format!("taskcluster-task:{task_id}");
+    IDEMPOTENCY_KEY_LEN.contains(&key.len()).then_some(key)
+}
+
+async fn run(
+    client: reqwest::Client,
+    url: String,
+    max_bytes: usize,
+    input: Value,
+    ctx: TaskContext,
+) -> Result<HandlerOutput, HandlerError> {
+    // Tells watchers the run was handed to the agent; a fenced-out write means the run is
+    // over already, which the runtime sees for itself.
+    let _ = ctx
+        .events
+        .progress(json!({"agent": "invoked", "attempt": ctx.attempt}))
+        .await;
+    let remaining = ctx.remaining();
+    let mut request = client
+        .post(&url)
+        .timeout(remaining)
+        .header(TASK_ID_HEADER, &ctx.task_id)
+        .header(ATTEMPT_HEADER, ctx.attempt.to_string())
+        .header(DEADLINE_HEADER, remaining.as_millis().to_string())
+        .json(&json!({"input": input}));
+    if let Some(key) = idempotency_key(&ctx.task_id) {
+        request = request.header(IDEMPOTENCY_HEADER, key);
+    }
+    let response = request.send().await.map_err(unavailable)?;
+    let status = response.status();
+    let body = read_bounded(response, max_bytes)
+        .await
+        .map_err(|err| match err {
+            ReadError::TooLarge(limit) => HandlerError::new(
+                "result_too_large",
+                format!("the agent's answer exceeds {limit} bytes"),
+            ),
+            ReadError::Http(err) => unavailable(err),
+        })?;
+    let answer: Value = serde_json::from_slice(&body).map_err(|_| {
+        HandlerError::new(
+            "agent_invalid_response",
+            format!("the agent answered {status} with a body that is not JSON"),
+        )
+    })?;
+    if !status.is_success() {
+        return Err(agent_error(status, &answer));
+    }
+    let mut output = HandlerOutput::new(answer.get("output").cloned().unwrap_or(Value::Null));
+    output.usage = answer
+        .get("usage")
+        .filter(|usage| !usage.is_null())
+        .cloned();
+    output.model = answer
+        .get("model")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    Ok(output)
+}
+
+/// The agent's `{"error": {"code", "message"}}` as the task's error.
+fn agent_error(status: reqwest::StatusCode, answer: &Value) -> HandlerError {
+    let error = &answer["error"];
+    let code = error["code"]
+        .as_str()
+        .filter(|code| !code.trim().is_empty())
+        .unwrap_or("agent_error");
+    let message = error["message"]
+        .as_str()
+        .map(str::to_owned)
+        .unwrap_or_else(|| format!("the agent answered {status}"));
+    let failed = HandlerError::new(code, message);
+    match error.get("issues") {
+        Some(issues) if !issues.is_null() => failed.with_details(issues.clone()),
+        _ => failed,
+    }
+}
+
+fn unavailable(err: reqwest::Error) -> HandlerError {
+    if err.is_timeout() {
+        HandlerError::new(
+            "task_timeout",
+            "the agent did not answer before the run deadline",
+        )
+    } else {
+        HandlerError::new(
+            "agent_unavailable",
+            format!("cannot reach the agent: {err}"),
+        )
+    }
+}
+
+/// Why a body could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("the answer exceeds {0} bytes")]
+    TooLarge(usize),
+    #[error(transparent)]
+    Http(#[from] reqwest::Error),
+}
+
+/// Reads a response body, giving up past `limit` bytes (whatever `Content-Length` says).
+pub async fn read_bounded(
+    mut response: reqwest::Response,
+    limit: usize,
+) -> Result<Vec<u8>, ReadError> {
+    if response
+        .content_length()
+        .is_some_and(|length| length > limit as u64)
+    {
+        return Err(ReadError::TooLarge(limit));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        if body.len() + chunk.len() > limit {
+            return Err(ReadError::TooLarge(limit));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idempotency_keys_are_stable_and_within_the_profiles_bounds() {
+        assert_eq!(
+            idempotency_key("t1").as_deref(),
+            Some("taskcluster-task:t1")
+        );
+        assert_eq!(idempotency_key("t1"), idempotency_key("t1"));
+        assert_eq!(idempotency_key(&"x".repeat(300)), None);
+    }
+
+    #[test]
+    fn the_agents_error_code_and_message_become_the_tasks() {
+        let err = agent_error(
+            reqwest::StatusCode::INTERNAL_SERVER_ERROR,
+            &json!({"error": {"code": "upstream_unavailable", "message": "later"}}),
+        );
+        assert_eq!(err, HandlerError::new("upstream_unavailable", "later"));
+        let err = agent_error(reqwest::StatusCode::BAD_GATEWAY, &json!({}));
+        assert_eq!(err.code, "agent_error");
+    }
+}
