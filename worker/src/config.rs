@@ -318,6 +318,21 @@ mod tests {
     }
 
     #[test]
+    fn agents_are_repeatable_and_comma_separated() -> Result<(), clap::Error> {
+        let config = WorkerConfig::try_parse_from([
+            "worker",
+            "--redis-url",
+            "redis://x/",
+            "--agent",
+            "http://a:1,http://b:2",
+            "--agent",
+            "https://c/v1",
+        ])?;
+        assert_eq!(config.agents, ["http://a:1", "http://b:2", "https://c/v1"]);
+        Ok(())
+    }
+
+    #[test]
     fn rejects_bad_prices_at_parse_time() {
         for price in ["echo=abc", "echo", "echo=0.001:lightning"] {
             let parsed = WorkerConfig::try_parse_from([

@@ -123,10 +123,14 @@ mod tests {
                 "count":{"description":"Counts","streaming":true,"input_schema":{"type":"object"}}}}"#,
         )?;
         assert_eq!(card.entrypoints.len(), 2);
-        assert_eq!(card.entrypoints[0].key, "count");
-        assert!(card.entrypoints[0].streaming);
-        assert_eq!(card.entrypoints[0].input_schema, json!({"type": "object"}));
-        assert_eq!(card.entrypoints[1].output_schema, json!({}));
+        let get = |key: &str| card.entrypoints.iter().find(|entry| entry.key == key);
+        let count = get("count").ok_or(AgentError::Empty { url: BASE.into() })?;
+        assert!(count.streaming);
+        assert_eq!(count.input_schema, json!({"type": "object"}));
+        let echo = get("echo").ok_or(AgentError::Empty { url: BASE.into() })?;
+        assert!(!echo.streaming);
+        assert_eq!(echo.description, "Returns its input");
+        assert_eq!(echo.output_schema, json!({}));
         Ok(())
     }
 

@@ -47,7 +47,7 @@ impl Handler for RemoteHandler {
 /// The idempotency key of every attempt of task `task_id`, or none where the profile's length
 /// bounds cannot hold it.
 pub fn idempotency_key(task_id: &str) -> Option<String> {
-    let key = format!("taskcluster-task:{task_id}");
+    let key = format!("taskcluster-task-id:{task_id}");
     IDEMPOTENCY_KEY_LEN.contains(&key.len()).then_some(key)
 }
 
@@ -177,7 +177,7 @@ mod tests {
     fn idempotency_keys_are_stable_and_within_the_profiles_bounds() {
         assert_eq!(
             idempotency_key("t1").as_deref(),
-            Some("taskcluster-task:t1")
+            Some("taskcluster-task-id:t1")
         );
         assert_eq!(idempotency_key("t1"), idempotency_key("t1"));
         assert_eq!(idempotency_key(&"x".repeat(300)), None);
