@@ -42,8 +42,15 @@ async fn cluster_hosting(agent: &str) -> TestResult<Cluster> {
         .await
 }
 
-/// Awaits the next event named `name`, skipping others.
+/// Awaits the next event named `name`, skipping others: first in the subscription's replay
+/// (what happened before it went live), then live.
 async fn event(sub: &mut Subscription, name: &str) -> TestResult<StoredEvent> {
+    if let Some(index) = sub.replay.iter().position(|event| event.event == name) {
+        let found = sub.replay.remove(index);
+        sub.replay.drain(..index);
+        return Ok(found);
+    }
+    sub.replay.clear();
     let found = tokio::time::timeout(PATIENCE, async {
         while let Some(event) = sub.events.next().await {
             if event.event == name {
@@ -180,7 +187,9 @@ async fn a_cancel_ends_a_remote_run_at_once() -> TestResult {
         .await?
         .ok_or("own task not visible")?;
     // The worker handed the run to the agent.
-    let handed = event(&mut sub, "progress").await?;
+    let handed = event(&mut sub, "progress")
+        .await
+        .map_err(|err| format!("no progress ({err}):\n{}", cluster.logs()))?;
     assert_eq!(handed.data["agent"], "invoked", "{:?}", handed.data);
 
     let outcome = store
@@ -192,7 +201,9 @@ async fn a_cancel_ends_a_remote_run_at_once() -> TestResult {
         )
         .await?;
     assert!(outcome.applied().is_some());
-    let status = event(&mut sub, "statusUpdate").await?;
+    let status = event(&mut sub, "statusUpdate")
+        .await
+        .map_err(|err| format!("no statusUpdate ({err}):\n{}", cluster.logs()))?;
     assert_eq!(status.data["status"], "cancelled");
     // The worker stops waiting for the agent at once: its only slot is free for the next
     // task, an echo that completes while the cancelled sleep would still have a minute to go

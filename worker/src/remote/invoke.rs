@@ -86,15 +86,17 @@ async fn run(
             ),
             ReadError::Http(err) => unavailable(err),
         })?;
-    let answer: Value = serde_json::from_slice(&body).map_err(|_| {
+    let answer: Option<Value> = serde_json::from_slice(&body).ok();
+    if !status.is_success() {
+        // A proxy in front of the agent may answer HTML: the status still says what failed.
+        return Err(agent_error(status, &answer.unwrap_or(Value::Null)));
+    }
+    let answer = answer.ok_or_else(|| {
         HandlerError::new(
             "agent_invalid_response",
             format!("the agent answered {status} with a body that is not JSON"),
         )
     })?;
-    if !status.is_success() {
-        return Err(agent_error(status, &answer));
-    }
     let mut output = HandlerOutput::new(answer.get("output").cloned().unwrap_or(Value::Null));
     output.usage = answer
         .get("usage")
