@@ -241,3 +241,48 @@ async fn a_key_hosted_twice_stops_the_worker_at_start() -> TestResult {
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_remote_stream_becomes_the_tasks_events() -> TestResult {
+    let (_agent, agent_base) = remote_agent().await?;
+    let cluster = cluster_hosting(&agent_base).await?;
+    let store = RedisStore::connect(RedisStoreConfig::new(cluster.redis.url())).await?;
+    let owner = AccessToken::generate().owner_hash();
+    store
+        .create(NewTask {
+            task_id: "remote-count".to_owned(),
+            owner: owner.clone(),
+            invocation: Invocation {
+                entrypoint: "count".to_owned(),
+                input: json!({"n": 3}),
+                context_id: None,
+                metadata: None,
+                trace_context: Default::default(),
+            },
+            admission: Admission::Queued,
+            max_attempts: 1,
+            retention: None,
+            source: None,
+        })
+        .await?;
+    let mut sub = store
+        .subscribe("remote-count", &owner, Some(0))
+        .await?
+        .ok_or("own task not visible")?;
+    let mut deltas = Vec::new();
+    for _ in 0..3 {
+        let delta = event(&mut sub, "delta")
+            .await
+            .map_err(|err| format!("no delta ({err}):\n{}", cluster.logs()))?;
+        deltas.push(delta.data);
+    }
+    assert_eq!(deltas, [json!(1), json!(2), json!(3)]);
+    let done = event(&mut sub, "resultUpdate").await?;
+    assert_eq!(done.data["status"], "completed", "{:?}", done.data);
+    let task = store.get("remote-count").await?.ok_or("task missing")?;
+    assert_eq!(
+        task.task.result.map(|result| result.output),
+        Some(json!({"count": 3}))
+    );
+    Ok(())
+}

@@ -33,6 +33,8 @@ pub struct RemoteHandler {
     /// `{base}/entrypoints/{key}/invoke`, built from the configured origin only.
     pub url: String,
     pub max_bytes: usize,
+    /// `url` is the entrypoint's `/stream`: the answer is SSE, relayed onto the task's events.
+    pub stream: bool,
 }
 
 impl Handler for RemoteHandler {
@@ -40,7 +42,8 @@ impl Handler for RemoteHandler {
         let client = self.client.clone();
         let url = self.url.clone();
         let max_bytes = self.max_bytes;
-        Box::pin(async move { run(client, url, max_bytes, input, ctx).await })
+        let stream = self.stream;
+        Box::pin(async move { run(client, url, max_bytes, stream, input, ctx).await })
     }
 }
 
@@ -55,6 +58,7 @@ async fn run(
     client: reqwest::Client,
     url: String,
     max_bytes: usize,
+    stream: bool,
     input: Value,
     ctx: TaskContext,
 ) -> Result<HandlerOutput, HandlerError> {
@@ -77,6 +81,9 @@ async fn run(
     }
     let response = request.send().await.map_err(unavailable)?;
     let status = response.status();
+    if stream && status.is_success() {
+        return super::stream::relay(response, max_bytes, &ctx).await;
+    }
     let body = read_bounded(response, max_bytes)
         .await
         .map_err(|err| match err {
@@ -110,7 +117,7 @@ async fn run(
 }
 
 /// The agent's `{"error": {"code", "message"}}` as the task's error.
-fn agent_error(status: reqwest::StatusCode, answer: &Value) -> HandlerError {
+pub(super) fn agent_error(status: reqwest::StatusCode, answer: &Value) -> HandlerError {
     let error = &answer["error"];
     let code = error["code"]
         .as_str()
@@ -127,7 +134,7 @@ fn agent_error(status: reqwest::StatusCode, answer: &Value) -> HandlerError {
     }
 }
 
-fn unavailable(err: reqwest::Error) -> HandlerError {
+pub(super) fn unavailable(err: reqwest::Error) -> HandlerError {
     if err.is_timeout() {
         HandlerError::new(
             "task_timeout",

@@ -1,6 +1,7 @@
 //! Remote agents (`--agent URL`): every entrypoint of an agent that speaks the Lucid HTTP
 //! profile, hosted as if it were built in. The card is read once at start ([`card`]); each run
-//! is one `POST {base}/entrypoints/:key/invoke` ([`invoke`]) under the task's cancellation and
+//! is one `POST {base}/entrypoints/:key/invoke` ([`invoke`]), or `/stream` for a streaming
+//! entrypoint, its SSE relayed onto the task's events ([`stream`]), under the task's cancellation and
 //! run deadline (the runtime drops the handler's future on a cancel or a lost lease, which
 //! closes the connection at once).
 //!
@@ -10,6 +11,7 @@
 
 pub mod card;
 pub mod invoke;
+pub mod stream;
 
 use std::time::Duration;
 
@@ -106,16 +108,16 @@ pub async fn host(
                 });
             }
             owners.push((remote.key.clone(), format!("agent {base}")));
+            let route = if remote.streaming { "stream" } else { "invoke" };
             let handler = invoke::RemoteHandler {
                 client: client.clone(),
-                url: format!("{base}/entrypoints/{}/invoke", remote.key),
+                url: format!("{base}/entrypoints/{}/{route}", remote.key),
                 max_bytes: invoke::response_bound(max_result_bytes),
+                stream: remote.streaming,
             };
             let mut entrypoint = Entrypoint::new(remote.key, remote.description, handler)
                 .input_schema(remote.input_schema)
                 .output_schema(remote.output_schema);
-            // The gateway's stream route renders a non-streaming run's result as its events,
-            // so a remote streaming entrypoint is advertised as such and called with invoke.
             entrypoint.streaming = remote.streaming;
             hosted = hosted.with(entrypoint);
         }
