@@ -286,3 +286,53 @@ async fn a_remote_stream_becomes_the_tasks_events() -> TestResult {
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_run_deadline_bounds_a_remote_call() -> TestResult {
+    let (_agent, agent_base) = remote_agent().await?;
+    let cluster = Cluster::builder()
+        .worker(
+            "w1",
+            &[
+                ("WORKER_AGENTS", agent_base.as_str()),
+                ("MAX_RUN_MS", "500"),
+            ],
+        )
+        .gateway("g1", &[])
+        .skills(&["sleep"])
+        .start()
+        .await?;
+    let store = RedisStore::connect(RedisStoreConfig::new(cluster.redis.url())).await?;
+    let owner = AccessToken::generate().owner_hash();
+    store
+        .create(NewTask {
+            task_id: "remote-overrun".to_owned(),
+            owner: owner.clone(),
+            invocation: Invocation {
+                entrypoint: "sleep".to_owned(),
+                input: json!({"ms": 60_000}),
+                context_id: None,
+                metadata: None,
+                trace_context: Default::default(),
+            },
+            admission: Admission::Queued,
+            max_attempts: 1,
+            retention: None,
+            source: None,
+        })
+        .await?;
+    let mut sub = store
+        .subscribe("remote-overrun", &owner, Some(0))
+        .await?
+        .ok_or("own task not visible")?;
+    let failed = event(&mut sub, "error")
+        .await
+        .map_err(|err| format!("no error ({err}):\n{}", cluster.logs()))?;
+    let task = store.get("remote-overrun").await?.ok_or("task missing")?;
+    assert_eq!(task.task.status, TaskStatus::Failed, "{:?}", failed.data);
+    assert_eq!(
+        task.task.error.map(|error| error.code),
+        Some("task_timeout".to_owned())
+    );
+    Ok(())
+}
