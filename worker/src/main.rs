@@ -46,6 +46,9 @@ async fn main() -> anyhow::Result<()> {
         }
         _ => None,
     };
+    if !config.agents.is_empty() {
+        tracing::info!(agents = %config.agents.join(", "), "hosting the entrypoints of remote agents");
+    }
     if !config.prices.is_empty() {
         let prices: Vec<String> = config.prices.iter().map(ToString::to_string).collect();
         tracing::info!(prices = %prices.join(", "), "priced entrypoints (decimal USDC)");

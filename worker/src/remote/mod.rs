@@ -27,7 +27,7 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Why a remote agent cannot be hosted.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
-    #[error("--agent {url}: not an http(s) URL without query or fragment")]
+    #[error("--agent {url}: not an http(s) URL without credentials, query or fragment")]
     BadUrl { url: String },
     #[error("--agent {url}: cannot build an HTTP client: {source}")]
     Client { url: String, source: reqwest::Error },
@@ -61,8 +61,16 @@ fn base_url(url: &str) -> Result<String, AgentError> {
         .strip_prefix("http://")
         .or_else(|| trimmed.strip_prefix("https://"))
         .ok_or_else(bad)?;
-    if rest.is_empty() || rest.contains(['?', '#', ' ']) || rest.starts_with('/') {
-        return Err(bad());
+    // No credentials in the URL: they would show in logs and error messages.
+    let authority = rest.split('/').next().unwrap_or_default();
+    if authority.is_empty() || authority.contains('@') || rest.contains(['?', '#', ' ']) {
+        return Err(AgentError::BadUrl {
+            url: if authority.contains('@') {
+                "(a URL with credentials)".to_owned()
+            } else {
+                url.to_owned()
+            },
+        });
     }
     Ok(trimmed.to_owned())
 }
