@@ -336,3 +336,61 @@ async fn the_run_deadline_bounds_a_remote_call() -> TestResult {
     );
     Ok(())
 }
+
+/// An HTTP server on loopback answering every request with `body` as JSON: a hostile card.
+async fn serving(body: String) -> TestResult<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let body = body.clone();
+            tokio::spawn(async move {
+                let mut request = [0u8; 4096];
+                let _ = socket.read(&mut request).await;
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = socket.write_all(head.as_bytes()).await;
+                let _ = socket.write_all(body.as_bytes()).await;
+            });
+        }
+    });
+    Ok(base)
+}
+
+/// Starts a worker hosting the agent at `agent` and returns its log once it has exited with 2.
+async fn refused_at_start(agent: &str) -> TestResult<String> {
+    let redis = harness::redis_server::RedisServer::start()?;
+    let mut worker = ServiceProcess::start(
+        "worker",
+        "w-refused",
+        &["--agent", agent],
+        &[("REDIS_URL", redis.url())],
+    )?;
+    let status = tokio::task::block_in_place(|| worker.wait_exit(PATIENCE))?;
+    assert_eq!(status.code(), Some(2), "{}", worker.log());
+    Ok(worker.log())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_priced_or_oversized_card_stops_the_worker_at_start() -> TestResult {
+    let priced = serving(
+        json!({"entrypoints": {"paid": {"description": "Costs", "pricing": {"invoke": "0.01"}}}})
+            .to_string(),
+    )
+    .await?;
+    let log = refused_at_start(&priced).await?;
+    assert!(log.contains("entrypoint paid is priced upstream"), "{log}");
+
+    let huge = serving(format!(
+        r#"{{"entrypoints":{{}},"description":"{}"}}"#,
+        "x".repeat(2 * 1024 * 1024)
+    ))
+    .await?;
+    let log = refused_at_start(&huge).await?;
+    assert!(log.contains("cannot read its card"), "{log}");
+    assert!(log.contains("exceeds"), "{log}");
+    Ok(())
+}
