@@ -59,6 +59,19 @@ pub struct HandlerError {
     pub code: String,
     pub message: String,
     pub details: Option<Value>,
+    /// The failure may pass (an upstream answering 429 or 503, a reset connection): the task
+    /// gets another attempt after a backoff, within its entrypoint's retry policy
+    /// (`--retry KEY=N`), instead of failing now. After the last attempt it fails with this
+    /// code.
+    pub retry: Option<Retry>,
+}
+
+/// A retryable failure's wish about when to try again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Retry {
+    /// The earliest the next attempt should start (an upstream's `Retry-After`); the backoff
+    /// waits at least this long. `None`: the policy's exponential backoff with jitter alone.
+    pub after: Option<Duration>,
 }
 
 impl HandlerError {
@@ -67,7 +80,31 @@ impl HandlerError {
             code: code.into(),
             message: message.into(),
             details: None,
+            retry: None,
         }
+    }
+
+    /// A failure that may pass: the task is tried again after a backoff (see
+    /// [`HandlerError::retry`]).
+    pub fn transient(code: impl Into<String>, message: impl Into<String>) -> Self {
+        HandlerError::new(code, message).retryable()
+    }
+
+    /// Marks this failure retryable.
+    pub fn retryable(mut self) -> Self {
+        self.retry.get_or_insert_with(Retry::default);
+        self
+    }
+
+    /// Marks this failure retryable no sooner than `after` (an upstream's `Retry-After`).
+    pub fn retry_after(mut self, after: Duration) -> Self {
+        self.retry = Some(Retry { after: Some(after) });
+        self
+    }
+
+    /// Whether the task may get another attempt for this failure.
+    pub fn is_retryable(&self) -> bool {
+        self.retry.is_some()
     }
 
     /// The input did not match the entrypoint's schema or type.
@@ -90,9 +127,13 @@ impl HandlerError {
 #[derive(Clone)]
 pub struct TaskContext {
     pub task_id: String,
-    /// 1 for the first run; higher after the task was recovered from a lost worker.
+    /// 1 for the first run; higher after the task was recovered from a lost worker or retried
+    /// after a retryable failure.
     pub attempt: u32,
     pub max_attempts: u32,
+    /// The failure that ended the previous attempt, when it asked for a retry
+    /// ([`HandlerError::transient`]); `None` on a first attempt or after a lost worker.
+    pub last_error: Option<protocol::TaskError>,
     /// When the run deadline (`maxRunMs`) passes; the runtime aborts the handler then.
     pub deadline: tokio::time::Instant,
     pub context_id: Option<String>,

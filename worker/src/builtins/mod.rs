@@ -110,6 +110,7 @@ pub(crate) mod test_support {
                 task_id: task_id.clone(),
                 attempt: activation.attempt,
                 max_attempts: claim.max_attempts,
+                last_error: None,
                 deadline: tokio::time::Instant::now() + MAX_RUN,
                 context_id: None,
                 metadata: None,

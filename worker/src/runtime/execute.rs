@@ -228,6 +228,8 @@ async fn run_handler(
         task_id: claim.lease.task_id.clone(),
         attempt,
         max_attempts: claim.max_attempts,
+        // The store's record of the previous attempt's retryable failure (P19 item 3).
+        last_error: None,
         deadline,
         context_id: invocation.context_id.clone(),
         metadata: invocation.metadata.clone(),
