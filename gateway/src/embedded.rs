@@ -36,6 +36,12 @@ pub fn start(
     runtime.concurrency = config.worker_concurrency.max(1);
     runtime.max_attempts = config.max_attempts;
     runtime.max_result_bytes = config.worker_max_result_bytes;
+    runtime.retry = worker::runtime::retry::RetryPolicy::new(
+        config.worker_retry_default,
+        &config.worker_retry,
+        Duration::from_millis(config.worker_retry_base_ms),
+        Duration::from_millis(config.worker_retry_max_ms),
+    );
     tracker.spawn(worker::runtime::run(
         store.clone(),
         Some(registry.clone()),

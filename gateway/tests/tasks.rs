@@ -1172,6 +1172,14 @@ impl TaskStore for ClaimsDurable {
     ) -> Result<bool, StoreError> {
         self.0.await_input(lease, request, patience).await
     }
+    async fn retry_later(
+        &self,
+        lease: &Lease,
+        error: &protocol::TaskError,
+        delay: Duration,
+    ) -> Result<bool, StoreError> {
+        self.0.retry_later(lease, error, delay).await
+    }
     async fn resume(
         &self,
         task_id: &str,

@@ -78,6 +78,33 @@ pub struct WorkerConfig {
     )]
     pub retry_safe: Vec<String>,
 
+    /// Retries of an entrypoint whose handler fails retryably (a Rust handler's
+    /// `HandlerError::transient`, a remote agent's transient failure), `KEY=N`: up to N more
+    /// attempts, each after a backoff (docs/workers.md, Retries); after the last the task
+    /// fails with the handler's code. `KEY=0`: no retries. Entrypoints not named get
+    /// `--retry-default`. Repeatable or comma separated.
+    #[arg(
+        long = "retry",
+        env = "WORKER_RETRY",
+        value_name = "KEY=N",
+        value_delimiter = ','
+    )]
+    pub retry: Vec<crate::runtime::retry::RetrySpec>,
+
+    /// Retries of a retryable failure for an entrypoint `--retry` does not name.
+    #[arg(long, env = "WORKER_RETRY_DEFAULT", default_value_t = crate::runtime::retry::DEFAULT_RETRIES)]
+    pub retry_default: u32,
+
+    /// The first retry's backoff bound in milliseconds: retry n waits a random time in
+    /// [0, min(RETRY_MAX_MS, RETRY_BASE_MS * 2^(n-1))] (full jitter), and never less than
+    /// what the handler asked for (an upstream's `Retry-After`).
+    #[arg(long, env = "WORKER_RETRY_BASE_MS", default_value_t = 1_000)]
+    pub retry_base_ms: u64,
+
+    /// The most a retry's backoff bound grows to, in milliseconds.
+    #[arg(long, env = "WORKER_RETRY_MAX_MS", default_value_t = 60_000)]
+    pub retry_max_ms: u64,
+
     /// Entrypoints that take Sign-In-With-X (`SIGN-IN-WITH-X`, a wallet's EIP-4361
     /// signature): `KEY` lets a payer who already paid for a priced entrypoint run it again
     /// by signing in, without paying; `KEY:auth-only` runs it for any signed-in caller and
@@ -197,6 +224,12 @@ impl WorkerConfig {
             recovery_interval: Duration::from_millis(self.recovery_interval_ms.max(10)),
             idle_wait: Duration::from_millis(self.idle_wait_ms.max(10)),
             gauge_interval: crate::runtime::DEFAULT_GAUGE_INTERVAL,
+            retry: crate::runtime::retry::RetryPolicy::new(
+                self.retry_default,
+                &self.retry,
+                Duration::from_millis(self.retry_base_ms),
+                Duration::from_millis(self.retry_max_ms),
+            ),
         }
     }
 }
@@ -370,6 +403,42 @@ mod tests {
         };
         assert_eq!(parse(&[]), 262_144);
         assert_eq!(parse(&["--max-result-bytes", "1024"]), 1024);
+    }
+
+    #[test]
+    fn retry_flags_reach_the_runtime() -> Result<(), clap::Error> {
+        let base = ["worker", "--redis-url", "redis://x/"];
+        let policy = WorkerConfig::try_parse_from(base)?.runtime().retry;
+        assert_eq!(policy, crate::runtime::retry::RetryPolicy::default());
+        assert_eq!(policy.retries("echo"), 3);
+        let args = [
+            "--retry",
+            "fail=2,echo=0",
+            "--retry",
+            "sleep=9",
+            "--retry-default",
+            "1",
+            "--retry-base-ms",
+            "5",
+            "--retry-max-ms",
+            "20",
+        ];
+        let policy = WorkerConfig::try_parse_from(base.iter().chain(&args))?
+            .runtime()
+            .retry;
+        assert_eq!(
+            [
+                policy.retries("fail"),
+                policy.retries("echo"),
+                policy.retries("sleep"),
+                policy.retries("count")
+            ],
+            [2, 0, 9, 1]
+        );
+        assert_eq!(policy.ceiling(3), Duration::from_millis(20));
+        let bad = ["--retry", "fail"];
+        assert!(WorkerConfig::try_parse_from(base.iter().chain(&bad)).is_err());
+        Ok(())
     }
 
     #[test]

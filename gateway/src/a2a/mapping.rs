@@ -523,6 +523,8 @@ mod tests {
             lease: None,
             attempt: 1,
             max_attempts: 3,
+            retries: 0,
+            last_error: None,
             run_deadline_ms: None,
             handed_off: true,
             seq: 2,

@@ -25,6 +25,8 @@ if f[3] and tonumber(f[3]) > now then return {0, 'LEASED'} end
 if f[2] == 'active' then return {0, 'LEASED'} end
 -- A waiting task runs again only when its owner resumes it.
 if f[2] == 'waiting' then return {0, 'NOT_RUNNING'} end
+-- A task in a retry's backoff runs again when the sweep queues it (retry_later.lua).
+if f[2] == 'backoff' then return {0, 'LEASED'} end
 if f[2] == 'reserved' and f[4] and tonumber(f[4]) <= now then return {0, 'EXPIRED'} end
 
 local epoch = tonumber(f[11] or '0') + 1

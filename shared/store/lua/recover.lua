@@ -4,10 +4,13 @@
 --   expired claim after hand-off (nothing ran yet)               -> back to the ready queue
 --   expired active lease, run deadline passed                    -> failed, task_timeout
 --   expired active lease, attempts used up                       -> failed, task_attempts_exhausted
+--     (abandoned runs only: 'at' less the retries a handler asked for, 'ry', against 'ma')
 --   expired active lease otherwise                               -> back to the queue
+--   backoff whose due time passed (retry_later.lua)              -> back to the ready queue
 --   held for a settlement (hold.lua)                             -> left alone: only the
 --     settlement's outcome moves it (a receipt queues it, "never settled" cancels it)
--- Mode 'reap' only cancels (upstream reapExpiredAdmissions); 'recover' does everything.
+-- Mode 'reap' only cancels (upstream reapExpiredAdmissions) and queues due backoffs (so that a
+-- due backoff never stays at the head of the admissions index); 'recover' does everything.
 --
 -- KEYS[1] leases  KEYS[2] admissions  KEYS[3] live  KEYS[4] terminal  KEYS[5] terminal sizes
 -- KEYS[6] terminal bytes
@@ -40,7 +43,7 @@ for i = 4, #ARGV do
   }
   local wake = KEYS[base + 5]
   local f = redis.call('HMGET', k.task, 'st', 'ph', 'lx', 'ax',
-    'ho', 'at', 'ma', 'rd', 'rm', 'ow', 'sq', 'sh', 'nc')
+    'ho', 'at', 'ma', 'rd', 'rm', 'ow', 'sq', 'sh', 'nc', 'ry')
   local status, phase = f[1], f[2]
   local lease_due = f[3] and tonumber(f[3]) <= now
   local admission_due = f[4] and tonumber(f[4]) <= now
@@ -78,6 +81,12 @@ for i = 4, #ARGV do
     settle('failed', 'error',
       '{"taskId":' .. cjson.encode(id) .. ',"status":"failed","error":' .. err .. '}', err)
     failed[#failed + 1] = id
+  elseif phase == 'backoff' and admission_due then
+    -- A retry's backoff ended: the due time goes, the task runs again.
+    redis.call('HDEL', k.task, 'ax')
+    redis.call('ZREM', admissions, id)
+    enqueue(k.task, k.queue, wake, leases, id, now)
+    requeued[#requeued + 1] = id
   elseif (phase == 'reserved' and admission_due)
       or (phase == 'prepared' and lease_due and f[5] ~= '1') then
     settle('cancelled', 'statusUpdate',
@@ -91,7 +100,7 @@ for i = 4, #ARGV do
     if f[8] and tonumber(f[8]) <= now then
       err = cjson.encode({code = 'task_timeout',
         message = 'Task exceeded its ' .. (f[9] or '0') .. 'ms execution limit'})
-    elseif tonumber(f[6] or '0') >= tonumber(f[7] or '1') then
+    elseif tonumber(f[6] or '0') - tonumber(f[14] or '0') >= tonumber(f[7] or '1') then
       err = cjson.encode({code = 'task_attempts_exhausted',
         message = 'Task was abandoned by its worker ' .. (f[6] or '0') .. ' times'})
     end

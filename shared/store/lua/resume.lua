@@ -3,8 +3,8 @@
 -- 'tu', the task's earlier turns (kept as the JSON text of an array, appended as written:
 -- user JSON never passes through Lua's number-losing cjson). The caller read the record at
 -- sequence number ARGV[3]; any event since (another resume, a cancel) makes this one STALE
--- and the caller reads again. Attempts count afresh, so each turn gets the full number of
--- runs. Logs and publishes 'statusUpdate running' (a logged entry: only seq 1's is rebuilt).
+-- and the caller reads again. Attempts (and retries, and the last retried failure) count
+-- afresh, so each turn gets the full number of runs. Logs and publishes 'statusUpdate running' (a logged entry: only seq 1's is rebuilt).
 --
 -- KEYS[1] task  KEYS[2] events  KEYS[3] queue  KEYS[4] wake  KEYS[5] leases  KEYS[6] admissions
 -- KEYS[7 .. 11] the task's push keys (push_outbox.lua)
@@ -37,7 +37,7 @@ local now = now_ms()
 local seq = redis.call('HINCRBY', task, 'sq', 1)
 redis.call('HSET', task, 'iv', ARGV[4], 'tu', turns, 'at', 0, 'up', now)
 -- The answer came: the waiting deadline goes with the request.
-redis.call('HDEL', task, 'iq', 'ax')
+redis.call('HDEL', task, 'iq', 'ax', 'ry', 'le')
 redis.call('ZREM', admissions, id)
 enqueue(task, queue, wake, leases, id, now)
 log_event(events, ARGV[6], seq, 'statusUpdate',

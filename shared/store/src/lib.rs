@@ -23,6 +23,8 @@
 //! reserved (admission expires) -> queued -> prepared (claim, short lease)
 //!    -> active (lease renewed by heartbeat, hard run deadline) -> completed | failed | cancelled
 //!    active -> waiting (the run asked for input) -> queued (resumed with it) | cancelled
+//!    active -> backoff (the run failed asking for a retry) -> queued (its backoff ended, by
+//!       the sweep) | cancelled
 //!    prepared -> prepared+held (a paid admission about to settle: out of the deadline index)
 //!       -> queued (the receipt, stored by the admission or recovered) | cancelled (never
 //!          settled)
@@ -227,9 +229,26 @@ pub trait TaskStore: Send + Sync + 'static {
         patience: Duration,
     ) -> Result<bool, StoreError>;
 
+    /// Ends the lease holder's run with a failure that asked for another attempt: `active ->
+    /// backoff`, releasing the lease and run deadline (the holder's later writes are fenced
+    /// out), recording `error` as the task's last error ([`StoredTask::last_error`]) and
+    /// counting a retry ([`StoredTask::retries`]: not an abandoned run, so not one that
+    /// [`StoredTask::max_attempts`] limits). The task stays running and live, holding no
+    /// worker and polled by nobody: its due time `delay` from now is kept where a waiting
+    /// task's deadline is, and the sweeps ([`TaskStore::recover_expired`],
+    /// [`TaskStore::reap_expired_admissions`]) queue it again once it passed. Nothing is
+    /// published (the task stays `running`). A cancel during the wait ends it. Fenced:
+    /// `false` when `lease` is stale or the task is not `active`.
+    async fn retry_later(
+        &self,
+        lease: &Lease,
+        error: &protocol::TaskError,
+        delay: Duration,
+    ) -> Result<bool, StoreError>;
+
     /// The caller's answer to a waiting task: `waiting -> queued` with `input` and `metadata`
     /// as the invocation's new input and metadata, the previous turn appended to the task's
-    /// turns, its attempts counted afresh, and a `statusUpdate running` event. Only the
+    /// turns, its attempts (and retries, and last error) counted afresh, and a `statusUpdate running` event. Only the
     /// task's owner may resume it (another owner's task reads as missing).
     async fn resume(
         &self,

@@ -92,6 +92,9 @@ pub enum Phase {
     /// lease, not queued, until [`super::TaskStore::resume`] queues it again or it is
     /// cancelled.
     Waiting,
+    /// A run failed asking for another attempt ([`super::TaskStore::retry_later`]): no lease,
+    /// not queued, until its backoff ends (the sweeps queue it again) or it is cancelled.
+    Backoff,
     Terminal,
 }
 
@@ -103,6 +106,7 @@ impl Phase {
             Phase::Prepared => "prepared",
             Phase::Active => "active",
             Phase::Waiting => "waiting",
+            Phase::Backoff => "backoff",
             Phase::Terminal => "terminal",
         }
     }
@@ -114,6 +118,7 @@ impl Phase {
             Phase::Prepared,
             Phase::Active,
             Phase::Waiting,
+            Phase::Backoff,
             Phase::Terminal,
         ]
         .into_iter()
@@ -146,9 +151,17 @@ pub struct StoredTask {
     pub invocation: Invocation,
     pub admission_expires_at_ms: Option<u64>,
     pub lease: Option<Lease>,
-    /// Activations so far (the attempt number of the current or last run).
+    /// Activations so far (the attempt number of the current or last run), retries included.
     pub attempt: u32,
+    /// Runs allowed before a task abandoned by its workers fails (`task_attempts_exhausted`);
+    /// retries a handler asked for ([`StoredTask::retries`]) do not count against it.
     pub max_attempts: u32,
+    /// Runs that ended asking for another attempt ([`super::TaskStore::retry_later`]) in the
+    /// current turn.
+    pub retries: u32,
+    /// The failure that ended the last run asking for a retry, shown to the next attempt's
+    /// handler and kept on the record (also once the task finished).
+    pub last_error: Option<TaskError>,
     pub run_deadline_ms: Option<u64>,
     /// Whether the task ever reached the ready queue (an expired claim goes back there instead
     /// of being cancelled).

@@ -1,5 +1,7 @@
 //! `fail`: fails on purpose with the requested error code and message, for exercising failure
-//! paths (task `error`, stream `error` + `run-end failed`) end to end.
+//! paths (task `error`, stream `error` + `run-end failed`) end to end; with `retryable` the
+//! failure asks for another attempt (the worker's retry policy), and with `times` only the first
+//! attempts fail, so that retries can be exercised on real processes.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -20,22 +22,46 @@ pub struct FailInput {
     pub code: String,
     /// The error message; "Failed on request" when absent.
     pub message: Option<String>,
+    /// Whether the failure may pass: the task gets another attempt after a backoff, within
+    /// the worker's retry policy (`--retry fail=N`). Default false.
+    #[serde(default)]
+    pub retryable: bool,
+    /// Fail only attempts 1 to `times`; a later attempt succeeds with `{"attempt": n}`.
+    /// Absent: every attempt fails.
+    pub times: Option<u32>,
 }
 
-/// Never produced; the output schema of an entrypoint that always fails.
+/// What an attempt past `input.times` returns; an entrypoint given no `times` never succeeds.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct FailOutput {}
+pub struct FailOutput {
+    /// The attempt that succeeded (1 for the first).
+    pub attempt: u32,
+    /// The failure of the attempt before, as the handler was shown it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
 
 pub fn entrypoint() -> Entrypoint {
     Entrypoint::typed(KEY, "Fails with input.code and input.message", run)
 }
 
-async fn run(input: FailInput, _ctx: TaskContext) -> Result<FailOutput, HandlerError> {
+async fn run(input: FailInput, ctx: TaskContext) -> Result<FailOutput, HandlerError> {
     if input.code.trim().is_empty() {
         return Err(HandlerError::invalid_input("code must not be empty"));
     }
+    if input.times.is_some_and(|times| ctx.attempt > times) {
+        return Ok(FailOutput {
+            attempt: ctx.attempt,
+            last_error: ctx.last_error.map(|error| error.code),
+        });
+    }
     let message = input.message.unwrap_or_else(|| DEFAULT_MESSAGE.to_owned());
-    Err(HandlerError::new(input.code, message))
+    let error = HandlerError::new(input.code, message);
+    Err(if input.retryable {
+        error.retryable()
+    } else {
+        error
+    })
 }
 
 #[cfg(test)]
@@ -43,7 +69,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::builtins::test_support::{Harness, TestResult, error};
+    use crate::builtins::test_support::{Harness, TestResult, error, output};
 
     #[tokio::test]
     async fn fails_with_the_requested_code_and_message() -> TestResult {
@@ -53,6 +79,28 @@ mod tests {
         assert_eq!(err.code, "upstream_unavailable");
         assert_eq!(err.message, "try later");
         assert_eq!(err.details, None);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_retryable_failure_asks_for_a_retry() -> TestResult {
+        let input = json!({"code": "busy", "retryable": true});
+        let (_task, outcome) = Harness::run(&entrypoint(), input).await?;
+        let err = error(outcome)?;
+        assert_eq!(err.code, "busy");
+        assert!(err.is_retryable());
+        let (_task, plain) = Harness::run(&entrypoint(), json!({"code": "busy"})).await?;
+        assert!(!error(plain)?.is_retryable());
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn times_fails_only_the_first_attempts() -> TestResult {
+        // The harness runs attempt 1.
+        let (_task, failed) = Harness::run(&entrypoint(), json!({"code": "x", "times": 1})).await?;
+        assert_eq!(error(failed)?.code, "x");
+        let (_task, passed) = Harness::run(&entrypoint(), json!({"code": "x", "times": 0})).await?;
+        assert_eq!(output(passed)?, json!({"attempt": 1}));
         Ok(())
     }
 

@@ -91,13 +91,19 @@ async fn run_started(
         metrics::queue_wait(entrypoint, Duration::from_millis(waited));
     }
     tracing::debug!(%task_id, attempt = activation.attempt, "running");
-    if activation.attempt > config.max_attempts {
+    let prior = prior(shared, &task_id, activation.attempt).await;
+    // Runs that asked for a retry are not abandoned runs: only the others count against
+    // `max_attempts` (the store's recovery counts the same way).
+    let abandoned = prior.as_ref().map_or(0, |prior| {
+        activation
+            .attempt
+            .saturating_sub(1)
+            .saturating_sub(prior.retries)
+    });
+    if abandoned >= config.max_attempts {
         let error = TaskError::new(
             "task_attempts_exhausted",
-            format!(
-                "Task was abandoned by its worker {} times",
-                activation.attempt - 1
-            ),
+            format!("Task was abandoned by its worker {abandoned} times"),
         );
         return finish(
             shared,
@@ -125,10 +131,12 @@ async fn run_started(
     // The store enforces its own copy of the deadline (recovery fails an orphaned run past it);
     // this one, measured from just after activation, is never earlier.
     let deadline = tokio::time::Instant::now() + config.max_run;
+    let last_error = prior.as_ref().and_then(|prior| prior.last_error.clone());
     let outcome = run_handler(
         shared,
         &claim,
         activation.attempt,
+        last_error,
         deadline,
         cancel.clone(),
         shared_lease,
@@ -166,11 +174,26 @@ async fn run_started(
             usage: output.usage,
             model: output.model,
         }),
-        (None, Outcome::Done(Err(error))) => Transition::failed(TaskError {
-            code: error.code,
-            message: error.message,
-            details: error.details,
-        }),
+        (None, Outcome::Done(Err(error))) => {
+            let after = error.retry.and_then(|retry| retry.after);
+            let retryable = error.is_retryable();
+            let error = TaskError {
+                code: error.code,
+                message: error.message,
+                details: error.details,
+            };
+            // Another attempt when the handler asked for one and the entrypoint's policy has
+            // one left (unknown retries so far: none, so a store that cannot be read never
+            // retries forever).
+            let retries = prior.as_ref().map(|prior| prior.retries);
+            match retries {
+                Some(done) if retryable && done < config.retry.retries(entrypoint) => {
+                    let delay = config.retry.delay(done.saturating_add(1), after);
+                    return retry_later(shared, &lease, &error, delay, started).await;
+                }
+                _ => Transition::failed(error),
+            }
+        }
         (None, Outcome::TimedOut) => Transition::failed(TaskError::new(
             "task_timeout",
             format!(
@@ -213,6 +236,7 @@ async fn run_handler(
     shared: &Arc<Shared>,
     claim: &Claim,
     attempt: u32,
+    last_error: Option<TaskError>,
     deadline: tokio::time::Instant,
     cancel: CancellationToken,
     lease: Arc<Mutex<Lease>>,
@@ -228,8 +252,7 @@ async fn run_handler(
         task_id: claim.lease.task_id.clone(),
         attempt,
         max_attempts: claim.max_attempts,
-        // The store's record of the previous attempt's retryable failure (P19 item 3).
-        last_error: None,
+        last_error,
         deadline,
         context_id: invocation.context_id.clone(),
         metadata: invocation.metadata.clone(),
@@ -286,6 +309,72 @@ async fn turns_left(shared: &Shared, task_id: &str) -> Option<bool> {
             None
         }
     }
+}
+
+/// What the task's earlier attempts of this turn left: the retries they asked for and the
+/// last retried failure.
+struct Prior {
+    retries: u32,
+    last_error: Option<TaskError>,
+}
+
+/// [`Prior`] of a run: nothing to read on a first attempt; later ones read the task (one read
+/// per retried or recovered run: a first run, by far the most common, costs none). While this
+/// worker holds the lease only its own `retry_later` can change them, so the read is exact.
+/// `None` when the task cannot be read.
+async fn prior(shared: &Shared, task_id: &str, attempt: u32) -> Option<Prior> {
+    if attempt <= 1 {
+        return Some(Prior {
+            retries: 0,
+            last_error: None,
+        });
+    }
+    match shared.store.get(task_id).await {
+        Ok(Some(stored)) => Some(Prior {
+            retries: stored.retries,
+            last_error: stored.last_error,
+        }),
+        // Gone (expired or deleted): the fenced write finds out.
+        Ok(None) => Some(Prior {
+            retries: 0,
+            last_error: None,
+        }),
+        Err(err) => {
+            tracing::warn!(%task_id, error = %err, "could not read the task's earlier attempts");
+            None
+        }
+    }
+}
+
+/// The fenced `active -> backoff` write of a run whose handler failed asking for another
+/// attempt: the task waits out `delay` in the store, holding no worker, and the sweep queues
+/// it again. The slot takes its next task through the usual fetch.
+async fn retry_later(
+    shared: &Shared,
+    lease: &Lease,
+    error: &TaskError,
+    delay: Duration,
+    started: tokio::time::Instant,
+) -> Vec<Started> {
+    let task_id = &lease.task_id;
+    let entrypoint = lease.entrypoint.as_str();
+    match shared.store.retry_later(lease, error, delay).await {
+        Ok(true) => {
+            metrics::run_time(entrypoint, TaskStatus::Running, started.elapsed());
+            tracing::info!(%task_id, code = %error.code, delay_ms = delay.as_millis(),
+                "run failed retryably; the task is retried after a backoff");
+        }
+        Ok(false) => {
+            metrics::fenced_write_rejected(entrypoint, "retry_later");
+            tracing::warn!(%task_id, operation = "retry_later",
+                "retry fenced out: the task was cancelled or belongs to another worker");
+        }
+        Err(err) => {
+            // The task stays active; its lease expires and recovery runs it again.
+            tracing::warn!(%task_id, error = %err, "could not put the task in backoff");
+        }
+    }
+    Vec::new()
 }
 
 /// The fenced `active -> waiting` write of a run that asked for input. The slot takes its next

@@ -11,6 +11,7 @@ mod fetch;
 mod gauges;
 mod heartbeat;
 mod recovery;
+pub mod retry;
 mod share;
 
 use std::sync::Arc;
@@ -74,6 +75,8 @@ pub struct RuntimeConfig {
     /// The most of `concurrency` one entrypoint may hold at once, percent (50 to 100; 100: no
     /// bound), when the worker hosts more than one (see [`share`]).
     pub entrypoint_share_pct: u8,
+    /// Retries of a handler's retryable failure, per entrypoint, and the backoff before each.
+    pub retry: retry::RetryPolicy,
 }
 
 impl RuntimeConfig {
@@ -93,6 +96,7 @@ impl RuntimeConfig {
             idle_wait: Duration::from_secs(1),
             gauge_interval: DEFAULT_GAUGE_INTERVAL,
             entrypoint_share_pct: DEFAULT_ENTRYPOINT_SHARE_PCT,
+            retry: retry::RetryPolicy::default(),
         }
     }
 }

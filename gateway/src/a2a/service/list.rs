@@ -127,6 +127,7 @@ impl Query {
                     Phase::Reserved,
                     Phase::Prepared,
                     Phase::Queued,
+                    Phase::Backoff,
                     Phase::Terminal,
                 ],
                 None,

@@ -47,7 +47,7 @@ local function finish_task(k, id, phase, retention_ms, now, known)
   if phase ~= 'queued' and phase ~= 'reserved' then
     redis.call('ZREM', k.leases, id)
   end
-  if phase == nil or phase == 'reserved' or phase == 'waiting' then
+  if phase == nil or phase == 'reserved' or phase == 'waiting' or phase == 'backoff' then
     redis.call('ZREM', k.admissions, id)
   end
   if phase == nil or phase == 'queued' then

@@ -126,7 +126,9 @@ impl Entry {
         }
         let deadline = match (&stored.lease, stored.phase) {
             (Some(lease), _) => Some(lease.expires_at_ms),
-            (None, Phase::Reserved | Phase::Waiting) => stored.admission_expires_at_ms,
+            (None, Phase::Reserved | Phase::Waiting | Phase::Backoff) => {
+                stored.admission_expires_at_ms
+            }
             (None, _) => None,
         };
         deadline.map(|ms| (ms, self.order))
@@ -174,6 +176,16 @@ impl Entry {
     pub(super) fn input_expired(&self, now: u64) -> bool {
         self.stored.task.status == TaskStatus::Running
             && self.stored.phase == Phase::Waiting
+            && self
+                .stored
+                .admission_expires_at_ms
+                .is_some_and(|at| at <= now)
+    }
+
+    /// A task waiting out a retry's backoff whose due time has come.
+    pub(super) fn backoff_over(&self, now: u64) -> bool {
+        self.stored.task.status == TaskStatus::Running
+            && self.stored.phase == Phase::Backoff
             && self
                 .stored
                 .admission_expires_at_ms

@@ -292,6 +292,16 @@ impl TaskStore for MemoryStore {
         Ok(self.with_state(|state, now| state.await_input(lease, request, patience, now)))
     }
 
+    async fn retry_later(
+        &self,
+        lease: &Lease,
+        error: &protocol::TaskError,
+        delay: Duration,
+    ) -> Result<bool, StoreError> {
+        let delay = millis(delay);
+        Ok(self.with_state(|state, now| state.retry_later(lease, error, delay, now)))
+    }
+
     async fn resume(
         &self,
         task_id: &str,

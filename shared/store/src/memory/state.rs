@@ -136,6 +136,8 @@ impl State {
                 lease: None,
                 attempt: 0,
                 max_attempts: new.max_attempts,
+                retries: 0,
+                last_error: None,
                 run_deadline_ms: None,
                 handed_off: false,
                 seq: 0,
@@ -477,6 +479,33 @@ impl State {
         true
     }
 
+    /// `active -> backoff` under `lease` (see [`crate::TaskStore::retry_later`]).
+    pub(super) fn retry_later(
+        &mut self,
+        lease: &Lease,
+        error: &TaskError,
+        delay_ms: u64,
+        now: u64,
+    ) -> bool {
+        let Some(entry) = self.tasks.get_mut(&lease.task_id) else {
+            return false;
+        };
+        if !entry.holds(lease, now) || entry.stored.phase != Phase::Active {
+            return false;
+        }
+        let stored = &mut entry.stored;
+        stored.phase = Phase::Backoff;
+        stored.lease = None;
+        stored.run_deadline_ms = None;
+        // The due time lives where a waiting task's deadline does: the sweeps read it there.
+        stored.admission_expires_at_ms = Some(now.saturating_add(delay_ms));
+        stored.retries = stored.retries.saturating_add(1);
+        stored.last_error = Some(error.clone());
+        stored.task.updated_at = Timestamp(now);
+        self.reindex(&lease.task_id);
+        true
+    }
+
     /// `waiting -> queued` with a new input (see [`crate::TaskStore::resume`]).
     pub(super) fn resume(
         &mut self,
@@ -505,6 +534,8 @@ impl State {
         stored.invocation.input = input;
         stored.invocation.metadata = metadata;
         stored.attempt = 0;
+        stored.retries = 0;
+        stored.last_error = None;
         stored.task.updated_at = Timestamp(now);
         let task = stored.task.clone();
         let seq = entry.publish(TaskEvent::status(&task).into(), log_len);
@@ -612,6 +643,12 @@ impl State {
                 report.cancelled.push(task_id);
                 continue;
             }
+            if entry.backoff_over(now) {
+                self.enqueue(&task_id);
+                self.reindex(&task_id);
+                report.requeued.push(task_id);
+                continue;
+            }
             match stored.phase {
                 Phase::Prepared => {
                     self.enqueue(&task_id);
@@ -627,7 +664,8 @@ impl State {
                             "task_timeout",
                             format!("Task exceeded its {}ms execution limit", entry.max_run_ms),
                         ))
-                    } else if stored.attempt >= stored.max_attempts {
+                    } else if stored.attempt.saturating_sub(stored.retries) >= stored.max_attempts
+                    {
                         Some(TaskError::new(
                             "task_attempts_exhausted",
                             format!("Task was abandoned by its worker {} times", stored.attempt),
@@ -649,7 +687,11 @@ impl State {
                 }
                 // A lease in any other phase is not something a store transition produces;
                 // drop it so the task is claimable again.
-                Phase::Reserved | Phase::Queued | Phase::Waiting | Phase::Terminal => {
+                Phase::Reserved
+                | Phase::Queued
+                | Phase::Waiting
+                | Phase::Backoff
+                | Phase::Terminal => {
                     if let Some(entry) = self.tasks.get_mut(&task_id) {
                         entry.stored.lease = None;
                     }
@@ -681,6 +723,16 @@ impl State {
             {
                 self.apply(&task_id, Transition::cancelled(), now);
                 reaped += 1;
+                continue;
+            }
+            // A due backoff is queued by either sweep, as the Redis store's does.
+            if self
+                .tasks
+                .get(&task_id)
+                .is_some_and(|entry| entry.backoff_over(now))
+            {
+                self.enqueue(&task_id);
+                self.reindex(&task_id);
             }
         }
         reaped
@@ -762,7 +814,10 @@ impl State {
         // A waiting task runs again only when its owner resumes it. A claim held for a
         // settlement stays its admission's, expired or not.
         if entry.stored.task.status != TaskStatus::Running
-            || matches!(entry.stored.phase, Phase::Active | Phase::Waiting)
+            || matches!(
+                entry.stored.phase,
+                Phase::Active | Phase::Waiting | Phase::Backoff
+            )
             || entry.stored.settlement_held
             || entry.has_live_lease(now)
         {

@@ -9,7 +9,8 @@
 
 /// `running`, `completed`, `failed` or `cancelled`.
 pub const STATUS: &str = "st";
-/// `reserved`, `prepared`, `queued`, `active` or `waiting`; absent once the task is terminal.
+/// `reserved`, `prepared`, `queued`, `active`, `waiting` or `backoff`; absent once the task is
+/// terminal.
 pub const PHASE: &str = "ph";
 /// The owner hash (hex).
 pub const OWNER: &str = "ow";
@@ -27,11 +28,17 @@ pub const ENTRYPOINT: &str = "en";
 pub const EPOCH: &str = "ec";
 /// Activations so far.
 pub const ATTEMPT: &str = "at";
-/// Runs allowed before an abandoned task fails.
+/// Runs allowed before an abandoned task fails (retries a handler asked for not counted).
 pub const MAX_ATTEMPTS: &str = "ma";
+/// Runs of the current turn that ended asking for a retry (`retry_later.lua`); absent before
+/// the first.
+pub const RETRIES: &str = "ry";
+/// The failure (JSON) of the last run that asked for a retry; kept once the task is terminal.
+pub const LAST_ERROR: &str = "le";
 /// Sequence number of the task's last event.
 pub const SEQ: &str = "sq";
-/// Admission deadline of a reserved task, ms.
+/// Admission deadline of a reserved task, the waiting deadline of a `waiting` one, the due
+/// time of a `backoff` one, ms.
 pub const ADMISSION_EXPIRES: &str = "ax";
 /// The lease holder's id.
 pub const LEASE_OWNER: &str = "lo";

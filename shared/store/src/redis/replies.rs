@@ -10,7 +10,7 @@ use protocol::{Task, TaskError, TaskResult, TaskStatus, Timestamp};
 use super::fields;
 
 /// Fields read for a full [`StoredTask`], in this order.
-pub const TASK_FIELDS: [&str; 23] = [
+pub const TASK_FIELDS: [&str; 25] = [
     fields::STATUS,
     fields::PHASE,
     fields::OWNER,
@@ -34,6 +34,8 @@ pub const TASK_FIELDS: [&str; 23] = [
     fields::INPUT_REQUEST,
     fields::TURNS,
     fields::SETTLEMENT_HELD,
+    fields::RETRIES,
+    fields::LAST_ERROR,
 ];
 
 fn corrupt(what: impl Into<String>) -> StoreError {
@@ -152,6 +154,8 @@ pub fn stored_task(id: &str, f: &[Option<String>]) -> Result<Option<StoredTask>,
         input_request: json::<serde_json::Value>(&f[20], "input_request")?,
         turns: json::<Vec<serde_json::Value>>(&f[21], "turns")?.unwrap_or_default(),
         settlement_held: f[22].as_deref() == Some("1"),
+        retries: u32::try_from(num(&f[23], "retries")?).unwrap_or(u32::MAX),
+        last_error: json::<TaskError>(&f[24], "last_error")?,
     }))
 }
 

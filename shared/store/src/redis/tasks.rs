@@ -23,6 +23,7 @@ use super::scripts::hold::{self, HoldReply};
 use super::scripts::recover::Mode;
 use super::scripts::renew::{self, Phases};
 use super::scripts::resume::{self, ResumeReply};
+use super::scripts::retry_later::{self, RetryLaterReply};
 use super::scripts::{attach_receipt, ms, record_receipt};
 use super::take::{TakeKey, TakeRequest, Taken};
 use super::{Keys, RedisStore, ScriptItem, capacity_per_shard, fields};
@@ -376,6 +377,16 @@ impl TaskStore for RedisStore {
     ) -> Result<bool, StoreError> {
         let reply = await_input::call(&self.inner.core, lease, &request, patience).await?;
         Ok(matches!(reply, AwaitInputReply::Waiting { .. }))
+    }
+
+    async fn retry_later(
+        &self,
+        lease: &Lease,
+        error: &protocol::TaskError,
+        delay: Duration,
+    ) -> Result<bool, StoreError> {
+        let reply = retry_later::call(&self.inner.core, lease, error, delay).await?;
+        Ok(matches!(reply, RetryLaterReply::Backoff { .. }))
     }
 
     async fn resume(

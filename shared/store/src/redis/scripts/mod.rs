@@ -52,6 +52,7 @@ pub(crate) mod record_receipt;
 pub(crate) mod recover;
 pub(crate) mod renew;
 pub(crate) mod resume;
+pub(crate) mod retry_later;
 pub(crate) mod take;
 
 /// Declares the loaded set from the script modules: one field per module, loaded from its
@@ -85,6 +86,7 @@ loaded_scripts!(
     attach_receipt,
     emit,
     await_input,
+    retry_later,
     resume,
     cas,
     finish_take,

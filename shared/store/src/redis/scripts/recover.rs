@@ -3,7 +3,10 @@
 //! an expired reservation, or an expired claim taken before hand-off, is cancelled; an expired
 //! claim after hand-off goes back to the ready queue; an expired active lease fails the task
 //! (task_timeout past its run deadline, task_attempts_exhausted when its attempts are used up)
-//! or queues it again; a task held for a settlement is left alone. Mode 'reap' only cancels.
+//! (abandoned runs only: retries a handler asked for do not count) or queues it again; a retry's
+//! backoff whose due time passed is queued again (in both modes, so that it never stays at the
+//! head of the admissions index); a task held for a settlement is left alone. Mode 'reap'
+//! otherwise only cancels.
 //!
 //! KEYS: leases, admissions, live, terminal, terminal sizes, terminal bytes; then per task 11
 //! keys: task, events, owner_index, owner_live, queue, wake, and the task's push keys
