@@ -100,6 +100,13 @@ macro_rules! conformance_list {
                 an_unanswered_request_times_out,
                 an_answer_clears_the_waiting_deadline,
             }
+            retries {
+                a_retry_waits_out_its_backoff_then_runs_again,
+                retry_later_is_fenced,
+                a_task_in_backoff_can_be_cancelled,
+                the_reaping_sweep_queues_a_due_backoff,
+                retries_do_not_spend_the_lost_worker_budget,
+            }
         }
     };
 }

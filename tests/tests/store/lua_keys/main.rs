@@ -27,6 +27,8 @@ mod list;
 mod property;
 #[path = "../conformance/recovery.rs"]
 mod recovery;
+#[path = "../conformance/retries.rs"]
+mod retries;
 #[path = "../conformance/settlement.rs"]
 mod settlement;
 #[path = "../conformance/subscriptions.rs"]
