@@ -3,6 +3,8 @@
 //! failure asks for another attempt (the worker's retry policy), and with `times` only the first
 //! attempts fail, so that retries can be exercised on real processes.
 
+use std::time::Duration;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -26,6 +28,9 @@ pub struct FailInput {
     /// the worker's retry policy (`--retry fail=N`). Default false.
     #[serde(default)]
     pub retryable: bool,
+    /// With `retryable`: the least milliseconds to wait before the next attempt (what an
+    /// upstream's `Retry-After` asks for); the backoff is never shorter.
+    pub after_ms: Option<u64>,
     /// Fail only attempts 1 to `times`; a later attempt succeeds with `{"attempt": n}`.
     /// Absent: every attempt fails.
     pub times: Option<u32>,
@@ -57,10 +62,10 @@ async fn run(input: FailInput, ctx: TaskContext) -> Result<FailOutput, HandlerEr
     }
     let message = input.message.unwrap_or_else(|| DEFAULT_MESSAGE.to_owned());
     let error = HandlerError::new(input.code, message);
-    Err(if input.retryable {
-        error.retryable()
-    } else {
-        error
+    Err(match (input.retryable, input.after_ms) {
+        (true, Some(ms)) => error.retry_after(Duration::from_millis(ms)),
+        (true, None) => error.retryable(),
+        (false, _) => error,
     })
 }
 
