@@ -201,18 +201,15 @@ impl Gateway {
     }
 }
 
-fn worker(redis: &RedisServer, id: &str) -> Res<ServiceProcess> {
-    Ok(ServiceProcess::start(
-        "worker",
-        id,
-        &[],
-        &[
-            ("REDIS_URL", redis.url()),
-            ("WORKER_ID", id.to_owned()),
-            ("WORKER_LEASE_TTL_MS", "1000".to_owned()),
-            ("WORKER_PRICES", PRICES.to_owned()),
-        ],
-    )?)
+fn worker(redis: &RedisServer, id: &str, extra: &[(&str, String)]) -> Res<ServiceProcess> {
+    let mut envs = vec![
+        ("REDIS_URL", redis.url()),
+        ("WORKER_ID", id.to_owned()),
+        ("WORKER_LEASE_TTL_MS", "1000".to_owned()),
+        ("WORKER_PRICES", PRICES.to_owned()),
+    ];
+    envs.extend(extra.iter().cloned());
+    Ok(ServiceProcess::start("worker", id, &[], &envs)?)
 }
 
 /// Waits until the gateway's card lists `skill` (its worker registered, with its price).
@@ -256,9 +253,18 @@ impl Cluster {
     }
 
     async fn start_on(redis: RedisOptions, gateway_env: &[(&str, String)]) -> Res<Cluster> {
+        Cluster::start_with(redis, gateway_env, &[]).await
+    }
+
+    /// [`Cluster::start_on`] with `worker_env` added to the worker's settings.
+    async fn start_with(
+        redis: RedisOptions,
+        gateway_env: &[(&str, String)],
+        worker_env: &[(&str, String)],
+    ) -> Res<Cluster> {
         let redis = RedisServer::start_with(redis)?;
         let facilitator = Facilitator::start().await?;
-        let worker = worker(&redis, "w1")?;
+        let worker = worker(&redis, "w1", worker_env)?;
         let gateway = Gateway::start("g1", &redis, &facilitator.base, gateway_env).await?;
         wait_for_skill(&gateway.base, "echo").await?;
         Ok(Cluster {
@@ -880,6 +886,56 @@ async fn a_paid_task_needs_its_token_first_and_keeps_its_receipt() -> TestResult
     let stranger = get(client, &format!("{base}/tasks/{task_id}"), OTHER_TOKEN).await?;
     assert_eq!(stranger.status, StatusCode::NOT_FOUND, "{stranger:?}");
     assert!(stranger.header(payments::PAYMENT_RESPONSE).is_none());
+    Ok(())
+}
+
+/// A paid task whose handler fails retryably runs again after a backoff without being charged
+/// again: payment happens at admission only, and a retry is no admission.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paid_task_retried_twice_is_charged_once() -> TestResult {
+    let worker_env = [
+        ("WORKER_PRICES", format!("{PRICES},fail=0.001")),
+        ("WORKER_RETRY", "fail=2".to_owned()),
+        ("WORKER_RETRY_BASE_MS", "10".to_owned()),
+        ("WORKER_RETRY_MAX_MS", "40".to_owned()),
+        ("WORKER_RECOVERY_INTERVAL_MS", "50".to_owned()),
+    ];
+    let cluster =
+        Cluster::start_with(RedisOptions::default().with_aof(true), &[], &worker_env).await?;
+    let client = &cluster.client;
+    let base = &cluster.gateway.base;
+    let input = json!({"code": "upstream_busy", "retryable": true, "times": 2});
+    let ask = cluster.task("fail", &input, TOKEN);
+    let payment = ask.pay(client, X402Version::V2).await?;
+    let created = ask.send(client, Some(&payment)).await?;
+    assert_eq!(created.status, StatusCode::OK, "{created:?}");
+    let task_id = created.json()?["taskId"]
+        .as_str()
+        .ok_or("no taskId")?
+        .to_owned();
+    let receipt = created
+        .header(payments::PAYMENT_RESPONSE)
+        .ok_or("no receipt")?
+        .to_owned();
+
+    let done = wait_for_task(client, base, TOKEN, &task_id, "completed").await?;
+    // Two failed attempts, then the third ran: three runs, one payment.
+    assert_eq!(
+        done.json()?["result"]["output"],
+        json!({"attempt": 3, "last_error": "upstream_busy"})
+    );
+    assert_eq!(
+        done.header(payments::PAYMENT_RESPONSE),
+        Some(receipt.as_str())
+    );
+    assert_eq!(
+        cluster.facilitator.stats().await?,
+        Stats {
+            verify: 1,
+            settle: 1,
+            settled: 1
+        }
+    );
     Ok(())
 }
 
