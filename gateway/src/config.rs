@@ -361,7 +361,7 @@ pub struct GatewayConfig {
     /// Embedded mode only: retries of an entrypoint whose handler fails retryably, `KEY=N`,
     /// as a worker's `--retry` (docs/workers.md, Retries). Repeatable or comma separated.
     #[arg(
-        long = "retry",
+        long,
         env = "WORKER_RETRY",
         value_name = "KEY=N",
         value_delimiter = ','
@@ -369,19 +369,19 @@ pub struct GatewayConfig {
     pub worker_retry: Vec<worker::runtime::retry::RetrySpec>,
 
     #[cfg(feature = "embedded")]
-    /// Embedded mode only: retries of an entrypoint `--retry` does not name.
-    #[arg(long = "retry-default", env = "WORKER_RETRY_DEFAULT", default_value_t = worker::runtime::retry::DEFAULT_RETRIES)]
+    /// Embedded mode only: retries of an entrypoint `--worker-retry` does not name.
+    #[arg(long, env = "WORKER_RETRY_DEFAULT", default_value_t = worker::runtime::retry::DEFAULT_RETRIES)]
     pub worker_retry_default: u32,
 
     #[cfg(feature = "embedded")]
     /// Embedded mode only: the first retry's backoff bound in milliseconds (full jitter,
     /// doubling per retry), as a worker's `--retry-base-ms`.
-    #[arg(long = "retry-base-ms", env = "WORKER_RETRY_BASE_MS", default_value_t = 1_000)]
+    #[arg(long, env = "WORKER_RETRY_BASE_MS", default_value_t = 1_000)]
     pub worker_retry_base_ms: u64,
 
     #[cfg(feature = "embedded")]
     /// Embedded mode only: the most a retry's backoff bound grows to, in milliseconds.
-    #[arg(long = "retry-max-ms", env = "WORKER_RETRY_MAX_MS", default_value_t = 60_000)]
+    #[arg(long, env = "WORKER_RETRY_MAX_MS", default_value_t = 60_000)]
     pub worker_retry_max_ms: u64,
 
     /// Serve the metrics in the Prometheus text format: `main` on this gateway's own listener

@@ -180,10 +180,12 @@ fn check_task(
         report.rerun += 1;
     }
     report.max_attempt = report.max_attempt.max(stored.attempt);
-    if stored.attempt > stored.max_attempts {
+    // Runs a handler ended asking for a retry are not abandoned runs: `max_attempts` bounds
+    // the others.
+    if stored.attempt.saturating_sub(stored.retries) > stored.max_attempts {
         report.violation(format!(
-            "task {id} ran {} times, more than its {} attempts",
-            stored.attempt, stored.max_attempts
+            "task {id} ran {} times ({} of them retries asked for), more than its {} attempts",
+            stored.attempt, stored.retries, stored.max_attempts
         ));
     }
     let error_code = stored.task.error.as_ref().map(|e| e.code.as_str());

@@ -134,7 +134,10 @@ async fn a_task_out_of_retries_fails_with_the_handlers_code() -> TestResult {
     let stored = client.stored("retry-out").await?;
     assert_eq!(stored.task.status, TaskStatus::Failed);
     let error = stored.task.error.ok_or("no error")?;
-    assert_eq!((error.code.as_str(), error.message.as_str()), ("upstream_busy", "still busy"));
+    assert_eq!(
+        (error.code.as_str(), error.message.as_str()),
+        ("upstream_busy", "still busy")
+    );
     // Two retries allowed: three attempts, the last one's failure final.
     assert_eq!((stored.attempt, stored.retries), (3, 2));
 

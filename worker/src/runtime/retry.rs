@@ -97,7 +97,9 @@ impl RetryPolicy {
 
     /// The upper bound of retry number `retry` (1 for the first): `min(max, base * 2^(retry-1))`.
     pub fn ceiling(&self, retry: u32) -> Duration {
-        let doubling = 1u32.checked_shl(retry.saturating_sub(1)).unwrap_or(u32::MAX);
+        let doubling = 1u32
+            .checked_shl(retry.saturating_sub(1))
+            .unwrap_or(u32::MAX);
         self.base.saturating_mul(doubling).min(self.max)
     }
 

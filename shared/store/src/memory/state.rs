@@ -664,8 +664,7 @@ impl State {
                             "task_timeout",
                             format!("Task exceeded its {}ms execution limit", entry.max_run_ms),
                         ))
-                    } else if stored.attempt.saturating_sub(stored.retries) >= stored.max_attempts
-                    {
+                    } else if stored.attempt.saturating_sub(stored.retries) >= stored.max_attempts {
                         Some(TaskError::new(
                             "task_attempts_exhausted",
                             format!("Task was abandoned by its worker {} times", stored.attempt),

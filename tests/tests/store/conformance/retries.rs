@@ -134,7 +134,11 @@ pub async fn the_reaping_sweep_queues_a_due_backoff(h: &impl Harness) -> TestRes
     let run = fx.running("w1", LONG, LONG).await?;
     assert!(fx.store.retry_later(&run.lease, &busy(), SHORT).await?);
     outlive(SHORT).await;
-    assert_eq!(fx.store.reap_expired_admissions().await?, 0, "nothing cancelled");
+    assert_eq!(
+        fx.store.reap_expired_admissions().await?,
+        0,
+        "nothing cancelled"
+    );
     assert_eq!(fx.stored(&id).await?.phase, Phase::Queued);
     assert_eq!(fx.take("w2", LONG).await?.lease.task_id, id);
     Ok(())

@@ -22,7 +22,9 @@ script_source!("retry_later");
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum RetryLaterReply {
     /// In backoff until `due_ms` (store clock).
-    Backoff { due_ms: u64 },
+    Backoff {
+        due_ms: u64,
+    },
     Fenced,
 }
 
