@@ -137,6 +137,20 @@ async fn hosted(config: &WorkerConfig) -> Result<Entrypoints, String> {
             bad.join(", ")
         )
     })?;
+    // A typo must not leave an entrypoint silently on the default policy.
+    let hosted = entrypoints.keys();
+    let unknown: Vec<&str> = config
+        .retry
+        .iter()
+        .map(|spec| spec.entrypoint.as_str())
+        .filter(|key| !hosted.iter().any(|hosted| hosted == key))
+        .collect();
+    if !unknown.is_empty() {
+        return Err(format!(
+            "--retry names entrypoints this worker does not host: {}",
+            unknown.join(", ")
+        ));
+    }
     worker::prices::apply(entrypoints, &config.prices).map_err(|err| err.to_string())
 }
 

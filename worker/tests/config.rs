@@ -14,6 +14,7 @@ fn worker(args: &[&str], envs: &[(&str, &str)]) -> std::io::Result<Output> {
         "WORKER_SIWX",
         "WORKER_ENTRYPOINTS",
         "WORKER_RETRY_SAFE",
+        "WORKER_RETRY",
         "RUST_BACKTRACE",
     ] {
         command.env_remove(inherited);
@@ -33,6 +34,18 @@ fn assert_refused(output: &Output, message: &str) {
 }
 
 const PRICED_AUTH_ONLY: &str = "entrypoint \"echo\" is priced and --siwx echo:auth-only (free for any signed-in wallet): drop one, or use --siwx echo to let payers sign in again instead of paying";
+
+#[test]
+fn a_retry_policy_for_an_entrypoint_not_hosted_stops_the_worker() -> std::io::Result<()> {
+    let flags = worker(&["--entrypoints", "echo", "--retry", "echo=1,fial=2"], &[])?;
+    assert_refused(
+        &flags,
+        "--retry names entrypoints this worker does not host: fial",
+    );
+    let bad = worker(&["--retry", "fail"], &[])?;
+    assert_eq!(bad.status.code(), Some(2));
+    Ok(())
+}
 
 #[test]
 fn a_priced_auth_only_entrypoint_stops_the_worker() -> std::io::Result<()> {
