@@ -85,7 +85,10 @@ pub async fn follow(
                 entrypoints: shared.entrypoints.infos(),
                 ..entry.clone()
             };
-            if let Err(err) = registry.heartbeat(&entry, super::registry_ttl(&shared.config)).await {
+            if let Err(err) = registry
+                .heartbeat(&entry, super::registry_ttl(&shared.config))
+                .await
+            {
                 tracing::warn!(error = %err, "could not publish the changed registry entry");
             }
         }
