@@ -16,7 +16,7 @@ use harness::cluster::{Cluster, PATIENCE, wait_for_card};
 use harness::paid::{PAYER_KEY, PaidCluster};
 use payments::LocalPayer;
 use protocol::TaskStatus;
-use protocol::token::AccessToken;
+use protocol::token::{AccessToken, OwnerHash};
 use serde_json::{Value, json};
 use store::{Admission, Invocation, NewTask, RedisStore, RedisStoreConfig, TaskStore, Transition};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -274,7 +274,7 @@ async fn create(
     task_id: &str,
     entrypoint: &str,
     max_attempts: u32,
-) -> TestResult<String> {
+) -> TestResult<OwnerHash> {
     let owner = AccessToken::generate().owner_hash();
     store
         .create(NewTask {
@@ -297,7 +297,7 @@ async fn create(
 }
 
 /// Waits until task `task_id` is finished, and returns it.
-async fn finished(store: &RedisStore, task_id: &str, owner: &str) -> TestResult<protocol::Task> {
+async fn finished(store: &RedisStore, task_id: &str, owner: &OwnerHash) -> TestResult<protocol::Task> {
     let mut sub = store
         .subscribe(task_id, owner, Some(0))
         .await?
