@@ -297,7 +297,11 @@ async fn create(
 }
 
 /// Waits until task `task_id` is finished, and returns it.
-async fn finished(store: &RedisStore, task_id: &str, owner: &OwnerHash) -> TestResult<protocol::Task> {
+async fn finished(
+    store: &RedisStore,
+    task_id: &str,
+    owner: &OwnerHash,
+) -> TestResult<protocol::Task> {
     let mut sub = store
         .subscribe(task_id, owner, Some(0))
         .await?
