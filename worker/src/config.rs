@@ -51,6 +51,38 @@ pub struct WorkerConfig {
     )]
     pub agents: Vec<String>,
 
+    /// How often each agent's card is read again, in seconds (0: only at start). An
+    /// entrypoint gone from the card stops being taken; a new one is hosted after the same
+    /// checks as at start; a card that cannot be read keeps the last good one.
+    #[arg(
+        long,
+        env = "WORKER_AGENT_REFRESH_SECS",
+        value_name = "SECONDS",
+        default_value_t = 30
+    )]
+    pub agent_refresh_secs: u64,
+
+    /// A file holding the bearer token sent to every `--agent` (`Authorization: Bearer`, on
+    /// the card and on every run). Never logged.
+    #[arg(
+        long,
+        env = "WORKER_AGENT_TOKEN_FILE",
+        value_name = "PATH",
+        conflicts_with = "agent_token"
+    )]
+    pub agent_token_file: Option<std::path::PathBuf>,
+
+    /// The agents' bearer token itself, for platforms that inject secrets as environment
+    /// variables (prefer `WORKER_AGENT_TOKEN_FILE`: a flag's value shows in the process list).
+    /// Never logged.
+    #[arg(
+        long,
+        env = "WORKER_AGENT_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub agent_token: Option<server::secret::Secret>,
+
     /// Prices, `KEY=AMOUNT` in decimal USDC with an optional payment protocol, `:x402` (the
     /// default) or `:mpp` (the "Payment" HTTP authentication scheme), e.g. `echo=0.001` or
     /// `summarize=0.01:mpp`: invoking, creating a task of and (if it streams)
@@ -191,6 +223,27 @@ pub struct WorkerConfig {
 }
 
 impl WorkerConfig {
+    /// The agents' bearer token: `--agent-token`, or the contents of `--agent-token-file`
+    /// (surrounding whitespace trimmed). The error names the file, never its contents.
+    pub fn agent_token(&self) -> Result<Option<server::secret::Secret>, String> {
+        if let Some(token) = &self.agent_token {
+            return Ok(Some(token.clone()));
+        }
+        let Some(path) = &self.agent_token_file else {
+            return Ok(None);
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|err| format!("--agent-token-file {}: {err}", path.display()))?;
+        let token = text.trim();
+        if token.is_empty() {
+            return Err(format!(
+                "--agent-token-file {}: the file is empty",
+                path.display()
+            ));
+        }
+        Ok(Some(server::secret::Secret::from(token)))
+    }
+
     pub fn host() -> String {
         std::env::var("HOSTNAME")
             .ok()
@@ -362,6 +415,52 @@ mod tests {
             "https://c/v1",
         ])?;
         assert_eq!(config.agents, ["http://a:1", "http://b:2", "https://c/v1"]);
+        Ok(())
+    }
+
+    #[test]
+    fn the_agents_token_comes_from_its_file_or_the_environment_and_never_shows()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = std::env::temp_dir().join(format!("worker-token-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let file = dir.join("token");
+        std::fs::write(&file, "s3cret-token\n")?;
+        let path = file.to_string_lossy().into_owned();
+        let config = WorkerConfig::try_parse_from([
+            "worker",
+            "--redis-url",
+            "redis://x/",
+            "--agent-token-file",
+            &path,
+        ])?;
+        let token = config.agent_token()?.ok_or("no token")?;
+        assert_eq!(token.expose(), "s3cret-token");
+        assert!(!format!("{token:?}").contains("s3cret"));
+        let config = WorkerConfig::try_parse_from([
+            "worker",
+            "--redis-url",
+            "redis://x/",
+            "--agent-token",
+            "flag-secret",
+        ])?;
+        assert!(!format!("{config:?}").contains("flag-secret"));
+        assert_eq!(
+            config
+                .agent_token()?
+                .map(|token| token.expose().to_owned())
+                .as_deref(),
+            Some("flag-secret")
+        );
+        std::fs::write(&file, " \n")?;
+        let config = WorkerConfig::try_parse_from([
+            "worker",
+            "--redis-url",
+            "redis://x/",
+            "--agent-token-file",
+            &path,
+        ])?;
+        assert!(config.agent_token().is_err());
+        std::fs::remove_dir_all(&dir)?;
         Ok(())
     }
 

@@ -12,14 +12,15 @@ use telemetry::LogFormat;
 use tokio_util::sync::CancellationToken;
 use worker::config::WorkerConfig;
 use worker::entrypoint::Entrypoints;
+use worker::remote::Agents;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = WorkerConfig::parse();
     // Settings errors are one line, like clap's, before anything starts: no backtrace (which
     // anyhow prints when RUST_BACKTRACE is set) and nothing to flush.
-    let entrypoints = match hosted(&config).await {
-        Ok(entrypoints) => entrypoints,
+    let (entrypoints, agents) = match hosted(&config).await {
+        Ok(hosted) => hosted,
         Err(message) => {
             eprintln!("error: {message}");
             std::process::exit(2);
@@ -63,6 +64,19 @@ async fn main() -> anyhow::Result<()> {
 
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));
+    let entrypoints = worker::runtime::Hosted::new(entrypoints);
+    if let Some(agents) = agents
+        && config.agent_refresh_secs > 0
+    {
+        let flags = config.clone();
+        tokio::spawn(worker::remote::refresh::run(
+            agents,
+            entrypoints.clone(),
+            Duration::from_secs(config.agent_refresh_secs),
+            move |set| decorate(&flags, set, false),
+            shutdown.clone(),
+        ));
+    }
     let mut runtime = config.runtime();
     // Fresh values for each export, but never sampled more often than every 250 ms.
     runtime.gauge_interval = telemetry
@@ -92,7 +106,7 @@ async fn main() -> anyhow::Result<()> {
 /// `--agent`), priced (`--price`). A mistyped name or price stops the
 /// worker: it must not leave a paid entrypoint free, nor host something other than what was
 /// asked.
-async fn hosted(config: &WorkerConfig) -> Result<Entrypoints, String> {
+async fn hosted(config: &WorkerConfig) -> Result<(Entrypoints, Option<Agents>), String> {
     let mut builtins = worker::builtins::all().with(worker::builtins::sleep::entrypoint_with_max(
         config.max_sleep_ms,
     ));
@@ -120,38 +134,82 @@ async fn hosted(config: &WorkerConfig) -> Result<Entrypoints, String> {
             only
         }
     };
-    let entrypoints = worker::remote::host(entrypoints, &config.agents, config.max_result_bytes)
-        .await
-        .map_err(|err| err.to_string())?;
-    let entrypoints = entrypoints
-        .retry_safe(&config.retry_safe)
-        .map_err(|unknown| {
-            format!(
-                "--retry-safe names entrypoints this worker does not host: {}",
-                unknown.join(", ")
-            )
-        })?;
-    let entrypoints = entrypoints.siwx(&config.siwx).map_err(|bad| {
+    if config.agents.is_empty() {
+        return Ok((decorate(config, entrypoints, true)?, None));
+    }
+    let token = config.agent_token()?;
+    let mut agents = Agents::start(
+        entrypoints,
+        &config.agents,
+        token.as_ref(),
+        config.max_result_bytes,
+    )
+    .await
+    .map_err(|err| err.to_string())?;
+    let entrypoints = agents
+        .compose(true)
+        .map_err(|refused| refused.first().map(ToString::to_string).unwrap_or_default())?;
+    Ok((decorate(config, entrypoints, true)?, Some(agents)))
+}
+
+/// `entrypoints` declared retry-safe, Sign-In-With-X and priced as the flags say. `strict`
+/// (at start): a flag naming an entrypoint not hosted is an error. Otherwise (a refreshed
+/// agent card) such names are skipped: the entrypoint may come back, and is priced again then.
+fn decorate(
+    config: &WorkerConfig,
+    entrypoints: Entrypoints,
+    strict: bool,
+) -> Result<Entrypoints, String> {
+    let keys = entrypoints.keys();
+    let hosted = |key: &str| strict || keys.iter().any(|hosted| hosted == key);
+    let retry_safe: Vec<String> = config
+        .retry_safe
+        .iter()
+        .filter(|key| hosted(key))
+        .cloned()
+        .collect();
+    let siwx: Vec<String> = config
+        .siwx
+        .iter()
+        .filter(|spec| hosted(spec.trim().split(':').next().unwrap_or_default()))
+        .cloned()
+        .collect();
+    let prices: Vec<_> = config
+        .prices
+        .iter()
+        .filter(|spec| hosted(&spec.key))
+        .cloned()
+        .collect();
+    let entrypoints = entrypoints.retry_safe(&retry_safe).map_err(|unknown| {
+        format!(
+            "--retry-safe names entrypoints this worker does not host: {}",
+            unknown.join(", ")
+        )
+    })?;
+    let entrypoints = entrypoints.siwx(&siwx).map_err(|bad| {
         format!(
             "--siwx names entrypoints this worker does not host, or options other than auth-only: {}",
             bad.join(", ")
         )
     })?;
-    // A typo must not leave an entrypoint silently on the default policy.
-    let hosted = entrypoints.keys();
-    let unknown: Vec<&str> = config
-        .retry
-        .iter()
-        .map(|spec| spec.entrypoint.as_str())
-        .filter(|key| !hosted.iter().any(|hosted| hosted == key))
-        .collect();
-    if !unknown.is_empty() {
-        return Err(format!(
-            "--retry names entrypoints this worker does not host: {}",
-            unknown.join(", ")
-        ));
+    // A typo must not leave an entrypoint silently on the default policy (checked at start; a
+    // refreshed card may drop an entrypoint the policy names, which may come back).
+    if strict {
+        let hosted = entrypoints.keys();
+        let unknown: Vec<&str> = config
+            .retry
+            .iter()
+            .map(|spec| spec.entrypoint.as_str())
+            .filter(|key| !hosted.iter().any(|hosted| hosted == key))
+            .collect();
+        if !unknown.is_empty() {
+            return Err(format!(
+                "--retry names entrypoints this worker does not host: {}",
+                unknown.join(", ")
+            ));
+        }
     }
-    worker::prices::apply(entrypoints, &config.prices).map_err(|err| err.to_string())
+    worker::prices::apply(entrypoints, &prices).map_err(|err| err.to_string())
 }
 
 async fn stop_on_signal(shutdown: CancellationToken) {

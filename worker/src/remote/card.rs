@@ -21,6 +21,9 @@ pub struct RemoteEntrypoint {
 #[derive(Debug, Default)]
 pub struct Card {
     pub entrypoints: Vec<RemoteEntrypoint>,
+    /// Keys of entrypoints priced upstream: never hosted (paying an upstream agent is not
+    /// supported), refused at start, left out (with a warning) when a refresh finds them.
+    pub priced: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -61,13 +64,14 @@ pub async fn read(client: &reqwest::Client, base: &str) -> Result<Card, AgentErr
     parse(base, &body)
 }
 
-/// Parses a card's bytes: keys must be plain names, priced entrypoints are refused.
+/// Parses a card's bytes: keys must be plain names; priced entrypoints are set apart.
 pub fn parse(base: &str, body: &[u8]) -> Result<Card, AgentError> {
     let wire: Wire = serde_json::from_slice(body).map_err(|err| AgentError::Card {
         url: base.to_owned(),
         reason: format!("not a Lucid card: {err}"),
     })?;
     let mut entrypoints = Vec::new();
+    let mut priced = Vec::new();
     for (key, value) in wire.entrypoints {
         if !plain_key(&key) {
             return Err(AgentError::BadKey {
@@ -81,10 +85,8 @@ pub fn parse(base: &str, body: &[u8]) -> Result<Card, AgentError> {
                 reason: format!("entrypoint {key}: {err}"),
             })?;
         if entry.pricing.as_ref().is_some_and(|price| !price.is_null()) {
-            return Err(AgentError::Priced {
-                url: base.to_owned(),
-                key,
-            });
+            priced.push(key);
+            continue;
         }
         entrypoints.push(RemoteEntrypoint {
             key,
@@ -94,7 +96,10 @@ pub fn parse(base: &str, body: &[u8]) -> Result<Card, AgentError> {
             streaming: entry.streaming,
         });
     }
-    Ok(Card { entrypoints })
+    Ok(Card {
+        entrypoints,
+        priced,
+    })
 }
 
 /// A key that is safe as one URL path segment and as a queue name.
@@ -135,11 +140,14 @@ mod tests {
     }
 
     #[test]
-    fn priced_bad_keys_and_garbage_are_refused() {
-        let priced = br#"{"entrypoints":{"paid":{"pricing":{"invoke":"0.01"}}}}"#;
-        assert!(
-            matches!(parse(BASE, priced), Err(AgentError::Priced { key, .. }) if key == "paid")
+    fn priced_entrypoints_are_set_apart_bad_keys_and_garbage_refused() {
+        let priced = br#"{"entrypoints":{"paid":{"pricing":{"invoke":"0.01"}},"free":{}}}"#;
+        let card = parse(BASE, priced).ok();
+        assert_eq!(
+            card.as_ref().map(|card| card.priced.clone()),
+            Some(vec!["paid".to_owned()])
         );
+        assert_eq!(card.map(|card| card.entrypoints.len()), Some(1));
         let bad = br#"{"entrypoints":{"../admin":{}}}"#;
         assert!(matches!(parse(BASE, bad), Err(AgentError::BadKey { .. })));
         assert!(matches!(

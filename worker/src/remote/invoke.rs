@@ -6,6 +6,8 @@
 //! task's error. A cancel or a lost lease drops this future (the runtime stops waiting), which
 //! closes the connection; the run deadline bounds the request as well.
 
+use std::time::Duration;
+
 use serde_json::{Value, json};
 
 use crate::handler::{Handler, HandlerError, HandlerFuture, HandlerOutput, TaskContext};
@@ -84,6 +86,7 @@ async fn run(
     if stream && status.is_success() {
         return super::stream::relay(response, max_bytes, &ctx).await;
     }
+    let retry_after = retry_after(response.headers(), std::time::SystemTime::now());
     let body = read_bounded(response, max_bytes)
         .await
         .map_err(|err| match err {
@@ -96,7 +99,7 @@ async fn run(
     let answer: Option<Value> = serde_json::from_slice(&body).ok();
     if !status.is_success() {
         // A proxy in front of the agent may answer HTML: the status still says what failed.
-        return Err(agent_error(status, &answer.unwrap_or(Value::Null)));
+        return Err(failed(status, &answer.unwrap_or(Value::Null), retry_after));
     }
     let answer = answer.ok_or_else(|| {
         HandlerError::new(
@@ -134,14 +137,70 @@ pub(super) fn agent_error(status: reqwest::StatusCode, answer: &Value) -> Handle
     }
 }
 
+/// The most a `Retry-After` may hold a task back: an agent cannot park tasks for hours.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
+
+/// A failed answer as the task's error. Answers that may pass, 429 (too many requests) and
+/// 502, 503, 504 (the agent or a proxy in front of it is down or overloaded), ask for another
+/// attempt, no sooner than their `Retry-After`; any other (a 4xx: the agent refused this input;
+/// a 500: its handler failed) fails the task with the agent's code.
+pub(super) fn failed(
+    status: reqwest::StatusCode,
+    answer: &Value,
+    retry_after: Option<Duration>,
+) -> HandlerError {
+    let mut error = agent_error(status, answer);
+    let passing = match status.as_u16() {
+        429 => Some("agent_rate_limited"),
+        502..=504 => Some("agent_unavailable"),
+        _ => None,
+    };
+    let Some(code) = passing else {
+        return error;
+    };
+    if answer["error"]["code"]
+        .as_str()
+        .is_none_or(|code| code.trim().is_empty())
+    {
+        error.code = code.to_owned();
+    }
+    match retry_after {
+        Some(after) => error.retry_after(after),
+        None => error.retryable(),
+    }
+}
+
+/// An answer's `Retry-After` (seconds, or an HTTP date, read against `now`), at most
+/// [`MAX_RETRY_AFTER`].
+pub(super) fn retry_after(
+    headers: &reqwest::header::HeaderMap,
+    now: std::time::SystemTime,
+) -> Option<Duration> {
+    let value = headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim();
+    let after = match value.parse::<u64>() {
+        Ok(seconds) => Duration::from_secs(seconds),
+        Err(_) => httpdate::parse_http_date(value)
+            .ok()?
+            .duration_since(now)
+            .unwrap_or(Duration::ZERO),
+    };
+    Some(after.min(MAX_RETRY_AFTER))
+}
+
+/// A request that got no (whole) answer. Not reaching the agent (refused, reset, a connect
+/// timeout) may pass: another attempt. The run deadline passing is the task's timeout.
 pub(super) fn unavailable(err: reqwest::Error) -> HandlerError {
-    if err.is_timeout() {
+    if err.is_timeout() && !err.is_connect() {
         HandlerError::new(
             "task_timeout",
             "the agent did not answer before the run deadline",
         )
     } else {
-        HandlerError::new(
+        HandlerError::transient(
             "agent_unavailable",
             format!("cannot reach the agent: {err}"),
         )
@@ -201,5 +260,57 @@ mod tests {
         assert_eq!(err, HandlerError::new("upstream_unavailable", "later"));
         let err = agent_error(reqwest::StatusCode::BAD_GATEWAY, &json!({}));
         assert_eq!(err.code, "agent_error");
+    }
+
+    #[test]
+    fn passing_failures_ask_for_another_attempt_and_others_fail() {
+        use reqwest::StatusCode;
+        let none = json!(null);
+        let busy = failed(StatusCode::SERVICE_UNAVAILABLE, &none, None);
+        assert!(busy.is_retryable());
+        assert_eq!(busy.code, "agent_unavailable");
+        let limited = failed(
+            StatusCode::TOO_MANY_REQUESTS,
+            &none,
+            Some(Duration::from_secs(7)),
+        );
+        assert_eq!(
+            limited.retry.and_then(|retry| retry.after),
+            Some(Duration::from_secs(7))
+        );
+        assert_eq!(limited.code, "agent_rate_limited");
+        let coded = json!({"error": {"code": "model_overloaded", "message": "later"}});
+        let coded = failed(StatusCode::BAD_GATEWAY, &coded, None);
+        assert!(coded.is_retryable());
+        assert_eq!(coded.code, "model_overloaded");
+        for status in [
+            StatusCode::BAD_REQUEST,
+            StatusCode::NOT_FOUND,
+            StatusCode::INTERNAL_SERVER_ERROR,
+        ] {
+            assert!(!failed(status, &none, None).is_retryable(), "{status}");
+        }
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_and_dates_within_a_bound() {
+        use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
+        let now = std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+        let with = |value: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                RETRY_AFTER,
+                HeaderValue::from_str(value).unwrap_or(HeaderValue::from_static("x")),
+            );
+            retry_after(&headers, now)
+        };
+        assert_eq!(with("3"), Some(Duration::from_secs(3)));
+        assert_eq!(with("86400"), Some(MAX_RETRY_AFTER));
+        let later = httpdate::fmt_http_date(now + Duration::from_secs(20));
+        assert_eq!(with(&later), Some(Duration::from_secs(20)));
+        let earlier = httpdate::fmt_http_date(now - Duration::from_secs(20));
+        assert_eq!(with(&earlier), Some(Duration::ZERO));
+        assert_eq!(with("soon"), None);
+        assert_eq!(retry_after(&HeaderMap::new(), now), None);
     }
 }

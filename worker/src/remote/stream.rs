@@ -2,7 +2,9 @@
 //! relayed onto the task's events. `text`, `delta`, `asset` and `control` frames are emitted
 //! with the profile's envelope fields (`kind`, `runId`, `sequence`, `createdAt`) taken off;
 //! `run-end` ends the run (`succeeded`: the result; `failed`: the agent's error; `cancelled`).
-//! Every frame is bounded by the answer bound; a stream that ends without `run-end` fails.
+//! Every frame is bounded by the answer bound; a stream that ends without `run-end` fails. A
+//! connection lost before any event was relayed asks for another attempt (as an invoke's
+//! does); one lost after fails the task, since a retry would relay the events twice.
 
 use serde_json::{Map, Value};
 
@@ -20,12 +22,16 @@ pub async fn relay(
 ) -> Result<HandlerOutput, HandlerError> {
     let mut buffer: Vec<u8> = Vec::new();
     let mut last_error: Option<Value> = None;
+    let mut relayed = 0usize;
     loop {
         while let Some(end) = frame_end(&buffer) {
             let frame: Vec<u8> = buffer.drain(..end.0 + end.1).take(end.0).collect();
             let Some((kind, data)) = parse_frame(&frame) else {
                 continue;
             };
+            if RELAYED.contains(&kind.as_str()) {
+                relayed += 1;
+            }
             if let Some(outcome) = handle(&kind, data, &mut last_error, ctx).await? {
                 return Ok(outcome);
             }
@@ -44,7 +50,19 @@ pub async fn relay(
                     "the agent's stream ended without run-end",
                 ));
             }
-            Err(err) => return Err(super::invoke::unavailable(err)),
+            Err(err) if relayed == 0 => return Err(super::invoke::unavailable(err)),
+            Err(err) => {
+                // Events are out already: another attempt would relay them again, so a stream
+                // broken mid-way fails its task (not retried).
+                let broken = super::invoke::unavailable(err);
+                return Err(HandlerError::new(
+                    broken.code,
+                    format!(
+                        "the agent's stream broke after {relayed} events: {}",
+                        broken.message
+                    ),
+                ));
+            }
         }
     }
 }

@@ -94,7 +94,11 @@ async fn take(
     // the loop then takes again with it open. A blocking read cut short loses its connection
     // and at most a ring, which is a hint too.
     let wait = store.wait_for_work(&spec.entrypoints, shared.config.idle_wait);
-    if shared.share.all_open(&spec.entrypoints) {
+    if shared.share.all_open(&spec.entrypoints) && spec.entrypoints.is_empty() {
+        // Nothing hosted (a remote agent's card listing none for now): no doorbell to wait
+        // on, so the idle wait paces the looks instead.
+        tokio::time::sleep(shared.config.idle_wait).await;
+    } else if shared.share.all_open(&spec.entrypoints) {
         wait.await?;
     } else {
         tokio::select! {

@@ -33,12 +33,20 @@ pub async fn run(
         // slot), or the worker would look gone to gateways while it is running.
         let refresh = async {
             if let Some((registry, entry)) = &registry
-                && let Err(err) = registry.heartbeat(entry, ttl).await
+                && let Err(err) = registry.heartbeat(&current(&shared, entry), ttl).await
             {
                 tracing::warn!(error = %err, "could not refresh the registry entry");
             }
         };
         tokio::join!(renew(&shared, ttl), refresh);
+    }
+}
+
+/// `entry` with the entrypoints hosted now (a remote agent's card may have changed them).
+fn current(shared: &Shared, entry: &WorkerEntry) -> WorkerEntry {
+    WorkerEntry {
+        entrypoints: shared.entrypoints.infos(),
+        ..entry.clone()
     }
 }
 

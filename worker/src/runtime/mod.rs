@@ -10,6 +10,7 @@ mod execute;
 mod fetch;
 mod gauges;
 mod heartbeat;
+mod hosted;
 mod recovery;
 pub mod retry;
 mod share;
@@ -23,8 +24,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use self::active::ActiveRuns;
+pub use self::hosted::Hosted;
 use self::share::SlotShare;
-use crate::entrypoint::Entrypoints;
 
 /// How often cluster gauges are sampled unless the metrics export is more frequent.
 pub const DEFAULT_GAUGE_INTERVAL: Duration = Duration::from_secs(5);
@@ -104,7 +105,8 @@ impl RuntimeConfig {
 /// What the runtime shares between its loops.
 pub(crate) struct Shared {
     pub store: Arc<dyn TaskStore>,
-    pub entrypoints: Entrypoints,
+    /// Swappable while the worker runs (a remote agent's card read again).
+    pub entrypoints: Hosted,
     pub config: RuntimeConfig,
     pub active: ActiveRuns,
     pub share: SlotShare,
@@ -131,14 +133,19 @@ impl Shared {
     }
 }
 
-/// Runs the worker until `shutdown` is cancelled, then drains and returns.
+/// Runs the worker until `shutdown` is cancelled, then drains and returns. `entrypoints` is
+/// a fixed [`crate::entrypoint::Entrypoints`] or a [`Hosted`] set its owner may replace while
+/// the worker runs.
 pub async fn run(
     store: Arc<dyn TaskStore>,
     registry: Option<Arc<dyn WorkerRegistry>>,
-    entrypoints: Entrypoints,
+    entrypoints: impl Into<Hosted>,
     config: RuntimeConfig,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    let entrypoints: Hosted = entrypoints.into();
+    // Before the set is first read: no change made from now on goes unseen.
+    let changes = entrypoints.subscribe();
     let entry = WorkerEntry {
         worker_id: config.worker_id.clone(),
         host: config.host.clone(),
@@ -188,6 +195,12 @@ pub async fn run(
     loops.spawn(heartbeat::listen_for_cancellations(
         shared.clone(),
         cancellations,
+        background.clone(),
+    ));
+    loops.spawn(hosted::follow(
+        shared.clone(),
+        changes,
+        registry.clone().map(|r| (r, entry.clone())),
         background.clone(),
     ));
     loops.spawn(recovery::run(shared.clone(), background.clone()));

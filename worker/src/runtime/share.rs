@@ -18,8 +18,10 @@ use std::sync::{Mutex, PoisonError};
 use tokio::sync::Notify;
 
 pub struct SlotShare {
-    cap: usize,
-    keys: Vec<String>,
+    concurrency: usize,
+    share_pct: u8,
+    /// The entrypoints and their cap: replaced when the hosted set changes ([`SlotShare::set_keys`]).
+    layout: Mutex<Layout>,
     held: Mutex<HashMap<String, usize>>,
     /// Notified when a run ends that leaves its entrypoint below the cap again.
     reopen: Notify,
@@ -28,17 +30,21 @@ pub struct SlotShare {
 impl SlotShare {
     /// `share_pct` of `concurrency` per entrypoint; no bound with one entrypoint or 100 %.
     pub fn new(keys: Vec<String>, concurrency: usize, share_pct: u8) -> Self {
-        let cap = if keys.len() <= 1 || share_pct >= 100 {
-            usize::MAX
-        } else {
-            (concurrency * usize::from(share_pct) / 100).max(1)
-        };
         SlotShare {
-            cap,
-            keys,
+            concurrency,
+            share_pct,
+            layout: Mutex::new(Layout::new(keys, concurrency, share_pct)),
             held: Mutex::new(HashMap::new()),
             reopen: Notify::new(),
         }
+    }
+
+    /// The hosted entrypoints changed: takes look at `keys` from now on. Runs under way keep
+    /// their slots counted until they end.
+    pub fn set_keys(&self, keys: Vec<String>) {
+        *self.layout() = Layout::new(keys, self.concurrency, self.share_pct);
+        // A waiter on capped entrypoints looks again, at the new set.
+        self.reopen.notify_one();
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
@@ -46,23 +52,28 @@ impl SlotShare {
         self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    fn layout(&self) -> std::sync::MutexGuard<'_, Layout> {
+        self.layout.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// The entrypoints with room for another run, and the most tasks one take may claim
     /// without any of them passing its cap. `leaving`: a run of that entrypoint that is about
     /// to end (its slot takes the next task as it finishes).
     pub fn open(&self, leaving: Option<&str>) -> (Vec<String>, usize) {
-        if self.cap == usize::MAX {
-            return (self.keys.clone(), usize::MAX);
+        let Layout { cap, keys } = self.layout().clone();
+        if cap == usize::MAX {
+            return (keys, usize::MAX);
         }
         let held = self.lock();
         let mut room = usize::MAX;
-        let mut open = Vec::with_capacity(self.keys.len());
-        for key in &self.keys {
+        let mut open = Vec::with_capacity(keys.len());
+        for key in &keys {
             let mut count = held.get(key).copied().unwrap_or(0);
             if leaving == Some(key.as_str()) {
                 count = count.saturating_sub(1);
             }
-            if count < self.cap {
-                room = room.min(self.cap - count);
+            if count < cap {
+                room = room.min(cap - count);
                 open.push(key.clone());
             }
         }
@@ -71,24 +82,22 @@ impl SlotShare {
 
     /// A task of `entrypoint` was taken for a slot.
     pub fn took(&self, entrypoint: &str) {
-        if self.cap != usize::MAX {
-            *self.lock().entry(entrypoint.to_owned()).or_default() += 1;
-        }
+        // Counted even without a cap: the hosted set, and with it the cap, may change
+        // while the run is under way.
+        *self.lock().entry(entrypoint.to_owned()).or_default() += 1;
     }
 
     /// A run of `entrypoint` ended.
     pub fn left(&self, entrypoint: &str) {
-        if self.cap == usize::MAX {
-            return;
-        }
+        let cap = self.layout().cap;
         let mut held = self.lock();
         if let Some(count) = held.get_mut(entrypoint) {
-            let was_capped = *count >= self.cap;
+            let was_capped = *count >= cap;
             *count = count.saturating_sub(1);
             if *count == 0 {
                 held.remove(entrypoint);
             }
-            if was_capped {
+            if was_capped && cap != usize::MAX {
                 // One waiter (the fetch loop); a permit stored while it does not wait ends
                 // its next wait at once, which costs one look at the queues.
                 self.reopen.notify_one();
@@ -99,12 +108,31 @@ impl SlotShare {
     /// True when every entrypoint is open (none at its cap): then nothing but a doorbell can
     /// bring work that the fetch loop may take.
     pub fn all_open(&self, open: &[String]) -> bool {
-        open.len() == self.keys.len()
+        open.len() == self.layout().keys.len()
     }
 
     /// Completes when a capped entrypoint has room again ([`SlotShare::left`]).
     pub async fn reopened(&self) {
         self.reopen.notified().await;
+    }
+}
+
+/// The entrypoints slots are shared between, and the most one of them may hold.
+#[derive(Clone)]
+struct Layout {
+    cap: usize,
+    keys: Vec<String>,
+}
+
+impl Layout {
+    /// `share_pct` of `concurrency` per entrypoint; no bound with one entrypoint or 100 %.
+    fn new(keys: Vec<String>, concurrency: usize, share_pct: u8) -> Self {
+        let cap = if keys.len() <= 1 || share_pct >= 100 {
+            usize::MAX
+        } else {
+            (concurrency * usize::from(share_pct) / 100).max(1)
+        };
+        Layout { cap, keys }
     }
 }
 
