@@ -9,6 +9,7 @@
 //! names are ignored), its size and every answer's size are bounded, redirects are not
 //! followed, and a priced or colliding entrypoint stops the worker at start.
 
+pub mod a2a;
 pub mod card;
 pub mod invoke;
 pub mod stream;
@@ -101,11 +102,33 @@ pub async fn host(
         .map(|key| (key, "a built-in".to_owned()))
         .collect();
     for url in urls {
+        // `a2a+URL`: an A2A v1.0 agent (see [`a2a`]), also recognised from its card.
+        let (a2a_only, url) = match url.trim().strip_prefix("a2a+") {
+            Some(url) => (true, url),
+            None => (false, url.as_str()),
+        };
         let base = base_url(url)?;
         let client = client(&base)?;
-        let card = card::read(&client, &base).await?;
+        let card = if a2a_only {
+            card::Card::default()
+        } else {
+            card::read(&client, &base).await?
+        };
         if card.entrypoints.is_empty() {
-            return Err(AgentError::Empty { url: base });
+            let skills = a2a::entrypoints(&client, &base, max_result_bytes, !a2a_only).await?;
+            let skills = skills.ok_or_else(|| AgentError::Empty { url: base.clone() })?;
+            for entrypoint in skills {
+                if let Some((_, other)) = owners.iter().find(|(key, _)| *key == entrypoint.key) {
+                    return Err(AgentError::Collision {
+                        url: base,
+                        key: entrypoint.key,
+                        other: other.clone(),
+                    });
+                }
+                owners.push((entrypoint.key.clone(), format!("agent {base}")));
+                hosted = hosted.with(entrypoint);
+            }
+            continue;
         }
         for remote in card.entrypoints {
             if let Some((_, other)) = owners.iter().find(|(key, _)| *key == remote.key) {
