@@ -87,7 +87,7 @@ impl Endpoint {
     ) -> Result<Value, HandlerError> {
         let response = self.post(method, params, ctx, false).await?;
         let body = self.read(response).await?;
-        result_of(&body)
+        Ok(result_of(&body)?)
     }
 
     /// The body of `response`, bounded.
@@ -108,28 +108,45 @@ pub fn too_large(limit: usize) -> HandlerError {
     )
 }
 
-/// The `result` of a JSON-RPC response's bytes, or its error as the task's.
-pub fn result_of(body: &[u8]) -> Result<Value, HandlerError> {
-    let answer: Value = serde_json::from_slice(body).map_err(|_| {
-        HandlerError::new(
-            "agent_invalid_response",
-            "the agent answered with a body that is not JSON",
-        )
-    })?;
+/// Why a JSON-RPC answer has no `result` (a task's error, see its `From`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum NoResult {
+    NotJson,
+    NotJsonRpc,
+    /// The answer's `error`.
+    Error(Value),
+}
+
+impl From<NoResult> for HandlerError {
+    fn from(failure: NoResult) -> Self {
+        match failure {
+            NoResult::NotJson => HandlerError::new(
+                "agent_invalid_response",
+                "the agent answered with a body that is not JSON",
+            ),
+            NoResult::NotJsonRpc => HandlerError::new(
+                "agent_invalid_response",
+                "the agent's answer is not a JSON-RPC response",
+            ),
+            NoResult::Error(error) => rpc_error(&error),
+        }
+    }
+}
+
+/// The `result` of a JSON-RPC response's bytes.
+pub fn result_of(body: &[u8]) -> Result<Value, NoResult> {
+    let answer: Value = serde_json::from_slice(body).map_err(|_| NoResult::NotJson)?;
     result_in(answer)
 }
 
-/// The `result` of a parsed JSON-RPC response, or its error as the task's.
-pub fn result_in(mut answer: Value) -> Result<Value, HandlerError> {
-    if let Some(error) = answer.get("error").filter(|error| !error.is_null()) {
-        return Err(rpc_error(error));
+/// The `result` of a parsed JSON-RPC response.
+pub fn result_in(mut answer: Value) -> Result<Value, NoResult> {
+    if let Some(error) = answer.get_mut("error").filter(|error| !error.is_null()) {
+        return Err(NoResult::Error(error.take()));
     }
     match answer.get_mut("result").map(Value::take) {
         Some(result) if !result.is_null() => Ok(result),
-        _ => Err(HandlerError::new(
-            "agent_invalid_response",
-            "the agent's answer is not a JSON-RPC response",
-        )),
+        _ => Err(NoResult::NotJsonRpc),
     }
 }
 
@@ -212,16 +229,21 @@ mod tests {
     #[test]
     fn json_rpc_errors_and_results() {
         let invalid = result_in(json!({"jsonrpc": "2.0", "id": 1,
-            "error": {"code": -32602, "message": "bad"}}));
+            "error": {"code": -32602, "message": "bad"}}))
+        .map_err(HandlerError::from);
         assert!(matches!(invalid, Err(err) if err.code == "invalid_input" && !err.is_retryable()));
-        let other = result_in(json!({"error": {"code": -32001, "message": "gone"}}));
+        let other = result_in(json!({"error": {"code": -32001, "message": "gone"}}))
+            .map_err(HandlerError::from);
         assert!(matches!(other, Err(err) if err.code == "agent_error"
             && err.message.contains("-32001") && err.message.contains("gone")));
         assert_eq!(
             result_in(json!({"result": {"task": {}}})),
             Ok(json!({"task": {}}))
         );
-        assert!(result_of(b"<html>").is_err());
-        assert!(result_in(json!({"jsonrpc": "2.0"})).is_err());
+        assert_eq!(result_of(b"<html>"), Err(NoResult::NotJson));
+        assert_eq!(
+            result_in(json!({"jsonrpc": "2.0"})),
+            Err(NoResult::NotJsonRpc)
+        );
     }
 }

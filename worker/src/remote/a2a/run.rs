@@ -109,7 +109,7 @@ impl Run {
             self.stream(params).await
         } else {
             let result = self.endpoint.call("SendMessage", params, &self.ctx).await?;
-            let answer: SendMessageResponse = parse(result)?;
+            let answer: SendMessageResponse = parse(result).map_err(invalid)?;
             match answer {
                 SendMessageResponse::Message(message) => Ok(self.replied(&message)),
                 SendMessageResponse::Task(task) => self.task(task).await,
@@ -161,7 +161,7 @@ impl Run {
                 .endpoint
                 .call("GetTask", json!({"id": id}), &self.ctx)
                 .await?;
-            let task: Task = parse(result)?;
+            let task: Task = parse(result).map_err(invalid)?;
             self.artifacts.replace_with(&task);
             self.status(&task.status.state, task.status.message.as_ref())
                 .await;
@@ -185,7 +185,7 @@ impl Run {
         if !sse {
             // An error (or a whole answer) as plain JSON-RPC.
             let body = self.endpoint.read(response).await?;
-            let event: StreamResponse = parse(result_of(&body)?)?;
+            let event: StreamResponse = parse(result_of(&body)?).map_err(invalid)?;
             if let Some(done) = self.event(event).await? {
                 return done;
             }
@@ -200,7 +200,7 @@ impl Run {
                 let Some((_, data)) = parse_frame(&frame) else {
                     continue;
                 };
-                let event: StreamResponse = parse(result_in(data)?)?;
+                let event: StreamResponse = parse(result_in(data)?).map_err(invalid)?;
                 if let StreamResponse::ArtifactUpdate(_) = &event {
                     artifact_bytes += end;
                     if artifact_bytes > max_bytes {
@@ -287,11 +287,14 @@ impl Run {
 }
 
 /// An A2A object from a JSON-RPC result.
-fn parse<T: serde::de::DeserializeOwned>(result: Value) -> Result<T, HandlerError> {
-    serde_json::from_value(result).map_err(|err| {
-        HandlerError::new(
-            "agent_invalid_response",
-            format!("the agent's answer is not an A2A v1.0 object: {err}"),
-        )
-    })
+fn parse<T: serde::de::DeserializeOwned>(result: Value) -> Result<T, serde_json::Error> {
+    serde_json::from_value(result)
+}
+
+/// An answer that is no A2A v1.0 object.
+fn invalid(err: serde_json::Error) -> HandlerError {
+    HandlerError::new(
+        "agent_invalid_response",
+        format!("the agent's answer is not an A2A v1.0 object: {err}"),
+    )
 }
