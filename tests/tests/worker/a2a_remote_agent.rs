@@ -315,6 +315,28 @@ async fn the_cluster_runs_the_skills_of_agents_built_on_the_official_a2a_sdk() -
         task["artifacts"][0]["parts"][0]["text"], "THROUGH THE CLUSTER",
         "{sent}"
     );
+    // The agent asking for input makes our task ask our caller, in the agent's words.
+    let asked: Value = cluster
+        .http
+        .post(format!("{}/a2a/jsonrpc", cluster.base()))
+        .header("A2A-Version", "1.0")
+        .bearer_auth("a2a-remote-agent-token-0123456789")
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 2, "method": "SendMessage", "params": {
+            "message": {"messageId": "asks-us", "role": "ROLE_USER",
+                        "parts": [{"text": "paint it"}],
+                        "metadata": {"skillId": "ask"}}}}),
+        )
+        .send()
+        .await?
+        .json()
+        .await?;
+    let status = &asked["result"]["task"]["status"];
+    assert_eq!(status["state"], "TASK_STATE_INPUT_REQUIRED", "{asked}");
+    assert_eq!(
+        status["message"]["parts"][0]["text"], "which colour?",
+        "{asked}"
+    );
     Ok(())
 }
 
