@@ -8,6 +8,9 @@
 //! `SendMessage`). Their cards advertise the JSON-RPC interface on `localhost`, the worker is
 //! given `127.0.0.1`: the worker takes the path only.
 //!
+//! A card without a JSON-RPC interface, a skill id that is not a plain name or a key hosted
+//! twice stops the worker at start.
+//!
 //! The interpreter is `A2A_SDK_PYTHON`, else `<target dir>/a2a-sdk-venv/bin/python`, made by
 //! `bash scripts/a2a-sdk-venv`; one that cannot import the SDK's server fails the test, saying
 //! how to set it up: the test is never skipped.
@@ -17,6 +20,7 @@ use std::process::Stdio;
 
 use futures::StreamExt;
 use harness::cluster::{Cluster, PATIENCE, free_port};
+use harness::process::ServiceProcess;
 use protocol::TaskStatus;
 use protocol::token::AccessToken;
 use serde_json::{Value, json};
@@ -385,5 +389,74 @@ async fn a_cancel_cancels_the_agents_task() -> TestResult {
     }
     let task = store.get("a2a-slow").await?.ok_or("task missing")?;
     assert_eq!(task.task.status, TaskStatus::Cancelled);
+    Ok(())
+}
+
+/// An HTTP server on loopback answering every request with `body` as JSON: a hostile card.
+async fn serving(body: String) -> TestResult<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let body = body.clone();
+            tokio::spawn(async move {
+                let mut request = [0u8; 4096];
+                let _ = socket.read(&mut request).await;
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = socket.write_all(head.as_bytes()).await;
+                let _ = socket.write_all(body.as_bytes()).await;
+            });
+        }
+    });
+    Ok(base)
+}
+
+/// Starts a worker hosting the agents `agents` and returns its log once it has exited with 2.
+async fn refused_at_start(agents: &str) -> TestResult<String> {
+    let redis = harness::redis_server::RedisServer::start()?;
+    let mut worker = ServiceProcess::start(
+        "worker",
+        "w-refused",
+        &["--agent", agents],
+        &[("REDIS_URL", redis.url())],
+    )?;
+    let status = tokio::task::block_in_place(|| worker.wait_exit(PATIENCE))?;
+    assert_eq!(status.code(), Some(2), "{}", worker.log());
+    Ok(worker.log())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_card_without_json_rpc_a_bad_skill_id_or_a_key_hosted_twice_stops_the_worker()
+-> TestResult {
+    let card = |interfaces: Value, skills: Value| {
+        json!({"name": "hostile", "version": "1", "supportedInterfaces": interfaces,
+               "capabilities": {}, "skills": skills})
+        .to_string()
+    };
+    let grpc_only = serving(card(
+        json!([{"url": "http://127.0.0.1:1/", "protocolBinding": "GRPC", "protocolVersion": "1.0"}]),
+        json!([{"id": "x", "name": "x"}]),
+    ))
+    .await?;
+    let log = refused_at_start(&format!("a2a+{grpc_only}")).await?;
+    assert!(log.contains("no JSON-RPC interface"), "{log}");
+
+    let climbing = serving(card(
+        json!([{"url": "http://127.0.0.1:1/", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}]),
+        json!([{"id": "../admin", "name": "x"}]),
+    ))
+    .await?;
+    // Recognised as A2A from its card, then refused for its skill id.
+    let log = refused_at_start(&climbing).await?;
+    assert!(log.contains("\"../admin\" is not a plain name"), "{log}");
+
+    let agent = SdkAgent::start(&[]).await?;
+    let twice = format!("a2a+{0},a2a+{0}", agent.base);
+    let log = refused_at_start(&twice).await?;
+    assert!(log.contains("is already hosted by this worker"), "{log}");
     Ok(())
 }
