@@ -42,7 +42,8 @@ pub struct WorkerConfig {
     /// agent's Lucid card (`/.well-known/agent-card.json`) is hosted, each run a
     /// `POST {URL}/entrypoints/KEY/invoke`. Repeatable or comma separated. With an agent,
     /// the built-ins are hosted only where `--entrypoints` names them. A priced entrypoint, a
-    /// key hosted twice or an unreadable card stops the worker at start.
+    /// key hosted twice or an unreadable card stops the worker at start. `a2a+URL` (or a URL
+    /// whose card is an A2A card) hosts the skills of an A2A v1.0 agent over JSON-RPC.
     #[arg(
         long = "agent",
         env = "WORKER_AGENTS",

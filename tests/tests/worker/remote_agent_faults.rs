@@ -611,7 +611,6 @@ async fn a_priced_entrypoint_whose_work_runs_in_the_agent_is_paid() -> TestResul
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "needs P19 retries"]
 async fn the_agent_down_then_back_gives_the_task_another_attempt() -> TestResult {
     let mut agent = Agent::start(work_card()).await?;
     let cluster = Cluster::builder()

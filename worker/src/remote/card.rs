@@ -103,7 +103,7 @@ pub fn parse(base: &str, body: &[u8]) -> Result<Card, AgentError> {
 }
 
 /// A key that is safe as one URL path segment and as a queue name.
-fn plain_key(key: &str) -> bool {
+pub(super) fn plain_key(key: &str) -> bool {
     !key.is_empty()
         && key.len() <= 64
         && key != "."

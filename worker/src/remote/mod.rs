@@ -12,6 +12,7 @@
 //! followed, and a priced or colliding entrypoint stops the worker at start (a refresh that
 //! finds one leaves it out, with a warning).
 
+pub mod a2a;
 pub mod card;
 pub mod invoke;
 pub mod refresh;
@@ -135,11 +136,37 @@ impl Agents {
         token: Option<&Secret>,
         max_result_bytes: usize,
     ) -> Result<Agents, AgentError> {
+        let mut local = local;
         let mut agents = Vec::new();
         for url in urls {
+            // `a2a+URL`: an A2A v1.0 agent (see [`a2a`]), also recognised from its card. Its
+            // skills are read once, here, and hosted beside the built-ins (not refreshed).
+            let (a2a_only, url) = match url.trim().strip_prefix("a2a+") {
+                Some(url) => (true, url),
+                None => (false, url.as_str()),
+            };
             let base = base_url(url)?;
             let client = client(&base, token)?;
-            let card = card::read(&client, &base).await?;
+            let card = if a2a_only {
+                card::Card::default()
+            } else {
+                card::read(&client, &base).await?
+            };
+            if card.entrypoints.is_empty() && card.priced.is_empty() {
+                let skills = a2a::entrypoints(&client, &base, max_result_bytes, !a2a_only).await?;
+                let skills = skills.ok_or_else(|| AgentError::Empty { url: base.clone() })?;
+                for entrypoint in skills {
+                    if local.get(&entrypoint.key).is_some() {
+                        return Err(AgentError::Collision {
+                            url: base,
+                            key: entrypoint.key,
+                            other: "a built-in or another A2A agent".to_owned(),
+                        });
+                    }
+                    local = local.with(entrypoint);
+                }
+                continue;
+            }
             if let Some(key) = card.priced.first() {
                 return Err(AgentError::Priced {
                     url: base,

@@ -132,7 +132,7 @@ async fn handle(
 }
 
 /// Where the first frame of `buffer` ends: its length and the separator's.
-fn frame_end(buffer: &[u8]) -> Option<(usize, usize)> {
+pub(super) fn frame_end(buffer: &[u8]) -> Option<(usize, usize)> {
     let lf = buffer.windows(2).position(|window| window == b"\n\n");
     let crlf = buffer.windows(4).position(|window| window == b"\r\n\r\n");
     match (lf, crlf) {
@@ -145,7 +145,7 @@ fn frame_end(buffer: &[u8]) -> Option<(usize, usize)> {
 
 /// A frame's `event:` name and its `data:` lines as JSON; comments and frames without JSON
 /// data are skipped.
-fn parse_frame(frame: &[u8]) -> Option<(String, Value)> {
+pub(super) fn parse_frame(frame: &[u8]) -> Option<(String, Value)> {
     let text = std::str::from_utf8(frame).ok()?;
     let mut kind = "message".to_owned();
     let mut data = Vec::new();
