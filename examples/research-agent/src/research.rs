@@ -1,4 +1,5 @@
-//! `research`: writes a short report on a topic, in three steps, each a `progress` event.
+//! `research`: writes a short report on a topic, in three steps, each a `progress` event as it
+//! starts and a `text` event (the step's note, streamed to callers) as it ends.
 //! Without an audience it asks for one first (A2A `input-required`), once; the caller answers
 //! with the same input and the audience. A cancel stops it between two steps or in the middle
 //! of one. The steps wait `pauseMs` where a real agent would call its model and tools.
@@ -49,6 +50,7 @@ pub fn entrypoint() -> Entrypoint {
         "Researches a topic for an audience (asked for when missing): progress per step, a short report",
         |input: Value, ctx: TaskContext| research(input, ctx),
     )
+    .streaming()
     .input_schema(schema::<Request>())
     .output_schema(schema::<Report>())
 }
@@ -58,10 +60,13 @@ fn schema<T: JsonSchema>() -> Value {
 }
 
 async fn research(input: Value, ctx: TaskContext) -> Result<HandlerOutput, HandlerError> {
-    let request: Request =
-        serde_json::from_value(input).map_err(|err| HandlerError::invalid_input(err.to_string()))?;
+    let request: Request = serde_json::from_value(input)
+        .map_err(|err| HandlerError::invalid_input(err.to_string()))?;
     let topic = request.topic;
-    let Some(audience) = request.audience.filter(|audience| !audience.trim().is_empty()) else {
+    let Some(audience) = request
+        .audience
+        .filter(|audience| !audience.trim().is_empty())
+    else {
         progress(&ctx, json!({"stage": "planning", "topic": topic})).await;
         // The question, and the input to answer with (the handler keeps no state between
         // turns: the answer carries the topic again).
@@ -85,10 +90,17 @@ async fn research(input: Value, ctx: TaskContext) -> Result<HandlerOutput, Handl
             }
             () = tokio::time::sleep(pause) => {}
         }
-        notes.push(format!("{step}: done for {audience}"));
+        let note = format!("{step}: done for {audience}");
+        if let Err(err) = ctx.events.text(&note).await {
+            tracing::debug!(task_id = %ctx.task_id, error = %err, "note not streamed");
+        }
+        notes.push(note);
     }
     let report = Report {
-        summary: format!("{topic}, explained for {audience}, in {} steps", notes.len()),
+        summary: format!(
+            "{topic}, explained for {audience}, in {} steps",
+            notes.len()
+        ),
         topic,
         audience,
         notes,

@@ -105,8 +105,14 @@ mod tests {
         assert_eq!(mode(&["agent"], false), Mode::Embedded);
         assert_eq!(mode(&["agent", "--listen", "x"], false), Mode::Embedded);
         assert_eq!(mode(&["agent"], true), Mode::Cluster);
-        assert_eq!(mode(&["agent", "--redis-url", "redis://x/"], false), Mode::Cluster);
-        assert_eq!(mode(&["agent", "--redis-url=redis://x/"], false), Mode::Cluster);
+        assert_eq!(
+            mode(&["agent", "--redis-url", "redis://x/"], false),
+            Mode::Cluster
+        );
+        assert_eq!(
+            mode(&["agent", "--redis-url=redis://x/"], false),
+            Mode::Cluster
+        );
         assert_eq!(
             mode(&["agent", "--redis-cluster-urls", "redis://x/"], false),
             Mode::Cluster
