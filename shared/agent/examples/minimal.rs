@@ -9,7 +9,10 @@ use serde_json::{Value, json};
 use taskcluster_agent::{Entrypoint, Entrypoints, HandlerError, HandlerOutput, TaskContext};
 
 #[derive(Deserialize, JsonSchema)]
-struct Request { topic: String, audience: Option<String> }
+struct Request {
+    topic: String,
+    audience: Option<String>,
+}
 
 async fn research(input: Value, ctx: TaskContext) -> Result<HandlerOutput, HandlerError> {
     let request: Request = serde_json::from_value(input)
@@ -17,7 +20,9 @@ async fn research(input: Value, ctx: TaskContext) -> Result<HandlerOutput, Handl
     let Some(audience) = request.audience else {
         // The task waits for the caller's answer, holding no worker; the answer is the next
         // run's input.
-        return Ok(HandlerOutput::input_required(json!({"parts": [{"text": "For whom?"}]})));
+        return Ok(HandlerOutput::input_required(
+            json!({"parts": [{"text": "For whom?"}]}),
+        ));
     };
     for step in ["gathering sources", "reading", "drafting"] {
         ctx.events.progress(json!({"stage": step})).await.ok();
@@ -26,7 +31,9 @@ async fn research(input: Value, ctx: TaskContext) -> Result<HandlerOutput, Handl
             () = tokio::time::sleep(Duration::from_secs(1)) => {} // the real work
         }
     }
-    Ok(HandlerOutput::new(json!({"report": format!("{} for {audience}", request.topic)})))
+    Ok(HandlerOutput::new(
+        json!({"report": format!("{} for {audience}", request.topic)}),
+    ))
 }
 
 #[tokio::main]

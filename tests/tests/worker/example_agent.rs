@@ -5,9 +5,7 @@
 //! are read from the store, where the handler's progress lands.
 
 use futures::StreamExt;
-use harness::cluster::{
-    Cluster, PATIENCE, POLL, free_port, lists_skills, wait_for_card, wait_healthy,
-};
+use harness::cluster::{Cluster, PATIENCE, free_port, lists_skills, wait_for_card, wait_healthy};
 use harness::process::ServiceProcess;
 use protocol::token::AccessToken;
 use serde_json::{Value, json};
