@@ -1,5 +1,6 @@
 //! Embedded single-process mode: the gateway with an in-memory store and registry and an
-//! in-process worker hosting the built-in entrypoints (durability `process`). What a fresh
+//! in-process worker hosting the built-in entrypoints, or a program's own
+//! ([`start_hosting`], [`crate::host::run_hosting`]) (durability `process`). What a fresh
 //! machine runs with no Redis at all.
 
 use std::sync::Arc;
@@ -10,13 +11,33 @@ use store::registry::MemoryRegistry;
 use store::{MemoryStore, MemoryStoreConfig};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use worker::entrypoint::Entrypoints;
 
 use crate::config::GatewayConfig;
 use crate::state::AppState;
 
-/// Builds the state and starts the in-process worker on `tracker`; it stops with `shutdown`.
+/// Builds the state and starts the in-process worker hosting the built-ins on `tracker`; it
+/// stops with `shutdown`.
 pub fn start(
     config: GatewayConfig,
+    shutdown: CancellationToken,
+    tracker: &TaskTracker,
+) -> AppState {
+    let builtins = builtins(&config);
+    start_hosting(config, builtins, shutdown, tracker)
+}
+
+/// The built-in entrypoints the embedded worker hosts by default.
+pub fn builtins(config: &GatewayConfig) -> Entrypoints {
+    worker::builtins::all().with(worker::builtins::sleep::entrypoint_with_max(
+        config.worker_max_sleep_ms,
+    ))
+}
+
+/// [`start`] with the in-process worker hosting `entrypoints` (a program's own) instead.
+pub fn start_hosting(
+    config: GatewayConfig,
+    entrypoints: Entrypoints,
     shutdown: CancellationToken,
     tracker: &TaskTracker,
 ) -> AppState {
@@ -45,9 +66,7 @@ pub fn start(
     tracker.spawn(worker::runtime::run(
         store.clone(),
         Some(registry.clone()),
-        worker::builtins::all().with(worker::builtins::sleep::entrypoint_with_max(
-            config.worker_max_sleep_ms,
-        )),
+        entrypoints,
         runtime,
         shutdown.clone(),
     ));

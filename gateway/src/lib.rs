@@ -39,6 +39,9 @@
 //! `embedded` (feature `embedded`, default): the single-process mode (in-memory store and an
 //! in-process worker).
 //!
+//! [`host`]: the gateway process (what the binary runs), and embedded mode hosting a program's
+//! own entrypoints.
+//!
 //! [`app`] builds the router, merging both adapters' routers; tests drive it without a socket.
 
 // The A2A handlers' futures (binding, operation, admission, payment gate, store) nest deeper
@@ -54,6 +57,7 @@ pub mod console;
 pub mod embedded;
 pub mod error;
 pub mod extract;
+pub mod host;
 pub mod http;
 pub mod pay;
 pub mod prices;

@@ -5,7 +5,7 @@
 //! runs this bench's executable), or directly:
 //!
 //! ```sh
-//! cargo build --release -p gateway -p worker -p facilitator
+//! cargo build --release -p gateway -p taskcluster-worker -p facilitator
 //! DURATION=5 cargo bench -p cluster-tests --bench paid
 //! ```
 //!
@@ -152,7 +152,7 @@ impl Settings {
                 &settings.worker_bin,
                 &settings.facilitator_bin,
             ],
-            "`cargo build --release -p gateway -p worker -p facilitator`, or set GATEWAY_BIN / WORKER_BIN / FACILITATOR_BIN",
+            "`cargo build --release -p gateway -p taskcluster-worker -p facilitator`, or set GATEWAY_BIN / WORKER_BIN / FACILITATOR_BIN",
         )?;
         Ok(settings)
     }

@@ -8,7 +8,7 @@
 //! delivered task, beside the same sends without a config (what push adds to a task's cost).
 //!
 //! ```sh
-//! cargo build --release -p gateway -p worker
+//! cargo build --release -p gateway -p taskcluster-worker
 //! TASKS=2000 cargo bench -p cluster-tests --bench push
 //! ```
 //!

@@ -266,7 +266,7 @@ impl Settings {
         }
         require_bins(
             &[&settings.gateway_bin, &settings.worker_bin],
-            "`cargo build --release -p gateway -p worker`, or set GATEWAY_BIN / WORKER_BIN",
+            "`cargo build --release -p gateway -p taskcluster-worker`, or set GATEWAY_BIN / WORKER_BIN",
         )?;
         Ok(settings)
     }

@@ -112,6 +112,9 @@ pub fn lists_skills(card: &Value, skills: &[String]) -> bool {
 #[derive(Clone, Debug)]
 struct Spec {
     name: String,
+    /// The workspace binary a worker runs: `worker`, or an agent's program built on the
+    /// worker host (`research-agent`).
+    program: String,
     args: Vec<String>,
     env: Vec<(String, String)>,
 }
@@ -120,6 +123,7 @@ impl Spec {
     fn new(name: &str, env: &[(&str, &str)]) -> Spec {
         Spec {
             name: name.to_owned(),
+            program: "worker".to_owned(),
             args: Vec::new(),
             env: env
                 .iter()
@@ -170,6 +174,17 @@ impl ClusterBuilder {
         };
         if let Some(spec) = last {
             spec.args = args.iter().map(|arg| (*arg).to_owned()).collect();
+        }
+        self
+    }
+
+    /// The workspace binary the last worker added runs instead of `worker`: an agent's
+    /// program on the worker host (`examples/research-agent`), with the same settings.
+    pub fn program(mut self, binary: &str) -> Self {
+        if !self.last_is_gateway
+            && let Some(spec) = self.workers.last_mut()
+        {
+            spec.program = binary.to_owned();
         }
         self
     }
@@ -267,6 +282,8 @@ impl Cluster {
         let mut env = vec![
             ("REDIS_URL", self.redis.url()),
             ("WORKER_ID", spec.name.clone()),
+            // As for `worker` (ServiceProcess::start): every slot takes any entrypoint.
+            ("WORKER_ENTRYPOINT_SHARE", "100".to_owned()),
         ];
         env.extend(
             spec.env
@@ -274,7 +291,7 @@ impl Cluster {
                 .map(|(key, value)| (key.as_str(), value.clone())),
         );
         let args: Vec<&str> = spec.args.iter().map(String::as_str).collect();
-        let process = ServiceProcess::start("worker", &spec.name, &args, &env)?;
+        let process = ServiceProcess::start(&spec.program, &spec.name, &args, &env)?;
         self.workers.push(process);
         Ok(self.workers.len() - 1)
     }

@@ -2,7 +2,7 @@
 //! several processes, and how long a task of a SIGKILLed worker takes to run again elsewhere.
 //!
 //! Run it through `scripts/bench-worker`, which builds the release binaries, starts a private
-//! redis-server and calls `cargo bench -p worker --bench cluster` with `REDIS_URL` and
+//! redis-server and calls `cargo bench -p taskcluster-worker --bench cluster` with `REDIS_URL` and
 //! `WORKER_BIN` set. Without `--bench` (as `cargo test --all-targets` runs it) it does nothing.
 //!
 //! Scenarios, each run in a fresh namespace (`REDIS_NAMESPACE` of the workers):
@@ -162,7 +162,7 @@ impl Settings {
         }
         require_bins(
             &[&settings.worker_bin],
-            "build it with `cargo build --release -p worker` or set WORKER_BIN",
+            "build it with `cargo build --release -p taskcluster-worker` or set WORKER_BIN",
         )?;
         Ok(settings)
     }

@@ -8,13 +8,16 @@
 //! - [`prices`]: `--price KEY=AMOUNT` parsed and applied to the hosted entrypoints;
 //! - [`remote`]: `--agent URL`, the entrypoints of an agent speaking the Lucid HTTP profile;
 //! - [`runtime`]: the claim loop, heartbeat, cancellation, recovery sweep and drain;
-//! - [`config`]: settings, each a flag and an environment variable.
+//! - [`config`]: settings, each a flag and an environment variable;
+//! - [`host`]: the worker process (settings, logs, telemetry, `/metrics`, Redis, run, drain)
+//!   as one call, which the `worker` binary is and an agent's program adds its entrypoints to.
 
 pub mod builtins;
 pub mod config;
 pub mod emitter;
 pub mod entrypoint;
 pub mod handler;
+pub mod host;
 pub mod prices;
 pub mod remote;
 pub mod runtime;
