@@ -326,6 +326,31 @@ fn task_id(path: Result<Path<String>, PathRejection>) -> Result<String, ApiError
         .map_err(|_| ApiError::not_found())
 }
 
+/// `GET /tasks/{taskId}`'s body: the task, and, once its handler asked for a retry, the attempt
+/// number and the last retried failure (`attempt`, `lastError`). A task never retried reads
+/// byte for byte as upstream's.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct TaskRead<'a> {
+    #[serde(flatten)]
+    task: &'a protocol::Task,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    attempt: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_error: Option<&'a protocol::TaskError>,
+}
+
+impl<'a> TaskRead<'a> {
+    fn of(record: &'a StoredTask) -> Self {
+        let retried = record.retries > 0;
+        TaskRead {
+            task: &record.task,
+            attempt: retried.then_some(record.attempt),
+            last_error: record.last_error.as_ref().filter(|_| retried),
+        }
+    }
+}
+
 async fn read(
     State(state): State<AppState>,
     TaskAccess(token): TaskAccess,
@@ -333,7 +358,7 @@ async fn read(
 ) -> Result<Response, ApiError> {
     let task_id = task_id(path)?;
     let record = owned_record(&state, &token, &task_id).await?;
-    let mut response = json_response(StatusCode::OK, &record.task);
+    let mut response = json_response(StatusCode::OK, &TaskRead::of(&record));
     // A paid task hands its receipt to its owner again (the creation answer may be lost).
     if let Some(receipt) = record.receipt.as_deref().and_then(Receipt::from_stored) {
         receipt.attach(&mut response);

@@ -19,7 +19,7 @@
 --   push_outbox.lua)
 -- ARGV[1] mode  ARGV[2] retention ms  ARGV[3] task channel prefix
 -- ARGV[4 ..] task ids, in the order of their keys
--- Returns {requeued ids, failed ids, cancelled ids}
+-- Returns {requeued ids, failed ids, cancelled ids, retried ids (backoffs queued again)}
 
 -- @include "now_ms"
 -- @include "publish_event"
@@ -30,7 +30,7 @@ local leases, admissions, live = KEYS[1], KEYS[2], KEYS[3]
 local terminal, terminal_sizes, terminal_bytes = KEYS[4], KEYS[5], KEYS[6]
 local mode, retention, prefix = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local now = now_ms()
-local requeued, failed, cancelled = {}, {}, {}
+local requeued, failed, cancelled, retried = {}, {}, {}, {}
 
 for i = 4, #ARGV do
   local id = ARGV[i]
@@ -86,7 +86,7 @@ for i = 4, #ARGV do
     redis.call('HDEL', k.task, 'ax')
     redis.call('ZREM', admissions, id)
     enqueue(k.task, k.queue, wake, leases, id, now)
-    requeued[#requeued + 1] = id
+    retried[#retried + 1] = id
   elseif (phase == 'reserved' and admission_due)
       or (phase == 'prepared' and lease_due and f[5] ~= '1') then
     settle('cancelled', 'statusUpdate',
@@ -114,4 +114,4 @@ for i = 4, #ARGV do
     end
   end
 end
-return {requeued, failed, cancelled}
+return {requeued, failed, cancelled, retried}

@@ -492,13 +492,19 @@ pub struct RecoveryReport {
     pub failed: Vec<String>,
     /// Expired reservations and pre-hand-off claims cancelled (the upstream reaping rule).
     pub cancelled: Vec<String>,
+    /// Tasks whose retry backoff ended, put back in the ready queue
+    /// ([`super::TaskStore::retry_later`]): a retry the handler asked for, not a recovery.
+    pub retried: Vec<String>,
     /// The entrypoint of each task above, by task id (for per-entrypoint metrics).
     pub entrypoints: std::collections::HashMap<String, String>,
 }
 
 impl RecoveryReport {
     pub fn is_empty(&self) -> bool {
-        self.requeued.is_empty() && self.failed.is_empty() && self.cancelled.is_empty()
+        self.requeued.is_empty()
+            && self.failed.is_empty()
+            && self.cancelled.is_empty()
+            && self.retried.is_empty()
     }
 
     /// The entrypoint of a settled task; `"unknown"` for one the report does not name.

@@ -152,6 +152,34 @@ async fn a_task_out_of_retries_fails_with_the_handlers_code() -> TestResult {
         .await?;
     assert_eq!(shown["status"], "failed", "{shown}");
     assert_eq!(shown["error"]["code"], "upstream_busy", "{shown}");
+    // With the attempt number and the last retried failure, as a task that was retried.
+    assert_eq!(shown["attempt"], 3, "{shown}");
+    assert_eq!(shown["lastError"]["code"], "upstream_busy", "{shown}");
+
+    // A failure not marked retryable fails at once, and its task reads as upstream's.
+    let mut sub = client.create("no-retry", json!({"code": "plain"})).await?;
+    assert_eq!(ended(&mut sub).await?, "error");
+    let stored = client.stored("no-retry").await?;
+    assert_eq!((stored.attempt, stored.retries), (1, 0));
+    let shown: Value = cluster
+        .http
+        .get(format!("{}/tasks/no-retry", cluster.base()))
+        .header("Task-Access-Token", client.token.expose())
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(shown["error"]["code"], "plain", "{shown}");
+    let mut keys: Vec<&str> = shown
+        .as_object()
+        .map(|task| task.keys().map(String::as_str).collect())
+        .unwrap_or_default();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        ["createdAt", "error", "status", "taskId", "updatedAt"],
+        "{shown}"
+    );
     Ok(())
 }
 

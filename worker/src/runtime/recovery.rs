@@ -31,8 +31,10 @@ pub async fn run(shared: Arc<Shared>, stop: CancellationToken) {
                 Ok(report) if report.is_empty() => break,
                 Ok(report) => {
                     record(&shared.config.worker_id, &report);
-                    let settled =
-                        report.requeued.len() + report.failed.len() + report.cancelled.len();
+                    let settled = report.requeued.len()
+                        + report.failed.len()
+                        + report.cancelled.len()
+                        + report.retried.len();
                     if settled < SWEEP_LIMIT {
                         break;
                     }
@@ -55,8 +57,14 @@ fn record(worker_id: &str, report: &RecoveryReport) {
         requeued = report.requeued.len(),
         failed = report.failed.len(),
         cancelled = report.cancelled.len(),
+        retried = report.retried.len(),
     );
     let _entered = span.enter();
+    // A retry's backoff ending is no recovery: it is logged, not counted as one.
+    for task_id in &report.retried {
+        let entrypoint = report.entrypoint_of(task_id);
+        tracing::debug!(%task_id, entrypoint, "backoff over; task queued for its retry");
+    }
     let settled = [
         (&report.requeued, "requeued", None),
         (&report.failed, "failed", Some(TaskStatus::Failed)),
@@ -76,6 +84,7 @@ fn record(worker_id: &str, report: &RecoveryReport) {
         requeued = report.requeued.len(),
         failed = report.failed.len(),
         cancelled = report.cancelled.len(),
+        retried = report.retried.len(),
         "recovered expired tasks"
     );
 }

@@ -696,6 +696,21 @@ fn task_schemas() -> Value {
                             "message": {"type": "string"},
                             "details": {}
                         }
+                    },
+                    "attempt": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "description": "The current or last run's attempt number; only on a task whose handler asked for a retry (GET /tasks/{taskId})"
+                    },
+                    "lastError": {
+                        "type": "object",
+                        "required": ["code", "message"],
+                        "description": "The failure of the last run that asked for a retry; only on a task whose handler asked for one (GET /tasks/{taskId})",
+                        "properties": {
+                            "code": {"type": "string"},
+                            "message": {"type": "string"},
+                            "details": {}
+                        }
                     }
                 }
             },

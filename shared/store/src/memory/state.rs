@@ -646,7 +646,7 @@ impl State {
             if entry.backoff_over(now) {
                 self.enqueue(&task_id);
                 self.reindex(&task_id);
-                report.requeued.push(task_id);
+                report.retried.push(task_id);
                 continue;
             }
             match stored.phase {

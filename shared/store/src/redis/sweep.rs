@@ -46,6 +46,7 @@ impl RedisStore {
             report.requeued.extend(settled.requeued);
             report.failed.extend(settled.failed);
             report.cancelled.extend(settled.cancelled);
+            report.retried.extend(settled.retried);
             report.entrypoints.extend(settled.entrypoints);
         }
         if shards > 1 {
@@ -54,6 +55,7 @@ impl RedisStore {
             report.requeued.sort_by_key(rank);
             report.failed.sort_by_key(rank);
             report.cancelled.sort_by_key(rank);
+            report.retried.sort_by_key(rank);
         }
         Ok(report)
     }

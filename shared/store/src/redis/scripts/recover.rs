@@ -13,7 +13,7 @@
 //! (`Keys::push_of`).
 //! ARGV: mode ('reap' | 'recover'), retention ms, task channel prefix; then the task ids, in
 //! the order of their keys.
-//! Reply: `{requeued ids, failed ids, cancelled ids}`.
+//! Reply: `{requeued ids, failed ids, cancelled ids, retried ids}`.
 
 use std::collections::HashMap;
 
@@ -50,15 +50,17 @@ pub(crate) struct RecoverReply {
     pub requeued: Vec<String>,
     pub failed: Vec<String>,
     pub cancelled: Vec<String>,
+    pub retried: Vec<String>,
 }
 
 impl redis::FromRedisValue for RecoverReply {
     fn from_redis_value(v: Value) -> Result<Self, redis::ParsingError> {
-        let (requeued, failed, cancelled) = redis::from_redis_value(v)?;
+        let (requeued, failed, cancelled, retried) = redis::from_redis_value(v)?;
         Ok(RecoverReply {
             requeued,
             failed,
             cancelled,
+            retried,
         })
     }
 }
@@ -117,18 +119,24 @@ pub(crate) async fn call(
         requeued,
         failed,
         cancelled,
+        retried,
     } = run(core, NAME, keys, &mut invocation).await?;
     let mut entrypoints: HashMap<String, String> = ids
         .iter()
         .zip(owners)
         .filter_map(|(id, (_, entrypoint))| entrypoint.map(|ep| (id.clone(), ep)))
         .collect();
-    entrypoints
-        .retain(|id, _| requeued.contains(id) || failed.contains(id) || cancelled.contains(id));
+    entrypoints.retain(|id, _| {
+        requeued.contains(id)
+            || failed.contains(id)
+            || cancelled.contains(id)
+            || retried.contains(id)
+    });
     Ok(RecoveryReport {
         requeued,
         failed,
         cancelled,
+        retried,
         entrypoints,
     })
 }
