@@ -14,7 +14,13 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::Shared;
-use crate::entrypoint::{Entrypoint, Entrypoints};
+use crate::entrypoint::Entrypoints;
+use crate::handler::Handler;
+
+/// What a run needs of its entrypoint.
+pub struct RunHandle {
+    pub handler: Arc<dyn Handler>,
+}
 
 /// A shared, swappable [`Entrypoints`]; clones share the set.
 #[derive(Clone)]
@@ -44,8 +50,12 @@ impl Hosted {
         self.current.subscribe()
     }
 
-    pub fn get(&self, key: &str) -> Option<Entrypoint> {
-        self.current.borrow().get(key).cloned()
+    /// The handler of `key` for a run about to start: cheap to clone, unlike the whole
+    /// entrypoint with its schemas.
+    pub fn get(&self, key: &str) -> Option<RunHandle> {
+        self.current.borrow().get(key).map(|entrypoint| RunHandle {
+            handler: entrypoint.handler.clone(),
+        })
     }
 
     pub fn keys(&self) -> Vec<String> {
@@ -92,5 +102,65 @@ pub async fn follow(
                 tracing::warn!(error = %err, "could not publish the changed registry entry");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use store::registry::MemoryRegistry;
+    use store::{MemoryStore, MemoryStoreConfig};
+
+    use super::*;
+    use crate::runtime::RuntimeConfig;
+
+    /// The keys the registry lists, once they are `want` (or after 10 s, whatever they are).
+    async fn registered(registry: &MemoryRegistry, want: &[&str]) -> Vec<String> {
+        let mut keys = Vec::new();
+        for _ in 0..1000 {
+            let workers = registry.workers().await.unwrap_or_default();
+            keys = workers
+                .iter()
+                .flat_map(|worker| worker.entrypoints.iter().map(|info| info.key.clone()))
+                .collect();
+            if keys == want {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        keys
+    }
+
+    #[tokio::test]
+    async fn a_replaced_set_is_registered_at_once() {
+        let only = |keys: &[&str]| {
+            let keys: Vec<String> = keys.iter().map(|key| (*key).to_owned()).collect();
+            crate::builtins::all().only(&keys).unwrap_or_default()
+        };
+        let store = Arc::new(MemoryStore::new(MemoryStoreConfig::default()));
+        let registry = Arc::new(MemoryRegistry::new());
+        let hosted = Hosted::new(only(&["echo"]));
+        let mut config = RuntimeConfig::new("w");
+        // Heartbeats far apart: only the change itself can publish the new entry in time.
+        config.lease_ttl = Duration::from_secs(600);
+        let shutdown = CancellationToken::new();
+        let worker = tokio::spawn(crate::runtime::run(
+            store,
+            Some(registry.clone() as Arc<dyn WorkerRegistry>),
+            hosted.clone(),
+            config,
+            shutdown.clone(),
+        ));
+        assert_eq!(registered(&registry, &["echo"]).await, ["echo"]);
+        hosted.replace(only(&["count", "sleep"]));
+        assert_eq!(
+            registered(&registry, &["count", "sleep"]).await,
+            ["count", "sleep"]
+        );
+        assert!(hosted.get("echo").is_none());
+        assert!(hosted.get("sleep").is_some());
+        shutdown.cancel();
+        assert!(worker.await.is_ok_and(|run| run.is_ok()));
     }
 }
