@@ -165,6 +165,11 @@ async fn connect(settings: &Settings, ns: &str) -> Res<RedisStore> {
     let mut config = RedisStoreConfig::new(settings.url.clone());
     config.namespace = ns.to_owned();
     config.max_tasks = 100_000_000;
+    // One owner preloads every task: the per-owner and retained bounds are admission
+    // policy, not what this bench measures.
+    config.max_live_per_owner = 0;
+    config.max_retained_per_owner = 0;
+    config.max_retained = 0;
     config.timeout = Duration::from_secs(10);
     Ok(RedisStore::connect(config).await?)
 }
