@@ -346,7 +346,7 @@ impl<'a> TaskRead<'a> {
         TaskRead {
             task: &record.task,
             attempt: retried.then_some(record.attempt),
-            last_error: record.last_error.as_ref().filter(|_| retried),
+            last_error: record.last_error.as_deref().filter(|_| retried),
         }
     }
 }

@@ -160,8 +160,9 @@ pub struct StoredTask {
     /// current turn.
     pub retries: u32,
     /// The failure that ended the last run asking for a retry, shown to the next attempt's
-    /// handler and kept on the record (also once the task finished).
-    pub last_error: Option<TaskError>,
+    /// handler and kept on the record (also once the task finished). Boxed: most tasks never
+    /// retry, and a retained record must stay small (`memory_footprint` test).
+    pub last_error: Option<Box<TaskError>>,
     pub run_deadline_ms: Option<u64>,
     /// Whether the task ever reached the ready queue (an expired claim goes back there instead
     /// of being cancelled).

@@ -61,6 +61,10 @@ struct Args {
     /// PUSH_CLAIM_MS of the gateways (how long a killed gateway's delivery claim lasts).
     #[arg(long, env = "CHAOS_PUSH_CLAIM_MS", default_value_t = 2_000)]
     push_claim_ms: u64,
+    /// Percentage of the echo and sleep tasks run by a remote agent (`echo_agent`, hosted by
+    /// every worker with `--agent`) as `remote-echo` and `remote-sleep` (0: no agent).
+    #[arg(long, env = "CHAOS_REMOTE_PERCENT", default_value_t = 20, value_parser = clap::value_parser!(u32).range(0..=100))]
+    remote_percent: u32,
     /// Copy every service's and Redis node's log into this directory at the end.
     #[arg(long, env = "CHAOS_LOGS_DIR")]
     logs_dir: Option<std::path::PathBuf>,
@@ -92,6 +96,7 @@ fn main() -> ExitCode {
         lease_ttl_ms: args.lease_ttl_ms.max(30),
         push_percent: args.push_percent,
         push_claim_ms: args.push_claim_ms.max(100),
+        remote_percent: args.remote_percent,
         ..ChaosConfig::full(seed)
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()

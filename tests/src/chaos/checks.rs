@@ -179,6 +179,12 @@ fn check_task(
     if stored.attempt > 1 {
         report.rerun += 1;
     }
+    if task.entrypoint.starts_with("remote-") {
+        report.remote += 1;
+        if stored.attempt > 1 {
+            report.remote_rerun += 1;
+        }
+    }
     report.max_attempt = report.max_attempt.max(stored.attempt);
     // Runs a handler ended asking for a retry are not abandoned runs: `max_attempts` bounds
     // the others.
@@ -215,10 +221,10 @@ fn check_task(
         {
             report.violation(format!("{entrypoint} task {id} failed with {error_code:?}"));
         }
-        (TaskStatus::Completed, "echo") => {
+        (TaskStatus::Completed, "echo" | "remote-echo") => {
             let output = stored.task.result.as_ref().map(|result| &result.output);
             if output != Some(&task.input) {
-                report.violation(format!("echo task {id} returned {output:?}"));
+                report.violation(format!("{} task {id} returned {output:?}", task.entrypoint));
             }
         }
         _ => {}

@@ -1,6 +1,7 @@
 //! The processes of a chaos run: Redis with `appendfsync always` (one server or a cluster, see
 //! `topology.rs`), gateways on fixed loopback ports (a restarted gateway comes back at the same address, as behind a load
-//! balancer) and workers. Killed processes are kept until the end, so that their logs can be
+//! balancer) and workers, and with a remote share (`ChaosConfig::remote_percent`) an
+//! `echo_agent` that every worker hosts with `--agent` beside its built-ins. Killed processes are kept until the end, so that their logs can be
 //! searched and printed.
 
 use std::net::TcpListener;
@@ -29,6 +30,10 @@ pub struct Cluster {
     pub shards: u16,
     pub gateways: Vec<Slot>,
     pub workers: Vec<Slot>,
+    /// The remote agent (`echo_agent --prefix remote-`) and its base URL, when the run has a
+    /// remote share. It is stalled (SIGSTOP, SIGCONT), never killed: a refused connection
+    /// fails a remote task for good until remote failures are retried.
+    pub agent: Option<(ServiceProcess, String)>,
     lease_ttl_ms: u64,
     worker_concurrency: usize,
     push_claim_ms: u64,
@@ -44,6 +49,41 @@ fn free_port() -> Result<u16, ChaosError> {
         .map_err(|err| ChaosError::Setup(format!("no free port: {err}")))?
         .port();
     Ok(port)
+}
+
+/// Entrypoints of the remote agent (`echo_agent --prefix remote-`).
+pub const REMOTE_KEYS: [&str; 2] = ["remote-echo", "remote-sleep"];
+/// Built-ins every worker hosts; with `--agent` a worker hosts only the built-ins it names.
+const BUILTINS: &str = "count,echo,fail,sleep,summarize";
+
+/// Starts the remote agent on a free port and waits until it answers.
+async fn start_agent() -> Result<(ServiceProcess, String), ChaosError> {
+    let port = free_port()?;
+    let process = ServiceProcess::start(
+        "echo_agent",
+        "echo-agent",
+        &["--prefix", "remote-"],
+        &[("LISTEN_ADDR", format!("127.0.0.1:{port}"))],
+    )?;
+    let base = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()?;
+    let start = tokio::time::Instant::now();
+    loop {
+        if let Ok(response) = http.get(format!("{base}/health")).send().await
+            && response.status() == 200
+        {
+            return Ok((process, base));
+        }
+        if start.elapsed() > READY_PATIENCE {
+            return Err(ChaosError::Setup(format!(
+                "the echo agent never became healthy:\n{}",
+                process.log()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 impl Cluster {
@@ -64,11 +104,16 @@ impl Cluster {
                 port: 0,
             })
             .collect();
+        let agent = match config.remote_percent {
+            0 => None,
+            _ => Some(start_agent().await?),
+        };
         let mut cluster = Cluster {
             redis,
             shards: config.shards,
             gateways,
             workers,
+            agent,
             lease_ttl_ms: config.lease_ttl_ms,
             worker_concurrency: config.worker_concurrency,
             push_claim_ms: config.push_claim_ms,
@@ -164,6 +209,12 @@ impl Cluster {
             ("WORKER_CONCURRENCY", self.worker_concurrency.to_string()),
             ("RUST_LOG", "info".to_owned()),
         ]);
+        if let Some((_, agent)) = &self.agent {
+            env.extend([
+                ("WORKER_AGENTS", agent.clone()),
+                ("WORKER_ENTRYPOINTS", BUILTINS.to_owned()),
+            ]);
+        }
         let process = ServiceProcess::start("worker", &name, &[], &env)?;
         slot.process = Some(process);
         Ok(())
@@ -181,8 +232,13 @@ impl Cluster {
                 && let Ok(card) = response.json::<serde_json::Value>().await
             {
                 let skills = card["skills"].as_array().cloned().unwrap_or_default();
+                let remote: &[&str] = match self.agent {
+                    Some(_) => &REMOTE_KEYS,
+                    None => &[],
+                };
                 let listed = ["echo", "sleep", "fail", "count"]
                     .iter()
+                    .chain(remote)
                     .all(|key| skills.iter().any(|skill| skill["id"] == *key));
                 if listed {
                     return Ok(());
@@ -218,8 +274,16 @@ impl Cluster {
         Ok(())
     }
 
+    pub fn signal_agent(&self, signal: Signal) -> Result<(), ChaosError> {
+        if let Some((process, _)) = &self.agent {
+            process.signal(signal)?;
+        }
+        Ok(())
+    }
+
     /// Restarts whatever is down and continues whatever is stopped.
     pub async fn revive_all(&mut self) -> Result<(), ChaosError> {
+        let _ = self.signal_agent(Signal::SIGCONT);
         for index in 0..self.workers.len() {
             let _ = self.signal_worker(index, Signal::SIGCONT);
             let running = self.workers[index]
@@ -258,6 +322,7 @@ impl Cluster {
             .iter()
             .chain(self.workers.iter())
             .filter_map(|slot| slot.process.as_ref())
+            .chain(self.agent.iter().map(|(process, _)| process))
             .chain(self.graveyard.iter())
     }
 
@@ -285,6 +350,11 @@ impl Cluster {
                 if let Some(process) = slot.process.as_mut() {
                     let _ = process.wait_exit(Duration::from_secs(15));
                 }
+            }
+            // The agent last: draining workers may still be calling it.
+            if let Some((process, _)) = self.agent.as_mut() {
+                let _ = process.signal(Signal::SIGTERM);
+                let _ = process.wait_exit(Duration::from_secs(5));
             }
             self.redis.stop();
         });

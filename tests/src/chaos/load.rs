@@ -100,6 +100,24 @@ fn via_a2a(seed: u64, index: usize, percent: u32) -> bool {
     rng.random_range(0..100u32) < percent
 }
 
+/// Whether task number `index`, if an `echo` or `sleep`, goes to the remote agent's
+/// entrypoint instead: `percent` of them, drawn apart from [`plan`]'s draws.
+fn via_remote(seed: u64, index: usize, percent: u32) -> bool {
+    let mut rng = StdRng::seed_from_u64(
+        seed.rotate_left(43) ^ (index as u64).wrapping_mul(0xA24B_AED4_963E_E407),
+    );
+    rng.random_range(0..100u32) < percent
+}
+
+/// The remote agent's twin of a built-in, if it has one (`echo_agent --prefix remote-`).
+pub fn remote_twin(entrypoint: &str) -> Option<&'static str> {
+    match entrypoint {
+        "echo" => Some("remote-echo"),
+        "sleep" => Some("remote-sleep"),
+        _ => None,
+    }
+}
+
 /// What task number `index` runs: a seeded mix of every built-in, including runs long enough
 /// to be caught by a crash and runs that get cancelled.
 fn plan(seed: u64, index: usize) -> (&'static str, Value, Option<Duration>) {
@@ -222,7 +240,12 @@ impl Load {
     }
 
     async fn create(self: &std::sync::Arc<Self>, index: usize) {
-        let (entrypoint, input, cancel_after) = plan(self.config.seed, index);
+        let (mut entrypoint, input, cancel_after) = plan(self.config.seed, index);
+        if via_remote(self.config.seed, index, self.config.remote_percent)
+            && let Some(twin) = remote_twin(entrypoint)
+        {
+            entrypoint = twin;
+        }
         let owner = index % self.owners.len();
         let push = via_a2a(self.config.seed, index, self.config.push_percent).then_some(index);
         let task_id = if push.is_some() {

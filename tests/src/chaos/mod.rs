@@ -7,6 +7,10 @@
 //! is a master's SIGKILL and its replica's takeover (asynchronous replication: what the dead
 //! master acknowledged but had not yet sent may be gone, which the checks then report).
 //!
+//! A share of the `echo` and `sleep` tasks runs in a remote agent (`echo_agent`, hosted by
+//! every worker with `--agent`): their calls are cut by worker SIGKILLs and held up by agent
+//! stalls, and the same invariants hold for them.
+//!
 //! A fraction of the tasks is created over A2A with a push notification config naming a
 //! webhook receiver the run holds (`push.rs`), and their deliveries are checked too: every
 //! final status delivered, in order, only to the configs the harness made.
@@ -80,6 +84,12 @@ pub struct ChaosConfig {
     /// `PUSH_CLAIM_MS` of the gateways: how long a killed gateway's claim on a task's
     /// deliveries holds them up before another gateway takes them over.
     pub push_claim_ms: u64,
+    /// Percentage of the `echo` and `sleep` tasks sent instead to `remote-echo` and
+    /// `remote-sleep`: entrypoints of an agent speaking the Lucid HTTP profile (`echo_agent`)
+    /// that every worker hosts with `--agent` beside its built-ins, so that SIGKILLs and stalls
+    /// of workers land on remote calls too, and the agent itself is stalled now and then
+    /// (0: no agent).
+    pub remote_percent: u32,
     /// Where to copy every process's and Redis node's log at the end (they live in temporary
     /// directories otherwise), to read a failing run's evidence.
     pub logs_dir: Option<PathBuf>,
@@ -106,6 +116,7 @@ impl ChaosConfig {
             settle_timeout: Duration::from_secs(120),
             push_percent: 10,
             push_claim_ms: 2_000,
+            remote_percent: 20,
             logs_dir: None,
         }
     }

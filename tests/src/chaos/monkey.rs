@@ -1,6 +1,7 @@
 //! The fault injector: SIGKILLs and restarts workers and gateways, stalls workers past their
 //! lease (SIGSTOP, then SIGCONT: their late writes must be fenced out), and crashes Redis once
-//! (`redis_fault.rs`).
+//! (`redis_fault.rs`); with a remote share, stalls the remote agent (SIGSTOP, SIGCONT) under
+//! its calls in flight.
 //! The first three faults are one of each kind, so that even a short run has them all; the
 //! rest are drawn from the seed.
 
@@ -23,6 +24,8 @@ pub struct FaultCounts {
     pub worker_kills: usize,
     pub worker_stalls: usize,
     pub gateway_kills: usize,
+    /// SIGSTOPs of the remote agent (continued after about two lease TTLs).
+    pub agent_stalls: usize,
     /// Crashes and restarts of a single Redis server.
     pub redis_restarts: usize,
     /// Cluster masters SIGKILLed and taken over by a replica.
@@ -75,6 +78,7 @@ enum Fault {
     KillWorker,
     KillGateway,
     StallWorker,
+    StallAgent,
 }
 
 /// Sleeps `duration` unless the run stops first; `false` when it stopped.
@@ -123,6 +127,7 @@ pub async fn run(
             None => match rng.random_range(0..100u32) {
                 0..45 => Fault::KillWorker,
                 45..60 => Fault::StallWorker,
+                60..70 if cluster.agent.is_some() => Fault::StallAgent,
                 _ => Fault::KillGateway,
             },
         };
@@ -153,6 +158,20 @@ pub async fn run(
                         Err(err) => counts
                             .errors
                             .push(format!("worker {index} continue: {err}")),
+                    }
+                }
+            }
+            Fault::StallAgent => {
+                if cluster.signal_agent(Signal::SIGSTOP).is_ok() {
+                    counts.agent_stalls += 1;
+                    counts.note("SIGSTOP the remote agent");
+                    // Long enough for leases to be renewed around the hung calls (the
+                    // workers keep running) and for cancels to reach them.
+                    let stalled_for = Duration::from_millis(config.lease_ttl_ms * 2 + 500);
+                    tokio::time::sleep(stalled_for).await;
+                    match cluster.signal_agent(Signal::SIGCONT) {
+                        Ok(()) => counts.note("SIGCONT the remote agent"),
+                        Err(err) => counts.errors.push(format!("agent continue: {err}")),
                     }
                 }
             }

@@ -27,6 +27,10 @@ pub struct ChaosReport {
     pub statuses: BTreeMap<&'static str, usize>,
     /// Tasks that ran more than once (their run was lost to a crash or a stall).
     pub rerun: usize,
+    /// Tasks run by the remote agent (`remote-echo`, `remote-sleep`), and those of them that
+    /// ran more than once.
+    pub remote: usize,
+    pub remote_rerun: usize,
     pub max_attempt: u32,
     /// Failed with `task_attempts_exhausted`.
     pub exhausted: usize,
@@ -144,8 +148,8 @@ impl fmt::Display for ChaosReport {
         };
         writeln!(
             f,
-            "faults: {} worker SIGKILLs, {} worker stalls past the lease, {} gateway SIGKILLs, {redis_fault}",
-            faults.worker_kills, faults.worker_stalls, faults.gateway_kills
+            "faults: {} worker SIGKILLs, {} worker stalls past the lease, {} gateway SIGKILLs, {} remote agent stalls, {redis_fault}",
+            faults.worker_kills, faults.worker_stalls, faults.gateway_kills, faults.agent_stalls
         )?;
         for note in &faults.redis_notes {
             writeln!(f, "  redis: {note}")?;
@@ -171,6 +175,11 @@ impl fmt::Display for ChaosReport {
             self.rerun,
             self.max_attempt,
             self.exhausted
+        )?;
+        writeln!(
+            f,
+            "remote agent: {} tasks run over HTTP by workers hosting it with --agent, {} of them more than once",
+            self.remote, self.remote_rerun
         )?;
         writeln!(
             f,

@@ -332,7 +332,7 @@ async fn prior(shared: &Shared, task_id: &str, attempt: u32) -> Option<Prior> {
     match shared.store.get(task_id).await {
         Ok(Some(stored)) => Some(Prior {
             retries: stored.retries,
-            last_error: stored.last_error,
+            last_error: stored.last_error.map(|error| *error),
         }),
         // Gone (expired or deleted): the fenced write finds out.
         Ok(None) => Some(Prior {

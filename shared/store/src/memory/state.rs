@@ -500,7 +500,7 @@ impl State {
         // The due time lives where a waiting task's deadline does: the sweeps read it there.
         stored.admission_expires_at_ms = Some(now.saturating_add(delay_ms));
         stored.retries = stored.retries.saturating_add(1);
-        stored.last_error = Some(error.clone());
+        stored.last_error = Some(Box::new(error.clone()));
         stored.task.updated_at = Timestamp(now);
         self.reindex(&lease.task_id);
         true

@@ -155,7 +155,7 @@ pub fn stored_task(id: &str, f: &[Option<String>]) -> Result<Option<StoredTask>,
         turns: json::<Vec<serde_json::Value>>(&f[21], "turns")?.unwrap_or_default(),
         settlement_held: f[22].as_deref() == Some("1"),
         retries: u32::try_from(num(&f[23], "retries")?).unwrap_or(u32::MAX),
-        last_error: json::<TaskError>(&f[24], "last_error")?,
+        last_error: json::<TaskError>(&f[24], "last_error")?.map(Box::new),
     }))
 }
 

@@ -37,7 +37,7 @@ pub async fn a_retry_waits_out_its_backoff_then_runs_again(h: &impl Harness) -> 
     );
     assert_eq!(waiting.lease, None);
     assert_eq!((waiting.attempt, waiting.retries), (1, 1));
-    assert_eq!(waiting.last_error, Some(busy()));
+    assert_eq!(waiting.last_error.as_deref(), Some(&busy()));
     assert_eq!(waiting.task.error, None, "the wire task shows no failure");
     assert_eq!(fx.store.live_count().await?, 2);
     assert_eq!(fx.queue_depth().await?, 0);
@@ -69,7 +69,11 @@ pub async fn a_retry_waits_out_its_backoff_then_runs_again(h: &impl Harness) -> 
     let stored = fx.stored(&soon).await?;
     assert_eq!(stored.task.status, TaskStatus::Completed);
     assert_eq!((stored.attempt, stored.retries), (2, 1));
-    assert_eq!(stored.last_error, Some(busy()), "kept for the record");
+    assert_eq!(
+        stored.last_error.as_deref(),
+        Some(&busy()),
+        "kept for the record"
+    );
     // The backoff published nothing: the subscriber sees the completion next.
     assert_eq!(next_event(&mut sub.events).await?.event, "resultUpdate");
     fx.cancel(&later).await?;
