@@ -213,3 +213,6 @@ fn verify_one(signature: &Value, payload: &str, keys: &Jwks) -> Result<String, S
     key.verify(input.as_bytes(), &sig).map_err(|_| bad())?;
     Ok(kid.to_owned())
 }
+
+#[cfg(test)]
+mod tests;
