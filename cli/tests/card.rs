@@ -114,6 +114,7 @@ async fn verify_accepts_a_good_signature_and_refuses_a_foreign_or_missing_one() 
     let pinned = jwks_file("other", &json!({"keys": [jwk(&other, "k9")]}))?;
     let pinned = pinned.to_str().ok_or("temp path is not UTF-8")?;
     let out = taskctl(&["card", &origin, "--verify", "--jwks", pinned], &[]).await?;
+    let _ = std::fs::remove_file(pinned);
     assert_eq!(out.status.code(), Some(1));
     assert!(
         text(&out.stderr).contains("unknown key \"k1\""),

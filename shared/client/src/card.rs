@@ -346,6 +346,45 @@ mod tests {
     }
 
     #[test]
+    fn a_card_may_name_only_its_own_origin_unless_allowed() -> Result<(), url::ParseError> {
+        let card_url = Url::parse("https://a.example/.well-known/agent-card.json")?;
+        let named = |url: &str, interface: &str| {
+            card(json!({"name": "a", "url": url,
+                        "supportedInterfaces": [{"url": interface, "protocolBinding": "HTTP+JSON"}]}))
+        };
+        let policy = UrlPolicy::default();
+        let base = policy.check_card(&named("/", "/agents/a"), &card_url);
+        assert_eq!(
+            base.map(|u| u.to_string()).ok().as_deref(),
+            Some("https://a.example/agents/a/")
+        );
+        for (url, interface) in [
+            ("https://a.example/", "http://a.example/"),
+            ("https://a.example/", "https://a.example:8443/"),
+            ("http://b.example/", "https://a.example/"),
+        ] {
+            assert!(matches!(
+                policy.check_card(&named(url, interface), &card_url),
+                Err(ClientError::RefusedUrl { .. })
+            ));
+        }
+        // A non-HTTP binding is not followed, so not checked.
+        let grpc = card(json!({"name": "a", "supportedInterfaces": [
+            {"url": "https://a.example/", "protocolBinding": "HTTP+JSON"},
+            {"url": "grpc://elsewhere.example/", "protocolBinding": "GRPC"}]}));
+        assert!(policy.check_card(&grpc, &card_url).is_ok());
+        let listed = UrlPolicy {
+            allowed_origins: Some(vec!["https://a.example".into(), "http://b.example".into()]),
+        };
+        assert!(
+            listed
+                .check_card(&named("http://b.example/", "https://a.example/"), &card_url)
+                .is_ok()
+        );
+        Ok(())
+    }
+
+    #[test]
     fn candidates_keep_the_base_path() {
         let url = Url::parse("http://h.example/agents/a").ok();
         let list: Vec<String> = url

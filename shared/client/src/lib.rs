@@ -16,6 +16,7 @@
 //! ```
 //!
 //! - [`card`]: the Agent Card, read as untrusted input, and the URL policy;
+//! - [`trust`]: card signatures (A2A §8.4: ES256 JWS over the JCS bytes) and the trust policy;
 //! - [`invoke`]: direct invocation and streaming;
 //! - [`tasks`]: owned tasks (send, get, list, cancel, subscribe, wait);
 //! - [`pay`]: paying priced calls (x402) with a [`Payer`];
