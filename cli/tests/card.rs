@@ -77,7 +77,6 @@ async fn taskctl(args: &[&str], envs: &[(&str, &str)]) -> Result<Output, std::io
     command
         .args(args)
         .env_remove("TASKCTL_ALLOW_ORIGIN")
-        .env_remove("TASKCTL_JWKS");
     for (name, value) in envs {
         command.env(name, value);
     }

@@ -18,7 +18,7 @@ pub struct Args {
     #[arg(long)]
     pub verify: bool,
     /// The trusted keys (a JWKS file), pinned instead of fetched from the card's origin.
-    #[arg(long, value_name = "FILE", requires = "verify", env = "TASKCTL_JWKS")]
+    #[arg(long, value_name = "FILE", requires = "verify")]
     pub jwks: Option<PathBuf>,
 }
 
