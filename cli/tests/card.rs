@@ -74,9 +74,7 @@ fn card_at(origin: &str) -> Value {
 
 async fn taskctl(args: &[&str], envs: &[(&str, &str)]) -> Result<Output, std::io::Error> {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_taskctl"));
-    command
-        .args(args)
-        .env_remove("TASKCTL_ALLOW_ORIGIN")
+    command.args(args).env_remove("TASKCTL_ALLOW_ORIGIN");
     for (name, value) in envs {
         command.env(name, value);
     }
