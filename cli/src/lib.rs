@@ -214,9 +214,16 @@ pub struct GlobalArgs {
     /// A file holding the task access token.
     #[arg(long, global = true, value_name = "PATH")]
     pub token_file: Option<std::path::PathBuf>,
-    /// Only talk to these origins (scheme://host:port); repeatable. Applies to the card URL
-    /// and to the service URL the card names.
-    #[arg(long = "allow-origin", global = true, value_name = "ORIGIN")]
+    /// Only talk to these origins (scheme://host:port); repeatable, or comma-separated in
+    /// TASKCTL_ALLOW_ORIGIN. Applies to the card URL and to every URL the card names; without
+    /// it a card may only name its own origin.
+    #[arg(
+        long = "allow-origin",
+        global = true,
+        value_name = "ORIGIN",
+        env = "TASKCTL_ALLOW_ORIGIN",
+        value_delimiter = ','
+    )]
     pub allow_origins: Vec<String>,
     /// Timeout in seconds for one request, invoke included (not for streams or --wait).
     #[arg(long, global = true, value_name = "SECS")]

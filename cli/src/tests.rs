@@ -14,6 +14,10 @@ fn accepted_command_lines() {
     let table: &[(&[&str], &str)] = &[
         (&["card", "http://a"], "card"),
         (&["card", "http://a", "--json"], "card"),
+        (
+            &["card", "http://a", "--verify", "--jwks", "k.json"],
+            "card",
+        ),
         (&["--output", "human", "card", "http://a"], "card"),
         (&["invoke", "http://a", "echo"], "invoke"),
         (
@@ -153,6 +157,10 @@ fn refused_command_lines() {
             ErrorKind::ArgumentConflict,
         ),
         (&["card", "http://a", "--nope"], ErrorKind::UnknownArgument),
+        (
+            &["card", "http://a", "--jwks", "keys.json"],
+            ErrorKind::MissingRequiredArgument,
+        ),
         (
             &["card", "http://a", "--pay", "k"],
             ErrorKind::UnknownArgument,

@@ -154,6 +154,44 @@ impl UrlPolicy {
         Ok(url)
     }
 
+    /// Checks a card fetched from `card_url` and returns its base URL. Every URL the card names
+    /// that a client could follow (its HTTP interfaces and `url`, not only the one used) must
+    /// be an allowed http(s) URL at an allowed origin: without an allowlist, the card's own
+    /// origin (scheme, host and port) only; with one, a listed origin. A card that points
+    /// elsewhere is refused whole, so a swapped `url` cannot wait for a client that reads it.
+    pub fn check_card(&self, card: &AgentCard, card_url: &Url) -> Result<Url, ClientError> {
+        let base = self.base_url(card, Some(card_url))?;
+        let named = card
+            .supported_interfaces
+            .iter()
+            .filter(|interface| is_http_binding(&interface.protocol_binding))
+            .map(|interface| interface.url.as_str())
+            .chain(card.url.as_deref())
+            .filter(|url| !url.trim().is_empty());
+        for text in named {
+            let url = self.check_url(resolve(text, Some(card_url))?)?;
+            self.check_origin(&url, card_url)?;
+        }
+        Ok(base)
+    }
+
+    /// Without an allowlist, `url` must share the card's origin (with one, `check_url` has
+    /// already required a listed origin).
+    fn check_origin(&self, url: &Url, card_url: &Url) -> Result<(), ClientError> {
+        if self.allowed_origins.is_some() || url.origin() == card_url.origin() {
+            return Ok(());
+        }
+        Err(ClientError::RefusedUrl {
+            url: redacted(url),
+            reason: format!(
+                "origin {} is not the card's origin {} (allow it explicitly: allowed_origins, \
+                 taskctl --allow-origin)",
+                url.origin().ascii_serialization(),
+                card_url.origin().ascii_serialization()
+            ),
+        })
+    }
+
     /// The base URL operations use for `card`: its service URL (resolved against
     /// `card_url` when relative), checked, with a trailing slash so that paths join below it
     /// and a base path is kept. Query and fragment are dropped.
@@ -164,22 +202,11 @@ impl UrlPolicy {
                 reason: "the card has no HTTP interface and no url".into(),
             });
         };
-        let parsed = match (Url::parse(service.trim()), card_url) {
-            (Ok(url), _) => url,
-            (Err(url::ParseError::RelativeUrlWithoutBase), Some(base)) => base
-                .join(service.trim())
-                .map_err(|err| ClientError::InvalidUrl {
-                    url: service.to_owned(),
-                    reason: err.to_string(),
-                })?,
-            (Err(err), _) => {
-                return Err(ClientError::InvalidUrl {
-                    url: service.to_owned(),
-                    reason: err.to_string(),
-                });
-            }
-        };
+        let parsed = resolve(service, card_url)?;
         let mut base = self.check_url(parsed)?;
+        if let Some(card_url) = card_url {
+            self.check_origin(&base, card_url)?;
+        }
         base.set_query(None);
         base.set_fragment(None);
         if !base.path().ends_with('/') {
@@ -187,6 +214,21 @@ impl UrlPolicy {
             base.set_path(&path);
         }
         Ok(base)
+    }
+}
+
+/// A URL named by a card: absolute, or relative to the card's own URL.
+fn resolve(text: &str, card_url: Option<&Url>) -> Result<Url, ClientError> {
+    let invalid = |err: url::ParseError| ClientError::InvalidUrl {
+        url: text.to_owned(),
+        reason: err.to_string(),
+    };
+    match (Url::parse(text.trim()), card_url) {
+        (Ok(url), _) => Ok(url),
+        (Err(url::ParseError::RelativeUrlWithoutBase), Some(base)) => {
+            base.join(text.trim()).map_err(invalid)
+        }
+        (Err(err), _) => Err(invalid(err)),
     }
 }
 
@@ -301,6 +343,45 @@ mod tests {
         assert!(policy.check("https://ok.example:444/").is_err());
         assert!(policy.check("http://ok.example/").is_err());
         assert!(policy.check("https://user:pw@ok.example/").is_err());
+    }
+
+    #[test]
+    fn a_card_may_name_only_its_own_origin_unless_allowed() -> Result<(), url::ParseError> {
+        let card_url = Url::parse("https://a.example/.well-known/agent-card.json")?;
+        let named = |url: &str, interface: &str| {
+            card(json!({"name": "a", "url": url,
+                        "supportedInterfaces": [{"url": interface, "protocolBinding": "HTTP+JSON"}]}))
+        };
+        let policy = UrlPolicy::default();
+        let base = policy.check_card(&named("/", "/agents/a"), &card_url);
+        assert_eq!(
+            base.map(|u| u.to_string()).ok().as_deref(),
+            Some("https://a.example/agents/a/")
+        );
+        for (url, interface) in [
+            ("https://a.example/", "http://a.example/"),
+            ("https://a.example/", "https://a.example:8443/"),
+            ("http://b.example/", "https://a.example/"),
+        ] {
+            assert!(matches!(
+                policy.check_card(&named(url, interface), &card_url),
+                Err(ClientError::RefusedUrl { .. })
+            ));
+        }
+        // A non-HTTP binding is not followed, so not checked.
+        let grpc = card(json!({"name": "a", "supportedInterfaces": [
+            {"url": "https://a.example/", "protocolBinding": "HTTP+JSON"},
+            {"url": "grpc://elsewhere.example/", "protocolBinding": "GRPC"}]}));
+        assert!(policy.check_card(&grpc, &card_url).is_ok());
+        let listed = UrlPolicy {
+            allowed_origins: Some(vec!["https://a.example".into(), "http://b.example".into()]),
+        };
+        assert!(
+            listed
+                .check_card(&named("http://b.example/", "https://a.example/"), &card_url)
+                .is_ok()
+        );
+        Ok(())
     }
 
     #[test]

@@ -26,6 +26,9 @@ pub enum ClientError {
     /// A card that is not a JSON object with a usable service URL.
     #[error("invalid agent card from {url}: {reason}")]
     InvalidCard { url: String, reason: String },
+    /// A card whose signature is missing (when required), unknown or wrong.
+    #[error("card signature refused: {0}")]
+    Signature(#[from] crate::trust::SignatureError),
     /// A response body over the configured size limit.
     #[error("response from {url} is larger than {limit} bytes")]
     TooLarge { url: String, limit: usize },

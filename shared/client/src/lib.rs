@@ -16,6 +16,7 @@
 //! ```
 //!
 //! - [`card`]: the Agent Card, read as untrusted input, and the URL policy;
+//! - [`trust`]: card signatures (A2A §8.4: ES256 JWS over the JCS bytes) and the trust policy;
 //! - [`invoke`]: direct invocation and streaming;
 //! - [`tasks`]: owned tasks (send, get, list, cancel, subscribe, wait);
 //! - [`pay`]: paying priced calls (x402) with a [`Payer`];
@@ -56,6 +57,7 @@ pub mod invoke;
 pub mod pay;
 pub mod sse;
 pub mod tasks;
+pub mod trust;
 
 use std::time::Duration;
 
@@ -70,6 +72,7 @@ pub use sse::{SseEvent, SseParser};
 pub use tasks::{
     ListFilter, SendOptions, Settlement, TaskAccess, TaskEventStream, TaskList, generate_token,
 };
+pub use trust::{Jwks, KeySource, SignatureError, TrustPolicy, Verification, Verify};
 
 pub const ACCESS_TOKEN_HEADER: &str = "Task-Access-Token";
 pub const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";
@@ -95,6 +98,8 @@ pub struct ClientOptions {
     pub stream_idle_timeout: Option<Duration>,
     /// Which URLs the client may talk to (cards are untrusted: they choose the service URL).
     pub policy: UrlPolicy,
+    /// Whether cards must be signed, and by which keys (see [`trust`]).
+    pub trust: TrustPolicy,
     pub user_agent: String,
 }
 
@@ -110,6 +115,7 @@ impl Default for ClientOptions {
             max_event_bytes: 16 * 1024 * 1024,
             stream_idle_timeout: Some(Duration::from_secs(60)),
             policy: UrlPolicy::default(),
+            trust: TrustPolicy::default(),
             user_agent: concat!("taskcluster-client/", env!("CARGO_PKG_VERSION")).to_owned(),
         }
     }
@@ -143,6 +149,15 @@ impl Client {
     /// A 404 (or, for the URL itself, a 2xx that is not a JSON card, such as a landing page)
     /// moves on to the next location. The card must name an allowed http(s) service URL.
     pub async fn fetch_card(&self, url: &str) -> Result<AgentCard, ClientError> {
+        Ok(self.fetch_card_verified(url).await?.0)
+    }
+
+    /// [`Client::fetch_card`], with how its signature came out under the client's
+    /// [`TrustPolicy`]. A refused signature is [`ClientError::Signature`].
+    pub async fn fetch_card_verified(
+        &self,
+        url: &str,
+    ) -> Result<(AgentCard, Verification), ClientError> {
         let start = self.options.policy.check(url)?;
         for (index, candidate) in card::card_candidates(&start).into_iter().enumerate() {
             let response = self
@@ -164,32 +179,92 @@ impl Client {
                 return Err(ClientError::remote(status.as_u16(), body));
             }
             let bytes = read_limited(response, self.options.max_card_bytes).await?;
-            let card: Result<AgentCard, String> =
+            let parsed: Result<(serde_json::Value, AgentCard), String> =
                 serde_json::from_slice::<serde_json::Value>(&bytes)
                     .map_err(|err| err.to_string())
                     .and_then(|value| {
                         if value.is_object() {
-                            serde_json::from_value(value).map_err(|err| err.to_string())
+                            serde_json::from_value(value.clone())
+                                .map(|card| (value, card))
+                                .map_err(|err| err.to_string())
                         } else {
                             Err("not a JSON object".into())
                         }
                     });
-            let usable = matches!(&card, Ok(card) if card.service_url().is_some());
+            let usable = matches!(&parsed, Ok((_, card)) if card.service_url().is_some());
             if index == 0 && !usable {
                 // The URL itself answered with something else (a landing page): look further.
                 continue;
             }
-            let card = card.map_err(|reason| ClientError::InvalidCard {
+            let (raw, card) = parsed.map_err(|reason| ClientError::InvalidCard {
                 url: card::redacted(&candidate),
                 reason,
             })?;
-            // Refuses a card whose service URL is missing or not allowed.
-            self.options.policy.base_url(&card, Some(&candidate))?;
-            return Ok(card);
+            // Refuses a card whose service URL is missing, or names an origin not allowed.
+            self.options.policy.check_card(&card, &candidate)?;
+            let verification = self.verify(&raw, &candidate).await?;
+            return Ok((card, verification));
         }
         Err(ClientError::CardNotFound {
             url: card::redacted(&start),
         })
+    }
+
+    /// Checks the card's signatures as the trust policy says; same-origin keys are fetched
+    /// from the card's origin.
+    async fn verify(
+        &self,
+        raw: &serde_json::Value,
+        card_url: &Url,
+    ) -> Result<Verification, ClientError> {
+        let trust = &self.options.trust;
+        let required = match trust.verify {
+            Verify::Off => return Ok(Verification::NotChecked),
+            Verify::Optional => false,
+            Verify::Required => true,
+        };
+        let signed = raw
+            .get("signatures")
+            .and_then(serde_json::Value::as_array)
+            .is_some_and(|list| !list.is_empty());
+        let fetched;
+        let keys = match &trust.keys {
+            KeySource::Pinned(keys) => keys,
+            // No signature: nothing to fetch keys for (verify_card says Missing or Unsigned).
+            KeySource::SameOrigin if !signed => &Jwks::default(),
+            KeySource::SameOrigin => {
+                fetched = self.fetch_jwks(card_url).await?;
+                &fetched
+            }
+        };
+        Ok(trust::verify_card(raw, keys, required)?)
+    }
+
+    /// `/.well-known/jwks.json` at the card's origin (64 KiB at most).
+    async fn fetch_jwks(&self, card_url: &Url) -> Result<Jwks, ClientError> {
+        let url =
+            card_url
+                .join("/.well-known/jwks.json")
+                .map_err(|err| ClientError::InvalidUrl {
+                    url: card::redacted(card_url),
+                    reason: err.to_string(),
+                })?;
+        let response = self
+            .http
+            .get(url)
+            .header(reqwest::header::ACCEPT, "application/json")
+            .timeout(self.options.card_timeout)
+            .send()
+            .await
+            .map_err(ClientError::network)?;
+        let status = response.status();
+        let bytes = read_limited(response, 64 * 1024).await?;
+        if !status.is_success() {
+            return Err(
+                SignatureError::Jwks(format!("the card's origin answered {status}")).into(),
+            );
+        }
+        Ok(Jwks::from_json(&bytes)?)
     }
 
     /// The base URL operations on `card` use (checked against the policy).

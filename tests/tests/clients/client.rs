@@ -497,8 +497,9 @@ async fn cards_pointing_elsewhere_are_refused() -> TestResult {
         "{refused:?}"
     );
 
-    // A card at the legacy location pointing to another origin: fine without an allowlist,
-    // refused with one that lists only the card's own origin.
+    // A card at the legacy location pointing to another origin: refused by default (a card
+    // may only name its own origin), fine with an allowlist that lists both, refused with one
+    // that lists only the card's own origin.
     let elsewhere = fake_server(|path| {
         Some(match path {
             "/.well-known/agent.json" => {
@@ -508,9 +509,20 @@ async fn cards_pointing_elsewhere_are_refused() -> TestResult {
         })
     })
     .await?;
-    let card = client.fetch_card(&elsewhere).await?;
+    let refused = client.fetch_card(&elsewhere).await;
+    assert!(
+        matches!(&refused, Err(ClientError::RefusedUrl { reason, .. }) if reason.contains("not the card's origin")),
+        "{refused:?}"
+    );
+    let both = Client::new(ClientOptions {
+        policy: UrlPolicy {
+            allowed_origins: Some(vec![elsewhere.clone(), "http://elsewhere.example".into()]),
+        },
+        ..ClientOptions::default()
+    })?;
+    let card = both.fetch_card(&elsewhere).await?;
     assert_eq!(
-        client.base_url(&card)?.as_str(),
+        both.base_url(&card)?.as_str(),
         "http://elsewhere.example/agent/"
     );
     let strict = Client::new(ClientOptions {
@@ -539,10 +551,11 @@ async fn cards_pointing_elsewhere_are_refused() -> TestResult {
         Err(ClientError::RefusedUrl { .. })
     ));
 
-    // The fourth location, and a card over the size limit.
+    // The fourth location, and a card over the size limit. Its service URL is relative: the
+    // card's own origin, the only one allowed without an allowlist.
     let last = fake_server(|path| {
         Some(match path {
-            "/agentcard.json" => http_response("200 OK", &[], &card_at("http://127.0.0.1:9/")),
+            "/agentcard.json" => http_response("200 OK", &[], &card_at("/")),
             _ => http_response("404 Not Found", &[], "{}"),
         })
     })

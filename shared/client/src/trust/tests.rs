@@ -1,0 +1,316 @@
+//! Cards from a hostile in-process server: foreign origins, swapped URLs, stripped or foreign
+//! signatures, and a card that never ends. The good signatures are made here with p256 over
+//! the JCS bytes, as a signing gateway does.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::http::{StatusCode, Uri};
+use axum::response::Response;
+use futures::StreamExt;
+use p256::ecdsa::SigningKey;
+use p256::ecdsa::signature::Signer;
+use serde_json::json;
+
+use super::*;
+use crate::{Client, ClientError, ClientOptions, UrlPolicy};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+const CARD_PATH: &str = "/.well-known/agent-card.json";
+
+/// What the hostile server answers: its card, and its JWKS when it has one.
+struct Served {
+    card: Value,
+    jwks: Option<Value>,
+}
+
+fn answer(served: &Served, path: &str) -> Response {
+    let json = |value: &Value| {
+        Response::builder()
+            .header("content-type", "application/json")
+            .body(Body::from(value.to_string()))
+            .unwrap_or_default()
+    };
+    match (path, &served.jwks) {
+        (CARD_PATH, _) => json(&served.card),
+        ("/.well-known/jwks.json", Some(jwks)) => json(jwks),
+        ("/endless/.well-known/agent-card.json", _) => {
+            // A card that grows without end, with no Content-Length to refuse it early.
+            let head = futures::stream::once(async {
+                Ok::<_, std::io::Error>(Bytes::from_static(br#"{"name":"x","pad":""#))
+            });
+            let tail = futures::stream::repeat_with(|| Ok(Bytes::from(vec![b'a'; 8192])));
+            Response::builder()
+                .header("content-type", "application/json")
+                .body(Body::from_stream(head.chain(tail)))
+                .unwrap_or_default()
+        }
+        _ => Response::builder()
+            .status(StatusCode::NOT_FOUND)
+            .body(Body::empty())
+            .unwrap_or_default(),
+    }
+}
+
+fn key(seed: u8) -> Result<SigningKey, p256::ecdsa::Error> {
+    SigningKey::from_slice(&[seed; 32])
+}
+
+fn jwk(key: &SigningKey, kid: &str) -> Value {
+    let point = key.verifying_key().to_encoded_point(false);
+    let coordinate = |bytes: Option<&p256::FieldBytes>| {
+        URL_SAFE_NO_PAD.encode(bytes.map(|b| &b[..]).unwrap_or_default())
+    };
+    json!({"kty": "EC", "crv": "P-256", "kid": kid, "alg": "ES256", "use": "sig",
+           "x": coordinate(point.x()), "y": coordinate(point.y())})
+}
+
+/// `card` with one ES256 signature by `key` under `kid` appended.
+fn sign(mut card: Value, key: &SigningKey, kid: &str) -> Result<Value, SignatureError> {
+    let protected = URL_SAFE_NO_PAD.encode(json!({"alg": "ES256", "kid": kid}).to_string());
+    let payload = canonical_payload(&card)?;
+    let signature: Signature = key.sign(format!("{protected}.{payload}").as_bytes());
+    let entry =
+        json!({"protected": protected, "signature": URL_SAFE_NO_PAD.encode(signature.to_bytes())});
+    if let Some(object) = card.as_object_mut() {
+        object.insert("signatures".into(), json!([entry]));
+    }
+    Ok(card)
+}
+
+fn card_at(origin: &str) -> Value {
+    json!({
+        "name": "hostile",
+        "url": format!("{origin}/"),
+        "supportedInterfaces": [{"url": format!("{origin}/"), "protocolBinding": "HTTP+JSON"}],
+        "skills": [],
+        "capabilities": {"streaming": true, "note": "é \u{1F600} 1e3"},
+        "numbers": [1.0, 0.1, 1e21, -0.0],
+    })
+}
+
+fn client(trust: TrustPolicy, policy: UrlPolicy) -> Result<Client, ClientError> {
+    Client::new(ClientOptions {
+        trust,
+        policy,
+        ..ClientOptions::default()
+    })
+}
+
+fn required(keys: KeySource) -> TrustPolicy {
+    TrustPolicy {
+        verify: Verify::Required,
+        keys,
+    }
+}
+
+/// Serves the card `make` builds for the server's own origin (known once bound) on a free
+/// loopback port; returns `http://127.0.0.1:PORT`.
+async fn serve(
+    make: impl FnOnce(&str) -> Result<Value, Box<dyn std::error::Error>>,
+    jwks: Option<Value>,
+) -> Result<String, Box<dyn std::error::Error>> {
+    // Bind first to learn the origin, then build the card for it.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let origin = format!("http://{}", listener.local_addr()?);
+    let served = Arc::new(Served {
+        card: make(&origin)?,
+        jwks,
+    });
+    let app = Router::new().fallback(move |uri: Uri| {
+        let served = Arc::clone(&served);
+        async move { answer(&served, uri.path()) }
+    });
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok(origin)
+}
+
+#[tokio::test]
+async fn an_interface_on_another_origin_is_refused_unless_allowed() -> TestResult {
+    let origin = serve(
+        |origin| {
+            let mut card = card_at(origin);
+            card["supportedInterfaces"] =
+                json!([{"url": "http://attacker.example/", "protocolBinding": "HTTP+JSON"}]);
+            Ok(card)
+        },
+        None,
+    )
+    .await?;
+    let plain = client(TrustPolicy::default(), UrlPolicy::default())?;
+    let refused = plain.fetch_card(&origin).await;
+    assert!(
+        matches!(&refused, Err(ClientError::RefusedUrl { reason, .. }) if reason.contains("not the card's origin")),
+        "{refused:?}"
+    );
+    let allowing = client(
+        TrustPolicy::default(),
+        UrlPolicy {
+            allowed_origins: Some(vec![origin.clone(), "http://attacker.example".into()]),
+        },
+    )?;
+    let card = allowing.fetch_card(&origin).await?;
+    assert_eq!(
+        allowing.base_url(&card)?.as_str(),
+        "http://attacker.example/"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_swapped_url_is_refused_even_when_the_interface_is_right() -> TestResult {
+    let origin = serve(
+        |origin| {
+            let mut card = card_at(origin);
+            card["url"] = json!("https://attacker.example:8443/steal");
+            Ok(card)
+        },
+        None,
+    )
+    .await?;
+    let refused = client(TrustPolicy::default(), UrlPolicy::default())?
+        .fetch_card(&origin)
+        .await;
+    assert!(
+        matches!(&refused, Err(ClientError::RefusedUrl { url, .. }) if url.contains("attacker.example")),
+        "{refused:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_good_signature_verifies_with_same_origin_and_pinned_keys() -> TestResult {
+    let signer = key(7)?;
+    let jwks = json!({"keys": [jwk(&signer, "k1")]});
+    let origin = serve(
+        |origin| Ok(sign(card_at(origin), &signer, "k1")?),
+        Some(jwks.clone()),
+    )
+    .await?;
+    let (card, verification) = client(required(KeySource::SameOrigin), UrlPolicy::default())?
+        .fetch_card_verified(&origin)
+        .await?;
+    assert_eq!(verification, Verification::Verified { kid: "k1".into() });
+    assert_eq!(card.name, "hostile");
+    let pinned = Jwks::from_json(jwks.to_string().as_bytes())?;
+    let (_, verification) = client(required(KeySource::Pinned(pinned)), UrlPolicy::default())?
+        .fetch_card_verified(&origin)
+        .await?;
+    assert_eq!(verification, Verification::Verified { kid: "k1".into() });
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_stripped_signature_is_refused_when_required() -> TestResult {
+    let signer = key(7)?;
+    let jwks = json!({"keys": [jwk(&signer, "k1")]});
+    let origin = serve(
+        |origin| {
+            let mut card = sign(card_at(origin), &signer, "k1")?;
+            card.as_object_mut().map(|o| o.remove("signatures"));
+            Ok(card)
+        },
+        Some(jwks),
+    )
+    .await?;
+    let refused = client(required(KeySource::SameOrigin), UrlPolicy::default())?
+        .fetch_card(&origin)
+        .await;
+    assert!(
+        matches!(
+            refused,
+            Err(ClientError::Signature(SignatureError::Missing))
+        ),
+        "{refused:?}"
+    );
+    // Optional: the unsigned card passes, and says so.
+    let optional = TrustPolicy {
+        verify: Verify::Optional,
+        keys: KeySource::SameOrigin,
+    };
+    let (_, verification) = client(optional, UrlPolicy::default())?
+        .fetch_card_verified(&origin)
+        .await?;
+    assert_eq!(verification, Verification::Unsigned);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_signature_by_an_unknown_key_is_refused() -> TestResult {
+    let trusted = key(7)?;
+    let stranger = key(9)?;
+    let jwks = json!({"keys": [jwk(&trusted, "k1")]});
+    let origin = serve(
+        |origin| Ok(sign(card_at(origin), &stranger, "k2")?),
+        Some(jwks),
+    )
+    .await?;
+    let refused = client(required(KeySource::SameOrigin), UrlPolicy::default())?
+        .fetch_card(&origin)
+        .await;
+    assert!(
+        matches!(&refused, Err(ClientError::Signature(SignatureError::UnknownKey { kid })) if kid == "k2"),
+        "{refused:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_card_that_never_ends_is_stopped_at_the_bound() -> TestResult {
+    let origin = serve(|_| Ok(json!({})), None).await?;
+    let client = Client::new(ClientOptions {
+        max_card_bytes: 64 * 1024,
+        ..ClientOptions::default()
+    })?;
+    let refused = client
+        .fetch_card(&format!("{origin}/endless/.well-known/agent-card.json"))
+        .await;
+    assert!(
+        matches!(refused, Err(ClientError::TooLarge { limit, .. }) if limit == 64 * 1024),
+        "{refused:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_key_under_a_trusted_kid_an_altered_card_and_alg_none_are_refused() -> TestResult {
+    let trusted = key(7)?;
+    let keys = Jwks::from_json(
+        json!({"keys": [jwk(&trusted, "k1")]})
+            .to_string()
+            .as_bytes(),
+    )?;
+    let card = card_at("https://a.example");
+    let good = sign(card.clone(), &trusted, "k1")?;
+    assert_eq!(
+        verify_card(&good, &keys, true),
+        Ok(Verification::Verified { kid: "k1".into() })
+    );
+    // Key order and whitespace do not matter (JCS); content does.
+    let reordered: Value = serde_json::from_str(&serde_json::to_string_pretty(&good)?)?;
+    assert!(verify_card(&reordered, &keys, true).is_ok());
+    let mut altered = good.clone();
+    altered["url"] = json!("https://b.example/");
+    assert_eq!(
+        verify_card(&altered, &keys, true),
+        Err(SignatureError::BadSignature { kid: "k1".into() })
+    );
+    let forged = sign(card.clone(), &key(9)?, "k1")?;
+    assert_eq!(
+        verify_card(&forged, &keys, true),
+        Err(SignatureError::BadSignature { kid: "k1".into() })
+    );
+    let mut none = good;
+    none["signatures"][0]["protected"] =
+        json!(URL_SAFE_NO_PAD.encode(json!({"alg": "none", "kid": "k1"}).to_string()));
+    assert_eq!(
+        verify_card(&none, &keys, true),
+        Err(SignatureError::UnsupportedAlg { alg: "none".into() })
+    );
+    assert_eq!(verify_card(&card, &keys, false), Ok(Verification::Unsigned));
+    Ok(())
+}
