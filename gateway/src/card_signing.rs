@@ -26,7 +26,7 @@ use crate::http::document::Built;
 /// Why the key file cannot be used. Never carries key material.
 #[derive(Debug, thiserror::Error)]
 pub enum KeyFileError {
-    #[error("cannot read the card signing key file {path}: {source}")]
+    #[error("cannot read the card signing key file {path}")]
     Read {
         path: String,
         source: std::io::Error,

@@ -100,7 +100,14 @@ async fn serve_process(mut config: GatewayConfig, hosted: Hosted) -> anyhow::Res
         );
     }
     // Before any store is opened: a key file without a public URL is an operator error.
-    let card_signer = crate::card_signing::CardSigner::from_config(&config)?;
+    let card_signer = match crate::card_signing::CardSigner::from_config(&config) {
+        Ok(signer) => signer,
+        Err(err) => {
+            // One line, no backtrace: an operator error, not a crash.
+            eprintln!("gateway: {err:#}");
+            std::process::exit(2);
+        }
+    };
     let (mut state, limiter) = if config.redis.configured() {
         cluster_state(&config, &shutdown, &background).await?
     } else {
