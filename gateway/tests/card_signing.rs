@@ -252,3 +252,70 @@ fn a_key_file_without_a_public_url_stops_the_gateway() -> TestResult {
     assert!(printed.contains("PUBLIC_URL"), "{printed}");
     Ok(())
 }
+
+/// The workspace's target dir, from this test binary: `<target>/<profile>/deps/<test>`.
+fn target_dir() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let mut dir = exe.parent()?;
+    if dir.file_name().and_then(|name| name.to_str()) == Some("deps") {
+        dir = dir.parent()?;
+    }
+    dir.parent().map(std::path::Path::to_path_buf)
+}
+
+/// `tests/python/a2a_sdk_card_signature.py`: the official SDK (`a2a-sdk[signing]`, in the venv
+/// of `scripts/a2a-sdk-venv`, or `A2A_SDK_PYTHON`) verifies the served A2A card per the spec
+/// with its own JCS and PyJWT, and its `create_signature_verifier` still differs only by
+/// dropping empty members (see docs/a2a.md).
+#[tokio::test]
+async fn the_official_python_sdk_verifies_the_signed_card_per_the_spec() -> TestResult {
+    let python = match std::env::var_os("A2A_SDK_PYTHON").filter(|value| !value.is_empty()) {
+        Some(python) => PathBuf::from(python),
+        None => target_dir()
+            .ok_or("cannot locate the target dir")?
+            .join("a2a-sdk-venv/bin/python"),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let public = format!("http://{}", listener.local_addr()?);
+    let file = key_file("python", &[("old", 7), ("new", 9)])?;
+    let gateway = start(&[
+        "--public-url",
+        &public,
+        "--card-signing-key-file",
+        file.to_str().ok_or("path")?,
+    ])
+    .await?;
+    let server = tokio::spawn(
+        axum::serve(listener, gateway.app.clone())
+            .with_graceful_shutdown(gateway.shutdown.clone().cancelled_owned())
+            .into_future(),
+    );
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/python/a2a_sdk_card_signature.py");
+    let run = tokio::process::Command::new(&python)
+        .arg(script)
+        .arg(format!("{public}/a2a/.well-known/agent-card.json"))
+        .arg(format!("{public}/.well-known/jwks.json"))
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .map_err(|_| "the SDK check did not finish")?
+        .map_err(|err| {
+            format!(
+                "cannot run {} ({err}): run `bash scripts/a2a-sdk-venv` (a2a-sdk[signing])",
+                python.display()
+            )
+        })?;
+    gateway.shutdown.cancel();
+    server.await??;
+    std::fs::remove_file(file)?;
+    assert!(
+        output.status.success() && output.stdout.starts_with(b"ok"),
+        "{}\n{}\nrun `bash scripts/a2a-sdk-venv` if PyJWT is missing (a2a-sdk[signing])",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(())
+}
