@@ -236,6 +236,43 @@ mod tests {
         Ok(())
     }
 
+    /// RFC 8785 §3.2.2's example (numbers, string escapes, literals) and §3.2.3's sorting by
+    /// UTF-16 code units, through the canonicalizer the signatures use.
+    #[test]
+    fn the_canonicalizer_gives_rfc_8785_output() -> Result<(), serde_json::Error> {
+        let input = r#"{"numbers": [333333333.33333329, 1E30, 4.50, 2e-3, 0.000000000000000000000000001], "string": "\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/", "literals": [null, true, false]}"#;
+        let value: Value = serde_json::from_str(input)?;
+        assert_eq!(
+            serde_json_canonicalizer::to_string(&value)?,
+            r#"{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],"string":"€$\u000f\nA'B\"\\\\\"/"}"#
+        );
+        let sorting: Value = serde_json::from_str(
+            r#"{"\u20ac": "Euro Sign", "\r": "Carriage Return", "\ufb33": "Hebrew Letter Dalet With Dagesh", "1": "One", "\ud83d\ude00": "Emoji: Grinning Face", "\u0080": "Control", "\u00f6": "Latin Small Letter O With Diaeresis"}"#,
+        )?;
+        // The workspace's serde_json keeps the order of members (`preserve_order`).
+        let keys: Vec<String> = serde_json::from_str::<serde_json::Map<String, Value>>(
+            &serde_json_canonicalizer::to_string(&sorting)?,
+        )
+        .map(|map| {
+            map.values()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })?;
+        assert_eq!(
+            keys,
+            [
+                "Carriage Return",
+                "One",
+                "Control",
+                "Latin Small Letter O With Diaeresis",
+                "Euro Sign",
+                "Emoji: Grinning Face",
+                "Hebrew Letter Dalet With Dagesh",
+            ]
+        );
+        Ok(())
+    }
+
     #[test]
     fn unusable_key_files_are_refused() {
         for bad in [

@@ -179,6 +179,15 @@ async fn both_cards_are_signed_per_key_over_the_public_url() -> TestResult {
         let card: Value = serde_json::from_slice(&body)?;
         assert_eq!(verified_kids(&card, &keys)?, ["old", "new"], "{path}");
 
+        if path.starts_with("/a2a") {
+            // §8.4.1: an empty scope list is a default value, omitted from the card signed
+            // and served alike.
+            assert_eq!(
+                card["securityRequirements"][0]["schemes"]["bearer"],
+                json!({})
+            );
+        }
+
         let mut tampered = card.clone();
         tampered["name"] = json!("Someone else");
         assert!(verified_kids(&tampered, &keys)?.is_empty(), "{path}");

@@ -78,7 +78,7 @@ async fn agent_card(
     let card = snapshot.document(Document::A2aCard, &base, |entrypoints| {
         let card = card::build(&state.config, &base, entrypoints, state.push.is_some());
         match &signing {
-            Some((signer, _)) => signer.sign(&card),
+            Some((signer, _)) => card::signable(&card).and_then(|card| signer.sign(&card)),
             None => serde_json::to_vec(&card),
         }
         .map_err(|err| {
