@@ -1,7 +1,8 @@
 //! Discovery, for programs and for people:
 //!
 //! - `GET /.well-known/agent-card.json` (canonical) and `GET /.well-known/agent.json` (legacy):
-//!   the Agent Card ([`manifest`]);
+//!   the Agent Card ([`manifest`]), signed with `--card-signing-key-file` ([`crate::card_signing`]);
+//! - `GET /.well-known/jwks.json`: the public keys of those signatures (404 when unsigned);
 //! - `GET /entrypoints`: `{"items":[{key, description, streaming}]}`;
 //! - `GET /openapi.json`: an OpenAPI 3.1 description of every route ([`openapi`]);
 //! - `GET /` and `GET /favicon.svg`: a landing page ([`landing`]).
