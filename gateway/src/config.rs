@@ -24,6 +24,12 @@ pub struct GatewayConfig {
     #[arg(long, env = "PUBLIC_URL", value_parser = crate::http::origin::PublicUrl::parse)]
     pub public_url: Option<crate::http::origin::PublicUrl>,
 
+    /// Sign every Agent Card served (A2A v1.0 §8.4, ES256): a JWK Set file of private P-256
+    /// keys, each with a `kid`; one signature per key (two during a rotation). The public keys
+    /// are served at `/.well-known/jwks.json`. Needs --public-url: a signed card names it.
+    #[arg(long, env = "CARD_SIGNING_KEY_FILE")]
+    pub card_signing_key_file: Option<std::path::PathBuf>,
+
     /// Without --public-url: take the security-relevant origin from `X-Forwarded-Host`,
     /// `X-Forwarded-Proto` and `Host`, as the card does. Only behind a proxy that overwrites
     /// those headers: a client sets them at will.

@@ -85,6 +85,8 @@ pub fn start_hosting(
         store_memory: Arc::new(crate::store_memory::MemoryWatch::disabled()),
         // Push deliveries are kept in Redis, so that they outlive any process: none here.
         push: None,
+        // Set by the host from the config, which may refuse to start over it.
+        card_signer: None,
         config: Arc::new(config),
         shutdown,
     }

@@ -99,11 +99,21 @@ async fn serve_process(mut config: GatewayConfig, hosted: Hosted) -> anyhow::Res
             "TRUST_FORWARDED_FOR is deprecated: set TRUSTED_PROXIES to the networks your proxies connect from"
         );
     }
-    let (state, limiter) = if config.redis.configured() {
+    // Before any store is opened: a key file without a public URL is an operator error.
+    let card_signer = match crate::card_signing::CardSigner::from_config(&config) {
+        Ok(signer) => signer,
+        Err(err) => {
+            // One line, no backtrace: an operator error, not a crash.
+            eprintln!("gateway: {err:#}");
+            std::process::exit(2);
+        }
+    };
+    let (mut state, limiter) = if config.redis.configured() {
         cluster_state(&config, &shutdown, &background).await?
     } else {
         embedded_state(&config, hosted, &shutdown, &background)?
     };
+    state.card_signer = card_signer;
     match crate::console::start(&state, &background) {
         Ok(true) => tracing::info!("operator console at {}/console", config.base_path()),
         Ok(false) => {}
@@ -182,6 +192,7 @@ async fn cluster_state(
         payments,
         store_memory,
         push,
+        card_signer: None,
         registry: Arc::new(store.registry()),
         idempotency: Arc::new(store::idempotency::RedisIdempotency::with_limits(
             &store,

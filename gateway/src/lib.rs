@@ -50,6 +50,7 @@
 
 pub mod a2a;
 pub mod admit;
+pub mod card_signing;
 pub mod catalog;
 pub mod config;
 pub mod console;

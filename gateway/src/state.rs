@@ -27,6 +27,8 @@ pub struct AppState {
     /// A2A push notifications (configs and their delivery); `None` when off, and always in
     /// embedded mode (the outbox is in Redis).
     pub push: Option<Arc<crate::a2a::push::Push>>,
+    /// Signs the cards when `--card-signing-key-file` is set ([`crate::card_signing`]).
+    pub card_signer: Option<Arc<crate::card_signing::CardSigner>>,
     /// Cancelled when the gateway shuts down: long responses (SSE) end so the drain finishes.
     pub shutdown: tokio_util::sync::CancellationToken,
 }

@@ -115,3 +115,50 @@ fn skill(entrypoint: &EntrypointInfo) -> AgentSkill {
         security_requirements: None,
     }
 }
+
+/// The card as JSON under the field presence rules of A2A v1.0 §8.4.1, which a signature's
+/// payload follows: a repeated field that is not REQUIRED and is empty is omitted. In our card
+/// that is only a security requirement's scope list (`{"list": []}`: no scopes), served as
+/// `{}` (the same `StringList` in the proto JSON mapping), so that the bytes served are the
+/// bytes signed and a verifier that removes default values canonicalizes the same card.
+pub fn signable(card: &AgentCard) -> Result<serde_json::Value, serde_json::Error> {
+    let mut value = serde_json::to_value(card)?;
+    drop_empty_scopes(&mut value);
+    if let Some(skills) = value
+        .get_mut("skills")
+        .and_then(serde_json::Value::as_array_mut)
+    {
+        skills.iter_mut().for_each(drop_empty_scopes);
+    }
+    Ok(value)
+}
+
+/// `securityRequirements[*].schemes.*.list` removed where it is empty.
+fn drop_empty_scopes(holder: &mut serde_json::Value) {
+    let Some(requirements) = holder
+        .get_mut("securityRequirements")
+        .and_then(serde_json::Value::as_array_mut)
+    else {
+        return;
+    };
+    for requirement in requirements {
+        let Some(schemes) = requirement
+            .get_mut("schemes")
+            .and_then(serde_json::Value::as_object_mut)
+        else {
+            continue;
+        };
+        for scopes in schemes
+            .values_mut()
+            .filter_map(serde_json::Value::as_object_mut)
+        {
+            if scopes
+                .get("list")
+                .and_then(serde_json::Value::as_array)
+                .is_some_and(Vec::is_empty)
+            {
+                scopes.remove("list");
+            }
+        }
+    }
+}

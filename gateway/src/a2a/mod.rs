@@ -60,16 +60,27 @@ async fn agent_card(
     OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let mut base = request_origin(&headers, &uri, &state.config.listen);
-    base.push_str(&state.config.base_path());
+    // A signed card names the public URL only, never the request's origin.
+    let signing = state
+        .card_signer
+        .as_ref()
+        .zip(crate::card_signing::CardSigner::card_base(&state.config));
+    let base = match &signing {
+        Some((_, base)) => base.clone(),
+        None => {
+            let mut base = request_origin(&headers, &uri, &state.config.listen);
+            base.push_str(&state.config.base_path());
+            base
+        }
+    };
     let snapshot = crate::admit::entrypoints(&state).await?;
+    // Built (and signed) once per listing: the signatures are in the bytes the ETag hashes.
     let card = snapshot.document(Document::A2aCard, &base, |entrypoints| {
-        serde_json::to_vec(&card::build(
-            &state.config,
-            &base,
-            entrypoints,
-            state.push.is_some(),
-        ))
+        let card = card::build(&state.config, &base, entrypoints, state.push.is_some());
+        match &signing {
+            Some((signer, _)) => card::signable(&card).and_then(|card| signer.sign(&card)),
+            None => serde_json::to_vec(&card),
+        }
         .map_err(|err| {
             tracing::error!(error = %err, "the A2A card did not serialize");
             ApiError::internal()

@@ -1,7 +1,8 @@
 //! Discovery, for programs and for people:
 //!
 //! - `GET /.well-known/agent-card.json` (canonical) and `GET /.well-known/agent.json` (legacy):
-//!   the Agent Card ([`manifest`]);
+//!   the Agent Card ([`manifest`]), signed with `--card-signing-key-file` ([`crate::card_signing`]);
+//! - `GET /.well-known/jwks.json`: the public keys of those signatures (404 when unsigned);
 //! - `GET /entrypoints`: `{"items":[{key, description, streaming}]}`;
 //! - `GET /openapi.json`: an OpenAPI 3.1 description of every route ([`openapi`]);
 //! - `GET /` and `GET /favicon.svg`: a landing page ([`landing`]).
@@ -22,12 +23,13 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, Uri, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::Response;
 use axum::routing::get;
 use serde::Serialize;
 use store::registry::WorkerRegistry;
 
+use crate::card_signing::{CardSigner, JWKS_PATH};
 use crate::catalog::{Catalog, Document, Snapshot};
 use crate::config::GatewayConfig;
 use crate::error::ApiError;
@@ -43,6 +45,7 @@ pub struct Discovery {
     config: Arc<GatewayConfig>,
     registry: Arc<dyn WorkerRegistry>,
     catalog: Arc<Catalog>,
+    signer: Option<Arc<CardSigner>>,
 }
 
 impl Discovery {
@@ -51,6 +54,7 @@ impl Discovery {
             config: state.config.clone(),
             registry: state.registry.clone(),
             catalog: state.catalog.clone(),
+            signer: state.card_signer.clone(),
         }
     }
 
@@ -65,6 +69,7 @@ pub fn router<S: Clone + Send + Sync + 'static>(state: &AppState) -> Router<S> {
     Router::new()
         .route("/.well-known/agent-card.json", get(agent_card))
         .route("/.well-known/agent.json", get(agent_card))
+        .route(JWKS_PATH, get(jwks))
         .route("/entrypoints", get(entrypoints))
         .route("/openapi.json", get(openapi_document))
         .route("/", get(landing_page))
@@ -81,16 +86,37 @@ async fn agent_card(
 ) -> Result<Response, ApiError> {
     let (parts, _) = request.into_parts();
     let (headers, uri) = (&parts.headers, &parts.uri);
-    let base = base_url(&state, headers, uri);
+    // A signed card names the public URL only, never the request's origin.
+    let signing = state
+        .signer
+        .as_ref()
+        .zip(CardSigner::card_base(&state.config));
+    let base = match &signing {
+        Some((_, base)) => base.clone(),
+        None => base_url(&state, headers, uri),
+    };
     let snapshot = state.snapshot().await?;
+    // Built (and signed) once per listing: the signatures are in the bytes the ETag hashes.
     let card = snapshot.document(Document::Card, &base, |entrypoints| {
-        to_json(&manifest::AgentCard::build(
-            &state.config,
-            &base,
-            entrypoints,
-        ))
+        let card = manifest::AgentCard::build(&state.config, &base, entrypoints);
+        match &signing {
+            Some((signer, _)) => signer.sign(&card).map_err(|err| {
+                tracing::error!(error = %err, "the agent card did not serialize");
+                ApiError::internal()
+            }),
+            None => to_json(&card),
+        }
     })?;
     Ok(cached(headers, JSON, &card))
+}
+
+/// The public keys of the card's signatures; 404 when cards are not signed.
+async fn jwks(State(state): State<Discovery>, request: Request) -> Response {
+    use axum::response::IntoResponse;
+    match &state.signer {
+        Some(signer) => cached(request.headers(), JSON, signer.jwks()),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
 }
 
 /// Upstream lists only key, description and streaming here; schemas and prices are in the card.

@@ -175,6 +175,18 @@ fn discovery_paths() -> Value {
     json!({
         "/.well-known/agent-card.json": {"get": card},
         "/.well-known/agent.json": {"get": legacy_card},
+        "/.well-known/jwks.json": {"get": {
+            "tags": ["discovery"],
+            "operationId": "getCardSigningKeys",
+            "summary": "Public keys of the card's signatures (JWK Set)",
+            "description": "With CARD_SIGNING_KEY_FILE: the ES256 keys whose kid the card's \
+                signatures name (A2A v1.0 section 8.4). Carries an ETag.",
+            "responses": {
+                "200": {"description": "The JWK Set", "content": {"application/json": {"schema": {"type": "object"}}}},
+                "304": {"description": "Unchanged since the ETag in If-None-Match"},
+                "404": {"description": "Cards are not signed"}
+            }
+        }},
         "/entrypoints": {"get": {
             "tags": ["discovery"],
             "operationId": "listEntrypoints",
