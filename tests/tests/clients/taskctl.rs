@@ -420,3 +420,58 @@ async fn a_dropped_send_prints_the_keys_to_reconcile_with() -> TestResult {
     assert!(!String::from_utf8_lossy(&out.stderr).contains(token));
     Ok(())
 }
+
+/// Interop of the two halves of card signing: `taskctl card --verify` (the client's trust
+/// policy, `serde_jcs`) accepts a card our gateway signed (`CARD_SIGNING_KEY_FILE`,
+/// `serde_json_canonicalizer`) with the keys of the gateway's own JWKS, and refuses it under a
+/// pinned JWKS that does not hold the signing key.
+#[tokio::test(flavor = "multi_thread")]
+async fn taskctl_verifies_the_card_our_gateway_signed() -> TestResult {
+    use base64::Engine;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use harness::process::ServiceProcess;
+
+    let dir = tempfile::tempdir()?;
+    let keys = dir.path().join("card-keys.json");
+    let d = URL_SAFE_NO_PAD.encode([7u8; 32]);
+    std::fs::write(
+        &keys,
+        format!(r#"{{"keys":[{{"kty":"EC","crv":"P-256","kid":"interop","d":"{d}"}}]}}"#),
+    )?;
+    let port = free_port()?;
+    let origin = format!("http://127.0.0.1:{port}");
+    let gateway = ServiceProcess::start(
+        "gateway",
+        "signing",
+        &[],
+        &[
+            ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
+            ("PUBLIC_URL", origin.clone()),
+            ("CARD_SIGNING_KEY_FILE", keys.display().to_string()),
+        ],
+    )?;
+    harness::cluster::wait_healthy(&gateway, &origin).await?;
+
+    let verified = taskctl(&["card", &origin, "--verify", "--json"], &[]).await?;
+    assert!(
+        verified.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verified.stderr)
+    );
+    assert_eq!(one(&verified)?["verified"]["kid"], "interop");
+
+    // A pinned JWKS without the signing key: the same card is refused.
+    let other = dir.path().join("other-jwks.json");
+    let jwks: Value = reqwest::get(format!("{origin}/.well-known/jwks.json"))
+        .await?
+        .json()
+        .await?;
+    let mut foreign = jwks.clone();
+    foreign["keys"][0]["kid"] = Value::from("someone-else");
+    std::fs::write(&other, serde_json::to_vec(&foreign)?)?;
+    let other = other.display().to_string();
+    let refused = taskctl(&["card", &origin, "--verify", "--jwks", &other], &[]).await?;
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("signature"));
+    Ok(())
+}
