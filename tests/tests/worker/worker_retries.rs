@@ -57,13 +57,16 @@ impl Client {
         })
     }
 
-    /// Queues a `fail` task with `input` and follows it from its first event.
+    /// Queues a `fail` task with `input` and follows it from its first event: created and
+    /// subscribed in one step (`create_watched` listens first), so that a run finishing at
+    /// once cannot end between the two.
     async fn create(&self, id: &str, input: Value) -> TestResult<Subscription> {
         let owner = self.token.owner_hash();
-        self.store
-            .create(NewTask {
+        let (_, sub) = self
+            .store
+            .create_watched(NewTask {
                 task_id: id.to_owned(),
-                owner: owner.clone(),
+                owner,
                 invocation: Invocation {
                     entrypoint: "fail".to_owned(),
                     input,
@@ -77,8 +80,7 @@ impl Client {
                 source: None,
             })
             .await?;
-        let sub = self.store.subscribe(id, &owner, Some(0)).await?;
-        Ok(sub.ok_or("own task not visible")?)
+        Ok(sub)
     }
 
     async fn stored(&self, id: &str) -> TestResult<StoredTask> {
@@ -130,7 +132,10 @@ async fn a_task_out_of_retries_fails_with_the_handlers_code() -> TestResult {
     let client = Client::new(&cluster).await?;
     let input = json!({"code": "upstream_busy", "message": "still busy", "retryable": true});
     let mut sub = client.create("retry-out", input).await?;
-    assert_eq!(ended(&mut sub).await?, "error", "{}", cluster.logs());
+    let end = ended(&mut sub)
+        .await
+        .map_err(|err| format!("{err}\n{}", cluster.logs()))?;
+    assert_eq!(end, "error", "{}", cluster.logs());
     let stored = client.stored("retry-out").await?;
     assert_eq!(stored.task.status, TaskStatus::Failed);
     let error = stored.task.error.ok_or("no error")?;
@@ -158,7 +163,10 @@ async fn a_task_out_of_retries_fails_with_the_handlers_code() -> TestResult {
 
     // A failure not marked retryable fails at once, and its task reads as upstream's.
     let mut sub = client.create("no-retry", json!({"code": "plain"})).await?;
-    assert_eq!(ended(&mut sub).await?, "error");
+    let end = ended(&mut sub)
+        .await
+        .map_err(|err| format!("{err}\n{}", cluster.logs()))?;
+    assert_eq!(end, "error");
     let stored = client.stored("no-retry").await?;
     assert_eq!((stored.attempt, stored.retries), (1, 0));
     let shown: Value = cluster
