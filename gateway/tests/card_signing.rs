@@ -328,3 +328,49 @@ async fn the_official_python_sdk_verifies_the_signed_card_per_the_spec() -> Test
     );
     Ok(())
 }
+
+/// `tests/js/a2a_sdk_card_signature.mjs`: the official JavaScript SDK (`@a2a-js/sdk`, pinned in
+/// tests/js and installed by `scripts/a2a-js-sdk`) and `jose` verify the served A2A card per the
+/// spec, and the SDK's `verifyAgentCardSignature` differs only by dropping empty members, as
+/// the Python SDK's does (see docs/a2a.md).
+#[tokio::test]
+async fn the_official_javascript_sdk_verifies_the_signed_card_per_the_spec() -> TestResult {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let public = format!("http://{}", listener.local_addr()?);
+    let file = key_file("javascript", &[("old", 7), ("new", 9)])?;
+    let gateway = start(&[
+        "--public-url",
+        &public,
+        "--card-signing-key-file",
+        file.to_str().ok_or("path")?,
+    ])
+    .await?;
+    let server = tokio::spawn(
+        axum::serve(listener, gateway.app.clone())
+            .with_graceful_shutdown(gateway.shutdown.clone().cancelled_owned())
+            .into_future(),
+    );
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/js/a2a_sdk_card_signature.mjs");
+    let run = tokio::process::Command::new(std::env::var_os("NODE").unwrap_or("node".into()))
+        .arg(script)
+        .arg(format!("{public}/a2a/.well-known/agent-card.json"))
+        .arg(format!("{public}/.well-known/jwks.json"))
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .map_err(|_| "the SDK check did not finish")?
+        .map_err(|err| format!("cannot run node ({err}): Node.js 20 or later is needed"))?;
+    gateway.shutdown.cancel();
+    server.await??;
+    std::fs::remove_file(file)?;
+    assert!(
+        output.status.success() && output.stdout.starts_with(b"ok"),
+        "{}\n{}\nrun `bash scripts/a2a-js-sdk` if @a2a-js/sdk is missing",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(())
+}
