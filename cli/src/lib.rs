@@ -251,8 +251,7 @@ pub struct GlobalArgs {
         long,
         global = true,
         value_name = "FILE",
-        env = "TASKCTL_JWKS",
-        requires = "verify"
+        env = "TASKCTL_JWKS"
     )]
     pub jwks: Option<std::path::PathBuf>,
     /// A key id whose signatures never verify (a revoked key); repeatable, or comma-separated
@@ -262,10 +261,57 @@ pub struct GlobalArgs {
         global = true,
         value_name = "KID",
         env = "TASKCTL_REVOKED_KID",
-        value_delimiter = ',',
-        requires = "verify"
+        value_delimiter = ','
     )]
     pub revoked_kids: Vec<String>,
+}
+
+impl Cli {
+    /// Parses `args` (the program name first), then checks what clap's `requires` cannot: a
+    /// global flag given before the subcommand is not seen by the subcommand's checks, so
+    /// `--verify card URL --jwks F` would be refused.
+    pub fn try_parse_checked<I, T>(args: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        use clap::CommandFactory;
+        let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+        let mut cli = Cli::try_parse_from(args.iter().cloned())?;
+        // clap keeps a global flag's values from the last place it was given (before or after
+        // the subcommand) and drops the others: a revoked kid must never be dropped.
+        let named = revoked_kids_named(&args);
+        if !named.is_empty() {
+            cli.global.revoked_kids = named;
+        }
+        let global = &cli.global;
+        if !global.verify && (global.jwks.is_some() || !global.revoked_kids.is_empty()) {
+            return Err(Cli::command().error(
+                clap::error::ErrorKind::MissingRequiredArgument,
+                "--jwks and --revoked-kid need --verify (or TASKCTL_VERIFY=1)",
+            ));
+        }
+        Ok(cli)
+    }
+}
+
+/// Every `--revoked-kid KID` and `--revoked-kid=KID` on the command line (comma-separated
+/// lists split), up to a `--`.
+fn revoked_kids_named(args: &[std::ffi::OsString]) -> Vec<String> {
+    let mut named = Vec::new();
+    let mut args = args.iter().skip(1).map(|arg| arg.to_str());
+    while let Some(arg) = args.next() {
+        let value = match arg {
+            Some("--") => break,
+            Some("--revoked-kid") => args.next().flatten(),
+            Some(arg) => arg.strip_prefix("--revoked-kid="),
+            None => None,
+        };
+        if let Some(value) = value {
+            named.extend(value.split(',').map(str::to_owned));
+        }
+    }
+    named
 }
 
 impl GlobalArgs {
@@ -341,7 +387,7 @@ impl Context {
 
 /// Parses the command line, runs the command and returns the exit code.
 pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse_checked(std::env::args_os()) {
         Ok(cli) => cli,
         Err(error) => {
             let _ = error.print();
