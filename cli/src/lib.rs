@@ -38,8 +38,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use client::{
-    Client, ClientError, ClientOptions, Jwks, KeySource, TaskCreationError, TrustPolicy,
-    UrlPolicy, Verify,
+    Client, ClientError, ClientOptions, Jwks, KeySource, TaskCreationError, TrustPolicy, UrlPolicy,
+    Verify,
 };
 use serde_json::{Value, json};
 
@@ -247,12 +247,7 @@ pub struct GlobalArgs {
     )]
     pub verify: bool,
     /// The trusted keys (a JWKS file), pinned instead of fetched from the card's origin.
-    #[arg(
-        long,
-        global = true,
-        value_name = "FILE",
-        env = "TASKCTL_JWKS"
-    )]
+    #[arg(long, global = true, value_name = "FILE", env = "TASKCTL_JWKS")]
     pub jwks: Option<std::path::PathBuf>,
     /// A key id whose signatures never verify (a revoked key); repeatable, or comma-separated
     /// in TASKCTL_REVOKED_KID.

@@ -1,6 +1,5 @@
 //! Command-line parsing, table-driven through `try_parse_from`.
 
-use clap::Parser;
 use clap::error::ErrorKind;
 
 use super::*;
@@ -19,8 +18,14 @@ fn accepted_command_lines() {
             "card",
         ),
         (&["--output", "human", "card", "http://a"], "card"),
-        (&["--verify", "card", "http://a", "--revoked-kid", "k1"], "card"),
-        (&["--jwks", "k.json", "card", "http://a", "--verify"], "card"),
+        (
+            &["--verify", "card", "http://a", "--revoked-kid", "k1"],
+            "card",
+        ),
+        (
+            &["--jwks", "k.json", "card", "http://a", "--verify"],
+            "card",
+        ),
         (
             &["get", "http://a", "t", "--verify", "--jwks", "k.json"],
             "get",
@@ -402,13 +407,22 @@ fn verify_flags_are_global() {
     assert!(global.verify);
     assert_eq!(global.revoked_kids, ["a", "b", "c"]);
     let trust = global.trust().ok();
-    assert!(trust.is_some_and(|trust| trust.verify == client::Verify::Required
-        && trust.revoked == ["a", "b", "c"]));
+    assert!(trust.is_some_and(
+        |trust| trust.verify == client::Verify::Required && trust.revoked == ["a", "b", "c"]
+    ));
     // A --jwks file that cannot be read is a usage error.
-    let Some(Cli { global, .. }) = parse(&["--verify", "--jwks", "/nonexistent/k.json", "card", "http://a"]).ok()
-    else {
+    let Some(Cli { global, .. }) = parse(&[
+        "--verify",
+        "--jwks",
+        "/nonexistent/k.json",
+        "card",
+        "http://a",
+    ])
+    .ok() else {
         panic!("card did not parse");
     };
-    assert_eq!(global.trust().err().map(|failure| failure.exit), Some(Exit::Usage));
+    assert_eq!(
+        global.trust().err().map(|failure| failure.exit),
+        Some(Exit::Usage)
+    );
 }
-

@@ -186,7 +186,15 @@ async fn a_revoked_kid_is_refused() -> TestResult {
     let out = taskctl(&["card", &origin, "--verify", "--revoked-kid", "k0"], &[]).await?;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let out = taskctl(
-        &["--revoked-kid", "k0", "--revoked-kid", "k1", "--verify", "card", &origin],
+        &[
+            "--revoked-kid",
+            "k0",
+            "--revoked-kid",
+            "k1",
+            "--verify",
+            "card",
+            &origin,
+        ],
         &[],
     )
     .await?;

@@ -166,10 +166,8 @@ impl CardSigner {
         let set = self.current();
         let live = set.live(now);
         let mut cached = set.jwks.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((kept, built)) = &*cached {
-            if *kept == live {
-                return built.clone();
-            }
+        if let Some((_, built)) = cached.as_ref().filter(|(kept, _)| *kept == live) {
+            return built.clone();
         }
         let public: Vec<&Value> = live.iter().map(|&index| &set.keys[index].public).collect();
         // A Vec of JSON values always serializes.
@@ -200,7 +198,11 @@ impl CardSigner {
         self.sign_at(card, now())
     }
 
-    fn sign_at(&self, card: &impl serde::Serialize, now: f64) -> Result<Vec<u8>, serde_json::Error> {
+    fn sign_at(
+        &self,
+        card: &impl serde::Serialize,
+        now: f64,
+    ) -> Result<Vec<u8>, serde_json::Error> {
         let mut card = serde_json::to_value(card)?;
         let Some(object) = card.as_object_mut() else {
             return serde_json::to_vec(&card);
@@ -210,7 +212,9 @@ impl CardSigner {
         let live = set.live(now);
         if live.is_empty() {
             if !set.none_live_logged.swap(true, Ordering::Relaxed) {
-                tracing::error!("every card signing key has expired: the cards are served unsigned");
+                tracing::error!(
+                    "every card signing key has expired: the cards are served unsigned"
+                );
             }
             return serde_json::to_vec(&card);
         }

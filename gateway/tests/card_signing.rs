@@ -21,8 +21,8 @@ use http_body_util::BodyExt;
 use p256::EncodedPoint;
 use p256::ecdsa::signature::Verifier;
 use p256::ecdsa::{Signature, SigningKey, VerifyingKey};
-use sighup::RunningGateway;
 use serde_json::{Value, json};
+use sighup::RunningGateway;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
@@ -403,7 +403,10 @@ async fn sighup_rotates_the_keys_of_a_running_gateway() -> TestResult {
         *before = etag;
     }
 
-    std::fs::write(&file, serde_json::to_vec(&json!({"keys": [ed_jwk("b", 5)]}))?)?;
+    std::fs::write(
+        &file,
+        serde_json::to_vec(&json!({"keys": [ed_jwk("b", 5)]}))?,
+    )?;
     gateway.hangup()?;
     let keys = gateway.jwks_with(&["b"]).await?;
     for (path, before) in CARDS.into_iter().zip(&etags) {
@@ -417,7 +420,11 @@ async fn sighup_rotates_the_keys_of_a_running_gateway() -> TestResult {
     gateway.hangup()?;
     let log = gateway.log_with("the previous keys stay in use").await?;
     assert!(!log.contains(&secret), "{log}");
-    assert_eq!(log.matches("the previous keys stay in use").count(), 1, "{log}");
+    assert_eq!(
+        log.matches("the previous keys stay in use").count(),
+        1,
+        "{log}"
+    );
     gateway.jwks_with(&["b"]).await?;
     std::fs::remove_file(file)?;
     Ok(())

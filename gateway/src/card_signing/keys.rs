@@ -80,7 +80,11 @@ pub(super) fn parse(text: &[u8]) -> Result<Vec<Key>, KeyFileError> {
     let mut keys: Vec<Key> = Vec::with_capacity(set.keys.len());
     for (index, jwk) in set.keys.into_iter().enumerate() {
         let bad = |why| KeyFileError::Key(index, why);
-        let kid = jwk.kid.clone().filter(|kid| !kid.is_empty()).ok_or(bad("no kid"))?;
+        let kid = jwk
+            .kid
+            .clone()
+            .filter(|kid| !kid.is_empty())
+            .ok_or(bad("no kid"))?;
         if keys.iter().any(|key| key.kid == kid) {
             return Err(KeyFileError::DuplicateKid(kid));
         }
@@ -107,7 +111,9 @@ pub(super) fn parse(text: &[u8]) -> Result<Vec<Key>, KeyFileError> {
             }
         };
         if jwk.alg.as_deref().is_some_and(|given| given != alg) {
-            return Err(bad("the alg does not match the key type (ES256 for P-256, EdDSA for Ed25519)"));
+            return Err(bad(
+                "the alg does not match the key type (ES256 for P-256, EdDSA for Ed25519)",
+            ));
         }
         public["kid"] = json!(kid);
         public["alg"] = json!(alg);
@@ -130,8 +136,7 @@ pub(super) fn parse(text: &[u8]) -> Result<Vec<Key>, KeyFileError> {
 type Parsed = (&'static str, Signing, Value);
 
 fn es256(jwk: &PrivateJwk, d: &[u8]) -> Result<Parsed, &'static str> {
-    let signing =
-        p256::ecdsa::SigningKey::from_slice(d).map_err(|_| "d is not a P-256 scalar")?;
+    let signing = p256::ecdsa::SigningKey::from_slice(d).map_err(|_| "d is not a P-256 scalar")?;
     let point = signing.verifying_key().to_encoded_point(false);
     let (Some(x), Some(y)) = (point.x(), point.y()) else {
         return Err("no public point");

@@ -24,8 +24,7 @@ fn a_signature_verifies_over_the_jcs_bytes_without_signatures()
         entry["protected"].as_str().ok_or("protected")?,
         B64.encode(r#"{"a":"é","b":1}"#)
     );
-    let signature =
-        Signature::from_slice(&B64.decode(entry["signature"].as_str().ok_or("sig")?)?)?;
+    let signature = Signature::from_slice(&B64.decode(entry["signature"].as_str().ok_or("sig")?)?)?;
     let signing =
         SigningKey::from_slice(&B64.decode("870MB6gfuTJ4HtUnUvYMyJpr5eUZNP4Bk43bVdj3eAE")?)?;
     VerifyingKey::from(&signing).verify(input.as_bytes(), &signature)?;
@@ -163,7 +162,14 @@ fn the_canonicalizer_gives_rfc_8785_appendix_b_numbers() -> TestResult {
 /// float field holding one serializes as `null`).
 #[test]
 fn what_jcs_cannot_express_is_refused_before_it() {
-    for text in [r#""\ud800""#, r#"{"a":"\udc00x"}"#, "NaN", "Infinity", "-Infinity", "[1e999]"] {
+    for text in [
+        r#""\ud800""#,
+        r#"{"a":"\udc00x"}"#,
+        "NaN",
+        "Infinity",
+        "-Infinity",
+        "[1e999]",
+    ] {
         assert!(serde_json::from_str::<Value>(text).is_err(), "{text}");
     }
     assert!(serde_json::Number::from_f64(f64::NAN).is_none());
@@ -190,16 +196,18 @@ fn headers(signed: &[u8]) -> Result<Vec<(String, String)>, Box<dyn std::error::E
     let card: Value = serde_json::from_slice(signed)?;
     let mut found = Vec::new();
     let mut unsigned = card.clone();
-    unsigned.as_object_mut().map(|card| card.remove("signatures"));
+    unsigned
+        .as_object_mut()
+        .map(|card| card.remove("signatures"));
     let payload = B64.encode(serde_json_canonicalizer::to_vec(&unsigned)?);
     for entry in card["signatures"].as_array().into_iter().flatten() {
         let protected = entry["protected"].as_str().ok_or("protected")?;
         let header: Value = serde_json::from_slice(&B64.decode(protected)?)?;
         let alg = header["alg"].as_str().ok_or("alg")?.to_owned();
         if alg == "EdDSA" {
-            let signature = ed25519_dalek::Signature::from_slice(&B64.decode(
-                entry["signature"].as_str().ok_or("signature")?,
-            )?)?;
+            let signature = ed25519_dalek::Signature::from_slice(
+                &B64.decode(entry["signature"].as_str().ok_or("signature")?)?,
+            )?;
             ed25519_dalek::SigningKey::from_bytes(&ED_SEED)
                 .verifying_key()
                 .verify_strict(format!("{protected}.{payload}").as_bytes(), &signature)?;
@@ -297,7 +305,10 @@ fn a_reload_swaps_the_keys_and_a_bad_file_keeps_them() -> TestResult {
     let card = json!({"name": "x"});
     let first_key = signer.cache_key("https://a.example");
     let first_jwks = signer.jwks();
-    std::fs::write(&path, json!({"keys": [ec_jwk("a"), ed_jwk("b")]}).to_string())?;
+    std::fs::write(
+        &path,
+        json!({"keys": [ec_jwk("a"), ed_jwk("b")]}).to_string(),
+    )?;
     assert_eq!(signer.reload()?, 2);
     assert_eq!(headers(&signer.sign(&card)?)?.len(), 2);
     let second_key = signer.cache_key("https://a.example");
@@ -310,7 +321,11 @@ fn a_reload_swaps_the_keys_and_a_bad_file_keeps_them() -> TestResult {
         "{\"keys\": \"c2VjcmV0c2VjcmV0\"",
     ] {
         std::fs::write(&path, bad)?;
-        let err = signer.reload().err().ok_or("a bad file was accepted")?.to_string();
+        let err = signer
+            .reload()
+            .err()
+            .ok_or("a bad file was accepted")?
+            .to_string();
         assert!(
             !err.contains("12345678901") && !err.contains("c2VjcmV0"),
             "{err}"

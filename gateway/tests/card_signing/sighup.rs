@@ -111,7 +111,8 @@ impl RunningGateway {
             .lines()
             .find_map(|line| {
                 let (name, value) = line.split_once(':')?;
-                name.eq_ignore_ascii_case("etag").then(|| value.trim().to_owned())
+                name.eq_ignore_ascii_case("etag")
+                    .then(|| value.trim().to_owned())
             })
             .unwrap_or_default();
         // Fixed-length documents: the body is what follows the headers.
@@ -126,7 +127,11 @@ impl RunningGateway {
         loop {
             if let Ok((200, _, body)) = self.get("/.well-known/jwks.json").await {
                 let keys = public_keys(&body)?;
-                if keys.iter().map(|(kid, _)| kid.as_str()).eq(kids.iter().copied()) {
+                if keys
+                    .iter()
+                    .map(|(kid, _)| kid.as_str())
+                    .eq(kids.iter().copied())
+                {
                     return Ok(keys);
                 }
                 last = String::from_utf8_lossy(&body).into_owned();

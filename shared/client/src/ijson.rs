@@ -87,7 +87,12 @@ mod tests {
 
     #[test]
     fn duplicates_are_found_at_any_depth_and_through_escapes() {
-        for good in [r#"{"a":1,"b":{"a":2},"c":[{"a":1},{"a":2}]}"#, "[]", "1", r#""x""#] {
+        for good in [
+            r#"{"a":1,"b":{"a":2},"c":[{"a":1},{"a":2}]}"#,
+            "[]",
+            "1",
+            r#""x""#,
+        ] {
             assert_eq!(no_duplicate_members(good.as_bytes()), Ok(()), "{good}");
         }
         for bad in [

@@ -183,11 +183,9 @@ impl Client {
             // JSON naming a member twice is refused wherever it was found (I-JSON): the
             // verifier and a consumer could read different values of one signed card.
             if serde_json::from_slice::<serde::de::IgnoredAny>(&bytes).is_ok() {
-                ijson::no_duplicate_members(&bytes).map_err(|reason| {
-                    ClientError::InvalidCard {
-                        url: card::redacted(&candidate),
-                        reason,
-                    }
+                ijson::no_duplicate_members(&bytes).map_err(|reason| ClientError::InvalidCard {
+                    url: card::redacted(&candidate),
+                    reason,
                 })?;
             }
             let parsed: Result<(serde_json::Value, AgentCard), String> =

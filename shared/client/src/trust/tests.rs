@@ -9,8 +9,8 @@ use axum::body::{Body, Bytes};
 use axum::http::{StatusCode, Uri};
 use axum::response::Response;
 use futures::StreamExt;
-use p256::ecdsa::{Signature, SigningKey};
 use p256::ecdsa::signature::Signer;
+use p256::ecdsa::{Signature, SigningKey};
 use serde_json::json;
 
 use super::*;
