@@ -16,6 +16,10 @@
 //! `--json` (or `--output json`) prints one JSON document per result (per event for `stream`
 //! and `watch`), `--output human` forces text. Exit codes: [`Exit`].
 //!
+//! `--verify` (or `TASKCTL_VERIFY=1`) makes every command require a valid card signature,
+//! with the keys of `--jwks FILE` (`TASKCTL_JWKS`) or the card origin's JWKS, and
+//! `--revoked-kid KID` refused.
+//!
 //! Access tokens come from `--token`, `--token-file` or `TASK_ACCESS_TOKEN`, in that order.
 //! `send` without one generates a token and prints it (the only time taskctl prints a token).
 //!
@@ -33,7 +37,10 @@ pub mod token;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use client::{Client, ClientError, ClientOptions, TaskCreationError, UrlPolicy};
+use client::{
+    Client, ClientError, ClientOptions, Jwks, KeySource, TaskCreationError, TrustPolicy, UrlPolicy,
+    Verify,
+};
 use serde_json::{Value, json};
 
 pub use output::{Format, Output, OutputFormat};
@@ -228,6 +235,98 @@ pub struct GlobalArgs {
     /// Timeout in seconds for one request, invoke included (not for streams or --wait).
     #[arg(long, global = true, value_name = "SECS")]
     pub timeout: Option<u64>,
+    /// Every command fetches the card under a required signature (A2A §8.4, ES256 or
+    /// EdDSA): an unsigned card, or one signed by an unknown, expired or revoked key, stops it
+    /// (exit 1). Keys: --jwks, else the card origin's /.well-known/jwks.json.
+    #[arg(
+        long,
+        global = true,
+        env = "TASKCTL_VERIFY",
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::FalseyValueParser::new()
+    )]
+    pub verify: bool,
+    /// The trusted keys (a JWKS file), pinned instead of fetched from the card's origin.
+    #[arg(long, global = true, value_name = "FILE", env = "TASKCTL_JWKS")]
+    pub jwks: Option<std::path::PathBuf>,
+    /// A key id whose signatures never verify (a revoked key); repeatable, or comma-separated
+    /// in TASKCTL_REVOKED_KID.
+    #[arg(
+        long = "revoked-kid",
+        global = true,
+        value_name = "KID",
+        env = "TASKCTL_REVOKED_KID",
+        value_delimiter = ','
+    )]
+    pub revoked_kids: Vec<String>,
+}
+
+impl Cli {
+    /// Parses `args` (the program name first), then checks what clap's `requires` cannot: a
+    /// global flag given before the subcommand is not seen by the subcommand's checks, so
+    /// `--verify card URL --jwks F` would be refused.
+    pub fn try_parse_checked<I, T>(args: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        use clap::CommandFactory;
+        let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+        let mut cli = Cli::try_parse_from(args.iter().cloned())?;
+        // clap keeps a global flag's values from the last place it was given (before or after
+        // the subcommand) and drops the others: a revoked kid must never be dropped.
+        let named = revoked_kids_named(&args);
+        if !named.is_empty() {
+            cli.global.revoked_kids = named;
+        }
+        let global = &cli.global;
+        if !global.verify && (global.jwks.is_some() || !global.revoked_kids.is_empty()) {
+            return Err(Cli::command().error(
+                clap::error::ErrorKind::MissingRequiredArgument,
+                "--jwks and --revoked-kid need --verify (or TASKCTL_VERIFY=1)",
+            ));
+        }
+        Ok(cli)
+    }
+}
+
+/// Every `--revoked-kid KID` and `--revoked-kid=KID` on the command line (comma-separated
+/// lists split), up to a `--`.
+fn revoked_kids_named(args: &[std::ffi::OsString]) -> Vec<String> {
+    let mut named = Vec::new();
+    let mut args = args.iter().skip(1).map(|arg| arg.to_str());
+    while let Some(arg) = args.next() {
+        let value = match arg {
+            Some("--") => break,
+            Some("--revoked-kid") => args.next().flatten(),
+            Some(arg) => arg.strip_prefix("--revoked-kid="),
+            None => None,
+        };
+        if let Some(value) = value {
+            named.extend(value.split(',').map(str::to_owned));
+        }
+    }
+    named
+}
+
+impl GlobalArgs {
+    /// The trust policy --verify, --jwks and --revoked-kid ask for.
+    pub fn trust(&self) -> Result<TrustPolicy, Failure> {
+        if !self.verify {
+            return Ok(TrustPolicy::default());
+        }
+        let keys = match &self.jwks {
+            Some(path) => KeySource::Pinned(
+                Jwks::from_file(path).map_err(|err| Failure::usage(format!("--jwks: {err}")))?,
+            ),
+            None => KeySource::SameOrigin,
+        };
+        Ok(TrustPolicy {
+            verify: Verify::Required,
+            keys,
+            revoked: self.revoked_kids.clone(),
+        })
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -283,7 +382,7 @@ impl Context {
 
 /// Parses the command line, runs the command and returns the exit code.
 pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse_checked(std::env::args_os()) {
         Ok(cli) => cli,
         Err(error) => {
             let _ = error.print();
@@ -326,6 +425,13 @@ pub async fn run(cli: Cli) -> Exit {
         options.invoke_timeout = std::time::Duration::from_secs(secs);
         options.card_timeout = std::time::Duration::from_secs(secs);
     }
+    options.trust = match cli.global.trust() {
+        Ok(trust) => trust,
+        Err(failure) => {
+            output.failure(&failure);
+            return failure.exit;
+        }
+    };
     let client = match Client::new(options) {
         Ok(client) => client,
         Err(error) => {

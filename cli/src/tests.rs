@@ -1,12 +1,11 @@
 //! Command-line parsing, table-driven through `try_parse_from`.
 
-use clap::Parser;
 use clap::error::ErrorKind;
 
 use super::*;
 
 fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
-    Cli::try_parse_from(std::iter::once("taskctl").chain(args.iter().copied()))
+    Cli::try_parse_checked(std::iter::once("taskctl").chain(args.iter().copied()))
 }
 
 #[test]
@@ -19,6 +18,20 @@ fn accepted_command_lines() {
             "card",
         ),
         (&["--output", "human", "card", "http://a"], "card"),
+        (
+            &["--verify", "card", "http://a", "--revoked-kid", "k1"],
+            "card",
+        ),
+        (
+            &["--jwks", "k.json", "card", "http://a", "--verify"],
+            "card",
+        ),
+        (
+            &["get", "http://a", "t", "--verify", "--jwks", "k.json"],
+            "get",
+        ),
+        (&["--verify", "list", "http://a"], "list"),
+        (&["watch", "http://a", "t", "--verify"], "watch"),
         (&["invoke", "http://a", "echo"], "invoke"),
         (
             &[
@@ -164,6 +177,14 @@ fn refused_command_lines() {
         (
             &["card", "http://a", "--pay", "k"],
             ErrorKind::UnknownArgument,
+        ),
+        (
+            &["list", "http://a", "--revoked-kid", "k1"],
+            ErrorKind::MissingRequiredArgument,
+        ),
+        (
+            &["send", "http://a", "e", "{}", "--jwks", "k.json"],
+            ErrorKind::MissingRequiredArgument,
         ),
         (
             &["invoke", "http://a", "e", "--x402-version", "3"],
@@ -362,5 +383,46 @@ fn settlements_print_decoded() {
     assert!(
         pay::settlement_text(&garbled).is_some_and(|t| t.contains("does not decode")),
         "{garbled:?}"
+    );
+}
+
+#[test]
+fn verify_flags_are_global() {
+    // Given before and after the subcommand: clap keeps the last place only; taskctl all.
+    let cli = parse(&[
+        "--revoked-kid",
+        "a,b",
+        "send",
+        "http://a",
+        "e",
+        "{}",
+        "--verify",
+        "--revoked-kid",
+        "c",
+    ])
+    .ok();
+    let Some(Cli { global, .. }) = cli else {
+        panic!("send did not parse");
+    };
+    assert!(global.verify);
+    assert_eq!(global.revoked_kids, ["a", "b", "c"]);
+    let trust = global.trust().ok();
+    assert!(trust.is_some_and(
+        |trust| trust.verify == client::Verify::Required && trust.revoked == ["a", "b", "c"]
+    ));
+    // A --jwks file that cannot be read is a usage error.
+    let Some(Cli { global, .. }) = parse(&[
+        "--verify",
+        "--jwks",
+        "/nonexistent/k.json",
+        "card",
+        "http://a",
+    ])
+    .ok() else {
+        panic!("card did not parse");
+    };
+    assert_eq!(
+        global.trust().err().map(|failure| failure.exit),
+        Some(Exit::Usage)
     );
 }

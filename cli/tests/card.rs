@@ -1,5 +1,7 @@
 //! `taskctl card` against an in-process card server: `--verify` with the origin's JWKS or a
-//! pinned `--jwks` file, an unsigned card, and a card naming another origin (`--allow-origin`).
+//! pinned `--jwks` file, an unsigned card, a revoked kid, and a card naming another origin
+//! (`--allow-origin`); the global `--verify` (or `TASKCTL_VERIFY`) stopping every other
+//! command at the card.
 
 use std::path::PathBuf;
 use std::process::Output;
@@ -74,7 +76,12 @@ fn card_at(origin: &str) -> Value {
 
 async fn taskctl(args: &[&str], envs: &[(&str, &str)]) -> Result<Output, std::io::Error> {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_taskctl"));
-    command.args(args).env_remove("TASKCTL_ALLOW_ORIGIN");
+    command
+        .args(args)
+        .env_remove("TASKCTL_ALLOW_ORIGIN")
+        .env_remove("TASKCTL_VERIFY")
+        .env_remove("TASKCTL_JWKS")
+        .env_remove("TASKCTL_REVOKED_KID");
     for (name, value) in envs {
         command.env(name, value);
     }
@@ -168,5 +175,74 @@ async fn a_card_naming_another_origin_needs_allow_origin() -> TestResult {
     )
     .await?;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_revoked_kid_is_refused() -> TestResult {
+    let signer = SigningKey::from_slice(&[7; 32])?;
+    let jwks = json!({"keys": [jwk(&signer, "k1")]});
+    let origin = serve(|origin| sign(card_at(origin), &signer, "k1"), jwks).await?;
+    let out = taskctl(&["card", &origin, "--verify", "--revoked-kid", "k0"], &[]).await?;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = taskctl(
+        &[
+            "--revoked-kid",
+            "k0",
+            "--revoked-kid",
+            "k1",
+            "--verify",
+            "card",
+            &origin,
+        ],
+        &[],
+    )
+    .await?;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("revoked key \"k1\""),
+        "{}",
+        text(&out.stderr)
+    );
+    Ok(())
+}
+
+/// Every command that talks to an agent fetches its card first: with --verify (or
+/// TASKCTL_VERIFY=1) an unsigned card stops each one there, with one line saying why, before
+/// any task is touched.
+#[tokio::test]
+async fn every_command_verifies_the_card_when_asked() -> TestResult {
+    let unsigned = serve(|origin| Ok(card_at(origin)), json!({"keys": []})).await?;
+    let u = unsigned.as_str();
+    let commands: [&[&str]; 7] = [
+        &["send", u, "echo", "{}", "--token", "t0123456789abcdef"],
+        &["invoke", u, "echo"],
+        &["stream", u, "echo"],
+        &["get", u, "task-1", "--token", "t0123456789abcdef"],
+        &["list", u, "--token", "t0123456789abcdef"],
+        &["cancel", u, "task-1", "--token", "t0123456789abcdef"],
+        &["watch", u, "task-1", "--token", "t0123456789abcdef"],
+    ];
+    let refused = "taskctl: card signature refused: the card is not signed";
+    for command in commands {
+        let mut flagged = command.to_vec();
+        flagged.push("--verify");
+        for (args, envs) in [
+            (flagged.as_slice(), &[][..]),
+            (command, &[("TASKCTL_VERIFY", "1")][..]),
+        ] {
+            let out = taskctl(args, envs).await?;
+            let stderr = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+            assert!(stderr.starts_with(refused), "{args:?}: {stderr}");
+        }
+        // TASKCTL_VERIFY=0 is off: the command goes past the card (and fails later, here).
+        let out = taskctl(command, &[("TASKCTL_VERIFY", "0")]).await?;
+        assert!(
+            !text(&out.stderr).contains("signature"),
+            "{command:?}: {}",
+            text(&out.stderr)
+        );
+    }
     Ok(())
 }

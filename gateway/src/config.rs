@@ -24,9 +24,10 @@ pub struct GatewayConfig {
     #[arg(long, env = "PUBLIC_URL", value_parser = crate::http::origin::PublicUrl::parse)]
     pub public_url: Option<crate::http::origin::PublicUrl>,
 
-    /// Sign every Agent Card served (A2A v1.0 §8.4, ES256): a JWK Set file of private P-256
-    /// keys, each with a `kid`; one signature per key (two during a rotation). The public keys
-    /// are served at `/.well-known/jwks.json`. Needs --public-url: a signed card names it.
+    /// Sign every Agent Card served (A2A v1.0 §8.4): a JWK Set file of private P-256 (ES256)
+    /// and Ed25519 (EdDSA) keys, each with a `kid` and maybe an `exp`; one signature per live
+    /// key (two during a rotation). The public keys are served at `/.well-known/jwks.json`.
+    /// SIGHUP reads the file again. Needs --public-url: a signed card names it.
     #[arg(long, env = "CARD_SIGNING_KEY_FILE")]
     pub card_signing_key_file: Option<std::path::PathBuf>,
 

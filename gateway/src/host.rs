@@ -113,6 +113,12 @@ async fn serve_process(mut config: GatewayConfig, hosted: Hosted) -> anyhow::Res
     } else {
         embedded_state(&config, hosted, &shutdown, &background)?
     };
+    if let Some(signer) = &card_signer {
+        // SIGHUP reads the key file again: a rotation step without a restart.
+        let reload = crate::card_signing::reload_on_hangup(signer.clone(), shutdown.clone())
+            .context("cannot watch SIGHUP (card signing key reloads)")?;
+        background.spawn(reload);
+    }
     state.card_signer = card_signer;
     match crate::console::start(&state, &background) {
         Ok(true) => tracing::info!("operator console at {}/console", config.base_path()),

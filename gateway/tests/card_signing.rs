@@ -1,8 +1,9 @@
 //! Signed Agent Cards (A2A v1.0 §8.4): with a key file and a public URL, both card paths carry
-//! one ES256 JWS per key over the RFC 8785 bytes of the card without `signatures`, verifiable
-//! with the keys `/.well-known/jwks.json` serves; a tampered card verifies with none; without a
-//! key file nothing is signed; a key file without a public URL stops the gateway. Driven
-//! through `gateway::app` in embedded mode, and the real binary for the refusal.
+//! one JWS per key (ES256 for P-256, EdDSA for Ed25519) over the RFC 8785 bytes of the card
+//! without `signatures`, verifiable with the keys `/.well-known/jwks.json` serves; a tampered
+//! card verifies with none; without a key file nothing is signed; a key file without a public
+//! URL stops the gateway; SIGHUP rotates the keys of a running gateway. Driven through
+//! `gateway::app` in embedded mode, and the real binary for the refusal and the rotation.
 
 use std::error::Error;
 use std::path::PathBuf;
@@ -21,6 +22,7 @@ use p256::EncodedPoint;
 use p256::ecdsa::signature::Verifier;
 use p256::ecdsa::{Signature, SigningKey, VerifyingKey};
 use serde_json::{Value, json};
+use sighup::RunningGateway;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
@@ -46,12 +48,22 @@ fn private_jwk(kid: &str, byte: u8) -> TestResult<Value> {
     }))
 }
 
-/// Writes a JWK Set of `keys` to a file of this test's own.
+/// A private Ed25519 JWK (RFC 8037) for a fixed seed.
+fn ed_jwk(kid: &str, byte: u8) -> Value {
+    json!({"kty": "OKP", "crv": "Ed25519", "kid": kid, "d": B64.encode([byte; 32])})
+}
+
+/// Writes a JWK Set of P-256 `keys` to a file of this test's own.
 fn key_file(name: &str, keys: &[(&str, u8)]) -> TestResult<PathBuf> {
     let keys = keys
         .iter()
         .map(|(kid, byte)| private_jwk(kid, *byte))
         .collect::<TestResult<Vec<_>>>()?;
+    jwk_file(name, &keys)
+}
+
+/// Writes a JWK Set of `keys` (private JWKs) to a file of this test's own.
+fn jwk_file(name: &str, keys: &[Value]) -> TestResult<PathBuf> {
     let path =
         std::env::temp_dir().join(format!("card-signing-{}-{name}.json", std::process::id()));
     std::fs::write(&path, serde_json::to_vec(&json!({ "keys": keys }))?)?;
@@ -111,31 +123,47 @@ async fn get(app: &Router, path: &str) -> TestResult<(StatusCode, String, Vec<u8
     Ok((status, etag, body))
 }
 
+/// A served public key.
+enum Public {
+    Es256(VerifyingKey),
+    EdDsa(ed25519_dalek::VerifyingKey),
+}
+
 /// The served JWK Set as verifying keys by kid.
-async fn jwks(app: &Router) -> TestResult<Vec<(String, VerifyingKey)>> {
+async fn jwks(app: &Router) -> TestResult<Vec<(String, Public)>> {
     let (status, _, body) = get(app, "/.well-known/jwks.json").await?;
     assert_eq!(status, StatusCode::OK);
-    let set: Value = serde_json::from_slice(&body)?;
+    public_keys(&body)
+}
+
+fn public_keys(body: &[u8]) -> TestResult<Vec<(String, Public)>> {
+    let set: Value = serde_json::from_slice(body)?;
     let mut keys = Vec::new();
     for key in set["keys"].as_array().ok_or("keys")? {
         assert!(key.get("d").is_none(), "the JWKS shows a private key");
         let coordinate = |name: &str| -> TestResult<Vec<u8>> {
             Ok(B64.decode(key[name].as_str().ok_or("coordinate")?)?)
         };
-        let (x, y) = (coordinate("x")?, coordinate("y")?);
-        let point =
-            EncodedPoint::from_affine_coordinates(x.as_slice().into(), y.as_slice().into(), false);
-        keys.push((
-            key["kid"].as_str().ok_or("kid")?.to_owned(),
-            VerifyingKey::from_encoded_point(&point)?,
-        ));
+        let public = if key["kty"] == "OKP" {
+            let x: [u8; 32] = coordinate("x")?.try_into().map_err(|_| "x")?;
+            Public::EdDsa(ed25519_dalek::VerifyingKey::from_bytes(&x)?)
+        } else {
+            let (x, y) = (coordinate("x")?, coordinate("y")?);
+            let point = EncodedPoint::from_affine_coordinates(
+                x.as_slice().into(),
+                y.as_slice().into(),
+                false,
+            );
+            Public::Es256(VerifyingKey::from_encoded_point(&point)?)
+        };
+        keys.push((key["kid"].as_str().ok_or("kid")?.to_owned(), public));
     }
     Ok(keys)
 }
 
 /// The kids whose signature on `card` verifies (per §8.4: JCS of the card without
-/// `signatures`, detached payload).
-fn verified_kids(card: &Value, keys: &[(String, VerifyingKey)]) -> TestResult<Vec<String>> {
+/// `signatures`, detached payload), each with the algorithm of its key.
+fn verified_kids(card: &Value, keys: &[(String, Public)]) -> TestResult<Vec<String>> {
     let mut unsigned = card.clone();
     let signatures = unsigned
         .as_object_mut()
@@ -147,15 +175,26 @@ fn verified_kids(card: &Value, keys: &[(String, VerifyingKey)]) -> TestResult<Ve
     for entry in signatures.as_array().ok_or("signatures")? {
         let protected = entry["protected"].as_str().ok_or("protected")?;
         let header: Value = serde_json::from_slice(&B64.decode(protected)?)?;
-        assert_eq!(header["alg"], "ES256");
         let kid = header["kid"].as_str().ok_or("kid")?;
         let (_, key) = keys.iter().find(|(id, _)| id == kid).ok_or("unknown kid")?;
-        let signature =
-            Signature::from_slice(&B64.decode(entry["signature"].as_str().ok_or("sig")?)?)?;
-        if key
-            .verify(format!("{protected}.{payload}").as_bytes(), &signature)
-            .is_ok()
-        {
+        let raw = B64.decode(entry["signature"].as_str().ok_or("sig")?)?;
+        let input = format!("{protected}.{payload}");
+        let good = match key {
+            Public::Es256(key) => {
+                assert_eq!(header["alg"], "ES256");
+                key.verify(input.as_bytes(), &Signature::from_slice(&raw)?)
+                    .is_ok()
+            }
+            Public::EdDsa(key) => {
+                assert_eq!(header["alg"], "EdDSA");
+                key.verify_strict(
+                    input.as_bytes(),
+                    &ed25519_dalek::Signature::from_slice(&raw)?,
+                )
+                .is_ok()
+            }
+        };
+        if good {
             kids.push(kid.to_owned());
         }
     }
@@ -286,7 +325,8 @@ async fn the_official_python_sdk_verifies_the_signed_card_per_the_spec() -> Test
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let public = format!("http://{}", listener.local_addr()?);
-    let file = key_file("python", &[("old", 7), ("new", 9)])?;
+    // One ES256 key and one EdDSA key: PyJWT checks both.
+    let file = jwk_file("python", &[private_jwk("old", 7)?, ed_jwk("new", 5)])?;
     let gateway = start(&[
         "--public-url",
         &public,
@@ -321,7 +361,9 @@ async fn the_official_python_sdk_verifies_the_signed_card_per_the_spec() -> Test
     server.await??;
     std::fs::remove_file(file)?;
     assert!(
-        output.status.success() && output.stdout.starts_with(b"ok"),
+        output.status.success()
+            && output.stdout.starts_with(b"ok")
+            && String::from_utf8_lossy(&output.stdout).contains("algs: ES256 EdDSA"),
         "{}\n{}\nrun `bash scripts/a2a-sdk-venv` if PyJWT is missing (a2a-sdk[signing])",
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
@@ -337,7 +379,7 @@ async fn the_official_python_sdk_verifies_the_signed_card_per_the_spec() -> Test
 async fn the_official_javascript_sdk_verifies_the_signed_card_per_the_spec() -> TestResult {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let public = format!("http://{}", listener.local_addr()?);
-    let file = key_file("javascript", &[("old", 7), ("new", 9)])?;
+    let file = jwk_file("javascript", &[private_jwk("old", 7)?, ed_jwk("new", 5)])?;
     let gateway = start(&[
         "--public-url",
         &public,
@@ -372,5 +414,64 @@ async fn the_official_javascript_sdk_verifies_the_signed_card_per_the_spec() -> 
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
+    Ok(())
+}
+
+#[path = "card_signing/sighup.rs"]
+mod sighup;
+
+/// A rotation as docs/a2a.md describes it, on the real binary: key A; A and B (EdDSA) after a
+/// SIGHUP, both signing; B alone after another. Each step changes the JWKS, the cards'
+/// signatures and their ETags at once. An unusable file then keeps B and logs one error that
+/// shows nothing of the file.
+#[tokio::test]
+async fn sighup_rotates_the_keys_of_a_running_gateway() -> TestResult {
+    let file = key_file("sighup", &[("a", 7)])?;
+    let gateway = RunningGateway::start(&file, PUBLIC)?;
+    let keys = gateway.jwks_with(&["a"]).await?;
+    let mut etags = Vec::new();
+    for path in CARDS {
+        let (card, etag) = gateway.card(path).await?;
+        assert_eq!(verified_kids(&card, &keys)?, ["a"], "{path}");
+        etags.push(etag);
+    }
+
+    std::fs::write(
+        &file,
+        serde_json::to_vec(&json!({"keys": [private_jwk("a", 7)?, ed_jwk("b", 5)]}))?,
+    )?;
+    gateway.hangup()?;
+    let keys = gateway.jwks_with(&["a", "b"]).await?;
+    for (path, before) in CARDS.into_iter().zip(&mut etags) {
+        let (card, etag) = gateway.card(path).await?;
+        assert_eq!(verified_kids(&card, &keys)?, ["a", "b"], "{path}");
+        assert_ne!(&etag, before, "{path}");
+        *before = etag;
+    }
+
+    std::fs::write(
+        &file,
+        serde_json::to_vec(&json!({"keys": [ed_jwk("b", 5)]}))?,
+    )?;
+    gateway.hangup()?;
+    let keys = gateway.jwks_with(&["b"]).await?;
+    for (path, before) in CARDS.into_iter().zip(&etags) {
+        let (card, etag) = gateway.card(path).await?;
+        assert_eq!(verified_kids(&card, &keys)?, ["b"], "{path}");
+        assert_ne!(&etag, before, "{path}");
+    }
+
+    let secret = B64.encode([5; 32]);
+    std::fs::write(&file, format!("{{\"keys\": [{{\"d\": \"{secret}\"}}"))?;
+    gateway.hangup()?;
+    let log = gateway.log_with("the previous keys stay in use").await?;
+    assert!(!log.contains(&secret), "{log}");
+    assert_eq!(
+        log.matches("the previous keys stay in use").count(),
+        1,
+        "{log}"
+    );
+    gateway.jwks_with(&["b"]).await?;
+    std::fs::remove_file(file)?;
     Ok(())
 }

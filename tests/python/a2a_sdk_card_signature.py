@@ -4,8 +4,9 @@ Usage: python a2a_sdk_card_signature.py <card URL> <JWKS URL>
 
 1. The spec's verification (A2A v1.0 §8.4), with the SDK's own RFC 8785 canonicalizer
    (`a2a.utils._jcs.canonicalize`) over the card as served without `signatures`, and PyJWT
-   checking each ES256 JWS with the key its `kid` names in our JWKS: every signature verifies,
-   and none does on a tampered card.
+   checking each JWS with the key its `kid` names in our JWKS, under that key's own algorithm
+   (ES256 for P-256, EdDSA for Ed25519): every signature verifies, and none does on a tampered
+   card. Each algorithm present in the JWKS is named on stdout ("algs: ...").
 2. The SDK's `create_signature_verifier` refuses the same card, and only because it drops
    empty members before canonicalizing (docs/a2a.md, "The Python SDK disagrees"): its
    canonical bytes equal ours once the empty members are removed. Should a future SDK accept
@@ -48,7 +49,9 @@ def verified_kids(card, keys):
         header = jwt.get_unverified_header(f"{entry['protected']}.{payload}.{entry['signature']}")
         token = f"{entry['protected']}.{payload}.{entry['signature']}"
         try:
-            jwt.decode(token, key=keys[header["kid"]], algorithms=["ES256"])
+            key = keys[header["kid"]]
+            # The key's algorithm only: a header naming another one fails.
+            jwt.decode(token, key=key, algorithms=[key.algorithm_name])
         except jwt.PyJWTError:
             continue
         kids.append(header["kid"])
@@ -67,7 +70,7 @@ def main():
     assert verified_kids(tampered, keys) == [], "a tampered card verified"
 
     parsed = ParseDict(card, AgentCard())
-    verifier = create_signature_verifier(lambda kid, jku: keys[kid], ["ES256"])
+    verifier = create_signature_verifier(lambda kid, jku: keys[kid], ["ES256", "EdDSA"])
     try:
         verifier(parsed)
         raise AssertionError("the SDK verifier now accepts the card: update docs/a2a.md")
@@ -79,6 +82,7 @@ def main():
         "the SDK's canonical form differs from ours by more than empty members"
     )
     print("ok")
+    print("algs:", " ".join(sorted({key.algorithm_name for key in keys.values()})))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,7 @@
-//! `taskctl card URL [--verify [--jwks FILE]]`: the agent's card, and whether its signature
-//! verified.
+//! `taskctl card URL [--verify [--jwks FILE] [--revoked-kid KID]]`: the agent's card, and
+//! whether its signature verified (the flags are global: [`crate::GlobalArgs`]).
 
-use std::path::PathBuf;
-
-use client::{Client, Jwks, KeySource, TrustPolicy, Verification, Verify};
+use client::Verification;
 use serde_json::json;
 
 use crate::{CmdResult, Context, Failure};
@@ -12,35 +10,11 @@ use crate::{CmdResult, Context, Failure};
 pub struct Args {
     /// The agent's URL (its base URL, or the card's URL).
     pub url: String,
-    /// Require a valid signature (ES256, A2A §8.4); a card without one, or signed by an
-    /// unknown key, fails (exit 1). Keys: --jwks, else the card origin's
-    /// /.well-known/jwks.json.
-    #[arg(long)]
-    pub verify: bool,
-    /// The trusted keys (a JWKS file), pinned instead of fetched from the card's origin.
-    #[arg(long, value_name = "FILE", requires = "verify")]
-    pub jwks: Option<PathBuf>,
-}
-
-/// The client with the trust policy `--verify` and `--jwks` ask for.
-fn verifying_client(context: &Context, args: &Args) -> Result<Client, Failure> {
-    let keys = match &args.jwks {
-        Some(path) => KeySource::Pinned(
-            Jwks::from_file(path).map_err(|err| Failure::usage(format!("--jwks: {err}")))?,
-        ),
-        None => KeySource::SameOrigin,
-    };
-    let mut options = context.client.options().clone();
-    options.trust = TrustPolicy {
-        verify: Verify::Required,
-        keys,
-    };
-    Ok(Client::new(options)?)
 }
 
 pub async fn run(context: &Context, args: &Args) -> CmdResult {
     let output = &context.output;
-    if !args.verify {
+    if !context.global.verify {
         let card = context.card(&args.url).await?;
         if output.is_json() {
             output.json(&card);
@@ -48,9 +22,8 @@ pub async fn run(context: &Context, args: &Args) -> CmdResult {
         }
         return print(context, &card);
     }
-    let (card, verification) = verifying_client(context, args)?
-        .fetch_card_verified(&args.url)
-        .await?;
+    // The client holds the required trust policy of the global --verify.
+    let (card, verification) = context.client.fetch_card_verified(&args.url).await?;
     // Required verification either verifies or fails: anything else is not a pass.
     let Verification::Verified { kid } = verification else {
         return Err(Failure::from(client::ClientError::Signature(

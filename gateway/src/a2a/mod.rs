@@ -74,8 +74,13 @@ async fn agent_card(
         }
     };
     let snapshot = crate::admit::entrypoints(&state).await?;
-    // Built (and signed) once per listing: the signatures are in the bytes the ETag hashes.
-    let card = snapshot.document(Document::A2aCard, &base, |entrypoints| {
+    // Built (and signed) once per listing and set of live keys: the signatures are in the
+    // bytes the ETag hashes.
+    let key = match &signing {
+        Some((signer, _)) => signer.cache_key(&base),
+        None => base.clone(),
+    };
+    let card = snapshot.document(Document::A2aCard, &key, |entrypoints| {
         let card = card::build(&state.config, &base, entrypoints, state.push.is_some());
         match &signing {
             Some((signer, _)) => card::signable(&card).and_then(|card| signer.sign(&card)),

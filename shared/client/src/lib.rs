@@ -53,6 +53,7 @@
 
 pub mod card;
 pub mod error;
+pub mod ijson;
 pub mod invoke;
 pub mod pay;
 pub mod sse;
@@ -179,6 +180,14 @@ impl Client {
                 return Err(ClientError::remote(status.as_u16(), body));
             }
             let bytes = read_limited(response, self.options.max_card_bytes).await?;
+            // JSON naming a member twice is refused wherever it was found (I-JSON): the
+            // verifier and a consumer could read different values of one signed card.
+            if serde_json::from_slice::<serde::de::IgnoredAny>(&bytes).is_ok() {
+                ijson::no_duplicate_members(&bytes).map_err(|reason| ClientError::InvalidCard {
+                    url: card::redacted(&candidate),
+                    reason,
+                })?;
+            }
             let parsed: Result<(serde_json::Value, AgentCard), String> =
                 serde_json::from_slice::<serde_json::Value>(&bytes)
                     .map_err(|err| err.to_string())
@@ -237,7 +246,12 @@ impl Client {
                 &fetched
             }
         };
-        Ok(trust::verify_card(raw, keys, required)?)
+        let check = trust::Check {
+            required,
+            revoked: &trust.revoked,
+            now: trust::now(),
+        };
+        Ok(trust::verify_card_with(raw, keys, &check)?)
     }
 
     /// `/.well-known/jwks.json` at the card's origin (64 KiB at most).

@@ -96,8 +96,13 @@ async fn agent_card(
         None => base_url(&state, headers, uri),
     };
     let snapshot = state.snapshot().await?;
-    // Built (and signed) once per listing: the signatures are in the bytes the ETag hashes.
-    let card = snapshot.document(Document::Card, &base, |entrypoints| {
+    // Built (and signed) once per listing and set of live keys: the signatures are in the
+    // bytes the ETag hashes.
+    let key = match &signing {
+        Some((signer, _)) => signer.cache_key(&base),
+        None => base.clone(),
+    };
+    let card = snapshot.document(Document::Card, &key, |entrypoints| {
         let card = manifest::AgentCard::build(&state.config, &base, entrypoints);
         match &signing {
             Some((signer, _)) => signer.sign(&card).map_err(|err| {
@@ -114,7 +119,7 @@ async fn agent_card(
 async fn jwks(State(state): State<Discovery>, request: Request) -> Response {
     use axum::response::IntoResponse;
     match &state.signer {
-        Some(signer) => cached(request.headers(), JSON, signer.jwks()),
+        Some(signer) => cached(request.headers(), JSON, &signer.jwks()),
         None => StatusCode::NOT_FOUND.into_response(),
     }
 }

@@ -9,8 +9,8 @@ use axum::body::{Body, Bytes};
 use axum::http::{StatusCode, Uri};
 use axum::response::Response;
 use futures::StreamExt;
-use p256::ecdsa::SigningKey;
 use p256::ecdsa::signature::Signer;
+use p256::ecdsa::{Signature, SigningKey};
 use serde_json::json;
 
 use super::*;
@@ -103,6 +103,7 @@ fn required(keys: KeySource) -> TrustPolicy {
     TrustPolicy {
         verify: Verify::Required,
         keys,
+        revoked: Vec::new(),
     }
 }
 
@@ -231,6 +232,7 @@ async fn a_stripped_signature_is_refused_when_required() -> TestResult {
     let optional = TrustPolicy {
         verify: Verify::Optional,
         keys: KeySource::SameOrigin,
+        revoked: Vec::new(),
     };
     let (_, verification) = client(optional, UrlPolicy::default())?
         .fetch_card_verified(&origin)
@@ -312,5 +314,263 @@ fn a_key_under_a_trusted_kid_an_altered_card_and_alg_none_are_refused() -> TestR
         Err(SignatureError::UnsupportedAlg { alg: "none".into() })
     );
     assert_eq!(verify_card(&card, &keys, false), Ok(Verification::Unsigned));
+    Ok(())
+}
+
+/// One JWS entry over `card` (without `signatures`) with header `{alg, kid}`, signed by
+/// `sign` (which may be any key: the tests forge headers on purpose).
+fn entry(
+    card: &Value,
+    alg: &str,
+    kid: &str,
+    sign: impl FnOnce(&[u8]) -> Vec<u8>,
+) -> Result<Value, SignatureError> {
+    let protected = URL_SAFE_NO_PAD.encode(json!({"alg": alg, "kid": kid}).to_string());
+    let payload = canonical_payload(card)?;
+    let signature = sign(format!("{protected}.{payload}").as_bytes());
+    Ok(json!({"protected": protected, "signature": URL_SAFE_NO_PAD.encode(signature)}))
+}
+
+fn es256(key: &SigningKey) -> impl FnOnce(&[u8]) -> Vec<u8> + '_ {
+    move |input| {
+        let signature: Signature = key.sign(input);
+        signature.to_bytes().to_vec()
+    }
+}
+
+fn eddsa(key: &ed25519_dalek::SigningKey) -> impl FnOnce(&[u8]) -> Vec<u8> + '_ {
+    move |input| ed25519_dalek::Signer::sign(key, input).to_bytes().to_vec()
+}
+
+fn ed_jwk(key: &ed25519_dalek::SigningKey, kid: &str) -> Value {
+    json!({"kty": "OKP", "crv": "Ed25519", "kid": kid, "alg": "EdDSA",
+           "x": URL_SAFE_NO_PAD.encode(key.verifying_key().to_bytes())})
+}
+
+fn with_signatures(mut card: Value, entries: Vec<Value>) -> Value {
+    card["signatures"] = Value::Array(entries);
+    card
+}
+
+fn check(revoked: &[String], now: f64) -> Check<'_> {
+    Check {
+        required: true,
+        revoked,
+        now,
+    }
+}
+
+#[test]
+fn eddsa_verifies_and_each_key_takes_its_own_alg_only() -> TestResult {
+    let p256 = key(7)?;
+    let ed = ed25519_dalek::SigningKey::from_bytes(&[5; 32]);
+    let keys = Jwks::from_json(
+        json!({"keys": [jwk(&p256, "ec"), ed_jwk(&ed, "ed")]})
+            .to_string()
+            .as_bytes(),
+    )?;
+    let card = card_at("https://a.example");
+    let signed = with_signatures(card.clone(), vec![entry(&card, "EdDSA", "ed", eddsa(&ed))?]);
+    assert_eq!(
+        verify_card(&signed, &keys, true),
+        Ok(Verification::Verified { kid: "ed".into() })
+    );
+    let mut altered = signed.clone();
+    altered["name"] = json!("other");
+    assert_eq!(
+        verify_card(&altered, &keys, true),
+        Err(SignatureError::BadSignature { kid: "ed".into() })
+    );
+    // A header naming the other key type's algorithm is refused before any verification.
+    for (alg, kid) in [("ES256", "ed"), ("EdDSA", "ec")] {
+        let forged = with_signatures(card.clone(), vec![entry(&card, alg, kid, eddsa(&ed))?]);
+        assert_eq!(
+            verify_card(&forged, &keys, true),
+            Err(SignatureError::AlgMismatch {
+                kid: kid.into(),
+                alg: alg.into()
+            })
+        );
+    }
+    for alg in ["none", "HS256", "RS256", "Ed25519", ""] {
+        let other = with_signatures(card.clone(), vec![entry(&card, alg, "ed", eddsa(&ed))?]);
+        assert_eq!(
+            verify_card(&other, &keys, true),
+            Err(SignatureError::UnsupportedAlg { alg: alg.into() })
+        );
+    }
+    // Both kinds on one card (a rotation from ES256 to EdDSA).
+    let both = with_signatures(
+        card.clone(),
+        vec![
+            entry(&card, "ES256", "ec", es256(&p256))?,
+            entry(&card, "EdDSA", "ed", eddsa(&ed))?,
+        ],
+    );
+    assert_eq!(
+        verify_card(&both, &keys, true),
+        Ok(Verification::Verified { kid: "ec".into() })
+    );
+    // A JWK whose alg disagrees with its type is refused with the set.
+    let mut lying = ed_jwk(&ed, "ed");
+    lying["alg"] = json!("ES256");
+    assert!(Jwks::from_json(json!({"keys": [lying]}).to_string().as_bytes()).is_err());
+    Ok(())
+}
+
+#[test]
+fn expired_and_revoked_keys_never_verify() -> TestResult {
+    let old = key(7)?;
+    let new = ed25519_dalek::SigningKey::from_bytes(&[5; 32]);
+    let mut old_jwk = jwk(&old, "old");
+    old_jwk["exp"] = json!(1000);
+    let keys = Jwks::from_json(
+        json!({"keys": [old_jwk, ed_jwk(&new, "new")]})
+            .to_string()
+            .as_bytes(),
+    )?;
+    let card = card_at("https://a.example");
+    let by_old = entry(&card, "ES256", "old", es256(&old))?;
+    let by_new = entry(&card, "EdDSA", "new", eddsa(&new))?;
+    let old_only = with_signatures(card.clone(), vec![by_old.clone()]);
+    // Before exp it verifies; at and after exp it does not.
+    assert_eq!(
+        verify_card_with(&old_only, &keys, &check(&[], 999.5)),
+        Ok(Verification::Verified { kid: "old".into() })
+    );
+    for now in [1000.0, 5000.0] {
+        assert_eq!(
+            verify_card_with(&old_only, &keys, &check(&[], now)),
+            Err(SignatureError::ExpiredKey { kid: "old".into() })
+        );
+    }
+    assert_eq!(
+        verify_card(&old_only, &keys, false),
+        Err(SignatureError::ExpiredKey { kid: "old".into() })
+    );
+    let revoked = ["new".to_owned()];
+    let new_only = with_signatures(card.clone(), vec![by_new.clone()]);
+    assert_eq!(
+        verify_card_with(&new_only, &keys, &check(&revoked, 0.0)),
+        Err(SignatureError::RevokedKey { kid: "new".into() })
+    );
+    // A revoked kid is refused even when the key set does not know it.
+    let unknown = ["stranger".to_owned()];
+    let by_stranger = with_signatures(
+        card.clone(),
+        vec![entry(&card, "ES256", "stranger", es256(&key(9)?))?],
+    );
+    assert_eq!(
+        verify_card_with(&by_stranger, &keys, &check(&unknown, 0.0)),
+        Err(SignatureError::RevokedKey {
+            kid: "stranger".into()
+        })
+    );
+    // Only expired or revoked signatures, and a malformed one: refused, saying why.
+    let malformed = json!({"protected": "!!", "signature": "AA"});
+    let dead = with_signatures(card.clone(), vec![malformed.clone(), by_new.clone()]);
+    assert_eq!(
+        verify_card_with(&dead, &keys, &check(&revoked, 0.0)),
+        Err(SignatureError::RevokedKey { kid: "new".into() })
+    );
+    let dead = with_signatures(card.clone(), vec![by_old.clone(), malformed]);
+    assert_eq!(
+        verify_card_with(&dead, &keys, &check(&[], 2000.0)),
+        Err(SignatureError::ExpiredKey { kid: "old".into() })
+    );
+    // One good signature and one revoked: the good one carries the card.
+    let rotating = with_signatures(card.clone(), vec![by_new, by_old]);
+    let revoked_new = ["new".to_owned()];
+    assert_eq!(
+        verify_card_with(&rotating, &keys, &check(&revoked_new, 0.0)),
+        Ok(Verification::Verified { kid: "old".into() })
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_revoked_kid_in_the_policy_refuses_the_fetched_card() -> TestResult {
+    let signer = key(7)?;
+    let jwks = json!({"keys": [jwk(&signer, "k1")]});
+    let origin = serve(
+        |origin| Ok(sign(card_at(origin), &signer, "k1")?),
+        Some(jwks),
+    )
+    .await?;
+    let policy = TrustPolicy {
+        revoked: vec!["k1".into()],
+        ..required(KeySource::SameOrigin)
+    };
+    let refused = client(policy, UrlPolicy::default())?
+        .fetch_card(&origin)
+        .await;
+    assert!(
+        matches!(&refused, Err(ClientError::Signature(SignatureError::RevokedKey { kid })) if kid == "k1"),
+        "{refused:?}"
+    );
+    Ok(())
+}
+
+/// Serves `body` as the card at the well-known path of a free loopback port.
+async fn serve_text(
+    make: impl FnOnce(&str) -> Result<String, Box<dyn std::error::Error>>,
+) -> Result<String, Box<dyn std::error::Error>> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let origin = format!("http://{}", listener.local_addr()?);
+    let body = Arc::new(make(&origin)?);
+    let app = Router::new().fallback(move |uri: Uri| {
+        let body = Arc::clone(&body);
+        async move {
+            if uri.path() == CARD_PATH {
+                Response::builder()
+                    .header("content-type", "application/json")
+                    .body(Body::from(body.as_str().to_owned()))
+                    .unwrap_or_default()
+            } else {
+                Response::builder()
+                    .status(StatusCode::NOT_FOUND)
+                    .body(Body::empty())
+                    .unwrap_or_default()
+            }
+        }
+    });
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok(origin)
+}
+
+/// A validly signed card, then a second `url` member after the signed one: serde_json alone
+/// would keep the second, which the signature never covered. Refused (I-JSON), with or
+/// without verification, the card's own URL included; a JWKS with a duplicate too.
+#[tokio::test]
+async fn a_duplicate_member_after_the_signed_one_is_refused() -> TestResult {
+    let signer = key(7)?;
+    let keys = Jwks::from_json(json!({"keys": [jwk(&signer, "k1")]}).to_string().as_bytes())?;
+    let origin = serve_text(|origin| {
+        let signed = sign(card_at(origin), &signer, "k1")?.to_string();
+        let head = signed.strip_suffix('}').ok_or("not an object")?;
+        Ok(format!(r#"{head},"url":"{origin}/evil"}}"#))
+    })
+    .await?;
+    let pinned = TrustPolicy {
+        keys: KeySource::Pinned(keys),
+        ..required(KeySource::SameOrigin)
+    };
+    for trust in [TrustPolicy::default(), pinned] {
+        let client = client(trust, UrlPolicy::default())?;
+        for url in [origin.clone(), format!("{origin}{CARD_PATH}")] {
+            let refused = client.fetch_card(&url).await;
+            assert!(
+                matches!(&refused, Err(ClientError::InvalidCard { reason, .. }) if reason.contains("duplicate member name \"url\"")),
+                "{refused:?}"
+            );
+        }
+    }
+    let twice = r#"{"keys":[{"kty":"EC","crv":"P-256","kid":"a","kid":"b","x":"","y":""}]}"#;
+    assert!(matches!(
+        Jwks::from_json(twice.as_bytes()),
+        Err(SignatureError::Jwks(reason)) if reason.contains("duplicate")
+    ));
     Ok(())
 }
