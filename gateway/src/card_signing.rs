@@ -269,7 +269,7 @@ fn checked(text: &[u8]) -> Result<Vec<Key>, KeyFileError> {
 /// signal is watched from this call on (not from the future's first poll), so a SIGHUP sent
 /// once the gateway answers is never missed.
 pub fn reload_on_hangup(
-    signer: Arc<CardSigner>,
+    signer: Option<Arc<CardSigner>>,
     shutdown: CancellationToken,
 ) -> std::io::Result<impl Future<Output = ()> + Send + 'static> {
     use tokio::signal::unix::{SignalKind, signal};
@@ -282,6 +282,10 @@ pub fn reload_on_hangup(
                     if got.is_none() {
                         return;
                     }
+                    let Some(signer) = &signer else {
+                        tracing::info!("SIGHUP: no card signing key file to reload");
+                        continue;
+                    };
                     match signer.reload() {
                         Ok(keys) => tracing::info!(keys, "SIGHUP: card signing keys reloaded"),
                         Err(err) => tracing::error!(

@@ -113,12 +113,11 @@ async fn serve_process(mut config: GatewayConfig, hosted: Hosted) -> anyhow::Res
     } else {
         embedded_state(&config, hosted, &shutdown, &background)?
     };
-    if let Some(signer) = &card_signer {
-        // SIGHUP reads the key file again: a rotation step without a restart.
-        let reload = crate::card_signing::reload_on_hangup(signer.clone(), shutdown.clone())
-            .context("cannot watch SIGHUP (card signing key reloads)")?;
-        background.spawn(reload);
-    }
+    // SIGHUP reads the key file again: a rotation step without a restart. Watched with or
+    // without a key file, so that a reload sent to every process never stops a gateway.
+    let reload = crate::card_signing::reload_on_hangup(card_signer.clone(), shutdown.clone())
+        .context("cannot watch SIGHUP (card signing key reloads)")?;
+    background.spawn(reload);
     state.card_signer = card_signer;
     match crate::console::start(&state, &background) {
         Ok(true) => tracing::info!("operator console at {}/console", config.base_path()),

@@ -427,7 +427,7 @@ mod sighup;
 #[tokio::test]
 async fn sighup_rotates_the_keys_of_a_running_gateway() -> TestResult {
     let file = key_file("sighup", &[("a", 7)])?;
-    let gateway = RunningGateway::start(&file, PUBLIC)?;
+    let gateway = RunningGateway::start(Some(&file), PUBLIC)?;
     let keys = gateway.jwks_with(&["a"]).await?;
     let mut etags = Vec::new();
     for path in CARDS {
@@ -473,5 +473,20 @@ async fn sighup_rotates_the_keys_of_a_running_gateway() -> TestResult {
     );
     gateway.jwks_with(&["b"]).await?;
     std::fs::remove_file(file)?;
+    Ok(())
+}
+
+/// SIGHUP with no key file is answered with one log line: a reload sent to every process of a
+/// host never stops a gateway (the signal's default action would).
+#[tokio::test]
+async fn sighup_without_a_key_file_leaves_the_gateway_running() -> TestResult {
+    let mut gateway = RunningGateway::start(None, PUBLIC)?;
+    gateway.healthy().await?;
+    gateway.hangup()?;
+    gateway
+        .log_with("SIGHUP: no card signing key file to reload")
+        .await?;
+    assert!(!gateway.exited()?, "the gateway stopped on SIGHUP");
+    gateway.healthy().await?;
     Ok(())
 }

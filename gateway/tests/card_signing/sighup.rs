@@ -35,8 +35,9 @@ impl Drop for RunningGateway {
 }
 
 impl RunningGateway {
-    /// The binary with `CARD_SIGNING_KEY_FILE=key_file` and `PUBLIC_URL=public`.
-    pub fn start(key_file: &Path, public: &str) -> TestResult<RunningGateway> {
+    /// The binary with `CARD_SIGNING_KEY_FILE=key_file` (none when `None`) and
+    /// `PUBLIC_URL=public`.
+    pub fn start(key_file: Option<&Path>, public: &str) -> TestResult<RunningGateway> {
         // A free port: bound, noted, released (the gateway binds it right after).
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
@@ -47,9 +48,12 @@ impl RunningGateway {
             std::process::id()
         ));
         let out = std::fs::File::create(&log)?;
-        let child = Command::new(env!("CARGO_BIN_EXE_gateway"))
-            .env_clear()
-            .env("CARD_SIGNING_KEY_FILE", key_file)
+        let mut command = Command::new(env!("CARGO_BIN_EXE_gateway"));
+        command.env_clear();
+        if let Some(key_file) = key_file {
+            command.env("CARD_SIGNING_KEY_FILE", key_file);
+        }
+        let child = command
             .env("PUBLIC_URL", public)
             .env("LISTEN_ADDR", &address)
             .env("RUST_LOG", "info")
@@ -87,6 +91,25 @@ impl RunningGateway {
             }
             tokio::time::sleep(POLL).await;
         }
+    }
+
+    /// `GET /health` until it answers 200 (polled until the deadline: the binary starting).
+    pub async fn healthy(&self) -> TestResult {
+        let start = Instant::now();
+        loop {
+            if let Ok((200, _, _)) = self.get("/health").await {
+                return Ok(());
+            }
+            if start.elapsed() > DEADLINE {
+                return Err(format!("never healthy:\n{}", self.log_text()).into());
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Whether the process has exited.
+    pub fn exited(&mut self) -> TestResult<bool> {
+        Ok(self.child.try_wait()?.is_some())
     }
 
     /// GET `path`: status, ETag, body.

@@ -246,6 +246,9 @@ pub fn verify_card(
     )
 }
 
+/// The most signatures a card may carry: one per key in rotation is a handful.
+pub const MAX_SIGNATURES: usize = 16;
+
 /// Checks the signatures of `card` (its JSON as received) against `keys`. The card passes when
 /// one signature verifies; otherwise the most telling error is returned (a revoked or expired
 /// key before a bad signature, before an unknown key or algorithm, before a malformed entry).
@@ -264,6 +267,13 @@ pub fn verify_card_with(
             ));
         }
     };
+    if signatures.len() > MAX_SIGNATURES {
+        // Each one could cost a signature check: a card is not a way to make us burn CPU.
+        return Err(SignatureError::Malformed(format!(
+            "{} signatures (at most {MAX_SIGNATURES} are checked)",
+            signatures.len()
+        )));
+    }
     if signatures.is_empty() {
         return if check.required {
             Err(SignatureError::Missing)

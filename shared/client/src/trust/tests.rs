@@ -574,3 +574,24 @@ async fn a_duplicate_member_after_the_signed_one_is_refused() -> TestResult {
     ));
     Ok(())
 }
+
+#[test]
+fn a_card_with_more_signatures_than_the_bound_is_refused_unchecked() -> TestResult {
+    let trusted = key(7)?;
+    let keys = Jwks::from_json(
+        json!({"keys": [jwk(&trusted, "k1")]})
+            .to_string()
+            .as_bytes(),
+    )?;
+    let good = sign(card_at("https://a.example"), &trusted, "k1")?;
+    let one = good["signatures"][0].clone();
+    let mut flood = good.clone();
+    // Copies of a good signature, one more than the bound: refused before any is checked.
+    flood["signatures"] = Value::Array(vec![one; crate::trust::MAX_SIGNATURES + 1]);
+    assert!(matches!(
+        verify_card(&flood, &keys, true),
+        Err(SignatureError::Malformed(reason)) if reason.contains("at most")
+    ));
+    assert!(verify_card(&good, &keys, true).is_ok());
+    Ok(())
+}
