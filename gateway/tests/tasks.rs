@@ -484,6 +484,7 @@ fn entrypoint_with(input_schema: Value) -> EntrypointInfo {
         price: None,
         retry_safe: false,
         siwx: None,
+        private: false,
     }
 }
 
@@ -1319,6 +1320,7 @@ async fn paid_gateway_with(
             }),
             retry_safe: false,
             siwx: None,
+            private: false,
         }],
     };
     registry.heartbeat(&entry, Duration::from_secs(600)).await?;
@@ -1528,6 +1530,7 @@ async fn idle_gateway(config: GatewayConfig, store: Arc<dyn TaskStore>) -> TestR
             price: None,
             retry_safe: false,
             siwx: None,
+            private: false,
         }],
     };
     registry.heartbeat(&entry, Duration::from_secs(600)).await?;

@@ -83,6 +83,11 @@ pub struct EntrypointInfo {
     /// signed-in caller (auth-only). Absent: no SIWX.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub siwx: Option<SiwxPolicy>,
+    /// Private (`--private KEY`): listed on no public surface (cards, `/entrypoints`, OpenAPI)
+    /// and run only for members of the gateway (`--member-tokens-file`); anyone else is told
+    /// it does not exist. Absent (older workers) reads as public.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub private: bool,
 }
 
 /// An entrypoint's Sign-In-With-X policy.
