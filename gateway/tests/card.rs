@@ -675,7 +675,7 @@ async fn disagreeing_workers_show_the_highest_price() -> TestResult {
     );
     assert_eq!(card["payments"].as_array().map(Vec::len), Some(1));
     // What the card shows is what admission charges.
-    let admitted = gateway::admit::entrypoint(&gw.state, "paid")
+    let admitted = gateway::admit::entrypoint(&gw.state, gateway::members::Viewer::Public, "paid")
         .await
         .map_err(|err| format!("{err:?}"))?
         .and_then(|entrypoint| entrypoint.price);
