@@ -297,16 +297,21 @@ fn embedded_state(
             "embedded mode takes no payments (paid tasks need a durable store); PAY_TO and FACILITATOR_URL are ignored"
         );
     }
-    let entrypoints = hosted
+    let entrypoints = match hosted
         .entrypoints
         .unwrap_or_else(|| crate::embedded::builtins(config))
         .private(&config.worker_private)
-        .map_err(|unknown| {
-            anyhow::anyhow!(
-                "--worker-private names entrypoints the embedded worker does not host: {}",
+    {
+        Ok(entrypoints) => entrypoints,
+        Err(unknown) => {
+            // One line, no backtrace: an operator error (a typo must not leave it public).
+            eprintln!(
+                "gateway: --worker-private names entrypoints the embedded worker does not host: {}",
                 unknown.join(", ")
-            )
-        })?;
+            );
+            std::process::exit(2);
+        }
+    };
     let state =
         crate::embedded::start_hosting(config.clone(), entrypoints, shutdown.clone(), background);
     let limiter: Limiter = Arc::new(store::ratelimit::MemoryRateLimiter::default());
