@@ -292,17 +292,17 @@ async fn a_private_entrypoint_is_unknown_to_anyone_but_a_member() -> Res {
         );
 
         // A2A wants a token: without one every skill is refused alike, before any lookup.
-        let (private_status, private) =
-            members.rpc(token, "SendMessage", a2a_send(PRIVATE)).await?;
-        let (unknown_status, unknown) =
-            members.rpc(token, "SendMessage", a2a_send(UNKNOWN)).await?;
-        assert!(private.get("error").is_some(), "JSON-RPC {who}: {private}");
-        assert_eq!(private_status, unknown_status, "JSON-RPC {who}");
-        assert_eq!(
-            unnamed_json(&private["error"], PRIVATE)?,
-            unnamed_json(&unknown["error"], UNKNOWN)?,
-            "JSON-RPC {who}"
-        );
+        for method in ["SendMessage", "SendStreamingMessage"] {
+            let (private_status, private) = members.rpc(token, method, a2a_send(PRIVATE)).await?;
+            let (unknown_status, unknown) = members.rpc(token, method, a2a_send(UNKNOWN)).await?;
+            assert!(private.get("error").is_some(), "{method} {who}: {private}");
+            assert_eq!(private_status, unknown_status, "{method} {who}");
+            assert_eq!(
+                unnamed_json(&private["error"], PRIVATE)?,
+                unnamed_json(&unknown["error"], UNKNOWN)?,
+                "{method} {who}"
+            );
+        }
 
         let private = members
             .call(

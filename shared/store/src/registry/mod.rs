@@ -153,3 +153,26 @@ pub trait WorkerRegistry: Send + Sync + 'static {
     /// ask takes it at once instead of after the ttl); anyone else's lease stays.
     async fn release_reporter(&self, holder: &str) -> Result<(), StoreError>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn private_is_written_only_when_set_and_absent_reads_as_public() -> Result<(), serde_json::Error>
+    {
+        // An entry as a worker from before `--private` wrote it.
+        let older: EntrypointInfo = serde_json::from_value(serde_json::json!({
+            "key": "echo", "description": "", "inputSchema": {}, "outputSchema": {},
+            "streaming": false,
+        }))?;
+        assert!(!older.private);
+        assert!(serde_json::to_value(&older)?.get("private").is_none());
+        let private = EntrypointInfo {
+            private: true,
+            ..older
+        };
+        assert_eq!(serde_json::to_value(&private)?["private"], true);
+        Ok(())
+    }
+}
