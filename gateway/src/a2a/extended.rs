@@ -81,6 +81,18 @@ pub async fn card_bytes(
     })
 }
 
+/// What an unsigned extended card's URLs name on the HTTP bindings: the request's origin and
+/// the base path, as the public card's.
+pub fn request_base(
+    config: &crate::config::GatewayConfig,
+    headers: &HeaderMap,
+    uri: &axum::http::Uri,
+) -> String {
+    let mut base = crate::http::origin::request_origin(headers, uri, &config.listen);
+    base.push_str(&config.base_path());
+    base
+}
+
 /// The full card for `member`: every entrypoint, and the member extension.
 fn build(
     state: &AppState,

@@ -23,7 +23,6 @@ use serde_json::Value;
 use super::error::{A2aError, truncated};
 use super::service::{self, Caller, Refusal, Reply, push_config};
 use super::{caller, extended, version, wire};
-use crate::http::origin::request_origin;
 use crate::state::AppState;
 
 /// The longest string id echoed back.
@@ -141,11 +140,7 @@ async fn dispatch(caller: &Caller<'_>, id: JsonRpcId, method: &str, params: Valu
 
 /// The caller's extended card ([`super::extended`]), never stored by a cache.
 async fn extended_card(caller: &Caller<'_>, id: JsonRpcId) -> Response {
-    let base = || {
-        let mut base = request_origin(caller.headers, caller.uri, &caller.state.config.listen);
-        base.push_str(&caller.state.config.base_path());
-        base
-    };
+    let base = || extended::request_base(&caller.state.config, caller.headers, caller.uri);
     let card = extended::card_bytes(caller.state, caller.headers, base)
         .await
         .and_then(|card| extended::parsed::<Value>(&card));

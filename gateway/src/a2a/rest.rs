@@ -32,7 +32,6 @@ use super::error::{A2aError, truncated};
 use super::service::{self, Caller, Refusal, Reply, push_config};
 use super::{caller, extended, version, wire};
 use crate::http::client_address::Source;
-use crate::http::origin::request_origin;
 use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
@@ -334,11 +333,7 @@ async fn extended_card(
     if let Err(err) = caller(&state, &headers, &uri) {
         return err.to_rest();
     }
-    let base = || {
-        let mut base = request_origin(&headers, &uri, &state.config.listen);
-        base.push_str(&state.config.base_path());
-        base
-    };
+    let base = || extended::request_base(&state.config, &headers, &uri);
     match extended::card_bytes(&state, &headers, base).await {
         Ok(card) => extended::response(&card),
         Err(err) => err.to_rest(),
