@@ -20,6 +20,7 @@ use tracing::field::Empty;
 
 use crate::catalog::Snapshot;
 use crate::error::ApiError;
+use crate::members::Viewer;
 use crate::state::AppState;
 
 /// The entrypoint as the live workers advertise it (merged: the highest price any of them
@@ -32,12 +33,20 @@ use crate::state::AppState;
 /// entries have lapsed (a Redis failover that outlasted their TTL) has no memory of them yet
 /// (see [`crate::recent`]), and a client told "not found" would give up on a skill that is back
 /// within a heartbeat.
-pub async fn entrypoint(state: &AppState, key: &str) -> Result<Option<EntrypointInfo>, ApiError> {
+///
+/// The one lookup every route and binding admits through, so the one place that hides a
+/// private entrypoint (worker `--private`) from a `viewer` who is not a member: for it the
+/// entrypoint is `None`, exactly as one no worker hosts, so no answer tells the two apart.
+pub async fn entrypoint(
+    state: &AppState,
+    viewer: Viewer<'_>,
+    key: &str,
+) -> Result<Option<EntrypointInfo>, ApiError> {
     let found = state.catalog.entrypoint(&*state.registry, key).await?;
     if found.is_none() && !state.catalog.listed_any() {
         return Err(ApiError::no_workers_yet());
     }
-    Ok(found)
+    Ok(found.filter(|entrypoint| viewer.sees(entrypoint)))
 }
 
 /// The cached registry view for discovery: every entrypoint the live workers host, by key

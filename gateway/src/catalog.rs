@@ -34,6 +34,10 @@ use crate::recent::RecentEntrypoints;
 /// past this many, documents are built per request rather than cached.
 const MAX_DOCUMENTS: usize = 64;
 
+/// Extended cards kept per listing (one per member and origin; see
+/// [`Snapshot::member_document`]); past this many they are built (and signed) per request.
+const MAX_MEMBER_DOCUMENTS: usize = 256;
+
 /// A listing is taken again this often even when the version has not moved: a safety net for
 /// a registry written by workers that predate the version (their heartbeats move nothing).
 const RELIST_EVERY: Duration = Duration::from_secs(30);
@@ -73,8 +77,12 @@ pub struct Snapshot {
 /// One merged listing and the documents built from it.
 struct Entries {
     entrypoints: Vec<EntrypointInfo>,
+    /// The ones that are not private: all the public documents are built from.
+    public: Vec<EntrypointInfo>,
     /// By document, then origin (a nested map, so a lookup borrows the origin).
     documents: RwLock<HashMap<Document, HashMap<String, Arc<Built>>>>,
+    /// The extended cards, by member, then origin.
+    member_documents: RwLock<HashMap<String, HashMap<String, Arc<Built>>>>,
 }
 
 /// Which discovery document.
@@ -275,16 +283,29 @@ impl Catalog {
             Some(previous) if previous.entries.entrypoints == merged.entrypoints => {
                 previous.entries.clone()
             }
-            _ => Arc::new(Entries {
-                entrypoints: merged.entrypoints,
-                documents: RwLock::default(),
-            }),
+            _ => Arc::new(Entries::new(merged.entrypoints)),
         };
         Ok(Arc::new(Snapshot {
             version,
             listed: started,
             entries,
         }))
+    }
+}
+
+impl Entries {
+    fn new(entrypoints: Vec<EntrypointInfo>) -> Self {
+        let public = entrypoints
+            .iter()
+            .filter(|entrypoint| !entrypoint.private)
+            .cloned()
+            .collect();
+        Entries {
+            entrypoints,
+            public,
+            documents: RwLock::default(),
+            member_documents: RwLock::default(),
+        }
     }
 }
 
@@ -298,13 +319,26 @@ fn again(err: &StoreError) -> StoreError {
 }
 
 impl Snapshot {
-    /// Every entrypoint the live workers host, merged by key.
+    /// Every entrypoint the live workers host, merged by key, private ones included.
     pub fn entrypoints(&self) -> &[EntrypointInfo] {
         &self.entries.entrypoints
     }
 
-    /// Document `which` as seen from `origin`, built by `build` from the entrypoints the first
-    /// time it is asked for.
+    /// The entrypoints `viewer` may see: the public ones, and for a member the private ones
+    /// too.
+    pub fn visible<'a>(
+        &'a self,
+        viewer: crate::members::Viewer<'a>,
+    ) -> impl Iterator<Item = &'a EntrypointInfo> + 'a {
+        self.entries
+            .entrypoints
+            .iter()
+            .filter(move |entrypoint| viewer.sees(entrypoint))
+    }
+
+    /// Document `which` as seen from `origin`, built by `build` from the public entrypoints
+    /// (never a private one: every document kept here is public) the first time it is asked
+    /// for.
     pub fn document<E>(
         &self,
         which: Document,
@@ -320,11 +354,42 @@ impl Snapshot {
         {
             return Ok(built.clone());
         }
-        let built = Arc::new(Built::new(build(self.entrypoints())?));
+        let built = Arc::new(Built::new(build(&self.entries.public)?));
         let mut documents = documents.write().unwrap_or_else(PoisonError::into_inner);
         if documents.values().map(HashMap::len).sum::<usize>() < MAX_DOCUMENTS {
             documents
                 .entry(which)
+                .or_default()
+                .insert(origin.to_owned(), built.clone());
+        }
+        Ok(built)
+    }
+}
+
+impl Snapshot {
+    /// The extended card of `member` as seen from `origin`, built by `build` from every
+    /// entrypoint, private ones included, the first time it is asked for. Kept apart from the
+    /// public documents, so that members never crowd those out of the cache.
+    pub fn member_document<E>(
+        &self,
+        member: &str,
+        origin: &str,
+        build: impl FnOnce(&[EntrypointInfo]) -> Result<Vec<u8>, E>,
+    ) -> Result<Arc<Built>, E> {
+        let documents = &self.entries.member_documents;
+        if let Some(built) = documents
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(member)
+            .and_then(|by_origin| by_origin.get(origin))
+        {
+            return Ok(built.clone());
+        }
+        let built = Arc::new(Built::new(build(self.entrypoints())?));
+        let mut documents = documents.write().unwrap_or_else(PoisonError::into_inner);
+        if documents.values().map(HashMap::len).sum::<usize>() < MAX_MEMBER_DOCUMENTS {
+            documents
+                .entry(member.to_owned())
                 .or_default()
                 .insert(origin.to_owned(), built.clone());
         }
@@ -377,6 +442,7 @@ mod tests {
                     price: None,
                     retry_safe: false,
                     siwx: None,
+                    private: false,
                 })
                 .collect(),
         }
@@ -424,6 +490,39 @@ mod tests {
         assert_eq!(&second.body[..], b"echo,sleep");
         assert_ne!(second.etag, first.etag);
         assert_eq!(builds.get(), 2);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn public_documents_never_see_a_private_entrypoint() -> Result<(), StoreError> {
+        let catalog = Catalog::new(Duration::ZERO, LONG);
+        let registry = MemoryRegistry::new();
+        let mut entry = worker("w1", &["echo", "secret"]);
+        entry.entrypoints[1].private = true;
+        registry.heartbeat(&entry, LONG).await?;
+        let builds = Cell::new(0);
+        assert_eq!(&card(&catalog, &registry, &builds).await?.body[..], b"echo");
+        let snapshot = catalog.snapshot(&registry).await?;
+        let keys = |entrypoints: &[EntrypointInfo]| {
+            let keys: Vec<&str> = entrypoints.iter().map(|e| e.key.as_str()).collect();
+            Ok::<_, Infallible>(keys.join(",").into_bytes())
+        };
+        let extended = snapshot.member_document("alice", "http://a", keys);
+        let extended = extended.unwrap_or_else(|never| match never {});
+        assert_eq!(&extended.body[..], b"echo,secret");
+        // Admission finds it; whether the caller may run it is the admission's question.
+        assert!(catalog.entrypoint(&registry, "secret").await?.is_some());
+        let visible: Vec<&str> = snapshot
+            .visible(crate::members::Viewer::Public)
+            .map(|e| e.key.as_str())
+            .collect();
+        assert_eq!(visible, ["echo"]);
+        assert_eq!(
+            snapshot
+                .visible(crate::members::Viewer::Member("alice"))
+                .count(),
+            2
+        );
         Ok(())
     }
 

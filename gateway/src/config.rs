@@ -31,6 +31,14 @@ pub struct GatewayConfig {
     #[arg(long, env = "CARD_SIGNING_KEY_FILE")]
     pub card_signing_key_file: Option<std::path::PathBuf>,
 
+    /// Members: a file of `NAME SHA256HEX` lines, one per member (the hex SHA-256 of the
+    /// member's bearer token; `#` comments). A member runs the private entrypoints (worker
+    /// `--private`) and reads the A2A extended card, which the public card then announces
+    /// (`capabilities.extendedAgentCard`). At most 1 MiB and 10,000 members; read at start.
+    /// docs/a2a.md, The extended card and private entrypoints.
+    #[arg(long, env = "MEMBER_TOKENS_FILE")]
+    pub member_tokens_file: Option<std::path::PathBuf>,
+
     /// Without --public-url: take the security-relevant origin from `X-Forwarded-Host`,
     /// `X-Forwarded-Proto` and `Host`, as the card does. Only behind a proxy that overwrites
     /// those headers: a client sets them at will.
@@ -374,6 +382,18 @@ pub struct GatewayConfig {
         value_delimiter = ','
     )]
     pub worker_retry: Vec<worker::runtime::retry::RetrySpec>,
+
+    #[cfg(feature = "embedded")]
+    /// Embedded mode only: private entrypoints, as a worker's `--private`: run for members
+    /// (--member-tokens-file) only and listed on no public surface. Repeatable or comma
+    /// separated; a name the embedded worker does not host stops the gateway at start.
+    #[arg(
+        long,
+        env = "WORKER_PRIVATE",
+        value_name = "KEY",
+        value_delimiter = ','
+    )]
+    pub worker_private: Vec<String>,
 
     #[cfg(feature = "embedded")]
     /// Embedded mode only: retries of an entrypoint `--worker-retry` does not name.

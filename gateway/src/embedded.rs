@@ -87,6 +87,7 @@ pub fn start_hosting(
         push: None,
         // Set by the host from the config, which may refuse to start over it.
         card_signer: None,
+        members: None,
         config: Arc::new(config),
         shutdown,
     }

@@ -108,6 +108,20 @@ async fn serve_process(mut config: GatewayConfig, hosted: Hosted) -> anyhow::Res
             std::process::exit(2);
         }
     };
+    let members = match crate::members::Members::from_config(&config) {
+        Ok(members) => members.map(Arc::new),
+        Err(err) => {
+            // One line, no backtrace, no line content: an operator error, not a crash.
+            eprintln!("gateway: {err}");
+            std::process::exit(2);
+        }
+    };
+    if let Some(members) = &members {
+        tracing::info!(
+            members = members.len(),
+            "members read: the extended card is served"
+        );
+    }
     let (mut state, limiter) = if config.redis.configured() {
         cluster_state(&config, &shutdown, &background).await?
     } else {
@@ -119,6 +133,7 @@ async fn serve_process(mut config: GatewayConfig, hosted: Hosted) -> anyhow::Res
         .context("cannot watch SIGHUP (card signing key reloads)")?;
     background.spawn(reload);
     state.card_signer = card_signer;
+    state.members = members;
     match crate::console::start(&state, &background) {
         Ok(true) => tracing::info!("operator console at {}/console", config.base_path()),
         Ok(false) => {}
@@ -198,6 +213,7 @@ async fn cluster_state(
         store_memory,
         push,
         card_signer: None,
+        members: None,
         registry: Arc::new(store.registry()),
         idempotency: Arc::new(store::idempotency::RedisIdempotency::with_limits(
             &store,
@@ -286,9 +302,21 @@ fn embedded_state(
             "embedded mode takes no payments (paid tasks need a durable store); PAY_TO and FACILITATOR_URL are ignored"
         );
     }
-    let entrypoints = hosted
+    let entrypoints = match hosted
         .entrypoints
-        .unwrap_or_else(|| crate::embedded::builtins(config));
+        .unwrap_or_else(|| crate::embedded::builtins(config))
+        .private(&config.worker_private)
+    {
+        Ok(entrypoints) => entrypoints,
+        Err(unknown) => {
+            // One line, no backtrace: an operator error (a typo must not leave it public).
+            eprintln!(
+                "gateway: --worker-private names entrypoints the embedded worker does not host: {}",
+                unknown.join(", ")
+            );
+            std::process::exit(2);
+        }
+    };
     let state =
         crate::embedded::start_hosting(config.clone(), entrypoints, shutdown.clone(), background);
     let limiter: Limiter = Arc::new(store::ratelimit::MemoryRateLimiter::default());

@@ -19,6 +19,8 @@
 //! - [`catalog`]: the cached view of the worker registry and the documents built from it;
 //! - [`recent`]: entrypoints listed recently, admitted through a gap in the registry;
 //! - [`prices`]: one view of each entrypoint's terms across workers, and a route's price;
+//! - [`members`]: the callers `--member-tokens-file` lists, who see and run private
+//!   entrypoints;
 //! - [`admit`]: admission shared by task creation, invoke, stream and A2A messages;
 //! - [`pay`]: the payment gate of priced routes (x402, MPP, SIWX): challenge, credential,
 //!   durable admission;
@@ -60,6 +62,7 @@ pub mod error;
 pub mod extract;
 pub mod host;
 pub mod http;
+pub mod members;
 pub mod pay;
 pub mod prices;
 pub mod ratelimit;

@@ -83,6 +83,7 @@ mod tests {
             price: None,
             retry_safe: false,
             siwx: None,
+            private: false,
         }
     }
 

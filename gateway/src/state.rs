@@ -29,6 +29,16 @@ pub struct AppState {
     pub push: Option<Arc<crate::a2a::push::Push>>,
     /// Signs the cards when `--card-signing-key-file` is set ([`crate::card_signing`]).
     pub card_signer: Option<Arc<crate::card_signing::CardSigner>>,
+    /// The members of `--member-tokens-file` ([`crate::members`]); `None`: no members, no
+    /// extended card, and private entrypoints run for nobody.
+    pub members: Option<Arc<crate::members::Members>>,
     /// Cancelled when the gateway shuts down: long responses (SSE) end so the drain finishes.
     pub shutdown: tokio_util::sync::CancellationToken,
+}
+
+impl AppState {
+    /// Who the caller of a request with `headers` is, for private entrypoints.
+    pub fn viewer(&self, headers: &axum::http::HeaderMap) -> crate::members::Viewer<'_> {
+        crate::members::Viewer::of(self.members.as_deref(), headers)
+    }
 }

@@ -338,6 +338,7 @@ async fn the_card_follows_the_live_registry() -> TestResult {
             }),
             retry_safe: false,
             siwx: None,
+            private: false,
         }],
     };
     gw.state
@@ -547,6 +548,7 @@ fn priced_worker(worker_id: &str, key: &str, streaming: bool, amount: Option<&st
             }),
             retry_safe: false,
             siwx: None,
+            private: false,
         }],
     }
 }
@@ -673,7 +675,7 @@ async fn disagreeing_workers_show_the_highest_price() -> TestResult {
     );
     assert_eq!(card["payments"].as_array().map(Vec::len), Some(1));
     // What the card shows is what admission charges.
-    let admitted = gateway::admit::entrypoint(&gw.state, "paid")
+    let admitted = gateway::admit::entrypoint(&gw.state, gateway::members::Viewer::Public, "paid")
         .await
         .map_err(|err| format!("{err:?}"))?
         .and_then(|entrypoint| entrypoint.price);

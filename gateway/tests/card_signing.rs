@@ -422,13 +422,17 @@ mod sighup;
 
 /// A rotation as docs/a2a.md describes it, on the real binary: key A; A and B (EdDSA) after a
 /// SIGHUP, both signing; B alone after another. Each step changes the JWKS, the cards'
-/// signatures and their ETags at once. An unusable file then keeps B and logs one error that
+/// signatures (the member's extended card included) and their ETags at once. An unusable file then keeps B and logs one error that
 /// shows nothing of the file.
 #[tokio::test]
 async fn sighup_rotates_the_keys_of_a_running_gateway() -> TestResult {
     let file = key_file("sighup", &[("a", 7)])?;
     let gateway = RunningGateway::start(Some(&file), PUBLIC)?;
     let keys = gateway.jwks_with(&["a"]).await?;
+    assert_eq!(
+        verified_kids(&gateway.extended_card().await?, &keys)?,
+        ["a"]
+    );
     let mut etags = Vec::new();
     for path in CARDS {
         let (card, etag) = gateway.card(path).await?;
@@ -442,6 +446,10 @@ async fn sighup_rotates_the_keys_of_a_running_gateway() -> TestResult {
     )?;
     gateway.hangup()?;
     let keys = gateway.jwks_with(&["a", "b"]).await?;
+    assert_eq!(
+        verified_kids(&gateway.extended_card().await?, &keys)?,
+        ["a", "b"]
+    );
     for (path, before) in CARDS.into_iter().zip(&mut etags) {
         let (card, etag) = gateway.card(path).await?;
         assert_eq!(verified_kids(&card, &keys)?, ["a", "b"], "{path}");
@@ -455,6 +463,10 @@ async fn sighup_rotates_the_keys_of_a_running_gateway() -> TestResult {
     )?;
     gateway.hangup()?;
     let keys = gateway.jwks_with(&["b"]).await?;
+    assert_eq!(
+        verified_kids(&gateway.extended_card().await?, &keys)?,
+        ["b"]
+    );
     for (path, before) in CARDS.into_iter().zip(&etags) {
         let (card, etag) = gateway.card(path).await?;
         assert_eq!(verified_kids(&card, &keys)?, ["b"], "{path}");

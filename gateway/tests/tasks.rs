@@ -484,6 +484,7 @@ fn entrypoint_with(input_schema: Value) -> EntrypointInfo {
         price: None,
         retry_safe: false,
         siwx: None,
+        private: false,
     }
 }
 
@@ -1300,6 +1301,16 @@ async fn paid_gateway_with(
     store: Arc<dyn TaskStore>,
     payments: Option<Arc<Gate>>,
 ) -> TestResult<Gateway> {
+    priced_gateway(store, payments, None).await
+}
+
+/// [`paid_gateway_with`]; with `members`, `paid` is private (worker `--private`) and they are
+/// the gateway's members.
+async fn priced_gateway(
+    store: Arc<dyn TaskStore>,
+    payments: Option<Arc<Gate>>,
+    members: Option<Arc<gateway::members::Members>>,
+) -> TestResult<Gateway> {
     let registry = Arc::new(MemoryRegistry::new());
     let entry = WorkerEntry {
         worker_id: "paid-worker".into(),
@@ -1319,6 +1330,7 @@ async fn paid_gateway_with(
             }),
             retry_safe: false,
             siwx: None,
+            private: members.is_some(),
         }],
     };
     registry.heartbeat(&entry, Duration::from_secs(600)).await?;
@@ -1329,6 +1341,7 @@ async fn paid_gateway_with(
         store,
         registry,
         payments,
+        members,
         ..embedded
     };
     Ok(Gateway {
@@ -1406,6 +1419,14 @@ impl Facilitator for AcceptAll {
 
 /// `paid_gateway` over a store with `fault`, taking payments through [`AcceptAll`].
 async fn paying_gateway(fault: ReceiptFault) -> TestResult<Gateway> {
+    paying_gateway_for(fault, None).await
+}
+
+/// [`paying_gateway`], with `paid` private to `members` when given.
+async fn paying_gateway_for(
+    fault: ReceiptFault,
+    members: Option<Arc<gateway::members::Members>>,
+) -> TestResult<Gateway> {
     let store = Arc::new(ClaimsDurable(
         MemoryStore::new(MemoryStoreConfig::default()),
         fault,
@@ -1417,7 +1438,52 @@ async fn paying_gateway(fault: ReceiptFault) -> TestResult<Gateway> {
         Arc::new(MemoryCredentials::default()),
         &GatewayConfig::for_tests(),
     );
-    paid_gateway_with(store, Some(Arc::new(gate))).await
+    priced_gateway(store, Some(Arc::new(gate)), members).await
+}
+
+/// A priced private entrypoint: to a caller who is not a member, paying or not, it does not
+/// exist (404 on `POST /tasks` and invoke, never the 402 challenge that would reveal it and its
+/// price); a member is challenged as for any priced entrypoint.
+#[tokio::test]
+async fn a_private_priced_entrypoint_is_unknown_to_a_non_member_even_paying() -> TestResult {
+    let member = protocol::token::AccessToken::parse(TOKEN)?.owner_hash();
+    let members = gateway::members::Members::parse(&format!("alice {}", member.as_str()))?;
+    let gw = paying_gateway_for(ReceiptFault::None, Some(Arc::new(members))).await?;
+    let stranger = "a-stranger-token-of-enough-length";
+    let unknown = |skill: &str| json!({"error": {"code": "skill_not_found", "message": format!("Skill \"{skill}\" not found")}});
+    for token in [None, Some(stranger)] {
+        let reply = gw
+            .post_json("/tasks", token, &message("paid", "{}"))
+            .await?;
+        reply.expect_status(StatusCode::NOT_FOUND)?;
+        assert_eq!(reply.json()?, unknown("paid"));
+        // With a payment credential: still not found, before the gate reads it.
+        let mut paying = request(
+            Method::POST,
+            "/tasks",
+            token,
+            Body::from(message("paid", "{}").to_string()),
+        )?;
+        paying
+            .headers_mut()
+            .insert("payment-signature", "eyJ4NDAyVmVyc2lvbiI6Mn0".parse()?);
+        let reply = gw.send(paying).await?;
+        reply.expect_status(StatusCode::NOT_FOUND)?;
+        assert_eq!(reply.json()?, unknown("paid"));
+        let invoked = gw
+            .post_json("/entrypoints/paid/invoke", token, &json!({"input": {}}))
+            .await?;
+        let missing = gw
+            .post_json("/entrypoints/nosuch/invoke", token, &json!({"input": {}}))
+            .await?;
+        invoked.expect_status(StatusCode::NOT_FOUND)?;
+        assert_eq!(invoked.json()?, missing.json()?);
+    }
+    let challenged = gw
+        .post_json("/tasks", Some(TOKEN), &message("paid", "{}"))
+        .await?;
+    challenged.expect_status(StatusCode::PAYMENT_REQUIRED)?;
+    gw.stop().await
 }
 
 /// Sends a paid `POST /tasks` for `paid`: first unpaid for the challenge, then with a
@@ -1528,6 +1594,7 @@ async fn idle_gateway(config: GatewayConfig, store: Arc<dyn TaskStore>) -> TestR
             price: None,
             retry_safe: false,
             siwx: None,
+            private: false,
         }],
     };
     registry.heartbeat(&entry, Duration::from_secs(600)).await?;

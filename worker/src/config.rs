@@ -111,6 +111,19 @@ pub struct WorkerConfig {
     )]
     pub retry_safe: Vec<String>,
 
+    /// Private entrypoints: the gateway lists them on no public surface (cards,
+    /// `/entrypoints`, OpenAPI) and runs them only for its members (gateway
+    /// `--member-tokens-file`); anyone else is told they do not exist. Members see them in the
+    /// A2A extended card. Comma separated or repeated; a name this worker does not host stops
+    /// it at start.
+    #[arg(
+        long = "private",
+        env = "WORKER_PRIVATE",
+        value_name = "KEY",
+        value_delimiter = ','
+    )]
+    pub private: Vec<String>,
+
     /// Retries of an entrypoint whose handler fails retryably (a Rust handler's
     /// `HandlerError::transient`, a remote agent's transient failure), `KEY=N`: up to N more
     /// attempts, each after a backoff (docs/workers.md, Retries); after the last the task

@@ -26,6 +26,8 @@ pub struct Entrypoint {
     pub retry_safe: bool,
     /// Sign-In-With-X policy (see [`EntrypointInfo::siwx`]).
     pub siwx: Option<SiwxPolicy>,
+    /// Hidden from the public cards and run for members only (see [`EntrypointInfo::private`]).
+    pub private: bool,
     pub handler: Arc<dyn Handler>,
 }
 
@@ -45,6 +47,7 @@ impl Entrypoint {
             price: None,
             retry_safe: false,
             siwx: None,
+            private: false,
             handler: Arc::new(handler),
         }
     }
@@ -120,6 +123,7 @@ impl Entrypoint {
             price: self.price.clone(),
             retry_safe: self.retry_safe,
             siwx: self.siwx,
+            private: self.private,
         }
     }
 }
@@ -200,6 +204,22 @@ impl Entrypoints {
             }
         }
         if bad.is_empty() { Ok(self) } else { Err(bad) }
+    }
+
+    /// The same entrypoints with the named ones private (`--private`): the gateway lists them
+    /// on no public surface and runs them for its members only. Unknown names are returned as
+    /// the error (a typo must not leave an entrypoint silently public).
+    pub fn private(mut self, keys: &[String]) -> Result<Entrypoints, Vec<String>> {
+        let unknown = self.unknown(keys);
+        if !unknown.is_empty() {
+            return Err(unknown);
+        }
+        for key in keys {
+            if let Some(entrypoint) = self.by_key.get_mut(key) {
+                entrypoint.private = true;
+            }
+        }
+        Ok(self)
     }
 
     /// Only the named entrypoints; unknown names are returned as the error.

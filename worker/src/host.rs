@@ -264,7 +264,7 @@ async fn hosted(
     Ok((decorate(config, entrypoints, true)?, Some(agents)))
 }
 
-/// `entrypoints` declared retry-safe, Sign-In-With-X and priced as the flags say. `strict`
+/// `entrypoints` declared retry-safe, private, Sign-In-With-X and priced as the flags say. `strict`
 /// (at start): a flag naming an entrypoint not hosted is an error. Otherwise (a refreshed
 /// agent card) such names are skipped: the entrypoint may come back, and is priced again then.
 fn decorate(
@@ -295,6 +295,18 @@ fn decorate(
     let entrypoints = entrypoints.retry_safe(&retry_safe).map_err(|unknown| {
         format!(
             "--retry-safe names entrypoints this worker does not host: {}",
+            unknown.join(", ")
+        )
+    })?;
+    let private: Vec<String> = config
+        .private
+        .iter()
+        .filter(|key| hosted(key))
+        .cloned()
+        .collect();
+    let entrypoints = entrypoints.private(&private).map_err(|unknown| {
+        format!(
+            "--private names entrypoints this worker does not host: {}",
             unknown.join(", ")
         )
     })?;
@@ -385,5 +397,24 @@ mod tests {
         assert!(matches!(twice, Err(message) if message.contains("hosted twice")));
         let typo = hosted(&config(&["--retry-safe", "reserch"]), own("research")).await;
         assert!(matches!(typo, Err(message) if message.contains("reserch")));
+        let private = hosted(&config(&["--private", "reserch"]), own("research")).await;
+        assert!(matches!(private, Err(message) if message.contains("--private")));
+    }
+
+    #[tokio::test]
+    async fn private_marks_the_named_entrypoints_only() -> Result<(), String> {
+        let (hosted, _) = hosted(
+            &config(&["--entrypoints", "echo", "--private", "research"]),
+            own("research"),
+        )
+        .await?;
+        let infos = hosted.infos();
+        let private: Vec<&str> = infos
+            .iter()
+            .filter(|info| info.private)
+            .map(|info| info.key.as_str())
+            .collect();
+        assert_eq!(private, ["research"]);
+        Ok(())
     }
 }

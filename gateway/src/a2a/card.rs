@@ -17,11 +17,14 @@ use crate::config::GatewayConfig;
 use crate::http::interfaces::{a2a_jsonrpc_url as jsonrpc_url, a2a_rest_url as rest_url};
 
 /// The card for `entrypoints` as seen from `base_url` (`scheme://host` and the base path).
+/// `extended_card`: members are configured, so the extended card is served
+/// ([`super::extended`]).
 pub fn build(
     config: &GatewayConfig,
     base_url: &str,
     entrypoints: &[EntrypointInfo],
     push_notifications: bool,
+    extended_card: bool,
 ) -> AgentCard {
     let modes = |modes: &[&str]| {
         modes
@@ -38,7 +41,7 @@ pub fn build(
             streaming: Some(true),
             push_notifications: Some(push_notifications),
             extensions: None,
-            extended_agent_card: Some(false),
+            extended_agent_card: Some(extended_card),
         },
         default_input_modes: modes(service::INPUT_MODES),
         default_output_modes: modes(service::OUTPUT_MODES),

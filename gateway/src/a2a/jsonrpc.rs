@@ -22,7 +22,7 @@ use serde_json::Value;
 
 use super::error::{A2aError, truncated};
 use super::service::{self, Caller, Refusal, Reply, push_config};
-use super::{caller, version, wire};
+use super::{caller, extended, version, wire};
 use crate::state::AppState;
 
 /// The longest string id echoed back.
@@ -128,9 +128,7 @@ async fn dispatch(caller: &Caller<'_>, id: JsonRpcId, method: &str, params: Valu
             },
             Err(err) => answer_error(id, &err),
         },
-        methods::GET_EXTENDED_AGENT_CARD => {
-            answer_error(id, &A2aError::extended_card_not_configured())
-        }
+        methods::GET_EXTENDED_AGENT_CARD => extended_card(caller, id).await,
         methods::CREATE_PUSH_CONFIG
         | methods::GET_PUSH_CONFIG
         | methods::LIST_PUSH_CONFIGS
@@ -138,6 +136,17 @@ async fn dispatch(caller: &Caller<'_>, id: JsonRpcId, method: &str, params: Valu
         // `methods::is_valid` let only the spec's methods through.
         _ => answer_error(id, &A2aError::method_not_found(method)),
     }
+}
+
+/// The caller's extended card ([`super::extended`]), never stored by a cache.
+async fn extended_card(caller: &Caller<'_>, id: JsonRpcId) -> Response {
+    let base = || extended::request_base(&caller.state.config, caller.headers, caller.uri);
+    let card = extended::card_bytes(caller.state, caller.headers, base)
+        .await
+        .and_then(|card| extended::parsed::<Value>(&card));
+    let mut response = answer(id, card);
+    extended::no_store(response.headers_mut());
+    response
 }
 
 /// The push notification config methods.

@@ -5,7 +5,8 @@
 //! - `GET {base}/a2a/.well-known/agent-card.json`: the strict A2A card ([`card`]);
 //! - `POST {base}/a2a/jsonrpc`: the JSON-RPC 2.0 binding ([`jsonrpc`]);
 //! - `{base}/a2a/v1/...`: the HTTP+JSON binding ([`rest`]);
-//! - with `--grpc-listen`, the gRPC binding on a listener of its own ([`grpc`]).
+//! - with `--grpc-listen`, the gRPC binding on a listener of its own ([`grpc`]);
+//! - on each, with `--member-tokens-file`, the members' extended card ([`extended`]).
 //!
 //! All bindings run the same operations ([`service`]) on the runtime's tasks, mapped to and
 //! from A2A by [`mapping`]; every call names its protocol version ([`version`]) and its
@@ -18,6 +19,7 @@
 pub mod caller;
 pub mod card;
 pub mod error;
+pub mod extended;
 pub mod grpc;
 pub mod jsonrpc;
 pub mod mapping;
@@ -81,7 +83,13 @@ async fn agent_card(
         None => base.clone(),
     };
     let card = snapshot.document(Document::A2aCard, &key, |entrypoints| {
-        let card = card::build(&state.config, &base, entrypoints, state.push.is_some());
+        let card = card::build(
+            &state.config,
+            &base,
+            entrypoints,
+            state.push.is_some(),
+            state.members.is_some(),
+        );
         match &signing {
             Some((signer, _)) => card::signable(&card).and_then(|card| signer.sign(&card)),
             None => serde_json::to_vec(&card),

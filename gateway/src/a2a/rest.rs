@@ -4,7 +4,8 @@
 //! - `GET /tasks/{id}` (`?historyLength=`), `GET /tasks` (`?contextId=&status=&pageSize=
 //!   &pageToken=&historyLength=&statusTimestampAfter=&includeArtifacts=`);
 //! - `POST /tasks/{id}:cancel`, `GET|POST /tasks/{id}:subscribe` (SSE);
-//! - `GET /extendedAgentCard` (none: `ExtendedAgentCardNotConfiguredError`);
+//! - `GET /extendedAgentCard` (a member's, [`super::extended`]; without members
+//!   `ExtendedAgentCardNotConfiguredError`);
 //! - `POST|GET /tasks/{id}/pushNotificationConfigs` (create: the config is the body; list),
 //!   `GET|DELETE /tasks/{id}/pushNotificationConfigs/{configId}`.
 //!
@@ -29,7 +30,7 @@ use serde::de::DeserializeOwned;
 
 use super::error::{A2aError, truncated};
 use super::service::{self, Caller, Refusal, Reply, push_config};
-use super::{caller, version, wire};
+use super::{caller, extended, version, wire};
 use crate::http::client_address::Source;
 use crate::state::AppState;
 
@@ -323,13 +324,18 @@ async fn push_method(
     }
 }
 
+/// The caller's extended card ([`super::extended`]).
 async fn extended_card(
     State(state): State<AppState>,
     OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
 ) -> Response {
-    match caller(&state, &headers, &uri) {
-        Ok(_) => A2aError::extended_card_not_configured().to_rest(),
+    if let Err(err) = caller(&state, &headers, &uri) {
+        return err.to_rest();
+    }
+    let base = || extended::request_base(&state.config, &headers, &uri);
+    match extended::card_bytes(&state, &headers, base).await {
+        Ok(card) => extended::response(&card),
         Err(err) => err.to_rest(),
     }
 }

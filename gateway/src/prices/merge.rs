@@ -34,6 +34,9 @@
 //!   the default every gateway with payments can serve, and the one whose 402 offers sign-in.
 //!   A change of protocol, like `retry_safe`, takes effect once the last worker has it.
 //!
+//! - **Private** (`--private`): private when any worker hosting it says so (never exposed by a
+//!   host that was not told).
+//!
 //! Each distinct disagreement (a SIWX policy that cannot apply as declared included) is logged
 //! once, not on every request.
 
@@ -145,6 +148,9 @@ pub fn merge(workers: &[WorkerEntry]) -> Merged {
         );
         // Any worker that may run it must tolerate a second run, or nobody gets one.
         entrypoint.retry_safe = hosts.iter().all(|(_, hosted)| hosted.retry_safe);
+        // Hidden once any worker hides it: a rolling change to private takes effect with the
+        // first worker that has it, and a public host never exposes another's private one.
+        entrypoint.private = hosts.iter().any(|(_, hosted)| hosted.private);
         merged.entrypoints.push(entrypoint);
     }
     merged
@@ -466,6 +472,7 @@ mod tests {
             }),
             retry_safe: false,
             siwx: None,
+            private: false,
         }
     }
 
@@ -475,6 +482,21 @@ mod tests {
             stream: stream.map(Into::into),
             protocol: Default::default(),
         })
+    }
+
+    #[test]
+    fn one_private_host_hides_the_entrypoint() {
+        let hidden = EntrypointInfo {
+            private: true,
+            ..entrypoint("echo", None, None)
+        };
+        let merged = merge(&[
+            worker("a", vec![entrypoint("echo", None, None)]),
+            worker("b", vec![hidden]),
+            worker("c", vec![entrypoint("free", None, None)]),
+        ]);
+        let private: Vec<bool> = merged.entrypoints.iter().map(|e| e.private).collect();
+        assert_eq!(private, [true, false]);
     }
 
     #[test]

@@ -105,7 +105,9 @@ async fn create(
     Source(source): Source,
     JsonBody(request): JsonBody<SendMessageRequest>,
 ) -> Result<Response, ApiError> {
-    let Some(entrypoint) = admit::entrypoint(&state, &request.skill_id).await? else {
+    let Some(entrypoint) =
+        admit::entrypoint(&state, state.viewer(&headers), &request.skill_id).await?
+    else {
         return Err(skill_not_found(&request.skill_id));
     };
     let input = request.message.content.to_input();

@@ -9,9 +9,13 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{Public, TestResult, public_keys};
+
+/// The bearer token of the gateway's one member.
+const MEMBER_TOKEN: &str = "member-token-of-the-sighup-test";
 
 /// Starting the binary (embedded worker included) and each reload get this long.
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -31,6 +35,7 @@ impl Drop for RunningGateway {
             eprintln!("--- gateway log ---\n{}", self.log_text());
         }
         let _ = std::fs::remove_file(&self.log);
+        let _ = std::fs::remove_file(self.log.with_extension("members"));
     }
 }
 
@@ -53,7 +58,15 @@ impl RunningGateway {
         if let Some(key_file) = key_file {
             command.env("CARD_SIGNING_KEY_FILE", key_file);
         }
+        // A member (MEMBER_TOKEN) and a private entrypoint: the extended card is served too.
+        let members = log.with_extension("members");
+        std::fs::write(
+            &members,
+            format!("tester {}\n", hex::encode(Sha256::digest(MEMBER_TOKEN))),
+        )?;
         let child = command
+            .env("MEMBER_TOKENS_FILE", &members)
+            .env("WORKER_PRIVATE", "echo")
             .env("PUBLIC_URL", public)
             .env("LISTEN_ADDR", &address)
             .env("RUST_LOG", "info")
@@ -114,9 +127,23 @@ impl RunningGateway {
 
     /// GET `path`: status, ETag, body.
     async fn get(&self, path: &str) -> TestResult<(u16, String, Vec<u8>)> {
+        self.get_with(path, "").await
+    }
+
+    /// The extended card a member reads (the HTTP+JSON binding).
+    pub async fn extended_card(&self) -> TestResult<Value> {
+        let headers = format!("Authorization: Bearer {MEMBER_TOKEN}\r\nA2A-Version: 1.0\r\n");
+        let (status, _, body) = self.get_with("/a2a/v1/extendedAgentCard", &headers).await?;
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        Ok(serde_json::from_slice(&body)?)
+    }
+
+    /// GET `path` with `headers` (complete lines): status, ETag, body.
+    async fn get_with(&self, path: &str, headers: &str) -> TestResult<(u16, String, Vec<u8>)> {
         let mut stream = tokio::net::TcpStream::connect(&self.address).await?;
-        let request =
-            format!("GET {path} HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n");
+        let request = format!(
+            "GET {path} HTTP/1.1\r\nHost: evil.example\r\n{headers}Connection: close\r\n\r\n"
+        );
         stream.write_all(request.as_bytes()).await?;
         let mut response = Vec::new();
         stream.read_to_end(&mut response).await?;

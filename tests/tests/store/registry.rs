@@ -43,6 +43,7 @@ fn entry(id: &str) -> WorkerEntry {
                 }),
                 retry_safe: false,
                 siwx: None,
+                private: false,
             },
             EntrypointInfo {
                 key: "chat".into(),
@@ -53,6 +54,7 @@ fn entry(id: &str) -> WorkerEntry {
                 price: None,
                 retry_safe: false,
                 siwx: None,
+                private: false,
             },
         ],
     }

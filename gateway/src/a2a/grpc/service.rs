@@ -13,7 +13,7 @@ use super::caller::{self, Metadata};
 use super::convert;
 use super::status;
 use super::streaming::{self, Events};
-use crate::a2a::error::A2aError;
+use crate::a2a::extended;
 use crate::a2a::service::{self, Caller, Reply, push_config};
 use crate::pay::receipt::Receipt;
 use crate::state::AppState;
@@ -192,13 +192,29 @@ impl A2aService for Grpc {
         Ok(Response::new(()))
     }
 
-    /// This agent has no extended card (`capabilities.extendedAgentCard` is false), as the
-    /// other bindings answer.
+    /// The caller's extended card ([`crate::a2a::extended`]), as the other bindings answer;
+    /// its HTTP URLs name `--public-url` (else `--listen`): a gRPC call has no HTTP origin.
     async fn get_extended_agent_card(
         &self,
         request: Request<a2a_pb::GetExtendedAgentCardRequest>,
     ) -> Result<Response<a2a_pb::AgentCard>, Status> {
-        identify(&request, "GetExtendedAgentCard")?;
-        Err(status::of(&A2aError::extended_card_not_configured()))
+        let metadata = identify(&request, "GetExtendedAgentCard")?;
+        let config = &self.state.config;
+        let base = || {
+            let mut base =
+                crate::http::origin::security_origin(config, &metadata.headers, &metadata.uri);
+            base.push_str(&config.base_path());
+            base
+        };
+        let card = extended::card_bytes(&self.state, &metadata.headers, base)
+            .await
+            .and_then(|card| extended::parsed::<a2a::AgentCard>(&card))
+            .map_err(|err| status::of(&err))?;
+        let mut response = Response::new(pbconv::to_proto_agent_card(&card));
+        response.metadata_mut().insert(
+            "cache-control",
+            tonic::metadata::MetadataValue::from_static(extended::CACHE_CONTROL),
+        );
+        Ok(response)
     }
 }

@@ -180,13 +180,13 @@ async fn admit_task(
 }
 
 /// The skill a new task's message asks for (its `skillId`, else the default skill, else the
-/// only one), as the catalog lists it.
+/// only one), as the catalog lists it to this caller (a private skill only to a member).
 async fn skill_for(caller: &Caller<'_>, message: &Message) -> Result<EntrypointInfo, A2aError> {
     let state = caller.state;
+    let viewer = state.viewer(caller.headers);
     let skills = admit::entrypoints(state).await.map_err(A2aError::from)?;
     let keys: Vec<&str> = skills
-        .entrypoints()
-        .iter()
+        .visible(viewer)
         .map(|entrypoint| entrypoint.key.as_str())
         .collect();
     let skill = mapping::skill_of(
@@ -195,7 +195,7 @@ async fn skill_for(caller: &Caller<'_>, message: &Message) -> Result<EntrypointI
         &keys,
     )
     .map_err(|err| A2aError::invalid_params(err.to_string()))?;
-    admit::entrypoint(state, &skill)
+    admit::entrypoint(state, viewer, &skill)
         .await
         .map_err(A2aError::from)?
         .ok_or_else(|| {
@@ -297,7 +297,7 @@ async fn resume(
         ))
         .into());
     }
-    let Some(entrypoint) = admit::entrypoint(state, &skill)
+    let Some(entrypoint) = admit::entrypoint(state, state.viewer(caller.headers), &skill)
         .await
         .map_err(A2aError::from)?
     else {

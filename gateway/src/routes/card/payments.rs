@@ -152,6 +152,7 @@ mod tests {
             }),
             retry_safe: false,
             siwx: None,
+            private: false,
         }
     }
 

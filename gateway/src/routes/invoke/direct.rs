@@ -39,7 +39,9 @@ async fn handle(
     uri: &Uri,
     request: Request,
 ) -> Result<Response, Response> {
-    let entrypoint = find_entrypoint(state, key).await.map_err(answer)?;
+    let entrypoint = find_entrypoint(state, request.headers(), key)
+        .await
+        .map_err(answer)?;
     // The challenge comes first, as x402 middleware in front of a handler answers it.
     let gated = gate(state, &entrypoint, Kind::Invoke, request.headers(), uri)
         .await

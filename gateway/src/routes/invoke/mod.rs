@@ -52,15 +52,22 @@ enum Kind {
 }
 
 /// The entrypoint some live worker hosts, or upstream's bare
-/// `404 {"error":{"code":"entrypoint_not_found"}}`.
-async fn find_entrypoint(state: &AppState, key: &str) -> Result<EntrypointInfo, ApiError> {
-    admit::entrypoint(state, key).await?.ok_or(ApiError {
-        status: StatusCode::NOT_FOUND,
-        code: ErrorCode::EntrypointNotFound,
-        message: None,
-        issues: None,
-        retry_after: None,
-    })
+/// `404 {"error":{"code":"entrypoint_not_found"}}` (also for a private one the caller of a
+/// request with `headers` is not a member for).
+async fn find_entrypoint(
+    state: &AppState,
+    headers: &HeaderMap,
+    key: &str,
+) -> Result<EntrypointInfo, ApiError> {
+    admit::entrypoint(state, state.viewer(headers), key)
+        .await?
+        .ok_or(ApiError {
+            status: StatusCode::NOT_FOUND,
+            code: ErrorCode::EntrypointNotFound,
+            message: None,
+            issues: None,
+            retry_after: None,
+        })
 }
 
 /// What the gate let through: a free request (possibly signed in with SIWX, for an auth-only

@@ -54,7 +54,7 @@ async fn handle(
     uri: &Uri,
     request: Request,
 ) -> Result<Response, Response> {
-    let entrypoint = find_entrypoint(&state, key)
+    let entrypoint = find_entrypoint(&state, request.headers(), key)
         .await
         .map_err(IntoResponse::into_response)?;
     if !entrypoint.streaming {

@@ -83,6 +83,11 @@ pub struct EntrypointInfo {
     /// signed-in caller (auth-only). Absent: no SIWX.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub siwx: Option<SiwxPolicy>,
+    /// Private (`--private KEY`): listed on no public surface (cards, `/entrypoints`, OpenAPI)
+    /// and run only for members of the gateway (`--member-tokens-file`); anyone else is told
+    /// it does not exist. Absent (older workers) reads as public.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub private: bool,
 }
 
 /// An entrypoint's Sign-In-With-X policy.
@@ -147,4 +152,27 @@ pub trait WorkerRegistry: Send + Sync + 'static {
     /// Gives the reporter lease up if `holder` holds it (a clean shutdown: the next process to
     /// ask takes it at once instead of after the ttl); anyone else's lease stays.
     async fn release_reporter(&self, holder: &str) -> Result<(), StoreError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn private_is_written_only_when_set_and_absent_reads_as_public() -> Result<(), serde_json::Error>
+    {
+        // An entry as a worker from before `--private` wrote it.
+        let older: EntrypointInfo = serde_json::from_value(serde_json::json!({
+            "key": "echo", "description": "", "inputSchema": {}, "outputSchema": {},
+            "streaming": false,
+        }))?;
+        assert!(!older.private);
+        assert!(serde_json::to_value(&older)?.get("private").is_none());
+        let private = EntrypointInfo {
+            private: true,
+            ..older
+        };
+        assert_eq!(serde_json::to_value(&private)?["private"], true);
+        Ok(())
+    }
 }
