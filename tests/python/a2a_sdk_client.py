@@ -7,7 +7,8 @@ AGENT_BASE_URL is the agent's base URL, `{gateway}/a2a`: the SDK's card resolver
 characters); without the argument it is read from the environment variable A2A_TOKEN. The agent
 must run the TCK agent (`worker --a2a-tck-agent`, gateway `A2A_DEFAULT_SKILL=tck`) beside the
 `sleep` built-in, serve gRPC (`GRPC_LISTEN`) when GRPC is tested, and have push notifications on
-with 127.0.0.1 allowed as a webhook host on any port (`PUSH_ALLOWLIST=127.0.0.1:*`).
+with 127.0.0.1 allowed as a webhook host on any port (`PUSH_ALLOWLIST=127.0.0.1:*`), list the
+token as the member `sdk` (`MEMBER_TOKENS_FILE`) and host `echo` private (`WORKER_PRIVATE=echo`).
 
 The script starts a webhook receiver of its own: a stdlib HTTP server on 127.0.0.1 (a free
 port, in a thread) that answers every POST 200 and hands what it got to the checks.
@@ -34,7 +35,10 @@ runs:
    one is the completed status update. Each POST must be a StreamResponse (parsed strictly by
    the SDK's protobuf) holding a status or artifact update of the task, with Content-Type
    application/a2a+json, `Authorization: Bearer <credentials>` and
-   `X-A2A-Notification-Token: <token>`.
+   `X-A2A-Notification-Token: <token>`;
+6. GetExtendedAgentCard as a member (the token is the gateway's member `sdk`): the card lists
+   the private skill `echo`, which the public card does not, and carries the member extension
+   (`https://taskcluster.dev/a2a/ext/member/v1`) naming `sdk` and `echo`.
 
 Every A2A call is recorded (an httpx event hook; on gRPC a grpc.aio client interceptor) to
 check that it went to the binding's URL from the card and carried A2A-Version 1.0 (the
@@ -84,6 +88,7 @@ from a2a.types import (
     AuthenticationInfo,
     CancelTaskRequest,
     DeleteTaskPushNotificationConfigRequest,
+    GetExtendedAgentCardRequest,
     GetTaskPushNotificationConfigRequest,
     GetTaskRequest,
     ListTaskPushNotificationConfigsRequest,
@@ -102,6 +107,10 @@ from a2a.utils.errors import TaskNotFoundError
 
 BINDINGS = ('JSONRPC', 'HTTP+JSON', 'GRPC')
 SECURITY_SCHEME = 'bearer'
+# The extended card (the caller is the gateway's member `sdk`, and `echo` is private).
+MEMBER_EXTENSION = 'https://taskcluster.dev/a2a/ext/member/v1'
+MEMBER_NAME = 'sdk'
+PRIVATE_SKILL = 'echo'
 EXPECTED_VERSION = '1.0'
 HELLO = 'Hello from TCK'
 ARTIFACT_TEXT = 'Generated text content'
@@ -732,6 +741,28 @@ async def attempt(failures: list[str], step: Any, *args: Any) -> Any:
         return None
 
 
+async def extended_card(client: Client, public: AgentCard) -> dict[str, Any]:
+    """GetExtendedAgentCard as the member: the private skill, which the public card hides, and
+    the member extension naming the caller."""
+    card = await client.get_extended_agent_card(GetExtendedAgentCardRequest())
+    skills = sorted(skill.id for skill in card.skills)
+    check(PRIVATE_SKILL in skills, f'the extended card lists the private skill {PRIVATE_SKILL!r}', skills)
+    check(
+        PRIVATE_SKILL not in {skill.id for skill in public.skills},
+        f'the public card does not list {PRIVATE_SKILL!r}',
+        [skill.id for skill in public.skills],
+    )
+    extensions = {e.uri: MessageToDict(e.params) for e in card.capabilities.extensions}
+    member = extensions.get(MEMBER_EXTENSION, {})
+    check(member.get('member') == MEMBER_NAME, 'the member extension names the caller', extensions)
+    check(
+        PRIVATE_SKILL in member.get('privateSkills', []),
+        'the member extension lists the private skill',
+        extensions,
+    )
+    return {'skills': skills, 'member': member}
+
+
 async def run_binding(
     card: AgentCard, binding: str, token: str, receiver: WebhookReceiver
 ) -> dict[str, Any]:
@@ -782,6 +813,7 @@ async def run_binding(
                 configs = await attempt(failures, push_configs, plain, sleeping, receiver, secrets)
                 canceled = await attempt(failures, cancel, plain, sleeping)
             delivered = await attempt(failures, push_delivery, plain, receiver, secrets)
+            extended = await attempt(failures, extended_card, plain, card)
         finally:
             # Closes the gRPC channels; the shared httpx client closes with this block.
             for made in clients:
@@ -817,6 +849,7 @@ async def run_binding(
         'cancel': canceled,
         'pushConfigs': configs,
         'pushDelivery': delivered,
+        'extendedCard': extended,
         'push': {'token': secrets.token, 'credentials': secrets.credentials},
         'failures': failures,
     }
@@ -836,6 +869,11 @@ async def run(base_url: str, token: str, bindings: list[str]) -> dict[str, Any]:
         and card.security_schemes[SECURITY_SCHEME].http_auth_security_scheme.scheme.lower() == 'bearer',
         f'the card declares the HTTP bearer scheme {SECURITY_SCHEME!r}',
         MessageToDict(card),
+    )
+    check(
+        bool(card.capabilities.extended_agent_card),
+        'the card offers an extended card',
+        MessageToDict(card.capabilities),
     )
     check(
         bool(card.capabilities.push_notifications),

@@ -12,7 +12,9 @@
 //! config (a token and Bearer authentication) of a task it sent with `returnImmediately`, cancels
 //! that task, and sends a message with an inline push config whose deliveries its own webhook
 //! receiver (a stdlib HTTP server on 127.0.0.1) awaits until the completed status update, checking
-//! their Content-Type, Authorization and X-A2A-Notification-Token. It checks every answer itself
+//! their Content-Type, Authorization and X-A2A-Notification-Token, and reads the extended card
+//! as a member (its token is the gateway's member `sdk`; `echo` is private: the extended card
+//! lists it and the member extension, the public card does not). It checks every answer itself
 //! and prints a JSON summary, which this test checks again.
 //!
 //! The interpreter is `A2A_SDK_PYTHON`, else `<target dir>/a2a-sdk-venv/bin/python` (the target
@@ -172,8 +174,15 @@ async fn the_official_python_sdk_sends_streams_gets_cancels_and_pushes_on_all_th
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/a2a_sdk_client.py");
 
     let grpc = format!("127.0.0.1:{}", free_port()?);
+    // The script's token is a member's (`sdk`), and `echo` is private: the SDK reads the
+    // extended card, with `echo` and the member extension, on every binding.
+    let members = tempfile::tempdir()?;
+    let member_file = members.path().join("members");
+    let hash = protocol::token::AccessToken::parse(TOKEN)?.owner_hash();
+    std::fs::write(&member_file, format!("sdk {}\n", hash.as_str()))?;
+    let member_file = member_file.display().to_string();
     let cluster = Cluster::builder()
-        .worker("w1", &[])
+        .worker("w1", &[("WORKER_PRIVATE", "echo")])
         .args(&["--a2a-tck-agent"])
         .gateway(
             "g1",
@@ -182,6 +191,7 @@ async fn the_official_python_sdk_sends_streams_gets_cancels_and_pushes_on_all_th
                 ("GRPC_LISTEN", grpc.as_str()),
                 // Every port: the script picks its receiver's once the gateway runs.
                 ("PUSH_ALLOWLIST", "127.0.0.1:*"),
+                ("MEMBER_TOKENS_FILE", member_file.as_str()),
             ],
         )
         .skills(&["tck", "sleep"])
