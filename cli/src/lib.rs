@@ -117,6 +117,17 @@ impl From<ClientError> for Failure {
         if let Some(code) = error.code() {
             details["code"] = json!(code);
         }
+        if let ClientError::Remote { body, .. } = &error {
+            // An `invalid_input` answer's issues, for scripts (`--json`); the message has the
+            // first ones already.
+            let issues = serde_json::from_str::<Value>(body)
+                .ok()
+                .and_then(|parsed| parsed.get("error")?.get("issues")?.as_array().cloned());
+            if let Some(mut issues) = issues {
+                issues.truncate(20);
+                details["issues"] = Value::Array(issues);
+            }
+        }
         let mut message = error.to_string();
         match &error {
             ClientError::PaymentRequired { paid, terms, .. } => {

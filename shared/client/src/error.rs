@@ -143,7 +143,12 @@ impl ClientError {
             .and_then(|error| error.get("message"))
             .and_then(Value::as_str)
             .or_else(|| parsed.as_ref()?.get("detail")?.as_str())
-            .map(str::to_owned);
+            .map(str::to_owned)
+            .or_else(|| {
+                error
+                    .and_then(|error| error.get("issues"))
+                    .and_then(issues_message)
+            });
         ClientError::Remote {
             status,
             code,
@@ -155,6 +160,48 @@ impl ClientError {
     pub(crate) fn network(error: reqwest::Error) -> Self {
         ClientError::Network(error.without_url_query())
     }
+}
+
+/// The first issues of an `invalid_input` answer (`[{"path": [...], "message": "..."}]`) as
+/// one line, `ms: 100000 is greater than the maximum of 60000`: a 400 says what was wrong.
+/// Bounded (the body comes from the agent): five issues, 200 characters each.
+fn issues_message(issues: &Value) -> Option<String> {
+    const MAX_ISSUES: usize = 5;
+    const MAX_CHARS: usize = 200;
+    let list = issues.as_array()?;
+    let mut parts: Vec<String> = list
+        .iter()
+        .take(MAX_ISSUES)
+        .filter_map(|issue| {
+            let message = issue.get("message")?.as_str()?;
+            let path = issue
+                .get("path")
+                .and_then(Value::as_array)
+                .map(|path| {
+                    path.iter()
+                        .map(|part| match part {
+                            Value::String(text) => text.clone(),
+                            other => other.to_string(),
+                        })
+                        .collect::<Vec<_>>()
+                        .join(".")
+                })
+                .unwrap_or_default();
+            let line = if path.is_empty() {
+                message.to_owned()
+            } else {
+                format!("{path}: {message}")
+            };
+            Some(line.chars().take(MAX_CHARS).collect())
+        })
+        .collect();
+    if parts.is_empty() {
+        return None;
+    }
+    if list.len() > MAX_ISSUES {
+        parts.push(format!("and {} more", list.len() - MAX_ISSUES));
+    }
+    Some(parts.join("; "))
 }
 
 /// Strips the query of a URL kept in an error: nothing secret is sent there, but callers'
@@ -232,5 +279,35 @@ impl fmt::Debug for TaskCreationError {
             .field("task_status", &self.task_status)
             .field("settlement", &self.settlement)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ClientError;
+
+    #[test]
+    fn an_invalid_input_answer_says_what_was_wrong() {
+        let body = r#"{"error":{"code":"invalid_input","issues":[{"code":"custom","path":["ms"],"message":"100000 is greater than the maximum of 60000"},{"path":[],"message":"extra"}]}}"#;
+        let error = ClientError::remote(400, body.to_owned());
+        assert_eq!(
+            error.to_string(),
+            "HTTP 400 invalid_input: ms: 100000 is greater than the maximum of 60000; extra"
+        );
+        let many = format!(
+            r#"{{"error":{{"code":"invalid_input","issues":[{}]}}}}"#,
+            vec![r#"{"path":["a"],"message":"bad"}"#; 7].join(",")
+        );
+        assert!(
+            ClientError::remote(400, many)
+                .to_string()
+                .ends_with("a: bad; and 2 more")
+        );
+        // A message, when the body has one, wins; a body without either says the code only.
+        let plain = r#"{"error":{"code":"task_not_found","message":"no such task"}}"#;
+        assert_eq!(
+            ClientError::remote(404, plain.to_owned()).to_string(),
+            "HTTP 404 task_not_found: no such task"
+        );
     }
 }
