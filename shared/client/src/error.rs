@@ -296,7 +296,7 @@ mod tests {
         );
         let many = format!(
             r#"{{"error":{{"code":"invalid_input","issues":[{}]}}}}"#,
-            vec![r#"{"path":["a"],"message":"bad"}"#; 7].join(",")
+            [r#"{"path":["a"],"message":"bad"}"#; 7].join(",")
         );
         assert!(
             ClientError::remote(400, many)
