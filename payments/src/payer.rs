@@ -128,8 +128,8 @@ impl LocalPayer {
 
     /// The key in a file (its only content, hex).
     pub fn from_file(path: &Path) -> Result<Self, PayError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|err| PayError::KeyFile(err.kind().to_string()))?;
+        let text =
+            std::fs::read_to_string(path).map_err(|err| PayError::KeyFile(err.to_string()))?;
         LocalPayer::from_hex(&text)
     }
 
