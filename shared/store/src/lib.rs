@@ -143,7 +143,7 @@ pub trait TaskStore: Send + Sync + 'static {
     async fn claim_execution(
         &self,
         task_id: &str,
-        owner_id: &str,
+        holder: &str,
         lease_ttl: Duration,
     ) -> Result<Option<Claim>, StoreError>;
 
@@ -279,7 +279,7 @@ pub trait TaskStore: Send + Sync + 'static {
     async fn take_next(
         &self,
         entrypoints: &[String],
-        owner_id: &str,
+        holder: &str,
         lease_ttl: Duration,
         max: usize,
         wait: Duration,
@@ -314,7 +314,7 @@ pub trait TaskStore: Send + Sync + 'static {
         let claims = self
             .take_next(
                 &spec.entrypoints,
-                &spec.owner_id,
+                &spec.holder,
                 spec.lease_ttl,
                 spec.max,
                 wait,

@@ -189,11 +189,11 @@ impl TaskStore for MemoryStore {
     async fn claim_execution(
         &self,
         task_id: &str,
-        owner_id: &str,
+        holder: &str,
         lease_ttl: Duration,
     ) -> Result<Option<Claim>, StoreError> {
         let ttl = millis(lease_ttl);
-        Ok(self.with_state(|state, now| state.claim_execution(task_id, owner_id, ttl, now)))
+        Ok(self.with_state(|state, now| state.claim_execution(task_id, holder, ttl, now)))
     }
 
     async fn renew_execution_claim(
@@ -341,7 +341,7 @@ impl TaskStore for MemoryStore {
     async fn take_next(
         &self,
         entrypoints: &[String],
-        owner_id: &str,
+        holder: &str,
         lease_ttl: Duration,
         max: usize,
         wait: Duration,
@@ -358,7 +358,7 @@ impl TaskStore for MemoryStore {
             tokio::pin!(notified);
             notified.as_mut().enable();
             let (claims, closed) = self.with_state(|state, now| {
-                let claims = state.take(entrypoints, owner_id, ttl, max, now);
+                let claims = state.take(entrypoints, holder, ttl, max, now);
                 (claims, state.closed)
             });
             if !claims.is_empty() || closed {

@@ -28,7 +28,7 @@ use crate::{
     StoredTask, TaskPage, Transition,
 };
 use protocol::token::OwnerHash;
-use protocol::{Task, TaskError, TaskEvent, TaskStatus, Timestamp};
+use protocol::{ErrorCode, Task, TaskError, TaskEvent, TaskStatus, Timestamp};
 
 /// Limits fixed at construction, in milliseconds where they are durations.
 #[derive(Debug, Clone, Copy)]
@@ -255,7 +255,7 @@ impl State {
     pub(super) fn claim_execution(
         &mut self,
         task_id: &str,
-        owner_id: &str,
+        holder: &str,
         ttl_ms: u64,
         now: u64,
     ) -> Option<Claim> {
@@ -265,7 +265,7 @@ impl State {
             self.apply(task_id, Transition::cancelled(), now);
             return None;
         }
-        self.claim(task_id, owner_id, ttl_ms, now)
+        self.claim(task_id, holder, ttl_ms, now)
     }
 
     pub(super) fn renew_execution_claim(&mut self, lease: &Lease, ttl_ms: u64, now: u64) -> bool {
@@ -319,7 +319,7 @@ impl State {
         let held_by_lease = entry.stored.settlement_held
             && entry.stored.task.status == TaskStatus::Running
             && entry.stored.lease.as_ref().is_some_and(|current| {
-                current.owner_id == lease.owner_id && current.epoch == lease.epoch
+                current.holder == lease.holder && current.epoch == lease.epoch
             });
         if (entry.holds(lease, now) || held_by_lease) && entry.stored.phase == Phase::Prepared {
             self.enqueue(&lease.task_id);
@@ -434,7 +434,7 @@ impl State {
             .stored
             .lease
             .as_ref()
-            .map(|lease| lease.owner_id.clone())
+            .map(|lease| lease.holder.clone())
     }
 
     pub(super) fn emit(&mut self, lease: &Lease, payload: EventPayload, now: u64) -> Option<u64> {
@@ -583,7 +583,7 @@ impl State {
     pub(super) fn take(
         &mut self,
         entrypoints: &[String],
-        owner_id: &str,
+        holder: &str,
         ttl_ms: u64,
         max: usize,
         now: u64,
@@ -609,7 +609,7 @@ impl State {
                     .tasks
                     .get(&task_id)
                     .is_some_and(|entry| entry.stored.phase == Phase::Queued);
-                if queued && let Some(claim) = self.claim(&task_id, owner_id, ttl_ms, now) {
+                if queued && let Some(claim) = self.claim(&task_id, holder, ttl_ms, now) {
                     claims.push(claim);
                 }
             }
@@ -661,12 +661,12 @@ impl State {
                         .is_some_and(|deadline| now >= deadline);
                     let error = if timed_out {
                         Some(TaskError::new(
-                            "task_timeout",
+                            ErrorCode::TaskTimeout.as_str(),
                             format!("Task exceeded its {}ms execution limit", entry.max_run_ms),
                         ))
                     } else if stored.attempt.saturating_sub(stored.retries) >= stored.max_attempts {
                         Some(TaskError::new(
-                            "task_attempts_exhausted",
+                            ErrorCode::TaskAttemptsExhausted.as_str(),
                             format!("Task was abandoned by its worker {} times", stored.attempt),
                         ))
                     } else {
@@ -807,7 +807,7 @@ impl State {
     }
 
     /// Claims a running task without a live lease: new epoch, `prepared`.
-    fn claim(&mut self, task_id: &str, owner_id: &str, ttl_ms: u64, now: u64) -> Option<Claim> {
+    fn claim(&mut self, task_id: &str, holder: &str, ttl_ms: u64, now: u64) -> Option<Claim> {
         let entry = self.tasks.get_mut(task_id)?;
         // An active task whose lease expired belongs to recovery, which counts its attempts.
         // A waiting task runs again only when its owner resumes it. A claim held for a
@@ -829,7 +829,7 @@ impl State {
             task_id: task_id.to_owned(),
             task_owner: stored.owner.clone(),
             entrypoint: stored.invocation.entrypoint.clone(),
-            owner_id: owner_id.to_owned(),
+            holder: holder.to_owned(),
             epoch: entry.epoch,
             expires_at_ms: now.saturating_add(ttl_ms),
         };

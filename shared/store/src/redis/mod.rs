@@ -511,17 +511,6 @@ impl RedisStore {
         self.inner.core.shards.len()
     }
 
-    /// KEYS/SCAN patterns that together match every key of the namespace: its own and each
-    /// shard's (one pattern when unsharded).
-    pub fn key_patterns(&self) -> Vec<String> {
-        let core = &self.inner.core;
-        let mut patterns = vec![core.keys.all_pattern()];
-        if core.shards.len() > 1 {
-            patterns.extend(core.shards.iter().map(|shard| shard.keys.all_pattern()));
-        }
-        patterns
-    }
-
     /// The batchers of the shard that holds task `id`.
     fn lanes_of(&self, id: &str) -> &ShardLanes {
         let index = self.inner.core.shard_of(id).index;

@@ -71,7 +71,7 @@ pub(crate) fn item(
         keys: vec![keys.task(&lease.task_id)],
         args: vec![
             lease.task_id.clone(),
-            lease.owner_id.clone(),
+            lease.holder.clone(),
             lease.epoch.to_string(),
             ms(lease_ttl).to_string(),
             ms(max_run).to_string(),

@@ -52,7 +52,7 @@ pub(crate) async fn call(
         .key(keys.admissions())
         .key(&keys.push_of(&lease.task_id))
         .arg(&lease.task_id)
-        .arg(&lease.owner_id)
+        .arg(&lease.holder)
         .arg(lease.epoch)
         .arg(to_json(request)?)
         .arg(to_json(&data)?)

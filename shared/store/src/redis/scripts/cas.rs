@@ -168,7 +168,7 @@ pub(crate) fn item(
             next.status.as_str().to_owned(),
             result_json.unwrap_or_default(),
             error_json.unwrap_or_default(),
-            fence.map(|l| l.owner_id.clone()).unwrap_or_default(),
+            fence.map(|l| l.holder.clone()).unwrap_or_default(),
             fence.map(|l| l.epoch.to_string()).unwrap_or_default(),
             event.kind.as_str().to_owned(),
             to_json(&event.data)?,

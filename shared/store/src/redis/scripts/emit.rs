@@ -41,7 +41,7 @@ pub(crate) async fn call(
         .key(keys.task(&lease.task_id))
         .key(keys.events(&lease.task_id))
         .key(&keys.push_of(&lease.task_id))
-        .arg(&lease.owner_id)
+        .arg(&lease.holder)
         .arg(lease.epoch)
         .arg(&event.event)
         .arg(to_json(&event.data)?)

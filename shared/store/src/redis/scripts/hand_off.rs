@@ -39,7 +39,7 @@ pub(crate) async fn call(core: &Core, lease: &Lease) -> Result<HandOffReply, Sto
         .key(keys.queue(&lease.entrypoint))
         .key(keys.wake(&lease.entrypoint))
         .arg(&lease.task_id)
-        .arg(&lease.owner_id)
+        .arg(&lease.holder)
         .arg(lease.epoch);
     run(core, NAME, keys, &mut invocation).await
 }

@@ -40,7 +40,7 @@ pub(crate) async fn call(core: &Core, lease: &Lease) -> Result<HoldReply, StoreE
         .key(keys.task(&lease.task_id))
         .key(keys.leases())
         .arg(&lease.task_id)
-        .arg(&lease.owner_id)
+        .arg(&lease.holder)
         .arg(lease.epoch);
     run(core, NAME, keys, &mut invocation).await
 }

@@ -59,7 +59,7 @@ pub(crate) async fn call(
         .key(keys.queue(&lease.entrypoint))
         .key(keys.wake(&lease.entrypoint))
         .arg(&lease.task_id)
-        .arg(&lease.owner_id)
+        .arg(&lease.holder)
         .arg(lease.epoch)
         .arg(receipt);
     run(core, NAME, keys, &mut invocation).await

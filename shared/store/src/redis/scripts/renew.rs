@@ -72,7 +72,7 @@ async fn call(
         invocation
             .key(keys.task(&lease.task_id))
             .arg(&lease.task_id)
-            .arg(&lease.owner_id)
+            .arg(&lease.holder)
             .arg(lease.epoch);
     }
     let reply: RenewReply = run(core, NAME, keys, &mut invocation).await?;

@@ -52,7 +52,7 @@ pub(crate) async fn call(
         .key(keys.leases())
         .key(keys.admissions())
         .arg(&lease.task_id)
-        .arg(&lease.owner_id)
+        .arg(&lease.holder)
         .arg(lease.epoch)
         .arg(to_json(error)?)
         .arg(ms(delay));

@@ -58,9 +58,9 @@ impl<const ACTIVATED: bool> Claims<ACTIVATED> {
     pub(crate) fn held_by(self, holder: &str) -> Vec<Taken> {
         let mut claims = self.0;
         for taken in &mut claims {
-            taken.claim.lease.owner_id = holder.to_owned();
+            taken.claim.lease.holder = holder.to_owned();
             if let Some(activation) = &mut taken.activation {
-                activation.lease.owner_id = holder.to_owned();
+                activation.lease.holder = holder.to_owned();
             }
         }
         claims
