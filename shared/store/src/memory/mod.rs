@@ -2,18 +2,23 @@
 //! embedded mode and tests.
 //!
 //! - `entry`: one task with its epoch, event log, listeners and index keys;
-//! - `state`: the tasks, their indexes and queues, one synchronous method per transition;
-//! - `subscriptions`: per-task listeners and the event stream a subscriber holds.
+//! - `state`: the tasks, their indexes and queues, and the bookkeeping transitions share;
+//! - `transitions/`: one synchronous `State` method per transition, one file per Redis script
+//!   (`transitions/claim.rs` beside `redis/scripts/claim.rs`);
+//! - `listing`: one task, an owner's listing and selection;
+//! - `subscriptions`: subscribing, per-task listeners and the event stream a subscriber holds.
 //!
 //! Time comes from a [`Clock`] so tests can move it by hand.
 
 mod entry;
 mod frozen;
+mod listing;
 mod owner_index;
 mod state;
 mod subscriptions;
 #[cfg(test)]
 mod tests;
+mod transitions;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
