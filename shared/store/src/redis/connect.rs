@@ -403,17 +403,6 @@ impl RedisStore {
         core.eval(script, &core.keys, invocation).await
     }
 
-    /// [`Self::eval`] over keys of the slot `keys` names (a shard's): the push outbox's
-    /// writes, which wait for replicas as a task's transitions do.
-    pub(crate) async fn eval_in<T: redis::FromRedisValue>(
-        &self,
-        keys: &Keys,
-        script: &'static str,
-        invocation: &mut redis::ScriptInvocation<'_>,
-    ) -> Result<T, StoreError> {
-        self.inner.core.eval(script, keys, invocation).await
-    }
-
     /// Every shard's keys, in shard order (one entry when unsharded).
     pub fn all_shard_keys(&self) -> impl Iterator<Item = &Keys> {
         self.inner.core.shards.iter().map(|shard| &shard.keys)

@@ -52,7 +52,7 @@ mod pool;
 mod replay;
 pub(crate) mod replies;
 mod schema;
-mod scripts;
+pub(crate) mod scripts;
 mod shards;
 mod spans;
 mod subscriber;

@@ -14,10 +14,11 @@ use std::time::Duration;
 use redis::Value;
 
 use super::{int, ms, run, text};
+use crate::lua::lua_script;
 use crate::redis::{Core, replies};
 use crate::{Claim, StoreError};
 
-script_source!("claim");
+lua_script!("claim");
 
 /// What `claim.lua` answered.
 #[derive(Debug, Clone)]

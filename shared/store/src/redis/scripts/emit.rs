@@ -7,10 +7,11 @@
 use redis::Value;
 
 use super::{run, to_json};
+use crate::lua::lua_script;
 use crate::redis::Core;
 use crate::{EventPayload, Lease, StoreError};
 
-script_source!("emit");
+lua_script!("emit");
 
 /// What `emit.lua` answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

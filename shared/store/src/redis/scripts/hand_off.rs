@@ -7,10 +7,11 @@
 use redis::Value;
 
 use super::{int, run};
+use crate::lua::lua_script;
 use crate::redis::Core;
 use crate::{Lease, StoreError};
 
-script_source!("hand_off");
+lua_script!("hand_off");
 
 /// What `hand_off.lua` answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

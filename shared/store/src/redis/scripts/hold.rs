@@ -10,10 +10,11 @@
 use redis::Value;
 
 use super::{int, run};
+use crate::lua::lua_script;
 use crate::redis::Core;
 use crate::{Lease, StoreError};
 
-script_source!("hold");
+lua_script!("hold");
 
 /// What `hold.lua` answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,10 +9,11 @@
 use redis::Value;
 
 use super::{int, run};
+use crate::lua::lua_script;
 use crate::redis::Core;
 use crate::{Lease, ReceiptRecorded, StoreError};
 
-script_source!("record_receipt");
+lua_script!("record_receipt");
 
 /// What a receipt script (`record_receipt.lua`, `attach_receipt.lua`) answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
