@@ -1147,10 +1147,10 @@ impl TaskStore for ClaimsDurable {
     async fn claim_execution(
         &self,
         task_id: &str,
-        owner_id: &str,
+        holder: &str,
         lease_ttl: Duration,
     ) -> Result<Option<Claim>, StoreError> {
-        self.0.claim_execution(task_id, owner_id, lease_ttl).await
+        self.0.claim_execution(task_id, holder, lease_ttl).await
     }
     async fn renew_execution_claim(
         &self,
@@ -1251,13 +1251,13 @@ impl TaskStore for ClaimsDurable {
     async fn take_next(
         &self,
         entrypoints: &[String],
-        owner_id: &str,
+        holder: &str,
         lease_ttl: Duration,
         max: usize,
         wait: Duration,
     ) -> Result<Vec<Claim>, StoreError> {
         self.0
-            .take_next(entrypoints, owner_id, lease_ttl, max, wait)
+            .take_next(entrypoints, holder, lease_ttl, max, wait)
             .await
     }
     async fn renew_leases(

@@ -600,7 +600,7 @@ async fn recovery_run(
         a.check_alive()?;
         let stored = store.get(&task_id).await?.ok_or("task missing")?;
         if stored.phase == Phase::Active && stored.attempt == 1 {
-            let holder = stored.lease.map(|l| l.owner_id).unwrap_or_default();
+            let holder = stored.lease.map(|l| l.holder).unwrap_or_default();
             if holder != a_id {
                 return Err(format!("task active on {holder:?}, not on A").into());
             }
@@ -616,7 +616,7 @@ async fn recovery_run(
     wait_listed(&registry, &mut b, &[a_id.clone(), b_id.clone()]).await?;
     let before = store.get(&task_id).await?.ok_or("task missing")?;
     let lease = before.lease.ok_or("no lease on the active task")?;
-    if before.phase != Phase::Active || lease.owner_id != a_id {
+    if before.phase != Phase::Active || lease.holder != a_id {
         return Err(format!(
             "task no longer active on A before the kill ({:?}); raise SLEEP_MS",
             before.phase
@@ -643,9 +643,9 @@ async fn recovery_run(
         if reactivated.is_none() && stored.attempt >= 2 {
             if stored.phase == Phase::Active
                 && let Some(lease) = &stored.lease
-                && lease.owner_id != b_id
+                && lease.holder != b_id
             {
-                return Err(format!("re-activated on {:?}, not on B", lease.owner_id).into());
+                return Err(format!("re-activated on {:?}, not on B", lease.holder).into());
             }
             reactivated = Some(now);
         }

@@ -9,10 +9,10 @@
 //! - [`idempotency`]: `Idempotency-Key` records of direct invokes, scoped to caller and operation;
 //! - [`ratelimit`]: GCRA rate limits shared by every gateway;
 //! - the Lua sources in `lua/` (helpers in `lua/includes/`, pasted in by `build.rs`), each with
-//!   one Rust module holding its contract, its keys and arguments, its typed reply and its call:
-//!   the task store's in `redis/scripts/` (named once with `script_source!`), the others beside
-//!   their store (`credentials/redis/`, `idempotency/redis/`, `registry/redis/`,
-//!   `ratelimit/gcra.rs`, named once with `lua_script!`, `lua.rs`).
+//!   one Rust module holding its contract, its keys and arguments, its typed reply and its call,
+//!   each named once with `lua_script!` (`lua.rs`): the task store's (push outbox included) in
+//!   `redis/scripts/`, the others beside their store (`credentials/redis/`,
+//!   `idempotency/redis/`, `registry/redis/`, `ratelimit/gcra.rs`).
 //!
 //! Wire types come from `protocol`; this crate adds what only a store needs.
 //!
@@ -143,7 +143,7 @@ pub trait TaskStore: Send + Sync + 'static {
     async fn claim_execution(
         &self,
         task_id: &str,
-        owner_id: &str,
+        holder: &str,
         lease_ttl: Duration,
     ) -> Result<Option<Claim>, StoreError>;
 
@@ -279,7 +279,7 @@ pub trait TaskStore: Send + Sync + 'static {
     async fn take_next(
         &self,
         entrypoints: &[String],
-        owner_id: &str,
+        holder: &str,
         lease_ttl: Duration,
         max: usize,
         wait: Duration,
@@ -314,7 +314,7 @@ pub trait TaskStore: Send + Sync + 'static {
         let claims = self
             .take_next(
                 &spec.entrypoints,
-                &spec.owner_id,
+                &spec.holder,
                 spec.lease_ttl,
                 spec.max,
                 wait,

@@ -136,7 +136,7 @@ pub struct Lease {
     pub task_owner: OwnerHash,
     pub entrypoint: String,
     /// The lease holder (a worker or an admitting gateway).
-    pub owner_id: String,
+    pub holder: String,
     pub epoch: u64,
     /// Store clock, milliseconds since the epoch.
     pub expires_at_ms: u64,
@@ -517,11 +517,11 @@ impl RecoveryReport {
 }
 
 /// What a worker asks for when it takes tasks to run now: up to `max` queued tasks of
-/// `entrypoints`, claimed by `owner_id` and activated in the same step.
+/// `entrypoints`, claimed by `holder` and activated in the same step.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TakeSpec {
     pub entrypoints: Vec<String>,
-    pub owner_id: String,
+    pub holder: String,
     pub lease_ttl: Duration,
     /// The run deadline each activation starts (`maxRunMs`).
     pub max_run: Duration,

@@ -95,7 +95,7 @@ async fn a_worker_chained_on_one_shard_still_serves_the_others() -> TestResult {
     let owner = AccessToken::generate().owner_hash();
     let spec = TakeSpec {
         entrypoints: vec!["work".into()],
-        owner_id: "w1".into(),
+        holder: "w1".into(),
         lease_ttl: LEASE,
         max_run: RUN,
         max: 1,

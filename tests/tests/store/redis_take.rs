@@ -33,7 +33,7 @@ const FAILURE_BOUND: Duration = Duration::from_secs(180);
 fn spec(worker: &str, max: usize) -> TakeSpec {
     TakeSpec {
         entrypoints: vec!["echo".into(), "other".into()],
-        owner_id: worker.to_owned(),
+        holder: worker.to_owned(),
         lease_ttl: LEASE,
         max_run: LEASE,
         max,

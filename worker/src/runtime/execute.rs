@@ -102,7 +102,7 @@ async fn run_started(
     });
     if abandoned >= config.max_attempts {
         let error = TaskError::new(
-            "task_attempts_exhausted",
+            ErrorCode::TaskAttemptsExhausted.as_str(),
             format!("Task was abandoned by its worker {abandoned} times"),
         );
         return finish(
@@ -195,14 +195,14 @@ async fn run_started(
             }
         }
         (None, Outcome::TimedOut) => Transition::failed(TaskError::new(
-            "task_timeout",
+            ErrorCode::TaskTimeout.as_str(),
             format!(
                 "Task exceeded its {}ms execution limit",
                 config.max_run.as_millis()
             ),
         )),
         (None, Outcome::Panicked) => Transition::failed(TaskError::new(
-            "internal_error",
+            ErrorCode::InternalError.as_str(),
             "The handler failed unexpectedly",
         )),
     };
@@ -244,7 +244,7 @@ async fn run_handler(
     let invocation = &claim.invocation;
     let Some(entrypoint) = shared.entrypoints.get(&invocation.entrypoint) else {
         return Outcome::Done(Err(HandlerError::new(
-            "entrypoint_not_found",
+            ErrorCode::EntrypointNotFound.as_str(),
             format!("This worker does not host {:?}", invocation.entrypoint),
         )));
     };
@@ -430,7 +430,7 @@ async fn finish(
     let (open, _) = shared.share.open(Some(entrypoint));
     let take = (!shutdown.is_cancelled() && !open.is_empty()).then(|| TakeSpec {
         entrypoints: open,
-        owner_id: shared.config.worker_id.clone(),
+        holder: shared.config.worker_id.clone(),
         lease_ttl: shared.config.lease_ttl,
         max_run: shared.config.max_run,
         max: 1,

@@ -40,7 +40,7 @@ pub async fn run(shared: Arc<Shared>, runs: &TaskTracker, shutdown: Cancellation
         let (entrypoints, room) = shared.share.open(None);
         let spec = TakeSpec {
             entrypoints,
-            owner_id: shared.config.worker_id.clone(),
+            holder: shared.config.worker_id.clone(),
             lease_ttl: shared.config.lease_ttl,
             max_run: shared.config.max_run,
             max: permits.len().min(room),

@@ -151,7 +151,7 @@ impl Entry {
     pub(super) fn holds(&self, lease: &Lease, now: u64) -> bool {
         self.stored.task.status == TaskStatus::Running
             && self.stored.lease.as_ref().is_some_and(|current| {
-                current.owner_id == lease.owner_id
+                current.holder == lease.holder
                     && current.epoch == lease.epoch
                     && current.expires_at_ms > now
             })

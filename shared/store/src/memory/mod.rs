@@ -2,18 +2,23 @@
 //! embedded mode and tests.
 //!
 //! - `entry`: one task with its epoch, event log, listeners and index keys;
-//! - `state`: the tasks, their indexes and queues, one synchronous method per transition;
-//! - `subscriptions`: per-task listeners and the event stream a subscriber holds.
+//! - `state`: the tasks, their indexes and queues, and the bookkeeping transitions share;
+//! - `transitions/`: one synchronous `State` method per transition, one file per Redis script
+//!   (`transitions/claim.rs` beside `redis/scripts/claim.rs`);
+//! - `listing`: one task, an owner's listing and selection;
+//! - `subscriptions`: subscribing, per-task listeners and the event stream a subscriber holds.
 //!
 //! Time comes from a [`Clock`] so tests can move it by hand.
 
 mod entry;
 mod frozen;
+mod listing;
 mod owner_index;
 mod state;
 mod subscriptions;
 #[cfg(test)]
 mod tests;
+mod transitions;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -189,11 +194,11 @@ impl TaskStore for MemoryStore {
     async fn claim_execution(
         &self,
         task_id: &str,
-        owner_id: &str,
+        holder: &str,
         lease_ttl: Duration,
     ) -> Result<Option<Claim>, StoreError> {
         let ttl = millis(lease_ttl);
-        Ok(self.with_state(|state, now| state.claim_execution(task_id, owner_id, ttl, now)))
+        Ok(self.with_state(|state, now| state.claim_execution(task_id, holder, ttl, now)))
     }
 
     async fn renew_execution_claim(
@@ -341,7 +346,7 @@ impl TaskStore for MemoryStore {
     async fn take_next(
         &self,
         entrypoints: &[String],
-        owner_id: &str,
+        holder: &str,
         lease_ttl: Duration,
         max: usize,
         wait: Duration,
@@ -358,7 +363,7 @@ impl TaskStore for MemoryStore {
             tokio::pin!(notified);
             notified.as_mut().enable();
             let (claims, closed) = self.with_state(|state, now| {
-                let claims = state.take(entrypoints, owner_id, ttl, max, now);
+                let claims = state.take(entrypoints, holder, ttl, max, now);
                 (claims, state.closed)
             });
             if !claims.is_empty() || closed {

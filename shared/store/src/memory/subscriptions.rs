@@ -1,4 +1,5 @@
-//! Live event delivery: per-task listener lists and the stream a subscriber holds.
+//! Live event delivery: per-task listener lists, subscribing (`redis/feed.rs` in Redis) and the
+//! stream a subscriber holds.
 //!
 //! Events are sent while the store's lock is held, so a listener registered under that lock
 //! together with the snapshot sees every later event, in order, and none twice. Dropping the
@@ -14,6 +15,8 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::state::State;
 use crate::StoredEvent;
+use protocol::Task;
+use protocol::token::OwnerHash;
 
 /// The subscribers of one task.
 #[derive(Default)]
@@ -64,6 +67,52 @@ impl Listeners {
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         self.senders.len()
+    }
+}
+
+/// What a new subscription gets, read atomically with registering its listener.
+pub(super) struct Subscribed {
+    pub snapshot: Task,
+    pub snapshot_seq: u64,
+    pub replay: Vec<StoredEvent>,
+    pub rx: UnboundedReceiver<StoredEvent>,
+    pub listener_id: u64,
+}
+
+impl State {
+    pub(in crate::memory) fn subscribe(
+        &mut self,
+        task_id: &str,
+        owner: &OwnerHash,
+        after_seq: Option<u64>,
+        now: u64,
+    ) -> Option<Subscribed> {
+        self.purge(now);
+        let listener_id = self.next_listener;
+        let entry = self.tasks.get_mut(task_id)?;
+        if entry.stored.owner != *owner {
+            return None;
+        }
+        self.next_listener += 1;
+        // Listener, snapshot and replay under one lock: no event can fall between them.
+        let rx = entry.listeners.add(listener_id);
+        let replay = match after_seq {
+            Some(after) => entry.replay(after),
+            None => Vec::new(),
+        };
+        Some(Subscribed {
+            snapshot: entry.task(),
+            snapshot_seq: entry.stored.seq,
+            replay,
+            rx,
+            listener_id,
+        })
+    }
+
+    pub(in crate::memory) fn unsubscribe(&mut self, task_id: &str, listener_id: u64) {
+        if let Some(entry) = self.tasks.get_mut(task_id) {
+            entry.listeners.remove(listener_id);
+        }
     }
 }
 

@@ -25,14 +25,11 @@
 //! counted in its retained size (`lua/includes/push_bytes.lua`), and deleted with it when it
 //! is evicted or its retention ends (`lua/includes/evict_terminal.lua`).
 //!
+//! The outbox's writes are Lua scripts of the task store (`redis/scripts/push_*.rs`, each with
+//! its contract and typed reply: a reply that does not fit is [`StoreError::Corrupt`]).
+//!
 //! Redis only: the embedded store keeps nothing across a restart, so it has no outbox, and
 //! push notifications need `REDIS_URL`.
-
-mod advance;
-mod claim;
-mod delete;
-mod put;
-mod release;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -40,6 +37,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::redis::replies;
+use crate::redis::scripts::{push_advance, push_claim, push_delete, push_put, push_release};
 use crate::{RedisStore, StoreError, StoredEvent};
 
 /// Most exhausted deliveries each shard keeps for inspection.
@@ -241,7 +239,7 @@ impl PushOutbox {
         mode: PutMode,
         source: Option<&str>,
     ) -> Result<PutOutcome, StoreError> {
-        put::call(
+        let push_put::PutReply(outcome) = push_put::call(
             &self.store,
             task_id,
             config_id,
@@ -250,7 +248,8 @@ impl PushOutbox {
             mode,
             source,
         )
-        .await
+        .await?;
+        Ok(outcome)
     }
 
     /// One config of a task, as stored.
@@ -278,7 +277,8 @@ impl PushOutbox {
 
     /// Deletes one config; true when there was one.
     pub async fn delete_config(&self, task_id: &str, config_id: &str) -> Result<bool, StoreError> {
-        delete::call(&self.store, task_id, config_id).await
+        let reply = push_delete::call(&self.store, task_id, config_id).await?;
+        Ok(reply == push_delete::DeleteReply::Deleted)
     }
 
     /// Drops every config of a task that was never created (a pending put whose creation was
@@ -305,7 +305,9 @@ impl PushOutbox {
         let Some(keys) = self.store.all_shard_keys().nth(shard) else {
             return Ok(Vec::new());
         };
-        claim::call(&self.store, keys, lease, limit, share).await
+        let push_claim::ClaimReply(claimed) =
+            push_claim::call(&self.store, keys, lease, limit, share).await?;
+        Ok(claimed)
     }
 
     /// A claimed task's configs, cursors and outbox.
@@ -362,12 +364,14 @@ impl PushOutbox {
     ) -> Result<bool, StoreError> {
         let next = serde_json::to_string(next)
             .map_err(|err| StoreError::Corrupt(format!("push cursor: {err}")))?;
-        advance::call(&self.store, task_id, config_id, read, &next).await
+        let reply = push_advance::call(&self.store, task_id, config_id, read, &next).await?;
+        Ok(reply == push_advance::AdvanceReply::Moved)
     }
 
     /// Ends the claim on `task_id`.
     pub async fn release(&self, task_id: &str, release: Release) -> Result<(), StoreError> {
-        release::call(&self.store, task_id, release).await
+        push_release::call(&self.store, task_id, release).await?;
+        Ok(())
     }
 
     /// Keeps an exhausted delivery (`record`: JSON, no credentials) for inspection.

@@ -17,7 +17,7 @@ use super::{RedisRateLimiter, Subject, Verdict};
 use crate::StoreError;
 use crate::lua::lua_script;
 
-lua_script!("rate_limit");
+lua_script!(static "rate_limit");
 
 /// What the script answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

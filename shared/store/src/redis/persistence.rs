@@ -74,8 +74,8 @@ pub(super) async fn decide(
         DurabilitySetting::Detect => {}
     }
     let pool = match &core.connections {
-        super::Connections::Single(pool) => pool,
-        super::Connections::Cluster { .. } => {
+        super::pool::Connections::Single(pool) => pool,
+        super::pool::Connections::Cluster { .. } => {
             // A failover promotes a replica, and replication is asynchronous: a write the old
             // master acknowledged (and fsynced) may be missing on the new one. AOF on every
             // node does not make the cluster durable; an operator who declares it durable

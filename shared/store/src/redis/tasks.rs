@@ -244,7 +244,7 @@ impl TaskStore for RedisStore {
     async fn claim_execution(
         &self,
         task_id: &str,
-        owner_id: &str,
+        holder: &str,
         lease_ttl: Duration,
     ) -> Result<Option<Claim>, StoreError> {
         // The claim takes a queued task out of its entrypoint's queue, whose name the record
@@ -252,7 +252,7 @@ impl TaskStore for RedisStore {
         let Some((_, entrypoint)) = self.owner_and_entrypoint(task_id).await? else {
             return Ok(None);
         };
-        match claim::call(&self.inner.core, task_id, &entrypoint, owner_id, lease_ttl).await? {
+        match claim::call(&self.inner.core, task_id, &entrypoint, holder, lease_ttl).await? {
             ClaimReply::Claimed(claim) => Ok(Some(*claim)),
             ClaimReply::Expired => {
                 self.reap_one(task_id).await?;
@@ -450,7 +450,7 @@ impl TaskStore for RedisStore {
     async fn take_next(
         &self,
         entrypoints: &[String],
-        owner_id: &str,
+        holder: &str,
         lease_ttl: Duration,
         max: usize,
         wait: Duration,
@@ -458,7 +458,7 @@ impl TaskStore for RedisStore {
         let request = TakeRequest {
             key: TakeKey {
                 entrypoints: entrypoints.to_vec(),
-                holder: owner_id.to_owned(),
+                holder: holder.to_owned(),
                 ttl_ms: ms(lease_ttl),
                 run_ms: None,
             },
@@ -614,7 +614,7 @@ impl TaskStore for RedisStore {
 fn take_key(spec: &TakeSpec) -> TakeKey {
     TakeKey {
         entrypoints: spec.entrypoints.clone(),
-        holder: spec.owner_id.clone(),
+        holder: spec.holder.clone(),
         ttl_ms: ms(spec.lease_ttl),
         run_ms: Some(ms(spec.max_run)),
     }

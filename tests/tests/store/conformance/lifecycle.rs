@@ -140,7 +140,7 @@ pub async fn a_run_publishes_exactly_one_result_update(h: &impl Harness) -> Test
     let activation = fx.activate(&claim.lease, LONG, LONG).await?;
     assert_eq!(activation.attempt, 1);
     assert_eq!(activation.lease.epoch, claim.lease.epoch);
-    assert_eq!(activation.lease.owner_id, "w1");
+    assert_eq!(activation.lease.holder, "w1");
     let stored = fx.stored(&id).await?;
     assert_eq!(stored.phase, Phase::Active);
     assert_eq!(stored.attempt, 1);

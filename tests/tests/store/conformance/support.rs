@@ -348,7 +348,7 @@ impl Fx {
     pub fn spec(&self, worker: &str, max: usize, ttl: Duration) -> TakeSpec {
         TakeSpec {
             entrypoints: vec![self.entrypoint.clone()],
-            owner_id: worker.to_owned(),
+            holder: worker.to_owned(),
             lease_ttl: ttl,
             max_run: LONG,
             max,

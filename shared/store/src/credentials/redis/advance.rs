@@ -15,7 +15,7 @@ use crate::StoreError;
 use crate::credentials::CredentialState;
 use crate::lua::lua_script;
 
-lua_script!("credential_advance");
+lua_script!(static "credential_advance");
 
 /// What the script answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,7 +15,7 @@ use crate::StoreError;
 use crate::credentials::{ClaimOutcome, CredentialState};
 use crate::lua::lua_script;
 
-lua_script!("credential_claim");
+lua_script!(static "credential_claim");
 
 /// What the script answered.
 #[derive(Debug, Clone, PartialEq, Eq)]

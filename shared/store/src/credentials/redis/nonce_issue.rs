@@ -15,7 +15,7 @@ use super::RedisCredentials;
 use crate::StoreError;
 use crate::lua::lua_script;
 
-lua_script!("nonce_issue");
+lua_script!(static "nonce_issue");
 
 /// What the script answered: the nonces outstanding once this one is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,7 +12,7 @@ use super::RedisCredentials;
 use crate::StoreError;
 use crate::lua::lua_script;
 
-lua_script!("nonce_take");
+lua_script!(static "nonce_take");
 
 /// What the script answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

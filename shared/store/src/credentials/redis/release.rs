@@ -12,7 +12,7 @@ use super::RedisCredentials;
 use crate::StoreError;
 use crate::lua::lua_script;
 
-lua_script!("credential_release");
+lua_script!(static "credential_release");
 
 /// What the script answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -20,7 +20,7 @@ use crate::StoreError;
 use crate::idempotency::{Begin, Claim, StoredResponse};
 use crate::lua::lua_script;
 
-lua_script!("idempotency_begin");
+lua_script!(static "idempotency_begin");
 
 /// What the script answered.
 #[derive(Debug, Clone, PartialEq, Eq)]

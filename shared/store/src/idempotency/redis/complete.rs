@@ -17,7 +17,7 @@ use crate::StoreError;
 use crate::idempotency::{Claim, StoredResponse};
 use crate::lua::lua_script;
 
-lua_script!("idempotency_complete");
+lua_script!(static "idempotency_complete");
 
 /// What the script answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,7 +13,7 @@ use crate::StoreError;
 use crate::idempotency::Claim;
 use crate::lua::lua_script;
 
-lua_script!("idempotency_release");
+lua_script!(static "idempotency_release");
 
 /// What the script answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,11 +15,12 @@ use redis::Value;
 use tracing::Instrument;
 
 use super::{ms, parse};
+use crate::lua::lua_script;
 use crate::redis::batch::Batcher;
 use crate::redis::{Core, Keys, RedisStore, ScriptItem, batched};
 use crate::{Lease, StoreError};
 
-script_source!("activate");
+lua_script!("activate");
 
 /// What `activate.lua` answered for one claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,7 +72,7 @@ pub(crate) fn item(
         keys: vec![keys.task(&lease.task_id)],
         args: vec![
             lease.task_id.clone(),
-            lease.owner_id.clone(),
+            lease.holder.clone(),
             lease.epoch.to_string(),
             ms(lease_ttl).to_string(),
             ms(max_run).to_string(),

@@ -10,9 +10,10 @@
 pub(crate) use super::record_receipt::ReceiptReply;
 use super::run;
 use crate::StoreError;
+use crate::lua::lua_script;
 use crate::redis::Core;
 
-script_source!("attach_receipt");
+lua_script!("attach_receipt");
 
 /// Attaches `receipt` to task `task_id`, whose record names `entrypoint`.
 pub(crate) async fn call(

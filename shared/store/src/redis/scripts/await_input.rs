@@ -13,10 +13,11 @@ use std::time::Duration;
 use redis::Value;
 
 use super::{ms, run, to_json};
+use crate::lua::lua_script;
 use crate::redis::Core;
 use crate::{Lease, StoreError};
 
-script_source!("await_input");
+lua_script!("await_input");
 
 /// What `await_input.lua` answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,7 +53,7 @@ pub(crate) async fn call(
         .key(keys.admissions())
         .key(&keys.push_of(&lease.task_id))
         .arg(&lease.task_id)
-        .arg(&lease.owner_id)
+        .arg(&lease.holder)
         .arg(lease.epoch)
         .arg(to_json(request)?)
         .arg(to_json(&data)?)

@@ -24,11 +24,12 @@ use redis::Value;
 use tracing::Instrument;
 
 use super::{ms, parse, to_json};
+use crate::lua::lua_script;
 use crate::redis::batch::Batcher;
 use crate::redis::{Core, Keys, RedisStore, ScriptItem, batched, replies};
 use crate::{CasOutcome, Lease, Rejection, StoreError, Transition};
 
-script_source!("cas");
+lua_script!("cas");
 
 /// What `cas.lua` (or `finish_take.lua`) answered for one item: its verdict and the task as
 /// the write left it (without its id, which the reply does not repeat: see
@@ -168,7 +169,7 @@ pub(crate) fn item(
             next.status.as_str().to_owned(),
             result_json.unwrap_or_default(),
             error_json.unwrap_or_default(),
-            fence.map(|l| l.owner_id.clone()).unwrap_or_default(),
+            fence.map(|l| l.holder.clone()).unwrap_or_default(),
             fence.map(|l| l.epoch.to_string()).unwrap_or_default(),
             event.kind.as_str().to_owned(),
             to_json(&event.data)?,

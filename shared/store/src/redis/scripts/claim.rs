@@ -14,10 +14,11 @@ use std::time::Duration;
 use redis::Value;
 
 use super::{int, ms, run, text};
+use crate::lua::lua_script;
 use crate::redis::{Core, replies};
 use crate::{Claim, StoreError};
 
-script_source!("claim");
+lua_script!("claim");
 
 /// What `claim.lua` answered.
 #[derive(Debug, Clone)]
@@ -53,12 +54,12 @@ impl redis::FromRedisValue for ClaimReply {
     }
 }
 
-/// Claims task `task_id`, queued (if it is) in `entrypoint`'s queue, for `owner_id`.
+/// Claims task `task_id`, queued (if it is) in `entrypoint`'s queue, for `holder`.
 pub(crate) async fn call(
     core: &Core,
     task_id: &str,
     entrypoint: &str,
-    owner_id: &str,
+    holder: &str,
     lease_ttl: Duration,
 ) -> Result<ClaimReply, StoreError> {
     let keys = &core.shard_of(task_id).keys;
@@ -69,12 +70,12 @@ pub(crate) async fn call(
         .key(keys.admissions())
         .key(keys.queue(entrypoint))
         .arg(task_id)
-        .arg(owner_id)
+        .arg(holder)
         .arg(ms(lease_ttl));
     let mut reply = run(core, NAME, keys, &mut invocation).await?;
     if let ClaimReply::Claimed(claim) = &mut reply {
         claim.lease.task_id = task_id.to_owned();
-        claim.lease.owner_id = owner_id.to_owned();
+        claim.lease.holder = holder.to_owned();
     }
     Ok(reply)
 }

@@ -23,11 +23,12 @@ use redis::Value;
 use tracing::Instrument;
 
 use super::{int, ms, parse, text, to_json};
+use crate::lua::lua_script;
 use crate::redis::batch::Batcher;
 use crate::redis::{Core, Keys, RedisStore, ScriptItem, batched, capacity_per_shard};
 use crate::{Admission, NewTask, StoreError};
 
-script_source!("create");
+lua_script!("create");
 
 /// What `create.lua` answered for one task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,9 +9,10 @@ use redis::Value;
 
 use super::run_unreplicated;
 use crate::StoreError;
+use crate::lua::lua_script;
 use crate::redis::Core;
 
-script_source!("due");
+lua_script!("due");
 
 /// The due ids of one shard with their deadlines (ms).
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -7,10 +7,11 @@
 use redis::Value;
 
 use super::{run, to_json};
+use crate::lua::lua_script;
 use crate::redis::Core;
 use crate::{EventPayload, Lease, StoreError};
 
-script_source!("emit");
+lua_script!("emit");
 
 /// What `emit.lua` answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,7 +42,7 @@ pub(crate) async fn call(
         .key(keys.task(&lease.task_id))
         .key(keys.events(&lease.task_id))
         .key(&keys.push_of(&lease.task_id))
-        .arg(&lease.owner_id)
+        .arg(&lease.holder)
         .arg(lease.epoch)
         .arg(&event.event)
         .arg(to_json(&event.data)?)

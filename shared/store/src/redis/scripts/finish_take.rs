@@ -19,11 +19,12 @@ use super::cas::{self, CasReply};
 use super::run;
 use super::take::Claims;
 use crate::StoreError;
+use crate::lua::lua_script;
 use crate::redis::shards::Shard;
 use crate::redis::take::{TakeKey, Taken};
 use crate::redis::{Core, ScriptItem};
 
-script_source!("finish_take");
+lua_script!("finish_take");
 
 /// What `finish_take.lua` answered.
 pub(crate) struct FinishTakeReply {

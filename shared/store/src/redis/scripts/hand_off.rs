@@ -7,10 +7,11 @@
 use redis::Value;
 
 use super::{int, run};
+use crate::lua::lua_script;
 use crate::redis::Core;
 use crate::{Lease, StoreError};
 
-script_source!("hand_off");
+lua_script!("hand_off");
 
 /// What `hand_off.lua` answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,7 +40,7 @@ pub(crate) async fn call(core: &Core, lease: &Lease) -> Result<HandOffReply, Sto
         .key(keys.queue(&lease.entrypoint))
         .key(keys.wake(&lease.entrypoint))
         .arg(&lease.task_id)
-        .arg(&lease.owner_id)
+        .arg(&lease.holder)
         .arg(lease.epoch);
     run(core, NAME, keys, &mut invocation).await
 }

@@ -10,10 +10,11 @@
 use redis::Value;
 
 use super::{int, run};
+use crate::lua::lua_script;
 use crate::redis::Core;
 use crate::{Lease, StoreError};
 
-script_source!("hold");
+lua_script!("hold");
 
 /// What `hold.lua` answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,7 +41,7 @@ pub(crate) async fn call(core: &Core, lease: &Lease) -> Result<HoldReply, StoreE
         .key(keys.task(&lease.task_id))
         .key(keys.leases())
         .arg(&lease.task_id)
-        .arg(&lease.owner_id)
+        .arg(&lease.holder)
         .arg(lease.epoch);
     run(core, NAME, keys, &mut invocation).await
 }

@@ -11,9 +11,10 @@ use redis::Value;
 
 use super::{run_unreplicated, text};
 use crate::StoreError;
+use crate::lua::lua_script;
 use crate::redis::Core;
 
-script_source!("layout");
+lua_script!("layout");
 
 /// What `layout.lua` answered.
 #[derive(Debug, Clone, PartialEq, Eq)]

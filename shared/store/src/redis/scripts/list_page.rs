@@ -12,10 +12,11 @@ use redis::Value;
 
 use super::run_unreplicated;
 use crate::StoreError;
+use crate::lua::lua_script;
 use crate::redis::Core;
 use crate::redis::shards::Shard;
 
-script_source!("list_page");
+lua_script!("list_page");
 
 /// One shard's listing part: the owner's retained task count there and its newest ids with
 /// their creation times (ms), newest first.

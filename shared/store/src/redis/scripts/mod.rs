@@ -3,8 +3,8 @@
 //!
 //! - opens with the script's contract (KEYS, ARGV, reply), repeated from its Lua header, so the
 //!   two are read side by side;
-//! - names the script once ([`script_source!`]): the same `NAME` picks the resolved Lua text
-//!   (includes pasted in by `build.rs`, in OUT_DIR) and names the call's span;
+//! - names the script once (`lua_script!`, `lua.rs`): the same `NAME` picks the resolved Lua
+//!   text (includes pasted in by `build.rs`, in OUT_DIR) and names the call's span;
 //! - packs all of the script's KEYS and ARGV, batched items (`ScriptItem`) included: no other
 //!   file builds them;
 //! - reads the reply into a typed value (an enum or struct implementing
@@ -16,24 +16,14 @@
 //! sends EVALSHA and reloads on NOSCRIPT, so a Redis restart or SCRIPT FLUSH costs one extra
 //! round trip, never an error. Every script runs inside the replay guard (`replay.rs`).
 //!
-//! The namespace-wide scripts (credentials, nonces, idempotency, registry, rate limits) live
-//! with their own stores and load themselves through [`guarded`].
+//! The push outbox's scripts (`push_*.rs`) are task-store scripts too: their keys are the
+//! task's shard's. The namespace-wide scripts (credentials, nonces, idempotency, registry, rate
+//! limits) live with their own stores and load themselves through [`guarded`].
 
 use redis::{Script, Value};
 
 use super::{Core, Keys};
 use crate::StoreError;
-
-/// Names a script once: `NAME` (the span name) and `SOURCE` (its resolved Lua text) of the
-/// module it is invoked in. `include_str!` needs a literal, hence a macro.
-macro_rules! script_source {
-    ($name:literal) => {
-        /// The script's name: its file in `shared/store/lua/` and its spans' name.
-        pub(crate) const NAME: &str = $name;
-        /// The script's text with its includes resolved (`build.rs`).
-        pub(crate) const SOURCE: &str = include_str!(concat!(env!("OUT_DIR"), "/", $name, ".lua"));
-    };
-}
 
 pub(crate) mod activate;
 pub(crate) mod attach_receipt;
@@ -48,6 +38,11 @@ pub(crate) mod hand_off;
 pub(crate) mod hold;
 pub(crate) mod layout;
 pub(crate) mod list_page;
+pub(crate) mod push_advance;
+pub(crate) mod push_claim;
+pub(crate) mod push_delete;
+pub(crate) mod push_put;
+pub(crate) mod push_release;
 pub(crate) mod record_receipt;
 pub(crate) mod recover;
 pub(crate) mod renew;
@@ -94,6 +89,11 @@ loaded_scripts!(
     recover,
     layout,
     list_page,
+    push_put,
+    push_delete,
+    push_claim,
+    push_advance,
+    push_release,
 );
 
 /// How the scripts publish task events and cancellations.

@@ -9,10 +9,11 @@
 use redis::Value;
 
 use super::{int, run};
+use crate::lua::lua_script;
 use crate::redis::Core;
 use crate::{Lease, ReceiptRecorded, StoreError};
 
-script_source!("record_receipt");
+lua_script!("record_receipt");
 
 /// What a receipt script (`record_receipt.lua`, `attach_receipt.lua`) answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,7 +60,7 @@ pub(crate) async fn call(
         .key(keys.queue(&lease.entrypoint))
         .key(keys.wake(&lease.entrypoint))
         .arg(&lease.task_id)
-        .arg(&lease.owner_id)
+        .arg(&lease.holder)
         .arg(lease.epoch)
         .arg(receipt);
     run(core, NAME, keys, &mut invocation).await

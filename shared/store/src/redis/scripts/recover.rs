@@ -21,10 +21,11 @@ use protocol::token::OwnerHash;
 use redis::Value;
 
 use super::{ms, run};
+use crate::lua::lua_script;
 use crate::redis::{RedisStore, fields};
 use crate::{RecoveryReport, StoreError};
 
-script_source!("recover");
+lua_script!("recover");
 
 /// What a sweep settles.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

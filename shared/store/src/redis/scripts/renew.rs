@@ -12,10 +12,11 @@ use std::time::Duration;
 use redis::Value;
 
 use super::{ms, run};
+use crate::lua::lua_script;
 use crate::redis::{Core, RedisStore};
 use crate::{Lease, Renewal, StoreError};
 
-script_source!("renew");
+lua_script!("renew");
 
 /// Which claims a renewal extends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,7 +73,7 @@ async fn call(
         invocation
             .key(keys.task(&lease.task_id))
             .arg(&lease.task_id)
-            .arg(&lease.owner_id)
+            .arg(&lease.holder)
             .arg(lease.epoch);
     }
     let reply: RenewReply = run(core, NAME, keys, &mut invocation).await?;

@@ -17,10 +17,11 @@ use protocol::token::OwnerHash;
 use redis::Value;
 
 use super::{run, to_json};
+use crate::lua::lua_script;
 use crate::redis::{Core, replies};
 use crate::{Invocation, StoreError};
 
-script_source!("resume");
+lua_script!("resume");
 
 /// What `resume.lua` answered.
 #[derive(Debug, Clone)]

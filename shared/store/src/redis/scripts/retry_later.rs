@@ -13,10 +13,11 @@ use protocol::TaskError;
 use redis::Value;
 
 use super::{ms, run, to_json};
+use crate::lua::lua_script;
 use crate::redis::Core;
 use crate::{Lease, StoreError};
 
-script_source!("retry_later");
+lua_script!("retry_later");
 
 /// What `retry_later.lua` answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,7 +53,7 @@ pub(crate) async fn call(
         .key(keys.leases())
         .key(keys.admissions())
         .arg(&lease.task_id)
-        .arg(&lease.owner_id)
+        .arg(&lease.holder)
         .arg(lease.epoch)
         .arg(to_json(error)?)
         .arg(ms(delay));

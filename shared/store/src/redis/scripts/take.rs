@@ -12,12 +12,13 @@
 use redis::Value;
 
 use super::{int, run};
+use crate::lua::lua_script;
 use crate::redis::shards::Shard;
 use crate::redis::take::{TakeKey, Taken};
 use crate::redis::{Core, replies};
 use crate::{Activation, StoreError};
 
-script_source!("take");
+lua_script!("take");
 
 /// Claims as `take_queued.lua` returns them, flat: 9 values per claim (id, epoch,
 /// lease_expires, owner, invocation, attempt, max_attempts, entrypoint, created), and when
@@ -58,9 +59,9 @@ impl<const ACTIVATED: bool> Claims<ACTIVATED> {
     pub(crate) fn held_by(self, holder: &str) -> Vec<Taken> {
         let mut claims = self.0;
         for taken in &mut claims {
-            taken.claim.lease.owner_id = holder.to_owned();
+            taken.claim.lease.holder = holder.to_owned();
             if let Some(activation) = &mut taken.activation {
-                activation.lease.owner_id = holder.to_owned();
+                activation.lease.holder = holder.to_owned();
             }
         }
         claims

@@ -13,7 +13,7 @@ use redis::{FromRedisValue, ParsingError, Value};
 use crate::lua::lua_script;
 use crate::{RedisStore, StoreError};
 
-lua_script!("deregister_worker");
+lua_script!(static "deregister_worker");
 
 /// What the script answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

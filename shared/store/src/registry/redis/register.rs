@@ -18,7 +18,7 @@ use crate::lua::lua_script;
 use crate::registry::WorkerEntry;
 use crate::{RedisStore, StoreError};
 
-lua_script!("register_worker");
+lua_script!(static "register_worker");
 
 /// What the script answered: when the entry expires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

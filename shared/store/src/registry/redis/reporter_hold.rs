@@ -15,7 +15,7 @@ use std::time::Duration;
 use crate::lua::lua_script;
 use crate::{RedisStore, StoreError};
 
-lua_script!("reporter_hold");
+lua_script!(static "reporter_hold");
 
 /// Takes or renews the lease for `holder`, for `ttl`; true when `holder` holds it.
 pub(super) async fn call(

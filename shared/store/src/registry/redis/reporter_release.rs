@@ -10,7 +10,7 @@
 use crate::lua::lua_script;
 use crate::{RedisStore, StoreError};
 
-lua_script!("reporter_release");
+lua_script!(static "reporter_release");
 
 /// Deletes the lease if `holder` holds it; true when it did.
 pub(super) async fn call(store: &RedisStore, holder: &str) -> Result<bool, StoreError> {

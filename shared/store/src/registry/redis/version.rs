@@ -13,7 +13,7 @@ use crate::lua::lua_script;
 use crate::registry::RegistryVersion;
 use crate::{RedisStore, StoreError};
 
-lua_script!("registry_version");
+lua_script!(static "registry_version");
 
 /// What the script answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
