@@ -29,7 +29,7 @@
 //! - [`ratelimit`]: rate limits of task creation (middleware; it reads the A2A caller's token
 //!   and answers in either protocol's error shape, so it sits beside the adapters it fronts).
 //!
-//! **Protocol adapters**, which never import each other (`grep -rn "crate::routes"
+//! **Protocol adapters**, which never import each other (`grep -rn "crate::lucid"
 //! gateway/src/a2a` and `grep -rn "crate::a2a" gateway/src/routes` are empty):
 //! - [`routes`]: the Lucid A2A HTTP profile, one module per resource (health, card,
 //!   entrypoints, tasks, invoke/stream);
@@ -51,26 +51,13 @@
 #![recursion_limit = "256"]
 
 pub mod a2a;
-pub mod admit;
-pub mod card_signing;
-pub mod catalog;
-pub mod config;
 pub mod console;
+pub mod core;
 #[cfg(feature = "embedded")]
 pub mod embedded;
-pub mod error;
-pub mod extract;
 pub mod host;
 pub mod http;
-pub mod members;
-pub mod pay;
-pub mod prices;
-pub mod ratelimit;
-pub mod recent;
-pub mod routes;
-pub mod state;
-pub mod store_memory;
-pub mod watch;
+pub mod lucid;
 
 use std::time::Duration;
 
@@ -78,8 +65,9 @@ use axum::Router;
 use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::timeout::RequestBodyTimeoutLayer;
 
+use crate::core::ratelimit;
+use crate::core::state::AppState;
 use crate::http::request_id::REQUEST_ID;
-use crate::state::AppState;
 
 /// The whole HTTP surface, mounted under the configured base path, with its layers applied
 /// once: request ids, the server span and HTTP metrics (no headers or bodies recorded: they
@@ -103,7 +91,7 @@ pub fn app_with_limiter(
     let limit = state.config.body_limit_bytes;
     let body_timeout = Duration::from_millis(state.config.body_timeout_ms);
     // The two protocol adapters, side by side: neither mounts nor imports the other.
-    let mut routes = routes::router(&state)
+    let mut routes = lucid::router(&state)
         .merge(a2a::router())
         .with_state(state.clone());
     if let Some(console) = console::router(&state) {
@@ -116,15 +104,15 @@ pub fn app_with_limiter(
         let landing = Router::new()
             .route(
                 &format!("{base}/"),
-                axum::routing::get(routes::card::landing_page),
+                axum::routing::get(lucid::card::landing_page),
             )
-            .with_state(routes::card::Discovery::new(&state));
+            .with_state(lucid::card::Discovery::new(&state));
         Router::new().nest(&base, routes).merge(landing)
     };
     mounted
-        .fallback(routes::not_found)
+        .fallback(lucid::not_found)
         // A known path with another method (TRACE included): 405 with `Allow`, not 404.
-        .method_not_allowed_fallback(routes::method_not_allowed)
+        .method_not_allowed_fallback(lucid::method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
             limits,
             ratelimit::admit,

@@ -1,4 +1,4 @@
-//! The gateway's layering holds: the two protocol adapters (`src/routes/`, the Lucid profile,
+//! The gateway's layering holds: the two protocol adapters (`src/lucid/`, the Lucid profile,
 //! and `src/a2a/`, the A2A bindings) never import each other, and the HTTP plumbing
 //! (`src/http/`) imports neither, so a change to one protocol cannot reach into the other.
 //! What they share lives in the core or the plumbing (see `src/lib.rs`).
@@ -35,7 +35,7 @@ fn offenders(layer: &str, forbidden: &[&str]) -> Vec<String> {
     let mut found = Vec::new();
     for file in sources(&root) {
         let text = fs::read_to_string(&file).unwrap_or_default();
-        // Grouped imports: `use crate::{config, routes::x}`, on one line or several.
+        // Grouped imports: `use crate::{core, lucid::x}`, on one line or several.
         for group in text.split("crate::{").skip(1) {
             let names = group.split('}').next().unwrap_or_default();
             for module in forbidden {
@@ -68,26 +68,26 @@ fn offenders(layer: &str, forbidden: &[&str]) -> Vec<String> {
 
 #[test]
 fn the_a2a_adapter_does_not_import_the_lucid_routes() {
-    let found = offenders("a2a", &["routes"]);
+    let found = offenders("a2a", &["lucid", "console"]);
     assert!(found.is_empty(), "{found:#?}");
 }
 
 #[test]
 fn the_lucid_routes_do_not_import_the_a2a_adapter() {
-    let found = offenders("routes", &["a2a"]);
+    let found = offenders("lucid", &["a2a", "console"]);
     assert!(found.is_empty(), "{found:#?}");
 }
 
 #[test]
 fn the_http_plumbing_imports_neither_adapter() {
-    let found = offenders("http", &["routes", "a2a"]);
+    let found = offenders("http", &["lucid", "a2a", "console"]);
     assert!(found.is_empty(), "{found:#?}");
 }
 
 #[test]
 fn the_layers_are_where_the_checks_look() {
     // A renamed folder would make the checks above pass vacuously.
-    for layer in ["a2a", "routes", "http"] {
+    for layer in ["a2a", "lucid", "http", "core"] {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("src")
             .join(layer);

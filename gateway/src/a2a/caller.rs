@@ -39,7 +39,7 @@ pub fn token(headers: &HeaderMap) -> Result<AccessToken, A2aError> {
             Some(scheme)
         }
     };
-    if let Some(value) = headers.get(crate::extract::TASK_ACCESS_TOKEN) {
+    if let Some(value) = headers.get(crate::http::extract::TASK_ACCESS_TOKEN) {
         let text = value
             .to_str()
             .map_err(|_| A2aError::unauthenticated("Task-Access-Token is not text"))?;
@@ -89,7 +89,7 @@ mod tests {
         let token = "a-token-of-enough-length-2";
         let mut headers = with("Payment eyJjaGFsbGVuZ2UiOnt9fQ");
         headers.insert(
-            crate::extract::TASK_ACCESS_TOKEN,
+            crate::http::extract::TASK_ACCESS_TOKEN,
             HeaderValue::from_static("a-token-of-enough-length-2"),
         );
         assert_eq!(owner(&headers)?, owner(&with(&format!("Bearer {token}")))?);

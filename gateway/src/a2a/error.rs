@@ -271,10 +271,10 @@ impl A2aError {
     }
 }
 
-impl From<crate::error::ApiError> for A2aError {
+impl From<crate::http::error::ApiError> for A2aError {
     /// A Lucid profile error met on a shared path (admission, input validation, the store):
     /// its status decides the A2A code, and its message or issues are kept.
-    fn from(err: crate::error::ApiError) -> Self {
+    fn from(err: crate::http::error::ApiError) -> Self {
         let message = match (&err.message, &err.issues) {
             (Some(message), _) => message.clone(),
             (None, Some(issues)) => {

@@ -31,7 +31,7 @@ use store::RedisStore;
 use store::push::PushOutbox;
 use webhook::{Backoff, WebhookClient, WebhookConfig, WebhookPolicy};
 
-use crate::config::GatewayConfig;
+use crate::core::config::GatewayConfig;
 
 /// Push notifications as this gateway serves them: the outbox in Redis, the guarded client,
 /// the retry schedule.

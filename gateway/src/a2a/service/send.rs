@@ -15,10 +15,10 @@ use super::push_config;
 use super::{Caller, Refusal, Reply, bounded, history_length, read_owned};
 use crate::a2a::error::{self, A2aError};
 use crate::a2a::mapping;
-use crate::admit::{self, Admit};
-use crate::pay;
-use crate::pay::receipt::Receipt;
-use crate::watch::{RunEvent, Watch};
+use crate::core::admit::{self, Admit};
+use crate::core::pay;
+use crate::core::pay::receipt::Receipt;
+use crate::core::watch::{RunEvent, Watch};
 
 /// `SendMessage`: admits a task for the message and, unless `returnImmediately`, waits for it
 /// to finish (at most `--invoke-timeout-ms`; then the task as it stands).
@@ -47,7 +47,7 @@ pub async fn send(
             loop {
                 if let RunEvent::Finished(_) | RunEvent::InputRequired { .. } = watch.next().await?
                 {
-                    return Ok::<(), crate::error::ApiError>(());
+                    return Ok::<(), crate::http::error::ApiError>(());
                 }
             }
         })
