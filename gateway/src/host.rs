@@ -234,8 +234,8 @@ fn push_notifications(
     store: &RedisStore,
     shutdown: &CancellationToken,
     background: &TaskTracker,
-) -> anyhow::Result<Option<Arc<crate::a2a::push::Push>>> {
-    let Some(push) = crate::a2a::push::Push::from_config(config, store)? else {
+) -> anyhow::Result<Option<Arc<crate::core::push::Push>>> {
+    let Some(push) = crate::core::push::Push::from_config(config, store)? else {
         tracing::info!("A2A push notifications are off");
         return Ok(None);
     };

@@ -206,7 +206,7 @@ pub(crate) async fn verdict_of(limiter: &dyn RateLimiter, subjects: &[Subject]) 
 /// The owner the request's token stands for (`Authorization: Bearer` or `Task-Access-Token`,
 /// read as the A2A binding reads it).
 fn owner(headers: &HeaderMap) -> Option<String> {
-    crate::a2a::caller::owner(headers)
+    crate::core::caller::owner(headers)
         .ok()
         .map(|owner| owner.as_str().to_owned())
 }

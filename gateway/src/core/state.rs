@@ -26,7 +26,7 @@ pub struct AppState {
     pub store_memory: Arc<crate::core::store_memory::MemoryWatch>,
     /// A2A push notifications (configs and their delivery); `None` when off, and always in
     /// embedded mode (the outbox is in Redis).
-    pub push: Option<Arc<crate::a2a::push::Push>>,
+    pub push: Option<Arc<crate::core::push::Push>>,
     /// Signs the cards when `--card-signing-key-file` is set ([`crate::core::card_signing`]).
     pub card_signer: Option<Arc<crate::core::card_signing::CardSigner>>,
     /// The members of `--member-tokens-file` ([`crate::core::members`]); `None`: no members, no

@@ -30,7 +30,7 @@ use store::push::{PutMode, PutOutcome};
 
 use super::{Caller, check_id, read_owned};
 use crate::a2a::error::A2aError;
-use crate::a2a::push::Push;
+use crate::core::push::Push;
 use crate::core::state::AppState;
 
 /// Longest push config URL.
