@@ -118,10 +118,6 @@ impl A2aError {
         }
     }
 
-    pub fn invalid_agent_response(message: impl Into<String>) -> Self {
-        A2aError::new(error_code::INVALID_AGENT_RESPONSE, message)
-    }
-
     pub fn extended_card_not_configured() -> Self {
         A2aError::new(
             error_code::EXTENDED_CARD_NOT_CONFIGURED,

@@ -7,49 +7,50 @@
 //! people own, to produce a less specific document. The tests check every mounted route is
 //! described.
 
+use protocol::ErrorCode;
 use serde_json::{Value, json};
 
 use store::registry::EntrypointInfo;
 
 use crate::core::config::GatewayConfig;
 
-/// Error codes of `{"error":{"code"}}` (shared's `ErrorCode`; a test checks each parses).
-pub const ERROR_CODES: &[&str] = &[
-    "invalid_request",
-    "invalid_input",
-    "invalid_output",
-    "not_found",
-    "internal_error",
-    "not_implemented",
-    "method_not_allowed",
-    "entrypoint_not_found",
-    "stream_not_supported",
-    "invalid_idempotency_key",
-    "idempotency_in_progress",
-    "idempotency_key_conflict",
-    "idempotency_response_too_large",
-    "idempotency_quota_exceeded",
-    "task_access_required",
-    "task_not_found",
-    "skill_not_found",
-    "invalid_state",
-    "task_capacity_exhausted",
-    "owner_capacity_exhausted",
-    "address_capacity_exhausted",
-    "task_timeout",
-    "task_execution_failed",
-    "task_terminalization_failed",
-    "durable_task_store_required",
-    "authorization_failed",
-    "auth_required",
-    "payment_capability_unsupported",
-    "payment_verification_failed",
-    "payment_in_progress",
-    "settlement_failed",
-    "policy_violation",
-    "service_unavailable",
-    "task_attempts_exhausted",
-    "rate_limited",
+/// Error codes of `{"error":{"code"}}`, in the document's order.
+pub const ERROR_CODES: &[ErrorCode] = &[
+    ErrorCode::InvalidRequest,
+    ErrorCode::InvalidInput,
+    ErrorCode::InvalidOutput,
+    ErrorCode::NotFound,
+    ErrorCode::InternalError,
+    ErrorCode::NotImplemented,
+    ErrorCode::MethodNotAllowed,
+    ErrorCode::EntrypointNotFound,
+    ErrorCode::StreamNotSupported,
+    ErrorCode::InvalidIdempotencyKey,
+    ErrorCode::IdempotencyInProgress,
+    ErrorCode::IdempotencyKeyConflict,
+    ErrorCode::IdempotencyResponseTooLarge,
+    ErrorCode::IdempotencyQuotaExceeded,
+    ErrorCode::TaskAccessRequired,
+    ErrorCode::TaskNotFound,
+    ErrorCode::SkillNotFound,
+    ErrorCode::InvalidState,
+    ErrorCode::TaskCapacityExhausted,
+    ErrorCode::OwnerCapacityExhausted,
+    ErrorCode::AddressCapacityExhausted,
+    ErrorCode::TaskTimeout,
+    ErrorCode::TaskExecutionFailed,
+    ErrorCode::TaskTerminalizationFailed,
+    ErrorCode::DurableTaskStoreRequired,
+    ErrorCode::AuthorizationFailed,
+    ErrorCode::AuthRequired,
+    ErrorCode::PaymentCapabilityUnsupported,
+    ErrorCode::PaymentVerificationFailed,
+    ErrorCode::PaymentInProgress,
+    ErrorCode::SettlementFailed,
+    ErrorCode::PolicyViolation,
+    ErrorCode::ServiceUnavailable,
+    ErrorCode::TaskAttemptsExhausted,
+    ErrorCode::RateLimited,
 ];
 
 fn schema(name: &str) -> Value {
@@ -922,14 +923,22 @@ fn discovery_schemas() -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use protocol::ErrorCode;
 
+    /// The document lists each code once, by its wire name.
     #[test]
     fn error_codes_are_the_profile_codes() {
-        for code in ERROR_CODES {
-            let parsed: Result<ErrorCode, _> = serde_json::from_value(json!(code));
-            assert_eq!(parsed.ok().map(ErrorCode::as_str), Some(*code));
-        }
+        let doc = document(&GatewayConfig::for_tests(), "http://h", &[]);
+        let listed: Vec<String> = serde_json::to_value(ERROR_CODES)
+            .ok()
+            .and_then(|codes| serde_json::from_value(codes).ok())
+            .unwrap_or_default();
+        let names: Vec<&str> = ERROR_CODES.iter().map(|code| code.as_str()).collect();
+        assert_eq!(listed, names);
+        let mut distinct = names.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), names.len());
+        assert!(doc.to_string().contains("\"address_capacity_exhausted\""));
     }
 
     /// Every `$ref` points at something defined.
