@@ -170,7 +170,7 @@ impl<'a> Viewer<'a> {
 }
 
 /// The caller's token: `Authorization: Bearer` decides when present, else `Task-Access-Token`
-/// (the A2A bindings' rule, [`crate::a2a::caller::token`], without its error messages: here a
+/// (the A2A bindings' rule, [`crate::core::caller::token`], without its error messages: here a
 /// malformed token only means "not a member").
 fn token(headers: &HeaderMap) -> Option<AccessToken> {
     if let Some(value) = headers.get(header::AUTHORIZATION) {
