@@ -91,6 +91,13 @@ fn the_core_imports_no_adapter_and_not_the_console() {
     assert!(found.is_empty(), "{found:#?}");
 }
 
+/// The payment gate reads the state through `PayContext`: the state holds the gate.
+#[test]
+fn the_payment_gate_does_not_import_the_state() {
+    let found = offenders("core/pay", &["core::state"]);
+    assert!(found.is_empty(), "{found:#?}");
+}
+
 #[test]
 fn the_http_plumbing_reads_only_the_core_settings() {
     let core = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -124,7 +131,7 @@ fn the_http_plumbing_reads_only_the_core_settings() {
 #[test]
 fn the_layers_are_where_the_checks_look() {
     // A renamed folder would make the checks above pass vacuously.
-    for layer in ["a2a", "lucid", "http", "core"] {
+    for layer in ["a2a", "lucid", "http", "core", "core/pay"] {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("src")
             .join(layer);

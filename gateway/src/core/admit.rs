@@ -13,7 +13,7 @@ use protocol::token::OwnerHash;
 use protocol::{ErrorCode, Task};
 use serde_json::Value;
 use store::registry::EntrypointInfo;
-use store::{Admission, Invocation, NewTask, Subscription};
+use store::{Admission, Invocation, NewTask, Subscription, TaskStore};
 use telemetry::metrics;
 use tracing::Instrument;
 use tracing::field::Empty;
@@ -21,6 +21,7 @@ use tracing::field::Empty;
 use crate::core::catalog::Snapshot;
 use crate::core::members::Viewer;
 use crate::core::state::AppState;
+use crate::core::store_memory::MemoryWatch;
 use crate::http::error::ApiError;
 
 /// The entrypoint as the live workers advertise it (merged: the highest price any of them
@@ -351,8 +352,20 @@ pub async fn create_as(
     task_id: String,
     admission: Admission,
 ) -> Result<Task, ApiError> {
-    state.store_memory.admit()?;
-    let store = state.store.clone();
+    create_in(&state.store, &state.store_memory, admit, task_id, admission).await
+}
+
+/// [`create_as`] with only what it reads: the store and its memory watch (the payment gate
+/// holds these, not the whole state).
+pub async fn create_in(
+    store: &Arc<dyn TaskStore>,
+    store_memory: &MemoryWatch,
+    admit: Admit<'_>,
+    task_id: String,
+    admission: Admission,
+) -> Result<Task, ApiError> {
+    store_memory.admit()?;
+    let store = store.clone();
     admit_with(admit, task_id, admission, |new| async move {
         store.create(new).await
     })

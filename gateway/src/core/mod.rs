@@ -12,7 +12,8 @@
 //!   entrypoints;
 //! - [`admit`]: admission shared by task creation, invoke, stream and A2A messages;
 //! - [`pay`]: the payment gate of priced routes (x402, MPP, SIWX): challenge, credential,
-//!   durable admission;
+//!   durable admission; it reads the state through [`pay::PayContext`], not [`state`], which
+//!   holds the gate;
 //! - [`push`]: push notifications' outbox, guarded client and retry schedule (the A2A
 //!   adapter renders and delivers them);
 //! - [`watch`]: following a run through the store, its events in order, then its end;

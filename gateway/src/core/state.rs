@@ -37,6 +37,16 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// What the payment gate reads of this state ([`crate::core::pay::PayContext`]).
+    pub fn pay_context(&self) -> crate::core::pay::PayContext<'_> {
+        crate::core::pay::PayContext {
+            config: &self.config,
+            gate: self.payments.as_deref(),
+            store: &self.store,
+            store_memory: &self.store_memory,
+        }
+    }
+
     /// Who the caller of a request with `headers` is, for private entrypoints.
     pub fn viewer(&self, headers: &axum::http::HeaderMap) -> crate::core::members::Viewer<'_> {
         crate::core::members::Viewer::of(self.members.as_deref(), headers)

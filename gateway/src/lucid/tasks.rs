@@ -114,47 +114,52 @@ async fn create(
     admit::check_input(&state, &entrypoint, &input)?;
 
     // Signed in (SIWX) for an auth-only entrypoint, or entitled to a priced one: no payment.
-    let signed_in = match pay::siwx::sign_in(&state, &entrypoint, &headers, &uri).await {
+    let signed_in = match pay::siwx::sign_in(state.pay_context(), &entrypoint, &headers, &uri).await
+    {
         Ok(signed_in) => signed_in.is_some(),
         Err(answer) => return Ok(*answer),
     };
     let price =
         crate::core::prices::price_of(&entrypoint, pay::Priced::Task).filter(|_| !signed_in);
-    let token = if let Some(price) = price {
-        // Checked before anything touches a payment: a paid task on a store that forgets it
-        // on restart could lose a settled payment's capability.
-        if state.store.durability() == Durability::Process {
-            return Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                ErrorCode::DurableTaskStoreRequired,
-                "Paid tasks require a durable task store",
-            ));
-        }
-        // A paid task's capability must be known to the caller before it pays.
-        let Some(token) = token else {
-            return Err(ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                ErrorCode::TaskAccessRequired,
-                "Task-Access-Token must contain 20 to 256 characters",
-            ));
+    let token =
+        if let Some(price) = price {
+            // Checked before anything touches a payment: a paid task on a store that forgets it
+            // on restart could lose a settled payment's capability.
+            if state.store.durability() == Durability::Process {
+                return Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    ErrorCode::DurableTaskStoreRequired,
+                    "Paid tasks require a durable task store",
+                ));
+            }
+            // A paid task's capability must be known to the caller before it pays.
+            let Some(token) = token else {
+                return Err(ApiError::new(
+                    StatusCode::UNAUTHORIZED,
+                    ErrorCode::TaskAccessRequired,
+                    "Task-Access-Token must contain 20 to 256 characters",
+                ));
+            };
+            let payment =
+                match pay::check_priced(state.pay_context(), &entrypoint, price, &headers, &uri)
+                    .await
+                {
+                    Ok(payment) => payment,
+                    Err(answer) => return Ok(*answer),
+                };
+            let paid = create_paid(
+                &state,
+                &entrypoint.key,
+                token,
+                request,
+                input,
+                source,
+                payment,
+            );
+            return Ok(paid.await);
+        } else {
+            token.unwrap_or_else(AccessToken::generate)
         };
-        let payment = match pay::check_priced(&state, &entrypoint, price, &headers, &uri).await {
-            Ok(payment) => payment,
-            Err(answer) => return Ok(*answer),
-        };
-        let paid = create_paid(
-            &state,
-            &entrypoint.key,
-            token,
-            request,
-            input,
-            source,
-            payment,
-        );
-        return Ok(paid.await);
-    } else {
-        token.unwrap_or_else(AccessToken::generate)
-    };
     let task = admit::create(
         &state,
         Admit {
@@ -192,7 +197,7 @@ async fn create_paid(
     payment: pay::Payment<'_>,
 ) -> Response {
     let admitted = pay::admission::admit_paid(
-        state,
+        state.pay_context(),
         payment,
         Admit {
             owner: token.owner_hash(),

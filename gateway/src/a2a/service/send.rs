@@ -245,25 +245,26 @@ async fn start_paid(
         return Err(A2aError::unsupported("Paid tasks require a durable task store").into());
     }
     let entrypoint = admit.entrypoint.to_owned();
-    let paid = match pay::admission::admit_paid_as(state, payment, admit, task_id).await {
-        Ok(paid) => paid,
-        Err(pay::admission::Refused::Answer(response)) => {
-            return Err(Refusal::Http(response));
-        }
-        Err(pay::admission::Refused::Unconfirmed { task_id, receipt }) => {
-            // Settled: the caller keeps the receipt and can read the task later.
-            tracing::warn!(%task_id, "paid A2A task settled but its state is unconfirmed");
-            let watch = Watch::open(state.store.clone(), &task_id, &caller.owner).await;
-            return match watch {
-                Ok(watch) => Ok(Started {
-                    task_id,
-                    watch,
-                    receipt: Some(receipt),
-                }),
-                Err(err) => Err(Refusal::A2a(err.into())),
-            };
-        }
-    };
+    let paid =
+        match pay::admission::admit_paid_as(state.pay_context(), payment, admit, task_id).await {
+            Ok(paid) => paid,
+            Err(pay::admission::Refused::Answer(response)) => {
+                return Err(Refusal::Http(response));
+            }
+            Err(pay::admission::Refused::Unconfirmed { task_id, receipt }) => {
+                // Settled: the caller keeps the receipt and can read the task later.
+                tracing::warn!(%task_id, "paid A2A task settled but its state is unconfirmed");
+                let watch = Watch::open(state.store.clone(), &task_id, &caller.owner).await;
+                return match watch {
+                    Ok(watch) => Ok(Started {
+                        task_id,
+                        watch,
+                        receipt: Some(receipt),
+                    }),
+                    Err(err) => Err(Refusal::A2a(err.into())),
+                };
+            }
+        };
     tracing::info!(task_id = %paid.task_id, %entrypoint, "paid A2A task created");
     let watch = Watch::open(state.store.clone(), &paid.task_id, &caller.owner)
         .await
@@ -341,14 +342,19 @@ async fn gate<'a>(
     caller: &Caller<'a>,
     entrypoint: &EntrypointInfo,
 ) -> Result<Option<pay::Payment<'a>>, Refusal> {
-    let signed_in = pay::siwx::sign_in(caller.state, entrypoint, caller.headers, caller.uri)
-        .await
-        .map_err(|answer| Refusal::Http(*answer))?;
+    let signed_in = pay::siwx::sign_in(
+        caller.state.pay_context(),
+        entrypoint,
+        caller.headers,
+        caller.uri,
+    )
+    .await
+    .map_err(|answer| Refusal::Http(*answer))?;
     if signed_in.is_some() {
         return Ok(None);
     }
     pay::check(
-        caller.state,
+        caller.state.pay_context(),
         entrypoint,
         pay::Priced::Task,
         caller.headers,

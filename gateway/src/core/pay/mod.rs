@@ -226,13 +226,25 @@ impl Rail<'_> {
     }
 }
 
+/// What the payment gate reads of the gateway's shared state, and no more: `pay` takes this
+/// rather than [`crate::core::state::AppState`], which holds the gate
+/// ([`crate::core::state::AppState::pay_context`] makes one).
+#[derive(Clone, Copy)]
+pub struct PayContext<'a> {
+    pub config: &'a crate::core::config::GatewayConfig,
+    /// `None` when this gateway takes no payments.
+    pub gate: Option<&'a Gate>,
+    pub store: &'a std::sync::Arc<dyn store::TaskStore>,
+    pub store_memory: &'a crate::core::store_memory::MemoryWatch,
+}
+
 /// The gate's first word on a request for `entrypoint` through `route`: `Ok(None)` when the
 /// route is free, `Ok(Some(payment))` when it is priced and paid for (so far: offline checks
 /// only), and the answer to send otherwise (a `402` challenge, or `503` when this gateway
 /// takes no payments), boxed: it is a whole HTTP answer. Async: a SIWX entrypoint's `402`
 /// carries a sign-in offer whose nonce is recorded first.
 pub async fn check<'a>(
-    state: &'a crate::core::state::AppState,
+    state: PayContext<'a>,
     entrypoint: &store::registry::EntrypointInfo,
     route: Priced,
     headers: &axum::http::HeaderMap,
@@ -249,11 +261,11 @@ pub async fn check<'a>(
 /// The origin payments and sign-ins are bound to (see
 /// [`crate::http::origin::security_origin`]).
 pub fn security_origin(
-    state: &crate::core::state::AppState,
+    state: PayContext<'_>,
     headers: &axum::http::HeaderMap,
     uri: &axum::http::Uri,
 ) -> String {
-    crate::http::origin::security_origin(&state.config, headers, uri)
+    crate::http::origin::security_origin(state.config, headers, uri)
 }
 
 /// The x402 `resource` a request pays for: the route's URL at the security origin and, when
@@ -276,7 +288,7 @@ pub fn resource_url(origin: &str, path: &str, entrypoint: &str) -> String {
 /// a v2 credential must name it); an MPP challenge's `opaque` carries the
 /// route's path and the entrypoint, under the challenge id's HMAC.
 pub async fn check_priced<'a>(
-    state: &'a crate::core::state::AppState,
+    state: PayContext<'a>,
     entrypoint: &store::registry::EntrypointInfo,
     price: &str,
     headers: &axum::http::HeaderMap,
@@ -284,7 +296,7 @@ pub async fn check_priced<'a>(
 ) -> Result<Payment<'a>, Box<axum::response::Response>> {
     use axum::response::IntoResponse;
 
-    let Some(gate) = state.payments.as_deref() else {
+    let Some(gate) = state.gate else {
         return Err(Box::new(
             crate::core::prices::payments_disabled().into_response(),
         ));

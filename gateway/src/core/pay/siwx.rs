@@ -31,7 +31,7 @@ use store::StoreError;
 use store::registry::EntrypointInfo;
 
 use super::Gate;
-use crate::core::state::AppState;
+use super::PayContext;
 use crate::http::error::ApiError;
 use crate::http::origin::host_of;
 
@@ -129,7 +129,7 @@ pub async fn entitle(gate: &Gate, entrypoint: &str, payer: Address) {
 /// SIWX policy, no header on a priced entrypoint, or a signer without an entitlement), and the
 /// answer otherwise.
 pub async fn sign_in(
-    state: &AppState,
+    state: PayContext<'_>,
     entrypoint: &EntrypointInfo,
     headers: &HeaderMap,
     uri: &Uri,
@@ -137,7 +137,7 @@ pub async fn sign_in(
     let Some(policy) = entrypoint.siwx else {
         return Ok(None);
     };
-    let Some(gate) = state.payments.as_deref() else {
+    let Some(gate) = state.gate else {
         return Err(Box::new(
             crate::core::prices::payments_disabled().into_response(),
         ));

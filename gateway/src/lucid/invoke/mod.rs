@@ -86,7 +86,9 @@ async fn gate<'a>(
     headers: &HeaderMap,
     uri: &Uri,
 ) -> Result<Gated<'a>, Box<Response>> {
-    if let Some(signed_in) = pay::siwx::sign_in(state, entrypoint, headers, uri).await? {
+    if let Some(signed_in) =
+        pay::siwx::sign_in(state.pay_context(), entrypoint, headers, uri).await?
+    {
         tracing::debug!(entrypoint = %entrypoint.key, ?signed_in, "signed in: runs without payment");
         return Ok(Gated {
             payment: None,
@@ -97,7 +99,7 @@ async fn gate<'a>(
         Kind::Invoke => pay::Priced::Invoke,
         Kind::Stream => pay::Priced::Stream,
     };
-    let payment = pay::check(state, entrypoint, route, headers, uri).await?;
+    let payment = pay::check(state.pay_context(), entrypoint, route, headers, uri).await?;
     Ok(Gated {
         payment,
         signed_in: None,
@@ -203,7 +205,7 @@ async fn start_paid_run(
     let entrypoint = entrypoint.key.as_str();
     let owner = AccessToken::generate().owner_hash();
     let admitted = pay::admission::admit_paid(
-        state,
+        state.pay_context(),
         payment,
         Admit {
             owner: owner.clone(),

@@ -52,9 +52,8 @@ use protocol::{Task, TaskStatus};
 use store::TaskStore;
 
 use super::receipt::Receipt;
-use super::{FaultPoint, Gate, Payment, Rail};
+use super::{FaultPoint, Gate, PayContext, Payment, Rail};
 use crate::core::admit::Admit;
-use crate::core::state::AppState;
 use crate::http::error::ApiError;
 use heartbeat::Heartbeat;
 
@@ -102,7 +101,7 @@ pub struct SettlingRecord {
 /// Admits `admit` as a task paid by `payment` (its credential passed the offline checks), in
 /// the order of the module's diagram: the same Redis and facilitator calls, in the same order.
 pub async fn admit_paid(
-    state: &AppState,
+    state: PayContext<'_>,
     payment: Payment<'_>,
     admit: Admit<'_>,
 ) -> Result<Paid, Refused> {
@@ -112,7 +111,7 @@ pub async fn admit_paid(
 /// [`admit_paid`] for a task id the caller chose (fresh, never used: an A2A send stores the
 /// task's inline push config under it first).
 pub async fn admit_paid_as(
-    state: &AppState,
+    state: PayContext<'_>,
     payment: Payment<'_>,
     admit: Admit<'_>,
     task_id: String,
@@ -178,7 +177,7 @@ pub async fn admit_paid_as(
 
 /// One paid admission under way: what its steps share.
 struct Attempt<'a> {
-    state: &'a AppState,
+    state: PayContext<'a>,
     gate: &'a Gate,
     terms: &'a Terms,
     rail: &'a Rail<'a>,

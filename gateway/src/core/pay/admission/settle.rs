@@ -27,7 +27,15 @@ impl Attempt<'_> {
         let reserved = Admission::Reserved {
             ttl: gate.admission_ttl,
         };
-        let created = match admit::create_as(self.state, admit, task_id.clone(), reserved).await {
+        let created = match admit::create_in(
+            self.state.store,
+            self.state.store_memory,
+            admit,
+            task_id.clone(),
+            reserved,
+        )
+        .await
+        {
             Ok(task) => task,
             Err(err) => {
                 self.release().await;
