@@ -91,10 +91,11 @@ fn the_core_imports_no_adapter_and_not_the_console() {
     assert!(found.is_empty(), "{found:#?}");
 }
 
-/// The payment gate reads the state through `PayContext`: the state holds the gate.
+/// The payment gate reads the state through `PayContext` and creates its tasks through
+/// `core::create`: the state holds the gate, so `state -> pay -> admit -> state` is no circle.
 #[test]
 fn the_payment_gate_does_not_import_the_state() {
-    let found = offenders("core/pay", &["core::state"]);
+    let found = offenders("core/pay", &["core::state", "core::admit"]);
     assert!(found.is_empty(), "{found:#?}");
 }
 

@@ -1,5 +1,6 @@
 //! Admission shared by `POST /tasks`, invoke and stream: find the entrypoint among the live
-//! workers' registry entries, check the input against its schema, create the task.
+//! workers' registry entries, check the input against its schema, create the task (in the
+//! store: [`crate::core::create`]).
 //!
 //! Creation is a PRODUCER span (messaging conventions: the entrypoint is the destination, the
 //! task id the message id) whose W3C trace context is stored in the task record; the worker
@@ -9,19 +10,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use protocol::token::OwnerHash;
 use protocol::{ErrorCode, Task};
 use serde_json::Value;
 use store::registry::EntrypointInfo;
-use store::{Admission, Invocation, NewTask, Subscription, TaskStore};
-use telemetry::metrics;
-use tracing::Instrument;
-use tracing::field::Empty;
+use store::{Admission, Subscription};
 
 use crate::core::catalog::Snapshot;
+use crate::core::create::Admit;
 use crate::core::members::Viewer;
 use crate::core::state::AppState;
-use crate::core::store_memory::MemoryWatch;
 use crate::http::error::ApiError;
 
 /// The entrypoint as the live workers advertise it (merged: the highest price any of them
@@ -275,23 +272,6 @@ mod schema {
     }
 }
 
-/// What a new task carries besides its input.
-pub struct Admit<'a> {
-    pub owner: OwnerHash,
-    pub entrypoint: &'a str,
-    pub input: Value,
-    pub context_id: Option<String>,
-    pub metadata: Option<Value>,
-    /// Runs the task may get in all (see [`run_attempts`] for direct runs).
-    pub max_attempts: u32,
-    /// How long the finished task is kept, when not the store's retention (direct runs:
-    /// [`direct_retention`]).
-    pub retention: Option<Duration>,
-    /// The client address key the request came from ([`crate::http::client_address::Source`]):
-    /// what `MAX_LIVE_PER_ADDRESS` counts under; `None` has no address bound.
-    pub source: Option<String>,
-}
-
 /// How long a direct run's task is kept once finished (`DIRECT_RETENTION_MS`): its caller
 /// already has the answer, and an Idempotency-Key replays the stored response, not the task.
 pub fn direct_retention(state: &AppState) -> Option<Duration> {
@@ -337,12 +317,7 @@ pub async fn create_watched_as(
     admit: Admit<'_>,
     task_id: String,
 ) -> Result<(Task, Subscription), ApiError> {
-    state.store_memory.admit()?;
-    let store = state.store.clone();
-    admit_with(admit, task_id, Admission::Queued, |new| async move {
-        store.create_watched(new).await
-    })
-    .await
+    crate::core::create::create_watched_in(&state.store, &state.store_memory, admit, task_id).await
 }
 
 /// Creates task `task_id`, queued or reserved (a paid admission).
@@ -352,77 +327,6 @@ pub async fn create_as(
     task_id: String,
     admission: Admission,
 ) -> Result<Task, ApiError> {
-    create_in(&state.store, &state.store_memory, admit, task_id, admission).await
-}
-
-/// [`create_as`] with only what it reads: the store and its memory watch (the payment gate
-/// holds these, not the whole state).
-pub async fn create_in(
-    store: &Arc<dyn TaskStore>,
-    store_memory: &MemoryWatch,
-    admit: Admit<'_>,
-    task_id: String,
-    admission: Admission,
-) -> Result<Task, ApiError> {
-    store_memory.admit()?;
-    let store = store.clone();
-    admit_with(admit, task_id, admission, |new| async move {
-        store.create(new).await
-    })
-    .await
-}
-
-/// Stores a new task with `store_call` inside the producer span whose context the task
-/// carries, and counts the admission.
-async fn admit_with<T, F, Fut>(
-    admit: Admit<'_>,
-    task_id: String,
-    admission: Admission,
-    store_call: F,
-) -> Result<T, ApiError>
-where
-    F: FnOnce(NewTask) -> Fut,
-    Fut: std::future::Future<Output = Result<T, store::StoreError>>,
-{
-    let span = telemetry::traced_span(|| {
-        tracing::info_span!(
-            "create task",
-            otel.name = %format_args!("create {}", admit.entrypoint),
-            otel.kind = "producer",
-            otel.status_code = Empty,
-            messaging.system = "taskcluster",
-            messaging.operation.type = "create",
-            messaging.operation.name = "create",
-            messaging.destination.name = admit.entrypoint,
-            messaging.message.id = %task_id,
-        )
-    });
-    let trace_context = telemetry::inject(&span);
-    let created = store_call(NewTask {
-        task_id,
-        owner: admit.owner,
-        invocation: Invocation {
-            entrypoint: admit.entrypoint.to_owned(),
-            input: admit.input,
-            context_id: admit.context_id,
-            metadata: admit.metadata,
-            trace_context,
-        },
-        admission,
-        max_attempts: admit.max_attempts,
-        retention: admit.retention,
-        source: admit.source,
-    })
-    .instrument(span.clone())
-    .await;
-    match created {
-        Ok(created) => {
-            metrics::task_admitted(admit.entrypoint);
-            Ok(created)
-        }
-        Err(err) => {
-            span.record("otel.status_code", "ERROR");
-            Err(err.into())
-        }
-    }
+    crate::core::create::create_in(&state.store, &state.store_memory, admit, task_id, admission)
+        .await
 }

@@ -11,6 +11,8 @@
 //! - [`members`]: the callers `--member-tokens-file` lists, who see and run private
 //!   entrypoints;
 //! - [`admit`]: admission shared by task creation, invoke, stream and A2A messages;
+//! - [`create`]: an admitted task stored, in its producer span (from the store alone: the
+//!   payment gate creates its reserved tasks here);
 //! - [`pay`]: the payment gate of priced routes (x402, MPP, SIWX): challenge, credential,
 //!   durable admission; it reads the state through [`pay::PayContext`], not [`state`], which
 //!   holds the gate;
@@ -27,6 +29,7 @@ pub mod caller;
 pub mod card_signing;
 pub mod catalog;
 pub mod config;
+pub mod create;
 pub mod members;
 pub mod pay;
 pub mod prices;

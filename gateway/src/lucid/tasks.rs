@@ -36,7 +36,8 @@ use telemetry::metrics;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::core::admit::{self, Admit};
+use crate::core::admit;
+use crate::core::create::Admit;
 use crate::core::pay::{self, receipt::Receipt};
 use crate::core::state::AppState;
 use crate::http::client_address::Source;

@@ -33,7 +33,8 @@ use store::registry::EntrypointInfo;
 use store::{CasOutcome, StoreError, TaskStore, Transition};
 use telemetry::metrics;
 
-use crate::core::admit::{self, Admit};
+use crate::core::admit;
+use crate::core::create::Admit;
 use crate::core::pay;
 use crate::core::state::AppState;
 use crate::http::error::ApiError;

@@ -53,7 +53,7 @@ use store::TaskStore;
 
 use super::receipt::Receipt;
 use super::{FaultPoint, Gate, PayContext, Payment, Rail};
-use crate::core::admit::Admit;
+use crate::core::create::Admit;
 use crate::http::error::ApiError;
 use heartbeat::Heartbeat;
 

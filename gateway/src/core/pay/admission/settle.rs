@@ -11,7 +11,7 @@ use store::{Admission, Lease};
 use super::end::cancel;
 use super::heartbeat::Heartbeat;
 use super::{Attempt, Refused, SettlingRecord};
-use crate::core::admit::{self, Admit};
+use crate::core::create::{self, Admit};
 use crate::http::error::ApiError;
 
 /// `Retry-After` of a settlement without an answer: about when the settlement recovery sweep
@@ -27,7 +27,7 @@ impl Attempt<'_> {
         let reserved = Admission::Reserved {
             ttl: gate.admission_ttl,
         };
-        let created = match admit::create_in(
+        let created = match create::create_in(
             self.state.store,
             self.state.store_memory,
             admit,
