@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use worker::entrypoint::Entrypoints;
 
-use crate::config::GatewayConfig;
-use crate::state::AppState;
+use crate::core::config::GatewayConfig;
+use crate::core::state::AppState;
 
 /// Builds the state and starts the in-process worker hosting the built-ins on `tracker`; it
 /// stops with `shutdown`.
@@ -75,14 +75,14 @@ pub fn start_hosting(
         registry,
         idempotency: Arc::new(MemoryIdempotency::with_limits(config.idempotency_limits())),
         // The registry is in this process: no staleness to bound.
-        catalog: Arc::new(crate::catalog::Catalog::local(Duration::from_millis(
+        catalog: Arc::new(crate::core::catalog::Catalog::local(Duration::from_millis(
             config.entrypoint_grace_ms,
         ))),
         // A memory ledger would do for one process, but embedded mode takes no payments:
         // a paid task needs a durable store, and invoke follows the same gate.
         payments: None,
         // The in-memory store has no memory limit of its own to watch.
-        store_memory: Arc::new(crate::store_memory::MemoryWatch::disabled()),
+        store_memory: Arc::new(crate::core::store_memory::MemoryWatch::disabled()),
         // Push deliveries are kept in Redis, so that they outlive any process: none here.
         push: None,
         // Set by the host from the config, which may refuse to start over it.

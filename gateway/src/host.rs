@@ -15,9 +15,9 @@ use telemetry::LogFormat;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::GatewayConfig;
-use crate::pay::Gate;
-use crate::state::AppState;
+use crate::core::config::GatewayConfig;
+use crate::core::pay::Gate;
+use crate::core::state::AppState;
 
 type Limiter = Arc<dyn store::ratelimit::RateLimiter>;
 
@@ -100,7 +100,7 @@ async fn serve_process(mut config: GatewayConfig, hosted: Hosted) -> anyhow::Res
         );
     }
     // Before any store is opened: a key file without a public URL is an operator error.
-    let card_signer = match crate::card_signing::CardSigner::from_config(&config) {
+    let card_signer = match crate::core::card_signing::CardSigner::from_config(&config) {
         Ok(signer) => signer,
         Err(err) => {
             // One line, no backtrace: an operator error, not a crash.
@@ -108,7 +108,7 @@ async fn serve_process(mut config: GatewayConfig, hosted: Hosted) -> anyhow::Res
             std::process::exit(2);
         }
     };
-    let members = match crate::members::Members::from_config(&config) {
+    let members = match crate::core::members::Members::from_config(&config) {
         Ok(members) => members.map(Arc::new),
         Err(err) => {
             // One line, no backtrace, no line content: an operator error, not a crash.
@@ -129,7 +129,7 @@ async fn serve_process(mut config: GatewayConfig, hosted: Hosted) -> anyhow::Res
     };
     // SIGHUP reads the key file again: a rotation step without a restart. Watched with or
     // without a key file, so that a reload sent to every process never stops a gateway.
-    let reload = crate::card_signing::reload_on_hangup(card_signer.clone(), shutdown.clone())
+    let reload = crate::core::card_signing::reload_on_hangup(card_signer.clone(), shutdown.clone())
         .context("cannot watch SIGHUP (card signing key reloads)")?;
     background.spawn(reload);
     state.card_signer = card_signer;
@@ -193,14 +193,14 @@ async fn cluster_state(
     tracing::info!("cluster mode: tasks in Redis, run by worker processes");
     let limiter: Limiter = Arc::new(store::ratelimit::RedisRateLimiter::new(&store));
     let payments = payment_gate(config, &store, &limiter, shutdown, background);
-    let store_memory = Arc::new(crate::store_memory::MemoryWatch::new(
+    let store_memory = Arc::new(crate::core::store_memory::MemoryWatch::new(
         config.redis_memory_high_water,
     ));
     if store_memory.enabled() {
         telemetry::metrics::store_memory_high_water(
             f64::from(config.redis_memory_high_water) / 100.0,
         );
-        background.spawn(crate::store_memory::run(
+        background.spawn(crate::core::store_memory::run(
             store_memory.clone(),
             Arc::new(store.clone()),
             Duration::from_millis(config.redis_memory_check_ms),
@@ -220,7 +220,7 @@ async fn cluster_state(
             config.idempotency_limits(),
         )),
         store: Arc::new(store),
-        catalog: Arc::new(crate::catalog::Catalog::from_config(config)),
+        catalog: Arc::new(crate::core::catalog::Catalog::from_config(config)),
         config: Arc::new(config.clone()),
         shutdown: shutdown.clone(),
     };
@@ -234,8 +234,8 @@ fn push_notifications(
     store: &RedisStore,
     shutdown: &CancellationToken,
     background: &TaskTracker,
-) -> anyhow::Result<Option<Arc<crate::a2a::push::Push>>> {
-    let Some(push) = crate::a2a::push::Push::from_config(config, store)? else {
+) -> anyhow::Result<Option<Arc<crate::core::push::Push>>> {
+    let Some(push) = crate::core::push::Push::from_config(config, store)? else {
         tracing::info!("A2A push notifications are off");
         return Ok(None);
     };
@@ -260,7 +260,7 @@ fn payment_gate(
     let gate = match Gate::from_config(config, Arc::new(store.credentials())) {
         Ok(gate) => gate.map(|mut gate| {
             gate.payer_rate =
-                crate::pay::payer_rate::PayerRate::from_config(config, limiter.clone());
+                crate::core::pay::payer_rate::PayerRate::from_config(config, limiter.clone());
             Arc::new(gate)
         }),
         Err(err) => {
@@ -277,7 +277,7 @@ fn payment_gate(
     if config.settlement_recovery_ms > 0 {
         // A record is looked up once no settle call can still be running for it.
         let grace = Duration::from_millis(config.facilitator_timeout_ms) + Duration::from_secs(2);
-        background.spawn(crate::pay::recovery::run(
+        background.spawn(crate::core::pay::recovery::run(
             gate.clone(),
             Arc::new(store.clone()),
             Duration::from_millis(config.settlement_recovery_ms),

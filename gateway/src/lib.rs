@@ -1,76 +1,52 @@
 //! The gateway: the Lucid HTTP profile and the official A2A v1.0 bindings over the task
-//! cluster, holding no state of its own. Three layers, each using only the ones above it (the
-//! plumbing reads the settings, [`config`], for the public URL and the listen address):
+//! cluster, holding no state of its own. Three layers, each a folder, each using only the ones
+//! above it (the plumbing reads the settings, [`core::config`], for the public URL and the
+//! listen address); `tests/layers.rs` checks the imports:
 //!
-//! **HTTP plumbing**, about HTTP rather than either protocol:
-//! - [`http`]: the request's and the public origin, each protocol's endpoint URLs, cached
-//!   documents (ETag, `304`), SSE keep-alive; the client address key of rate limits and of
-//!   `MAX_LIVE_PER_ADDRESS` ([`http::client_address`], behind trusted proxies from the chain
-//!   [`http::forwarded`] reads), `x-request-id` values
-//!   ([`http::request_id`]), HTTP server spans and metrics ([`http::observe`]);
-//! - [`error`]: [`error::ApiError`], an HTTP status with the profile's error body: the core's
-//!   error type, which the A2A adapter maps to the spec's codes;
-//! - [`extract`]: JSON and `Task-Access-Token` extractors whose rejections are `ApiError`s
-//!   (the A2A adapter reads the same token header).
+//! **[`http`]: HTTP plumbing**, about HTTP rather than either protocol: the request's and the
+//! public origin, each protocol's endpoint URLs, cached documents (ETag, `304`), SSE
+//! keep-alive; the client address key of rate limits and of `MAX_LIVE_PER_ADDRESS`
+//! ([`http::client_address`], behind trusted proxies from the chain [`http::forwarded`]
+//! reads), `x-request-id` values ([`http::request_id`]), HTTP server spans and metrics
+//! ([`http::observe`]); [`http::error::ApiError`], an HTTP status with the profile's error body
+//! (the core's error type, which the A2A adapter maps to the spec's codes); JSON and
+//! `Task-Access-Token` extractors whose rejections are `ApiError`s ([`http::extract`]).
 //!
-//! **Core**, the task service both protocols call:
-//! - [`config`]: settings, each a flag and an environment variable;
-//! - [`state`]: what handlers share ([`state::AppState`]): the store, the worker registry, settings;
-//! - [`catalog`]: the cached view of the worker registry and the documents built from it;
-//! - [`recent`]: entrypoints listed recently, admitted through a gap in the registry;
-//! - [`prices`]: one view of each entrypoint's terms across workers, and a route's price;
-//! - [`members`]: the callers `--member-tokens-file` lists, who see and run private
-//!   entrypoints;
-//! - [`admit`]: admission shared by task creation, invoke, stream and A2A messages;
-//! - [`pay`]: the payment gate of priced routes (x402, MPP, SIWX): challenge, credential,
-//!   durable admission;
-//! - [`watch`]: following a run through the store, its events in order, then its end;
-//! - [`store_memory`]: new tasks refused while the store is near its memory limit;
-//! - [`ratelimit`]: rate limits of task creation (middleware; it reads the A2A caller's token
-//!   and answers in either protocol's error shape, so it sits beside the adapters it fronts).
+//! **[`core`]: the task service** both protocols call, importing neither adapter nor the
+//! console: settings ([`core::config`]), what handlers share ([`core::state::AppState`]), the
+//! catalog of entrypoints, their prices and members, admission ([`core::admit`]), the payment
+//! gate ([`core::pay`]), following a run ([`core::watch`]), the caller's identity
+//! ([`core::caller`]), push notifications' outbox and client ([`core::push`]), rate limits
+//! ([`core::ratelimit`], middleware in front of both adapters), the store memory watch, card
+//! signing.
 //!
-//! **Protocol adapters**, which never import each other (`grep -rn "crate::routes"
-//! gateway/src/a2a` and `grep -rn "crate::a2a" gateway/src/routes` are empty):
-//! - [`routes`]: the Lucid A2A HTTP profile, one module per resource (health, card,
+//! **Protocol adapters**, which never import each other:
+//! - [`lucid`]: the Lucid A2A HTTP profile, one module per resource (health, card,
 //!   entrypoints, tasks, invoke/stream);
-//! - [`a2a`]: the A2A v1.0 JSON-RPC and HTTP+JSON bindings under `{base}/a2a`.
+//! - [`a2a`]: the A2A v1.0 JSON-RPC, HTTP+JSON and gRPC bindings under `{base}/a2a`, and the
+//!   delivery of push notifications (an A2A rendering of run events).
 //!
 //! [`console`]: the live operator console (`{base}/console`, only with an operator token),
-//! reading aggregates through the core's state.
+//! reading aggregates through the core's state; it imports no adapter.
 //!
-//! `embedded` (feature `embedded`, default): the single-process mode (in-memory store and an
-//! in-process worker).
-//!
-//! [`host`]: the gateway process (what the binary runs), and embedded mode hosting a program's
-//! own entrypoints.
-//!
-//! [`app`] builds the router, merging both adapters' routers; tests drive it without a socket.
+//! At the root, the composition: `embedded` (feature `embedded`, default): the single-process
+//! mode (in-memory store and an in-process worker); [`host`]: the gateway process (what the
+//! binary runs; it wires the adapters' background work, such as push delivery, to the core),
+//! and embedded mode hosting a program's own entrypoints; [`app`] builds the router, merging
+//! both adapters' routers; tests drive it without a socket.
 
 // The A2A handlers' futures (binding, operation, admission, payment gate, store) nest deeper
 // than the default limit lets clippy compute their layouts.
 #![recursion_limit = "256"]
 
 pub mod a2a;
-pub mod admit;
-pub mod card_signing;
-pub mod catalog;
-pub mod config;
 pub mod console;
+pub mod core;
 #[cfg(feature = "embedded")]
 pub mod embedded;
-pub mod error;
-pub mod extract;
 pub mod host;
 pub mod http;
-pub mod members;
-pub mod pay;
-pub mod prices;
-pub mod ratelimit;
-pub mod recent;
-pub mod routes;
-pub mod state;
-pub mod store_memory;
-pub mod watch;
+pub mod lucid;
 
 use std::time::Duration;
 
@@ -78,8 +54,9 @@ use axum::Router;
 use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::timeout::RequestBodyTimeoutLayer;
 
+use crate::core::ratelimit;
+use crate::core::state::AppState;
 use crate::http::request_id::REQUEST_ID;
-use crate::state::AppState;
 
 /// The whole HTTP surface, mounted under the configured base path, with its layers applied
 /// once: request ids, the server span and HTTP metrics (no headers or bodies recorded: they
@@ -92,7 +69,7 @@ pub fn app(state: AppState) -> Router {
 }
 
 /// [`app`] with the rate limits of task creation kept in `limiter` (the store's Redis in
-/// cluster mode, so that every gateway shares them; see [`ratelimit`]).
+/// cluster mode, so that every gateway shares them; see [`core::ratelimit`]).
 pub fn app_with_limiter(
     state: AppState,
     limiter: std::sync::Arc<dyn store::ratelimit::RateLimiter>,
@@ -103,7 +80,7 @@ pub fn app_with_limiter(
     let limit = state.config.body_limit_bytes;
     let body_timeout = Duration::from_millis(state.config.body_timeout_ms);
     // The two protocol adapters, side by side: neither mounts nor imports the other.
-    let mut routes = routes::router(&state)
+    let mut routes = lucid::router(&state)
         .merge(a2a::router())
         .with_state(state.clone());
     if let Some(console) = console::router(&state) {
@@ -116,15 +93,15 @@ pub fn app_with_limiter(
         let landing = Router::new()
             .route(
                 &format!("{base}/"),
-                axum::routing::get(routes::card::landing_page),
+                axum::routing::get(lucid::card::landing_page),
             )
-            .with_state(routes::card::Discovery::new(&state));
+            .with_state(lucid::card::Discovery::new(&state));
         Router::new().nest(&base, routes).merge(landing)
     };
     mounted
-        .fallback(routes::not_found)
+        .fallback(lucid::not_found)
         // A known path with another method (TRACE included): 405 with `Allow`, not 404.
-        .method_not_allowed_fallback(routes::method_not_allowed)
+        .method_not_allowed_fallback(lucid::method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
             limits,
             ratelimit::admit,

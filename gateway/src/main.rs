@@ -5,5 +5,5 @@ use clap::Parser;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    gateway::host::run(gateway::config::GatewayConfig::parse()).await
+    gateway::host::run(gateway::core::config::GatewayConfig::parse()).await
 }

@@ -9,8 +9,8 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderMap, Request, StatusCode, header};
-use gateway::config::GatewayConfig;
-use gateway::state::AppState;
+use gateway::core::config::GatewayConfig;
+use gateway::core::state::AppState;
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use store::registry::{EntrypointInfo, Price, WorkerEntry};
@@ -675,10 +675,11 @@ async fn disagreeing_workers_show_the_highest_price() -> TestResult {
     );
     assert_eq!(card["payments"].as_array().map(Vec::len), Some(1));
     // What the card shows is what admission charges.
-    let admitted = gateway::admit::entrypoint(&gw.state, gateway::members::Viewer::Public, "paid")
-        .await
-        .map_err(|err| format!("{err:?}"))?
-        .and_then(|entrypoint| entrypoint.price);
+    let admitted =
+        gateway::core::admit::entrypoint(&gw.state, gateway::core::members::Viewer::Public, "paid")
+            .await
+            .map_err(|err| format!("{err:?}"))?
+            .and_then(|entrypoint| entrypoint.price);
     assert_eq!(
         admitted,
         Some(Price {

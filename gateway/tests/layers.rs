@@ -1,7 +1,8 @@
-//! The gateway's layering holds: the two protocol adapters (`src/routes/`, the Lucid profile,
+//! The gateway's layering holds: the two protocol adapters (`src/lucid/`, the Lucid profile,
 //! and `src/a2a/`, the A2A bindings) never import each other, and the HTTP plumbing
 //! (`src/http/`) imports neither, so a change to one protocol cannot reach into the other.
-//! What they share lives in the core or the plumbing (see `src/lib.rs`).
+//! What they share lives in the core (`src/core/`), which imports neither adapter nor the
+//! console, or in the plumbing, which reads only the core's settings (see `src/lib.rs`).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -35,7 +36,7 @@ fn offenders(layer: &str, forbidden: &[&str]) -> Vec<String> {
     let mut found = Vec::new();
     for file in sources(&root) {
         let text = fs::read_to_string(&file).unwrap_or_default();
-        // Grouped imports: `use crate::{config, routes::x}`, on one line or several.
+        // Grouped imports: `use crate::{core, lucid::x}`, on one line or several.
         for group in text.split("crate::{").skip(1) {
             let names = group.split('}').next().unwrap_or_default();
             for module in forbidden {
@@ -68,26 +69,70 @@ fn offenders(layer: &str, forbidden: &[&str]) -> Vec<String> {
 
 #[test]
 fn the_a2a_adapter_does_not_import_the_lucid_routes() {
-    let found = offenders("a2a", &["routes"]);
+    let found = offenders("a2a", &["lucid", "console"]);
     assert!(found.is_empty(), "{found:#?}");
 }
 
 #[test]
 fn the_lucid_routes_do_not_import_the_a2a_adapter() {
-    let found = offenders("routes", &["a2a"]);
+    let found = offenders("lucid", &["a2a", "console"]);
     assert!(found.is_empty(), "{found:#?}");
 }
 
 #[test]
 fn the_http_plumbing_imports_neither_adapter() {
-    let found = offenders("http", &["routes", "a2a"]);
+    let found = offenders("http", &["lucid", "a2a", "console"]);
+    assert!(found.is_empty(), "{found:#?}");
+}
+
+#[test]
+fn the_core_imports_no_adapter_and_not_the_console() {
+    let found = offenders("core", &["a2a", "lucid", "console", "host", "embedded"]);
+    assert!(found.is_empty(), "{found:#?}");
+}
+
+/// The payment gate reads the state through `PayContext` and creates its tasks through
+/// `core::create`: the state holds the gate, so `state -> pay -> admit -> state` is no circle.
+#[test]
+fn the_payment_gate_does_not_import_the_state() {
+    let found = offenders("core/pay", &["core::state", "core::admit"]);
+    assert!(found.is_empty(), "{found:#?}");
+}
+
+#[test]
+fn the_http_plumbing_reads_only_the_core_settings() {
+    let core = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("src")
+        .join("core");
+    // Every core module but `config`, as `core::<name>`.
+    let mut forbidden: Vec<String> = sources(&core)
+        .iter()
+        .filter_map(|file| file.strip_prefix(&core).ok()?.components().next())
+        .map(|first| {
+            first
+                .as_os_str()
+                .to_string_lossy()
+                .trim_end_matches(".rs")
+                .to_owned()
+        })
+        .filter(|name| name != "config" && name != "mod")
+        .map(|name| format!("core::{name}"))
+        .collect();
+    forbidden.sort();
+    forbidden.dedup();
+    assert!(
+        forbidden.contains(&"core::state".to_owned()),
+        "{forbidden:?}"
+    );
+    let forbidden: Vec<&str> = forbidden.iter().map(String::as_str).collect();
+    let found = offenders("http", &forbidden);
     assert!(found.is_empty(), "{found:#?}");
 }
 
 #[test]
 fn the_layers_are_where_the_checks_look() {
     // A renamed folder would make the checks above pass vacuously.
-    for layer in ["a2a", "routes", "http"] {
+    for layer in ["a2a", "lucid", "http", "core", "core/pay"] {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("src")
             .join(layer);

@@ -9,9 +9,9 @@ use async_trait::async_trait;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, Method, Request, StatusCode, header};
-use gateway::config::GatewayConfig;
-use gateway::pay::Gate;
-use gateway::state::AppState;
+use gateway::core::config::GatewayConfig;
+use gateway::core::pay::Gate;
+use gateway::core::state::AppState;
 use http_body_util::BodyExt;
 use payments::payer::Challenge;
 use payments::wire::facilitator::{
@@ -489,7 +489,7 @@ fn entrypoint_with(input_schema: Value) -> EntrypointInfo {
 }
 
 fn issues_for(schema: Value, input: Value) -> Option<Value> {
-    gateway::admit::validate_input(&entrypoint_with(schema), &input)
+    gateway::core::admit::validate_input(&entrypoint_with(schema), &input)
         .err()
         .map(|error| {
             assert_eq!(error.status, StatusCode::BAD_REQUEST);
@@ -1068,12 +1068,12 @@ async fn subscriptions_end_after_the_safety_timeout() -> TestResult {
         )?)
         .await?;
     assert_eq!(response.status(), StatusCode::OK);
-    let bound = gateway::routes::tasks::SUBSCRIBE_TIMEOUT + Duration::from_secs(60);
+    let bound = gateway::lucid::tasks::SUBSCRIBE_TIMEOUT + Duration::from_secs(60);
     let text = tokio::time::timeout(bound, response.into_body().collect())
         .await
         .map_err(|_| fail("the stream outlived its safety timeout"))??
         .to_bytes();
-    assert!(started.elapsed() >= gateway::routes::tasks::SUBSCRIBE_TIMEOUT);
+    assert!(started.elapsed() >= gateway::lucid::tasks::SUBSCRIBE_TIMEOUT);
     // Keep-alive comments (every 15 s) and the running snapshot, nothing else.
     let text = std::str::from_utf8(&text)?;
     let events: String = text
@@ -1309,7 +1309,7 @@ async fn paid_gateway_with(
 async fn priced_gateway(
     store: Arc<dyn TaskStore>,
     payments: Option<Arc<Gate>>,
-    members: Option<Arc<gateway::members::Members>>,
+    members: Option<Arc<gateway::core::members::Members>>,
 ) -> TestResult<Gateway> {
     let registry = Arc::new(MemoryRegistry::new());
     let entry = WorkerEntry {
@@ -1425,7 +1425,7 @@ async fn paying_gateway(fault: ReceiptFault) -> TestResult<Gateway> {
 /// [`paying_gateway`], with `paid` private to `members` when given.
 async fn paying_gateway_for(
     fault: ReceiptFault,
-    members: Option<Arc<gateway::members::Members>>,
+    members: Option<Arc<gateway::core::members::Members>>,
 ) -> TestResult<Gateway> {
     let store = Arc::new(ClaimsDurable(
         MemoryStore::new(MemoryStoreConfig::default()),
@@ -1447,7 +1447,7 @@ async fn paying_gateway_for(
 #[tokio::test]
 async fn a_private_priced_entrypoint_is_unknown_to_a_non_member_even_paying() -> TestResult {
     let member = protocol::token::AccessToken::parse(TOKEN)?.owner_hash();
-    let members = gateway::members::Members::parse(&format!("alice {}", member.as_str()))?;
+    let members = gateway::core::members::Members::parse(&format!("alice {}", member.as_str()))?;
     let gw = paying_gateway_for(ReceiptFault::None, Some(Arc::new(members))).await?;
     let stranger = "a-stranger-token-of-enough-length";
     let unknown = |skill: &str| json!({"error": {"code": "skill_not_found", "message": format!("Skill \"{skill}\" not found")}});

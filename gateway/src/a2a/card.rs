@@ -13,7 +13,7 @@ use a2a::{
 use store::registry::EntrypointInfo;
 
 use super::{caller, service};
-use crate::config::GatewayConfig;
+use crate::core::config::GatewayConfig;
 use crate::http::interfaces::{a2a_jsonrpc_url as jsonrpc_url, a2a_rest_url as rest_url};
 
 /// The card for `entrypoints` as seen from `base_url` (`scheme://host` and the base path).

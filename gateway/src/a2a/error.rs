@@ -118,10 +118,6 @@ impl A2aError {
         }
     }
 
-    pub fn invalid_agent_response(message: impl Into<String>) -> Self {
-        A2aError::new(error_code::INVALID_AGENT_RESPONSE, message)
-    }
-
     pub fn extended_card_not_configured() -> Self {
         A2aError::new(
             error_code::EXTENDED_CARD_NOT_CONFIGURED,
@@ -271,10 +267,10 @@ impl A2aError {
     }
 }
 
-impl From<crate::error::ApiError> for A2aError {
+impl From<crate::http::error::ApiError> for A2aError {
     /// A Lucid profile error met on a shared path (admission, input validation, the store):
     /// its status decides the A2A code, and its message or issues are kept.
-    fn from(err: crate::error::ApiError) -> Self {
+    fn from(err: crate::http::error::ApiError) -> Self {
         let message = match (&err.message, &err.issues) {
             (Some(message), _) => message.clone(),
             (None, Some(issues)) => {

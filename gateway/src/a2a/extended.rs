@@ -2,7 +2,7 @@
 //! (JSON-RPC `GetExtendedAgentCard`, HTTP+JSON `GET /extendedAgentCard`, gRPC).
 //!
 //! With `--member-tokens-file` the public card says `capabilities.extendedAgentCard: true`,
-//! and a member (a caller whose bearer token the file lists, [`crate::members`]) reads the
+//! and a member (a caller whose bearer token the file lists, [`crate::core::members`]) reads the
 //! full card: every skill, the private ones (worker `--private`) included, and its own
 //! entitlements as an [`AgentExtension`] in `capabilities.extensions` ([`MEMBER_EXTENSION`],
 //! params `{"member": NAME, "privateSkills": [ids]}`): an extension, because the spec's card
@@ -19,7 +19,7 @@
 //!
 //! The card is per caller: it is answered `Cache-Control: private, no-store`. When cards are
 //! signed it is signed like the public one (over `--public-url`), once per listing and member
-//! (a bounded cache in the catalog, [`crate::catalog::Snapshot::member_document`]).
+//! (a bounded cache in the catalog, [`crate::core::catalog::Snapshot::member_document`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -31,9 +31,9 @@ use serde_json::Value;
 
 use super::card;
 use super::error::A2aError;
+use crate::core::members::Viewer;
+use crate::core::state::AppState;
 use crate::http::document::Built;
-use crate::members::Viewer;
-use crate::state::AppState;
 
 /// The extension that carries a member's entitlements in its extended card.
 pub const MEMBER_EXTENSION: &str = "https://taskcluster.dev/a2a/ext/member/v1";
@@ -60,12 +60,14 @@ pub async fn card_bytes(
     let signing = state
         .card_signer
         .as_ref()
-        .zip(crate::card_signing::CardSigner::card_base(&state.config));
+        .zip(crate::core::card_signing::CardSigner::card_base(
+            &state.config,
+        ));
     let base = match &signing {
         Some((_, base)) => base.clone(),
         None => base(),
     };
-    let snapshot = crate::admit::entrypoints(state)
+    let snapshot = crate::core::admit::entrypoints(state)
         .await
         .map_err(A2aError::from)?;
     // Cached per listing, member and set of live keys (a reload or an expiry re-signs).
@@ -89,7 +91,7 @@ pub async fn card_bytes(
 /// What an unsigned extended card's URLs name on the HTTP bindings: the request's origin and
 /// the base path, as the public card's.
 pub fn request_base(
-    config: &crate::config::GatewayConfig,
+    config: &crate::core::config::GatewayConfig,
     headers: &HeaderMap,
     uri: &axum::http::Uri,
 ) -> String {

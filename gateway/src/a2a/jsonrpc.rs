@@ -23,7 +23,7 @@ use serde_json::Value;
 use super::error::{A2aError, truncated};
 use super::service::{self, Caller, Refusal, Reply, push_config};
 use super::{caller, extended, version, wire};
-use crate::state::AppState;
+use crate::core::state::AppState;
 
 /// The longest string id echoed back.
 const MAX_ID_LEN: usize = 256;
@@ -33,7 +33,7 @@ pub async fn handle(
     State(state): State<AppState>,
     OriginalUri(uri): OriginalUri,
     headers: HeaderMap,
-    limits: Option<axum::Extension<crate::ratelimit::Deferred>>,
+    limits: Option<axum::Extension<crate::core::ratelimit::Deferred>>,
     crate::http::client_address::Source(source): crate::http::client_address::Source,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Response {
@@ -73,7 +73,7 @@ pub async fn handle(
         Ok(owner) => owner,
         Err(err) => return answer_error(id, &err),
     };
-    // Fair admission (see `crate::ratelimit`): only the methods that create tasks, and push
+    // Fair admission (see `crate::core::ratelimit`): only the methods that create tasks, and push
     // notification configs (stored bytes as a task is).
     if matches!(
         method.as_str(),
@@ -255,7 +255,7 @@ fn answer_refusal(id: JsonRpcId, refusal: Refusal) -> Response {
 /// Over a rate limit: HTTP `429` with `Retry-After` and the RateLimit fields, and the JSON-RPC
 /// error `-32000` (the range JSON-RPC leaves to servers; A2A defines no rate-limit code) with a
 /// `google.rpc.ErrorInfo` of reason `RATE_LIMITED`.
-fn rate_limited(id: JsonRpcId, limited: &crate::ratelimit::Limited) -> Response {
+fn rate_limited(id: JsonRpcId, limited: &crate::core::ratelimit::Limited) -> Response {
     let info = serde_json::to_value(a2a::errordetails::TypedDetail::error_info(
         "RATE_LIMITED",
         a2a::errordetails::PROTOCOL_DOMAIN,

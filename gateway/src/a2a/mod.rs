@@ -36,12 +36,12 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::routing::{get, post};
 
-use crate::catalog::Document;
-use crate::error::ApiError;
+use crate::core::catalog::Document;
+use crate::core::state::AppState;
 use crate::http::document::{JSON, cached};
+use crate::http::error::ApiError;
 use crate::http::interfaces::A2A_PREFIX as PREFIX;
 use crate::http::origin::request_origin;
-use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -66,7 +66,9 @@ async fn agent_card(
     let signing = state
         .card_signer
         .as_ref()
-        .zip(crate::card_signing::CardSigner::card_base(&state.config));
+        .zip(crate::core::card_signing::CardSigner::card_base(
+            &state.config,
+        ));
     let base = match &signing {
         Some((_, base)) => base.clone(),
         None => {
@@ -75,7 +77,7 @@ async fn agent_card(
             base
         }
     };
-    let snapshot = crate::admit::entrypoints(&state).await?;
+    let snapshot = crate::core::admit::entrypoints(&state).await?;
     // Built (and signed) once per listing and set of live keys: the signatures are in the
     // bytes the ETag hashes.
     let key = match &signing {

@@ -31,8 +31,8 @@ use serde::de::DeserializeOwned;
 use super::error::{A2aError, truncated};
 use super::service::{self, Caller, Refusal, Reply, push_config};
 use super::{caller, extended, version, wire};
+use crate::core::state::AppState;
 use crate::http::client_address::Source;
-use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
     Router::new()

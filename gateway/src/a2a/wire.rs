@@ -4,7 +4,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::stream::BoxStream;
 
-use crate::pay::receipt::Receipt;
+use crate::core::pay::receipt::Receipt;
 
 /// `body` as `application/json` with `status`; a value that does not serialize (none of ours)
 /// is a bare 500.

@@ -19,7 +19,7 @@ use hmac::{Hmac, KeyInit, Mac};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::config::GatewayConfig;
+use crate::core::config::GatewayConfig;
 
 /// The session cookie's name.
 pub const COOKIE_NAME: &str = "tc_console";

@@ -32,7 +32,7 @@ use futures::StreamExt;
 use tokio::sync::{Mutex, Semaphore};
 
 use self::auth::OperatorKey;
-use crate::state::AppState;
+use crate::core::state::AppState;
 use store::stats::{ClusterStats, MemoryStats};
 
 /// How often a watching console gets a fresh overview.
@@ -371,7 +371,7 @@ async fn logout(
     if let Err(err) = console.sessions.close_session(&console.key_id, &id).await {
         tracing::warn!(error = %err, "console: could not end a session");
         return hardened(
-            crate::error::ApiError::new(
+            crate::http::error::ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 protocol::ErrorCode::ServiceUnavailable,
                 "The session could not be ended now; retry",
@@ -413,7 +413,7 @@ fn same_origin(console: &Console, headers: &HeaderMap) -> bool {
 
 fn cross_site() -> Response {
     hardened(
-        crate::error::ApiError::new(
+        crate::http::error::ApiError::new(
             StatusCode::FORBIDDEN,
             protocol::ErrorCode::AuthorizationFailed,
             "Sign-in and sign-out take a form of the console's own page",
@@ -437,7 +437,7 @@ fn redirect_to_console(console: &Console, cookie: Option<String>) -> Response {
 
 fn unauthorized() -> Response {
     hardened(
-        crate::error::ApiError::new(
+        crate::http::error::ApiError::new(
             StatusCode::UNAUTHORIZED,
             protocol::ErrorCode::AuthRequired,
             "The console needs an operator session or the operator token as a bearer token",
@@ -465,7 +465,7 @@ async fn events(State(console): State<Console>, headers: HeaderMap) -> Response 
     }
     let Ok(permit) = console.streams.clone().try_acquire_owned() else {
         return hardened(
-            crate::error::ApiError::new(
+            crate::http::error::ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 protocol::ErrorCode::ServiceUnavailable,
                 "Too many console streams are open on this gateway; retry later",

@@ -8,7 +8,7 @@ use serde::Serialize;
 use store::stats::{self, StatsBucket, StatsWindow};
 use telemetry::tally::{Count, LATENCY_BOUNDS_MS};
 
-use crate::state::AppState;
+use crate::core::state::AppState;
 
 /// How many buckets the charts show (10 minutes).
 pub const CHART_BUCKETS: usize = 60;

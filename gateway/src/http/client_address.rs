@@ -1,5 +1,5 @@
 //! The client address of a request, as one key that the per-address rate limit
-//! (`crate::ratelimit`), the per-address bound on live tasks (`MAX_LIVE_PER_ADDRESS`, carried
+//! (`crate::core::ratelimit`), the per-address bound on live tasks (`MAX_LIVE_PER_ADDRESS`, carried
 //! to the store as `NewTask::source`) and push delivery fairness count under, on every
 //! listener (HTTP and gRPC).
 //!

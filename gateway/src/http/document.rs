@@ -1,5 +1,5 @@
 //! Cached JSON (and HTML) documents: the discovery documents of both protocols are built once
-//! per registry listing and origin ([`crate::catalog`]) and served with their validators.
+//! per registry listing and origin ([`crate::core::catalog`]) and served with their validators.
 
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};

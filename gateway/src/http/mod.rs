@@ -7,13 +7,18 @@
 //! - [`client_address`]: the client address key of rate limits and of `MAX_LIVE_PER_ADDRESS`,
 //!   behind trusted proxies the right-most untrusted hop of the chain [`forwarded`] reads;
 //! - [`request_id`]: `x-request-id` values (random UUIDs without a system call each);
-//! - [`observe`]: HTTP server spans and metrics (OpenTelemetry semantic conventions).
+//! - [`observe`]: HTTP server spans and metrics (OpenTelemetry semantic conventions);
+//! - [`error`]: [`error::ApiError`], an HTTP status with the Lucid profile's error body: the
+//!   core's error type, which the A2A adapter maps to the spec's codes;
+//! - [`extract`]: JSON and `Task-Access-Token` extractors whose rejections are `ApiError`s.
 //!
-//! Nothing here imports the core or either adapter, except the settings ([`crate::config`])
+//! Nothing here imports the core or either adapter, except the settings ([`crate::core::config`])
 //! that name the public URL and the listen address.
 
 pub mod client_address;
 pub mod document;
+pub mod error;
+pub mod extract;
 pub mod forwarded;
 pub mod interfaces;
 pub mod observe;

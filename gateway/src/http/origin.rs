@@ -13,7 +13,7 @@
 
 use axum::http::{HeaderMap, Uri, header};
 
-use crate::config::GatewayConfig;
+use crate::core::config::GatewayConfig;
 
 const FORWARDED_PROTO: &str = "x-forwarded-proto";
 const FORWARDED_HOST: &str = "x-forwarded-host";

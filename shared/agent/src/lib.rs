@@ -80,7 +80,7 @@ pub async fn run(entrypoints: Entrypoints) -> ExitCode {
                 .await
         }
         Mode::Embedded => {
-            let config = gateway::config::GatewayConfig::parse();
+            let config = gateway::core::config::GatewayConfig::parse();
             match gateway::host::run_hosting(config, entrypoints).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(err) => {

@@ -118,6 +118,23 @@ pub struct ErrorBody {
     pub issues: Option<Value>,
 }
 
+/// A code string that is not one of [`ErrorCode`]'s (a handler may fail a run with its own).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown error code {0:?}")]
+pub struct UnknownErrorCode(pub String);
+
+impl std::str::FromStr for ErrorCode {
+    type Err = UnknownErrorCode;
+
+    /// The code whose wire name (`as_str`, the serde name) is `s`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        use serde::de::IntoDeserializer;
+        let text: serde::de::value::StrDeserializer<'_, serde::de::value::Error> =
+            s.into_deserializer();
+        ErrorCode::deserialize(text).map_err(|_| UnknownErrorCode(s.to_owned()))
+    }
+}
+
 /// `{"error": {...}}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ErrorEnvelope {
@@ -153,7 +170,9 @@ mod tests {
         ] {
             let text = serde_json::to_string(&code).unwrap_or_default();
             assert_eq!(text, format!("\"{}\"", code.as_str()));
+            assert_eq!(code.as_str().parse::<ErrorCode>(), Ok(code));
         }
+        assert!("boom".parse::<ErrorCode>().is_err());
         let body = ErrorEnvelope::new(ErrorCode::TaskNotFound, "Task \"x\" not found");
         assert_eq!(
             serde_json::to_string(&body).unwrap_or_default(),

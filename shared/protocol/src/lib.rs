@@ -20,7 +20,7 @@ mod message;
 mod task;
 mod timestamp;
 
-pub use error_code::{ErrorBody, ErrorCode, ErrorEnvelope};
+pub use error_code::{ErrorBody, ErrorCode, ErrorEnvelope, UnknownErrorCode};
 pub use events::{TaskEvent, TaskEventData, TaskEventKind};
 pub use message::{MessageContent, MessagePart, MessageRole, SendMessageRequest, TaskMessage};
 pub use task::{Task, TaskError, TaskResult, TaskStatus, UnknownStatus};

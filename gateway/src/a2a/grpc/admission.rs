@@ -1,7 +1,7 @@
 //! Fair admission on the gRPC listener: `SendMessage` and `SendStreamingMessage` create tasks,
 //! and `CreateTaskPushNotificationConfig` stores bytes as a task does, so they are charged to
 //! the same per-address and per-owner quotas, in the same limiter, as the HTTP bindings'
-//! creating requests ([`crate::ratelimit`]): a caller cannot get a second
+//! creating requests ([`crate::core::ratelimit`]): a caller cannot get a second
 //! quota by switching binding. Checked before the request message is read, as on HTTP.
 //!
 //! Over a limit the call ends with `RESOURCE_EXHAUSTED` (the spec's gRPC code for the
@@ -19,8 +19,8 @@ use axum::response::Response;
 use tonic::Code;
 use tonic_types::{ErrorDetails, StatusExt};
 
+use crate::core::ratelimit::{Limited, Limits};
 use crate::http::client_address::Source;
-use crate::ratelimit::{Limited, Limits};
 
 /// The methods that create tasks or push notification configs.
 const CREATING: [&str; 3] = [

@@ -29,10 +29,10 @@ use std::time::Duration;
 use a2a_pb::a2a_service_server::A2aServiceServer;
 use tower_http::timeout::RequestBodyTimeoutLayer;
 
-use crate::config::GatewayConfig;
+use crate::core::config::GatewayConfig;
+use crate::core::ratelimit::Limits;
+use crate::core::state::AppState;
 use crate::http::client_address;
-use crate::ratelimit::Limits;
-use crate::state::AppState;
 
 /// The gRPC service as a router for [`server::serve::serve`], under the HTTP listener's bounds:
 /// a request message is at most `--body-limit-bytes` and must arrive within

@@ -15,8 +15,8 @@ use super::status;
 use super::streaming::{self, Events};
 use crate::a2a::extended;
 use crate::a2a::service::{self, Caller, Reply, push_config};
-use crate::pay::receipt::Receipt;
-use crate::state::AppState;
+use crate::core::pay::receipt::Receipt;
+use crate::core::state::AppState;
 
 /// The gRPC service: the gateway's state, as the HTTP bindings' handlers have it.
 pub struct Grpc {

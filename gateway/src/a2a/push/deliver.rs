@@ -24,7 +24,7 @@ use super::fairness::{GROUP_BUSY_DELAY, GROUP_SHARE_DIVISOR, GroupSlot, InFlight
 use super::send::{Sent, send};
 use crate::a2a::mapping;
 use crate::a2a::service::narrate::Narrator;
-use crate::watch::{self, RunEvent};
+use crate::core::watch::{self, RunEvent};
 
 /// How often an idle deliverer looks for due tasks.
 const IDLE_POLL: Duration = Duration::from_millis(100);

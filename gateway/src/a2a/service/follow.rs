@@ -1,6 +1,6 @@
 //! A task as a stream of A2A events: `SubscribeToTask`, and the stream a
 //! `SendStreamingMessage` answers with ([`follow`]). The events come from the core's watch of
-//! the run ([`crate::watch`]), told in A2A by a [`Narrator`].
+//! the run ([`crate::core::watch`]), told in A2A by a [`Narrator`].
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -15,7 +15,7 @@ use super::narrate::Narrator;
 use super::{Caller, bounded, check_id, read_owned};
 use crate::a2a::error::A2aError;
 use crate::a2a::mapping;
-use crate::watch::{RunEvent, Watch};
+use crate::core::watch::{RunEvent, Watch};
 
 /// `SubscribeToTask`: the task as it stands, then its updates until its final status (through
 /// any number of `input-required` turns). A task already finished has nothing to follow:

@@ -9,8 +9,8 @@ use store::{Phase, StoredTask};
 use super::{Caller, check_id, read_owned};
 use crate::a2a::error::{self, A2aError};
 use crate::a2a::mapping;
-use crate::admit;
-use crate::state::AppState;
+use crate::core::admit;
+use crate::core::state::AppState;
 
 /// Media types a message's parts may declare (the card's `defaultInputModes`); a part with
 /// none is taken as what its content is.
@@ -93,7 +93,7 @@ pub(super) fn input_for(
 /// JSON, and a file part is `{url|bytes, mediaType, filename}`), else text and JSON, which
 /// are all its schema can accept.
 pub fn input_modes(entrypoint: &EntrypointInfo) -> &'static [&'static str] {
-    if crate::catalog::accepts_anything(&entrypoint.input_schema) {
+    if crate::core::catalog::accepts_anything(&entrypoint.input_schema) {
         ANY_INPUT
     } else {
         INPUT_MODES

@@ -15,7 +15,7 @@
 //! - [`list`], `ListTasks`;
 //! - [`get_cancel`]: `GetTask` and `CancelTask`.
 //!
-//! Following a run is the core's [`crate::watch`]; the Lucid routes share it.
+//! Following a run is the core's [`crate::core::watch`]; the Lucid routes share it.
 
 mod follow;
 mod get_cancel;
@@ -35,8 +35,8 @@ use protocol::token::OwnerHash;
 use store::StoredTask;
 
 use super::error::A2aError;
-use crate::pay::receipt::Receipt;
-use crate::state::AppState;
+use crate::core::pay::receipt::Receipt;
+use crate::core::state::AppState;
 
 pub use follow::subscribe;
 pub use get_cancel::{cancel, get};

@@ -14,7 +14,7 @@ use serde_json::Value;
 use store::StoredTask;
 
 use crate::a2a::mapping;
-use crate::watch::{RunEvent, Terminal};
+use crate::core::watch::{RunEvent, Terminal};
 
 /// When an event happened.
 pub type Stamp = chrono::DateTime<chrono::Utc>;

@@ -14,8 +14,8 @@
 //!
 //! Stored bytes, bounded as a task's are: each part has a size limit; a task has at most
 //! `--push-max-configs`; a config is refused like a new task while the store is at its
-//! memory high-water mark (`crate::store_memory`), and its creation is rate limited as a
-//! task's is (`crate::ratelimit`); it counts in its task's retained bytes and goes with the
+//! memory high-water mark (`crate::core::store_memory`), and its creation is rate limited as a
+//! task's is (`crate::core::ratelimit`); it counts in its task's retained bytes and goes with the
 //! task (`store::push`). The caller's client address is kept with the task: delivery slots are
 //! shared by address (`crate::a2a::push`).
 
@@ -30,8 +30,8 @@ use store::push::{PutMode, PutOutcome};
 
 use super::{Caller, check_id, read_owned};
 use crate::a2a::error::A2aError;
-use crate::a2a::push::Push;
-use crate::state::AppState;
+use crate::core::push::Push;
+use crate::core::state::AppState;
 
 /// Longest push config URL.
 const MAX_URL_LEN: usize = 2048;

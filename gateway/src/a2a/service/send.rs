@@ -15,10 +15,11 @@ use super::push_config;
 use super::{Caller, Refusal, Reply, bounded, history_length, read_owned};
 use crate::a2a::error::{self, A2aError};
 use crate::a2a::mapping;
-use crate::admit::{self, Admit};
-use crate::pay;
-use crate::pay::receipt::Receipt;
-use crate::watch::{RunEvent, Watch};
+use crate::core::admit;
+use crate::core::create::Admit;
+use crate::core::pay;
+use crate::core::pay::receipt::Receipt;
+use crate::core::watch::{RunEvent, Watch};
 
 /// `SendMessage`: admits a task for the message and, unless `returnImmediately`, waits for it
 /// to finish (at most `--invoke-timeout-ms`; then the task as it stands).
@@ -47,7 +48,7 @@ pub async fn send(
             loop {
                 if let RunEvent::Finished(_) | RunEvent::InputRequired { .. } = watch.next().await?
                 {
-                    return Ok::<(), crate::error::ApiError>(());
+                    return Ok::<(), crate::http::error::ApiError>(());
                 }
             }
         })
@@ -245,25 +246,26 @@ async fn start_paid(
         return Err(A2aError::unsupported("Paid tasks require a durable task store").into());
     }
     let entrypoint = admit.entrypoint.to_owned();
-    let paid = match pay::admission::admit_paid_as(state, payment, admit, task_id).await {
-        Ok(paid) => paid,
-        Err(pay::admission::Refused::Answer(response)) => {
-            return Err(Refusal::Http(response));
-        }
-        Err(pay::admission::Refused::Unconfirmed { task_id, receipt }) => {
-            // Settled: the caller keeps the receipt and can read the task later.
-            tracing::warn!(%task_id, "paid A2A task settled but its state is unconfirmed");
-            let watch = Watch::open(state.store.clone(), &task_id, &caller.owner).await;
-            return match watch {
-                Ok(watch) => Ok(Started {
-                    task_id,
-                    watch,
-                    receipt: Some(receipt),
-                }),
-                Err(err) => Err(Refusal::A2a(err.into())),
-            };
-        }
-    };
+    let paid =
+        match pay::admission::admit_paid_as(state.pay_context(), payment, admit, task_id).await {
+            Ok(paid) => paid,
+            Err(pay::admission::Refused::Answer(response)) => {
+                return Err(Refusal::Http(response));
+            }
+            Err(pay::admission::Refused::Unconfirmed { task_id, receipt }) => {
+                // Settled: the caller keeps the receipt and can read the task later.
+                tracing::warn!(%task_id, "paid A2A task settled but its state is unconfirmed");
+                let watch = Watch::open(state.store.clone(), &task_id, &caller.owner).await;
+                return match watch {
+                    Ok(watch) => Ok(Started {
+                        task_id,
+                        watch,
+                        receipt: Some(receipt),
+                    }),
+                    Err(err) => Err(Refusal::A2a(err.into())),
+                };
+            }
+        };
     tracing::info!(task_id = %paid.task_id, %entrypoint, "paid A2A task created");
     let watch = Watch::open(state.store.clone(), &paid.task_id, &caller.owner)
         .await
@@ -341,14 +343,19 @@ async fn gate<'a>(
     caller: &Caller<'a>,
     entrypoint: &EntrypointInfo,
 ) -> Result<Option<pay::Payment<'a>>, Refusal> {
-    let signed_in = pay::siwx::sign_in(caller.state, entrypoint, caller.headers, caller.uri)
-        .await
-        .map_err(|answer| Refusal::Http(*answer))?;
+    let signed_in = pay::siwx::sign_in(
+        caller.state.pay_context(),
+        entrypoint,
+        caller.headers,
+        caller.uri,
+    )
+    .await
+    .map_err(|answer| Refusal::Http(*answer))?;
     if signed_in.is_some() {
         return Ok(None);
     }
     pay::check(
-        caller.state,
+        caller.state.pay_context(),
         entrypoint,
         pay::Priced::Task,
         caller.headers,
