@@ -18,7 +18,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use harness::cluster::{Cluster, Res};
+use harness::TestResult;
+use harness::cluster::Cluster;
 use harness::measure::cpu::{clock_ticks, process_ticks};
 use harness::measure::env::env_or;
 use harness::measure::output::{bench_requested, cpus, loadavg};
@@ -29,7 +30,7 @@ use tokio::sync::Semaphore;
 const TOKEN: &str = "push-bench-token-0123456789abcdef";
 
 #[tokio::main]
-async fn main() -> Res {
+async fn main() -> TestResult {
     if !bench_requested("push: run with `cargo bench -p cluster-tests --bench push`") {
         return Ok(());
     }
@@ -141,7 +142,7 @@ async fn send_all(
     tasks: usize,
     senders: usize,
     url: Option<String>,
-) -> Res<Vec<(String, Instant)>> {
+) -> TestResult<Vec<(String, Instant)>> {
     let permits = Arc::new(Semaphore::new(senders));
     let mut handles = Vec::with_capacity(tasks);
     for n in 0..tasks {
@@ -160,7 +161,7 @@ async fn send_all(
     Ok(acked)
 }
 
-async fn send(cluster: &Cluster, n: usize, url: Option<String>) -> Res<(String, Instant)> {
+async fn send(cluster: &Cluster, n: usize, url: Option<String>) -> TestResult<(String, Instant)> {
     let mut configuration = json!({"returnImmediately": true});
     if let Some(url) = url {
         configuration["taskPushNotificationConfig"] = json!({"url": url});
@@ -196,7 +197,7 @@ async fn send(cluster: &Cluster, n: usize, url: Option<String>) -> Res<(String, 
 
 /// Waits until no task is live (the run without push: its end is the baseline's), reading
 /// Redis itself so that the gateways' CPU is theirs alone.
-async fn wait_until_done(cluster: &Cluster) -> Res {
+async fn wait_until_done(cluster: &Cluster) -> TestResult {
     let mut redis = cluster.redis.client().await?;
     loop {
         let live: u64 = redis::cmd("SCARD")

@@ -21,6 +21,10 @@
 //!   export;
 //! - [`measure`]: the cluster benchmarks' shared measurements (Redis commandstats, process and
 //!   machine CPU, quiet-machine waits, medians and percentiles, report output).
+/// The result every test and harness helper returns: any error, boxed, so `?` works on all of
+/// them. (The store suites whose errors cross `tokio::spawn` keep a `Send + Sync` box.)
+pub type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
 pub mod browser;
 pub mod chaos;
 pub mod cluster;

@@ -5,14 +5,13 @@
 
 use serde_json::Value;
 
+use crate::TestResult;
 use crate::process::ServiceProcess;
 use crate::redis_server::{RedisOptions, RedisServer};
 
 // The waits and helpers every multi-process suite shares; re-exported for the paid suites.
 use crate::cluster::POLL;
 pub use crate::cluster::{PATIENCE, free_port, http, wait_healthy};
-
-pub type Res<T> = crate::cluster::Res<T>;
 
 /// Anvil #0: the payer (the facilitator funds it with 1000 USDC by default).
 pub const PAYER_KEY: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
@@ -26,7 +25,7 @@ async fn start_gateway(
     redis_url: &str,
     facilitator: &str,
     env: &[(&str, String)],
-) -> Res<(ServiceProcess, String)> {
+) -> TestResult<(ServiceProcess, String)> {
     let port = free_port()?;
     let mut envs = vec![
         ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
@@ -58,7 +57,7 @@ impl PaidCluster {
         worker_env: &[(&str, String)],
         gateway_env: &[(&str, String)],
         ready: impl Fn(&Value) -> bool,
-    ) -> Res<PaidCluster> {
+    ) -> TestResult<PaidCluster> {
         let redis = RedisServer::start_with(RedisOptions::default().with_aof(true))?;
         let port = free_port()?;
         let facilitator = ServiceProcess::start(
@@ -97,7 +96,7 @@ impl PaidCluster {
         name: &str,
         env: &[(&str, String)],
         ready: impl Fn(&Value) -> bool,
-    ) -> Res<usize> {
+    ) -> TestResult<usize> {
         let gateway = start_gateway(name, &self.redis.url(), &self.facilitator.1, env).await?;
         self.wait_for_card(&gateway.1, &ready).await?;
         self.gateways.push(gateway);
@@ -109,7 +108,7 @@ impl PaidCluster {
         self.gateways.get(i).map_or("", |(_, base)| base.as_str())
     }
 
-    async fn wait_for_card(&self, base: &str, ready: &impl Fn(&Value) -> bool) -> Res<()> {
+    async fn wait_for_card(&self, base: &str, ready: &impl Fn(&Value) -> bool) -> TestResult<()> {
         let start = tokio::time::Instant::now();
         loop {
             let card: Value = self
@@ -136,7 +135,7 @@ impl PaidCluster {
         gateway: usize,
         entrypoint: &str,
         body: &Value,
-    ) -> Res<payments::payer::Challenge> {
+    ) -> TestResult<payments::payer::Challenge> {
         let unpaid = self
             .http
             .post(format!(
@@ -167,7 +166,7 @@ impl PaidCluster {
     }
 
     /// Settlements the facilitator made.
-    pub async fn settled(&self) -> Res<u64> {
+    pub async fn settled(&self) -> TestResult<u64> {
         let stats: Value = self
             .http
             .get(format!("{}/control/stats", self.facilitator.1))
@@ -181,7 +180,7 @@ impl PaidCluster {
     }
 
     /// Keys of the namespace matching `pattern`.
-    pub async fn count(&self, pattern: &str) -> Res<usize> {
+    pub async fn count(&self, pattern: &str) -> TestResult<usize> {
         let mut conn = self.redis.client().await?;
         let keys: Vec<String> = redis::cmd("KEYS")
             .arg(pattern)

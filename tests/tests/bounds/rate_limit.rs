@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use harness::TestResult;
 use harness::cluster::free_port;
 use harness::paid::{PAYER_KEY, PaidCluster};
 use harness::process::ServiceProcess;
@@ -15,8 +16,6 @@ use payments::LocalPayer;
 use serde_json::json;
 use store::ratelimit::{Quota, RateLimiter, RedisRateLimiter, Subject, Verdict};
 use store::{RedisStore, RedisStoreConfig};
-
-type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
 const PATIENCE: Duration = Duration::from_secs(30);
 const OWNER_A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";

@@ -16,6 +16,7 @@
 
 use std::time::Duration;
 
+use harness::TestResult;
 use harness::cluster::free_port;
 use harness::otlp::{OtlpReceiver, Received, ReceivedSpan, Transport, attribute};
 use harness::process::ServiceProcess;
@@ -25,8 +26,6 @@ use nix::sys::signal::Signal;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use serde_json::{Value, json};
 use store::{RedisStore, RedisStoreConfig};
-
-type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 const PATIENCE: Duration = Duration::from_secs(30);
 /// The caller's access token: it must appear in nothing exported and in no log line.

@@ -13,6 +13,7 @@
 use std::time::Duration;
 
 use base64::Engine;
+use harness::TestResult;
 use harness::cluster::free_port;
 use harness::process::ServiceProcess;
 use harness::redis_server::{RedisOptions, RedisServer};
@@ -22,9 +23,6 @@ use reqwest::StatusCode;
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde::Deserialize;
 use serde_json::{Value, json};
-
-type TestResult = Result<(), Box<dyn std::error::Error>>;
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
 const PATIENCE: Duration = Duration::from_secs(30);
 /// Between two looks at a condition being polled for.
@@ -61,7 +59,7 @@ fn unix_now() -> u64 {
         .unwrap_or(0)
 }
 
-fn client() -> Res<reqwest::Client> {
+fn client() -> TestResult<reqwest::Client> {
     Ok(reqwest::Client::builder().timeout(PATIENCE).build()?)
 }
 
@@ -112,7 +110,7 @@ struct Facilitator {
 }
 
 impl Facilitator {
-    async fn start() -> Res<Facilitator> {
+    async fn start() -> TestResult<Facilitator> {
         let port = free_port()?;
         let process = ServiceProcess::start(
             "facilitator",
@@ -145,7 +143,7 @@ impl Facilitator {
         Ok(())
     }
 
-    async fn stats(&self) -> Res<Stats> {
+    async fn stats(&self) -> TestResult<Stats> {
         Ok(self
             .client
             .get(format!("{}/control/stats", self.base))
@@ -156,7 +154,7 @@ impl Facilitator {
     }
 
     /// Atomic USDC units.
-    async fn balance(&self, address: &str) -> Res<u128> {
+    async fn balance(&self, address: &str) -> TestResult<u128> {
         let balance: Balance = self
             .client
             .get(format!("{}/balances/{address}", self.base))
@@ -168,7 +166,7 @@ impl Facilitator {
     }
 
     /// Payer and payee balances, in that order.
-    async fn balances(&self) -> Res<(u128, u128)> {
+    async fn balances(&self) -> TestResult<(u128, u128)> {
         Ok((self.balance(PAYER).await?, self.balance(PAYEE).await?))
     }
 }
@@ -185,7 +183,7 @@ impl Gateway {
         redis: &RedisServer,
         facilitator: &str,
         extra: &[(&str, String)],
-    ) -> Res<Gateway> {
+    ) -> TestResult<Gateway> {
         let port = free_port()?;
         let mut envs = vec![
             ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
@@ -201,7 +199,7 @@ impl Gateway {
     }
 }
 
-fn worker(redis: &RedisServer, id: &str, extra: &[(&str, String)]) -> Res<ServiceProcess> {
+fn worker(redis: &RedisServer, id: &str, extra: &[(&str, String)]) -> TestResult<ServiceProcess> {
     let mut envs = vec![
         ("REDIS_URL", redis.url()),
         ("WORKER_ID", id.to_owned()),
@@ -248,11 +246,11 @@ struct Cluster {
 
 impl Cluster {
     /// On a Redis that fsyncs its AOF: paid tasks need a durable store.
-    async fn start(gateway_env: &[(&str, String)]) -> Res<Cluster> {
+    async fn start(gateway_env: &[(&str, String)]) -> TestResult<Cluster> {
         Cluster::start_on(RedisOptions::default().with_aof(true), gateway_env).await
     }
 
-    async fn start_on(redis: RedisOptions, gateway_env: &[(&str, String)]) -> Res<Cluster> {
+    async fn start_on(redis: RedisOptions, gateway_env: &[(&str, String)]) -> TestResult<Cluster> {
         Cluster::start_with(redis, gateway_env, &[]).await
     }
 
@@ -261,7 +259,7 @@ impl Cluster {
         redis: RedisOptions,
         gateway_env: &[(&str, String)],
         worker_env: &[(&str, String)],
-    ) -> Res<Cluster> {
+    ) -> TestResult<Cluster> {
         let redis = RedisServer::start_with(redis)?;
         let facilitator = Facilitator::start().await?;
         let worker = worker(&redis, "w1", worker_env)?;
@@ -277,7 +275,7 @@ impl Cluster {
     }
 
     /// Another paying gateway on the same Redis and facilitator.
-    async fn another_gateway(&self, name: &str, extra: &[(&str, String)]) -> Res<Gateway> {
+    async fn another_gateway(&self, name: &str, extra: &[(&str, String)]) -> TestResult<Gateway> {
         Gateway::start(name, &self.redis, &self.facilitator.base, extra).await
     }
 
@@ -289,7 +287,7 @@ impl Cluster {
         Ask::task(&self.gateway.base, skill, input, token)
     }
 
-    async fn keys(&self, pattern: &str) -> Res<Vec<String>> {
+    async fn keys(&self, pattern: &str) -> TestResult<Vec<String>> {
         let mut conn = self.redis.client().await?;
         Ok(redis::cmd("KEYS")
             .arg(pattern)
@@ -298,7 +296,7 @@ impl Cluster {
     }
 
     /// Non-terminal tasks, as the capacity bound counts them.
-    async fn live_tasks(&self) -> Res<u64> {
+    async fn live_tasks(&self) -> TestResult<u64> {
         let mut conn = self.redis.client().await?;
         Ok(redis::cmd("SCARD")
             .arg("{tc}:live")
@@ -359,7 +357,11 @@ impl Ask {
         request
     }
 
-    async fn send(&self, client: &reqwest::Client, payment: Option<&PaymentHeader>) -> Res<Answer> {
+    async fn send(
+        &self,
+        client: &reqwest::Client,
+        payment: Option<&PaymentHeader>,
+    ) -> TestResult<Answer> {
         let mut request = self.request(client);
         if let Some(payment) = payment {
             request = request.header(payment.name, &payment.value);
@@ -369,7 +371,11 @@ impl Ask {
 
     /// Sends the request unpaid, expects the 402, and answers its challenge as a payer of
     /// `version` would (v2 from the `PAYMENT-REQUIRED` header, v1 from the body).
-    async fn pay(&self, client: &reqwest::Client, version: X402Version) -> Res<PaymentHeader> {
+    async fn pay(
+        &self,
+        client: &reqwest::Client,
+        version: X402Version,
+    ) -> TestResult<PaymentHeader> {
         let unpaid = self.send(client, None).await?;
         if unpaid.status != StatusCode::PAYMENT_REQUIRED {
             return Err(format!("unpaid {} answered {unpaid:?}", self.url).into());
@@ -398,7 +404,7 @@ impl std::fmt::Debug for Answer {
 }
 
 impl Answer {
-    async fn read(response: reqwest::Response) -> Res<Answer> {
+    async fn read(response: reqwest::Response) -> TestResult<Answer> {
         let status = response.status();
         let headers = response.headers().clone();
         let text = tokio::time::timeout(PATIENCE, response.text()).await??;
@@ -409,7 +415,7 @@ impl Answer {
         })
     }
 
-    fn json(&self) -> Res<Value> {
+    fn json(&self) -> TestResult<Value> {
         Ok(serde_json::from_str(&self.text)?)
     }
 
@@ -418,7 +424,7 @@ impl Answer {
     }
 
     /// A base64 JSON header (`PAYMENT-REQUIRED`, `PAYMENT-RESPONSE`...), decoded.
-    fn decoded(&self, name: &str) -> Res<Value> {
+    fn decoded(&self, name: &str) -> TestResult<Value> {
         let value = self
             .header(name)
             .ok_or_else(|| format!("no {name} header on {self:?}"))?;
@@ -426,7 +432,7 @@ impl Answer {
     }
 
     /// The error code of an `{"error": {"code"}}` body.
-    fn code(&self) -> Res<String> {
+    fn code(&self) -> TestResult<String> {
         let body = self.json()?;
         Ok(body["error"]["code"]
             .as_str()
@@ -435,7 +441,7 @@ impl Answer {
     }
 }
 
-async fn get(client: &reqwest::Client, url: &str, token: &str) -> Res<Answer> {
+async fn get(client: &reqwest::Client, url: &str, token: &str) -> TestResult<Answer> {
     let response = client
         .get(url)
         .header("Task-Access-Token", token)
@@ -455,7 +461,7 @@ async fn wait_for_task(
     token: &str,
     task_id: &str,
     want: &str,
-) -> Res<Answer> {
+) -> TestResult<Answer> {
     let start = tokio::time::Instant::now();
     loop {
         let answer = get(client, &format!("{base}/tasks/{task_id}"), token).await?;
@@ -476,7 +482,7 @@ async fn wait_for_task(
 }
 
 /// `GET /tasks` for `token`: the owner's tasks.
-async fn list_tasks(client: &reqwest::Client, base: &str, token: &str) -> Res<Vec<Value>> {
+async fn list_tasks(client: &reqwest::Client, base: &str, token: &str) -> TestResult<Vec<Value>> {
     let answer = get(client, &format!("{base}/tasks"), token).await?;
     if answer.status != StatusCode::OK {
         return Err(format!("GET /tasks answered {answer:?}").into());
@@ -488,7 +494,12 @@ async fn list_tasks(client: &reqwest::Client, base: &str, token: &str) -> Res<Ve
 }
 
 /// Polls `GET /tasks` until the owner has exactly one task and it is `want`; that task.
-async fn wait_listed(client: &reqwest::Client, base: &str, token: &str, want: &str) -> Res<Value> {
+async fn wait_listed(
+    client: &reqwest::Client,
+    base: &str,
+    token: &str,
+    want: &str,
+) -> TestResult<Value> {
     let start = tokio::time::Instant::now();
     loop {
         let tasks = list_tasks(client, base, token).await?;
@@ -511,7 +522,7 @@ async fn wait_listed(client: &reqwest::Client, base: &str, token: &str, want: &s
 }
 
 /// `(event, data)` of each SSE frame.
-fn sse_events(text: &str) -> Res<Vec<(String, Value)>> {
+fn sse_events(text: &str) -> TestResult<Vec<(String, Value)>> {
     let mut events = Vec::new();
     for frame in text.split("\n\n") {
         let mut name = None;
@@ -985,9 +996,9 @@ struct Hostile {
     secret: String,
 }
 
-fn hostile_headers(wrong_price: &PaymentHeader) -> Res<Vec<Hostile>> {
+fn hostile_headers(wrong_price: &PaymentHeader) -> TestResult<Vec<Hostile>> {
     let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
-    let text = |name: &'static str, value: String| -> Res<Hostile> {
+    let text = |name: &'static str, value: String| -> TestResult<Hostile> {
         Ok(Hostile {
             name,
             value: HeaderValue::from_str(&value)?,
@@ -1456,7 +1467,7 @@ async fn assert_held(
     base: &str,
     owner: &str,
     answer: &Answer,
-) -> Res<String> {
+) -> TestResult<String> {
     assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE, "{answer:?}");
     assert_eq!(answer.code()?, "settlement_failed");
     assert!(answer.header("retry-after").is_some(), "{answer:?}");
@@ -1478,7 +1489,7 @@ async fn assert_held(
 }
 
 /// The state of the credential record that `task_id` holds, if any.
-async fn credential_state(cluster: &Cluster, task_id: &str) -> Res<Option<String>> {
+async fn credential_state(cluster: &Cluster, task_id: &str) -> TestResult<Option<String>> {
     let mut conn = cluster.redis.client().await?;
     for key in cluster.keys("{tc}:cred:*").await? {
         let (holder, state): (Option<String>, Option<String>) = redis::cmd("HMGET")

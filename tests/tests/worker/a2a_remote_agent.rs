@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use futures::StreamExt;
+use harness::TestResult;
 use harness::cluster::{Cluster, PATIENCE, free_port};
 use harness::process::ServiceProcess;
 use protocol::TaskStatus;
@@ -30,8 +31,6 @@ use store::{
 };
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
-
-type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
 const SETUP_HINT: &str = "run `bash scripts/a2a-sdk-venv`: it makes ${CARGO_TARGET_DIR:-target}/\
                           a2a-sdk-venv with a2a-sdk[grpc,http-server]==1.3.0 and uvicorn from \

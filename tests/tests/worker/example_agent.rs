@@ -5,13 +5,12 @@
 //! are read from the store, where the handler's progress lands.
 
 use futures::StreamExt;
+use harness::TestResult;
 use harness::cluster::{Cluster, PATIENCE, free_port, lists_skills, wait_for_card, wait_healthy};
 use harness::process::ServiceProcess;
 use protocol::token::AccessToken;
 use serde_json::{Value, json};
 use store::{RedisStore, RedisStoreConfig, StoredEvent, Subscription, TaskStore};
-
-type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
 /// The caller's token: its hash owns the tasks (A2A bearer token).
 const TOKEN: &str = "example-agent-suite-token-0123456789";

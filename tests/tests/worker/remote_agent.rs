@@ -3,6 +3,7 @@
 //! worker hosting that agent's entrypoints (and no built-ins of its own) and a gateway.
 
 use futures::StreamExt;
+use harness::TestResult;
 use harness::cluster::{Cluster, PATIENCE, free_port, wait_healthy};
 use harness::process::ServiceProcess;
 use protocol::TaskStatus;
@@ -12,8 +13,6 @@ use store::{
     Admission, Invocation, NewTask, RedisStore, RedisStoreConfig, StoredEvent, Subscription,
     TaskStore, Transition,
 };
-
-type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
 /// The embedded gateway serving the built-ins over the profile, and its base URL.
 async fn remote_agent() -> TestResult<(ServiceProcess, String)> {

@@ -12,6 +12,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use harness::TestResult;
 use harness::cluster::{Cluster, PATIENCE, wait_for_card};
 use harness::paid::{PAYER_KEY, PaidCluster};
 use payments::LocalPayer;
@@ -22,8 +23,6 @@ use store::{Admission, Invocation, NewTask, RedisStore, RedisStoreConfig, TaskSt
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
-
-type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
 /// A run request as the agent saw it.
 #[derive(Debug, Clone)]

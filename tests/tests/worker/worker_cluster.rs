@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use futures::StreamExt;
+use harness::TestResult;
 use harness::process::ServiceProcess;
 use harness::redis_server::RedisServer;
 use nix::sys::signal::Signal;
@@ -15,8 +16,6 @@ use store::{
     Admission, Invocation, NewTask, RedisStore, RedisStoreConfig, StoredEvent, Subscription,
     TaskStore, Transition,
 };
-
-type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 /// Bound on waiting for something that must happen; reached only when a test fails.
 const PATIENCE: Duration = Duration::from_secs(30);

@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use futures::StreamExt;
+use harness::TestResult;
 use harness::cluster::Cluster;
 use protocol::TaskStatus;
 use protocol::token::AccessToken;
@@ -16,8 +17,6 @@ use store::{
     Admission, Invocation, NewTask, Phase, RedisStore, RedisStoreConfig, StoredTask, Subscription,
     TaskStore,
 };
-
-type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
 /// Bound on waiting for something that must happen; reached only when a test fails.
 const PATIENCE: Duration = Duration::from_secs(30);

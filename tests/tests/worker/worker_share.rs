@@ -5,14 +5,13 @@
 use std::time::Duration;
 
 use futures::StreamExt;
+use harness::TestResult;
 use harness::process::ServiceProcess;
 use harness::redis_server::RedisServer;
 use protocol::TaskStatus;
 use protocol::token::{AccessToken, OwnerHash};
 use serde_json::{Value, json};
 use store::{Admission, Invocation, NewTask, Phase, RedisStore, RedisStoreConfig, TaskStore};
-
-type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 /// Bound on waiting for something that must happen; reached only when the test fails. The
 /// sleeps last twice as long, so an echo queued behind them cannot finish within it.
