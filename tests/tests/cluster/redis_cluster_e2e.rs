@@ -17,7 +17,6 @@
 
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use harness::TestResult;
 use harness::paid::{free_port, wait_healthy};
 use harness::process::{ServiceProcess, plain};
@@ -193,41 +192,12 @@ async fn open_sse(base: &str, task_id: &str) -> TestResult<reqwest::Response> {
     Ok(response)
 }
 
-/// The named SSE events (name, data) of `response` until the gateway ends the stream.
-async fn read_sse(response: reqwest::Response) -> Result<Vec<(String, Value)>, String> {
-    let mut body = response.bytes_stream();
-    let mut buffer = String::new();
-    let mut events = Vec::new();
-    while let Some(chunk) = body.next().await {
-        let chunk = chunk.map_err(|e| format!("SSE body broke ({e}) after {events:?}"))?;
-        buffer.push_str(&String::from_utf8_lossy(&chunk));
-        while let Some(end) = buffer.find("\n\n") {
-            let frame: String = buffer.drain(..end + 2).collect();
-            let mut name = String::new();
-            let mut data = String::new();
-            for line in frame.lines() {
-                if let Some(rest) = line.strip_prefix("event:") {
-                    rest.trim().clone_into(&mut name);
-                } else if let Some(rest) = line.strip_prefix("data:") {
-                    data.push_str(rest.trim());
-                }
-            }
-            if !name.is_empty() {
-                let value = serde_json::from_str(&data)
-                    .map_err(|e| format!("SSE data {data:?} is not JSON: {e}"))?;
-                events.push((name, value));
-            }
-        }
-    }
-    Ok(events)
-}
-
 /// Reads an SSE stream to its end, bounded.
 async fn sse_events(
     response: reqwest::Response,
     bound: Duration,
 ) -> TestResult<Vec<(String, Value)>> {
-    let events = tokio::time::timeout(bound, read_sse(response))
+    let events = tokio::time::timeout(bound, harness::sse::read_events(response, None))
         .await
         .map_err(|_| format!("the SSE stream did not end within {bound:?}"))??;
     Ok(events)
@@ -538,7 +508,10 @@ async fn tasks_survive_a_master_failover() -> TestResult {
     for id in &tasks {
         for gateway in [&a, &b] {
             let response = open_sse(&gateway.base, id).await?;
-            let reader = tokio::spawn(tokio::time::timeout(OUTCOME_PATIENCE, read_sse(response)));
+            let reader = tokio::spawn(tokio::time::timeout(
+                OUTCOME_PATIENCE,
+                harness::sse::read_events(response, None),
+            ));
             streams.push((id.clone(), gateway.process.name().to_owned(), reader));
         }
     }

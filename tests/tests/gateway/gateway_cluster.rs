@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use futures::StreamExt;
 use harness::TestResult;
 use harness::cluster::free_port;
 use harness::process::ServiceProcess;
@@ -128,34 +127,8 @@ async fn subscribe_events(
         .send()
         .await?;
     assert_eq!(response.status(), 200);
-    let mut body = response.bytes_stream();
-    let mut buffer = String::new();
-    let mut events = Vec::new();
-    let read = async {
-        while let Some(chunk) = body.next().await {
-            buffer.push_str(&String::from_utf8_lossy(&chunk?));
-            while let Some(end) = buffer.find("\n\n") {
-                let frame: String = buffer.drain(..end + 2).collect();
-                let mut name = String::new();
-                let mut data = String::new();
-                for line in frame.lines() {
-                    if let Some(rest) = line.strip_prefix("event:") {
-                        name = rest.trim().to_owned();
-                    } else if let Some(rest) = line.strip_prefix("data:") {
-                        data.push_str(rest.trim());
-                    }
-                }
-                if !name.is_empty() {
-                    events.push((name, serde_json::from_str(&data)?));
-                    if stop_after.is_some_and(|n| events.len() >= n) {
-                        return Ok::<(), Box<dyn std::error::Error>>(());
-                    }
-                }
-            }
-        }
-        Ok(())
-    };
-    tokio::time::timeout(PATIENCE, read).await??;
+    let events =
+        tokio::time::timeout(PATIENCE, harness::sse::read_events(response, stop_after)).await??;
     Ok(events)
 }
 

@@ -10,29 +10,20 @@
 //! facilitator is asked; a gateway dying mid-admission loses no paid task once the receipt is
 //! stored (and, between settle and receipt, loses the receipt but never reuses the credential).
 
-use std::time::Duration;
-
 use base64::Engine;
 use harness::TestResult;
-use harness::cluster::free_port;
+use harness::cluster::{POLL, free_port, lists_skills, wait_for_card};
+use harness::paid::{
+    Facilitator, FacilitatorStats, PATIENCE, PAYEE, PAYER, PAYER_KEY, PaidGateway, http,
+};
 use harness::process::ServiceProcess;
 use harness::redis_server::{RedisOptions, RedisServer};
 use payments::payer::{Challenge, PaymentHeader};
 use payments::{Address, LocalPayer, X402Version};
 use reqwest::StatusCode;
 use reqwest::header::{HeaderMap, HeaderValue};
-use serde::Deserialize;
 use serde_json::{Value, json};
 
-const PATIENCE: Duration = Duration::from_secs(30);
-/// Between two looks at a condition being polled for.
-const POLL: Duration = Duration::from_millis(25);
-
-/// Anvil #0: the payer (the facilitator funds it with 1000 USDC by default).
-const PAYER_KEY: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
-const PAYER: &str = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266";
-/// Anvil #1: the payee every gateway names.
-const PAYEE: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
 /// Every built-in but `fail` is priced: `fail` shows that free routes stay free.
 const PRICES: &str = "echo=0.001,count=0.002,sleep=0.001,summarize=0.001";
 /// `echo` and `sleep` cost 0.001 USDC, in atomic units (6 decimals).
@@ -59,144 +50,9 @@ fn unix_now() -> u64 {
         .unwrap_or(0)
 }
 
-fn client() -> TestResult<reqwest::Client> {
-    Ok(reqwest::Client::builder().timeout(PATIENCE).build()?)
-}
-
 /// A distinct task-access token per owner (20..256 characters).
 fn token(tag: &str) -> String {
     format!("{tag}-0123456789abcdef0123456789")
-}
-
-/// Polls `base/health` until it answers 200.
-async fn wait_healthy(process: &ServiceProcess, base: &str) -> TestResult {
-    let client = client()?;
-    let start = tokio::time::Instant::now();
-    loop {
-        if let Ok(response) = client.get(format!("{base}/health")).send().await
-            && response.status() == StatusCode::OK
-        {
-            return Ok(());
-        }
-        if start.elapsed() > PATIENCE {
-            return Err(format!(
-                "{} never became healthy:\n{}",
-                process.name(),
-                process.log()
-            )
-            .into());
-        }
-        tokio::time::sleep(POLL).await;
-    }
-}
-
-/// `/control/stats` of the facilitator.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-struct Stats {
-    verify: u64,
-    settle: u64,
-    settled: u64,
-}
-
-#[derive(Deserialize)]
-struct Balance {
-    balance: String,
-}
-
-struct Facilitator {
-    _process: ServiceProcess,
-    base: String,
-    client: reqwest::Client,
-}
-
-impl Facilitator {
-    async fn start() -> TestResult<Facilitator> {
-        let port = free_port()?;
-        let process = ServiceProcess::start(
-            "facilitator",
-            "facilitator",
-            &[],
-            &[("FACILITATOR_LISTEN", format!("127.0.0.1:{port}"))],
-        )?;
-        let base = format!("http://127.0.0.1:{port}");
-        wait_healthy(&process, &base).await?;
-        Ok(Facilitator {
-            _process: process,
-            base,
-            client: client()?,
-        })
-    }
-
-    /// Switches faults at runtime, e.g. `{"settle": "drop"}`.
-    async fn set_faults(&self, change: Value) -> TestResult {
-        let response = self
-            .client
-            .post(format!("{}/control/faults", self.base))
-            .json(&change)
-            .send()
-            .await?;
-        let status = response.status();
-        let text = response.text().await?;
-        if status != StatusCode::OK {
-            return Err(format!("setting faults {change}: {status} {text}").into());
-        }
-        Ok(())
-    }
-
-    async fn stats(&self) -> TestResult<Stats> {
-        Ok(self
-            .client
-            .get(format!("{}/control/stats", self.base))
-            .send()
-            .await?
-            .json()
-            .await?)
-    }
-
-    /// Atomic USDC units.
-    async fn balance(&self, address: &str) -> TestResult<u128> {
-        let balance: Balance = self
-            .client
-            .get(format!("{}/balances/{address}", self.base))
-            .send()
-            .await?
-            .json()
-            .await?;
-        Ok(balance.balance.parse()?)
-    }
-
-    /// Payer and payee balances, in that order.
-    async fn balances(&self) -> TestResult<(u128, u128)> {
-        Ok((self.balance(PAYER).await?, self.balance(PAYEE).await?))
-    }
-}
-
-struct Gateway {
-    process: ServiceProcess,
-    base: String,
-}
-
-impl Gateway {
-    /// A gateway on `redis` taking payments through `facilitator` (its URL), waited for.
-    async fn start(
-        name: &str,
-        redis: &RedisServer,
-        facilitator: &str,
-        extra: &[(&str, String)],
-    ) -> TestResult<Gateway> {
-        let port = free_port()?;
-        let mut envs = vec![
-            ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
-            ("REDIS_URL", redis.url()),
-            ("PAY_TO", PAYEE.to_owned()),
-            ("FACILITATOR_URL", facilitator.to_owned()),
-        ];
-        envs.extend(extra.iter().cloned());
-        let process = ServiceProcess::start("gateway", name, &[], &envs)?;
-        let base = format!("http://127.0.0.1:{port}");
-        wait_healthy(&process, &base).await?;
-        Ok(Gateway { process, base })
-    }
 }
 
 fn worker(redis: &RedisServer, id: &str, extra: &[(&str, String)]) -> TestResult<ServiceProcess> {
@@ -210,34 +66,18 @@ fn worker(redis: &RedisServer, id: &str, extra: &[(&str, String)]) -> TestResult
     Ok(ServiceProcess::start("worker", id, &[], &envs)?)
 }
 
-/// Waits until the gateway's card lists `skill` (its worker registered, with its price).
-async fn wait_for_skill(base: &str, skill: &str) -> TestResult {
-    let client = client()?;
-    let start = tokio::time::Instant::now();
-    loop {
-        let card: Value = client
-            .get(format!("{base}/.well-known/agent-card.json"))
-            .send()
-            .await?
-            .json()
-            .await?;
-        let listed = card["skills"]
-            .as_array()
-            .is_some_and(|skills| skills.iter().any(|s| s["id"] == skill));
-        if listed {
-            return Ok(());
-        }
-        if start.elapsed() > PATIENCE {
-            return Err(format!("{skill} never appeared in the card").into());
-        }
-        tokio::time::sleep(POLL).await;
-    }
+/// Waits until `gateway`'s card lists `skill` (its worker registered, with its price).
+async fn wait_for_skill(gateway: &PaidGateway, skill: &str) -> TestResult {
+    wait_for_card(&gateway.process, &gateway.base, |card| {
+        lists_skills(card, &[skill.to_owned()])
+    })
+    .await
 }
 
 /// One Redis, one facilitator, one worker, one paying gateway. Fields drop in order: the
 /// gateway goes first, Redis last.
 struct Cluster {
-    gateway: Gateway,
+    gateway: PaidGateway,
     facilitator: Facilitator,
     _worker: ServiceProcess,
     redis: RedisServer,
@@ -263,20 +103,25 @@ impl Cluster {
         let redis = RedisServer::start_with(redis)?;
         let facilitator = Facilitator::start().await?;
         let worker = worker(&redis, "w1", worker_env)?;
-        let gateway = Gateway::start("g1", &redis, &facilitator.base, gateway_env).await?;
-        wait_for_skill(&gateway.base, "echo").await?;
+        let gateway =
+            PaidGateway::start("g1", &redis.url(), &facilitator.base, gateway_env).await?;
+        wait_for_skill(&gateway, "echo").await?;
         Ok(Cluster {
             gateway,
             facilitator,
             _worker: worker,
             redis,
-            client: client()?,
+            client: http()?,
         })
     }
 
     /// Another paying gateway on the same Redis and facilitator.
-    async fn another_gateway(&self, name: &str, extra: &[(&str, String)]) -> TestResult<Gateway> {
-        Gateway::start(name, &self.redis, &self.facilitator.base, extra).await
+    async fn another_gateway(
+        &self,
+        name: &str,
+        extra: &[(&str, String)],
+    ) -> TestResult<PaidGateway> {
+        PaidGateway::start(name, &self.redis.url(), &self.facilitator.base, extra).await
     }
 
     fn invoke(&self, entrypoint: &str, input: Value) -> Ask {
@@ -521,26 +366,6 @@ async fn wait_listed(
     }
 }
 
-/// `(event, data)` of each SSE frame.
-fn sse_events(text: &str) -> TestResult<Vec<(String, Value)>> {
-    let mut events = Vec::new();
-    for frame in text.split("\n\n") {
-        let mut name = None;
-        let mut data = String::new();
-        for line in frame.lines() {
-            if let Some(rest) = line.strip_prefix("event:") {
-                name = Some(rest.trim().to_owned());
-            } else if let Some(rest) = line.strip_prefix("data:") {
-                data.push_str(rest.trim());
-            }
-        }
-        if let Some(name) = name {
-            events.push((name, serde_json::from_str(&data)?));
-        }
-    }
-    Ok(events)
-}
-
 /// A successful settlement receipt, paid by Anvil #0 on `network`.
 fn assert_receipt(receipt: &Value, network: &str) -> TestResult {
     assert_eq!(receipt["success"], true, "receipt: {receipt}");
@@ -625,7 +450,7 @@ async fn the_challenge_offers_both_versions_and_reserves_nothing() -> TestResult
     // Nothing was asked of the facilitator, nothing stored, no capacity used.
     assert_eq!(
         cluster.facilitator.stats().await?,
-        Stats {
+        FacilitatorStats {
             verify: 0,
             settle: 0,
             settled: 0
@@ -818,7 +643,7 @@ async fn a_paid_v1_invoke_gets_an_x_payment_response() -> TestResult {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_paid_stream_carries_the_receipt_and_runs_to_the_end() -> TestResult {
     let cluster = Cluster::start(&[]).await?;
-    wait_for_skill(&cluster.gateway.base, "count").await?;
+    wait_for_skill(&cluster.gateway, "count").await?;
     let client = &cluster.client;
     let payer_before = cluster.facilitator.balance(PAYER).await?;
 
@@ -835,7 +660,7 @@ async fn a_paid_stream_carries_the_receipt_and_runs_to_the_end() -> TestResult {
     );
     assert_receipt(&answer.decoded(payments::PAYMENT_RESPONSE)?, "eip155:84532")?;
 
-    let events = sse_events(&answer.text)?;
+    let events = harness::sse::events(&answer.text)?;
     let deltas = events.iter().filter(|(name, _)| name == "delta").count();
     assert_eq!(deltas, 3, "events: {events:?}");
     let (name, end) = events.last().ok_or("no events")?;
@@ -941,7 +766,7 @@ async fn a_paid_task_retried_twice_is_charged_once() -> TestResult {
     );
     assert_eq!(
         cluster.facilitator.stats().await?,
-        Stats {
+        FacilitatorStats {
             verify: 1,
             settle: 1,
             settled: 1
@@ -1039,7 +864,7 @@ fn hostile_headers(wrong_price: &PaymentHeader) -> TestResult<Vec<Hostile>> {
 #[tokio::test(flavor = "multi_thread")]
 async fn hostile_payment_headers_get_402s_and_are_never_logged() -> TestResult {
     let cluster = Cluster::start(&[]).await?;
-    wait_for_skill(&cluster.gateway.base, "count").await?;
+    wait_for_skill(&cluster.gateway, "count").await?;
     let client = &cluster.client;
     let base = &cluster.gateway.base;
     let wrong_price = Ask::invoke(base, "count", json!({"n": 1}))
@@ -1219,7 +1044,7 @@ async fn settle_failures_never_give_the_credential_back() -> TestResult {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_full_cluster_refuses_before_verifying_and_releases_the_credential() -> TestResult {
     let cluster = Cluster::start(&[("MAX_TASKS", "1".to_owned())]).await?;
-    wait_for_skill(&cluster.gateway.base, "sleep").await?;
+    wait_for_skill(&cluster.gateway, "sleep").await?;
     let client = &cluster.client;
     let base = &cluster.gateway.base;
 
@@ -1299,7 +1124,7 @@ async fn one_credential_buys_one_run_across_two_gateways() -> TestResult {
     let second = cluster
         .another_gateway("g2", &[shared_public_url()])
         .await?;
-    wait_for_skill(&second.base, "echo").await?;
+    wait_for_skill(&second, "echo").await?;
     let client = &cluster.client;
     let payer_before = cluster.facilitator.balance(PAYER).await?;
 
