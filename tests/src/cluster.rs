@@ -47,6 +47,26 @@ pub fn http() -> TestResult<reqwest::Client> {
     Ok(reqwest::Client::builder().timeout(PATIENCE).build()?)
 }
 
+/// The A2A JSON-RPC request of `method` with `params` (id 1, `A2A-Version: 1.0`) to the
+/// gateway at `base`, as bearer `token` when given; the caller may add headers before sending.
+pub fn jsonrpc_request(
+    http: &reqwest::Client,
+    base: &str,
+    token: Option<&str>,
+    method: &str,
+    params: Value,
+) -> reqwest::RequestBuilder {
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let mut request = http
+        .post(format!("{base}/a2a/jsonrpc"))
+        .header("A2A-Version", "1.0")
+        .json(&body);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    request
+}
+
 /// Polls `base/health` until it answers 200.
 pub async fn wait_healthy(process: &ServiceProcess, base: &str) -> TestResult {
     let client = http()?;
@@ -255,6 +275,33 @@ impl Cluster {
     /// The first gateway's process (its log, its pid).
     pub fn gateway(&self) -> Option<&ServiceProcess> {
         self.gateways.first().map(|gateway| &gateway.process)
+    }
+
+    /// [`jsonrpc_request`] to the first gateway.
+    pub fn jsonrpc_request(
+        &self,
+        token: Option<&str>,
+        method: &str,
+        params: Value,
+    ) -> reqwest::RequestBuilder {
+        jsonrpc_request(&self.http, self.base(), token, method, params)
+    }
+
+    /// [`Cluster::jsonrpc_request`] sent: the HTTP status and the reply (`Null` when the body
+    /// is not JSON, as a refusal before the JSON-RPC layer may be).
+    pub async fn jsonrpc(
+        &self,
+        token: Option<&str>,
+        method: &str,
+        params: Value,
+    ) -> TestResult<(u16, Value)> {
+        let response = self.jsonrpc_request(token, method, params).send().await?;
+        let status = response.status().as_u16();
+        let bytes = response.bytes().await?;
+        Ok((
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        ))
     }
 
     /// Starts one more worker `name` with `env` added; returns its index in `workers`.

@@ -62,16 +62,11 @@ async fn rpc_from(
     method: &str,
     params: Value,
 ) -> TestResult<(Value, Value)> {
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    let mut request = cluster
-        .http
-        .post(format!("{}/a2a/jsonrpc", cluster.base()))
-        .bearer_auth(token)
-        .header("A2A-Version", "1.0");
+    let mut request = cluster.jsonrpc_request(Some(token), method, params);
     if let Some(from) = from {
         request = request.header("X-Forwarded-For", from);
     }
-    let reply: Value = request.json(&body).send().await?.json().await?;
+    let reply: Value = request.send().await?.json().await?;
     Ok((reply["result"].clone(), reply["error"].clone()))
 }
 

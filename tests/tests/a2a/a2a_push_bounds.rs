@@ -25,17 +25,7 @@ async fn rpc(
     method: &str,
     params: Value,
 ) -> TestResult<(u16, Value, Value)> {
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    let response = cluster
-        .http
-        .post(format!("{}/a2a/jsonrpc", cluster.base()))
-        .bearer_auth(token)
-        .header("A2A-Version", "1.0")
-        .json(&body)
-        .send()
-        .await?;
-    let status = response.status().as_u16();
-    let reply: Value = response.json().await?;
+    let (status, reply) = cluster.jsonrpc(Some(token), method, params).await?;
     Ok((status, reply["result"].clone(), reply["error"].clone()))
 }
 

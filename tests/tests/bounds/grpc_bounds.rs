@@ -116,15 +116,10 @@ fn expect_rate_limited(status: &Status, policy: &str) -> TestResult {
 
 /// A2A JSON-RPC `SendMessage` as `token` on the gateway's HTTP listener: its HTTP status.
 async fn jsonrpc_send(cluster: &Cluster, token: &str) -> TestResult<u16> {
-    let response = cluster
-        .http
-        .post(format!("{}/a2a/jsonrpc", cluster.base()))
-        .header("Authorization", format!("Bearer {token}"))
-        .header("A2A-Version", "1.0")
-        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": message()}))
-        .send()
+    let (status, _) = cluster
+        .jsonrpc(Some(token), "SendMessage", message())
         .await?;
-    Ok(response.status().as_u16())
+    Ok(status)
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use harness::TestResult;
+use harness::cluster::jsonrpc_request;
 use harness::paid::{free_port, wait_healthy};
 use harness::process::ServiceProcess;
 use nix::sys::signal::Signal;
@@ -54,24 +55,15 @@ fn client() -> TestResult<reqwest::Client> {
 
 /// An A2A `SendStreamingMessage` (JSON-RPC) for a one-minute `sleep`.
 async fn a2a_sleep_stream(http: &reqwest::Client, base: &str) -> TestResult<reqwest::Response> {
-    let request = json!({
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "SendStreamingMessage",
-        "params": {
-            "message": {
-                "messageId": format!("m-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)),
-                "role": "ROLE_USER",
-                "parts": [{"data": {"ms": 60_000}}],
-                "metadata": {"skillId": "sleep"},
-            }
+    let params = json!({
+        "message": {
+            "messageId": format!("m-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)),
+            "role": "ROLE_USER",
+            "parts": [{"data": {"ms": 60_000}}],
+            "metadata": {"skillId": "sleep"},
         }
     });
-    let response = http
-        .post(format!("{base}/a2a/jsonrpc"))
-        .header("A2A-Version", "1.0")
-        .bearer_auth(TOKEN)
-        .json(&request)
+    let response = jsonrpc_request(http, base, Some(TOKEN), "SendStreamingMessage", params)
         .send()
         .await?;
     if response.status() != reqwest::StatusCode::OK {
