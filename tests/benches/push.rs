@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use harness::TestResult;
-use harness::cluster::Cluster;
+use harness::cluster::{Cluster, jsonrpc_request};
 use harness::measure::cpu::{clock_ticks, process_ticks};
 use harness::measure::env::env_or;
 use harness::measure::output::{bench_requested, cpus, loadavg};
@@ -167,24 +167,16 @@ async fn send(cluster: &Cluster, n: usize, url: Option<String>) -> TestResult<(S
         configuration["taskPushNotificationConfig"] = json!({"url": url});
     }
     let gateway = &cluster.gateways[n % cluster.gateways.len()].base;
-    let body = json!({
-        "jsonrpc": "2.0", "id": n, "method": "SendMessage",
-        "params": {
-            "message": {
-                "messageId": format!("bench-{n}-{}", std::process::id()),
-                "role": "ROLE_USER",
-                "parts": [{"data": {"n": n}}],
-                "metadata": {"skillId": "echo"},
-            },
-            "configuration": configuration,
+    let params = json!({
+        "message": {
+            "messageId": format!("bench-{n}-{}", std::process::id()),
+            "role": "ROLE_USER",
+            "parts": [{"data": {"n": n}}],
+            "metadata": {"skillId": "echo"},
         },
+        "configuration": configuration,
     });
-    let reply: Value = cluster
-        .http
-        .post(format!("{gateway}/a2a/jsonrpc"))
-        .bearer_auth(TOKEN)
-        .header("A2A-Version", "1.0")
-        .json(&body)
+    let reply: Value = jsonrpc_request(&cluster.http, gateway, Some(TOKEN), "SendMessage", params)
         .send()
         .await?
         .json()
