@@ -119,6 +119,14 @@ pub async fn wait_for_card(
     }
 }
 
+/// Polls the Lucid card at `base` until it lists `skill` (some worker registered it).
+pub async fn wait_for_skill(process: &ServiceProcess, base: &str, skill: &str) -> TestResult {
+    wait_for_card(process, base, |card| {
+        lists_skills(card, &[skill.to_owned()])
+    })
+    .await
+}
+
 /// Whether `card` lists every one of `skills`.
 pub fn lists_skills(card: &Value, skills: &[String]) -> bool {
     let listed = card["skills"].as_array();

@@ -12,7 +12,7 @@
 
 use base64::Engine;
 use harness::TestResult;
-use harness::cluster::{POLL, free_port, lists_skills, wait_for_card};
+use harness::cluster::{POLL, free_port};
 use harness::paid::{
     Facilitator, FacilitatorStats, PATIENCE, PAYEE, PAYER, PAYER_KEY, PaidGateway, http,
 };
@@ -68,10 +68,7 @@ fn worker(redis: &RedisServer, id: &str, extra: &[(&str, String)]) -> TestResult
 
 /// Waits until `gateway`'s card lists `skill` (its worker registered, with its price).
 async fn wait_for_skill(gateway: &PaidGateway, skill: &str) -> TestResult {
-    wait_for_card(&gateway.process, &gateway.base, |card| {
-        lists_skills(card, &[skill.to_owned()])
-    })
-    .await
+    harness::cluster::wait_for_skill(&gateway.process, &gateway.base, skill).await
 }
 
 /// One Redis, one facilitator, one worker, one paying gateway. Fields drop in order: the
