@@ -18,7 +18,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use harness::cluster::{Cluster, Res};
+use harness::TestResult;
+use harness::cluster::{Cluster, jsonrpc_request};
 use harness::measure::cpu::{clock_ticks, process_ticks};
 use harness::measure::env::env_or;
 use harness::measure::output::{bench_requested, cpus, loadavg};
@@ -29,7 +30,7 @@ use tokio::sync::Semaphore;
 const TOKEN: &str = "push-bench-token-0123456789abcdef";
 
 #[tokio::main]
-async fn main() -> Res {
+async fn main() -> TestResult {
     if !bench_requested("push: run with `cargo bench -p cluster-tests --bench push`") {
         return Ok(());
     }
@@ -141,7 +142,7 @@ async fn send_all(
     tasks: usize,
     senders: usize,
     url: Option<String>,
-) -> Res<Vec<(String, Instant)>> {
+) -> TestResult<Vec<(String, Instant)>> {
     let permits = Arc::new(Semaphore::new(senders));
     let mut handles = Vec::with_capacity(tasks);
     for n in 0..tasks {
@@ -160,30 +161,22 @@ async fn send_all(
     Ok(acked)
 }
 
-async fn send(cluster: &Cluster, n: usize, url: Option<String>) -> Res<(String, Instant)> {
+async fn send(cluster: &Cluster, n: usize, url: Option<String>) -> TestResult<(String, Instant)> {
     let mut configuration = json!({"returnImmediately": true});
     if let Some(url) = url {
         configuration["taskPushNotificationConfig"] = json!({"url": url});
     }
     let gateway = &cluster.gateways[n % cluster.gateways.len()].base;
-    let body = json!({
-        "jsonrpc": "2.0", "id": n, "method": "SendMessage",
-        "params": {
-            "message": {
-                "messageId": format!("bench-{n}-{}", std::process::id()),
-                "role": "ROLE_USER",
-                "parts": [{"data": {"n": n}}],
-                "metadata": {"skillId": "echo"},
-            },
-            "configuration": configuration,
+    let params = json!({
+        "message": {
+            "messageId": format!("bench-{n}-{}", std::process::id()),
+            "role": "ROLE_USER",
+            "parts": [{"data": {"n": n}}],
+            "metadata": {"skillId": "echo"},
         },
+        "configuration": configuration,
     });
-    let reply: Value = cluster
-        .http
-        .post(format!("{gateway}/a2a/jsonrpc"))
-        .bearer_auth(TOKEN)
-        .header("A2A-Version", "1.0")
-        .json(&body)
+    let reply: Value = jsonrpc_request(&cluster.http, gateway, Some(TOKEN), "SendMessage", params)
         .send()
         .await?
         .json()
@@ -196,7 +189,7 @@ async fn send(cluster: &Cluster, n: usize, url: Option<String>) -> Res<(String, 
 
 /// Waits until no task is live (the run without push: its end is the baseline's), reading
 /// Redis itself so that the gateways' CPU is theirs alone.
-async fn wait_until_done(cluster: &Cluster) -> Res {
+async fn wait_until_done(cluster: &Cluster) -> TestResult {
     let mut redis = cluster.redis.client().await?;
     loop {
         let live: u64 = redis::cmd("SCARD")

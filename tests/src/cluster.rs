@@ -3,7 +3,7 @@
 //! processes the same way.
 //!
 //! ```no_run
-//! # async fn demo() -> harness::cluster::Res {
+//! # async fn demo() -> harness::TestResult {
 //! use harness::cluster::Cluster;
 //! let cluster = Cluster::builder()
 //!     .worker("w1", &[("WORKER_ENTRYPOINTS", "echo,sleep")])
@@ -27,10 +27,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::TestResult;
 use crate::process::ServiceProcess;
 use crate::redis_server::{RedisOptions, RedisServer};
-
-pub type Res<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
 /// How long any one wait for the cluster lasts.
 pub const PATIENCE: Duration = Duration::from_secs(30);
@@ -39,17 +38,37 @@ pub const POLL: Duration = Duration::from_millis(25);
 
 /// A free TCP port on loopback (bound and released: the next process to bind it gets it,
 /// which is the one we start next).
-pub fn free_port() -> Res<u16> {
+pub fn free_port() -> TestResult<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 /// An HTTP client whose requests give up after [`PATIENCE`].
-pub fn http() -> Res<reqwest::Client> {
+pub fn http() -> TestResult<reqwest::Client> {
     Ok(reqwest::Client::builder().timeout(PATIENCE).build()?)
 }
 
+/// The A2A JSON-RPC request of `method` with `params` (id 1, `A2A-Version: 1.0`) to the
+/// gateway at `base`, as bearer `token` when given; the caller may add headers before sending.
+pub fn jsonrpc_request(
+    http: &reqwest::Client,
+    base: &str,
+    token: Option<&str>,
+    method: &str,
+    params: Value,
+) -> reqwest::RequestBuilder {
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let mut request = http
+        .post(format!("{base}/a2a/jsonrpc"))
+        .header("A2A-Version", "1.0")
+        .json(&body);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    request
+}
+
 /// Polls `base/health` until it answers 200.
-pub async fn wait_healthy(process: &ServiceProcess, base: &str) -> Res {
+pub async fn wait_healthy(process: &ServiceProcess, base: &str) -> TestResult {
     let client = http()?;
     let start = tokio::time::Instant::now();
     loop {
@@ -75,7 +94,7 @@ pub async fn wait_for_card(
     process: &ServiceProcess,
     base: &str,
     ready: impl Fn(&Value) -> bool,
-) -> Res {
+) -> TestResult {
     let client = http()?;
     let start = tokio::time::Instant::now();
     loop {
@@ -98,6 +117,14 @@ pub async fn wait_for_card(
         }
         tokio::time::sleep(POLL).await;
     }
+}
+
+/// Polls the Lucid card at `base` until it lists `skill` (some worker registered it).
+pub async fn wait_for_skill(process: &ServiceProcess, base: &str, skill: &str) -> TestResult {
+    wait_for_card(process, base, |card| {
+        lists_skills(card, &[skill.to_owned()])
+    })
+    .await
 }
 
 /// Whether `card` lists every one of `skills`.
@@ -196,7 +223,7 @@ impl ClusterBuilder {
     }
 
     /// Starts Redis, the workers, then the gateways, and waits until they are ready.
-    pub async fn start(self) -> Res<Cluster> {
+    pub async fn start(self) -> TestResult<Cluster> {
         let redis = RedisServer::start_with(self.redis)?;
         let mut cluster = Cluster {
             gateways: Vec::new(),
@@ -258,13 +285,40 @@ impl Cluster {
         self.gateways.first().map(|gateway| &gateway.process)
     }
 
+    /// [`jsonrpc_request`] to the first gateway.
+    pub fn jsonrpc_request(
+        &self,
+        token: Option<&str>,
+        method: &str,
+        params: Value,
+    ) -> reqwest::RequestBuilder {
+        jsonrpc_request(&self.http, self.base(), token, method, params)
+    }
+
+    /// [`Cluster::jsonrpc_request`] sent: the HTTP status and the reply (`Null` when the body
+    /// is not JSON, as a refusal before the JSON-RPC layer may be).
+    pub async fn jsonrpc(
+        &self,
+        token: Option<&str>,
+        method: &str,
+        params: Value,
+    ) -> TestResult<(u16, Value)> {
+        let response = self.jsonrpc_request(token, method, params).send().await?;
+        let status = response.status().as_u16();
+        let bytes = response.bytes().await?;
+        Ok((
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        ))
+    }
+
     /// Starts one more worker `name` with `env` added; returns its index in `workers`.
-    pub fn add_worker(&mut self, name: &str, env: &[(&str, &str)]) -> Res<usize> {
+    pub fn add_worker(&mut self, name: &str, env: &[(&str, &str)]) -> TestResult<usize> {
         self.start_worker(&Spec::new(name, env))
     }
 
     /// Starts one more gateway `name` with `env` added, once healthy; returns its index.
-    pub async fn add_gateway(&mut self, name: &str, env: &[(&str, &str)]) -> Res<usize> {
+    pub async fn add_gateway(&mut self, name: &str, env: &[(&str, &str)]) -> TestResult<usize> {
         self.start_gateway(&Spec::new(name, env)).await
     }
 
@@ -278,7 +332,7 @@ impl Cluster {
             .join("\n")
     }
 
-    fn start_worker(&mut self, spec: &Spec) -> Res<usize> {
+    fn start_worker(&mut self, spec: &Spec) -> TestResult<usize> {
         let mut env = vec![
             ("REDIS_URL", self.redis.url()),
             ("WORKER_ID", spec.name.clone()),
@@ -296,7 +350,7 @@ impl Cluster {
         Ok(self.workers.len() - 1)
     }
 
-    async fn start_gateway(&mut self, spec: &Spec) -> Res<usize> {
+    async fn start_gateway(&mut self, spec: &Spec) -> TestResult<usize> {
         let port = free_port()?;
         let mut env = vec![
             ("LISTEN_ADDR", format!("127.0.0.1:{port}")),

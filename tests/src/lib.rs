@@ -12,6 +12,7 @@
 //! - [`redis_server`]: a private `redis-server` on a free loopback port, stopped on drop;
 //! - [`redis_cluster`]: a private Redis Cluster (masters and replicas, each a [`redis_server`]
 //!   node) joined by `redis-cli --cluster create`, with failover helpers, stopped on drop;
+//! - [`sse`]: reading the Lucid routes' event streams (`event:`/`data:` frames, JSON data);
 //! - [`store_fixtures`]: a queued task and ids placed in a shard, for the store-level suites;
 //! - [`paid`]: a paying cluster (Redis with AOF, the dev facilitator, a worker, two gateways)
 //!   for the MPP and Sign-In-With-X suites;
@@ -21,6 +22,10 @@
 //!   export;
 //! - [`measure`]: the cluster benchmarks' shared measurements (Redis commandstats, process and
 //!   machine CPU, quiet-machine waits, medians and percentiles, report output).
+/// The result every test and harness helper returns: any error, boxed, so `?` works on all of
+/// them. (The store suites whose errors cross `tokio::spawn` keep a `Send + Sync` box.)
+pub type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
 pub mod browser;
 pub mod chaos;
 pub mod cluster;
@@ -33,5 +38,6 @@ pub mod process;
 pub mod prometheus;
 pub mod redis_cluster;
 pub mod redis_server;
+pub mod sse;
 pub mod store_fixtures;
 pub mod webhook_receiver;

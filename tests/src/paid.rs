@@ -1,10 +1,14 @@
 //! A paying cluster as real processes, for the MPP and Sign-In-With-X suites: a private
 //! redis-server with AOF (paid tasks need a durable store), the dev `facilitator`, one `worker`
 //! and two `gateway`s taking payments through it. Each suite passes the worker's and the
-//! gateways' extra settings and what the card must show before it starts testing.
+//! gateways' extra settings and what the card must show before it starts testing. The pieces
+//! ([`Facilitator`] with its control API, [`PaidGateway`]) serve the x402 suite, whose cluster
+//! has one gateway and a Redis of its choosing.
 
+use serde::Deserialize;
 use serde_json::Value;
 
+use crate::TestResult;
 use crate::process::ServiceProcess;
 use crate::redis_server::{RedisOptions, RedisServer};
 
@@ -12,40 +16,132 @@ use crate::redis_server::{RedisOptions, RedisServer};
 use crate::cluster::POLL;
 pub use crate::cluster::{PATIENCE, free_port, http, wait_healthy};
 
-pub type Res<T> = crate::cluster::Res<T>;
-
 /// Anvil #0: the payer (the facilitator funds it with 1000 USDC by default).
 pub const PAYER_KEY: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
 /// Anvil #1: the payee every gateway names.
 pub const PAYEE: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
 
-/// A paying gateway `name` on `redis_url` and `facilitator`, with `env` added, once healthy:
-/// the process and its URL.
-async fn start_gateway(
-    name: &str,
-    redis_url: &str,
-    facilitator: &str,
-    env: &[(&str, String)],
-) -> Res<(ServiceProcess, String)> {
-    let port = free_port()?;
-    let mut envs = vec![
-        ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
-        ("REDIS_URL", redis_url.to_owned()),
-        ("PAY_TO", PAYEE.to_owned()),
-        ("FACILITATOR_URL", facilitator.to_owned()),
-        ("RUST_LOG", "debug".to_owned()),
-    ];
-    envs.extend(env.iter().cloned());
-    let process = ServiceProcess::start("gateway", name, &[], &envs)?;
-    let base = format!("http://127.0.0.1:{port}");
-    wait_healthy(&process, &base).await?;
-    Ok((process, base))
+/// Anvil #0's address: the payer [`PAYER_KEY`] signs for.
+pub const PAYER: &str = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266";
+
+/// A paying gateway process and its URL.
+pub struct PaidGateway {
+    pub process: ServiceProcess,
+    pub base: String,
+}
+
+impl PaidGateway {
+    /// A paying gateway `name` on `redis_url` naming [`PAYEE`] and taking payments through
+    /// `facilitator` (its URL), with `env` added, once healthy.
+    pub async fn start(
+        name: &str,
+        redis_url: &str,
+        facilitator: &str,
+        env: &[(&str, String)],
+    ) -> TestResult<PaidGateway> {
+        let port = free_port()?;
+        let mut envs = vec![
+            ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
+            ("REDIS_URL", redis_url.to_owned()),
+            ("PAY_TO", PAYEE.to_owned()),
+            ("FACILITATOR_URL", facilitator.to_owned()),
+            ("RUST_LOG", "debug".to_owned()),
+        ];
+        envs.extend(env.iter().cloned());
+        let process = ServiceProcess::start("gateway", name, &[], &envs)?;
+        let base = format!("http://127.0.0.1:{port}");
+        wait_healthy(&process, &base).await?;
+        Ok(PaidGateway { process, base })
+    }
+}
+
+/// The dev facilitator's `/control/stats`: calls it answered and settlements it made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub struct FacilitatorStats {
+    pub verify: u64,
+    pub settle: u64,
+    pub settled: u64,
+}
+
+/// The dev `facilitator` (an in-memory play-money ledger funding the Anvil accounts), with
+/// its control API: faults switched at runtime, stats and balances.
+pub struct Facilitator {
+    _process: ServiceProcess,
+    pub base: String,
+    http: reqwest::Client,
+}
+
+impl Facilitator {
+    /// Starts it on a free port, once healthy.
+    pub async fn start() -> TestResult<Facilitator> {
+        let port = free_port()?;
+        let process = ServiceProcess::start(
+            "facilitator",
+            "facilitator",
+            &[],
+            &[("FACILITATOR_LISTEN", format!("127.0.0.1:{port}"))],
+        )?;
+        let base = format!("http://127.0.0.1:{port}");
+        wait_healthy(&process, &base).await?;
+        Ok(Facilitator {
+            _process: process,
+            base,
+            http: http()?,
+        })
+    }
+
+    /// Switches faults at runtime, e.g. `{"settle": "drop"}`.
+    pub async fn set_faults(&self, change: Value) -> TestResult {
+        let response = self
+            .http
+            .post(format!("{}/control/faults", self.base))
+            .json(&change)
+            .send()
+            .await?;
+        let status = response.status();
+        let text = response.text().await?;
+        if status != reqwest::StatusCode::OK {
+            return Err(format!("setting faults {change}: {status} {text}").into());
+        }
+        Ok(())
+    }
+
+    pub async fn stats(&self) -> TestResult<FacilitatorStats> {
+        Ok(self
+            .http
+            .get(format!("{}/control/stats", self.base))
+            .send()
+            .await?
+            .json()
+            .await?)
+    }
+
+    /// The balance of `address`, in atomic USDC units.
+    pub async fn balance(&self, address: &str) -> TestResult<u128> {
+        #[derive(Deserialize)]
+        struct Balance {
+            balance: String,
+        }
+        let balance: Balance = self
+            .http
+            .get(format!("{}/balances/{address}", self.base))
+            .send()
+            .await?
+            .json()
+            .await?;
+        Ok(balance.balance.parse()?)
+    }
+
+    /// The balances of [`PAYER`] and [`PAYEE`], in that order.
+    pub async fn balances(&self) -> TestResult<(u128, u128)> {
+        Ok((self.balance(PAYER).await?, self.balance(PAYEE).await?))
+    }
 }
 
 /// Redis, the facilitator, worker `w1` and gateways `g1` and `g2`; they stop when it drops.
 pub struct PaidCluster {
-    gateways: Vec<(ServiceProcess, String)>,
-    facilitator: (ServiceProcess, String),
+    gateways: Vec<PaidGateway>,
+    facilitator: Facilitator,
     _worker: ServiceProcess,
     pub redis: RedisServer,
     pub http: reqwest::Client,
@@ -58,33 +154,27 @@ impl PaidCluster {
         worker_env: &[(&str, String)],
         gateway_env: &[(&str, String)],
         ready: impl Fn(&Value) -> bool,
-    ) -> Res<PaidCluster> {
+    ) -> TestResult<PaidCluster> {
         let redis = RedisServer::start_with(RedisOptions::default().with_aof(true))?;
-        let port = free_port()?;
-        let facilitator = ServiceProcess::start(
-            "facilitator",
-            "facilitator",
-            &[],
-            &[("FACILITATOR_LISTEN", format!("127.0.0.1:{port}"))],
-        )?;
-        let facilitator_base = format!("http://127.0.0.1:{port}");
-        wait_healthy(&facilitator, &facilitator_base).await?;
+        let facilitator = Facilitator::start().await?;
         let mut envs = vec![("REDIS_URL", redis.url()), ("WORKER_ID", "w1".to_owned())];
         envs.extend(worker_env.iter().cloned());
         let worker = ServiceProcess::start("worker", "w1", &[], &envs)?;
         let mut gateways = Vec::new();
         for name in ["g1", "g2"] {
-            gateways.push(start_gateway(name, &redis.url(), &facilitator_base, gateway_env).await?);
+            gateways.push(
+                PaidGateway::start(name, &redis.url(), &facilitator.base, gateway_env).await?,
+            );
         }
         let cluster = PaidCluster {
             gateways,
-            facilitator: (facilitator, facilitator_base),
+            facilitator,
             _worker: worker,
             redis,
             http: http()?,
         };
-        for (_, base) in &cluster.gateways {
-            cluster.wait_for_card(base, &ready).await?;
+        for gateway in &cluster.gateways {
+            cluster.wait_for_card(&gateway.base, &ready).await?;
         }
         Ok(cluster)
     }
@@ -97,19 +187,22 @@ impl PaidCluster {
         name: &str,
         env: &[(&str, String)],
         ready: impl Fn(&Value) -> bool,
-    ) -> Res<usize> {
-        let gateway = start_gateway(name, &self.redis.url(), &self.facilitator.1, env).await?;
-        self.wait_for_card(&gateway.1, &ready).await?;
+    ) -> TestResult<usize> {
+        let gateway =
+            PaidGateway::start(name, &self.redis.url(), &self.facilitator.base, env).await?;
+        self.wait_for_card(&gateway.base, &ready).await?;
         self.gateways.push(gateway);
         Ok(self.gateways.len() - 1)
     }
 
     /// The URL of gateway `i` (0 or 1, then those [`PaidCluster::add_gateway`] started).
     pub fn base(&self, i: usize) -> &str {
-        self.gateways.get(i).map_or("", |(_, base)| base.as_str())
+        self.gateways
+            .get(i)
+            .map_or("", |gateway| gateway.base.as_str())
     }
 
-    async fn wait_for_card(&self, base: &str, ready: &impl Fn(&Value) -> bool) -> Res<()> {
+    async fn wait_for_card(&self, base: &str, ready: &impl Fn(&Value) -> bool) -> TestResult<()> {
         let start = tokio::time::Instant::now();
         loop {
             let card: Value = self
@@ -136,7 +229,7 @@ impl PaidCluster {
         gateway: usize,
         entrypoint: &str,
         body: &Value,
-    ) -> Res<payments::payer::Challenge> {
+    ) -> TestResult<payments::payer::Challenge> {
         let unpaid = self
             .http
             .post(format!(
@@ -163,25 +256,21 @@ impl PaidCluster {
 
     /// The dev facilitator's URL.
     pub fn facilitator_base(&self) -> &str {
-        &self.facilitator.1
+        &self.facilitator.base
+    }
+
+    /// The dev facilitator (its faults, stats and balances).
+    pub fn facilitator(&self) -> &Facilitator {
+        &self.facilitator
     }
 
     /// Settlements the facilitator made.
-    pub async fn settled(&self) -> Res<u64> {
-        let stats: Value = self
-            .http
-            .get(format!("{}/control/stats", self.facilitator.1))
-            .send()
-            .await?
-            .json()
-            .await?;
-        stats["settled"]
-            .as_u64()
-            .ok_or_else(|| "no settled count".into())
+    pub async fn settled(&self) -> TestResult<u64> {
+        Ok(self.facilitator.stats().await?.settled)
     }
 
     /// Keys of the namespace matching `pattern`.
-    pub async fn count(&self, pattern: &str) -> Res<usize> {
+    pub async fn count(&self, pattern: &str) -> TestResult<usize> {
         let mut conn = self.redis.client().await?;
         let keys: Vec<String> = redis::cmd("KEYS")
             .arg(pattern)
@@ -194,7 +283,7 @@ impl PaidCluster {
     pub fn logs(&self) -> String {
         self.gateways
             .iter()
-            .map(|(process, _)| process.log())
+            .map(|gateway| gateway.process.log())
             .collect()
     }
 }

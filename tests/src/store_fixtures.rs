@@ -1,30 +1,79 @@
 //! Store-level fixtures of the Redis suites: a queued task, ids placed in a given shard, a
-//! cluster store's settings and a running lease.
+//! cluster store's settings and a running lease; and, for the suites that watch a task through
+//! the store, the next event of a subscription.
 
 use std::time::Duration;
 
+use futures::StreamExt;
 use protocol::token::OwnerHash;
-use serde_json::json;
+use serde_json::{Value, json};
 use store::redis::shard_index;
-use store::{Admission, Invocation, Lease, NewTask, RedisStoreConfig, TaskStore};
+use store::{
+    Admission, Invocation, Lease, NewTask, RedisStoreConfig, StoredEvent, Subscription, TaskStore,
+};
+
+use crate::TestResult;
+use crate::cluster::PATIENCE;
 
 /// A free (queued) task of `entrypoint` whose input names its id, with 3 attempts.
 pub fn queued_task(id: &str, owner: &OwnerHash, entrypoint: &str) -> NewTask {
+    queued_task_with(id, owner, entrypoint, json!({ "id": id }), 3)
+}
+
+/// A free (queued) task of `entrypoint` with `input` and `max_attempts`, as the gateway
+/// creates one.
+pub fn queued_task_with(
+    id: &str,
+    owner: &OwnerHash,
+    entrypoint: &str,
+    input: Value,
+    max_attempts: u32,
+) -> NewTask {
     NewTask {
         task_id: id.to_owned(),
         owner: owner.clone(),
         invocation: Invocation {
             entrypoint: entrypoint.to_owned(),
-            input: json!({ "id": id }),
+            input,
             context_id: None,
             metadata: None,
             trace_context: Default::default(),
         },
         admission: Admission::Queued,
-        max_attempts: 3,
+        max_attempts,
         retention: None,
         source: None,
     }
+}
+
+/// Awaits the next event of `sub` that `wanted` accepts, skipping others: first in the
+/// subscription's replay (what happened before it went live, consumed up to the match), then
+/// live, for up to [`PATIENCE`].
+pub async fn next_event(
+    sub: &mut Subscription,
+    wanted: impl Fn(&StoredEvent) -> bool,
+) -> TestResult<StoredEvent> {
+    if let Some(index) = sub.replay.iter().position(&wanted) {
+        let found = sub.replay.remove(index);
+        sub.replay.drain(..index);
+        return Ok(found);
+    }
+    sub.replay.clear();
+    let found = tokio::time::timeout(PATIENCE, async {
+        while let Some(event) = sub.events.next().await {
+            if wanted(&event) {
+                return Some(event);
+            }
+        }
+        None
+    })
+    .await?;
+    Ok(found.ok_or("the subscription ended before the event awaited")?)
+}
+
+/// [`next_event`] named `name`.
+pub async fn next_named(sub: &mut Subscription, name: &str) -> TestResult<StoredEvent> {
+    next_event(sub, |event| event.event == name).await
 }
 
 /// The first `count` ids `prefix-N` that land in shard `shard` of `shards`.

@@ -18,7 +18,7 @@ use serde_json::Value;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::cluster::Res;
+use crate::TestResult;
 
 /// How the receiver answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,7 +65,7 @@ pub struct WebhookReceiver {
 
 impl WebhookReceiver {
     /// Listens on 127.0.0.1 (a free port), answering `answer`.
-    pub async fn start(answer: Answer) -> Res<WebhookReceiver> {
+    pub async fn start(answer: Answer) -> TestResult<WebhookReceiver> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let (sender, receiver) = watch::channel(answer);
@@ -158,7 +158,7 @@ impl WebhookReceiver {
         patience: Duration,
         what: &str,
         done: impl Fn(&[Received]) -> bool,
-    ) -> Res<Vec<Received>> {
+    ) -> TestResult<Vec<Received>> {
         let deadline = tokio::time::Instant::now() + patience;
         loop {
             let changed = self.shared.changed.notified();

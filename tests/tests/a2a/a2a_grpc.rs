@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use a2a_pb::a2a_service_client::A2aServiceClient;
 use a2a_pb::pbconv;
-use harness::cluster::{Cluster, Res, free_port};
+use harness::TestResult;
+use harness::cluster::{Cluster, free_port};
 use serde_json::{Value, json};
 use tonic::transport::Channel;
 use tonic::{Code, Request, Status};
@@ -31,12 +32,12 @@ struct Grpc {
 }
 
 impl Grpc {
-    async fn start() -> Res<Grpc> {
+    async fn start() -> TestResult<Grpc> {
         Grpc::start_with(&[]).await
     }
 
     /// [`Grpc::start`] with `gateway` added to the gateway's settings.
-    async fn start_with(gateway: &[(&str, &str)]) -> Res<Grpc> {
+    async fn start_with(gateway: &[(&str, &str)]) -> TestResult<Grpc> {
         let port = free_port()?;
         let listen = format!("127.0.0.1:{port}");
         let mut settings = vec![("GRPC_LISTEN", listen.as_str())];
@@ -50,13 +51,13 @@ impl Grpc {
         Ok(Grpc { cluster, port })
     }
 
-    async fn client(&self) -> Res<A2aServiceClient<Channel>> {
+    async fn client(&self) -> TestResult<A2aServiceClient<Channel>> {
         Ok(A2aServiceClient::connect(format!("http://127.0.0.1:{}", self.port)).await?)
     }
 }
 
 /// `message` with the caller's bearer token and `a2a-version: 1.0`.
-fn call<T>(token: &str, message: T) -> Res<Request<T>> {
+fn call<T>(token: &str, message: T) -> TestResult<Request<T>> {
     let mut request = Request::new(message);
     request
         .metadata_mut()
@@ -66,7 +67,11 @@ fn call<T>(token: &str, message: T) -> Res<Request<T>> {
 }
 
 /// A `SendMessageRequest` for `skill` with one data part, from its ProtoJSON.
-fn send_request(skill: &str, data: Value, immediately: bool) -> Res<a2a_pb::SendMessageRequest> {
+fn send_request(
+    skill: &str,
+    data: Value,
+    immediately: bool,
+) -> TestResult<a2a_pb::SendMessageRequest> {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let request: a2a::SendMessageRequest = serde_json::from_value(json!({
@@ -82,7 +87,7 @@ fn send_request(skill: &str, data: Value, immediately: bool) -> Res<a2a_pb::Send
 }
 
 /// A protobuf task as the ProtoJSON the other suites read.
-fn task_json(task: &a2a_pb::Task) -> Res<Value> {
+fn task_json(task: &a2a_pb::Task) -> TestResult<Value> {
     Ok(serde_json::to_value(pbconv::from_proto_task(task))?)
 }
 
@@ -91,7 +96,7 @@ fn state(task: &Value) -> &str {
 }
 
 /// The task a `SendMessage` answered with.
-fn sent_task(response: a2a_pb::SendMessageResponse) -> Res<Value> {
+fn sent_task(response: a2a_pb::SendMessageResponse) -> TestResult<Value> {
     let response = pbconv::from_proto_send_message_response(&response)
         .ok_or("SendMessage answered neither a task nor a message")?;
     match response {
@@ -103,7 +108,7 @@ fn sent_task(response: a2a_pb::SendMessageResponse) -> Res<Value> {
 }
 
 /// Checks `status`'s code and its `ErrorInfo` (reason, domain `a2a-protocol.org`).
-fn expect_status(status: &Status, code: Code, reason: &str) -> Res {
+fn expect_status(status: &Status, code: Code, reason: &str) -> TestResult {
     if status.code() != code {
         return Err(format!("expected {code:?}, got {status:?}").into());
     }
@@ -117,7 +122,7 @@ fn expect_status(status: &Status, code: Code, reason: &str) -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn send_message_to_echo_completes_with_the_input_as_its_artifact() -> Res {
+async fn send_message_to_echo_completes_with_the_input_as_its_artifact() -> TestResult {
     let grpc = Grpc::start().await?;
     let mut client = grpc.client().await?;
     let input = json!({"hello": "grpc", "n": 7});
@@ -133,7 +138,7 @@ async fn send_message_to_echo_completes_with_the_input_as_its_artifact() -> Res 
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn send_streaming_message_to_count_streams_updates_to_the_end() -> Res {
+async fn send_streaming_message_to_count_streams_updates_to_the_end() -> TestResult {
     let grpc = Grpc::start().await?;
     let mut client = grpc.client().await?;
     let sent = send_request("count", json!({"n": 3}), false)?;
@@ -160,7 +165,7 @@ async fn send_streaming_message_to_count_streams_updates_to_the_end() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn get_task_reads_the_owners_task_and_not_another_bearers() -> Res {
+async fn get_task_reads_the_owners_task_and_not_another_bearers() -> TestResult {
     let grpc = Grpc::start().await?;
     let mut client = grpc.client().await?;
     let sent = send_request("echo", json!({"owned": true}), false)?;
@@ -191,7 +196,7 @@ async fn get_task_reads_the_owners_task_and_not_another_bearers() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn cancel_task_cancels_a_running_sleep() -> Res {
+async fn cancel_task_cancels_a_running_sleep() -> TestResult {
     let grpc = Grpc::start().await?;
     let mut client = grpc.client().await?;
     let sent = send_request("sleep", json!({"ms": 60_000}), true)?;
@@ -222,7 +227,7 @@ async fn cancel_task_cancels_a_running_sleep() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn an_unknown_task_is_not_found_with_error_info() -> Res {
+async fn an_unknown_task_is_not_found_with_error_info() -> TestResult {
     let grpc = Grpc::start().await?;
     let mut client = grpc.client().await?;
     let get = a2a_pb::GetTaskRequest {
@@ -262,7 +267,7 @@ async fn an_unknown_task_is_not_found_with_error_info() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn push_configs_are_created_read_listed_and_deleted_per_owner() -> Res {
+async fn push_configs_are_created_read_listed_and_deleted_per_owner() -> TestResult {
     let grpc = Grpc::start().await?;
     let mut client = grpc.client().await?;
     let sent = send_request("sleep", json!({"ms": 60_000}), true)?;
@@ -341,7 +346,7 @@ async fn push_configs_are_created_read_listed_and_deleted_per_owner() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_push_notification_methods_are_not_supported_when_off() -> Res {
+async fn the_push_notification_methods_are_not_supported_when_off() -> TestResult {
     let grpc = Grpc::start_with(&[("PUSH_NOTIFICATIONS", "off")]).await?;
     let mut client = grpc.client().await?;
     let reason = "PUSH_NOTIFICATION_NOT_SUPPORTED";
@@ -392,7 +397,7 @@ async fn the_push_notification_methods_are_not_supported_when_off() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_card_lists_the_grpc_interface() -> Res {
+async fn the_card_lists_the_grpc_interface() -> TestResult {
     let grpc = Grpc::start().await?;
     let card: Value = grpc
         .cluster
@@ -438,7 +443,7 @@ async fn the_card_lists_the_grpc_interface() -> Res {
 /// SIGTERM ends an open gRPC stream with an OK status (the task still running) and the gateway
 /// exits cleanly, as it does with SSE streams.
 #[tokio::test(flavor = "multi_thread")]
-async fn sigterm_ends_an_open_grpc_stream_and_the_gateway_exits() -> Res {
+async fn sigterm_ends_an_open_grpc_stream_and_the_gateway_exits() -> TestResult {
     let mut grpc = Grpc::start().await?;
     let mut client = grpc.client().await?;
     let sent = send_request("sleep", json!({"ms": 60_000}), false)?;

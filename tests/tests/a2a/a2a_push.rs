@@ -15,7 +15,8 @@
 
 use std::time::Duration;
 
-use harness::cluster::{Cluster, Res};
+use harness::TestResult;
+use harness::cluster::Cluster;
 use harness::webhook_receiver::{Answer, Received, WebhookReceiver};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -33,7 +34,7 @@ const PATIENCE: Duration = Duration::from_secs(30);
 /// Short worker leases, so a test never waits on a long one.
 const WORKER: &[(&str, &str)] = &[("WORKER_LEASE_TTL_MS", "1000")];
 
-async fn cluster(gateway: &[(&str, &str)]) -> Res<Cluster> {
+async fn cluster(gateway: &[(&str, &str)]) -> TestResult<Cluster> {
     Cluster::builder()
         .worker("w1", WORKER)
         .gateway("g1", gateway)
@@ -43,7 +44,12 @@ async fn cluster(gateway: &[(&str, &str)]) -> Res<Cluster> {
 }
 
 /// A JSON-RPC call to the first gateway as `token`: `(result, error)`.
-async fn rpc(cluster: &Cluster, token: &str, method: &str, params: Value) -> Res<(Value, Value)> {
+async fn rpc(
+    cluster: &Cluster,
+    token: &str,
+    method: &str,
+    params: Value,
+) -> TestResult<(Value, Value)> {
     rpc_from(cluster, token, None, method, params).await
 }
 
@@ -55,17 +61,12 @@ async fn rpc_from(
     from: Option<&str>,
     method: &str,
     params: Value,
-) -> Res<(Value, Value)> {
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    let mut request = cluster
-        .http
-        .post(format!("{}/a2a/jsonrpc", cluster.base()))
-        .bearer_auth(token)
-        .header("A2A-Version", "1.0");
+) -> TestResult<(Value, Value)> {
+    let mut request = cluster.jsonrpc_request(Some(token), method, params);
     if let Some(from) = from {
         request = request.header("X-Forwarded-For", from);
     }
-    let reply: Value = request.json(&body).send().await?.json().await?;
+    let reply: Value = request.send().await?.json().await?;
     Ok((reply["result"].clone(), reply["error"].clone()))
 }
 
@@ -76,7 +77,7 @@ async fn rest(
     method: Method,
     path: &str,
     body: Option<Value>,
-) -> Res<(StatusCode, Value)> {
+) -> TestResult<(StatusCode, Value)> {
     let mut request = cluster
         .http
         .request(method, format!("{}/a2a/v1{path}", cluster.base()))
@@ -93,7 +94,12 @@ async fn rest(
 
 /// `SendMessage` for `skill` with `data`, returning at once, with an inline push config when
 /// given: the task's id.
-async fn send(cluster: &Cluster, skill: &str, data: Value, push: Option<Value>) -> Res<String> {
+async fn send(
+    cluster: &Cluster,
+    skill: &str,
+    data: Value,
+    push: Option<Value>,
+) -> TestResult<String> {
     send_as(cluster, TOKEN_A, skill, data, push).await
 }
 
@@ -104,7 +110,7 @@ async fn send_as(
     skill: &str,
     data: Value,
     push: Option<Value>,
-) -> Res<String> {
+) -> TestResult<String> {
     send_from(cluster, token, None, skill, data, push).await
 }
 
@@ -116,7 +122,7 @@ async fn send_from(
     skill: &str,
     data: Value,
     push: Option<Value>,
-) -> Res<String> {
+) -> TestResult<String> {
     let mut configuration = json!({"returnImmediately": true});
     if let Some(push) = push {
         configuration["taskPushNotificationConfig"] = push;
@@ -178,7 +184,7 @@ fn completed(requests: &[Received]) -> bool {
 }
 
 /// The redis keys of `pattern` in the cluster's Redis.
-async fn keys(cluster: &Cluster, pattern: &str) -> Res<Vec<String>> {
+async fn keys(cluster: &Cluster, pattern: &str) -> TestResult<Vec<String>> {
     let mut redis = cluster.redis.client().await?;
     Ok(redis::cmd("KEYS")
         .arg(pattern)
@@ -188,7 +194,7 @@ async fn keys(cluster: &Cluster, pattern: &str) -> Res<Vec<String>> {
 
 /// Waits until `pattern` matches no key (the deliverer's release is the event; the test can
 /// only see it in Redis).
-async fn wait_for_no_keys(cluster: &Cluster, pattern: &str) -> Res {
+async fn wait_for_no_keys(cluster: &Cluster, pattern: &str) -> TestResult {
     let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
         let found = keys(cluster, pattern).await?;
@@ -203,7 +209,7 @@ async fn wait_for_no_keys(cluster: &Cluster, pattern: &str) -> Res {
 }
 
 /// The exhausted deliveries kept in Redis.
-async fn exhausted(cluster: &Cluster) -> Res<Vec<Value>> {
+async fn exhausted(cluster: &Cluster) -> TestResult<Vec<Value>> {
     let mut redis = cluster.redis.client().await?;
     let records: Vec<String> = redis::cmd("LRANGE")
         .arg("{tc}:push-exhausted")
@@ -217,7 +223,7 @@ async fn exhausted(cluster: &Cluster) -> Res<Vec<Value>> {
         .collect())
 }
 
-async fn wait_for_exhausted(cluster: &Cluster, task_id: &str) -> Res<Value> {
+async fn wait_for_exhausted(cluster: &Cluster, task_id: &str) -> TestResult<Value> {
     let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
         if let Some(record) = exhausted(cluster)
@@ -235,7 +241,7 @@ async fn wait_for_exhausted(cluster: &Cluster, task_id: &str) -> Res<Value> {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn configs_are_created_read_listed_and_deleted_on_both_http_bindings() -> Res {
+async fn configs_are_created_read_listed_and_deleted_on_both_http_bindings() -> TestResult {
     let receiver = WebhookReceiver::start(Answer::Ok).await?;
     let allow = loopback(&receiver);
     let cluster = cluster(&[
@@ -465,7 +471,7 @@ async fn configs_are_created_read_listed_and_deleted_on_both_http_bindings() -> 
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_streaming_task_is_delivered_in_order_with_its_headers() -> Res {
+async fn a_streaming_task_is_delivered_in_order_with_its_headers() -> TestResult {
     let receiver = WebhookReceiver::start(Answer::Ok).await?;
     let allow = loopback(&receiver);
     let cluster = cluster(&[("PUSH_ALLOWLIST", allow.as_str())]).await?;
@@ -548,7 +554,7 @@ async fn a_streaming_task_is_delivered_in_order_with_its_headers() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_host_resolving_to_loopback_is_refused_unless_the_allowlist_names_it() -> Res {
+async fn a_host_resolving_to_loopback_is_refused_unless_the_allowlist_names_it() -> TestResult {
     let receiver = WebhookReceiver::start(Answer::Ok).await?;
     // No allowlist: public addresses only.
     let guarded = cluster(&[("METRICS_LISTEN", "main")]).await?;
@@ -617,7 +623,8 @@ async fn a_host_resolving_to_loopback_is_refused_unless_the_allowlist_names_it()
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_failing_receiver_gets_a_bounded_number_of_attempts_then_the_delivery_is_kept() -> Res {
+async fn a_failing_receiver_gets_a_bounded_number_of_attempts_then_the_delivery_is_kept()
+-> TestResult {
     let receiver = WebhookReceiver::start(Answer::Status(503)).await?;
     let allow = loopback(&receiver);
     let cluster = cluster(&[
@@ -658,7 +665,7 @@ async fn a_failing_receiver_gets_a_bounded_number_of_attempts_then_the_delivery_
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_gateway_killed_mid_delivery_loses_no_delivery() -> Res {
+async fn a_gateway_killed_mid_delivery_loses_no_delivery() -> TestResult {
     // The receiver holds the first delivery open: the gateway is killed while it waits.
     let receiver = WebhookReceiver::start(Answer::Hang).await?;
     let allow = loopback(&receiver);
@@ -720,7 +727,8 @@ async fn a_gateway_killed_mid_delivery_loses_no_delivery() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn an_addresss_hanging_receivers_leave_other_addresses_a_slot_whatever_its_tokens() -> Res {
+async fn an_addresss_hanging_receivers_leave_other_addresses_a_slot_whatever_its_tokens()
+-> TestResult {
     let receiver = WebhookReceiver::start(Answer::Ok).await?;
     receiver.answer_path("/flood", Answer::Hang);
     // Four slots: one is each address's share and one is kept for addresses with nothing under
@@ -783,7 +791,7 @@ async fn an_addresss_hanging_receivers_leave_other_addresses_a_slot_whatever_its
 }
 
 /// The time a status update says (its `status.timestamp`), as Unix ms.
-fn stamp_ms(received: &Received) -> Res<i64> {
+fn stamp_ms(received: &Received) -> TestResult<i64> {
     let text = received.body["statusUpdate"]["status"]["timestamp"]
         .as_str()
         .ok_or_else(|| format!("no timestamp in {}", received.body))?;
@@ -795,7 +803,8 @@ fn stamp_ms(received: &Received) -> Res<i64> {
 /// time of the event that told it (the run's end), not the time it was sent: a receiver that
 /// orders or deduplicates by timestamp must not see the task work after it completed.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_run_that_ends_before_its_first_delivery_is_told_in_order_at_its_events_times() -> Res {
+async fn a_run_that_ends_before_its_first_delivery_is_told_in_order_at_its_events_times()
+-> TestResult {
     let receiver = WebhookReceiver::start(Answer::Hang).await?;
     // One delivery slot, held by a first task's receiver: the raced task's first claim can
     // only come once its run is over.
@@ -871,7 +880,7 @@ async fn a_run_that_ends_before_its_first_delivery_is_told_in_order_at_its_event
         .iter()
         .filter(|request| status_state(request).is_some())
         .map(stamp_ms)
-        .collect::<Res<Vec<i64>>>()?;
+        .collect::<TestResult<Vec<i64>>>()?;
     // Each update says when its event happened: the run's end, as the task records it.
     assert_eq!(
         stamps,
@@ -885,7 +894,7 @@ async fn a_run_that_ends_before_its_first_delivery_is_told_in_order_at_its_event
 /// only the URL scheme's (80 or 443), not every port of its host: allowing a receiver must not
 /// open the host's other services (Redis, an admin port) to whoever creates a config.
 #[tokio::test(flavor = "multi_thread")]
-async fn an_allowlisted_host_is_reached_only_on_the_port_its_entry_names() -> Res {
+async fn an_allowlisted_host_is_reached_only_on_the_port_its_entry_names() -> TestResult {
     let receiver = WebhookReceiver::start(Answer::Ok).await?;
     // The receiver's host and address, without a port: http's 80 only, never the receiver's.
     let guarded = cluster(&[("PUSH_ALLOWLIST", "127.0.0.1,localhost")]).await?;

@@ -7,7 +7,8 @@
 use std::time::Duration;
 
 use a2a_pb::a2a_service_client::A2aServiceClient;
-use harness::cluster::{Cluster, Res, free_port};
+use harness::TestResult;
+use harness::cluster::{Cluster, free_port};
 use harness::redis_server::RedisOptions;
 use serde_json::{Value, json};
 use tonic::{Code, Request};
@@ -23,23 +24,13 @@ async fn rpc(
     token: &str,
     method: &str,
     params: Value,
-) -> Res<(u16, Value, Value)> {
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    let response = cluster
-        .http
-        .post(format!("{}/a2a/jsonrpc", cluster.base()))
-        .bearer_auth(token)
-        .header("A2A-Version", "1.0")
-        .json(&body)
-        .send()
-        .await?;
-    let status = response.status().as_u16();
-    let reply: Value = response.json().await?;
+) -> TestResult<(u16, Value, Value)> {
+    let (status, reply) = cluster.jsonrpc(Some(token), method, params).await?;
     Ok((status, reply["result"].clone(), reply["error"].clone()))
 }
 
 /// `SendMessage` of an `echo` task as `token`, answered at once: its id.
-async fn send(cluster: &Cluster, token: &str, n: usize) -> Res<String> {
+async fn send(cluster: &Cluster, token: &str, n: usize) -> TestResult<String> {
     let (_, result, error) = rpc(
         cluster,
         token,
@@ -66,7 +57,7 @@ async fn send(cluster: &Cluster, token: &str, n: usize) -> Res<String> {
 
 /// Waits until task `id` is completed (the worker's terminal write is the event; the test
 /// can only see it by reading the task).
-async fn wait_completed(cluster: &Cluster, token: &str, id: &str) -> Res {
+async fn wait_completed(cluster: &Cluster, token: &str, id: &str) -> TestResult {
     let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
         let (_, task, _) = rpc(cluster, token, "GetTask", json!({ "id": id })).await?;
@@ -93,18 +84,19 @@ fn big_config(task_id: &str, n: usize) -> Value {
     })
 }
 
-async fn redis_int(cluster: &Cluster, cmd: &mut redis::Cmd) -> Res<i64> {
+async fn redis_int(cluster: &Cluster, cmd: &mut redis::Cmd) -> TestResult<i64> {
     let mut redis = cluster.redis.client().await?;
     let value: Option<i64> = cmd.query_async(&mut redis).await?;
     Ok(value.unwrap_or(0))
 }
 
-async fn exists(cluster: &Cluster, key: &str) -> Res<bool> {
+async fn exists(cluster: &Cluster, key: &str) -> TestResult<bool> {
     Ok(redis_int(cluster, redis::cmd("EXISTS").arg(key)).await? == 1)
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_finished_tasks_configs_count_in_its_retained_bytes_and_go_when_it_is_evicted() -> Res {
+async fn a_finished_tasks_configs_count_in_its_retained_bytes_and_go_when_it_is_evicted()
+-> TestResult {
     // One retained task per owner: the owner's next task evicts its previous one.
     let cluster = Cluster::builder()
         .worker("w1", &[("WORKER_LEASE_TTL_MS", "1000")])
@@ -173,7 +165,8 @@ async fn a_finished_tasks_configs_count_in_its_retained_bytes_and_go_when_it_is_
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn config_writes_stop_at_the_memory_high_water_mark_before_redis_refuses_anyone() -> Res {
+async fn config_writes_stop_at_the_memory_high_water_mark_before_redis_refuses_anyone() -> TestResult
+{
     let cluster = Cluster::builder()
         .redis(
             RedisOptions::default()
@@ -207,7 +200,7 @@ async fn config_writes_stop_at_the_memory_high_water_mark_before_redis_refuses_a
         .arg("memory")
         .query_async(&mut redis)
         .await?;
-    let used = |info: &str| -> Res<u64> {
+    let used = |info: &str| -> TestResult<u64> {
         Ok(info
             .lines()
             .find_map(|line| line.trim_end().strip_prefix("used_memory:"))
@@ -280,7 +273,7 @@ async fn config_writes_stop_at_the_memory_high_water_mark_before_redis_refuses_a
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn creating_configs_is_rate_limited_on_every_binding() -> Res {
+async fn creating_configs_is_rate_limited_on_every_binding() -> TestResult {
     let port = free_port()?;
     let listen = format!("127.0.0.1:{port}");
     // Four calls per owner, then none for a long while (0.01 a second).
@@ -322,7 +315,7 @@ async fn creating_configs_is_rate_limited_on_every_binding() -> Res {
     };
     assert_eq!(rest("rest").send().await?.status(), 200);
     let mut grpc = A2aServiceClient::connect(format!("http://{listen}")).await?;
-    let grpc_call = |id: &str| -> Res<Request<a2a_pb::TaskPushNotificationConfig>> {
+    let grpc_call = |id: &str| -> TestResult<Request<a2a_pb::TaskPushNotificationConfig>> {
         let mut request = Request::new(a2a_pb::TaskPushNotificationConfig {
             task_id: task.clone(),
             id: id.into(),

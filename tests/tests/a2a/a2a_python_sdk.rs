@@ -26,11 +26,10 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use harness::TestResult;
 use harness::cluster::{Cluster, free_port};
 use harness::process::{ServiceProcess, plain};
 use serde_json::{Value, json};
-
-type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 /// A test failure whose text reads as written (`Debug` of a `String` error would escape it).
 struct Failure(String);

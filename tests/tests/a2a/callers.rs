@@ -4,17 +4,18 @@
 //! Owners: another token's task does not exist for `GetTask`, `CancelTask`, `SubscribeToTask`
 //! and messages to it, and another token's cancel has no effect.
 
+use harness::TestResult;
 use reqwest::Method;
 use serde_json::json;
 
 use crate::support::{
-    A2a, BINDINGS, Binding, Cluster, Res, TASK_NOT_FOUND, TOKEN_A, TOKEN_B, expect_error,
+    A2a, BINDINGS, Binding, Cluster, TASK_NOT_FOUND, TOKEN_A, TOKEN_B, expect_error,
     expect_unauthenticated, ok, sleeping, state, tck,
 };
 
 /// Expects `GetTask`, `SendMessage` and `SendStreamingMessage` with each of `authorizations`
 /// to be refused with 401 and a `Bearer` challenge, on both bindings.
-async fn expect_unauthenticated_with(alice: &A2a, authorizations: &[Option<&str>]) -> Res {
+async fn expect_unauthenticated_with(alice: &A2a, authorizations: &[Option<&str>]) -> TestResult {
     for binding in BINDINGS {
         for authorization in authorizations.iter().copied() {
             let caller = alice.with_authorization(authorization);
@@ -34,7 +35,7 @@ async fn expect_unauthenticated_with(alice: &A2a, authorizations: &[Option<&str>
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_call_without_a_token_is_refused_with_a_bearer_challenge() -> Res {
+async fn a_call_without_a_token_is_refused_with_a_bearer_challenge() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     expect_unauthenticated_with(&alice, &[None]).await?;
@@ -50,7 +51,7 @@ async fn a_call_without_a_token_is_refused_with_a_bearer_challenge() -> Res {
 
 /// Bearer tokens are 20 to 256 characters.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_token_too_short_empty_or_too_long_is_refused_with_a_bearer_challenge() -> Res {
+async fn a_token_too_short_empty_or_too_long_is_refused_with_a_bearer_challenge() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     let too_long = format!("Bearer {}", "t".repeat(257));
@@ -66,20 +67,20 @@ async fn a_token_too_short_empty_or_too_long_is_refused_with_a_bearer_challenge(
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn another_authorization_scheme_is_refused_with_a_bearer_challenge() -> Res {
+async fn another_authorization_scheme_is_refused_with_a_bearer_challenge() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     expect_unauthenticated_with(&alice, &[Some("Basic dXNlcjpwYXNzd29yZA==")]).await
 }
 
 /// Alice's `sleep` task of a minute, still submitted or working: its id.
-async fn alices_running_task(alice: &A2a, binding: Binding) -> Res<String> {
+async fn alices_running_task(alice: &A2a, binding: Binding) -> TestResult<String> {
     let running = alice.send_task(binding, sleeping(binding)).await?;
     Ok(running["id"].as_str().ok_or("no task id")?.to_owned())
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn another_owners_get_task_gets_task_not_found() -> Res {
+async fn another_owners_get_task_gets_task_not_found() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     let bob = cluster.client(TOKEN_B);
@@ -98,7 +99,7 @@ async fn another_owners_get_task_gets_task_not_found() -> Res {
 
 /// Bob's `CancelTask` of Alice's task finds nothing, and Alice's task runs on.
 #[tokio::test(flavor = "multi_thread")]
-async fn another_owners_cancel_gets_task_not_found_and_cancels_nothing() -> Res {
+async fn another_owners_cancel_gets_task_not_found_and_cancels_nothing() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     let bob = cluster.client(TOKEN_B);
@@ -121,7 +122,7 @@ async fn another_owners_cancel_gets_task_not_found_and_cancels_nothing() -> Res 
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn another_owners_subscription_gets_task_not_found() -> Res {
+async fn another_owners_subscription_gets_task_not_found() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     let bob = cluster.client(TOKEN_B);
@@ -139,7 +140,7 @@ async fn another_owners_subscription_gets_task_not_found() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn another_owners_message_to_a_task_gets_task_not_found() -> Res {
+async fn another_owners_message_to_a_task_gets_task_not_found() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     let bob = cluster.client(TOKEN_B);
@@ -160,7 +161,7 @@ async fn another_owners_message_to_a_task_gets_task_not_found() -> Res {
 
 /// A task waiting for input takes the follow-up from its owner only.
 #[tokio::test(flavor = "multi_thread")]
-async fn another_owners_answer_to_a_waiting_task_gets_task_not_found() -> Res {
+async fn another_owners_answer_to_a_waiting_task_gets_task_not_found() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     let bob = cluster.client(TOKEN_B);

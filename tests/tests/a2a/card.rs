@@ -3,14 +3,15 @@
 //! a bearer token, default modes and the suite's skills; it carries a strong validator and
 //! answers a revalidation with 304; the Lucid card lists the same two interfaces after its own.
 
+use harness::TestResult;
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use crate::support::{Cluster, Res, skill_ids};
+use crate::support::{Cluster, skill_ids};
 
 /// The strict card has no member the schema lacks, and a name, description and version.
 #[tokio::test(flavor = "multi_thread")]
-async fn the_strict_card_has_only_schema_members() -> Res {
+async fn the_strict_card_has_only_schema_members() -> TestResult {
     let cluster = Cluster::start().await?;
     let card = cluster.a2a_card().await?;
     let known = [
@@ -47,7 +48,7 @@ async fn the_strict_card_has_only_schema_members() -> Res {
 
 /// The strict card's interfaces: JSON-RPC, then HTTP+JSON, both at protocol version 1.0.
 #[tokio::test(flavor = "multi_thread")]
-async fn the_strict_card_lists_both_bindings_at_version_1_0() -> Res {
+async fn the_strict_card_lists_both_bindings_at_version_1_0() -> TestResult {
     let cluster = Cluster::start().await?;
     let card = cluster.a2a_card().await?;
     let interfaces = card["supportedInterfaces"]
@@ -67,7 +68,7 @@ async fn the_strict_card_lists_both_bindings_at_version_1_0() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_card_offers_streaming_and_push_notifications() -> Res {
+async fn the_card_offers_streaming_and_push_notifications() -> TestResult {
     let cluster = Cluster::start().await?;
     let card = cluster.a2a_card().await?;
     assert_eq!(card["capabilities"]["streaming"], true);
@@ -77,7 +78,7 @@ async fn the_card_offers_streaming_and_push_notifications() -> Res {
 
 /// A `bearer` HTTP scheme, and a security requirement naming it.
 #[tokio::test(flavor = "multi_thread")]
-async fn the_card_requires_a_bearer_token() -> Res {
+async fn the_card_requires_a_bearer_token() -> TestResult {
     let cluster = Cluster::start().await?;
     let card = cluster.a2a_card().await?;
     let bearer = &card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"];
@@ -93,7 +94,7 @@ async fn the_card_requires_a_bearer_token() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_card_has_default_input_and_output_modes() -> Res {
+async fn the_card_has_default_input_and_output_modes() -> TestResult {
     let cluster = Cluster::start().await?;
     let card = cluster.a2a_card().await?;
     for modes in ["defaultInputModes", "defaultOutputModes"] {
@@ -109,7 +110,7 @@ async fn the_card_has_default_input_and_output_modes() -> Res {
 
 /// The skills the suite uses are listed, each with an id, name, description and tags.
 #[tokio::test(flavor = "multi_thread")]
-async fn the_card_lists_the_skills_with_ids_names_descriptions_and_tags() -> Res {
+async fn the_card_lists_the_skills_with_ids_names_descriptions_and_tags() -> TestResult {
     let cluster = Cluster::start().await?;
     let card = cluster.a2a_card().await?;
     let skills = skill_ids(&card);
@@ -131,7 +132,7 @@ async fn the_card_lists_the_skills_with_ids_names_descriptions_and_tags() -> Res
 /// The card carries a strong validator (an ETag) and a `Last-Modified` date, and answers a
 /// revalidation with 304.
 #[tokio::test(flavor = "multi_thread")]
-async fn the_card_answers_a_revalidation_with_304() -> Res {
+async fn the_card_answers_a_revalidation_with_304() -> TestResult {
     let cluster = Cluster::start().await?;
     let url = format!("{}/a2a/.well-known/agent-card.json", cluster.base);
     let first = cluster.http.get(&url).send().await?;
@@ -163,7 +164,7 @@ async fn the_card_answers_a_revalidation_with_304() -> Res {
 /// The Lucid card (`/.well-known/agent-card.json`) lists the strict card's two interfaces
 /// after its own.
 #[tokio::test(flavor = "multi_thread")]
-async fn the_lucid_card_lists_the_same_interfaces_after_its_own() -> Res {
+async fn the_lucid_card_lists_the_same_interfaces_after_its_own() -> TestResult {
     let cluster = Cluster::start().await?;
     let card = cluster.a2a_card().await?;
     let interfaces = card["supportedInterfaces"]

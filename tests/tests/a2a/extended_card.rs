@@ -11,7 +11,8 @@
 
 use a2a_pb::a2a_service_client::A2aServiceClient;
 use a2a_pb::pbconv;
-use harness::cluster::{Cluster, Res, free_port};
+use harness::TestResult;
+use harness::cluster::{Cluster, free_port};
 use protocol::token::AccessToken;
 use reqwest::header::{CACHE_CONTROL, HeaderMap};
 use reqwest::{Method, StatusCode};
@@ -28,7 +29,7 @@ const UNKNOWN: &str = "nosuch";
 const EXTENSION: &str = "https://taskcluster.dev/a2a/ext/member/v1";
 
 /// The member file: `alice` holds [`MEMBER`].
-fn member_file(dir: &tempfile::TempDir) -> Res<String> {
+fn member_file(dir: &tempfile::TempDir) -> TestResult<String> {
     let hash = AccessToken::parse(MEMBER)?.owner_hash();
     let path = dir.path().join("members");
     std::fs::write(
@@ -46,7 +47,7 @@ struct Members {
 }
 
 impl Members {
-    async fn start() -> Res<Members> {
+    async fn start() -> TestResult<Members> {
         let dir = tempfile::tempdir()?;
         let members = member_file(&dir)?;
         let grpc = free_port()?;
@@ -83,7 +84,7 @@ impl Members {
         path: &str,
         token: Option<&str>,
         body: Option<Value>,
-    ) -> Res<(StatusCode, HeaderMap, Value)> {
+    ) -> TestResult<(StatusCode, HeaderMap, Value)> {
         let mut request = self
             .cluster
             .http
@@ -108,7 +109,7 @@ impl Members {
         token: Option<&str>,
         method: &str,
         params: Value,
-    ) -> Res<(StatusCode, Value)> {
+    ) -> TestResult<(StatusCode, Value)> {
         let envelope = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
         let (status, _, body) = self
             .call(Method::POST, "/a2a/jsonrpc", token, Some(envelope))
@@ -116,13 +117,13 @@ impl Members {
         Ok((status, body))
     }
 
-    async fn grpc_client(&self) -> Res<A2aServiceClient<Channel>> {
+    async fn grpc_client(&self) -> TestResult<A2aServiceClient<Channel>> {
         Ok(A2aServiceClient::connect(format!("http://127.0.0.1:{}", self.grpc)).await?)
     }
 }
 
 /// `message` with `token` (if any) as `authorization` metadata and `a2a-version: 1.0`.
-fn grpc_call<T>(token: Option<&str>, message: T) -> Res<Request<T>> {
+fn grpc_call<T>(token: Option<&str>, message: T) -> TestResult<Request<T>> {
     let mut request = Request::new(message);
     if let Some(token) = token {
         request
@@ -155,7 +156,7 @@ fn unnamed(text: &str, key: &str) -> String {
 
 /// [`unnamed`] for a JSON answer, compared as JSON (the order of an object's members is not
 /// part of the answer).
-fn unnamed_json(value: &Value, key: &str) -> Res<Value> {
+fn unnamed_json(value: &Value, key: &str) -> TestResult<Value> {
     Ok(serde_json::from_str(&unnamed(&value.to_string(), key))?)
 }
 
@@ -173,7 +174,7 @@ fn skill_ids(card: &Value) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_private_entrypoint_is_on_no_public_surface() -> Res {
+async fn a_private_entrypoint_is_on_no_public_surface() -> TestResult {
     let members = Members::start().await?;
     for token in [None, Some(STRANGER), Some(MEMBER)] {
         let (_, _, lucid) = members
@@ -234,7 +235,7 @@ async fn a_private_entrypoint_is_on_no_public_surface() -> Res {
 /// Without a member's token, on every Lucid route and every A2A binding, the private
 /// entrypoint is answered exactly as a key no worker hosts (the name aside).
 #[tokio::test(flavor = "multi_thread")]
-async fn a_private_entrypoint_is_unknown_to_anyone_but_a_member() -> Res {
+async fn a_private_entrypoint_is_unknown_to_anyone_but_a_member() -> TestResult {
     let members = Members::start().await?;
     let mut grpc = members.grpc_client().await?;
     for token in [None, Some(STRANGER)] {
@@ -328,7 +329,7 @@ async fn a_private_entrypoint_is_unknown_to_anyone_but_a_member() -> Res {
             "REST {who}"
         );
 
-        let send = |skill: &str| -> Res<a2a_pb::SendMessageRequest> {
+        let send = |skill: &str| -> TestResult<a2a_pb::SendMessageRequest> {
             let request: a2a::SendMessageRequest = serde_json::from_value(a2a_send(skill))?;
             Ok(pbconv::to_proto_send_message_request(&request))
         };
@@ -358,7 +359,7 @@ async fn a_private_entrypoint_is_unknown_to_anyone_but_a_member() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_member_runs_a_private_entrypoint_on_every_route_and_binding() -> Res {
+async fn a_member_runs_a_private_entrypoint_on_every_route_and_binding() -> TestResult {
     let members = Members::start().await?;
     let token = Some(MEMBER);
     let (status, _, invoked) = members
@@ -417,7 +418,7 @@ async fn a_member_runs_a_private_entrypoint_on_every_route_and_binding() -> Res 
 }
 
 /// The member's extended card: every skill, the member extension, never cached.
-fn check_member_card(card: &Value, what: &str) -> Res {
+fn check_member_card(card: &Value, what: &str) -> TestResult {
     let ids = skill_ids(card);
     assert!(
         ids.contains(&PRIVATE.to_owned()) && ids.contains(&"count".to_owned()),
@@ -444,7 +445,7 @@ fn check_member_card(card: &Value, what: &str) -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_extended_card_is_a_members_on_every_binding() -> Res {
+async fn the_extended_card_is_a_members_on_every_binding() -> TestResult {
     let members = Members::start().await?;
     let mut grpc = members.grpc_client().await?;
     for token in [None, Some(STRANGER)] {
@@ -531,7 +532,7 @@ async fn the_extended_card_is_a_members_on_every_binding() -> Res {
 /// private (`--worker-private`): the member's extended card carries signatures that verify
 /// against the gateway's JWKS, on both HTTP bindings.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_signed_extended_card_verifies_against_the_jwks() -> Res {
+async fn a_signed_extended_card_verifies_against_the_jwks() -> TestResult {
     use base64::Engine;
     use base64::engine::general_purpose::URL_SAFE_NO_PAD;
     use client::trust::{Jwks, Verification, verify_card};

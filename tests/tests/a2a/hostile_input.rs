@@ -2,12 +2,13 @@
 //! right code, id and `ErrorInfo`; HTTP+JSON: a 4xx in AIP-193 shape), never a 5xx; after
 //! each kind of it the gateway is still up and still answers (`still_answering`).
 
+use harness::TestResult;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 use crate::support::{
     A2a, Binding, CONTENT_TYPE_NOT_SUPPORTED, Cluster, INVALID_PARAMS, INVALID_REQUEST,
-    METHOD_NOT_FOUND, PARSE_ERROR, Res, TASK_NOT_FOUND, TOKEN_A, ensure, error_info, expect_error,
+    METHOD_NOT_FOUND, PARSE_ERROR, TASK_NOT_FOUND, TOKEN_A, ensure, error_info, expect_error,
     message, reason_of, rest_reply, state, tck,
 };
 
@@ -16,7 +17,7 @@ const BODY_LIMIT: usize = 1024 * 1024;
 const JSON: &str = "application/json";
 
 /// Expects a JSON-RPC error of `code` answered with HTTP 200 and the id `id`.
-fn expect_rpc(answer: &(StatusCode, Value), code: i64, id: &Value, what: &str) -> Res {
+fn expect_rpc(answer: &(StatusCode, Value), code: i64, id: &Value, what: &str) -> TestResult {
     let (status, body) = answer;
     ensure(
         *status == StatusCode::OK
@@ -47,7 +48,7 @@ fn message_of_size(size: usize) -> Value {
 }
 
 /// A cluster and Alice's client.
-async fn start() -> Res<(Cluster, A2a)> {
+async fn start() -> TestResult<(Cluster, A2a)> {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     Ok((cluster, alice))
@@ -55,7 +56,7 @@ async fn start() -> Res<(Cluster, A2a)> {
 
 /// Still up, still answering: the health check, `TaskNotFound` for an unknown task, and a task
 /// that completes.
-async fn still_answering(cluster: &Cluster, alice: &A2a) -> Res {
+async fn still_answering(cluster: &Cluster, alice: &A2a) -> TestResult {
     assert_eq!(cluster.health().await?, StatusCode::OK);
     expect_error(
         Binding::JsonRpc,
@@ -74,7 +75,7 @@ async fn still_answering(cluster: &Cluster, alice: &A2a) -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn invalid_json_is_a_parse_error() -> Res {
+async fn invalid_json_is_a_parse_error() -> TestResult {
     let (cluster, alice) = start().await?;
     let answer = alice
         .raw_rpc(br#"{"jsonrpc":"2.0","id":1,"method":"#.to_vec(), JSON)
@@ -84,7 +85,7 @@ async fn invalid_json_is_a_parse_error() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn json_that_is_not_one_request_object_is_an_invalid_request() -> Res {
+async fn json_that_is_not_one_request_object_is_an_invalid_request() -> TestResult {
     let (cluster, alice) = start().await?;
     for (body, case) in [
         (json!([get(json!(1))]), "a batch"),
@@ -101,7 +102,7 @@ async fn json_that_is_not_one_request_object_is_an_invalid_request() -> Res {
 
 /// `jsonrpc` must be `"2.0"`: 1.0, or none, is an invalid request (answered with the id).
 #[tokio::test(flavor = "multi_thread")]
-async fn a_jsonrpc_version_other_than_2_0_is_an_invalid_request() -> Res {
+async fn a_jsonrpc_version_other_than_2_0_is_an_invalid_request() -> TestResult {
     let (cluster, alice) = start().await?;
     let mut old = get(json!(1));
     old["jsonrpc"] = json!("1.0");
@@ -122,7 +123,7 @@ async fn a_jsonrpc_version_other_than_2_0_is_an_invalid_request() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_missing_or_non_string_method_is_an_invalid_request() -> Res {
+async fn a_missing_or_non_string_method_is_an_invalid_request() -> TestResult {
     let (cluster, alice) = start().await?;
     for method in [None, Some(json!(7)), Some(json!(["GetTask"]))] {
         let mut request = get(json!(2));
@@ -145,7 +146,7 @@ async fn a_missing_or_non_string_method_is_an_invalid_request() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn an_unknown_method_is_method_not_found() -> Res {
+async fn an_unknown_method_is_method_not_found() -> TestResult {
     let (cluster, alice) = start().await?;
     let mut unknown = get(json!("u-1"));
     unknown["method"] = json!("NoSuchMethod");
@@ -160,7 +161,7 @@ async fn an_unknown_method_is_method_not_found() -> Res {
 
 /// A 10 KB method name is not found, and not echoed in full in the error message.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_10_kb_method_name_is_method_not_found_and_not_echoed() -> Res {
+async fn a_10_kb_method_name_is_method_not_found_and_not_echoed() -> TestResult {
     let (cluster, alice) = start().await?;
     let mut unknown = get(json!("u-1"));
     let long_name = "M".repeat(10 * 1024);
@@ -179,7 +180,7 @@ async fn a_10_kb_method_name_is_method_not_found_and_not_echoed() -> Res {
 /// An id that is an object, an array, a fraction, a huge float or 10,000 characters long is
 /// an invalid request, answered without an id.
 #[tokio::test(flavor = "multi_thread")]
-async fn an_id_of_the_wrong_kind_or_size_is_an_invalid_request() -> Res {
+async fn an_id_of_the_wrong_kind_or_size_is_an_invalid_request() -> TestResult {
     let (cluster, alice) = start().await?;
     for (id, case) in [
         (json!({"a": 1}), "an object id"),
@@ -198,7 +199,7 @@ async fn an_id_of_the_wrong_kind_or_size_is_an_invalid_request() -> Res {
 /// their range: 1e400 is past what an f64 holds, so the body is unreadable (-32700), and an
 /// error without an id is all it can get.
 #[tokio::test(flavor = "multi_thread")]
-async fn an_id_past_the_range_of_a_double_is_a_parse_error() -> Res {
+async fn an_id_past_the_range_of_a_double_is_a_parse_error() -> TestResult {
     let (cluster, alice) = start().await?;
     let huge = br#"{"jsonrpc":"2.0","id":1e400,"method":"GetTask","params":{"id":"x"}}"#;
     let answer = alice.raw_rpc(huge.to_vec(), JSON).await?;
@@ -207,7 +208,7 @@ async fn an_id_past_the_range_of_a_double_is_a_parse_error() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn params_as_an_array_are_invalid_params() -> Res {
+async fn params_as_an_array_are_invalid_params() -> TestResult {
     let (cluster, alice) = start().await?;
     let mut array_params = get(json!(3));
     array_params["params"] = json!(["x"]);
@@ -223,7 +224,7 @@ async fn params_as_an_array_are_invalid_params() -> Res {
 /// Params of the wrong shape: a string message, parts as an object, a part with no content,
 /// a string `historyLength` or `pageSize`, a numeric task id.
 #[tokio::test(flavor = "multi_thread")]
-async fn params_of_the_wrong_shape_are_invalid_params() -> Res {
+async fn params_of_the_wrong_shape_are_invalid_params() -> TestResult {
     let (cluster, alice) = start().await?;
     for (method, params, case) in [
         (
@@ -266,7 +267,7 @@ async fn params_of_the_wrong_shape_are_invalid_params() -> Res {
 
 /// 10,000 levels of nesting: an error, not a crash.
 #[tokio::test(flavor = "multi_thread")]
-async fn deep_nesting_is_an_error_not_a_crash() -> Res {
+async fn deep_nesting_is_an_error_not_a_crash() -> TestResult {
     let (cluster, alice) = start().await?;
     let depth = 10_000;
     let nested = format!(
@@ -285,7 +286,7 @@ async fn deep_nesting_is_an_error_not_a_crash() -> Res {
 
 /// A body over the limit: a JSON-RPC error or 413.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_body_over_the_limit_is_refused() -> Res {
+async fn a_body_over_the_limit_is_refused() -> TestResult {
     let (cluster, alice) = start().await?;
     let big = json!({"jsonrpc": "2.0", "id": 6, "method": "SendMessage", "params": {"message":
         message_of_size(BODY_LIMIT + 1024)}});
@@ -299,7 +300,7 @@ async fn a_body_over_the_limit_is_refused() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_body_not_declared_as_json_is_content_type_not_supported() -> Res {
+async fn a_body_not_declared_as_json_is_content_type_not_supported() -> TestResult {
     let (cluster, alice) = start().await?;
     expect_rpc(
         &alice.raw_rpc(bytes(&get(json!(7))), "text/plain").await?,
@@ -311,7 +312,7 @@ async fn a_body_not_declared_as_json_is_content_type_not_supported() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_body_that_is_not_utf8_is_a_parse_error() -> Res {
+async fn a_body_that_is_not_utf8_is_a_parse_error() -> TestResult {
     let (cluster, alice) = start().await?;
     let mut invalid_utf8 =
         br#"{"jsonrpc":"2.0","id":8,"method":"GetTask","params":{"id":""#.to_vec();
@@ -329,7 +330,7 @@ async fn a_body_that_is_not_utf8_is_a_parse_error() -> Res {
 /// HTTP+JSON `message:send` with invalid JSON, a body that is not a request object, a
 /// message of the wrong type (400), or not declared as JSON (415), in AIP-193 shape.
 #[tokio::test(flavor = "multi_thread")]
-async fn rest_bad_bodies_get_a_4xx_in_aip_193_shape() -> Res {
+async fn rest_bad_bodies_get_a_4xx_in_aip_193_shape() -> TestResult {
     let (cluster, alice) = start().await?;
     let url = format!("{}/a2a/v1/message:send", cluster.base);
     for (body, content_type, status, case) in [
@@ -357,7 +358,7 @@ async fn rest_bad_bodies_get_a_4xx_in_aip_193_shape() -> Res {
 /// HTTP+JSON queries of the wrong type (400), unknown paths and actions (404), in AIP-193
 /// shape.
 #[tokio::test(flavor = "multi_thread")]
-async fn rest_bad_queries_and_unknown_paths_get_a_4xx_in_aip_193_shape() -> Res {
+async fn rest_bad_queries_and_unknown_paths_get_a_4xx_in_aip_193_shape() -> TestResult {
     let (cluster, alice) = start().await?;
     for (path, status, case) in [
         ("/tasks?pageSize=abc", 400, "pageSize=abc"),

@@ -2,16 +2,17 @@
 //! reads about one task's record, not every candidate's result (the bytes Redis sent, counted
 //! by its own `INFO stats`, while nothing else is asked of it but the workers' idle polls).
 
+use harness::TestResult;
 use serde_json::json;
 
-use crate::support::{BINDINGS, Cluster, Res, for_skill, ok, state, unique};
+use crate::support::{BINDINGS, Cluster, for_skill, ok, state, unique};
 
 /// Tasks the owner holds, and the size of each one's result.
 const TASKS: usize = 30;
 const RESULT_BYTES: usize = 100 * 1024;
 
 /// `total_net_output_bytes` of the cluster's Redis: every byte it has sent to clients.
-async fn bytes_sent(redis: &mut redis::aio::MultiplexedConnection) -> Res<u64> {
+async fn bytes_sent(redis: &mut redis::aio::MultiplexedConnection) -> TestResult<u64> {
     let info: String = redis::cmd("INFO").arg("stats").query_async(redis).await?;
     info.lines()
         .find_map(|line| line.strip_prefix("total_net_output_bytes:"))
@@ -20,7 +21,7 @@ async fn bytes_sent(redis: &mut redis::aio::MultiplexedConnection) -> Res<u64> {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_page_of_one_reads_one_task_not_every_candidate() -> Res {
+async fn a_page_of_one_reads_one_task_not_every_candidate() -> TestResult {
     let cluster = Cluster::start().await?;
     let owner = cluster.client(&unique("list-reads-token-of-enough-length"));
     let context = unique("list-reads-ctx");

@@ -4,10 +4,11 @@
 //! counts that state only; artifacts only when asked for; the default page size; refused page
 //! sizes, page tokens and history lengths.
 
+use harness::TestResult;
 use serde_json::json;
 
 use crate::support::{
-    A2a, BINDINGS, Binding, Cluster, INVALID_PARAMS, Res, expect_error, ok, state, tck, unique,
+    A2a, BINDINGS, Binding, Cluster, INVALID_PARAMS, expect_error, ok, state, tck, unique,
 };
 
 /// A fresh owner, on `binding`, of three tasks (completed, completed with a text artifact,
@@ -16,7 +17,7 @@ use crate::support::{
 async fn owner_of_four_tasks(
     cluster: &Cluster,
     binding: Binding,
-) -> Res<(A2a, String, Vec<String>)> {
+) -> TestResult<(A2a, String, Vec<String>)> {
     let owner = cluster.client(&unique("list-token-of-enough-length"));
     let context = unique("list-ctx");
     let mut created = Vec::new();
@@ -34,7 +35,7 @@ async fn owner_of_four_tasks(
 /// Two pages of a context of three at `pageSize` 2: the totals, the token to the second page,
 /// none after it, every task of the context once, and no artifacts unasked.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_context_is_listed_in_pages_with_totals_and_tokens() -> Res {
+async fn a_context_is_listed_in_pages_with_totals_and_tokens() -> TestResult {
     let cluster = Cluster::start().await?;
     for binding in BINDINGS {
         let what = |case: &str| format!("{case} ({binding:?})");
@@ -89,7 +90,7 @@ async fn a_context_is_listed_in_pages_with_totals_and_tokens() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn without_a_context_all_the_owners_tasks_are_listed() -> Res {
+async fn without_a_context_all_the_owners_tasks_are_listed() -> TestResult {
     let cluster = Cluster::start().await?;
     for binding in BINDINGS {
         let (owner, _, _) = owner_of_four_tasks(&cluster, binding).await?;
@@ -102,7 +103,7 @@ async fn without_a_context_all_the_owners_tasks_are_listed() -> Res {
 
 /// Another token lists none of the owner's tasks, by context or not.
 #[tokio::test(flavor = "multi_thread")]
-async fn another_owner_lists_none_of_the_tasks() -> Res {
+async fn another_owner_lists_none_of_the_tasks() -> TestResult {
     let cluster = Cluster::start().await?;
     for binding in BINDINGS {
         let (_, context, _) = owner_of_four_tasks(&cluster, binding).await?;
@@ -123,7 +124,7 @@ async fn another_owner_lists_none_of_the_tasks() -> Res {
 /// A state filter lists, counts and pages the tasks in that state only: the context holds two
 /// completed tasks, one rejected and no failed one.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_state_filter_lists_and_counts_only_that_state() -> Res {
+async fn a_state_filter_lists_and_counts_only_that_state() -> TestResult {
     let cluster = Cluster::start().await?;
     for binding in BINDINGS {
         let (owner, context, _) = owner_of_four_tasks(&cluster, binding).await?;
@@ -168,7 +169,7 @@ async fn a_state_filter_lists_and_counts_only_that_state() -> Res {
 
 /// No artifacts by default; with `includeArtifacts`, the one task that made one shows it.
 #[tokio::test(flavor = "multi_thread")]
-async fn artifacts_are_listed_only_when_asked_for() -> Res {
+async fn artifacts_are_listed_only_when_asked_for() -> TestResult {
     let cluster = Cluster::start().await?;
     for binding in BINDINGS {
         let (owner, context, _) = owner_of_four_tasks(&cluster, binding).await?;
@@ -204,7 +205,7 @@ async fn artifacts_are_listed_only_when_asked_for() -> Res {
 
 /// `pageSize` 0 is the default, 50: the whole context on one page, no next page.
 #[tokio::test(flavor = "multi_thread")]
-async fn page_size_0_is_the_default_of_50() -> Res {
+async fn page_size_0_is_the_default_of_50() -> TestResult {
     let cluster = Cluster::start().await?;
     for binding in BINDINGS {
         let (owner, context, _) = owner_of_four_tasks(&cluster, binding).await?;
@@ -228,7 +229,7 @@ async fn page_size_0_is_the_default_of_50() -> Res {
 /// `pageSize` past 100 or negative, a page token the gateway did not issue, or a negative
 /// `historyLength`: `InvalidParams` (HTTP 400).
 #[tokio::test(flavor = "multi_thread")]
-async fn bad_page_sizes_tokens_and_history_lengths_are_invalid_params() -> Res {
+async fn bad_page_sizes_tokens_and_history_lengths_are_invalid_params() -> TestResult {
     let cluster = Cluster::start().await?;
     for binding in BINDINGS {
         let (owner, _, _) = owner_of_four_tasks(&cluster, binding).await?;

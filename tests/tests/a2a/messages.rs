@@ -4,14 +4,13 @@
 //! instead of a task; a rejected task; a named skill (`echo`) returning its data part.
 
 use base64::Engine;
+use harness::TestResult;
 use serde_json::json;
 
-use crate::support::{
-    BINDINGS, Cluster, Res, TOKEN_A, for_skill, ok, state, status_text, tck, unique,
-};
+use crate::support::{BINDINGS, Cluster, TOKEN_A, for_skill, ok, state, status_text, tck, unique};
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_message_completes_with_the_greeting_and_starts_the_history() -> Res {
+async fn a_message_completes_with_the_greeting_and_starts_the_history() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     for binding in BINDINGS {
@@ -28,7 +27,7 @@ async fn a_message_completes_with_the_greeting_and_starts_the_history() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_context_is_made_up_when_none_is_given_and_kept_when_one_is() -> Res {
+async fn a_context_is_made_up_when_none_is_given_and_kept_when_one_is() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     for binding in BINDINGS {
@@ -47,7 +46,7 @@ async fn a_context_is_made_up_when_none_is_given_and_kept_when_one_is() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_task_returns_a_text_artifact() -> Res {
+async fn a_task_returns_a_text_artifact() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     for binding in BINDINGS {
@@ -63,7 +62,7 @@ async fn a_task_returns_a_text_artifact() -> Res {
 
 /// A file artifact's bytes travel base64-encoded in `raw`, with a filename and media type.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_task_returns_a_file_artifact_with_its_bytes() -> Res {
+async fn a_task_returns_a_file_artifact_with_its_bytes() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     for binding in BINDINGS {
@@ -81,7 +80,7 @@ async fn a_task_returns_a_file_artifact_with_its_bytes() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_task_returns_a_file_artifact_by_url() -> Res {
+async fn a_task_returns_a_file_artifact_by_url() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     for binding in BINDINGS {
@@ -97,7 +96,7 @@ async fn a_task_returns_a_file_artifact_by_url() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_task_returns_a_data_artifact() -> Res {
+async fn a_task_returns_a_data_artifact() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     for binding in BINDINGS {
@@ -113,7 +112,7 @@ async fn a_task_returns_a_data_artifact() -> Res {
 
 /// The agent may answer a message with a message, and no task.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_direct_message_is_answered_without_a_task() -> Res {
+async fn a_direct_message_is_answered_without_a_task() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     for binding in BINDINGS {
@@ -132,7 +131,7 @@ async fn a_direct_message_is_answered_without_a_task() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_refused_task_ends_rejected() -> Res {
+async fn a_refused_task_ends_rejected() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     for binding in BINDINGS {
@@ -144,7 +143,7 @@ async fn a_refused_task_ends_rejected() -> Res {
 
 /// A named skill: `echo` returns its data part as the artifact.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_named_skill_gets_the_data_part_and_returns_its_artifact() -> Res {
+async fn a_named_skill_gets_the_data_part_and_returns_its_artifact() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     for binding in BINDINGS {

@@ -3,24 +3,25 @@
 //! media type a skill does not take (415; the TCK agent takes any), a message to a finished
 //! task or naming a task of another context, a message in the agent's role, and an empty one.
 
+use harness::TestResult;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 use crate::support::{
     A2a, BINDINGS, Binding, CONTENT_TYPE_NOT_SUPPORTED, Cluster, EXTENDED_CARD_NOT_CONFIGURED,
-    INVALID_PARAMS, PUSH_NOT_SUPPORTED, Res, TOKEN_A, UNSUPPORTED_OPERATION, expect_error,
-    for_skill, message, send_request, state, tck, unique,
+    INVALID_PARAMS, PUSH_NOT_SUPPORTED, TOKEN_A, UNSUPPORTED_OPERATION, expect_error, for_skill,
+    message, send_request, state, tck, unique,
 };
 
 /// A task of Alice's that completed.
-async fn completed_task(alice: &A2a, binding: Binding) -> Res<Value> {
+async fn completed_task(alice: &A2a, binding: Binding) -> TestResult<Value> {
     let done = alice.send_task(binding, tck("tck-complete-task")).await?;
     assert_eq!(state(&done), "TASK_STATE_COMPLETED", "{done}");
     Ok(done)
 }
 
 /// The gateway answers its health check after the refusals.
-async fn still_healthy(cluster: &Cluster) -> Res {
+async fn still_healthy(cluster: &Cluster) -> TestResult {
     assert_eq!(cluster.health().await?, StatusCode::OK);
     Ok(())
 }
@@ -28,7 +29,7 @@ async fn still_healthy(cluster: &Cluster) -> Res {
 /// With push notifications off, every push notification config operation, of either binding,
 /// is refused, an inline config too, and the card says so.
 #[tokio::test(flavor = "multi_thread")]
-async fn push_notification_configs_are_not_supported_when_off() -> Res {
+async fn push_notification_configs_are_not_supported_when_off() -> TestResult {
     let cluster = Cluster::start_with(&[("PUSH_NOTIFICATIONS", "off")]).await?;
     let card = cluster.a2a_card().await?;
     assert_eq!(card["capabilities"]["pushNotifications"], false, "{card}");
@@ -92,7 +93,7 @@ async fn push_notification_configs_are_not_supported_when_off() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_extended_card_is_not_configured() -> Res {
+async fn the_extended_card_is_not_configured() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     for binding in BINDINGS {
@@ -114,7 +115,7 @@ async fn the_extended_card_is_not_configured() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn an_unknown_skill_is_invalid_params() -> Res {
+async fn an_unknown_skill_is_invalid_params() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     for binding in BINDINGS {
@@ -129,7 +130,7 @@ async fn an_unknown_skill_is_invalid_params() -> Res {
 /// A media type `count` (a skill with a schema) does not take: `ContentTypeNotSupported`
 /// (HTTP 415).
 #[tokio::test(flavor = "multi_thread")]
-async fn a_media_type_a_skill_does_not_take_is_content_type_not_supported() -> Res {
+async fn a_media_type_a_skill_does_not_take_is_content_type_not_supported() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     for binding in BINDINGS {
@@ -148,7 +149,7 @@ async fn a_media_type_a_skill_does_not_take_is_content_type_not_supported() -> R
 
 /// The TCK agent (no schema) takes any media type.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_skill_without_a_schema_takes_any_media_type() -> Res {
+async fn a_skill_without_a_schema_takes_any_media_type() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     for binding in BINDINGS {
@@ -165,7 +166,7 @@ async fn a_skill_without_a_schema_takes_any_media_type() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_message_to_a_completed_task_is_unsupported() -> Res {
+async fn a_message_to_a_completed_task_is_unsupported() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     for binding in BINDINGS {
@@ -187,7 +188,7 @@ async fn a_message_to_a_completed_task_is_unsupported() -> Res {
 /// A message naming a task and another context than the task's: a client error (or a
 /// JSON-RPC error code).
 #[tokio::test(flavor = "multi_thread")]
-async fn a_message_naming_a_task_of_another_context_is_refused() -> Res {
+async fn a_message_naming_a_task_of_another_context_is_refused() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     for binding in BINDINGS {
@@ -210,7 +211,7 @@ async fn a_message_naming_a_task_of_another_context_is_refused() -> Res {
 
 /// Only the user speaks.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_message_in_the_agents_role_is_invalid_params() -> Res {
+async fn a_message_in_the_agents_role_is_invalid_params() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     for binding in BINDINGS {
@@ -224,7 +225,7 @@ async fn a_message_in_the_agents_role_is_invalid_params() -> Res {
 
 /// A message says something: no parts is refused.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_message_without_parts_is_invalid_params() -> Res {
+async fn a_message_without_parts_is_invalid_params() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     for binding in BINDINGS {

@@ -4,19 +4,20 @@
 //! not found; the TCK agent's chunked artifact arrives as two chunks, the second last. Every
 //! stream has the shape `check_stream` checks.
 
+use harness::TestResult;
 use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::support::{
-    BINDINGS, Binding, Cluster, Res, TASK_NOT_FOUND, TOKEN_A, UNSUPPORTED_OPERATION,
-    artifact_updates, check_stream, ensure, event_state, expect_error, for_skill, kind, ok,
-    sleeping, state, tck, wait_for_state,
+    BINDINGS, Binding, Cluster, TASK_NOT_FOUND, TOKEN_A, UNSUPPORTED_OPERATION, artifact_updates,
+    check_stream, ensure, event_state, expect_error, for_skill, kind, ok, sleeping, state, tck,
+    wait_for_state,
 };
 
 /// `count` streams its numbers as artifact updates of one artifact, in order, each after the
 /// first appended to it.
 #[tokio::test(flavor = "multi_thread")]
-async fn count_streams_its_numbers_in_order_as_one_artifact() -> Res {
+async fn count_streams_its_numbers_in_order_as_one_artifact() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     for binding in BINDINGS {
@@ -48,7 +49,7 @@ async fn count_streams_its_numbers_in_order_as_one_artifact() -> Res {
 /// A subscriber to a running task (HTTP+JSON: `GET :subscribe`) sees it `WORKING` first, then
 /// its cancellation, then the end of the stream.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_subscriber_to_a_running_task_sees_it_then_its_cancellation() -> Res {
+async fn a_subscriber_to_a_running_task_sees_it_then_its_cancellation() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     for binding in BINDINGS {
@@ -79,7 +80,7 @@ async fn a_subscriber_to_a_running_task_sees_it_then_its_cancellation() -> Res {
 /// Nothing to follow: `SubscribeToTask` of a finished (cancelled) task is
 /// `UnsupportedOperation`.
 #[tokio::test(flavor = "multi_thread")]
-async fn subscribing_to_a_finished_task_is_refused_as_unsupported() -> Res {
+async fn subscribing_to_a_finished_task_is_refused_as_unsupported() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     for binding in BINDINGS {
@@ -105,7 +106,7 @@ async fn subscribing_to_a_finished_task_is_refused_as_unsupported() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn subscribing_to_an_unknown_task_is_task_not_found() -> Res {
+async fn subscribing_to_an_unknown_task_is_task_not_found() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     for binding in BINDINGS {
@@ -131,7 +132,7 @@ async fn subscribing_to_an_unknown_task_is_task_not_found() -> Res {
 /// The TCK agent's chunked artifact: two chunks of the artifact `chunked`, the second
 /// appended and last, and nothing else between `WORKING` and `COMPLETED`.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_chunked_artifact_streams_as_two_chunks_the_second_last() -> Res {
+async fn a_chunked_artifact_streams_as_two_chunks_the_second_last() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     for binding in BINDINGS {

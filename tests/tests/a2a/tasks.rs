@@ -2,22 +2,23 @@
 //! stands, read with its history as sent (`historyLength` 0 leaves it out, a negative one is
 //! refused), cancelled once and then not cancelable; unknown tasks are not found.
 
+use harness::TestResult;
 use serde_json::json;
 
 use crate::support::{
-    A2a, BINDINGS, Binding, Cluster, INVALID_PARAMS, Res, TASK_NOT_CANCELABLE, TASK_NOT_FOUND,
-    TOKEN_A, expect_error, ok, sleeping, state,
+    A2a, BINDINGS, Binding, Cluster, INVALID_PARAMS, TASK_NOT_CANCELABLE, TASK_NOT_FOUND, TOKEN_A,
+    expect_error, ok, sleeping, state,
 };
 
 /// A `sleep` task of a minute sent with `returnImmediately`: its id.
-async fn running_task(alice: &A2a, binding: Binding) -> Res<String> {
+async fn running_task(alice: &A2a, binding: Binding) -> TestResult<String> {
     let running = alice.send_task(binding, sleeping(binding)).await?;
     Ok(running["id"].as_str().ok_or("no task id")?.to_owned())
 }
 
 /// `returnImmediately` answers the task as it stands: submitted or working, not finished.
 #[tokio::test(flavor = "multi_thread")]
-async fn return_immediately_answers_the_task_before_it_ends() -> Res {
+async fn return_immediately_answers_the_task_before_it_ends() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     for binding in BINDINGS {
@@ -35,7 +36,7 @@ async fn return_immediately_answers_the_task_before_it_ends() -> Res {
 
 /// The history shows the message as it was sent, whichever part carried the input.
 #[tokio::test(flavor = "multi_thread")]
-async fn get_task_shows_the_message_as_it_was_sent() -> Res {
+async fn get_task_shows_the_message_as_it_was_sent() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     for binding in BINDINGS {
@@ -53,7 +54,7 @@ async fn get_task_shows_the_message_as_it_was_sent() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn history_length_0_leaves_out_the_history() -> Res {
+async fn history_length_0_leaves_out_the_history() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     for binding in BINDINGS {
@@ -68,7 +69,7 @@ async fn history_length_0_leaves_out_the_history() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_negative_history_length_is_refused_with_invalid_params() -> Res {
+async fn a_negative_history_length_is_refused_with_invalid_params() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     for binding in BINDINGS {
@@ -81,7 +82,7 @@ async fn a_negative_history_length_is_refused_with_invalid_params() -> Res {
 
 /// `CancelTask` answers the task `CANCELED`, and `GetTask` reads it so from then on.
 #[tokio::test(flavor = "multi_thread")]
-async fn cancel_task_cancels_a_running_task() -> Res {
+async fn cancel_task_cancels_a_running_task() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     for binding in BINDINGS {
@@ -97,7 +98,7 @@ async fn cancel_task_cancels_a_running_task() -> Res {
 
 /// A second `CancelTask` is `TaskNotCancelable` (HTTP 409), and the task stays `CANCELED`.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_second_cancel_is_refused_as_not_cancelable() -> Res {
+async fn a_second_cancel_is_refused_as_not_cancelable() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     for binding in BINDINGS {
@@ -117,7 +118,7 @@ async fn a_second_cancel_is_refused_as_not_cancelable() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn get_task_of_an_unknown_task_is_task_not_found() -> Res {
+async fn get_task_of_an_unknown_task_is_task_not_found() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     for binding in BINDINGS {
@@ -133,7 +134,7 @@ async fn get_task_of_an_unknown_task_is_task_not_found() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn cancel_task_of_an_unknown_task_is_task_not_found() -> Res {
+async fn cancel_task_of_an_unknown_task_is_task_not_found() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     for binding in BINDINGS {

@@ -5,16 +5,17 @@
 //! `too_many_turns` on its third turn and is then finished; one answered within the bound
 //! completes. (Another owner's answer: `callers`.)
 
+use harness::TestResult;
 use harness::process::ServiceProcess;
 use serde_json::{Value, json};
 
 use crate::support::{
-    A2a, BINDINGS, Binding, Cluster, Res, TOKEN_A, UNSUPPORTED_OPERATION, ensure, expect_error,
-    state, status_text, tck,
+    A2a, BINDINGS, Binding, Cluster, TOKEN_A, UNSUPPORTED_OPERATION, ensure, expect_error, state,
+    status_text, tck,
 };
 
 /// A task of the TCK agent waiting for input: the task.
-async fn waiting_task(alice: &A2a, binding: Binding) -> Res<Value> {
+async fn waiting_task(alice: &A2a, binding: Binding) -> TestResult<Value> {
     let asking = alice.send_task(binding, tck("tck-input-required")).await?;
     assert_eq!(state(&asking), "TASK_STATE_INPUT_REQUIRED", "{asking}");
     Ok(asking)
@@ -29,7 +30,7 @@ fn answer_to(task: &Value, prefix: &str) -> Value {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn an_input_required_task_asks_for_a_follow_up() -> Res {
+async fn an_input_required_task_asks_for_a_follow_up() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     for binding in BINDINGS {
@@ -48,7 +49,7 @@ async fn an_input_required_task_asks_for_a_follow_up() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn an_answer_naming_another_context_is_refused() -> Res {
+async fn an_answer_naming_another_context_is_refused() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     for binding in BINDINGS {
@@ -67,7 +68,7 @@ async fn an_answer_naming_another_context_is_refused() -> Res {
 /// The owner's answer in the task's context resumes it: the same task and context complete
 /// with the greeting, and the answer is in the history.
 #[tokio::test(flavor = "multi_thread")]
-async fn the_owners_answer_resumes_the_task_to_completion() -> Res {
+async fn the_owners_answer_resumes_the_task_to_completion() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     for binding in BINDINGS {
@@ -92,7 +93,7 @@ async fn the_owners_answer_resumes_the_task_to_completion() -> Res {
 
 /// Once the answer finished the task, the same answer again is `UnsupportedOperation`.
 #[tokio::test(flavor = "multi_thread")]
-async fn an_answer_to_a_finished_task_is_refused_as_unsupported() -> Res {
+async fn an_answer_to_a_finished_task_is_refused_as_unsupported() -> TestResult {
     let cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     for binding in BINDINGS {
@@ -113,7 +114,7 @@ async fn an_answer_to_a_finished_task_is_refused_as_unsupported() -> Res {
 
 /// The suite's cluster whose worker allows three turns: the suite's worker leaves before any
 /// task is sent, and one with `MAX_TURNS=3` replaces it.
-async fn bounded_cluster() -> Res<Cluster> {
+async fn bounded_cluster() -> TestResult<Cluster> {
     let mut cluster = Cluster::start().await?;
     for worker in &mut cluster.workers {
         worker.kill()?;
@@ -134,7 +135,7 @@ async fn bounded_cluster() -> Res<Cluster> {
 
 /// A task asking for input on each of its three turns: the task as first answered, and as
 /// answered on the third turn.
-async fn task_past_the_turn_limit(alice: &A2a, binding: Binding) -> Res<(Value, Value)> {
+async fn task_past_the_turn_limit(alice: &A2a, binding: Binding) -> TestResult<(Value, Value)> {
     let asking = waiting_task(alice, binding).await?;
     let second = alice
         .send_task(binding, answer_to(&asking, "tck-input-required"))
@@ -149,7 +150,7 @@ async fn task_past_the_turn_limit(alice: &A2a, binding: Binding) -> Res<(Value, 
 
 /// With `MAX_TURNS=3`, a task that asks again on its third turn fails with `too_many_turns`.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_task_asking_again_on_its_last_turn_fails_with_too_many_turns() -> Res {
+async fn a_task_asking_again_on_its_last_turn_fails_with_too_many_turns() -> TestResult {
     let cluster = bounded_cluster().await?;
     let alice = cluster.client(TOKEN_A);
     for binding in BINDINGS {
@@ -165,7 +166,7 @@ async fn a_task_asking_again_on_its_last_turn_fails_with_too_many_turns() -> Res
 
 /// A task failed for too many turns is finished: a further answer is `UnsupportedOperation`.
 #[tokio::test(flavor = "multi_thread")]
-async fn an_answer_past_the_turn_limit_is_refused_as_unsupported() -> Res {
+async fn an_answer_past_the_turn_limit_is_refused_as_unsupported() -> TestResult {
     let cluster = bounded_cluster().await?;
     let alice = cluster.client(TOKEN_A);
     for binding in BINDINGS {
@@ -186,7 +187,7 @@ async fn an_answer_past_the_turn_limit_is_refused_as_unsupported() -> Res {
 
 /// With `MAX_TURNS=3`, a task answered on its third turn completes as usual.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_task_answered_within_the_turn_limit_completes() -> Res {
+async fn a_task_answered_within_the_turn_limit_completes() -> TestResult {
     let cluster = bounded_cluster().await?;
     let alice = cluster.client(TOKEN_A);
     for binding in BINDINGS {

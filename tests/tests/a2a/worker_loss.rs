@@ -2,21 +2,22 @@
 //! another worker, and the stream, which never broke, ends `COMPLETED`; with no worker at
 //! all, a subscriber to a queued task is told when a new worker starts it.
 
+use harness::TestResult;
 use reqwest::Method;
 use serde_json::json;
 use store::registry::{RedisRegistry, WorkerRegistry};
 use store::{RedisStore, RedisStoreConfig, TaskStore};
 
 use crate::support::{
-    Binding, Cluster, PATIENCE, POLL, Res, TOKEN_A, check_stream, ensure, event_state, for_skill,
-    kind, ok, sleeping, state, wait_for_state, worker,
+    Binding, Cluster, PATIENCE, POLL, TOKEN_A, check_stream, ensure, event_state, for_skill, kind,
+    ok, sleeping, state, wait_for_state, worker,
 };
 
 /// The stream of a `sleep` of 3 s on w1, the only worker: w2 joins, w1 is killed once the
 /// task is `WORKING`; w2 runs it again (attempt 2) and the stream ends `COMPLETED`, as
 /// `GetTask` reads it on both bindings.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_stream_survives_its_worker_being_killed() -> Res {
+async fn a_stream_survives_its_worker_being_killed() -> TestResult {
     let mut cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     let mut sse = alice
@@ -96,7 +97,7 @@ async fn a_stream_survives_its_worker_being_killed() -> Res {
 /// period). A subscriber sees it `SUBMITTED`, then `WORKING` once a new worker starts it,
 /// then its cancellation.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_subscriber_to_a_queued_task_is_told_when_a_worker_starts_it() -> Res {
+async fn a_subscriber_to_a_queued_task_is_told_when_a_worker_starts_it() -> TestResult {
     let mut cluster = Cluster::start().await?;
     let alice = cluster.client(TOKEN_A);
     for worker in &mut cluster.workers {

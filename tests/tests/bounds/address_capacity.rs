@@ -12,10 +12,9 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use futures::StreamExt;
+use harness::TestResult;
 use harness::cluster::Cluster;
 use serde_json::{Value, json};
-
-type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
 const PATIENCE: Duration = Duration::from_secs(60);
 const BOUND: usize = 100;

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use a2a_pb::a2a_service_client::A2aServiceClient;
 use a2a_pb::pbconv;
-use harness::cluster::{Cluster, Res, free_port};
+use harness::TestResult;
+use harness::cluster::{Cluster, free_port};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Bytes, Frame};
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -32,7 +33,7 @@ const PATIENCE: Duration = Duration::from_secs(20);
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// A cluster whose gateway serves gRPC on a port of its own, with `settings` added.
-async fn start(settings: &[(&str, &str)]) -> Res<(Cluster, u16)> {
+async fn start(settings: &[(&str, &str)]) -> TestResult<(Cluster, u16)> {
     let port = free_port()?;
     let listen = format!("127.0.0.1:{port}");
     let mut gateway = vec![("GRPC_LISTEN", listen.as_str())];
@@ -46,12 +47,12 @@ async fn start(settings: &[(&str, &str)]) -> Res<(Cluster, u16)> {
     Ok((cluster, port))
 }
 
-async fn client(port: u16) -> Res<A2aServiceClient<Channel>> {
+async fn client(port: u16) -> TestResult<A2aServiceClient<Channel>> {
     Ok(A2aServiceClient::connect(format!("http://127.0.0.1:{port}")).await?)
 }
 
 /// `message` with the caller's bearer token and `a2a-version: 1.0`.
-fn call<T>(token: &str, message: T) -> Res<Request<T>> {
+fn call<T>(token: &str, message: T) -> TestResult<Request<T>> {
     let mut request = Request::new(message);
     request
         .metadata_mut()
@@ -75,13 +76,13 @@ fn message() -> serde_json::Value {
     })
 }
 
-fn send_request() -> Res<a2a_pb::SendMessageRequest> {
+fn send_request() -> TestResult<a2a_pb::SendMessageRequest> {
     let request: a2a::SendMessageRequest = serde_json::from_value(message())?;
     Ok(pbconv::to_proto_send_message_request(&request))
 }
 
 /// A gRPC `SendMessage` as `token`: the status it ended with (`Ok` for an answer).
-async fn grpc_send(client: &mut A2aServiceClient<Channel>, token: &str) -> Res<Status> {
+async fn grpc_send(client: &mut A2aServiceClient<Channel>, token: &str) -> TestResult<Status> {
     match client.send_message(call(token, send_request()?)?).await {
         Ok(_) => Ok(Status::ok("")),
         Err(status) => Ok(status),
@@ -89,7 +90,7 @@ async fn grpc_send(client: &mut A2aServiceClient<Channel>, token: &str) -> Res<S
 }
 
 /// `RESOURCE_EXHAUSTED` with `ErrorInfo` `RATE_LIMITED` naming `policy`, and a retry delay.
-fn expect_rate_limited(status: &Status, policy: &str) -> Res {
+fn expect_rate_limited(status: &Status, policy: &str) -> TestResult {
     if status.code() != Code::ResourceExhausted {
         return Err(format!("expected RESOURCE_EXHAUSTED, got {status:?}").into());
     }
@@ -114,20 +115,15 @@ fn expect_rate_limited(status: &Status, policy: &str) -> Res {
 }
 
 /// A2A JSON-RPC `SendMessage` as `token` on the gateway's HTTP listener: its HTTP status.
-async fn jsonrpc_send(cluster: &Cluster, token: &str) -> Res<u16> {
-    let response = cluster
-        .http
-        .post(format!("{}/a2a/jsonrpc", cluster.base()))
-        .header("Authorization", format!("Bearer {token}"))
-        .header("A2A-Version", "1.0")
-        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": message()}))
-        .send()
+async fn jsonrpc_send(cluster: &Cluster, token: &str) -> TestResult<u16> {
+    let (status, _) = cluster
+        .jsonrpc(Some(token), "SendMessage", message())
         .await?;
-    Ok(response.status().as_u16())
+    Ok(status)
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn grpc_task_creation_shares_the_http_per_address_quota() -> Res {
+async fn grpc_task_creation_shares_the_http_per_address_quota() -> TestResult {
     let (cluster, port) = start(&[("RATE_PER_ADDRESS", "0.01"), ("RATE_BURST", "2")]).await?;
     // The burst, spent over JSON-RPC from this address.
     for i in 0..2 {
@@ -162,7 +158,7 @@ async fn grpc_task_creation_shares_the_http_per_address_quota() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn grpc_task_creation_charges_the_owner_quota() -> Res {
+async fn grpc_task_creation_charges_the_owner_quota() -> TestResult {
     let (cluster, port) = start(&[
         ("RATE_PER_ADDRESS", "0"),
         ("RATE_PER_OWNER", "0.01"),
@@ -185,7 +181,7 @@ async fn grpc_task_creation_charges_the_owner_quota() -> Res {
 type BodyFrame = Result<Frame<Bytes>, std::convert::Infallible>;
 
 #[tokio::test(flavor = "multi_thread")]
-async fn grpc_streams_that_stop_mid_message_are_answered() -> Res {
+async fn grpc_streams_that_stop_mid_message_are_answered() -> TestResult {
     let (_cluster, port) = start(&[("BODY_TIMEOUT_MS", "500")]).await?;
     let stream = TcpStream::connect(("127.0.0.1", port)).await?;
     let (mut sender, connection) =
@@ -246,7 +242,7 @@ async fn grpc_streams_that_stop_mid_message_are_answered() -> Res {
 }
 
 /// Reads what the server sends on `stream` until it closes: the bytes read.
-async fn read_to_close(stream: &mut TcpStream) -> Res<usize> {
+async fn read_to_close(stream: &mut TcpStream) -> TestResult<usize> {
     let mut buffer = [0u8; 4096];
     let mut total = 0;
     loop {
@@ -258,7 +254,7 @@ async fn read_to_close(stream: &mut TcpStream) -> Res<usize> {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_grpc_port_caps_connections_per_address_and_closes_silent_ones() -> Res {
+async fn the_grpc_port_caps_connections_per_address_and_closes_silent_ones() -> TestResult {
     let (_cluster, port) = start(&[
         ("MAX_CONNECTIONS_PER_IP", "2"),
         ("HEADER_TIMEOUT_MS", "5000"),
@@ -294,7 +290,7 @@ async fn the_grpc_port_caps_connections_per_address_and_closes_silent_ones() -> 
 /// (`<origin>/lf.a2a.v1.A2AService/SendMessage?skillId=echo`) pays, settles once and is
 /// answered with the receipt's metadata; one made for another route is refused.
 #[tokio::test(flavor = "multi_thread")]
-async fn an_x402_credential_in_metadata_pays_for_a_priced_skill_over_grpc() -> Res {
+async fn an_x402_credential_in_metadata_pays_for_a_priced_skill_over_grpc() -> TestResult {
     use harness::paid::{PAYER_KEY, PaidCluster};
     use payments::LocalPayer;
     use payments::payer::Challenge;
@@ -325,7 +321,7 @@ async fn an_x402_credential_in_metadata_pays_for_a_priced_skill_over_grpc() -> R
     let body = json!({"input": {"text": "paid"}});
     let challenge = cluster.x402_challenge(gateway, "echo", &body).await?;
     let payer = LocalPayer::from_hex(PAYER_KEY)?;
-    let paid_call = |payment: &payments::payer::PaymentHeader| -> Res<_> {
+    let paid_call = |payment: &payments::payer::PaymentHeader| -> TestResult<_> {
         let mut request = call(TOKEN_A, send_request()?)?;
         request.metadata_mut().insert(
             payment
@@ -365,7 +361,7 @@ async fn an_x402_credential_in_metadata_pays_for_a_priced_skill_over_grpc() -> R
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_trusted_proxy_is_not_held_to_the_per_address_cap() -> Res {
+async fn a_trusted_proxy_is_not_held_to_the_per_address_cap() -> TestResult {
     // The test client (127.0.0.1) stands for a proxy carrying many clients.
     let (_cluster, port) = start(&[
         ("MAX_CONNECTIONS_PER_IP", "1"),

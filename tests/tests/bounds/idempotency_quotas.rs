@@ -5,10 +5,9 @@
 //! own quota of records gets `429 idempotency_quota_exceeded` with Retry-After while a call
 //! without a key, and the replay of a recorded one, still go through.
 
+use harness::TestResult;
 use harness::cluster::Cluster;
 use serde_json::{Value, json};
-
-type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
 /// A worker serving `echo` and a gateway with `settings`.
 async fn cluster(settings: &[(&str, &str)]) -> TestResult<Cluster> {

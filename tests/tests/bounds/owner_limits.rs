@@ -6,10 +6,9 @@
 
 use std::time::Duration;
 
+use harness::TestResult;
 use harness::cluster::{Cluster, PATIENCE};
 use serde_json::{Value, json};
-
-type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
 const TOKEN_A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 const TOKEN_B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";

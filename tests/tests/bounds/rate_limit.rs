@@ -7,7 +7,8 @@
 
 use std::time::Duration;
 
-use harness::cluster::free_port;
+use harness::TestResult;
+use harness::cluster::{free_port, jsonrpc_request};
 use harness::paid::{PAYER_KEY, PaidCluster};
 use harness::process::ServiceProcess;
 use harness::redis_server::RedisServer;
@@ -15,8 +16,6 @@ use payments::LocalPayer;
 use serde_json::json;
 use store::ratelimit::{Quota, RateLimiter, RedisRateLimiter, Subject, Verdict};
 use store::{RedisStore, RedisStoreConfig};
-
-type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
 const PATIENCE: Duration = Duration::from_secs(30);
 const OWNER_A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
@@ -236,24 +235,18 @@ async fn send_message(
     method: &str,
     address: &str,
 ) -> TestResult<reqwest::Response> {
-    Ok(client
-        .post(format!("{}/a2a/jsonrpc", gateway.base))
-        .header("Authorization", format!("Bearer {OWNER_A}"))
-        .header("A2A-Version", "1.0")
-        .header("X-Forwarded-For", address)
-        .json(&json!({
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": method,
-            "params": {"message": {
-                "messageId": "m-1",
-                "role": "ROLE_USER",
-                "parts": [{"text": "hi"}],
-                "metadata": {"skillId": "echo"},
-            }},
-        }))
-        .send()
-        .await?)
+    let params = json!({"message": {
+        "messageId": "m-1",
+        "role": "ROLE_USER",
+        "parts": [{"text": "hi"}],
+        "metadata": {"skillId": "echo"},
+    }});
+    Ok(
+        jsonrpc_request(client, &gateway.base, Some(OWNER_A), method, params)
+            .header("X-Forwarded-For", address)
+            .send()
+            .await?,
+    )
 }
 
 #[tokio::test]

@@ -6,13 +6,12 @@
 
 use std::time::Duration;
 
+use harness::TestResult;
 use harness::cluster::Cluster;
 use harness::process::ServiceProcess;
 use harness::redis_server::{RedisOptions, RedisServer};
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
-
-type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 const PATIENCE: Duration = Duration::from_secs(30);
 const TOKEN: &str = "0123456789abcdef0123456789abcdef0123";

@@ -9,13 +9,12 @@ use client::{
     AgentCard, Client, ClientError, ClientOptions, CreationFailure, InvokeOptions, ListFilter,
     SendOptions, UrlPolicy,
 };
+use harness::TestResult;
 use harness::cluster::Cluster;
 use protocol::{TaskEventKind, TaskStatus};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
-
-type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 const PATIENCE: Duration = Duration::from_secs(30);
 

@@ -5,11 +5,10 @@
 use std::process::Output;
 use std::time::Duration;
 
+use harness::TestResult;
 use harness::cluster::{Cluster, free_port};
 use harness::process::binary;
 use serde_json::Value;
-
-type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 const PATIENCE: Duration = Duration::from_secs(30);
 

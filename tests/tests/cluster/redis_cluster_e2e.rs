@@ -17,7 +17,7 @@
 
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use harness::TestResult;
 use harness::paid::{free_port, wait_healthy};
 use harness::process::{ServiceProcess, plain};
 use harness::redis_cluster::RedisCluster;
@@ -25,8 +25,6 @@ use nix::sys::signal::Signal;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use store::{Phase, RedisStore, RedisStoreConfig, TaskStore};
-
-type Res<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
 /// Bound on any one wait for something that must happen; reached only when a test fails.
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -52,12 +50,16 @@ struct Gateway {
 impl Gateway {
     /// Starts a gateway on the cluster seeded by `seeds` (in this order) and waits until
     /// `/health` answers.
-    async fn start(name: &str, seeds: &[String]) -> Res<Gateway> {
+    async fn start(name: &str, seeds: &[String]) -> TestResult<Gateway> {
         Self::start_with(name, seeds, &[]).await
     }
 
     /// [`Gateway::start`] with more settings.
-    async fn start_with(name: &str, seeds: &[String], extra: &[(&str, String)]) -> Res<Gateway> {
+    async fn start_with(
+        name: &str,
+        seeds: &[String],
+        extra: &[(&str, String)],
+    ) -> TestResult<Gateway> {
         let port = free_port()?;
         let mut envs = vec![
             ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
@@ -71,7 +73,11 @@ impl Gateway {
     }
 }
 
-fn start_worker(name: &str, seeds: &[String], extra: &[(&str, String)]) -> Res<ServiceProcess> {
+fn start_worker(
+    name: &str,
+    seeds: &[String],
+    extra: &[(&str, String)],
+) -> TestResult<ServiceProcess> {
     let mut envs = vec![
         ("REDIS_CLUSTER_URLS", seeds.join(",")),
         ("WORKER_ID", name.to_owned()),
@@ -83,7 +89,7 @@ fn start_worker(name: &str, seeds: &[String], extra: &[(&str, String)]) -> Res<S
 }
 
 /// The cluster's seed list with node `first` in front (the node a process asks first).
-fn seeds_from(cluster: &RedisCluster, first: usize) -> Res<Vec<String>> {
+fn seeds_from(cluster: &RedisCluster, first: usize) -> TestResult<Vec<String>> {
     let mut seeds = vec![cluster.url(first)?];
     for url in cluster.urls() {
         if !seeds.contains(&url) {
@@ -93,11 +99,11 @@ fn seeds_from(cluster: &RedisCluster, first: usize) -> Res<Vec<String>> {
     Ok(seeds)
 }
 
-fn http() -> Res<reqwest::Client> {
+fn http() -> TestResult<reqwest::Client> {
     Ok(reqwest::Client::builder().timeout(PATIENCE).build()?)
 }
 
-fn ensure(condition: bool, message: impl FnOnce() -> String) -> Res {
+fn ensure(condition: bool, message: impl FnOnce() -> String) -> TestResult {
     if condition {
         Ok(())
     } else {
@@ -106,7 +112,7 @@ fn ensure(condition: bool, message: impl FnOnce() -> String) -> Res {
 }
 
 /// Polls the card until it lists every built-in (the worker registered); returns it.
-async fn wait_for_card(base: &str) -> Res<Value> {
+async fn wait_for_card(base: &str) -> TestResult<Value> {
     let client = http()?;
     let start = Instant::now();
     loop {
@@ -131,7 +137,7 @@ async fn wait_for_card(base: &str) -> Res<Value> {
 }
 
 /// `POST /entrypoints/echo/invoke` answers the input back.
-async fn invoke_echo(base: &str, input: Value) -> Res {
+async fn invoke_echo(base: &str, input: Value) -> TestResult {
     let response = http()?
         .post(format!("{base}/entrypoints/echo/invoke"))
         .json(&json!({ "input": input }))
@@ -149,7 +155,7 @@ async fn invoke_echo(base: &str, input: Value) -> Res {
 }
 
 /// `POST /tasks` (Lucid profile); the task id.
-async fn create_task(base: &str, skill: &str, input: Value) -> Res<String> {
+async fn create_task(base: &str, skill: &str, input: Value) -> TestResult<String> {
     let response = http()?
         .post(format!("{base}/tasks"))
         .header("Task-Access-Token", TOKEN)
@@ -172,7 +178,7 @@ async fn create_task(base: &str, skill: &str, input: Value) -> Res<String> {
 
 /// `GET /tasks/{id}/subscribe`: the response, once its head arrived (the gateway subscribed
 /// to the task's channel before answering).
-async fn open_sse(base: &str, task_id: &str) -> Res<reqwest::Response> {
+async fn open_sse(base: &str, task_id: &str) -> TestResult<reqwest::Response> {
     // No overall timeout: the stream lasts as long as the task; readers bound it themselves.
     let response = reqwest::Client::new()
         .get(format!("{base}/tasks/{task_id}/subscribe"))
@@ -186,38 +192,12 @@ async fn open_sse(base: &str, task_id: &str) -> Res<reqwest::Response> {
     Ok(response)
 }
 
-/// The named SSE events (name, data) of `response` until the gateway ends the stream.
-async fn read_sse(response: reqwest::Response) -> Result<Vec<(String, Value)>, String> {
-    let mut body = response.bytes_stream();
-    let mut buffer = String::new();
-    let mut events = Vec::new();
-    while let Some(chunk) = body.next().await {
-        let chunk = chunk.map_err(|e| format!("SSE body broke ({e}) after {events:?}"))?;
-        buffer.push_str(&String::from_utf8_lossy(&chunk));
-        while let Some(end) = buffer.find("\n\n") {
-            let frame: String = buffer.drain(..end + 2).collect();
-            let mut name = String::new();
-            let mut data = String::new();
-            for line in frame.lines() {
-                if let Some(rest) = line.strip_prefix("event:") {
-                    rest.trim().clone_into(&mut name);
-                } else if let Some(rest) = line.strip_prefix("data:") {
-                    data.push_str(rest.trim());
-                }
-            }
-            if !name.is_empty() {
-                let value = serde_json::from_str(&data)
-                    .map_err(|e| format!("SSE data {data:?} is not JSON: {e}"))?;
-                events.push((name, value));
-            }
-        }
-    }
-    Ok(events)
-}
-
 /// Reads an SSE stream to its end, bounded.
-async fn sse_events(response: reqwest::Response, bound: Duration) -> Res<Vec<(String, Value)>> {
-    let events = tokio::time::timeout(bound, read_sse(response))
+async fn sse_events(
+    response: reqwest::Response,
+    bound: Duration,
+) -> TestResult<Vec<(String, Value)>> {
+    let events = tokio::time::timeout(bound, harness::sse::read_events(response, None))
         .await
         .map_err(|_| format!("the SSE stream did not end within {bound:?}"))??;
     Ok(events)
@@ -236,7 +216,7 @@ async fn node_channels(
     index: usize,
     kind: &str,
     pattern: &str,
-) -> Res<Vec<String>> {
+) -> TestResult<Vec<String>> {
     let mut conn = cluster.node_connection(index).await?;
     let channels: Vec<String> = redis::cmd("PUBSUB")
         .arg(kind)
@@ -247,7 +227,7 @@ async fn node_channels(
 }
 
 /// `A2A SendMessage` (JSON-RPC binding) of a data part to `echo`; the task it answers.
-async fn a2a_send_echo(base: &str) -> Res<Value> {
+async fn a2a_send_echo(base: &str) -> TestResult<Value> {
     let response = http()?
         .post(format!("{base}/a2a/jsonrpc"))
         .header("A2A-Version", "1.0")
@@ -297,7 +277,7 @@ impl Outcome {
 
 /// Polls `GET /tasks/{id}` until the task is terminal or the gateway says it does not exist.
 /// Store errors (503) and broken connections are waited through.
-async fn wait_outcome(base: &str, task_id: &str, bound: Duration) -> Res<Outcome> {
+async fn wait_outcome(base: &str, task_id: &str, bound: Duration) -> TestResult<Outcome> {
     let client = http()?;
     let start = Instant::now();
     loop {
@@ -328,7 +308,7 @@ async fn wait_outcome(base: &str, task_id: &str, bound: Duration) -> Res<Outcome
 }
 
 /// Polls `GET /ready` until it answers 200; how long that took.
-async fn wait_ready(gateway: &Gateway) -> Res<Duration> {
+async fn wait_ready(gateway: &Gateway) -> TestResult<Duration> {
     let client = http()?;
     let start = Instant::now();
     loop {
@@ -349,7 +329,7 @@ async fn wait_ready(gateway: &Gateway) -> Res<Duration> {
 }
 
 /// `GET /health` answers 200.
-async fn healthy(gateway: &Gateway) -> Res {
+async fn healthy(gateway: &Gateway) -> TestResult {
     let response = http()?
         .get(format!("{}/health", gateway.base))
         .send()
@@ -361,7 +341,7 @@ async fn healthy(gateway: &Gateway) -> Res {
 }
 
 /// No process of the test crashed or panicked.
-fn still_running(processes: &mut [&mut ServiceProcess]) -> Res {
+fn still_running(processes: &mut [&mut ServiceProcess]) -> TestResult {
     for process in processes.iter_mut() {
         let running = process.is_running();
         let log = process.log();
@@ -401,7 +381,7 @@ fn warnings(process: &ServiceProcess, max: usize) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_cluster_of_processes_runs_on_redis_cluster() -> Res {
+async fn a_cluster_of_processes_runs_on_redis_cluster() -> TestResult {
     let started = Instant::now();
     let cluster = RedisCluster::start(3, 1)?;
     let cluster_up = started.elapsed();
@@ -492,7 +472,7 @@ async fn a_cluster_of_processes_runs_on_redis_cluster() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn tasks_survive_a_master_failover() -> Res {
+async fn tasks_survive_a_master_failover() -> TestResult {
     let started = Instant::now();
     let mut cluster = RedisCluster::start(3, 1)?;
     let owner = cluster.master_of_key(NAMESPACE_KEY)?;
@@ -528,7 +508,10 @@ async fn tasks_survive_a_master_failover() -> Res {
     for id in &tasks {
         for gateway in [&a, &b] {
             let response = open_sse(&gateway.base, id).await?;
-            let reader = tokio::spawn(tokio::time::timeout(OUTCOME_PATIENCE, read_sse(response)));
+            let reader = tokio::spawn(tokio::time::timeout(
+                OUTCOME_PATIENCE,
+                harness::sse::read_events(response, None),
+            ));
             streams.push((id.clone(), gateway.process.name().to_owned(), reader));
         }
     }
@@ -696,7 +679,7 @@ async fn tasks_survive_a_master_failover() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_sharded_namespace_spreads_over_the_masters() -> Res {
+async fn a_sharded_namespace_spreads_over_the_masters() -> TestResult {
     const SHARDS: usize = 6;
     const TASKS: usize = 36;
     let cluster = RedisCluster::start(3, 0)?;

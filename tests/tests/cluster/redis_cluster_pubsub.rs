@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::StreamExt;
+use harness::TestResult;
 use harness::redis_cluster::RedisCluster;
 use harness::store_fixtures::{cluster_store_config, ids_in_shard, queued_task, start_running};
 use protocol::token::{AccessToken, OwnerHash};
@@ -17,7 +18,6 @@ use store::{
     Transition,
 };
 
-type TestResult = Result<(), Box<dyn std::error::Error>>;
 type BoxError = Box<dyn std::error::Error>;
 
 const SHARDS: usize = 3;

@@ -5,13 +5,12 @@
 
 use std::time::Duration;
 
+use harness::TestResult;
 use harness::redis_cluster::{ClusterOptions, RedisCluster};
 use harness::store_fixtures::{cluster_store_config, ids_in_shard, queued_task, start_running};
 use protocol::TaskStatus;
 use protocol::token::AccessToken;
 use store::{Lease, RedisStore, Renewal, StoreError, TaskStore, Transition};
-
-type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 const SHARDS: usize = 3;
 const WORKER: &str = "w1";

@@ -12,14 +12,13 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use harness::TestResult;
 use harness::cut_proxy::CutProxy;
 use harness::redis_cluster::RedisCluster;
 use harness::store_fixtures::{cluster_store_config, queued_task};
 use protocol::token::AccessToken;
 use protocol::{TaskResult, TaskStatus};
 use store::{CasOutcome, RedisStore, TaskStore, Transition};
-
-type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 const LEASE: Duration = Duration::from_secs(60);
 

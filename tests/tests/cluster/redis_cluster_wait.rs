@@ -4,13 +4,12 @@
 
 use std::time::Duration;
 
+use harness::TestResult;
 use harness::redis_cluster::RedisCluster;
 use harness::store_fixtures::{cluster_store_config, ids_in_shard, queued_task};
 use protocol::TaskStatus;
 use protocol::token::{AccessToken, OwnerHash};
 use store::{Durability, DurabilitySetting, RedisStore, StoreError, TaskStore};
-
-type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 async fn durable_store(cluster: &RedisCluster, shards: u16) -> Result<RedisStore, StoreError> {
     let mut config = cluster_store_config(cluster.urls(), shards, Duration::from_millis(1_500));

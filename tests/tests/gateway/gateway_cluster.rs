@@ -4,14 +4,12 @@
 
 use std::time::Duration;
 
-use futures::StreamExt;
-use harness::cluster::free_port;
+use harness::TestResult;
+use harness::cluster::{free_port, wait_for_skill, wait_healthy};
 use harness::process::ServiceProcess;
 use harness::redis_server::{RedisOptions, RedisServer};
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
-
-type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 const PATIENCE: Duration = Duration::from_secs(30);
 const TOKEN: &str = "0123456789abcdef0123456789abcdef0123";
@@ -46,21 +44,8 @@ impl Gateway {
             process,
             base: format!("http://127.0.0.1:{port}"),
         };
-        let client = reqwest::Client::new();
-        let start = tokio::time::Instant::now();
-        loop {
-            if let Ok(response) = client.get(format!("{}/health", gateway.base)).send().await
-                && response.status() == 200
-            {
-                return Ok(gateway);
-            }
-            if start.elapsed() > PATIENCE {
-                return Err(
-                    format!("{name} never became healthy:\n{}", gateway.process.log()).into(),
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_healthy(&gateway.process, &gateway.base).await?;
+        Ok(gateway)
     }
 }
 
@@ -75,30 +60,6 @@ fn worker(redis: &RedisServer, id: &str) -> Result<ServiceProcess, Box<dyn std::
             ("WORKER_LEASE_TTL_MS", "1000".to_owned()),
         ],
     )?)
-}
-
-/// Waits until some gateway's card lists `skill` (its worker registered).
-async fn wait_for_skill(base: &str, skill: &str) -> TestResult {
-    let client = reqwest::Client::new();
-    let start = tokio::time::Instant::now();
-    loop {
-        let card: Value = client
-            .get(format!("{base}/.well-known/agent-card.json"))
-            .send()
-            .await?
-            .json()
-            .await?;
-        let listed = card["skills"]
-            .as_array()
-            .is_some_and(|skills| skills.iter().any(|s| s["id"] == skill));
-        if listed {
-            return Ok(());
-        }
-        if start.elapsed() > PATIENCE {
-            return Err(format!("{skill} never appeared in the card").into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 async fn create_task(
@@ -129,34 +90,8 @@ async fn subscribe_events(
         .send()
         .await?;
     assert_eq!(response.status(), 200);
-    let mut body = response.bytes_stream();
-    let mut buffer = String::new();
-    let mut events = Vec::new();
-    let read = async {
-        while let Some(chunk) = body.next().await {
-            buffer.push_str(&String::from_utf8_lossy(&chunk?));
-            while let Some(end) = buffer.find("\n\n") {
-                let frame: String = buffer.drain(..end + 2).collect();
-                let mut name = String::new();
-                let mut data = String::new();
-                for line in frame.lines() {
-                    if let Some(rest) = line.strip_prefix("event:") {
-                        name = rest.trim().to_owned();
-                    } else if let Some(rest) = line.strip_prefix("data:") {
-                        data.push_str(rest.trim());
-                    }
-                }
-                if !name.is_empty() {
-                    events.push((name, serde_json::from_str(&data)?));
-                    if stop_after.is_some_and(|n| events.len() >= n) {
-                        return Ok::<(), Box<dyn std::error::Error>>(());
-                    }
-                }
-            }
-        }
-        Ok(())
-    };
-    tokio::time::timeout(PATIENCE, read).await??;
+    let events =
+        tokio::time::timeout(PATIENCE, harness::sse::read_events(response, stop_after)).await??;
     Ok(events)
 }
 
@@ -167,7 +102,7 @@ async fn two_gateways_serve_the_same_tasks_and_a_cut_subscriber_finishes_on_the_
     let worker_process = worker(&redis, "w1")?;
     let mut g1 = Gateway::start("g1", Some(&redis)).await?;
     let g2 = Gateway::start("g2", Some(&redis)).await?;
-    wait_for_skill(&g1.base, "sleep").await?;
+    wait_for_skill(&g1.process, &g1.base, "sleep").await?;
 
     let task_id = create_task(&g1.base, "sleep", json!({"ms": 1500})).await?;
     // Subscribed on g1: the running snapshot arrives, then g1 dies mid-stream.
@@ -213,7 +148,7 @@ async fn tasks_are_admitted_through_a_gap_in_the_worker_registry() -> TestResult
         &[("ENTRYPOINT_GRACE_MS", "0".to_owned())],
     )
     .await?;
-    wait_for_skill(&remembering.base, "echo").await?;
+    wait_for_skill(&remembering.process, &remembering.base, "echo").await?;
     // Each gateway admits one task while echo is listed.
     create_task(&remembering.base, "echo", json!({"n": 1})).await?;
     create_task(&strict.base, "echo", json!({"n": 2})).await?;
@@ -266,7 +201,7 @@ async fn redis_going_away_gives_503_and_the_gateway_recovers() -> TestResult {
     let mut redis = RedisServer::start_with(RedisOptions::default().with_aof(true))?;
     let _worker = worker(&redis, "w1")?;
     let gateway = Gateway::start("g1", Some(&redis)).await?;
-    wait_for_skill(&gateway.base, "echo").await?;
+    wait_for_skill(&gateway.process, &gateway.base, "echo").await?;
     let task_id = create_task(&gateway.base, "echo", json!({"x": 1})).await?;
     let client = reqwest::Client::builder().timeout(PATIENCE).build()?;
     let get = || {
@@ -308,7 +243,7 @@ async fn redis_going_away_gives_503_and_the_gateway_recovers() -> TestResult {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_embedded_mode_runs_tasks_without_redis() -> TestResult {
     let gateway = Gateway::start("embedded", None).await?;
-    wait_for_skill(&gateway.base, "echo").await?;
+    wait_for_skill(&gateway.process, &gateway.base, "echo").await?;
     let task_id = create_task(&gateway.base, "echo", json!({"hello": "world"})).await?;
     let events = subscribe_events(&gateway.base, &task_id, None).await?;
     let (name, data) = events.last().ok_or("no events")?;

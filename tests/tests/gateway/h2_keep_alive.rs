@@ -8,7 +8,8 @@
 
 use std::time::Duration;
 
-use harness::paid::{Res, free_port, wait_healthy};
+use harness::TestResult;
+use harness::paid::{free_port, wait_healthy};
 use harness::process::ServiceProcess;
 use http_body_util::Empty;
 use hyper::body::Bytes;
@@ -25,7 +26,7 @@ const PING: u8 = 0x6;
 const ACK: u8 = 0x1;
 
 /// An embedded-mode gateway with `env` added, once healthy: the process and its address.
-async fn gateway(env: &[(&str, &str)]) -> Res<(ServiceProcess, String)> {
+async fn gateway(env: &[(&str, &str)]) -> TestResult<(ServiceProcess, String)> {
     let port = free_port()?;
     let mut envs = vec![("LISTEN_ADDR", format!("127.0.0.1:{port}"))];
     envs.extend(env.iter().map(|(k, v)| (*k, (*v).to_owned())));
@@ -90,7 +91,7 @@ async fn pump(
 
 /// A relay to `target` for one connection: its address, and the counts of PINGs the server
 /// sent and of PING ACKs the client answered with.
-async fn relay(target: &str) -> Res<(String, watch::Receiver<u64>, watch::Receiver<u64>)> {
+async fn relay(target: &str) -> TestResult<(String, watch::Receiver<u64>, watch::Receiver<u64>)> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let address = listener.local_addr()?.to_string();
     let (pings, pings_seen) = watch::channel(0);
@@ -124,21 +125,23 @@ async fn relay(target: &str) -> Res<(String, watch::Receiver<u64>, watch::Receiv
     Ok((address, pings_seen, acks_seen))
 }
 
-async fn at_least(counter: &mut watch::Receiver<u64>, count: u64, what: &str) -> Res<()> {
+async fn at_least(counter: &mut watch::Receiver<u64>, count: u64, what: &str) -> TestResult<()> {
     tokio::time::timeout(PATIENCE, counter.wait_for(|seen| *seen >= count))
         .await
         .map_err(|_| format!("fewer than {count} {what} in {PATIENCE:?}"))??;
     Ok(())
 }
 
-async fn health(sender: &mut hyper::client::conn::http2::SendRequest<Empty<Bytes>>) -> Res<u16> {
+async fn health(
+    sender: &mut hyper::client::conn::http2::SendRequest<Empty<Bytes>>,
+) -> TestResult<u16> {
     let request = hyper::Request::get("http://127.0.0.1/health").body(Empty::new())?;
     let response = tokio::time::timeout(PATIENCE, sender.send_request(request)).await??;
     Ok(response.status().as_u16())
 }
 
 #[tokio::test]
-async fn an_idle_h2_connection_that_answers_pings_stays_usable() -> Res<()> {
+async fn an_idle_h2_connection_that_answers_pings_stays_usable() -> TestResult<()> {
     // PINGs every 20 ms: the connection sits idle through many of them.
     let (_gateway, address) = gateway(&[("H2_KEEP_ALIVE_MS", "20")]).await?;
     let (relayed, mut pings, mut acks) = relay(&address).await?;
@@ -162,7 +165,7 @@ async fn an_idle_h2_connection_that_answers_pings_stays_usable() -> Res<()> {
 }
 
 #[tokio::test]
-async fn an_h2_connection_silent_after_the_preface_is_closed() -> Res<()> {
+async fn an_h2_connection_silent_after_the_preface_is_closed() -> TestResult<()> {
     let (_gateway, address) = gateway(&[("HEADER_TIMEOUT_MS", "200")]).await?;
     let mut stream = TcpStream::connect(&address).await?;
     // The preface and an empty SETTINGS frame, then nothing.

@@ -3,7 +3,8 @@
 
 use std::process::{Command, Output, Stdio};
 
-use harness::paid::{PATIENCE, Res, free_port, wait_healthy};
+use harness::TestResult;
+use harness::paid::{PATIENCE, free_port, wait_healthy};
 use harness::process::{ServiceProcess, binary};
 use harness::redis_server::RedisServer;
 
@@ -11,7 +12,7 @@ use harness::redis_server::RedisServer;
 const CANARY: &str = "s3cr3t-canary";
 
 /// Runs `name` with `args` and `envs` (nothing else from this process's Redis settings) to exit.
-fn run(name: &str, args: &[&str], envs: &[(&str, String)]) -> Res<Output> {
+fn run(name: &str, args: &[&str], envs: &[(&str, String)]) -> TestResult<Output> {
     let mut command = Command::new(binary(name)?);
     command
         .args(args)
@@ -51,7 +52,7 @@ fn secret_envs() -> Vec<(&'static str, String)> {
 }
 
 #[test]
-fn help_never_shows_a_secret_value() -> Res<()> {
+fn help_never_shows_a_secret_value() -> TestResult<()> {
     for name in ["gateway", "worker", "facilitator", "taskctl"] {
         let output = run(name, &["--help"], &secret_envs())?;
         let text = printed(&output);
@@ -77,7 +78,7 @@ fn help_never_shows_a_secret_value() -> Res<()> {
 /// redis-server (it has none configured) and, on a closed port, never reached. Either way the
 /// process stops with an error, and nothing it printed carries the password.
 #[test]
-fn a_redis_password_never_reaches_the_logs() -> Res<()> {
+fn a_redis_password_never_reaches_the_logs() -> TestResult<()> {
     let redis = RedisServer::start()?;
     let urls = [
         format!("redis://:{CANARY}@127.0.0.1:{}/", redis.port()),
@@ -108,7 +109,7 @@ fn a_redis_password_never_reaches_the_logs() -> Res<()> {
 }
 
 #[test]
-fn the_dev_facilitator_refuses_a_public_listen_address() -> Res<()> {
+fn the_dev_facilitator_refuses_a_public_listen_address() -> TestResult<()> {
     for listen in ["0.0.0.0:0", "[::]:0", "example.com:8402"] {
         // A process: one that is not refused serves until killed, and must fail the wait.
         let mut process =
@@ -126,7 +127,7 @@ fn the_dev_facilitator_refuses_a_public_listen_address() -> Res<()> {
 }
 
 #[tokio::test]
-async fn the_dev_facilitator_listens_publicly_when_told() -> Res<()> {
+async fn the_dev_facilitator_listens_publicly_when_told() -> TestResult<()> {
     for (listen, allow) in [("0.0.0.0", true), ("127.0.0.1", false)] {
         let port = free_port()?;
         let envs = if allow {

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use harness::TestResult;
 use harness::cluster::free_port;
 use harness::process::ServiceProcess;
 use harness::redis_server::RedisServer;
@@ -12,9 +13,6 @@ use protocol::TaskStatus;
 use serde_json::{Value, json};
 use store::registry::WorkerRegistry;
 use store::{RedisStore, RedisStoreConfig, StoredTask, TaskStore};
-
-type TestResult = Result<(), Box<dyn std::error::Error>>;
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
 /// Bound on waiting for something that must happen; reached only when a test fails.
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -29,7 +27,7 @@ struct Cluster {
 }
 
 impl Cluster {
-    async fn start() -> Res<Cluster> {
+    async fn start() -> TestResult<Cluster> {
         let redis = RedisServer::start()?;
         let store = RedisStore::connect(RedisStoreConfig::new(redis.url())).await?;
         let port = free_port()?;
@@ -52,7 +50,7 @@ impl Cluster {
     }
 
     /// A worker with short leases and frequent recovery sweeps, so a death is noticed fast.
-    fn worker(&self, id: &str, extra: &[(&str, &str)]) -> Res<ServiceProcess> {
+    fn worker(&self, id: &str, extra: &[(&str, &str)]) -> TestResult<ServiceProcess> {
         let mut envs = vec![
             ("REDIS_URL", self.redis.url()),
             ("WORKER_ID", id.to_owned()),
@@ -91,7 +89,7 @@ impl Cluster {
     }
 
     /// The one live task once its handler runs (its first attempt was counted).
-    async fn running_task(&self) -> Res<StoredTask> {
+    async fn running_task(&self) -> TestResult<StoredTask> {
         let start = tokio::time::Instant::now();
         loop {
             let mut conn = self.redis.client().await?;

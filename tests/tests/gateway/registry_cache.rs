@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use harness::TestResult;
 use harness::cluster::free_port;
 use harness::process::ServiceProcess;
 use harness::redis_server::RedisServer;
@@ -18,8 +19,6 @@ use reqwest::header::{self, HeaderMap};
 use serde_json::{Value, json};
 use store::registry::{RedisRegistry, WorkerRegistry};
 use store::{RedisStore, RedisStoreConfig};
-
-type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
 /// Bounds what is not under test: processes starting, workers registering.
 const PATIENCE: Duration = Duration::from_secs(30);

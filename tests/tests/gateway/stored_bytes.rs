@@ -4,10 +4,9 @@
 
 use std::time::Duration;
 
+use harness::TestResult;
 use harness::cluster::Cluster;
 use serde_json::{Value, json};
-
-type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
 const PATIENCE: Duration = Duration::from_secs(30);
 const TOKEN: &str = "0123456789abcdef0123456789abcdef0123";

@@ -13,6 +13,8 @@
 use std::time::Duration;
 
 use futures::StreamExt;
+use harness::TestResult;
+use harness::cluster::jsonrpc_request;
 use harness::paid::{free_port, wait_healthy};
 use harness::process::ServiceProcess;
 use nix::sys::signal::Signal;
@@ -20,8 +22,6 @@ use serde_json::json;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-type Res<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
 const FAILSAFE: Duration = Duration::from_secs(90);
 static NEXT: AtomicU64 = AtomicU64::new(1);
@@ -33,7 +33,7 @@ struct Gateway {
     address: String,
 }
 
-async fn gateway(envs: &[(&str, &str)]) -> Res<Gateway> {
+async fn gateway(envs: &[(&str, &str)]) -> TestResult<Gateway> {
     let port = free_port()?;
     let address = format!("127.0.0.1:{port}");
     let mut all = vec![("LISTEN_ADDR", address.clone())];
@@ -49,30 +49,21 @@ async fn gateway(envs: &[(&str, &str)]) -> Res<Gateway> {
 }
 
 /// A client without a total timeout: streams outlive any fixed one.
-fn client() -> Res<reqwest::Client> {
+fn client() -> TestResult<reqwest::Client> {
     Ok(reqwest::Client::builder().build()?)
 }
 
 /// An A2A `SendStreamingMessage` (JSON-RPC) for a one-minute `sleep`.
-async fn a2a_sleep_stream(http: &reqwest::Client, base: &str) -> Res<reqwest::Response> {
-    let request = json!({
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "SendStreamingMessage",
-        "params": {
-            "message": {
-                "messageId": format!("m-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)),
-                "role": "ROLE_USER",
-                "parts": [{"data": {"ms": 60_000}}],
-                "metadata": {"skillId": "sleep"},
-            }
+async fn a2a_sleep_stream(http: &reqwest::Client, base: &str) -> TestResult<reqwest::Response> {
+    let params = json!({
+        "message": {
+            "messageId": format!("m-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)),
+            "role": "ROLE_USER",
+            "parts": [{"data": {"ms": 60_000}}],
+            "metadata": {"skillId": "sleep"},
         }
     });
-    let response = http
-        .post(format!("{base}/a2a/jsonrpc"))
-        .header("A2A-Version", "1.0")
-        .bearer_auth(TOKEN)
-        .json(&request)
+    let response = jsonrpc_request(http, base, Some(TOKEN), "SendStreamingMessage", params)
         .send()
         .await?;
     if response.status() != reqwest::StatusCode::OK {
@@ -100,7 +91,7 @@ impl Events {
 
     /// The next event's text (keep-alive comments skipped); `None` at a clean end of the body.
     /// A body cut short (no final chunk) is an error.
-    async fn next(&mut self) -> Res<Option<String>> {
+    async fn next(&mut self) -> TestResult<Option<String>> {
         loop {
             if let Some(end) = self.buffer.windows(2).position(|w| w == b"\n\n") {
                 let event: Vec<u8> = self.buffer.drain(..end + 2).collect();
@@ -121,7 +112,7 @@ impl Events {
     }
 
     /// Every event left, until the body ends cleanly.
-    async fn rest(&mut self) -> Res<Vec<String>> {
+    async fn rest(&mut self) -> TestResult<Vec<String>> {
         let mut events = Vec::new();
         while let Some(event) = self.next().await? {
             events.push(event);
@@ -131,7 +122,7 @@ impl Events {
 }
 
 #[tokio::test]
-async fn sigterm_ends_open_a2a_and_lucid_streams_and_the_process_exits() -> Res {
+async fn sigterm_ends_open_a2a_and_lucid_streams_and_the_process_exits() -> TestResult {
     tokio::time::timeout(FAILSAFE, async {
         // One run slot: the A2A sleep holds it, so the Lucid stream waits for a worker.
         let mut gateway = gateway(&[("WORKER_CONCURRENCY", "1")]).await?;
@@ -188,7 +179,7 @@ async fn sigterm_ends_open_a2a_and_lucid_streams_and_the_process_exits() -> Res 
 }
 
 #[tokio::test]
-async fn an_a2a_stream_ends_cleanly_after_max_stream_ms() -> Res {
+async fn an_a2a_stream_ends_cleanly_after_max_stream_ms() -> TestResult {
     tokio::time::timeout(FAILSAFE, async {
         let gateway = gateway(&[("MAX_STREAM_MS", "300")]).await?;
         let http = client()?;
@@ -220,7 +211,7 @@ async fn an_a2a_stream_ends_cleanly_after_max_stream_ms() -> Res {
 
 /// `GET /health` on `stream`: `Some(status line)` when answered, `None` when the gateway
 /// closed the connection instead.
-async fn health(stream: &mut TcpStream, close: bool) -> Res<Option<String>> {
+async fn health(stream: &mut TcpStream, close: bool) -> TestResult<Option<String>> {
     let connection = if close { "Connection: close\r\n" } else { "" };
     let request = format!("GET /health HTTP/1.1\r\nHost: gateway\r\n{connection}\r\n");
     if stream.write_all(request.as_bytes()).await.is_err() {
@@ -266,7 +257,7 @@ async fn until_closed(stream: &mut TcpStream) {
 }
 
 #[tokio::test]
-async fn a_fifth_connection_from_one_address_is_refused_until_one_closes() -> Res {
+async fn a_fifth_connection_from_one_address_is_refused_until_one_closes() -> TestResult {
     tokio::time::timeout(FAILSAFE, async {
         let gateway = gateway(&[("MAX_CONNECTIONS_PER_IP", "4")]).await?;
         let mut open = Vec::new();
@@ -314,7 +305,7 @@ async fn a_fifth_connection_from_one_address_is_refused_until_one_closes() -> Re
 }
 
 #[tokio::test]
-async fn connections_without_a_request_head_are_closed() -> Res {
+async fn connections_without_a_request_head_are_closed() -> TestResult {
     tokio::time::timeout(FAILSAFE, async {
         let gateway = gateway(&[("HEADER_TIMEOUT_MS", "300")]).await?;
         // HTTP/2 with prior knowledge (h2c): the preface and an empty SETTINGS frame, then no

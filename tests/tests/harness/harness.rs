@@ -1,15 +1,13 @@
 //! Tests of the private `redis-server` harness itself.
 
-use std::error::Error;
 use std::net::{Ipv4Addr, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
+use harness::TestResult;
 use harness::redis_server::{HarnessError, RedisOptions, RedisServer};
 use redis::AsyncCommands;
-
-type TestResult = Result<(), Box<dyn Error>>;
 
 /// Whether something accepts TCP connections on `127.0.0.1:port`.
 fn port_answers(port: u16) -> bool {

@@ -10,11 +10,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use futures::StreamExt;
+use harness::TestResult;
 use harness::redis_cluster::{RedisCluster, Role, SLOTS};
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{AsyncCommands, PushKind, Value};
-
-type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 /// Bound on waiting for one pub/sub message (a bound, not an expectation of speed).
 const MESSAGE_BOUND: Duration = Duration::from_secs(10);

@@ -15,13 +15,12 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use harness::TestResult;
 use harness::browser::{
     Browser, BrowserError, BrowserOptions, Leftover, PHONE, leftover_processes,
 };
 use harness::cluster::{free_port, lists_skills, wait_for_card, wait_healthy};
 use harness::process::ServiceProcess;
-
-type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 const PATIENCE: Duration = Duration::from_secs(30);
 const AGENT_NAME: &str = "Browser Smoke Agent";

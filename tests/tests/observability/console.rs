@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use harness::TestResult;
 use harness::cluster::Cluster;
 use nix::sys::signal::Signal;
 use reqwest::StatusCode;
@@ -12,8 +13,6 @@ use reqwest::header::{
     AUTHORIZATION, CONTENT_SECURITY_POLICY, CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE,
 };
 use serde_json::{Value, json};
-
-type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 const OPERATOR_TOKEN: &str = "console-test-operator-token-0123456789";
 const PATIENCE: Duration = Duration::from_secs(30);

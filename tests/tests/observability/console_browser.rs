@@ -9,13 +9,12 @@
 
 use std::time::Duration;
 
+use harness::TestResult;
 use harness::browser::{Browser, BrowserOptions, DESKTOP, PHONE, screens_dir};
 use harness::cluster::Cluster;
 use nix::sys::signal::Signal;
 use serde_json::json;
 use store::{RedisStore, RedisStoreConfig, TaskStore};
-
-type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 const OPERATOR_TOKEN: &str = "browser-test-operator-token-0123456789";
 const OWNER_TOKEN: &str = "browser-test-owner-token-0123";

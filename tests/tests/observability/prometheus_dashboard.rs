@@ -14,7 +14,8 @@
 
 use std::time::Duration;
 
-use harness::cluster::{Cluster, PATIENCE, POLL, Res, free_port};
+use harness::TestResult;
+use harness::cluster::{Cluster, PATIENCE, POLL, free_port};
 use harness::paid::{PAYEE, PAYER_KEY};
 use harness::process::ServiceProcess;
 use harness::prometheus::{PrometheusServer, Target};
@@ -102,7 +103,12 @@ fn unix_now() -> u64 {
 }
 
 /// `POST /tasks` at `base`; the task id.
-async fn create(http: &reqwest::Client, base: &str, skill: &str, input: Value) -> Res<String> {
+async fn create(
+    http: &reqwest::Client,
+    base: &str,
+    skill: &str,
+    input: Value,
+) -> TestResult<String> {
     let created: Value = http
         .post(format!("{base}/tasks"))
         .header("Task-Access-Token", TOKEN)
@@ -118,7 +124,7 @@ async fn create(http: &reqwest::Client, base: &str, skill: &str, input: Value) -
 }
 
 /// Polls the task until it is no longer running; its final status.
-async fn finished(http: &reqwest::Client, base: &str, id: &str) -> Res<String> {
+async fn finished(http: &reqwest::Client, base: &str, id: &str) -> TestResult<String> {
     let start = tokio::time::Instant::now();
     loop {
         let task: Value = http
@@ -140,7 +146,12 @@ async fn finished(http: &reqwest::Client, base: &str, id: &str) -> Res<String> {
 
 /// A `sleep` run taken by worker `runner` alone: the other worker is frozen until the run is
 /// active, so it cannot take it. Returns the task id.
-async fn sleep_on(cluster: &Cluster, store: &RedisStore, runner: usize, ms: u64) -> Res<String> {
+async fn sleep_on(
+    cluster: &Cluster,
+    store: &RedisStore,
+    runner: usize,
+    ms: u64,
+) -> TestResult<String> {
     let other = &cluster.workers[1 - runner];
     other.signal(Signal::SIGSTOP)?;
     let created = create(&cluster.http, cluster.base(), "sleep", json!({"ms": ms})).await;
@@ -161,7 +172,7 @@ fn borrow<'a>(env: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)>
 }
 
 /// A paid x402 invoke of `summarize` at `base`: unpaid 402, then paid 200.
-async fn paid_invoke(http: &reqwest::Client, base: &str) -> Res {
+async fn paid_invoke(http: &reqwest::Client, base: &str) -> TestResult {
     let url = format!("{base}/entrypoints/summarize/invoke");
     let body = json!({"input": {"text": "Metrics are scraped. Dashboards are proven."}});
     let unpaid = http.post(&url).json(&body).send().await?;
@@ -190,7 +201,7 @@ async fn paid_invoke(http: &reqwest::Client, base: &str) -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn every_dashboard_panel_returns_series_from_a_live_cluster() -> Res {
+async fn every_dashboard_panel_returns_series_from_a_live_cluster() -> TestResult {
     let dashboard_path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../deploy/grafana/dashboards/taskcluster.json"

@@ -9,12 +9,11 @@
 
 use std::collections::BTreeMap;
 
-use harness::cluster::{Cluster, PATIENCE, POLL, Res, free_port};
+use harness::TestResult;
+use harness::cluster::{Cluster, PATIENCE, POLL, free_port};
 use harness::process::ServiceProcess;
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
-
-type TestResult = Res;
 
 const TOKEN: &str = "metrics-secret-token-3c9a1f7e5d2b4a68";
 /// The cluster gauges: reported by one process of the cluster.
@@ -49,7 +48,7 @@ fn has(text: &str, name: &str) -> bool {
         .any(|series| series.split('{').next() == Some(name))
 }
 
-async fn scrape(http: &reqwest::Client, url: &str) -> Res<String> {
+async fn scrape(http: &reqwest::Client, url: &str) -> TestResult<String> {
     let response = http.get(url).send().await?;
     if !response.status().is_success() {
         return Err(format!("{url}: {}", response.status()).into());
@@ -73,7 +72,7 @@ async fn scrape_until(
     url: &str,
     what: &str,
     ready: impl Fn(&str) -> bool,
-) -> Res<String> {
+) -> TestResult<String> {
     let start = tokio::time::Instant::now();
     loop {
         let text = scrape(http, url).await?;
@@ -87,7 +86,7 @@ async fn scrape_until(
     }
 }
 
-async fn run_task(cluster: &Cluster, skill: &str, input: Value) -> Res<Value> {
+async fn run_task(cluster: &Cluster, skill: &str, input: Value) -> TestResult<Value> {
     let created: Value = cluster
         .http
         .post(format!("{}/tasks", cluster.base()))

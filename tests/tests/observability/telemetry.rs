@@ -16,7 +16,8 @@
 
 use std::time::Duration;
 
-use harness::cluster::free_port;
+use harness::TestResult;
+use harness::cluster::{free_port, wait_for_skill};
 use harness::otlp::{OtlpReceiver, Received, ReceivedSpan, Transport, attribute};
 use harness::process::ServiceProcess;
 use harness::redis_server::RedisServer;
@@ -25,8 +26,6 @@ use nix::sys::signal::Signal;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use serde_json::{Value, json};
 use store::{RedisStore, RedisStoreConfig};
-
-type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 const PATIENCE: Duration = Duration::from_secs(30);
 /// The caller's access token: it must appear in nothing exported and in no log line.
@@ -57,31 +56,8 @@ async fn start_gateway(
     }
     let process = ServiceProcess::start("gateway", "gateway", &[], &envs)?;
     let base = format!("http://127.0.0.1:{port}");
-    wait_for_skill(&base, "echo", &process).await?;
+    wait_for_skill(&process, &base, "echo").await?;
     Ok((process, base))
-}
-
-/// Waits until the gateway's card lists `skill` (it is up and some worker registered).
-async fn wait_for_skill(base: &str, skill: &str, gateway: &ServiceProcess) -> TestResult {
-    let client = reqwest::Client::new();
-    let start = tokio::time::Instant::now();
-    loop {
-        if let Ok(response) = client
-            .get(format!("{base}/.well-known/agent-card.json"))
-            .send()
-            .await
-            && let Ok(card) = response.json::<Value>().await
-            && card["skills"]
-                .as_array()
-                .is_some_and(|skills| skills.iter().any(|s| s["id"] == skill))
-        {
-            return Ok(());
-        }
-        if start.elapsed() > PATIENCE {
-            return Err(format!("{skill} never appeared:\n{}", gateway.log()).into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// `POST /tasks` for `echo` with the caller's token and trace context; returns the task id.

@@ -17,13 +17,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use client::pay::PaymentHeader;
 use client::{KeyPayer, Payer, PaymentRequired};
-use harness::paid::{PATIENCE, PAYER_KEY, PaidCluster, Res};
+use harness::TestResult;
+use harness::paid::{PATIENCE, PAYER_KEY, PaidCluster};
 use payments::LocalPayer;
 use reqwest::StatusCode;
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
-
-type TestResult = Res<()>;
 
 /// `summarize` is paid by x402, `count` by MPP; `echo` (and the rest) are free.
 const PRICES: &str = "summarize=0.001,count=0.002:mpp";
@@ -57,7 +56,7 @@ impl std::ops::Deref for Cluster {
 }
 
 impl Cluster {
-    async fn start() -> Res<Cluster> {
+    async fn start() -> TestResult<Cluster> {
         let ready = |card: &Value| {
             let entrypoints = &card["entrypoints"];
             entrypoints["summarize"]["payment_protocol"] == "x402"
@@ -99,7 +98,7 @@ impl Cluster {
         binding: Binding,
         request: &Value,
         payment: Option<&PaymentHeader>,
-    ) -> Res<Answer> {
+    ) -> TestResult<Answer> {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let body = match binding {
@@ -158,7 +157,7 @@ impl std::fmt::Debug for Answer {
 }
 
 impl Answer {
-    async fn read(binding: Binding, response: reqwest::Response) -> Res<Answer> {
+    async fn read(binding: Binding, response: reqwest::Response) -> TestResult<Answer> {
         let status = response.status();
         let url = response.url().clone();
         let headers = response.headers().clone();
@@ -172,7 +171,7 @@ impl Answer {
         })
     }
 
-    fn json(&self) -> Res<Value> {
+    fn json(&self) -> TestResult<Value> {
         serde_json::from_str(&self.text).map_err(|err| format!("not JSON ({err}): {self:?}").into())
     }
 
@@ -182,7 +181,7 @@ impl Answer {
 
     /// The `SendMessageResponse` of a successful call (JSON-RPC: its `result`), refusing any
     /// other answer.
-    fn response(&self) -> Res<Value> {
+    fn response(&self) -> TestResult<Value> {
         if self.status != StatusCode::OK {
             return Err(format!("SendMessage was not answered 200: {self:?}").into());
         }
@@ -199,7 +198,7 @@ impl Answer {
     }
 
     /// The task of a successful call.
-    fn task(&self) -> Res<Value> {
+    fn task(&self) -> TestResult<Value> {
         let task = self.response()?["task"].clone();
         if !task["id"].is_string() {
             return Err(format!("SendMessage answered no task: {self:?}").into());
@@ -240,7 +239,7 @@ fn summarize_request() -> Value {
     for_skill("summarize", json!({"data": {"text": TEXT, "sentences": 1}}))
 }
 
-fn payer() -> Res<KeyPayer> {
+fn payer() -> TestResult<KeyPayer> {
     Ok(KeyPayer::new(LocalPayer::from_hex(PAYER_KEY)?, None))
 }
 
@@ -255,7 +254,11 @@ fn artifact_data(task: &Value) -> &Value {
 
 /// Checks an unpaid call's x402 402: the challenge is for `resource` at the skill's price, and
 /// nothing was reserved or settled. Returns the credential answering it.
-async fn x402_challenge(cluster: &Cluster, unpaid: &Answer, resource: &str) -> Res<PaymentHeader> {
+async fn x402_challenge(
+    cluster: &Cluster,
+    unpaid: &Answer,
+    resource: &str,
+) -> TestResult<PaymentHeader> {
     assert_eq!(unpaid.status, StatusCode::PAYMENT_REQUIRED, "{unpaid:?}");
     let header = unpaid
         .header(payments::PAYMENT_REQUIRED)
@@ -278,7 +281,7 @@ async fn x402_challenge(cluster: &Cluster, unpaid: &Answer, resource: &str) -> R
 
 /// Checks a paid `summarize` call: 200, the completed task with the summary as its artifact,
 /// and the x402 receipt naming the payer.
-fn paid_summary(paid: &Answer) -> Res<Value> {
+fn paid_summary(paid: &Answer) -> TestResult<Value> {
     let task = paid.task()?;
     assert_eq!(state(&task), "TASK_STATE_COMPLETED", "{paid:?}");
     let output = artifact_data(&task);

@@ -16,12 +16,11 @@ use std::sync::Arc;
 
 use base64::Engine;
 use client::{Client, ClientOptions, InvokeOptions, KeyPayer};
-use harness::paid::{PATIENCE, PAYEE, PAYER_KEY, PaidCluster, Res};
+use harness::TestResult;
+use harness::paid::{PATIENCE, PAYEE, PAYER_KEY, PaidCluster};
 use payments::LocalPayer;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-
-type TestResult = Res<()>;
 
 /// `count` costs what `echo` costs: a credential for one must still not pay the other.
 const PRICES: &str = "echo=0.001:mpp,sleep=0.002:mpp,summarize=0.001,count=0.001:mpp";
@@ -40,7 +39,7 @@ impl std::ops::Deref for Cluster {
 }
 
 impl Cluster {
-    async fn start() -> Res<Cluster> {
+    async fn start() -> TestResult<Cluster> {
         let ready = |card: &Value| card["entrypoints"]["echo"]["payment_protocol"] == "mpp";
         Ok(Cluster(
             PaidCluster::start(
@@ -63,7 +62,7 @@ impl Cluster {
         gateway: usize,
         key: &str,
         authorization: Option<&str>,
-    ) -> Res<reqwest::Response> {
+    ) -> TestResult<reqwest::Response> {
         let mut request = self
             .http
             .post(format!("{}/entrypoints/{key}/invoke", self.base(gateway)))
@@ -75,7 +74,7 @@ impl Cluster {
     }
 
     /// The `WWW-Authenticate` of an unpaid invoke of `key` at `gateway`.
-    async fn challenge(&self, gateway: usize, key: &str) -> Res<String> {
+    async fn challenge(&self, gateway: usize, key: &str) -> TestResult<String> {
         let response = self.invoke(gateway, key, None).await?;
         assert_eq!(response.status(), StatusCode::PAYMENT_REQUIRED);
         Ok(response
@@ -87,11 +86,11 @@ impl Cluster {
     }
 }
 
-fn payer() -> Res<LocalPayer> {
+fn payer() -> TestResult<LocalPayer> {
     Ok(LocalPayer::from_hex(PAYER_KEY)?)
 }
 
-fn pay(www_authenticate: &str) -> Res<String> {
+fn pay(www_authenticate: &str) -> TestResult<String> {
     Ok(payer()?
         .answer_mpp(www_authenticate, None, payments::unix_now())?
         .authorization)
@@ -104,7 +103,7 @@ fn param<'a>(header: &'a str, name: &str) -> Option<&'a str> {
     Some(&header[start..start + end])
 }
 
-async fn problem(response: reqwest::Response) -> Res<(StatusCode, Value)> {
+async fn problem(response: reqwest::Response) -> TestResult<(StatusCode, Value)> {
     let status = response.status();
     let content_type = response
         .headers()

@@ -8,13 +8,12 @@
 //! replayed without a second settlement; a refused payment under a key is never recorded, so
 //! an attacker who uses a key first cannot pin a refusal on its payer.
 
-use harness::paid::{PAYER_KEY, PaidCluster, Res};
+use harness::TestResult;
+use harness::paid::{PAYER_KEY, PaidCluster};
 use payments::LocalPayer;
 use payments::payer::PaymentHeader;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-
-type TestResult = Res<()>;
 
 /// Upstream's own example key, which anyone can guess.
 const KEY: &str = "summary:document-42-of-the-victim";
@@ -27,7 +26,7 @@ fn body() -> Value {
     json!({"input": {"text": "the victim's confidential document 42"}})
 }
 
-async fn cluster() -> Res<PaidCluster> {
+async fn cluster() -> TestResult<PaidCluster> {
     PaidCluster::start(&[("WORKER_PRICES", "echo=0.001".to_owned())], &[], |card| {
         card["entrypoints"]["echo"]["pricing"]["invoke"].is_string()
     })
@@ -35,7 +34,7 @@ async fn cluster() -> Res<PaidCluster> {
 }
 
 /// A fresh credential by `key` for the 402 of `echo` at gateway `gateway`.
-async fn credential(cluster: &PaidCluster, gateway: usize, key: &str) -> Res<PaymentHeader> {
+async fn credential(cluster: &PaidCluster, gateway: usize, key: &str) -> TestResult<PaymentHeader> {
     let challenge = cluster.x402_challenge(gateway, "echo", &body()).await?;
     Ok(LocalPayer::from_hex(key)?.answer(&challenge, None, payments::unix_now())?)
 }
@@ -46,7 +45,11 @@ struct Answer {
     body: String,
 }
 
-async fn invoke(cluster: &PaidCluster, gateway: usize, payment: &PaymentHeader) -> Res<Answer> {
+async fn invoke(
+    cluster: &PaidCluster,
+    gateway: usize,
+    payment: &PaymentHeader,
+) -> TestResult<Answer> {
     let response = cluster
         .http
         .post(format!("{}/entrypoints/echo/invoke", cluster.base(gateway)))
@@ -64,7 +67,7 @@ async fn invoke(cluster: &PaidCluster, gateway: usize, payment: &PaymentHeader) 
     })
 }
 
-fn code(answer: &Answer) -> Res<String> {
+fn code(answer: &Answer) -> TestResult<String> {
     let body: Value = serde_json::from_str(&answer.body)?;
     Ok(body["error"]["code"]
         .as_str()

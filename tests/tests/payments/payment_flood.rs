@@ -13,13 +13,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::StreamExt;
-use harness::paid::{PAYER_KEY, PaidCluster, Res};
+use harness::TestResult;
+use harness::paid::{PAYER_KEY, PaidCluster};
 use payments::LocalPayer;
 use payments::payer::PaymentHeader;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-
-type TestResult = Res<()>;
 
 /// A wallet the facilitator never funded.
 const UNFUNDED_KEY: &str = "0x1111111111111111111111111111111111111111111111111111111111111111";
@@ -28,7 +27,7 @@ const FRESH_WALLETS: usize = 200;
 /// Requests of the flood in flight at once.
 const CONCURRENCY: usize = 48;
 
-async fn facilitator_verifies(cluster: &PaidCluster) -> Res<u64> {
+async fn facilitator_verifies(cluster: &PaidCluster) -> TestResult<u64> {
     let stats: Value = cluster
         .http
         .get(format!("{}/control/stats", cluster.facilitator_base()))
@@ -46,7 +45,7 @@ async fn send(
     base: &str,
     payment: &PaymentHeader,
     n: usize,
-) -> Res<(StatusCode, Value)> {
+) -> TestResult<(StatusCode, Value)> {
     let response = http
         .post(format!("{base}/entrypoints/echo/invoke"))
         .header(payment.name, &payment.value)

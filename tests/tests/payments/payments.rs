@@ -10,31 +10,20 @@
 //! facilitator is asked; a gateway dying mid-admission loses no paid task once the receipt is
 //! stored (and, between settle and receipt, loses the receipt but never reuses the credential).
 
-use std::time::Duration;
-
 use base64::Engine;
-use harness::cluster::free_port;
+use harness::TestResult;
+use harness::cluster::{POLL, free_port};
+use harness::paid::{
+    Facilitator, FacilitatorStats, PATIENCE, PAYEE, PAYER, PAYER_KEY, PaidGateway, http,
+};
 use harness::process::ServiceProcess;
 use harness::redis_server::{RedisOptions, RedisServer};
 use payments::payer::{Challenge, PaymentHeader};
 use payments::{Address, LocalPayer, X402Version};
 use reqwest::StatusCode;
 use reqwest::header::{HeaderMap, HeaderValue};
-use serde::Deserialize;
 use serde_json::{Value, json};
 
-type TestResult = Result<(), Box<dyn std::error::Error>>;
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
-
-const PATIENCE: Duration = Duration::from_secs(30);
-/// Between two looks at a condition being polled for.
-const POLL: Duration = Duration::from_millis(25);
-
-/// Anvil #0: the payer (the facilitator funds it with 1000 USDC by default).
-const PAYER_KEY: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
-const PAYER: &str = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266";
-/// Anvil #1: the payee every gateway names.
-const PAYEE: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
 /// Every built-in but `fail` is priced: `fail` shows that free routes stay free.
 const PRICES: &str = "echo=0.001,count=0.002,sleep=0.001,summarize=0.001";
 /// `echo` and `sleep` cost 0.001 USDC, in atomic units (6 decimals).
@@ -61,147 +50,12 @@ fn unix_now() -> u64 {
         .unwrap_or(0)
 }
 
-fn client() -> Res<reqwest::Client> {
-    Ok(reqwest::Client::builder().timeout(PATIENCE).build()?)
-}
-
 /// A distinct task-access token per owner (20..256 characters).
 fn token(tag: &str) -> String {
     format!("{tag}-0123456789abcdef0123456789")
 }
 
-/// Polls `base/health` until it answers 200.
-async fn wait_healthy(process: &ServiceProcess, base: &str) -> TestResult {
-    let client = client()?;
-    let start = tokio::time::Instant::now();
-    loop {
-        if let Ok(response) = client.get(format!("{base}/health")).send().await
-            && response.status() == StatusCode::OK
-        {
-            return Ok(());
-        }
-        if start.elapsed() > PATIENCE {
-            return Err(format!(
-                "{} never became healthy:\n{}",
-                process.name(),
-                process.log()
-            )
-            .into());
-        }
-        tokio::time::sleep(POLL).await;
-    }
-}
-
-/// `/control/stats` of the facilitator.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-struct Stats {
-    verify: u64,
-    settle: u64,
-    settled: u64,
-}
-
-#[derive(Deserialize)]
-struct Balance {
-    balance: String,
-}
-
-struct Facilitator {
-    _process: ServiceProcess,
-    base: String,
-    client: reqwest::Client,
-}
-
-impl Facilitator {
-    async fn start() -> Res<Facilitator> {
-        let port = free_port()?;
-        let process = ServiceProcess::start(
-            "facilitator",
-            "facilitator",
-            &[],
-            &[("FACILITATOR_LISTEN", format!("127.0.0.1:{port}"))],
-        )?;
-        let base = format!("http://127.0.0.1:{port}");
-        wait_healthy(&process, &base).await?;
-        Ok(Facilitator {
-            _process: process,
-            base,
-            client: client()?,
-        })
-    }
-
-    /// Switches faults at runtime, e.g. `{"settle": "drop"}`.
-    async fn set_faults(&self, change: Value) -> TestResult {
-        let response = self
-            .client
-            .post(format!("{}/control/faults", self.base))
-            .json(&change)
-            .send()
-            .await?;
-        let status = response.status();
-        let text = response.text().await?;
-        if status != StatusCode::OK {
-            return Err(format!("setting faults {change}: {status} {text}").into());
-        }
-        Ok(())
-    }
-
-    async fn stats(&self) -> Res<Stats> {
-        Ok(self
-            .client
-            .get(format!("{}/control/stats", self.base))
-            .send()
-            .await?
-            .json()
-            .await?)
-    }
-
-    /// Atomic USDC units.
-    async fn balance(&self, address: &str) -> Res<u128> {
-        let balance: Balance = self
-            .client
-            .get(format!("{}/balances/{address}", self.base))
-            .send()
-            .await?
-            .json()
-            .await?;
-        Ok(balance.balance.parse()?)
-    }
-
-    /// Payer and payee balances, in that order.
-    async fn balances(&self) -> Res<(u128, u128)> {
-        Ok((self.balance(PAYER).await?, self.balance(PAYEE).await?))
-    }
-}
-
-struct Gateway {
-    process: ServiceProcess,
-    base: String,
-}
-
-impl Gateway {
-    /// A gateway on `redis` taking payments through `facilitator` (its URL), waited for.
-    async fn start(
-        name: &str,
-        redis: &RedisServer,
-        facilitator: &str,
-        extra: &[(&str, String)],
-    ) -> Res<Gateway> {
-        let port = free_port()?;
-        let mut envs = vec![
-            ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
-            ("REDIS_URL", redis.url()),
-            ("PAY_TO", PAYEE.to_owned()),
-            ("FACILITATOR_URL", facilitator.to_owned()),
-        ];
-        envs.extend(extra.iter().cloned());
-        let process = ServiceProcess::start("gateway", name, &[], &envs)?;
-        let base = format!("http://127.0.0.1:{port}");
-        wait_healthy(&process, &base).await?;
-        Ok(Gateway { process, base })
-    }
-}
-
-fn worker(redis: &RedisServer, id: &str, extra: &[(&str, String)]) -> Res<ServiceProcess> {
+fn worker(redis: &RedisServer, id: &str, extra: &[(&str, String)]) -> TestResult<ServiceProcess> {
     let mut envs = vec![
         ("REDIS_URL", redis.url()),
         ("WORKER_ID", id.to_owned()),
@@ -212,34 +66,15 @@ fn worker(redis: &RedisServer, id: &str, extra: &[(&str, String)]) -> Res<Servic
     Ok(ServiceProcess::start("worker", id, &[], &envs)?)
 }
 
-/// Waits until the gateway's card lists `skill` (its worker registered, with its price).
-async fn wait_for_skill(base: &str, skill: &str) -> TestResult {
-    let client = client()?;
-    let start = tokio::time::Instant::now();
-    loop {
-        let card: Value = client
-            .get(format!("{base}/.well-known/agent-card.json"))
-            .send()
-            .await?
-            .json()
-            .await?;
-        let listed = card["skills"]
-            .as_array()
-            .is_some_and(|skills| skills.iter().any(|s| s["id"] == skill));
-        if listed {
-            return Ok(());
-        }
-        if start.elapsed() > PATIENCE {
-            return Err(format!("{skill} never appeared in the card").into());
-        }
-        tokio::time::sleep(POLL).await;
-    }
+/// Waits until `gateway`'s card lists `skill` (its worker registered, with its price).
+async fn wait_for_skill(gateway: &PaidGateway, skill: &str) -> TestResult {
+    harness::cluster::wait_for_skill(&gateway.process, &gateway.base, skill).await
 }
 
 /// One Redis, one facilitator, one worker, one paying gateway. Fields drop in order: the
 /// gateway goes first, Redis last.
 struct Cluster {
-    gateway: Gateway,
+    gateway: PaidGateway,
     facilitator: Facilitator,
     _worker: ServiceProcess,
     redis: RedisServer,
@@ -248,11 +83,11 @@ struct Cluster {
 
 impl Cluster {
     /// On a Redis that fsyncs its AOF: paid tasks need a durable store.
-    async fn start(gateway_env: &[(&str, String)]) -> Res<Cluster> {
+    async fn start(gateway_env: &[(&str, String)]) -> TestResult<Cluster> {
         Cluster::start_on(RedisOptions::default().with_aof(true), gateway_env).await
     }
 
-    async fn start_on(redis: RedisOptions, gateway_env: &[(&str, String)]) -> Res<Cluster> {
+    async fn start_on(redis: RedisOptions, gateway_env: &[(&str, String)]) -> TestResult<Cluster> {
         Cluster::start_with(redis, gateway_env, &[]).await
     }
 
@@ -261,24 +96,29 @@ impl Cluster {
         redis: RedisOptions,
         gateway_env: &[(&str, String)],
         worker_env: &[(&str, String)],
-    ) -> Res<Cluster> {
+    ) -> TestResult<Cluster> {
         let redis = RedisServer::start_with(redis)?;
         let facilitator = Facilitator::start().await?;
         let worker = worker(&redis, "w1", worker_env)?;
-        let gateway = Gateway::start("g1", &redis, &facilitator.base, gateway_env).await?;
-        wait_for_skill(&gateway.base, "echo").await?;
+        let gateway =
+            PaidGateway::start("g1", &redis.url(), &facilitator.base, gateway_env).await?;
+        wait_for_skill(&gateway, "echo").await?;
         Ok(Cluster {
             gateway,
             facilitator,
             _worker: worker,
             redis,
-            client: client()?,
+            client: http()?,
         })
     }
 
     /// Another paying gateway on the same Redis and facilitator.
-    async fn another_gateway(&self, name: &str, extra: &[(&str, String)]) -> Res<Gateway> {
-        Gateway::start(name, &self.redis, &self.facilitator.base, extra).await
+    async fn another_gateway(
+        &self,
+        name: &str,
+        extra: &[(&str, String)],
+    ) -> TestResult<PaidGateway> {
+        PaidGateway::start(name, &self.redis.url(), &self.facilitator.base, extra).await
     }
 
     fn invoke(&self, entrypoint: &str, input: Value) -> Ask {
@@ -289,7 +129,7 @@ impl Cluster {
         Ask::task(&self.gateway.base, skill, input, token)
     }
 
-    async fn keys(&self, pattern: &str) -> Res<Vec<String>> {
+    async fn keys(&self, pattern: &str) -> TestResult<Vec<String>> {
         let mut conn = self.redis.client().await?;
         Ok(redis::cmd("KEYS")
             .arg(pattern)
@@ -298,7 +138,7 @@ impl Cluster {
     }
 
     /// Non-terminal tasks, as the capacity bound counts them.
-    async fn live_tasks(&self) -> Res<u64> {
+    async fn live_tasks(&self) -> TestResult<u64> {
         let mut conn = self.redis.client().await?;
         Ok(redis::cmd("SCARD")
             .arg("{tc}:live")
@@ -359,7 +199,11 @@ impl Ask {
         request
     }
 
-    async fn send(&self, client: &reqwest::Client, payment: Option<&PaymentHeader>) -> Res<Answer> {
+    async fn send(
+        &self,
+        client: &reqwest::Client,
+        payment: Option<&PaymentHeader>,
+    ) -> TestResult<Answer> {
         let mut request = self.request(client);
         if let Some(payment) = payment {
             request = request.header(payment.name, &payment.value);
@@ -369,7 +213,11 @@ impl Ask {
 
     /// Sends the request unpaid, expects the 402, and answers its challenge as a payer of
     /// `version` would (v2 from the `PAYMENT-REQUIRED` header, v1 from the body).
-    async fn pay(&self, client: &reqwest::Client, version: X402Version) -> Res<PaymentHeader> {
+    async fn pay(
+        &self,
+        client: &reqwest::Client,
+        version: X402Version,
+    ) -> TestResult<PaymentHeader> {
         let unpaid = self.send(client, None).await?;
         if unpaid.status != StatusCode::PAYMENT_REQUIRED {
             return Err(format!("unpaid {} answered {unpaid:?}", self.url).into());
@@ -398,7 +246,7 @@ impl std::fmt::Debug for Answer {
 }
 
 impl Answer {
-    async fn read(response: reqwest::Response) -> Res<Answer> {
+    async fn read(response: reqwest::Response) -> TestResult<Answer> {
         let status = response.status();
         let headers = response.headers().clone();
         let text = tokio::time::timeout(PATIENCE, response.text()).await??;
@@ -409,7 +257,7 @@ impl Answer {
         })
     }
 
-    fn json(&self) -> Res<Value> {
+    fn json(&self) -> TestResult<Value> {
         Ok(serde_json::from_str(&self.text)?)
     }
 
@@ -418,7 +266,7 @@ impl Answer {
     }
 
     /// A base64 JSON header (`PAYMENT-REQUIRED`, `PAYMENT-RESPONSE`...), decoded.
-    fn decoded(&self, name: &str) -> Res<Value> {
+    fn decoded(&self, name: &str) -> TestResult<Value> {
         let value = self
             .header(name)
             .ok_or_else(|| format!("no {name} header on {self:?}"))?;
@@ -426,7 +274,7 @@ impl Answer {
     }
 
     /// The error code of an `{"error": {"code"}}` body.
-    fn code(&self) -> Res<String> {
+    fn code(&self) -> TestResult<String> {
         let body = self.json()?;
         Ok(body["error"]["code"]
             .as_str()
@@ -435,7 +283,7 @@ impl Answer {
     }
 }
 
-async fn get(client: &reqwest::Client, url: &str, token: &str) -> Res<Answer> {
+async fn get(client: &reqwest::Client, url: &str, token: &str) -> TestResult<Answer> {
     let response = client
         .get(url)
         .header("Task-Access-Token", token)
@@ -455,7 +303,7 @@ async fn wait_for_task(
     token: &str,
     task_id: &str,
     want: &str,
-) -> Res<Answer> {
+) -> TestResult<Answer> {
     let start = tokio::time::Instant::now();
     loop {
         let answer = get(client, &format!("{base}/tasks/{task_id}"), token).await?;
@@ -476,7 +324,7 @@ async fn wait_for_task(
 }
 
 /// `GET /tasks` for `token`: the owner's tasks.
-async fn list_tasks(client: &reqwest::Client, base: &str, token: &str) -> Res<Vec<Value>> {
+async fn list_tasks(client: &reqwest::Client, base: &str, token: &str) -> TestResult<Vec<Value>> {
     let answer = get(client, &format!("{base}/tasks"), token).await?;
     if answer.status != StatusCode::OK {
         return Err(format!("GET /tasks answered {answer:?}").into());
@@ -488,7 +336,12 @@ async fn list_tasks(client: &reqwest::Client, base: &str, token: &str) -> Res<Ve
 }
 
 /// Polls `GET /tasks` until the owner has exactly one task and it is `want`; that task.
-async fn wait_listed(client: &reqwest::Client, base: &str, token: &str, want: &str) -> Res<Value> {
+async fn wait_listed(
+    client: &reqwest::Client,
+    base: &str,
+    token: &str,
+    want: &str,
+) -> TestResult<Value> {
     let start = tokio::time::Instant::now();
     loop {
         let tasks = list_tasks(client, base, token).await?;
@@ -508,26 +361,6 @@ async fn wait_listed(client: &reqwest::Client, base: &str, token: &str, want: &s
         }
         tokio::time::sleep(POLL).await;
     }
-}
-
-/// `(event, data)` of each SSE frame.
-fn sse_events(text: &str) -> Res<Vec<(String, Value)>> {
-    let mut events = Vec::new();
-    for frame in text.split("\n\n") {
-        let mut name = None;
-        let mut data = String::new();
-        for line in frame.lines() {
-            if let Some(rest) = line.strip_prefix("event:") {
-                name = Some(rest.trim().to_owned());
-            } else if let Some(rest) = line.strip_prefix("data:") {
-                data.push_str(rest.trim());
-            }
-        }
-        if let Some(name) = name {
-            events.push((name, serde_json::from_str(&data)?));
-        }
-    }
-    Ok(events)
 }
 
 /// A successful settlement receipt, paid by Anvil #0 on `network`.
@@ -614,7 +447,7 @@ async fn the_challenge_offers_both_versions_and_reserves_nothing() -> TestResult
     // Nothing was asked of the facilitator, nothing stored, no capacity used.
     assert_eq!(
         cluster.facilitator.stats().await?,
-        Stats {
+        FacilitatorStats {
             verify: 0,
             settle: 0,
             settled: 0
@@ -807,7 +640,7 @@ async fn a_paid_v1_invoke_gets_an_x_payment_response() -> TestResult {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_paid_stream_carries_the_receipt_and_runs_to_the_end() -> TestResult {
     let cluster = Cluster::start(&[]).await?;
-    wait_for_skill(&cluster.gateway.base, "count").await?;
+    wait_for_skill(&cluster.gateway, "count").await?;
     let client = &cluster.client;
     let payer_before = cluster.facilitator.balance(PAYER).await?;
 
@@ -824,7 +657,7 @@ async fn a_paid_stream_carries_the_receipt_and_runs_to_the_end() -> TestResult {
     );
     assert_receipt(&answer.decoded(payments::PAYMENT_RESPONSE)?, "eip155:84532")?;
 
-    let events = sse_events(&answer.text)?;
+    let events = harness::sse::events(&answer.text)?;
     let deltas = events.iter().filter(|(name, _)| name == "delta").count();
     assert_eq!(deltas, 3, "events: {events:?}");
     let (name, end) = events.last().ok_or("no events")?;
@@ -930,7 +763,7 @@ async fn a_paid_task_retried_twice_is_charged_once() -> TestResult {
     );
     assert_eq!(
         cluster.facilitator.stats().await?,
-        Stats {
+        FacilitatorStats {
             verify: 1,
             settle: 1,
             settled: 1
@@ -985,9 +818,9 @@ struct Hostile {
     secret: String,
 }
 
-fn hostile_headers(wrong_price: &PaymentHeader) -> Res<Vec<Hostile>> {
+fn hostile_headers(wrong_price: &PaymentHeader) -> TestResult<Vec<Hostile>> {
     let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
-    let text = |name: &'static str, value: String| -> Res<Hostile> {
+    let text = |name: &'static str, value: String| -> TestResult<Hostile> {
         Ok(Hostile {
             name,
             value: HeaderValue::from_str(&value)?,
@@ -1028,7 +861,7 @@ fn hostile_headers(wrong_price: &PaymentHeader) -> Res<Vec<Hostile>> {
 #[tokio::test(flavor = "multi_thread")]
 async fn hostile_payment_headers_get_402s_and_are_never_logged() -> TestResult {
     let cluster = Cluster::start(&[]).await?;
-    wait_for_skill(&cluster.gateway.base, "count").await?;
+    wait_for_skill(&cluster.gateway, "count").await?;
     let client = &cluster.client;
     let base = &cluster.gateway.base;
     let wrong_price = Ask::invoke(base, "count", json!({"n": 1}))
@@ -1208,7 +1041,7 @@ async fn settle_failures_never_give_the_credential_back() -> TestResult {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_full_cluster_refuses_before_verifying_and_releases_the_credential() -> TestResult {
     let cluster = Cluster::start(&[("MAX_TASKS", "1".to_owned())]).await?;
-    wait_for_skill(&cluster.gateway.base, "sleep").await?;
+    wait_for_skill(&cluster.gateway, "sleep").await?;
     let client = &cluster.client;
     let base = &cluster.gateway.base;
 
@@ -1288,7 +1121,7 @@ async fn one_credential_buys_one_run_across_two_gateways() -> TestResult {
     let second = cluster
         .another_gateway("g2", &[shared_public_url()])
         .await?;
-    wait_for_skill(&second.base, "echo").await?;
+    wait_for_skill(&second, "echo").await?;
     let client = &cluster.client;
     let payer_before = cluster.facilitator.balance(PAYER).await?;
 
@@ -1456,7 +1289,7 @@ async fn assert_held(
     base: &str,
     owner: &str,
     answer: &Answer,
-) -> Res<String> {
+) -> TestResult<String> {
     assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE, "{answer:?}");
     assert_eq!(answer.code()?, "settlement_failed");
     assert!(answer.header("retry-after").is_some(), "{answer:?}");
@@ -1478,7 +1311,7 @@ async fn assert_held(
 }
 
 /// The state of the credential record that `task_id` holds, if any.
-async fn credential_state(cluster: &Cluster, task_id: &str) -> Res<Option<String>> {
+async fn credential_state(cluster: &Cluster, task_id: &str) -> TestResult<Option<String>> {
     let mut conn = cluster.redis.client().await?;
     for key in cluster.keys("{tc}:cred:*").await? {
         let (holder, state): (Option<String>, Option<String>) = redis::cmd("HMGET")

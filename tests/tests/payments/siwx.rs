@@ -20,12 +20,11 @@ use std::sync::Arc;
 
 use base64::Engine;
 use client::{Client, ClientOptions, InvokeOptions, KeyPayer};
-use harness::paid::{PATIENCE, PAYER_KEY, PaidCluster, Res};
+use harness::TestResult;
+use harness::paid::{PATIENCE, PAYER_KEY, PaidCluster};
 use payments::LocalPayer;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-
-type TestResult = Res<()>;
 
 const PRICES: &str = "echo=0.001";
 /// `echo` is priced and takes SIWX (entitlements); `summarize` is free but auth-only.
@@ -50,12 +49,12 @@ fn ready(card: &Value) -> bool {
 }
 
 impl Cluster {
-    async fn start() -> Res<Cluster> {
+    async fn start() -> TestResult<Cluster> {
         Cluster::start_with(&[]).await
     }
 
     /// The cluster with `gateway_env` added to both gateways' settings.
-    async fn start_with(gateway_env: &[(&str, String)]) -> Res<Cluster> {
+    async fn start_with(gateway_env: &[(&str, String)]) -> TestResult<Cluster> {
         Ok(Cluster(
             PaidCluster::start(
                 &[
@@ -74,7 +73,7 @@ impl Cluster {
         gateway: usize,
         key: &str,
         sign_in: Option<&str>,
-    ) -> Res<reqwest::Response> {
+    ) -> TestResult<reqwest::Response> {
         let mut request = self
             .http
             .post(format!("{}/entrypoints/{key}/invoke", self.base(gateway)))
@@ -86,12 +85,12 @@ impl Cluster {
     }
 }
 
-fn payer() -> Res<LocalPayer> {
+fn payer() -> TestResult<LocalPayer> {
     Ok(LocalPayer::from_hex(PAYER_KEY)?)
 }
 
 /// A 402's sign-in offer (in `PAYMENT-REQUIRED`'s `extensions`).
-fn offer_of_402(response: &reqwest::Response) -> Res<payments::siwx::SiwxExtension> {
+fn offer_of_402(response: &reqwest::Response) -> TestResult<payments::siwx::SiwxExtension> {
     assert_eq!(response.status(), StatusCode::PAYMENT_REQUIRED);
     let header = response
         .headers()
@@ -121,7 +120,7 @@ async fn refused_because(response: reqwest::Response, why: &str) -> TestResult {
 }
 
 /// Whether the cluster's Redis holds `nonce` as issued and unspent.
-async fn issued(cluster: &PaidCluster, nonce: &str) -> Res<bool> {
+async fn issued(cluster: &PaidCluster, nonce: &str) -> TestResult<bool> {
     let mut conn = cluster.redis.client().await?;
     let score: Option<f64> = redis::cmd("ZSCORE")
         .arg("{tc}:nonces")
@@ -132,7 +131,7 @@ async fn issued(cluster: &PaidCluster, nonce: &str) -> Res<bool> {
 }
 
 /// A 401's sign-in offer.
-async fn offer_of_401(response: reqwest::Response) -> Res<payments::siwx::SiwxExtension> {
+async fn offer_of_401(response: reqwest::Response) -> TestResult<payments::siwx::SiwxExtension> {
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
     let body: Value = response.json().await?;
     assert_eq!(body["error"]["code"], "auth_required", "{body}");

@@ -11,13 +11,12 @@
 //! sign-in offer to sign) and the pricing worker alone hosts `sleep`, so that a card listing
 //! both proves the gateway merged both entries.
 
-use harness::paid::{PATIENCE, PAYER_KEY, PaidCluster, Res};
+use harness::TestResult;
+use harness::paid::{PATIENCE, PAYER_KEY, PaidCluster};
 use harness::process::{ServiceProcess, plain};
 use payments::LocalPayer;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-
-type TestResult = Res<()>;
 
 const POLL: std::time::Duration = std::time::Duration::from_millis(25);
 
@@ -57,7 +56,7 @@ impl Cluster {
         first_alone: impl Fn(&Value) -> bool,
         second_id: &str,
         second: Vec<(&'static str, String)>,
-    ) -> Res<Cluster> {
+    ) -> TestResult<Cluster> {
         let paid = PaidCluster::start(&first, &[], first_alone).await?;
         let mut envs = vec![
             ("REDIS_URL", paid.redis.url()),
@@ -81,7 +80,7 @@ impl Cluster {
         Ok(cluster)
     }
 
-    async fn card(&self, gateway: usize) -> Res<Value> {
+    async fn card(&self, gateway: usize) -> TestResult<Value> {
         Ok(self
             .paid
             .http
@@ -95,7 +94,11 @@ impl Cluster {
             .await?)
     }
 
-    async fn wait_for_card(&self, gateway: usize, ready: impl Fn(&Value) -> bool) -> Res<()> {
+    async fn wait_for_card(
+        &self,
+        gateway: usize,
+        ready: impl Fn(&Value) -> bool,
+    ) -> TestResult<()> {
         let start = tokio::time::Instant::now();
         loop {
             let card = self.card(gateway).await?;
@@ -114,7 +117,7 @@ impl Cluster {
         gateway: usize,
         key: &str,
         sign_in: Option<&str>,
-    ) -> Res<reqwest::Response> {
+    ) -> TestResult<reqwest::Response> {
         let mut request = self
             .paid
             .http
@@ -131,7 +134,7 @@ impl Cluster {
 
     /// A valid sign-in at `gateway` by a wallet that never paid: the auth-only `summarize`
     /// answers 401 with an offer for this gateway's origin, which the wallet signs.
-    async fn signed_in(&self, gateway: usize) -> Res<String> {
+    async fn signed_in(&self, gateway: usize) -> TestResult<String> {
         let refused = self.invoke(gateway, "summarize", None).await?;
         assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
         let body: Value = refused.json().await?;

@@ -5,13 +5,12 @@
 //! frees its place and leaves the address's set, and ids that are no longer live are dropped
 //! from the set before a refusal.
 
+use harness::TestResult;
 use harness::redis_server::RedisServer;
 use harness::store_fixtures::{ids_in_shard, queued_task};
 use protocol::TaskStatus;
 use protocol::token::{AccessToken, OwnerHash};
 use store::{CasOutcome, NewTask, RedisStore, RedisStoreConfig, StoreError, TaskStore, Transition};
-
-type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 const ADDRESS: &str = "198.51.100.1";
 const OTHER_ADDRESS: &str = "2001:db8:1:2::/64";

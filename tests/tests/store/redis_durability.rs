@@ -5,13 +5,12 @@
 use std::time::Duration;
 
 use futures::StreamExt;
+use harness::TestResult;
 use harness::redis_server::{RedisOptions, RedisServer};
 use harness::store_fixtures::queued_task;
 use protocol::token::AccessToken;
 use protocol::{TaskResult, TaskStatus};
 use store::{RedisStore, RedisStoreConfig, StoreError, TaskStore, Transition};
-
-type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 const LEASE: Duration = Duration::from_secs(10);
 const RUN: Duration = Duration::from_secs(60);

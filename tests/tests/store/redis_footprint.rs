@@ -6,6 +6,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use harness::TestResult;
 use harness::redis_server::RedisServer;
 use protocol::token::AccessToken;
 use protocol::{TaskResult, TaskStatus};
@@ -15,8 +16,6 @@ use store::{
     Admission, EventPayload, Invocation, NewTask, RedisStore, RedisStoreConfig, StoreError,
     TaskStore, Transition,
 };
-
-type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 const LEASE: Duration = Duration::from_secs(10);
 

@@ -6,14 +6,13 @@
 use std::time::Duration;
 
 use futures::StreamExt;
+use harness::TestResult;
 use harness::redis_server::RedisServer;
 use harness::store_fixtures::{queued_task, start_running};
 use protocol::token::AccessToken;
 use redis::AsyncCommands;
 use store::redis::fields;
 use store::{RedisStore, RedisStoreConfig, TaskStore};
-
-type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 const LEASE: Duration = Duration::from_secs(60);
 /// A bound on waiting, so that a never-delivered event fails the test instead of hanging it.

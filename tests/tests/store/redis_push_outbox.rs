@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use harness::TestResult;
 use harness::redis_cluster::RedisCluster;
 use harness::redis_server::RedisServer;
 use harness::store_fixtures::{cluster_store_config, ids_in_shard, queued_task, start_running};
@@ -18,8 +19,6 @@ use protocol::token::AccessToken;
 use serde_json::json;
 use store::push::{OwnerShare, PushCursor, PushOutbox, PutMode, PutOutcome, Release};
 use store::{EventPayload, Lease, RedisStore, RedisStoreConfig, TaskStore, Transition};
-
-type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 const SHARDS: usize = 3;
 const LEASE: Duration = Duration::from_secs(60);

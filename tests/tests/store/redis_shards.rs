@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use harness::TestResult;
 use harness::process::ServiceProcess;
 use harness::redis_server::RedisServer;
 use harness::store_fixtures::{ids_in_shard, queued_task};
@@ -11,8 +12,6 @@ use protocol::token::AccessToken;
 use protocol::{TaskResult, TaskStatus};
 use serde_json::json;
 use store::{RedisStore, RedisStoreConfig, StoreError, TakeSpec, TaskStore, Transition};
-
-type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 const LEASE: Duration = Duration::from_secs(10);
 const RUN: Duration = Duration::from_secs(60);

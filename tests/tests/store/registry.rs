@@ -9,14 +9,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use harness::TestResult;
 use harness::redis_server::RedisServer;
 use serde_json::json;
 use store::registry::{
     EntrypointInfo, MemoryRegistry, Price, RedisRegistry, WorkerEntry, WorkerRegistry,
 };
 use store::{Clock, RedisStore, RedisStoreConfig};
-
-type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 const LONG: Duration = Duration::from_secs(30);
 const SHORT: Duration = Duration::from_millis(100);

@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use futures::StreamExt;
+use harness::TestResult;
 use harness::redis_server::RedisServer;
 use harness::store_fixtures::{ids_in_shard, queued_task};
 use protocol::TaskStatus;
@@ -15,8 +16,6 @@ use protocol::token::{AccessToken, OwnerHash};
 use store::{
     CasOutcome, ListQuery, RedisStore, RedisStoreConfig, StoreError, TaskStore, Transition,
 };
-
-type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 const PATIENCE: Duration = Duration::from_secs(30);
 

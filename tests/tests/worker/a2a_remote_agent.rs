@@ -18,20 +18,16 @@
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use futures::StreamExt;
+use harness::TestResult;
 use harness::cluster::{Cluster, PATIENCE, free_port};
 use harness::process::ServiceProcess;
+use harness::store_fixtures::{next_event, next_named, queued_task_with};
 use protocol::TaskStatus;
 use protocol::token::AccessToken;
 use serde_json::{Value, json};
-use store::{
-    Admission, Invocation, NewTask, RedisStore, RedisStoreConfig, StoredEvent, Subscription,
-    TaskStore, Transition,
-};
+use store::{RedisStore, RedisStoreConfig, Subscription, TaskStore, Transition};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
-
-type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
 const SETUP_HINT: &str = "run `bash scripts/a2a-sdk-venv`: it makes ${CARGO_TARGET_DIR:-target}/\
                           a2a-sdk-venv with a2a-sdk[grpc,http-server]==1.3.0 and uvicorn from \
@@ -140,50 +136,13 @@ async fn create(
     let store = RedisStore::connect(RedisStoreConfig::new(cluster.redis.url())).await?;
     let owner = AccessToken::generate().owner_hash();
     store
-        .create(NewTask {
-            task_id: task_id.to_owned(),
-            owner: owner.clone(),
-            invocation: Invocation {
-                entrypoint: key.to_owned(),
-                input,
-                context_id: None,
-                metadata: None,
-                trace_context: Default::default(),
-            },
-            admission: Admission::Queued,
-            max_attempts: 1,
-            retention: None,
-            source: None,
-        })
+        .create(queued_task_with(task_id, &owner, key, input, 1))
         .await?;
     let sub = store
         .subscribe(task_id, &owner, Some(0))
         .await?
         .ok_or("own task not visible")?;
     Ok((store, sub))
-}
-
-/// Awaits the next event accepted by `wanted`, skipping others (the replay first, then live).
-async fn event(
-    sub: &mut Subscription,
-    wanted: impl Fn(&StoredEvent) -> bool,
-) -> TestResult<StoredEvent> {
-    if let Some(index) = sub.replay.iter().position(&wanted) {
-        let found = sub.replay.remove(index);
-        sub.replay.drain(..index);
-        return Ok(found);
-    }
-    sub.replay.clear();
-    let found = tokio::time::timeout(PATIENCE, async {
-        while let Some(event) = sub.events.next().await {
-            if wanted(&event) {
-                return Some(event);
-            }
-        }
-        None
-    })
-    .await?;
-    Ok(found.ok_or("subscription ended")?)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -255,7 +214,7 @@ async fn the_cluster_runs_the_skills_of_agents_built_on_the_official_a2a_sdk() -
     ] {
         let task_id = format!("a2a-{key}");
         let (store, mut sub) = create(&cluster, &task_id, key, json!("go")).await?;
-        event(&mut sub, |event| event.event == "error")
+        next_named(&mut sub, "error")
             .await
             .map_err(|err| format!("no error ({err}):\n{}", cluster.logs()))?;
         let task = store.get(&task_id).await?.ok_or("task missing")?;
@@ -271,7 +230,7 @@ async fn the_cluster_runs_the_skills_of_agents_built_on_the_official_a2a_sdk() -
     let (store, mut sub) = create(&cluster, "a2a-chunks", "chunks", json!("go")).await?;
     let mut chunks = Vec::new();
     for _ in 0..3 {
-        let delta = event(&mut sub, |event| event.event == "delta")
+        let delta = next_named(&mut sub, "delta")
             .await
             .map_err(|err| format!("no delta ({err}):\n{}", cluster.logs()))?;
         let chunk = &delta.data["a2a"];
@@ -289,7 +248,7 @@ async fn the_cluster_runs_the_skills_of_agents_built_on_the_official_a2a_sdk() -
             (json!("three"), json!(true))
         ]
     );
-    let done = event(&mut sub, |event| event.event == "resultUpdate").await?;
+    let done = next_named(&mut sub, "resultUpdate").await?;
     assert_eq!(done.data["status"], "completed", "{:?}", done.data);
     let task = store.get("a2a-chunks").await?.ok_or("task missing")?;
     assert_eq!(
@@ -351,7 +310,7 @@ async fn a_cancel_cancels_the_agents_task() -> TestResult {
     let cluster = cluster_hosting(&streaming, &plain).await?;
     let (store, mut sub) = create(&cluster, "a2a-slow", "slow", json!("go")).await?;
     // The agent's task is working: its status streamed onto ours.
-    let working = event(&mut sub, |event| {
+    let working = next_event(&mut sub, |event| {
         event.event == "progress" && event.data["state"] == "TASK_STATE_WORKING"
     })
     .await

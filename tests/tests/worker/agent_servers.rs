@@ -6,10 +6,9 @@
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
+use harness::TestResult;
 use harness::cluster::{Cluster, PATIENCE, POLL, free_port, http};
 use serde_json::{Value, json};
-
-type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
 /// The token the agents require and the worker sends.
 const TOKEN: &str = "agent-bearer-token-for-tests";

@@ -4,14 +4,13 @@
 //! bindings itself). Callers speak A2A's HTTP+JSON binding; on the cluster the task's events
 //! are read from the store, where the handler's progress lands.
 
-use futures::StreamExt;
-use harness::cluster::{Cluster, PATIENCE, free_port, lists_skills, wait_for_card, wait_healthy};
+use harness::TestResult;
+use harness::cluster::{Cluster, free_port, lists_skills, wait_for_card, wait_healthy};
 use harness::process::ServiceProcess;
+use harness::store_fixtures::next_named;
 use protocol::token::AccessToken;
 use serde_json::{Value, json};
 use store::{RedisStore, RedisStoreConfig, StoredEvent, Subscription, TaskStore};
-
-type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
 /// The caller's token: its hash owns the tasks (A2A bearer token).
 const TOKEN: &str = "example-agent-suite-token-0123456789";
@@ -156,26 +155,6 @@ async fn events(cluster: &Cluster, task_id: &str) -> TestResult<Subscription> {
         .ok_or("no such task")?)
 }
 
-/// Awaits the next event named `name`: first in the replay, then live.
-async fn event(sub: &mut Subscription, name: &str) -> TestResult<StoredEvent> {
-    if let Some(index) = sub.replay.iter().position(|event| event.event == name) {
-        let found = sub.replay.remove(index);
-        sub.replay.drain(..index);
-        return Ok(found);
-    }
-    sub.replay.clear();
-    let found = tokio::time::timeout(PATIENCE, async {
-        while let Some(event) = sub.events.next().await {
-            if event.event == name {
-                return Some(event);
-            }
-        }
-        None
-    })
-    .await?;
-    Ok(found.ok_or_else(|| format!("the events ended before a {name} event"))?)
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn on_a_cluster_the_example_agent_streams_progress_asks_once_and_reports() -> TestResult {
     let cluster = cluster(&[]).await?;
@@ -216,7 +195,7 @@ async fn on_a_cluster_a_cancel_stops_the_example_agent_mid_step() -> TestResult 
         .await?;
     let task_id = task["id"].as_str().ok_or("no task id")?;
     let mut sub = events(&cluster, task_id).await?;
-    let started = event(&mut sub, "progress").await?;
+    let started = next_named(&mut sub, "progress").await?;
     assert_eq!(
         started.data["stage"], "gathering sources",
         "{}",

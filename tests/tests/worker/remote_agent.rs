@@ -2,18 +2,14 @@
 //! Redis; it serves the Lucid profile with the built-ins), the cluster a redis-server, a
 //! worker hosting that agent's entrypoints (and no built-ins of its own) and a gateway.
 
-use futures::StreamExt;
+use harness::TestResult;
 use harness::cluster::{Cluster, PATIENCE, free_port, wait_healthy};
 use harness::process::ServiceProcess;
+use harness::store_fixtures::{next_named, queued_task_with};
 use protocol::TaskStatus;
 use protocol::token::AccessToken;
 use serde_json::{Value, json};
-use store::{
-    Admission, Invocation, NewTask, RedisStore, RedisStoreConfig, StoredEvent, Subscription,
-    TaskStore, Transition,
-};
-
-type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
+use store::{RedisStore, RedisStoreConfig, TaskStore, Transition};
 
 /// The embedded gateway serving the built-ins over the profile, and its base URL.
 async fn remote_agent() -> TestResult<(ServiceProcess, String)> {
@@ -40,27 +36,6 @@ async fn cluster_hosting(agent: &str) -> TestResult<Cluster> {
         .skills(&["echo", "fail", "sleep", "count", "summarize"])
         .start()
         .await
-}
-
-/// Awaits the next event named `name`, skipping others: first in the subscription's replay
-/// (what happened before it went live), then live.
-async fn event(sub: &mut Subscription, name: &str) -> TestResult<StoredEvent> {
-    if let Some(index) = sub.replay.iter().position(|event| event.event == name) {
-        let found = sub.replay.remove(index);
-        sub.replay.drain(..index);
-        return Ok(found);
-    }
-    sub.replay.clear();
-    let found = tokio::time::timeout(PATIENCE, async {
-        while let Some(event) = sub.events.next().await {
-            if event.event == name {
-                return Some(event);
-            }
-        }
-        None
-    })
-    .await?;
-    Ok(found.ok_or("subscription ended")?)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -165,21 +140,13 @@ async fn a_cancel_ends_a_remote_run_at_once() -> TestResult {
     let store = RedisStore::connect(RedisStoreConfig::new(cluster.redis.url())).await?;
     let owner = AccessToken::generate().owner_hash();
     store
-        .create(NewTask {
-            task_id: "remote-sleep".to_owned(),
-            owner: owner.clone(),
-            invocation: Invocation {
-                entrypoint: "sleep".to_owned(),
-                input: json!({"ms": 60_000}),
-                context_id: None,
-                metadata: None,
-                trace_context: Default::default(),
-            },
-            admission: Admission::Queued,
-            max_attempts: 1,
-            retention: None,
-            source: None,
-        })
+        .create(queued_task_with(
+            "remote-sleep",
+            &owner,
+            "sleep",
+            json!({"ms": 60_000}),
+            1,
+        ))
         .await?;
     // From the first event on: the worker may hand the run over before this subscribes.
     let mut sub = store
@@ -187,7 +154,7 @@ async fn a_cancel_ends_a_remote_run_at_once() -> TestResult {
         .await?
         .ok_or("own task not visible")?;
     // The worker handed the run to the agent.
-    let handed = event(&mut sub, "progress")
+    let handed = next_named(&mut sub, "progress")
         .await
         .map_err(|err| format!("no progress ({err}):\n{}", cluster.logs()))?;
     assert_eq!(handed.data["agent"], "invoked", "{:?}", handed.data);
@@ -201,7 +168,7 @@ async fn a_cancel_ends_a_remote_run_at_once() -> TestResult {
         )
         .await?;
     assert!(outcome.applied().is_some());
-    let status = event(&mut sub, "statusUpdate")
+    let status = next_named(&mut sub, "statusUpdate")
         .await
         .map_err(|err| format!("no statusUpdate ({err}):\n{}", cluster.logs()))?;
     assert_eq!(status.data["status"], "cancelled");
@@ -249,21 +216,13 @@ async fn a_remote_stream_becomes_the_tasks_events() -> TestResult {
     let store = RedisStore::connect(RedisStoreConfig::new(cluster.redis.url())).await?;
     let owner = AccessToken::generate().owner_hash();
     store
-        .create(NewTask {
-            task_id: "remote-count".to_owned(),
-            owner: owner.clone(),
-            invocation: Invocation {
-                entrypoint: "count".to_owned(),
-                input: json!({"n": 3}),
-                context_id: None,
-                metadata: None,
-                trace_context: Default::default(),
-            },
-            admission: Admission::Queued,
-            max_attempts: 1,
-            retention: None,
-            source: None,
-        })
+        .create(queued_task_with(
+            "remote-count",
+            &owner,
+            "count",
+            json!({"n": 3}),
+            1,
+        ))
         .await?;
     let mut sub = store
         .subscribe("remote-count", &owner, Some(0))
@@ -271,13 +230,13 @@ async fn a_remote_stream_becomes_the_tasks_events() -> TestResult {
         .ok_or("own task not visible")?;
     let mut deltas = Vec::new();
     for _ in 0..3 {
-        let delta = event(&mut sub, "delta")
+        let delta = next_named(&mut sub, "delta")
             .await
             .map_err(|err| format!("no delta ({err}):\n{}", cluster.logs()))?;
         deltas.push(delta.data);
     }
     assert_eq!(deltas, [json!(1), json!(2), json!(3)]);
-    let done = event(&mut sub, "resultUpdate").await?;
+    let done = next_named(&mut sub, "resultUpdate").await?;
     assert_eq!(done.data["status"], "completed", "{:?}", done.data);
     let task = store.get("remote-count").await?.ok_or("task missing")?;
     assert_eq!(
@@ -305,27 +264,19 @@ async fn the_run_deadline_bounds_a_remote_call() -> TestResult {
     let store = RedisStore::connect(RedisStoreConfig::new(cluster.redis.url())).await?;
     let owner = AccessToken::generate().owner_hash();
     store
-        .create(NewTask {
-            task_id: "remote-overrun".to_owned(),
-            owner: owner.clone(),
-            invocation: Invocation {
-                entrypoint: "sleep".to_owned(),
-                input: json!({"ms": 60_000}),
-                context_id: None,
-                metadata: None,
-                trace_context: Default::default(),
-            },
-            admission: Admission::Queued,
-            max_attempts: 1,
-            retention: None,
-            source: None,
-        })
+        .create(queued_task_with(
+            "remote-overrun",
+            &owner,
+            "sleep",
+            json!({"ms": 60_000}),
+            1,
+        ))
         .await?;
     let mut sub = store
         .subscribe("remote-overrun", &owner, Some(0))
         .await?
         .ok_or("own task not visible")?;
-    let failed = event(&mut sub, "error")
+    let failed = next_named(&mut sub, "error")
         .await
         .map_err(|err| format!("no error ({err}):\n{}", cluster.logs()))?;
     let task = store.get("remote-overrun").await?.ok_or("task missing")?;

@@ -12,18 +12,18 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use harness::TestResult;
 use harness::cluster::{Cluster, PATIENCE, wait_for_card};
 use harness::paid::{PAYER_KEY, PaidCluster};
+use harness::store_fixtures::queued_task_with;
 use payments::LocalPayer;
 use protocol::TaskStatus;
 use protocol::token::{AccessToken, OwnerHash};
 use serde_json::{Value, json};
-use store::{Admission, Invocation, NewTask, RedisStore, RedisStoreConfig, TaskStore, Transition};
+use store::{RedisStore, RedisStoreConfig, TaskStore, Transition};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
-
-type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
 /// A run request as the agent saw it.
 #[derive(Debug, Clone)]
@@ -277,21 +277,13 @@ async fn create(
 ) -> TestResult<OwnerHash> {
     let owner = AccessToken::generate().owner_hash();
     store
-        .create(NewTask {
-            task_id: task_id.to_owned(),
-            owner: owner.clone(),
-            invocation: Invocation {
-                entrypoint: entrypoint.to_owned(),
-                input: json!({"job": task_id}),
-                context_id: None,
-                metadata: None,
-                trace_context: Default::default(),
-            },
-            admission: Admission::Queued,
+        .create(queued_task_with(
+            task_id,
+            &owner,
+            entrypoint,
+            json!({"job": task_id}),
             max_attempts,
-            retention: None,
-            source: None,
-        })
+        ))
         .await?;
     Ok(owner)
 }

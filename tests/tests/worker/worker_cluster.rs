@@ -4,19 +4,16 @@
 use std::time::Duration;
 
 use futures::StreamExt;
+use harness::TestResult;
 use harness::process::ServiceProcess;
 use harness::redis_server::RedisServer;
+use harness::store_fixtures::queued_task_with;
 use nix::sys::signal::Signal;
 use protocol::TaskStatus;
 use protocol::token::{AccessToken, OwnerHash};
 use serde_json::{Value, json};
 use store::registry::{RedisRegistry, WorkerRegistry};
-use store::{
-    Admission, Invocation, NewTask, RedisStore, RedisStoreConfig, StoredEvent, Subscription,
-    TaskStore, Transition,
-};
-
-type TestResult = Result<(), Box<dyn std::error::Error>>;
+use store::{RedisStore, RedisStoreConfig, StoredEvent, Subscription, TaskStore, Transition};
 
 /// Bound on waiting for something that must happen; reached only when a test fails.
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -63,21 +60,7 @@ impl Cluster {
         input: Value,
     ) -> Result<Subscription, Box<dyn std::error::Error>> {
         self.store
-            .create(NewTask {
-                task_id: id.to_owned(),
-                owner: self.owner.clone(),
-                invocation: Invocation {
-                    entrypoint: entrypoint.to_owned(),
-                    input,
-                    context_id: None,
-                    metadata: None,
-                    trace_context: Default::default(),
-                },
-                admission: Admission::Queued,
-                max_attempts: 3,
-                retention: None,
-                source: None,
-            })
+            .create(queued_task_with(id, &self.owner, entrypoint, input, 3))
             .await?;
         let sub = self.store.subscribe(id, &self.owner, None).await?;
         Ok(sub.ok_or("own task not visible")?)

@@ -8,16 +8,13 @@
 use std::time::Duration;
 
 use futures::StreamExt;
+use harness::TestResult;
 use harness::cluster::Cluster;
+use harness::store_fixtures::queued_task_with;
 use protocol::TaskStatus;
 use protocol::token::AccessToken;
 use serde_json::{Value, json};
-use store::{
-    Admission, Invocation, NewTask, Phase, RedisStore, RedisStoreConfig, StoredTask, Subscription,
-    TaskStore,
-};
-
-type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
+use store::{Phase, RedisStore, RedisStoreConfig, StoredTask, Subscription, TaskStore};
 
 /// Bound on waiting for something that must happen; reached only when a test fails.
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -64,21 +61,7 @@ impl Client {
         let owner = self.token.owner_hash();
         let (_, sub) = self
             .store
-            .create_watched(NewTask {
-                task_id: id.to_owned(),
-                owner,
-                invocation: Invocation {
-                    entrypoint: "fail".to_owned(),
-                    input,
-                    context_id: None,
-                    metadata: None,
-                    trace_context: Default::default(),
-                },
-                admission: Admission::Queued,
-                max_attempts: 1,
-                retention: None,
-                source: None,
-            })
+            .create_watched(queued_task_with(id, &owner, "fail", input, 1))
             .await?;
         Ok(sub)
     }

@@ -5,14 +5,14 @@
 use std::time::Duration;
 
 use futures::StreamExt;
+use harness::TestResult;
 use harness::process::ServiceProcess;
 use harness::redis_server::RedisServer;
+use harness::store_fixtures::queued_task_with;
 use protocol::TaskStatus;
 use protocol::token::{AccessToken, OwnerHash};
 use serde_json::{Value, json};
-use store::{Admission, Invocation, NewTask, Phase, RedisStore, RedisStoreConfig, TaskStore};
-
-type TestResult = Result<(), Box<dyn std::error::Error>>;
+use store::{NewTask, Phase, RedisStore, RedisStoreConfig, TaskStore};
 
 /// Bound on waiting for something that must happen; reached only when the test fails. The
 /// sleeps last twice as long, so an echo queued behind them cannot finish within it.
@@ -20,21 +20,7 @@ const PATIENCE: Duration = Duration::from_secs(30);
 const SLEEP_MS: u64 = 60_000;
 
 fn task(id: &str, owner: &OwnerHash, entrypoint: &str, input: Value) -> NewTask {
-    NewTask {
-        task_id: id.to_owned(),
-        owner: owner.clone(),
-        invocation: Invocation {
-            entrypoint: entrypoint.to_owned(),
-            input,
-            context_id: None,
-            metadata: None,
-            trace_context: Default::default(),
-        },
-        admission: Admission::Queued,
-        max_attempts: 1,
-        retention: None,
-        source: None,
-    }
+    queued_task_with(id, owner, entrypoint, input, 1)
 }
 
 async fn running_sleeps(

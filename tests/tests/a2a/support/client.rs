@@ -3,12 +3,13 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use harness::TestResult;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 use super::replies::{Failure, Reply, ok, rest_reply, rpc_reply};
 use super::sse::Sse;
-use super::{Binding, PATIENCE, POLL, Res, ensure, state};
+use super::{Binding, PATIENCE, POLL, ensure, state};
 
 /// A client of both bindings, with its version and credentials.
 #[derive(Clone)]
@@ -60,7 +61,7 @@ impl A2a {
         (id, body)
     }
 
-    pub async fn rpc(&self, method: &str, params: Value) -> Res<Reply> {
+    pub async fn rpc(&self, method: &str, params: Value) -> TestResult<Reply> {
         let (id, body) = A2a::envelope(method, params);
         let response = self
             .request(Method::POST, &self.jsonrpc_url())
@@ -70,7 +71,7 @@ impl A2a {
         rpc_reply(response, &id).await
     }
 
-    pub async fn rest(&self, method: Method, path: &str, body: Option<Value>) -> Res<Reply> {
+    pub async fn rest(&self, method: Method, path: &str, body: Option<Value>) -> TestResult<Reply> {
         let mut request = self.request(method, &self.rest_url(path));
         if let Some(body) = body {
             request = request.json(&body);
@@ -80,7 +81,11 @@ impl A2a {
 
     /// Posts `body` as it is to the JSON-RPC endpoint: its status and JSON body (`null` when
     /// the body is not JSON), never a 5xx.
-    pub async fn raw_rpc(&self, body: Vec<u8>, content_type: &str) -> Res<(StatusCode, Value)> {
+    pub async fn raw_rpc(
+        &self,
+        body: Vec<u8>,
+        content_type: &str,
+    ) -> TestResult<(StatusCode, Value)> {
         let response = self
             .request(Method::POST, &self.jsonrpc_url())
             .header(reqwest::header::CONTENT_TYPE, content_type)
@@ -101,7 +106,7 @@ impl A2a {
         ))
     }
 
-    pub async fn send(&self, binding: Binding, request: Value) -> Res<Reply> {
+    pub async fn send(&self, binding: Binding, request: Value) -> TestResult<Reply> {
         match binding {
             Binding::JsonRpc => self.rpc("SendMessage", request).await,
             Binding::Rest => {
@@ -112,7 +117,7 @@ impl A2a {
     }
 
     /// `SendMessage` that must answer a task: the task.
-    pub async fn send_task(&self, binding: Binding, request: Value) -> Res<Value> {
+    pub async fn send_task(&self, binding: Binding, request: Value) -> TestResult<Value> {
         let result = ok(self.send(binding, request).await?, "SendMessage")?;
         ensure(result.get("message").is_none(), || {
             format!("SendMessage answered a message, not a task: {result}")
@@ -129,7 +134,7 @@ impl A2a {
         binding: Binding,
         id: &str,
         history_length: Option<i64>,
-    ) -> Res<Reply> {
+    ) -> TestResult<Reply> {
         match binding {
             Binding::JsonRpc => {
                 let mut params = json!({"id": id});
@@ -148,7 +153,7 @@ impl A2a {
         }
     }
 
-    pub async fn cancel(&self, binding: Binding, id: &str) -> Res<Reply> {
+    pub async fn cancel(&self, binding: Binding, id: &str) -> TestResult<Reply> {
         match binding {
             Binding::JsonRpc => self.rpc("CancelTask", json!({"id": id})).await,
             Binding::Rest => {
@@ -159,7 +164,7 @@ impl A2a {
     }
 
     /// `ListTasks` with `params` (the JSON-RPC params; HTTP+JSON sends them as the query).
-    pub async fn list(&self, binding: Binding, params: Value) -> Res<Reply> {
+    pub async fn list(&self, binding: Binding, params: Value) -> TestResult<Reply> {
         match binding {
             Binding::JsonRpc => self.rpc("ListTasks", params).await,
             Binding::Rest => {
@@ -181,7 +186,11 @@ impl A2a {
     }
 
     /// `SendStreamingMessage`: the event stream, or the refusal.
-    pub async fn stream(&self, binding: Binding, request: Value) -> Res<Result<Sse, Failure>> {
+    pub async fn stream(
+        &self,
+        binding: Binding,
+        request: Value,
+    ) -> TestResult<Result<Sse, Failure>> {
         match binding {
             Binding::JsonRpc => {
                 let (id, body) = A2a::envelope("SendStreamingMessage", request);
@@ -209,7 +218,7 @@ impl A2a {
         binding: Binding,
         id: &str,
         method: Method,
-    ) -> Res<Result<Sse, Failure>> {
+    ) -> TestResult<Result<Sse, Failure>> {
         match binding {
             Binding::JsonRpc => {
                 let (rpc_id, body) = A2a::envelope("SubscribeToTask", json!({"id": id}));
@@ -232,7 +241,7 @@ impl A2a {
 }
 
 /// Waits until `GetTask` shows task `id` in `wanted` (a worker took it, say).
-pub async fn wait_for_state(client: &A2a, binding: Binding, id: &str, wanted: &str) -> Res {
+pub async fn wait_for_state(client: &A2a, binding: Binding, id: &str, wanted: &str) -> TestResult {
     let start = tokio::time::Instant::now();
     loop {
         let task = ok(client.get_task(binding, id, None).await?, "GetTask")?;

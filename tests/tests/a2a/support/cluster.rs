@@ -1,13 +1,14 @@
 //! The cluster fixture ([`Cluster`]): a private redis-server, `worker`s hosting the built-ins
 //! and the TCK agent, and a `gateway` speaking A2A with `A2A_DEFAULT_SKILL=tck`.
 
+use harness::TestResult;
 use harness::process::ServiceProcess;
 use harness::redis_server::RedisServer;
 use reqwest::StatusCode;
 use serde_json::Value;
 
 use super::client::A2a;
-use super::{PATIENCE, POLL, Res, ensure};
+use super::{PATIENCE, POLL, ensure};
 
 /// Redis, workers and one gateway; everything stops when it drops.
 pub struct Cluster {
@@ -22,12 +23,12 @@ pub struct Cluster {
 impl Cluster {
     /// Redis, worker `w1` and the gateway (the harness's cluster builder), once the A2A card
     /// lists the skills the suite uses.
-    pub async fn start() -> Res<Cluster> {
+    pub async fn start() -> TestResult<Cluster> {
         Cluster::start_with(&[]).await
     }
 
     /// [`Cluster::start`] with `gateway` added to the gateway's settings.
-    pub async fn start_with(gateway: &[(&str, &str)]) -> Res<Cluster> {
+    pub async fn start_with(gateway: &[(&str, &str)]) -> TestResult<Cluster> {
         let mut settings = vec![("A2A_DEFAULT_SKILL", "tck")];
         settings.extend_from_slice(gateway);
         let built = harness::cluster::Cluster::builder()
@@ -56,7 +57,7 @@ impl Cluster {
         Ok(cluster)
     }
 
-    pub async fn wait_for_skills(&self, skills: &[&str]) -> Res {
+    pub async fn wait_for_skills(&self, skills: &[&str]) -> TestResult {
         let start = tokio::time::Instant::now();
         loop {
             let card = self.a2a_card().await?;
@@ -78,7 +79,7 @@ impl Cluster {
         }
     }
 
-    pub async fn a2a_card(&self) -> Res<Value> {
+    pub async fn a2a_card(&self) -> TestResult<Value> {
         let response = self
             .http
             .get(format!("{}/a2a/.well-known/agent-card.json", self.base))
@@ -100,7 +101,7 @@ impl Cluster {
         }
     }
 
-    pub async fn health(&self) -> Res<StatusCode> {
+    pub async fn health(&self) -> TestResult<StatusCode> {
         Ok(self
             .http
             .get(format!("{}/health", self.base))
@@ -117,7 +118,7 @@ const WORKER_SETTINGS: &[(&str, &str)] = &[
 ];
 
 /// A worker hosting the built-ins and the TCK agent, with [`WORKER_SETTINGS`].
-pub fn worker(redis: &RedisServer, id: &str) -> Res<ServiceProcess> {
+pub fn worker(redis: &RedisServer, id: &str) -> TestResult<ServiceProcess> {
     let mut env = vec![("REDIS_URL", redis.url()), ("WORKER_ID", id.to_owned())];
     env.extend(
         WORKER_SETTINGS
@@ -132,7 +133,7 @@ pub fn worker(redis: &RedisServer, id: &str) -> Res<ServiceProcess> {
     )?)
 }
 
-pub fn http() -> Res<reqwest::Client> {
+pub fn http() -> TestResult<reqwest::Client> {
     // Generous: an SSE response counts as one request until its stream ends.
     Ok(reqwest::Client::builder().timeout(PATIENCE * 2).build()?)
 }

@@ -11,6 +11,7 @@ mod sse;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use harness::TestResult;
 use serde_json::{Value, json};
 
 pub use client::{A2a, wait_for_state};
@@ -22,8 +23,6 @@ pub use replies::{
     ok, reason_of, rest_reply,
 };
 pub use sse::{artifact_updates, check_stream, event_state, kind};
-
-pub type Res<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
 /// Bound on any one wait; reached only when a test fails.
 pub const PATIENCE: Duration = Duration::from_secs(30);
@@ -44,7 +43,7 @@ pub fn unique(prefix: &str) -> String {
 }
 
 /// `Ok` when `condition` holds, else the error `what` describes.
-pub fn ensure(condition: bool, what: impl FnOnce() -> String) -> Res {
+pub fn ensure(condition: bool, what: impl FnOnce() -> String) -> TestResult {
     if condition {
         Ok(())
     } else {

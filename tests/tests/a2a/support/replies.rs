@@ -2,10 +2,11 @@
 //! each error's `google.rpc.ErrorInfo` checked; the spec's error codes and their reasons; and
 //! the expectations the tests state about refusals.
 
+use harness::TestResult;
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use super::{Binding, Res, ensure};
+use super::{Binding, ensure};
 
 const ERROR_INFO: &str = "type.googleapis.com/google.rpc.ErrorInfo";
 
@@ -56,7 +57,7 @@ pub struct Failure {
 pub type Reply = Result<Value, Failure>;
 
 /// Checks a `google.rpc.ErrorInfo` detail and returns its reason.
-pub fn error_info(detail: &Value) -> Res<String> {
+pub fn error_info(detail: &Value) -> TestResult<String> {
     ensure(detail["@type"] == ERROR_INFO, || {
         format!("not an ErrorInfo: {detail}")
     })?;
@@ -79,7 +80,7 @@ pub fn challenge_of(response: &reqwest::Response) -> Option<String> {
 
 /// A JSON-RPC answer: the result, or the error with its `ErrorInfo` checked. `id` is the
 /// request's id, which a well-formed request's answer echoes.
-pub async fn rpc_reply(response: reqwest::Response, id: &Value) -> Res<Reply> {
+pub async fn rpc_reply(response: reqwest::Response, id: &Value) -> TestResult<Reply> {
     let http = response.status();
     let challenge = challenge_of(&response);
     let bytes = response.bytes().await?;
@@ -121,7 +122,7 @@ pub async fn rpc_reply(response: reqwest::Response, id: &Value) -> Res<Reply> {
 }
 
 /// An HTTP+JSON answer: the body, or the AIP-193 error with its `ErrorInfo` checked.
-pub async fn rest_reply(response: reqwest::Response) -> Res<Reply> {
+pub async fn rest_reply(response: reqwest::Response) -> TestResult<Reply> {
     let http = response.status();
     let challenge = challenge_of(&response);
     let bytes = response.bytes().await?;
@@ -166,7 +167,7 @@ pub fn expect_error(
     code: i64,
     rest_status: u16,
     what: &str,
-) -> Res<Failure> {
+) -> TestResult<Failure> {
     let failure = match reply {
         Ok(value) => {
             return Err(format!("{what} ({binding:?}): expected error {code}, got {value}").into());
@@ -189,7 +190,7 @@ pub fn expect_error(
 }
 
 /// Expects an authentication refusal: `401` with `WWW-Authenticate: Bearer` on both bindings.
-pub fn expect_unauthenticated(binding: Binding, reply: Reply, what: &str) -> Res {
+pub fn expect_unauthenticated(binding: Binding, reply: Reply, what: &str) -> TestResult {
     let failure = match reply {
         Ok(value) => return Err(format!("{what} ({binding:?}): expected 401, got {value}").into()),
         Err(failure) => failure,
@@ -205,6 +206,6 @@ pub fn expect_unauthenticated(binding: Binding, reply: Reply, what: &str) -> Res
     )
 }
 
-pub fn ok(reply: Reply, what: &str) -> Res<Value> {
+pub fn ok(reply: Reply, what: &str) -> TestResult<Value> {
     reply.map_err(|failure| format!("{what}: refused with {failure:?}").into())
 }

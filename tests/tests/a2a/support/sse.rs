@@ -3,11 +3,12 @@
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
+use harness::TestResult;
 use reqwest::StatusCode;
 use serde_json::Value;
 
 use super::replies::{Failure, rest_reply, rpc_reply};
-use super::{Binding, PATIENCE, Res, ensure, state};
+use super::{Binding, PATIENCE, ensure, state};
 
 /// A Server-Sent Events response read as A2A `StreamResponse`s.
 pub struct Sse {
@@ -24,7 +25,7 @@ impl Sse {
         binding: Binding,
         response: reqwest::Response,
         id: Option<Value>,
-    ) -> Res<Result<Sse, Failure>> {
+    ) -> TestResult<Result<Sse, Failure>> {
         let is_sse = response
             .headers()
             .get(reqwest::header::CONTENT_TYPE)
@@ -53,7 +54,7 @@ impl Sse {
     }
 
     /// The next event (its `StreamResponse`), or `None` once the server ended the stream.
-    pub async fn next(&mut self) -> Res<Option<Value>> {
+    pub async fn next(&mut self) -> TestResult<Option<Value>> {
         // Keep-alive comments do not count: the next event is due within PATIENCE.
         let deadline = tokio::time::Instant::now() + PATIENCE;
         loop {
@@ -95,7 +96,7 @@ impl Sse {
     }
 
     /// Every remaining event, up to the end of the stream.
-    pub async fn rest(&mut self) -> Res<Vec<Value>> {
+    pub async fn rest(&mut self) -> TestResult<Vec<Value>> {
         let mut events = Vec::new();
         loop {
             match self.next().await {
@@ -109,7 +110,7 @@ impl Sse {
     /// A JSON-RPC event is a response of the request's id whose result is the
     /// `StreamResponse`; an HTTP+JSON event is the `StreamResponse` itself. Either has exactly
     /// one of `task`, `message`, `statusUpdate`, `artifactUpdate`.
-    pub fn unwrap(&self, event: Value) -> Res<Value> {
+    pub fn unwrap(&self, event: Value) -> TestResult<Value> {
         let response = match self.binding {
             Binding::JsonRpc => {
                 ensure(
@@ -165,7 +166,7 @@ pub fn artifact_updates(events: &[Value]) -> Vec<&Value> {
 /// Checks a stream's shape: the task first, a `WORKING` status before any artifact and before
 /// the end unless the task already was working (or was cancelled before it started), every
 /// event of the task, and one final status update, of `last_state`, as the last event.
-pub fn check_stream(events: &[Value], last_state: &str, what: &str) -> Res<String> {
+pub fn check_stream(events: &[Value], last_state: &str, what: &str) -> TestResult<String> {
     let first = events.first().ok_or_else(|| format!("{what}: no events"))?;
     ensure(kind(first) == "task", || {
         format!("{what}: the first event is not the task: {events:?}")
