@@ -1,4 +1,4 @@
-//! The gateway's cached view of the worker registry (`gateway/src/catalog.rs`), with real
+//! The gateway's cached view of the worker registry (`gateway/src/core/catalog.rs`), with real
 //! `gateway` and `worker` processes on a private redis-server: the card follows a worker that
 //! joins, leaves cleanly, or is killed (its entry merely expires) within the documented bound
 //! (`REGISTRY_REFRESH_MS`); its ETag moves with it and `If-None-Match` answers 304 otherwise;
