@@ -188,7 +188,7 @@ pub struct GatewayConfig {
     #[arg(
         long,
         env = "AGENT_DESCRIPTION",
-        default_value = "An agent task service running as a Redis worker cluster"
+        default_value = "An agent task service: owned, streamed and paid tasks over the Lucid and A2A protocols"
     )]
     pub agent_description: String,
 
