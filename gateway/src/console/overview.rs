@@ -312,9 +312,14 @@ pub fn percentile(counts: &[u64], q: f64) -> Option<u64> {
 
 /// Settled in the window, and what this gateway's last settlement recovery sweep left
 /// unreconciled (every paying gateway sweeps the same ledger, so any one's count will do).
+/// The settled count is the cluster's, like `totals.settled`, also on a gateway that takes no
+/// payments itself (`enabled: false`): the two never disagree.
 fn payments(state: &AppState, settled: u64) -> Payments {
     let Some(gate) = &state.payments else {
-        return Payments::default();
+        return Payments {
+            settled,
+            ..Payments::default()
+        };
     };
     Payments {
         enabled: true,

@@ -98,7 +98,7 @@
     text("cancelled", t.cancelled);
     text("recovered", t.recovered);
     text("latency", [t.p50_ms, t.p95_ms, t.p99_ms].map(ms).join(" / "));
-    text("settled", o.payments.enabled ? o.payments.settled : "off");
+    text("settled", o.payments.enabled || o.payments.settled ? o.payments.settled : "off");
     text("awaiting", o.payments.enabled ? o.payments.awaiting_recovery : "off");
 
     rows("entrypoints", o.entrypoints, (e) => e.name, (e) => [
