@@ -36,7 +36,9 @@ type HmacSha256 = Hmac<Sha256>;
 pub enum OperatorTokenError {
     #[error("--operator-token-file (OPERATOR_TOKEN_FILE) {0}: {1}")]
     File(String, std::io::Error),
-    #[error("the operator token must be at least {MIN_TOKEN_BYTES} bytes (make one with `openssl rand -hex 32`)")]
+    #[error(
+        "the operator token must be at least {MIN_TOKEN_BYTES} bytes (make one with `openssl rand -hex 32`)"
+    )]
     Short,
 }
 
