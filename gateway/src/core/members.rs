@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use axum::http::{HeaderMap, header};
+use axum::http::HeaderMap;
 use protocol::token::{AccessToken, OwnerHash};
 
 /// The largest member file read.
@@ -169,19 +169,10 @@ impl<'a> Viewer<'a> {
     }
 }
 
-/// The caller's token: `Authorization: Bearer` decides when present, else `Task-Access-Token`
-/// (the A2A bindings' rule, [`crate::core::caller::token`], without its error messages: here a
-/// malformed token only means "not a member").
+/// The caller's token, by the A2A bindings' rule ([`crate::core::caller::token`]); here a
+/// malformed or missing token only means "not a member".
 fn token(headers: &HeaderMap) -> Option<AccessToken> {
-    if let Some(value) = headers.get(header::AUTHORIZATION) {
-        let text = value.to_str().ok()?.trim();
-        let (scheme, credential) = text.split_once(' ').unwrap_or((text, ""));
-        if scheme.eq_ignore_ascii_case("bearer") {
-            return AccessToken::parse(credential.trim()).ok();
-        }
-    }
-    let value = headers.get(crate::http::extract::TASK_ACCESS_TOKEN)?;
-    AccessToken::parse(value.to_str().ok()?).ok()
+    crate::core::caller::token(headers).ok()
 }
 
 #[cfg(test)]
