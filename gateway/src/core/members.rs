@@ -177,7 +177,7 @@ fn token(headers: &HeaderMap) -> Option<AccessToken> {
 
 #[cfg(test)]
 mod tests {
-    use axum::http::HeaderValue;
+    use axum::http::{HeaderValue, header};
 
     use super::*;
 
