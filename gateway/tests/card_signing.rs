@@ -323,43 +323,12 @@ async fn the_official_python_sdk_verifies_the_signed_card_per_the_spec() -> Test
             .ok_or("cannot locate the target dir")?
             .join("a2a-sdk-venv/bin/python"),
     };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let public = format!("http://{}", listener.local_addr()?);
-    // One ES256 key and one EdDSA key: PyJWT checks both.
-    let file = jwk_file("python", &[private_jwk("old", 7)?, ed_jwk("new", 5)])?;
-    let gateway = start(&[
-        "--public-url",
-        &public,
-        "--card-signing-key-file",
-        file.to_str().ok_or("path")?,
-    ])
+    let output = sdk_check(
+        python.as_os_str(),
+        "python/a2a_sdk_card_signature.py",
+        "run `bash scripts/a2a-sdk-venv` (a2a-sdk[signing])",
+    )
     .await?;
-    let server = tokio::spawn(
-        axum::serve(listener, gateway.app.clone())
-            .with_graceful_shutdown(gateway.shutdown.clone().cancelled_owned())
-            .into_future(),
-    );
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/python/a2a_sdk_card_signature.py");
-    let run = tokio::process::Command::new(&python)
-        .arg(script)
-        .arg(format!("{public}/a2a/.well-known/agent-card.json"))
-        .arg(format!("{public}/.well-known/jwks.json"))
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(Duration::from_secs(60), run)
-        .await
-        .map_err(|_| "the SDK check did not finish")?
-        .map_err(|err| {
-            format!(
-                "cannot run {} ({err}): run `bash scripts/a2a-sdk-venv` (a2a-sdk[signing])",
-                python.display()
-            )
-        })?;
-    gateway.shutdown.cancel();
-    server.await??;
-    std::fs::remove_file(file)?;
     assert!(
         output.status.success()
             && output.stdout.starts_with(b"ok")
@@ -377,9 +346,35 @@ async fn the_official_python_sdk_verifies_the_signed_card_per_the_spec() -> Test
 /// the Python SDK's does (see docs/a2a.md).
 #[tokio::test]
 async fn the_official_javascript_sdk_verifies_the_signed_card_per_the_spec() -> TestResult {
+    let node = std::env::var_os("NODE").unwrap_or("node".into());
+    let output = sdk_check(
+        &node,
+        "js/a2a_sdk_card_signature.mjs",
+        "Node.js 20 or later is needed",
+    )
+    .await?;
+    assert!(
+        output.status.success() && output.stdout.starts_with(b"ok"),
+        "{}\n{}\nrun `bash scripts/a2a-js-sdk` if @a2a-js/sdk is missing",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(())
+}
+
+/// Serves a gateway signing with one ES256 and one EdDSA key, runs `program` on
+/// `tests/<script>` with the A2A card's and the JWKS's URLs, and returns what it printed.
+/// The key file is named after the script's folder, so that the checks can run side by side.
+/// `setup` says how to get `program` when it cannot be run.
+async fn sdk_check(
+    program: &std::ffi::OsStr,
+    script: &str,
+    setup: &str,
+) -> TestResult<std::process::Output> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let public = format!("http://{}", listener.local_addr()?);
-    let file = jwk_file("javascript", &[private_jwk("old", 7)?, ed_jwk("new", 5)])?;
+    let name = script.split('/').next().unwrap_or("sdk");
+    let file = jwk_file(name, &[private_jwk("old", 7)?, ed_jwk("new", 5)])?;
     let gateway = start(&[
         "--public-url",
         &public,
@@ -392,10 +387,12 @@ async fn the_official_javascript_sdk_verifies_the_signed_card_per_the_spec() -> 
             .with_graceful_shutdown(gateway.shutdown.clone().cancelled_owned())
             .into_future(),
     );
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/js/a2a_sdk_card_signature.mjs");
-    let run = tokio::process::Command::new(std::env::var_os("NODE").unwrap_or("node".into()))
-        .arg(script)
+    let run = tokio::process::Command::new(program)
+        .arg(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../tests")
+                .join(script),
+        )
         .arg(format!("{public}/a2a/.well-known/agent-card.json"))
         .arg(format!("{public}/.well-known/jwks.json"))
         .stdin(std::process::Stdio::null())
@@ -404,17 +401,14 @@ async fn the_official_javascript_sdk_verifies_the_signed_card_per_the_spec() -> 
     let output = tokio::time::timeout(Duration::from_secs(60), run)
         .await
         .map_err(|_| "the SDK check did not finish")?
-        .map_err(|err| format!("cannot run node ({err}): Node.js 20 or later is needed"))?;
+        .map_err(|err| {
+            let program = std::path::Path::new(program).display();
+            format!("cannot run {program} ({err}): {setup}")
+        })?;
     gateway.shutdown.cancel();
     server.await??;
     std::fs::remove_file(file)?;
-    assert!(
-        output.status.success() && output.stdout.starts_with(b"ok"),
-        "{}\n{}\nrun `bash scripts/a2a-js-sdk` if @a2a-js/sdk is missing",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    Ok(())
+    Ok(output)
 }
 
 #[path = "card_signing/sighup.rs"]
