@@ -152,6 +152,7 @@ async fn one_trace_covers_a_task_from_gateway_to_worker_over_otlp_http() -> Test
 
     // Wait for the worker's consumer and handler spans, and the task metrics of both sides.
     let id = task_id.clone();
+    let seen = std::sync::Mutex::new(String::new());
     let received = receiver
         .wait_for(PATIENCE, |received| {
             let spans = received.spans();
@@ -399,7 +400,7 @@ async fn recovery_and_fencing_are_span_events_and_the_rerun_joins_the_trace() ->
     let task_id = create_task(&base, "sleep", json!({"ms": 1200})).await?;
     wait_until_active(&store, &task_id, PATIENCE).await?;
     w1.signal(Signal::SIGSTOP)?; // frozen past its lease
-    let _w2 = ServiceProcess::start("worker", "w2", &[], &worker_env(&receiver, &redis, "w2"))?;
+    let w2 = ServiceProcess::start("worker", "w2", &[], &worker_env(&receiver, &redis, "w2"))?;
     let task = wait_until_finished(&base, &task_id).await?;
     assert_eq!(task["status"], "completed", "{task}");
     w1.signal(Signal::SIGCONT)?; // wakes up holding a dead lease
@@ -411,6 +412,7 @@ async fn recovery_and_fencing_are_span_events_and_the_rerun_joins_the_trace() ->
             && attr(s, "taskcluster.worker.id").as_deref() == Some(worker)
     };
     let id = task_id.clone();
+    let seen = std::sync::Mutex::new(String::new());
     let received = receiver
         .wait_for(PATIENCE, |received| {
             let spans = received.spans();
@@ -434,10 +436,23 @@ async fn recovery_and_fencing_are_span_events_and_the_rerun_joins_the_trace() ->
                 "taskcluster.tasks.recovered",
                 &[("entrypoint", "sleep"), ("outcome", "requeued")],
             );
+            *seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = format!(
+                "sweep {sweep}, stale run {stale_run_ended}, rerun {rerun_exported}, \
+                 fenced {fenced}, recovered {recovered}"
+            );
             (sweep && stale_run_ended && rerun_exported && fenced && recovered)
                 .then(|| received.clone())
         })
-        .await?;
+        .await
+        .map_err(|err| {
+            // Which of the five never arrived, and what each worker said meanwhile.
+            let seen = seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            format!(
+                "{seen}\n--- w1\n{}\n--- w2\n{}\n{err}",
+                w1.log(),
+                w2.log()
+            )
+        })?;
     let spans = received.spans();
     let producer = find(&spans, "gateway", |s| {
         kind(s) == SpanKind::Producer as i32
