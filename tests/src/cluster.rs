@@ -135,6 +135,54 @@ pub fn lists_skills(card: &Value, skills: &[String]) -> bool {
     })
 }
 
+/// A gateway `name` on a free loopback port with `env` added (`REDIS_URL` among them for a
+/// cluster gateway; without it, the embedded single process), once `/health` answers. Its
+/// base URL ends with `BASE_PATH` when `env` sets one.
+pub async fn gateway(name: &str, args: &[&str], env: &[(&str, String)]) -> TestResult<Gateway> {
+    let port = free_port()?;
+    let mut all = vec![("LISTEN_ADDR", format!("127.0.0.1:{port}"))];
+    all.extend(env.iter().cloned());
+    let process = ServiceProcess::start("gateway", name, args, &all)?;
+    // Under a BASE_PATH every route, `/health` included, is served below it.
+    let base_path = env
+        .iter()
+        .find(|(key, _)| *key == "BASE_PATH")
+        .map(|(_, path)| path.trim_end_matches('/'))
+        .unwrap_or_default();
+    let base = format!("http://127.0.0.1:{port}{base_path}");
+    wait_healthy(&process, &base).await?;
+    Ok(Gateway { process, base })
+}
+
+/// A worker `name` of the workspace binary `program` (`worker`, or an agent's program built
+/// on the worker host) on `redis`, with `WORKER_ID` = `name`, every slot open to any
+/// entrypoint, and `env` added (which may override both).
+pub fn worker_process(
+    program: &str,
+    redis: &RedisServer,
+    name: &str,
+    args: &[&str],
+    env: &[(&str, String)],
+) -> TestResult<ServiceProcess> {
+    let mut all = vec![
+        ("REDIS_URL", redis.url()),
+        ("WORKER_ID", name.to_owned()),
+        // As for `worker` (ServiceProcess::start): every slot takes any entrypoint.
+        ("WORKER_ENTRYPOINT_SHARE", "100".to_owned()),
+    ];
+    all.extend(env.iter().cloned());
+    Ok(ServiceProcess::start(program, name, args, &all)?)
+}
+
+/// [`worker_process`] of the `worker` binary.
+pub fn worker(
+    redis: &RedisServer,
+    name: &str,
+    env: &[(&str, String)],
+) -> TestResult<ServiceProcess> {
+    worker_process("worker", redis, name, &[], env)
+}
+
 /// A process to start: its name (also `WORKER_ID` for a worker), arguments and settings.
 #[derive(Clone, Debug)]
 struct Spec {
@@ -157,6 +205,14 @@ impl Spec {
                 .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
                 .collect(),
         }
+    }
+
+    /// The settings as [`ServiceProcess::start`] takes them.
+    fn env_refs(&self) -> Vec<(&str, String)> {
+        self.env
+            .iter()
+            .map(|(key, value)| (key.as_str(), value.clone()))
+            .collect()
     }
 }
 
@@ -333,46 +389,18 @@ impl Cluster {
     }
 
     fn start_worker(&mut self, spec: &Spec) -> TestResult<usize> {
-        let mut env = vec![
-            ("REDIS_URL", self.redis.url()),
-            ("WORKER_ID", spec.name.clone()),
-            // As for `worker` (ServiceProcess::start): every slot takes any entrypoint.
-            ("WORKER_ENTRYPOINT_SHARE", "100".to_owned()),
-        ];
-        env.extend(
-            spec.env
-                .iter()
-                .map(|(key, value)| (key.as_str(), value.clone())),
-        );
+        let env = spec.env_refs();
         let args: Vec<&str> = spec.args.iter().map(String::as_str).collect();
-        let process = ServiceProcess::start(&spec.program, &spec.name, &args, &env)?;
+        let process = worker_process(&spec.program, &self.redis, &spec.name, &args, &env)?;
         self.workers.push(process);
         Ok(self.workers.len() - 1)
     }
 
     async fn start_gateway(&mut self, spec: &Spec) -> TestResult<usize> {
-        let port = free_port()?;
-        let mut env = vec![
-            ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
-            ("REDIS_URL", self.redis.url()),
-        ];
-        env.extend(
-            spec.env
-                .iter()
-                .map(|(key, value)| (key.as_str(), value.clone())),
-        );
+        let mut env = vec![("REDIS_URL", self.redis.url())];
+        env.extend(spec.env_refs());
         let args: Vec<&str> = spec.args.iter().map(String::as_str).collect();
-        let process = ServiceProcess::start("gateway", &spec.name, &args, &env)?;
-        // Under a BASE_PATH every route, `/health` included, is served below it.
-        let base_path = spec
-            .env
-            .iter()
-            .find(|(key, _)| key == "BASE_PATH")
-            .map(|(_, path)| path.trim_end_matches('/'))
-            .unwrap_or_default();
-        let base = format!("http://127.0.0.1:{port}{base_path}");
-        wait_healthy(&process, &base).await?;
-        self.gateways.push(Gateway { process, base });
+        self.gateways.push(gateway(&spec.name, &args, &env).await?);
         Ok(self.gateways.len() - 1)
     }
 }

@@ -152,7 +152,6 @@ async fn one_trace_covers_a_task_from_gateway_to_worker_over_otlp_http() -> Test
 
     // Wait for the worker's consumer and handler spans, and the task metrics of both sides.
     let id = task_id.clone();
-    let seen = std::sync::Mutex::new(String::new());
     let received = receiver
         .wait_for(PATIENCE, |received| {
             let spans = received.spans();
@@ -436,7 +435,9 @@ async fn recovery_and_fencing_are_span_events_and_the_rerun_joins_the_trace() ->
                 "taskcluster.tasks.recovered",
                 &[("entrypoint", "sleep"), ("outcome", "requeued")],
             );
-            *seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = format!(
+            *seen
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = format!(
                 "sweep {sweep}, stale run {stale_run_ended}, rerun {rerun_exported}, \
                  fenced {fenced}, recovered {recovered}"
             );
@@ -446,12 +447,10 @@ async fn recovery_and_fencing_are_span_events_and_the_rerun_joins_the_trace() ->
         .await
         .map_err(|err| {
             // Which of the five never arrived, and what each worker said meanwhile.
-            let seen = seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            format!(
-                "{seen}\n--- w1\n{}\n--- w2\n{}\n{err}",
-                w1.log(),
-                w2.log()
-            )
+            let seen = seen
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            format!("{seen}\n--- w1\n{}\n--- w2\n{}\n{err}", w1.log(), w2.log())
         })?;
     let spans = received.spans();
     let producer = find(&spans, "gateway", |s| {
