@@ -271,7 +271,7 @@ fn payment_gate(
     };
     let gate = gate?;
     tracing::info!(pay_to = %gate.pay_to, network = gate.network.name, "priced routes take x402 payments");
-    if let Some(warning) = crate::http::origin::unbound_origin_warning(config) {
+    if let Some(warning) = crate::core::origin::unbound_origin_warning(config) {
         tracing::warn!("{warning}");
     }
     if config.settlement_recovery_ms > 0 {

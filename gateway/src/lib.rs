@@ -1,10 +1,10 @@
 //! The gateway: the Lucid HTTP profile and the official A2A v1.0 bindings over the task
 //! cluster, holding no state of its own. Three layers, each a folder, each using only the ones
-//! above it (the plumbing reads the settings, [`core::config`], for the public URL and the
-//! listen address); `tests/layers.rs` checks the imports:
+//! above it (the plumbing imports no other layer; the core decides which origin payments and
+//! signed cards are bound to, [`core::origin`]); `tests/layers.rs` checks the imports:
 //!
 //! **[`http`]: HTTP plumbing**, about HTTP rather than either protocol: the request's and the
-//! public origin, each protocol's endpoint URLs, cached documents (ETag, `304`), SSE
+//! public URL's origin, each protocol's endpoint URLs, cached documents (ETag, `304`), SSE
 //! keep-alive; the client address key of rate limits and of `MAX_LIVE_PER_ADDRESS`
 //! ([`http::client_address`], behind trusted proxies from the chain [`http::forwarded`]
 //! reads), `x-request-id` values ([`http::request_id`]), HTTP server spans and metrics

@@ -8,6 +8,8 @@
 //! - [`catalog`]: the cached view of the worker registry and the documents built from it;
 //! - [`recent`]: entrypoints listed recently, admitted through a gap in the registry;
 //! - [`prices`]: one view of each entrypoint's terms across workers, and a route's price;
+//! - [`origin`]: the origin payments, sign-ins and signed cards are bound to (never one a
+//!   request chose, unless forwarded headers are trusted);
 //! - [`members`]: the callers `--member-tokens-file` lists, who see and run private
 //!   entrypoints;
 //! - [`admit`]: admission shared by task creation, invoke, stream and A2A messages;
@@ -31,6 +33,7 @@ pub mod catalog;
 pub mod config;
 pub mod create;
 pub mod members;
+pub mod origin;
 pub mod pay;
 pub mod prices;
 pub mod push;

@@ -202,7 +202,7 @@ impl A2aService for Grpc {
         let config = &self.state.config;
         let base = || {
             let mut base =
-                crate::http::origin::security_origin(config, &metadata.headers, &metadata.uri);
+                crate::core::origin::security_origin(config, &metadata.headers, &metadata.uri);
             base.push_str(&config.base_path());
             base
         };

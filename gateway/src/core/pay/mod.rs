@@ -1,8 +1,8 @@
 //! The payment gate: what happens to a `PAYMENT-SIGNATURE` (x402 v2) or `X-PAYMENT` (x402 v1)
 //! on a priced invoke, stream or `POST /tasks`, in order:
 //!
-//! 1. [`crate::core::prices::route`]: is the route priced, and on what terms (network, amount in USDC atomic units,
-//!    payee, resource URL)?
+//! 1. [`crate::core::prices::route`]: is the route priced? [`terms`]: on what terms (network,
+//!    amount in USDC atomic units, payee, resource URL)?
 //! 2. no credential: [`challenge`] answers `402` with the v2 `PAYMENT-REQUIRED` header and the
 //!    v1 JSON body. Nothing is reserved, no capacity is used.
 //! 3. [`credential`]: the header is read (size bound, base64, JSON, version) and checked
@@ -30,6 +30,7 @@ pub mod pending;
 pub mod receipt;
 pub mod recovery;
 pub mod siwx;
+mod terms;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -259,13 +260,13 @@ pub async fn check<'a>(
 }
 
 /// The origin payments and sign-ins are bound to (see
-/// [`crate::http::origin::security_origin`]).
+/// [`crate::core::origin::security_origin`]).
 pub fn security_origin(
     state: PayContext<'_>,
     headers: &axum::http::HeaderMap,
     uri: &axum::http::Uri,
 ) -> String {
-    crate::http::origin::security_origin(state.config, headers, uri)
+    crate::core::origin::security_origin(state.config, headers, uri)
 }
 
 /// The x402 `resource` a request pays for: the route's URL at the security origin and, when
