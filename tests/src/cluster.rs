@@ -139,10 +139,22 @@ pub fn lists_skills(card: &Value, skills: &[String]) -> bool {
 /// cluster gateway; without it, the embedded single process), once `/health` answers. Its
 /// base URL ends with `BASE_PATH` when `env` sets one.
 pub async fn gateway(name: &str, args: &[&str], env: &[(&str, String)]) -> TestResult<Gateway> {
-    let port = free_port()?;
+    gateway_process("gateway", free_port()?, name, args, env).await
+}
+
+/// [`gateway`] of the workspace binary `program` (`gateway`, or an agent's program serving
+/// the bindings itself, embedded) on loopback `port`: for a test whose settings name the port
+/// before the process starts (`PUBLIC_URL`), or a program other than `gateway`.
+pub async fn gateway_process(
+    program: &str,
+    port: u16,
+    name: &str,
+    args: &[&str],
+    env: &[(&str, String)],
+) -> TestResult<Gateway> {
     let mut all = vec![("LISTEN_ADDR", format!("127.0.0.1:{port}"))];
     all.extend(env.iter().cloned());
-    let process = ServiceProcess::start("gateway", name, args, &all)?;
+    let process = ServiceProcess::start(program, name, args, &all)?;
     // Under a BASE_PATH every route, `/health` included, is served below it.
     let base_path = env
         .iter()
@@ -164,8 +176,21 @@ pub fn worker_process(
     args: &[&str],
     env: &[(&str, String)],
 ) -> TestResult<ServiceProcess> {
+    let mut all = vec![("REDIS_URL", redis.url())];
+    all.extend(env.iter().cloned());
+    worker_on_store(program, name, args, &all)
+}
+
+/// [`worker_process`] on a store that `env` names rather than a [`RedisServer`]: a Redis
+/// Cluster's `REDIS_CLUSTER_URLS`, say. `WORKER_ID` = `name`, every slot open to any
+/// entrypoint, and `env` added (which may override both).
+pub fn worker_on_store(
+    program: &str,
+    name: &str,
+    args: &[&str],
+    env: &[(&str, String)],
+) -> TestResult<ServiceProcess> {
     let mut all = vec![
-        ("REDIS_URL", redis.url()),
         ("WORKER_ID", name.to_owned()),
         // As for `worker` (ServiceProcess::start): every slot takes any entrypoint.
         ("WORKER_ENTRYPOINT_SHARE", "100".to_owned()),

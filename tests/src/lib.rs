@@ -1,5 +1,7 @@
 //! Test harness shared by the integration suites.
 //!
+//! - [`a2a`]: an A2A v1.0 client of both HTTP bindings (JSON-RPC, HTTP+JSON): requests with
+//!   version and credentials, replies and errors read, event streams read as `StreamResponse`s;
 //! - [`browser`]: a headless Chromium driven through a private chromedriver, for tests of the
 //!   pages the gateway serves; both stopped on drop;
 //! - [`cluster`]: a cluster of real processes (Redis, workers, gateways) built in one place, and
@@ -26,6 +28,7 @@
 /// them. (The store suites whose errors cross `tokio::spawn` keep a `Send + Sync` box.)
 pub type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
+pub mod a2a;
 pub mod browser;
 pub mod chaos;
 pub mod cluster;

@@ -16,6 +16,7 @@
 use std::time::Duration;
 
 use harness::TestResult;
+use harness::a2a::A2a;
 use harness::cluster::Cluster;
 use harness::webhook_receiver::{Answer, Received, WebhookReceiver};
 use reqwest::{Method, StatusCode};
@@ -78,18 +79,11 @@ async fn rest(
     path: &str,
     body: Option<Value>,
 ) -> TestResult<(StatusCode, Value)> {
-    let mut request = cluster
-        .http
-        .request(method, format!("{}/a2a/v1{path}", cluster.base()))
-        .bearer_auth(token)
-        .header("A2A-Version", "1.0");
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    let response = request.send().await?;
-    let status = response.status();
-    let text = response.text().await?;
-    Ok((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
+    let (status, _, body) = A2a::new(cluster.http.clone(), cluster.base())
+        .with_bearer(Some(token))
+        .call(method, &format!("/a2a/v1{path}"), body)
+        .await?;
+    Ok((status, body))
 }
 
 /// `SendMessage` for `skill` with `data`, returning at once, with an inline push config when

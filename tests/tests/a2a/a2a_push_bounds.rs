@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use a2a_pb::a2a_service_client::A2aServiceClient;
 use harness::TestResult;
+use harness::a2a::A2a;
 use harness::cluster::{Cluster, free_port};
 use harness::redis_server::RedisOptions;
 use serde_json::{Value, json};
@@ -302,15 +303,10 @@ async fn creating_configs_is_rate_limited_on_every_binding() -> TestResult {
     )
     .await?;
     assert!(error.is_null(), "{error}");
+    let a2a = A2a::new(cluster.http.clone(), cluster.base()).with_bearer(Some(TOKEN));
+    let configs = a2a.rest_url(&format!("/tasks/{task}/pushNotificationConfigs"));
     let rest = |id: &str| {
-        cluster
-            .http
-            .post(format!(
-                "{}/a2a/v1/tasks/{task}/pushNotificationConfigs",
-                cluster.base()
-            ))
-            .bearer_auth(TOKEN)
-            .header("A2A-Version", "1.0")
+        a2a.request(reqwest::Method::POST, &configs)
             .json(&config(id))
     };
     assert_eq!(rest("rest").send().await?.status(), 200);

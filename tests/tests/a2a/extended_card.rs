@@ -12,6 +12,7 @@
 use a2a_pb::a2a_service_client::A2aServiceClient;
 use a2a_pb::pbconv;
 use harness::TestResult;
+use harness::a2a::{A2a, skill_ids};
 use harness::cluster::{Cluster, free_port};
 use protocol::token::AccessToken;
 use reqwest::header::{CACHE_CONTROL, HeaderMap};
@@ -76,8 +77,14 @@ impl Members {
         format!("{}{path}", self.cluster.base())
     }
 
-    /// `method path` with `token` as `Authorization: Bearer` (none: no header) and the A2A
-    /// version; the status, headers and JSON body (`null` when there is none).
+    /// The harness's A2A client of the gateway with `token` as `Authorization: Bearer` (none:
+    /// no header) and the A2A version.
+    fn a2a(&self, token: Option<&str>) -> A2a {
+        A2a::new(self.cluster.http.clone(), self.cluster.base()).with_bearer(token)
+    }
+
+    /// `method path` as [`Members::a2a`] of `token`: the status, headers and JSON body (`null`
+    /// when there is none).
     async fn call(
         &self,
         method: Method,
@@ -85,23 +92,7 @@ impl Members {
         token: Option<&str>,
         body: Option<Value>,
     ) -> TestResult<(StatusCode, HeaderMap, Value)> {
-        let mut request = self
-            .cluster
-            .http
-            .request(method, self.url(path))
-            .header("A2A-Version", "1.0");
-        if let Some(token) = token {
-            request = request.bearer_auth(token);
-        }
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = request.send().await?;
-        let status = response.status();
-        let headers = response.headers().clone();
-        let bytes = response.bytes().await?;
-        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        Ok((status, headers, body))
+        self.a2a(token).call(method, path, body).await
     }
 
     async fn rpc(
@@ -110,11 +101,7 @@ impl Members {
         method: &str,
         params: Value,
     ) -> TestResult<(StatusCode, Value)> {
-        let envelope = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-        let (status, _, body) = self
-            .call(Method::POST, "/a2a/jsonrpc", token, Some(envelope))
-            .await?;
-        Ok((status, body))
+        self.a2a(token).rpc_call(method, params).await
     }
 
     async fn grpc_client(&self) -> TestResult<A2aServiceClient<Channel>> {
@@ -158,19 +145,6 @@ fn unnamed(text: &str, key: &str) -> String {
 /// part of the answer).
 fn unnamed_json(value: &Value, key: &str) -> TestResult<Value> {
     Ok(serde_json::from_str(&unnamed(&value.to_string(), key))?)
-}
-
-/// The ids of a card's skills.
-fn skill_ids(card: &Value) -> Vec<String> {
-    card["skills"]
-        .as_array()
-        .map(|skills| {
-            skills
-                .iter()
-                .filter_map(|skill| skill["id"].as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -536,7 +510,6 @@ async fn a_signed_extended_card_verifies_against_the_jwks() -> TestResult {
     use base64::Engine;
     use base64::engine::general_purpose::URL_SAFE_NO_PAD;
     use client::trust::{Jwks, Verification, verify_card};
-    use harness::process::ServiceProcess;
 
     let dir = tempfile::tempdir()?;
     let members = member_file(&dir)?;
@@ -546,21 +519,23 @@ async fn a_signed_extended_card_verifies_against_the_jwks() -> TestResult {
         &keys,
         format!(r#"{{"keys":[{{"kty":"EC","crv":"P-256","kid":"ext","d":"{d}"}}]}}"#),
     )?;
+    // The port chosen first: PUBLIC_URL names it. No REDIS_URL: an embedded gateway.
     let port = free_port()?;
     let origin = format!("http://127.0.0.1:{port}");
-    let gateway = ServiceProcess::start(
+    let gateway = harness::cluster::gateway_process(
         "gateway",
+        port,
         "signing",
         &["--worker-private", PRIVATE],
         &[
-            ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
             ("PUBLIC_URL", origin.clone()),
             ("CARD_SIGNING_KEY_FILE", keys.display().to_string()),
             ("MEMBER_TOKENS_FILE", members),
         ],
-    )?;
-    harness::cluster::wait_healthy(&gateway, &origin).await?;
+    )
+    .await?;
     let http = harness::cluster::http()?;
+    let member = A2a::new(http.clone(), &origin).with_bearer(Some(MEMBER));
     let jwks = http
         .get(format!("{origin}/.well-known/jwks.json"))
         .send()
@@ -569,23 +544,10 @@ async fn a_signed_extended_card_verifies_against_the_jwks() -> TestResult {
         .await?;
     let jwks = Jwks::from_json(&jwks)?;
 
-    let rest: Value = http
-        .get(format!("{origin}/a2a/v1/extendedAgentCard"))
-        .header("A2A-Version", "1.0")
-        .bearer_auth(MEMBER)
-        .send()
-        .await?
-        .json()
+    let (_, _, rest) = member
+        .call(Method::GET, "/a2a/v1/extendedAgentCard", None)
         .await?;
-    let rpc: Value = http
-        .post(format!("{origin}/a2a/jsonrpc"))
-        .header("A2A-Version", "1.0")
-        .bearer_auth(MEMBER)
-        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "GetExtendedAgentCard", "params": {}}))
-        .send()
-        .await?
-        .json()
-        .await?;
+    let (_, rpc) = member.rpc_call("GetExtendedAgentCard", json!({})).await?;
     for (card, what) in [(&rest, "REST"), (&rpc["result"], "JSON-RPC")] {
         assert!(
             skill_ids(card).contains(&PRIVATE.to_owned()),

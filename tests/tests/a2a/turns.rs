@@ -6,7 +6,6 @@
 //! completes. (Another owner's answer: `callers`.)
 
 use harness::TestResult;
-use harness::process::ServiceProcess;
 use serde_json::{Value, json};
 
 use crate::support::{
@@ -119,15 +118,12 @@ async fn bounded_cluster() -> TestResult<Cluster> {
     for worker in &mut cluster.workers {
         worker.kill()?;
     }
-    let bounded = ServiceProcess::start(
+    let bounded = harness::cluster::worker_process(
         "worker",
+        &cluster.redis,
         "w-turns",
         &["--a2a-tck-agent"],
-        &[
-            ("REDIS_URL", cluster.redis.url()),
-            ("WORKER_ID", "w-turns".to_owned()),
-            ("MAX_TURNS", "3".to_owned()),
-        ],
+        &[("MAX_TURNS", "3".to_owned())],
     )?;
     cluster.workers.push(bounded);
     Ok(cluster)

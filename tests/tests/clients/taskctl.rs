@@ -428,7 +428,6 @@ async fn a_dropped_send_prints_the_keys_to_reconcile_with() -> TestResult {
 async fn taskctl_verifies_the_card_our_gateway_signed() -> TestResult {
     use base64::Engine;
     use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-    use harness::process::ServiceProcess;
 
     let dir = tempfile::tempdir()?;
     let keys = dir.path().join("card-keys.json");
@@ -437,19 +436,20 @@ async fn taskctl_verifies_the_card_our_gateway_signed() -> TestResult {
         &keys,
         format!(r#"{{"keys":[{{"kty":"EC","crv":"P-256","kid":"interop","d":"{d}"}}]}}"#),
     )?;
+    // The port chosen first: PUBLIC_URL names it. No REDIS_URL: an embedded gateway.
     let port = free_port()?;
     let origin = format!("http://127.0.0.1:{port}");
-    let gateway = ServiceProcess::start(
+    let _gateway = harness::cluster::gateway_process(
         "gateway",
+        port,
         "signing",
         &[],
         &[
-            ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
             ("PUBLIC_URL", origin.clone()),
             ("CARD_SIGNING_KEY_FILE", keys.display().to_string()),
         ],
-    )?;
-    harness::cluster::wait_healthy(&gateway, &origin).await?;
+    )
+    .await?;
 
     let verified = taskctl(&["card", &origin, "--verify", "--json"], &[]).await?;
     assert!(

@@ -18,7 +18,8 @@
 use std::time::{Duration, Instant};
 
 use harness::TestResult;
-use harness::paid::{free_port, wait_healthy};
+use harness::a2a::A2a;
+use harness::cluster::{Gateway, http};
 use harness::process::{ServiceProcess, plain};
 use harness::redis_cluster::RedisCluster;
 use nix::sys::signal::Signal;
@@ -42,35 +43,12 @@ const BUILTINS: [&str; 5] = ["count", "echo", "fail", "sleep", "summarize"];
 /// Short leases, so that a lease lost in the failover is recovered within the test.
 const LEASE_TTL_MS: &str = "1000";
 
-struct Gateway {
-    process: ServiceProcess,
-    base: String,
-}
-
-impl Gateway {
-    /// Starts a gateway on the cluster seeded by `seeds` (in this order) and waits until
-    /// `/health` answers.
-    async fn start(name: &str, seeds: &[String]) -> TestResult<Gateway> {
-        Self::start_with(name, seeds, &[]).await
-    }
-
-    /// [`Gateway::start`] with more settings.
-    async fn start_with(
-        name: &str,
-        seeds: &[String],
-        extra: &[(&str, String)],
-    ) -> TestResult<Gateway> {
-        let port = free_port()?;
-        let mut envs = vec![
-            ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
-            ("REDIS_CLUSTER_URLS", seeds.join(",")),
-        ];
-        envs.extend(extra.iter().cloned());
-        let process = ServiceProcess::start("gateway", name, &[], &envs)?;
-        let base = format!("http://127.0.0.1:{port}");
-        wait_healthy(&process, &base).await?;
-        Ok(Gateway { process, base })
-    }
+/// A gateway on the cluster seeded by `seeds` (in this order), with `extra` settings, once
+/// `/health` answers.
+async fn gateway(name: &str, seeds: &[String], extra: &[(&str, String)]) -> TestResult<Gateway> {
+    let mut envs = vec![("REDIS_CLUSTER_URLS", seeds.join(","))];
+    envs.extend(extra.iter().cloned());
+    harness::cluster::gateway(name, &[], &envs).await
 }
 
 fn start_worker(
@@ -80,12 +58,11 @@ fn start_worker(
 ) -> TestResult<ServiceProcess> {
     let mut envs = vec![
         ("REDIS_CLUSTER_URLS", seeds.join(",")),
-        ("WORKER_ID", name.to_owned()),
         ("WORKER_LEASE_TTL_MS", LEASE_TTL_MS.to_owned()),
         ("WORKER_RECOVERY_INTERVAL_MS", "200".to_owned()),
     ];
     envs.extend(extra.iter().cloned());
-    Ok(ServiceProcess::start("worker", name, &[], &envs)?)
+    harness::cluster::worker_on_store("worker", name, &[], &envs)
 }
 
 /// The cluster's seed list with node `first` in front (the node a process asks first).
@@ -97,10 +74,6 @@ fn seeds_from(cluster: &RedisCluster, first: usize) -> TestResult<Vec<String>> {
         }
     }
     Ok(seeds)
-}
-
-fn http() -> TestResult<reqwest::Client> {
-    Ok(reqwest::Client::builder().timeout(PATIENCE).build()?)
 }
 
 fn ensure(condition: bool, message: impl FnOnce() -> String) -> TestResult {
@@ -228,25 +201,18 @@ async fn node_channels(
 
 /// `A2A SendMessage` (JSON-RPC binding) of a data part to `echo`; the task it answers.
 async fn a2a_send_echo(base: &str) -> TestResult<Value> {
-    let response = http()?
-        .post(format!("{base}/a2a/jsonrpc"))
-        .header("A2A-Version", "1.0")
-        .header(reqwest::header::AUTHORIZATION, format!("Bearer {TOKEN}"))
-        .json(&json!({
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "SendMessage",
-            "params": {"message": {
+    let (status, body) = A2a::new(http()?, base)
+        .with_bearer(Some(TOKEN))
+        .rpc_call(
+            "SendMessage",
+            json!({"message": {
                 "role": "ROLE_USER",
                 "messageId": "m1",
                 "parts": [{"data": {"x": 1}}],
                 "metadata": {"skillId": "echo"},
-            }},
-        }))
-        .send()
+            }}),
+        )
         .await?;
-    let status = response.status();
-    let body: Value = response.json().await?;
     ensure(
         status == StatusCode::OK && body.get("error").is_none(),
         || format!("SendMessage at {base}: {status} {body}"),
@@ -397,8 +363,8 @@ async fn a_cluster_of_processes_runs_on_redis_cluster() -> TestResult {
     // No process has the slot's master first among its seeds: the worker and gateway A have
     // `third`, gateway B `listener_node`. Scripts publish on the slot's master (`owner`).
     let mut worker = start_worker("w1", &seeds_from(&cluster, third)?, &[])?;
-    let mut a = Gateway::start("gateway-a", &seeds_from(&cluster, third)?).await?;
-    let mut b = Gateway::start("gateway-b", &seeds_from(&cluster, listener_node)?).await?;
+    let mut a = gateway("gateway-a", &seeds_from(&cluster, third)?, &[]).await?;
+    let mut b = gateway("gateway-b", &seeds_from(&cluster, listener_node)?, &[]).await?;
 
     // The card lists the built-ins on both gateways.
     for gateway in [&a, &b] {
@@ -488,8 +454,8 @@ async fn tasks_survive_a_master_failover() -> TestResult {
         &seeds_from(&cluster, owner)?,
         &[("WORKER_CONCURRENCY", "2".to_owned())],
     )?;
-    let mut a = Gateway::start("gateway-a", &seeds_from(&cluster, owner)?).await?;
-    let mut b = Gateway::start("gateway-b", &seeds_from(&cluster, other)?).await?;
+    let mut a = gateway("gateway-a", &seeds_from(&cluster, owner)?, &[]).await?;
+    let mut b = gateway("gateway-b", &seeds_from(&cluster, other)?, &[]).await?;
     wait_for_card(&a.base).await?;
     wait_for_card(&b.base).await?;
     // An observer of the store (attempts and phases), as any process of the cluster sees it.
@@ -689,7 +655,7 @@ async fn a_sharded_namespace_spreads_over_the_masters() -> TestResult {
         start_worker("w1", &seeds, &shards)?,
         start_worker("w2", &seeds, &shards)?,
     ];
-    let mut gateway = Gateway::start_with("gateway", &seeds, &shards).await?;
+    let mut gateway = gateway("gateway", &seeds, &shards).await?;
 
     let mut ids = Vec::new();
     for n in 0..TASKS {

@@ -18,10 +18,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use client::pay::PaymentHeader;
 use client::{KeyPayer, Payer, PaymentRequired};
 use harness::TestResult;
+use harness::a2a::{A2a, Binding};
 use harness::paid::{PATIENCE, PAYER_KEY, PaidCluster};
 use payments::LocalPayer;
-use reqwest::StatusCode;
 use reqwest::header::HeaderMap;
+use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 /// `summarize` is paid by x402, `count` by MPP; `echo` (and the rest) are free.
@@ -37,12 +38,6 @@ const PAYER: &str = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266";
 const TEXT: &str = "Payments over A2A go through the gateway's gate. The gate answers an unpaid \
     message with a challenge. A paid message becomes a task that runs once. The weather was \
     pleasant that afternoon.";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Binding {
-    JsonRpc,
-    Rest,
-}
 
 /// The suite's cluster: the shared paying cluster, plus A2A calls.
 struct Cluster(PaidCluster);
@@ -80,11 +75,16 @@ impl Cluster {
         ))
     }
 
+    /// The harness's A2A client of gateway `gateway`, without credentials.
+    fn a2a(&self, gateway: usize) -> A2a {
+        A2a::new(self.http.clone(), self.base(gateway))
+    }
+
     /// Where `binding`'s `SendMessage` goes on gateway `gateway`.
     fn url(&self, gateway: usize, binding: Binding) -> String {
         match binding {
-            Binding::JsonRpc => format!("{}/a2a/jsonrpc", self.base(gateway)),
-            Binding::Rest => format!("{}/a2a/v1/message:send", self.base(gateway)),
+            Binding::JsonRpc => self.a2a(gateway).jsonrpc_url(),
+            Binding::Rest => self.a2a(gateway).rest_url("/message:send"),
         }
     }
 
@@ -99,36 +99,33 @@ impl Cluster {
         request: &Value,
         payment: Option<&PaymentHeader>,
     ) -> TestResult<Answer> {
-        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        let body = match binding {
-            Binding::JsonRpc => json!({
-                "jsonrpc": "2.0",
-                "id": id,
-                "method": "SendMessage",
-                "params": request,
-            }),
-            Binding::Rest => request.clone(),
+        let (id, body) = match binding {
+            Binding::JsonRpc => {
+                let (id, body) = A2a::envelope("SendMessage", request.clone());
+                (Some(id), body)
+            }
+            Binding::Rest => (None, request.clone()),
         };
-        let mut call = self
-            .http
-            .post(self.url(gateway, binding))
-            .header("A2A-Version", "1.0")
-            .json(&body);
         let pays_by_authorization =
             payment.is_some_and(|payment| payment.name.eq_ignore_ascii_case("authorization"));
-        call = if pays_by_authorization {
-            call.header("Task-Access-Token", TOKEN)
-        } else {
-            call.header(reqwest::header::AUTHORIZATION, format!("Bearer {TOKEN}"))
-        };
+        let a2a = self
+            .a2a(gateway)
+            .with_bearer((!pays_by_authorization).then_some(TOKEN));
+        let mut call = a2a
+            .request(Method::POST, &self.url(gateway, binding))
+            .json(&body);
+        if pays_by_authorization {
+            call = call.header("Task-Access-Token", TOKEN);
+        }
         if let Some(payment) = payment {
             call = call.header(payment.name, &payment.value);
         }
         let answer = Answer::read(binding, call.send().await?).await?;
-        if binding == Binding::JsonRpc && answer.status == StatusCode::OK {
+        if let Some(id) = id
+            && answer.status == StatusCode::OK
+        {
             let body = answer.json()?;
-            if body["id"] != json!(id) {
+            if body["id"] != id {
                 return Err(format!("the JSON-RPC answer's id is not {id}: {answer:?}").into());
             }
         }

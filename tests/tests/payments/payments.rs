@@ -57,13 +57,11 @@ fn token(tag: &str) -> String {
 
 fn worker(redis: &RedisServer, id: &str, extra: &[(&str, String)]) -> TestResult<ServiceProcess> {
     let mut envs = vec![
-        ("REDIS_URL", redis.url()),
-        ("WORKER_ID", id.to_owned()),
         ("WORKER_LEASE_TTL_MS", "1000".to_owned()),
         ("WORKER_PRICES", PRICES.to_owned()),
     ];
     envs.extend(extra.iter().cloned());
-    Ok(ServiceProcess::start("worker", id, &[], &envs)?)
+    harness::cluster::worker(redis, id, &envs)
 }
 
 /// Waits until `gateway`'s card lists `skill` (its worker registered, with its price).
@@ -1431,6 +1429,7 @@ async fn half_configured_payments_stop_the_gateway_with_one_line() -> TestResult
         ),
     ] {
         let port = free_port()?;
+        // ServiceProcess::start itself: the point is a gateway that refuses to start.
         let mut gateway = ServiceProcess::start(
             "gateway",
             &format!("g-without-{missing}"),

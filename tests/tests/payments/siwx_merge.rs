@@ -58,12 +58,7 @@ impl Cluster {
         second: Vec<(&'static str, String)>,
     ) -> TestResult<Cluster> {
         let paid = PaidCluster::start(&first, &[], first_alone).await?;
-        let mut envs = vec![
-            ("REDIS_URL", paid.redis.url()),
-            ("WORKER_ID", second_id.to_owned()),
-        ];
-        envs.extend(second);
-        let second = ServiceProcess::start("worker", second_id, &[], &envs)?;
+        let second = harness::cluster::worker(&paid.redis, second_id, &second)?;
         let cluster = Cluster {
             paid,
             _second: second,

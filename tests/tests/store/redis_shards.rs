@@ -75,6 +75,7 @@ async fn a_gateway_and_a_worker_with_another_shard_count_exit_with_the_reason() 
         ]
     };
     for binary in ["gateway", "worker"] {
+        // ServiceProcess::start itself: the point is a process that refuses to start.
         let mut process = ServiceProcess::start(binary, binary, &[], &envs("2"))?;
         let status = process.wait_exit(Duration::from_secs(30))?;
         assert!(

@@ -29,6 +29,9 @@ use store::{RedisStore, RedisStoreConfig, Subscription, TaskStore, Transition};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+/// The A2A caller's bearer token (20 to 256 characters).
+const TOKEN: &str = "a2a-remote-agent-token-0123456789";
+
 const SETUP_HINT: &str = "run `bash scripts/a2a-sdk-venv`: it makes ${CARGO_TARGET_DIR:-target}/\
                           a2a-sdk-venv with a2a-sdk[grpc,http-server]==1.3.0 and uvicorn from \
                           PyPI, where this test looks for it unless A2A_SDK_PYTHON names another \
@@ -257,20 +260,14 @@ async fn the_cluster_runs_the_skills_of_agents_built_on_the_official_a2a_sdk() -
     );
 
     // An A2A caller of our gateway gets the agent's answer as an A2A task.
-    let sent: Value = cluster
-        .http
-        .post(format!("{}/a2a/jsonrpc", cluster.base()))
-        .header("A2A-Version", "1.0")
-        .bearer_auth("a2a-remote-agent-token-0123456789")
-        .json(
-            &json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
-            "message": {"messageId": "through-us", "role": "ROLE_USER",
-                        "parts": [{"text": "through the cluster"}],
-                        "metadata": {"skillId": "upper"}}}}),
+    let (_, sent) = cluster
+        .jsonrpc(
+            Some(TOKEN),
+            "SendMessage",
+            json!({"message": {"messageId": "through-us", "role": "ROLE_USER",
+                               "parts": [{"text": "through the cluster"}],
+                               "metadata": {"skillId": "upper"}}}),
         )
-        .send()
-        .await?
-        .json()
         .await?;
     let task = &sent["result"]["task"];
     assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{sent}");
@@ -279,20 +276,14 @@ async fn the_cluster_runs_the_skills_of_agents_built_on_the_official_a2a_sdk() -
         "{sent}"
     );
     // The agent asking for input makes our task ask our caller, in the agent's words.
-    let asked: Value = cluster
-        .http
-        .post(format!("{}/a2a/jsonrpc", cluster.base()))
-        .header("A2A-Version", "1.0")
-        .bearer_auth("a2a-remote-agent-token-0123456789")
-        .json(
-            &json!({"jsonrpc": "2.0", "id": 2, "method": "SendMessage", "params": {
-            "message": {"messageId": "asks-us", "role": "ROLE_USER",
-                        "parts": [{"text": "paint it"}],
-                        "metadata": {"skillId": "ask"}}}}),
+    let (_, asked) = cluster
+        .jsonrpc(
+            Some(TOKEN),
+            "SendMessage",
+            json!({"message": {"messageId": "asks-us", "role": "ROLE_USER",
+                               "parts": [{"text": "paint it"}],
+                               "metadata": {"skillId": "ask"}}}),
         )
-        .send()
-        .await?
-        .json()
         .await?;
     let status = &asked["result"]["task"]["status"];
     assert_eq!(status["state"], "TASK_STATE_INPUT_REQUIRED", "{asked}");
@@ -377,6 +368,7 @@ async fn serving(body: String) -> TestResult<String> {
 /// Starts a worker hosting the agents `agents` and returns its log once it has exited with 2.
 async fn refused_at_start(agents: &str) -> TestResult<String> {
     let redis = harness::redis_server::RedisServer::start()?;
+    // ServiceProcess::start itself: the point is a worker that refuses to start.
     let mut worker = ServiceProcess::start(
         "worker",
         "w-refused",

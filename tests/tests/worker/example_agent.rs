@@ -5,8 +5,8 @@
 //! are read from the store, where the handler's progress lands.
 
 use harness::TestResult;
-use harness::cluster::{Cluster, free_port, lists_skills, wait_for_card, wait_healthy};
-use harness::process::ServiceProcess;
+use harness::a2a::{A2a, ok};
+use harness::cluster::{Cluster, free_port, lists_skills, wait_for_card};
 use harness::store_fixtures::next_named;
 use protocol::token::AccessToken;
 use serde_json::{Value, json};
@@ -15,35 +15,25 @@ use store::{RedisStore, RedisStoreConfig, StoredEvent, Subscription, TaskStore};
 /// The caller's token: its hash owns the tasks (A2A bearer token).
 const TOKEN: &str = "example-agent-suite-token-0123456789";
 
-/// An A2A HTTP+JSON caller of the gateway at `base`.
+/// An A2A HTTP+JSON caller of the gateway at `base` (the harness's A2A client, as [`TOKEN`]).
 struct Caller {
-    http: reqwest::Client,
-    base: String,
+    a2a: A2a,
 }
 
 impl Caller {
     fn new(base: &str) -> TestResult<Caller> {
         Ok(Caller {
-            http: harness::cluster::http()?,
-            base: base.to_owned(),
+            a2a: A2a::new(harness::cluster::http()?, base).with_bearer(Some(TOKEN)),
         })
     }
 
+    /// `POST /a2a/v1{path}` with `body`: the answer, or an error when it is refused.
     async fn post(&self, path: &str, body: Value) -> TestResult<Value> {
-        let response = self
-            .http
-            .post(format!("{}/a2a/v1{path}", self.base))
-            .header("A2A-Version", "1.0")
-            .bearer_auth(TOKEN)
-            .json(&body)
-            .send()
+        let reply = self
+            .a2a
+            .rest(reqwest::Method::POST, path, Some(body))
             .await?;
-        let status = response.status();
-        let body: Value = response.json().await?;
-        if !status.is_success() {
-            return Err(format!("{path} answered {status}: {body}").into());
-        }
-        Ok(body)
+        ok(reply, path)
     }
 
     /// `SendMessage` of one data part to `research`: the task.
@@ -230,15 +220,12 @@ async fn on_a_cluster_a_cancel_stops_the_example_agent_mid_step() -> TestResult 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn without_redis_the_example_agent_serves_itself_embedded() -> TestResult {
-    let port = free_port()?;
-    let agent = ServiceProcess::start(
-        "research-agent",
-        "embedded",
-        &[],
-        &[("LISTEN_ADDR", format!("127.0.0.1:{port}"))],
-    )?;
-    let base = format!("http://127.0.0.1:{port}");
-    wait_healthy(&agent, &base).await?;
+    // No REDIS_URL: the program serves the bindings itself, as a gateway would.
+    let harness::cluster::Gateway {
+        process: agent,
+        base,
+    } = harness::cluster::gateway_process("research-agent", free_port()?, "embedded", &[], &[])
+        .await?;
     wait_for_card(&agent, &base, |card| {
         lists_skills(card, &["research".to_owned()])
     })

@@ -3,7 +3,7 @@
 //! worker hosting that agent's entrypoints (and no built-ins of its own) and a gateway.
 
 use harness::TestResult;
-use harness::cluster::{Cluster, PATIENCE, free_port, wait_healthy};
+use harness::cluster::{Cluster, PATIENCE};
 use harness::process::ServiceProcess;
 use harness::store_fixtures::{next_named, queued_task_with};
 use protocol::TaskStatus;
@@ -13,16 +13,9 @@ use store::{RedisStore, RedisStoreConfig, TaskStore, Transition};
 
 /// The embedded gateway serving the built-ins over the profile, and its base URL.
 async fn remote_agent() -> TestResult<(ServiceProcess, String)> {
-    let port = free_port()?;
-    let agent = ServiceProcess::start(
-        "gateway",
-        "remote-agent",
-        &[],
-        &[("LISTEN_ADDR", format!("127.0.0.1:{port}"))],
-    )?;
-    let base = format!("http://127.0.0.1:{port}");
-    wait_healthy(&agent, &base).await?;
-    Ok((agent, base))
+    // No REDIS_URL: the harness starts it embedded.
+    let agent = harness::cluster::gateway("remote-agent", &[], &[]).await?;
+    Ok((agent.process, agent.base))
 }
 
 /// A cluster whose only worker, of one slot, hosts the agent at `agent`.
@@ -193,6 +186,7 @@ async fn a_key_hosted_twice_stops_the_worker_at_start() -> TestResult {
     let (_agent, agent_base) = remote_agent().await?;
     let redis = harness::redis_server::RedisServer::start()?;
     // `--entrypoints echo` hosts the built-in echo, which the agent's card names too.
+    // ServiceProcess::start itself: the point is a worker that refuses to start.
     let mut worker = ServiceProcess::start(
         "worker",
         "w-collides",
@@ -314,6 +308,7 @@ async fn serving(body: String) -> TestResult<String> {
 /// Starts a worker hosting the agent at `agent` and returns its log once it has exited with 2.
 async fn refused_at_start(agent: &str) -> TestResult<String> {
     let redis = harness::redis_server::RedisServer::start()?;
+    // ServiceProcess::start itself: the point is a worker that refuses to start.
     let mut worker = ServiceProcess::start(
         "worker",
         "w-refused",

@@ -43,14 +43,12 @@ impl Cluster {
         extra: &[(&str, String)],
     ) -> Result<ServiceProcess, Box<dyn std::error::Error>> {
         let mut envs = vec![
-            ("REDIS_URL", self.server.url()),
-            ("WORKER_ID", id.to_owned()),
             ("WORKER_LEASE_TTL_MS", LEASE_TTL_MS.to_owned()),
             ("WORKER_RECOVERY_INTERVAL_MS", "200".to_owned()),
             ("WORKER_CONCURRENCY", "4".to_owned()),
         ];
         envs.extend(extra.iter().cloned());
-        Ok(ServiceProcess::start("worker", id, &[], &envs)?)
+        harness::cluster::worker(&self.server, id, &envs)
     }
 
     async fn create(

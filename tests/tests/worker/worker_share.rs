@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use harness::TestResult;
-use harness::process::ServiceProcess;
+use harness::cluster::worker;
 use harness::redis_server::RedisServer;
 use harness::store_fixtures::queued_task_with;
 use protocol::TaskStatus;
@@ -78,13 +78,10 @@ async fn long_runs_of_one_entrypoint_leave_the_others_their_slots() -> TestResul
             .await?;
     }
     // 4 slots, at most half of them (2) to one entrypoint.
-    let _worker = ServiceProcess::start(
-        "worker",
+    let _worker = worker(
+        &server,
         "w1",
-        &[],
         &[
-            ("REDIS_URL", server.url()),
-            ("WORKER_ID", "w1".to_owned()),
             ("WORKER_CONCURRENCY", "4".to_owned()),
             ("WORKER_ENTRYPOINT_SHARE", "50".to_owned()),
         ],
@@ -118,13 +115,10 @@ async fn a_run_that_gives_its_entrypoint_room_again_wakes_the_idle_worker() -> T
     let store = RedisStore::connect(config).await?;
     let owner = AccessToken::generate().owner_hash();
     // 2 slots, at most one per entrypoint.
-    let _worker = ServiceProcess::start(
-        "worker",
+    let _worker = worker(
+        &server,
         "w1",
-        &[],
         &[
-            ("REDIS_URL", server.url()),
-            ("WORKER_ID", "w1".to_owned()),
             ("WORKER_CONCURRENCY", "2".to_owned()),
             ("WORKER_ENTRYPOINT_SHARE", "50".to_owned()),
             ("WORKER_IDLE_WAIT_MS", "3600000".to_owned()),

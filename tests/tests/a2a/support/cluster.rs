@@ -2,12 +2,12 @@
 //! and the TCK agent, and a `gateway` speaking A2A with `A2A_DEFAULT_SKILL=tck`.
 
 use harness::TestResult;
+use harness::a2a::{A2a, http, skill_ids};
 use harness::process::ServiceProcess;
 use harness::redis_server::RedisServer;
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use super::client::A2a;
 use super::{PATIENCE, POLL, ensure};
 
 /// Redis, workers and one gateway; everything stops when it drops.
@@ -93,12 +93,7 @@ impl Cluster {
 
     /// A client calling with `token`, `A2A-Version: 1.0`.
     pub fn client(&self, token: &str) -> A2a {
-        A2a {
-            http: self.http.clone(),
-            base: self.base.clone(),
-            version: Some("1.0".to_owned()),
-            authorization: Some(format!("Bearer {token}")),
-        }
+        A2a::new(self.http.clone(), &self.base).with_bearer(Some(token))
     }
 
     pub async fn health(&self) -> TestResult<StatusCode> {
@@ -117,35 +112,12 @@ const WORKER_SETTINGS: &[(&str, &str)] = &[
     ("WORKER_RECOVERY_INTERVAL_MS", "200"),
 ];
 
-/// A worker hosting the built-ins and the TCK agent, with [`WORKER_SETTINGS`].
+/// A worker hosting the built-ins and the TCK agent, with [`WORKER_SETTINGS`] (the harness
+/// gives it `REDIS_URL` and `WORKER_ID` = `id`).
 pub fn worker(redis: &RedisServer, id: &str) -> TestResult<ServiceProcess> {
-    let mut env = vec![("REDIS_URL", redis.url()), ("WORKER_ID", id.to_owned())];
-    env.extend(
-        WORKER_SETTINGS
-            .iter()
-            .map(|(key, value)| (*key, (*value).to_owned())),
-    );
-    Ok(ServiceProcess::start(
-        "worker",
-        id,
-        &["--a2a-tck-agent"],
-        &env,
-    )?)
-}
-
-pub fn http() -> TestResult<reqwest::Client> {
-    // Generous: an SSE response counts as one request until its stream ends.
-    Ok(reqwest::Client::builder().timeout(PATIENCE * 2).build()?)
-}
-
-pub fn skill_ids(card: &Value) -> Vec<String> {
-    card["skills"]
-        .as_array()
-        .map(|skills| {
-            skills
-                .iter()
-                .filter_map(|skill| skill["id"].as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
+    let env: Vec<(&str, String)> = WORKER_SETTINGS
+        .iter()
+        .map(|(key, value)| (*key, (*value).to_owned()))
+        .collect();
+    harness::cluster::worker_process("worker", redis, id, &["--a2a-tck-agent"], &env)
 }

@@ -1,33 +1,28 @@
-//! What every module of the suite uses: the [`Cluster`] fixture (`cluster`), the [`A2a`]
-//! client of both bindings (`client`), reading replies and errors (`replies`), reading event
-//! streams (`sse`); and here the bounds on waiting, the tokens, [`Binding`]s and the requests
-//! the tests send.
+//! What every module of the suite uses: the [`Cluster`] fixture (`cluster`), the suite's
+//! expectations about refusals (`replies`) and about a stream's shape (`sse`); the A2A client
+//! of both bindings, its replies and streams, from the harness ([`harness::a2a`]); and here the
+//! tokens and the requests the tests send.
 
-mod client;
 mod cluster;
 mod replies;
 mod sse;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
-use harness::TestResult;
 use serde_json::{Value, json};
 
-pub use client::{A2a, wait_for_state};
-pub use cluster::{Cluster, skill_ids, worker};
-pub use replies::{
-    CONTENT_TYPE_NOT_SUPPORTED, EXTENDED_CARD_NOT_CONFIGURED, INVALID_PARAMS, INVALID_REQUEST,
-    METHOD_NOT_FOUND, PARSE_ERROR, PUSH_NOT_SUPPORTED, TASK_NOT_CANCELABLE, TASK_NOT_FOUND,
-    UNSUPPORTED_OPERATION, VERSION_NOT_SUPPORTED, error_info, expect_error, expect_unauthenticated,
-    ok, reason_of, rest_reply,
+pub use cluster::{Cluster, worker};
+pub use harness::a2a::{
+    A2a, BINDINGS, Binding, CONTENT_TYPE_NOT_SUPPORTED, EXTENDED_CARD_NOT_CONFIGURED,
+    INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, PUSH_NOT_SUPPORTED,
+    TASK_NOT_CANCELABLE, TASK_NOT_FOUND, UNSUPPORTED_OPERATION, VERSION_NOT_SUPPORTED, ensure,
+    error_info, event_state, kind, ok, reason_of, rest_reply, skill_ids, state, wait_for_state,
 };
-pub use sse::{artifact_updates, check_stream, event_state, kind};
+/// Bound on any one wait, and between two looks at a condition being polled for.
+pub use harness::cluster::{PATIENCE, POLL};
+pub use replies::{expect_error, expect_unauthenticated};
+pub use sse::{artifact_updates, check_stream};
 
-/// Bound on any one wait; reached only when a test fails.
-pub const PATIENCE: Duration = Duration::from_secs(30);
-/// Between two looks at a condition being polled for.
-pub const POLL: Duration = Duration::from_millis(25);
 /// Bearer tokens (20 to 256 characters): each one owns the tasks created with it.
 pub const TOKEN_A: &str = "a2a-suite-token-alpha-0123456789";
 pub const TOKEN_B: &str = "a2a-suite-token-bravo-0123456789";
@@ -40,33 +35,6 @@ pub fn unique(prefix: &str) -> String {
         std::process::id(),
         NEXT.fetch_add(1, Ordering::Relaxed)
     )
-}
-
-/// `Ok` when `condition` holds, else the error `what` describes.
-pub fn ensure(condition: bool, what: impl FnOnce() -> String) -> TestResult {
-    if condition {
-        Ok(())
-    } else {
-        Err(what().into())
-    }
-}
-
-/// The two official bindings under test.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Binding {
-    JsonRpc,
-    Rest,
-}
-
-pub const BINDINGS: [Binding; 2] = [Binding::JsonRpc, Binding::Rest];
-
-impl Binding {
-    pub fn tag(self) -> &'static str {
-        match self {
-            Binding::JsonRpc => "rpc",
-            Binding::Rest => "rest",
-        }
-    }
 }
 
 /// A user message.
@@ -101,11 +69,6 @@ pub fn sleeping(binding: Binding) -> Value {
     let mut request = for_skill("sleep", part);
     request["configuration"] = json!({"returnImmediately": true});
     request
-}
-
-/// The state of a task.
-pub fn state(task: &Value) -> &str {
-    task["status"]["state"].as_str().unwrap_or_default()
 }
 
 /// The text of a task's status message.

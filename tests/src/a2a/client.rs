@@ -3,13 +3,15 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use harness::TestResult;
+use reqwest::header::HeaderMap;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 use super::replies::{Failure, Reply, ok, rest_reply, rpc_reply};
 use super::sse::Sse;
-use super::{Binding, PATIENCE, POLL, ensure, state};
+use super::{Binding, ensure, state};
+use crate::TestResult;
+use crate::cluster::{PATIENCE, POLL};
 
 /// A client of both bindings, with its version and credentials.
 #[derive(Clone)]
@@ -21,6 +23,25 @@ pub struct A2a {
 }
 
 impl A2a {
+    /// A client of the gateway at `base` (its URL, `BASE_PATH` included) sending
+    /// `A2A-Version: 1.0` and no credentials.
+    pub fn new(http: reqwest::Client, base: &str) -> A2a {
+        A2a {
+            http,
+            base: base.to_owned(),
+            version: Some("1.0".to_owned()),
+            authorization: None,
+        }
+    }
+
+    /// The same client calling as bearer `token` (`None`: without an `Authorization` header).
+    pub fn with_bearer(&self, token: Option<&str>) -> A2a {
+        A2a {
+            authorization: token.map(|token| format!("Bearer {token}")),
+            ..self.clone()
+        }
+    }
+
     pub fn with_version(&self, version: Option<&str>) -> A2a {
         A2a {
             version: version.map(str::to_owned),
@@ -54,6 +75,7 @@ impl A2a {
         format!("{}/a2a/v1{path}", self.base)
     }
 
+    /// A JSON-RPC request of `method` with `params`: its id (unique in this process) and body.
     pub fn envelope(method: &str, params: Value) -> (Value, Value) {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         let id = json!(NEXT.fetch_add(1, Ordering::Relaxed));
@@ -69,6 +91,38 @@ impl A2a {
             .send()
             .await?;
         rpc_reply(response, &id).await
+    }
+
+    /// `method` on `path` below the base (any route, Lucid or A2A) with `body` as JSON: the
+    /// status, headers and JSON body (`null` when the body is not JSON), as they came; for
+    /// tests that compare whole answers rather than read them as a [`Reply`].
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> TestResult<(StatusCode, HeaderMap, Value)> {
+        let mut request = self.request(method, &format!("{}{path}", self.base));
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await?;
+        let status = response.status();
+        let headers = response.headers().clone();
+        let bytes = response.bytes().await?;
+        Ok((
+            status,
+            headers,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        ))
+    }
+
+    /// The JSON-RPC request of `method` with `params`, as [`A2a::call`] answers it: the status
+    /// and the whole JSON-RPC answer (`null` when it is not JSON), unchecked.
+    pub async fn rpc_call(&self, method: &str, params: Value) -> TestResult<(StatusCode, Value)> {
+        let (_, body) = A2a::envelope(method, params);
+        let (status, _, answer) = self.call(Method::POST, "/a2a/jsonrpc", Some(body)).await?;
+        Ok((status, answer))
     }
 
     pub async fn rest(&self, method: Method, path: &str, body: Option<Value>) -> TestResult<Reply> {
