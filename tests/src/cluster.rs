@@ -333,6 +333,15 @@ pub struct Gateway {
     pub base: String,
 }
 
+impl Gateway {
+    /// The `host:port` it listens on (its base without scheme nor `BASE_PATH`), for the suites
+    /// that speak raw TCP or HTTP/2 to it.
+    pub fn address(&self) -> &str {
+        let rest = self.base.trim_start_matches("http://");
+        rest.split('/').next().unwrap_or(rest)
+    }
+}
+
 /// Redis, workers and gateways; everything stops when it drops (processes first).
 pub struct Cluster {
     pub gateways: Vec<Gateway>,

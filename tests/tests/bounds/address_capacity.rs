@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use harness::TestResult;
-use harness::cluster::Cluster;
+use harness::cluster::{Cluster, jsonrpc_request};
 use serde_json::{Value, json};
 
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -109,20 +109,21 @@ async fn a_flood_of_anonymous_sleeps_from_one_address_leaves_room_for_another() 
         body["error"]["code"], "address_capacity_exhausted",
         "{body}"
     );
-    let rpc: Value = flooder
-        .post(format!("{base}/a2a/jsonrpc"))
-        .header("A2A-Version", "1.0")
-        .bearer_auth("cccccccccccccccccccccccccccccccccccc")
-        .json(
-            &json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
-            "message": {"messageId": "m1", "role": "ROLE_USER",
-                "parts": [{"text": "hello"}], "metadata": {"skillId": "echo"}},
-            "configuration": {"returnImmediately": true}}}),
-        )
-        .send()
-        .await?
-        .json()
-        .await?;
+    let params = json!({
+        "message": {"messageId": "m1", "role": "ROLE_USER",
+            "parts": [{"text": "hello"}], "metadata": {"skillId": "echo"}},
+        "configuration": {"returnImmediately": true}});
+    let rpc: Value = jsonrpc_request(
+        &flooder,
+        &base,
+        Some("cccccccccccccccccccccccccccccccccccc"),
+        "SendMessage",
+        params,
+    )
+    .send()
+    .await?
+    .json()
+    .await?;
     assert_eq!(rpc["error"]["code"], -32000, "{rpc}");
     assert_eq!(rpc["error"]["data"][0]["reason"], "QUOTA_EXCEEDED", "{rpc}");
     let message = rpc["error"]["message"].as_str().unwrap_or_default();

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use harness::TestResult;
-use harness::cluster::{Cluster, PATIENCE};
+use harness::cluster::{Cluster, PATIENCE, jsonrpc_request};
 use serde_json::{Value, json};
 
 const TOKEN_A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
@@ -64,20 +64,21 @@ async fn an_owner_at_its_live_limit_gets_429_while_another_owner_is_admitted() -
     assert_eq!(body["error"]["code"], "owner_capacity_exhausted", "{body}");
 
     // The same owner on A2A: refused as a server-side condition, not as bad params.
-    let rpc: Value = reqwest::Client::new()
-        .post(format!("{base}/a2a/jsonrpc"))
-        .header("A2A-Version", "1.0")
-        .bearer_auth(TOKEN_A)
-        .json(
-            &json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
-            "message": {"messageId": "m1", "role": "ROLE_USER",
-                "parts": [{"text": "{\"ms\": 20000}"}], "metadata": {"skillId": "sleep"}},
-            "configuration": {"returnImmediately": true}}}),
-        )
-        .send()
-        .await?
-        .json()
-        .await?;
+    let params = json!({
+        "message": {"messageId": "m1", "role": "ROLE_USER",
+            "parts": [{"text": "{\"ms\": 20000}"}], "metadata": {"skillId": "sleep"}},
+        "configuration": {"returnImmediately": true}});
+    let rpc: Value = jsonrpc_request(
+        &reqwest::Client::new(),
+        base,
+        Some(TOKEN_A),
+        "SendMessage",
+        params,
+    )
+    .send()
+    .await?
+    .json()
+    .await?;
     assert_eq!(rpc["error"]["code"], -32000, "{rpc}");
     assert_eq!(rpc["error"]["data"][0]["reason"], "QUOTA_EXCEEDED", "{rpc}");
     let message = rpc["error"]["message"].as_str().unwrap_or_default();

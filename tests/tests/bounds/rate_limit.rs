@@ -8,16 +8,14 @@
 use std::time::Duration;
 
 use harness::TestResult;
-use harness::cluster::{free_port, jsonrpc_request};
+use harness::cluster::{Cluster, Gateway, jsonrpc_request};
 use harness::paid::{PAYER_KEY, PaidCluster};
-use harness::process::ServiceProcess;
 use harness::redis_server::RedisServer;
 use payments::LocalPayer;
 use serde_json::json;
 use store::ratelimit::{Quota, RateLimiter, RedisRateLimiter, Subject, Verdict};
 use store::{RedisStore, RedisStoreConfig};
 
-const PATIENCE: Duration = Duration::from_secs(30);
 const OWNER_A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 const OWNER_B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
 
@@ -78,40 +76,18 @@ async fn gcra_script_admits_the_burst_then_denies_with_retry_after() -> TestResu
     Ok(())
 }
 
-struct Gateway {
-    _process: ServiceProcess,
-    base: String,
-}
-
-async fn gateway(name: &str, redis: &RedisServer, extra: &[(&str, &str)]) -> TestResult<Gateway> {
-    let port = free_port()?;
-    let mut envs = vec![
-        ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
-        ("REDIS_URL", redis.url()),
-        // The limiter admits when Redis does not answer in time (fail open, by design): on a
-        // loaded 2-core machine a 2 s stall once let a request past its quota here. These tests
-        // assert the quota, not that fallback, so Redis gets all the time it needs.
-        ("REDIS_TIMEOUT_MS", "60000".to_owned()),
-    ];
-    envs.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
-    let process = ServiceProcess::start("gateway", name, &[], &envs)?;
-    let gateway = Gateway {
-        _process: process,
-        base: format!("http://127.0.0.1:{port}"),
-    };
-    let client = reqwest::Client::new();
-    let start = tokio::time::Instant::now();
-    loop {
-        if let Ok(response) = client.get(format!("{}/health", gateway.base)).send().await
-            && response.status() == 200
-        {
-            return Ok(gateway);
-        }
-        if start.elapsed() > PATIENCE {
-            return Err(format!("{name} never became healthy").into());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+/// Redis and a gateway named each of `names` with `settings` added, once healthy.
+async fn cluster(names: &[&str], settings: &[(&str, &str)]) -> TestResult<Cluster> {
+    // The limiter admits when Redis does not answer in time (fail open, by design): on a
+    // loaded 2-core machine a 2 s stall once let a request past its quota here. These tests
+    // assert the quota, not that fallback, so Redis gets all the time it needs.
+    let mut all = vec![("REDIS_TIMEOUT_MS", "60000")];
+    all.extend_from_slice(settings);
+    let mut builder = Cluster::builder();
+    for name in names {
+        builder = builder.gateway(name, &all);
     }
+    builder.start().await
 }
 
 /// `POST /tasks` on `gateway` as `owner`, from `address` (`X-Forwarded-For`).
@@ -161,16 +137,13 @@ async fn assert_limited(response: reqwest::Response, policy: &str) -> TestResult
 
 #[tokio::test]
 async fn two_gateways_share_each_address_quota() -> TestResult {
-    let redis = RedisServer::start()?;
     let settings = [
         ("RATE_PER_ADDRESS", "0.01"),
         ("RATE_BURST", "5"),
         ("TRUST_FORWARDED_FOR", "true"),
     ];
-    let gateways = [
-        gateway("gateway-a", &redis, &settings).await?,
-        gateway("gateway-b", &redis, &settings).await?,
-    ];
+    let cluster = cluster(&["gateway-a", "gateway-b"], &settings).await?;
+    let gateways = &cluster.gateways;
     let client = reqwest::Client::new();
     for i in 0..5 {
         let response = create(&client, &gateways[i % 2], OWNER_A, "203.0.113.7").await?;
@@ -203,16 +176,13 @@ async fn two_gateways_share_each_address_quota() -> TestResult {
 
 #[tokio::test]
 async fn two_gateways_share_each_owner_quota() -> TestResult {
-    let redis = RedisServer::start()?;
     let settings = [
         ("RATE_PER_OWNER", "0.01"),
         ("RATE_BURST", "5"),
         ("RATE_PER_ADDRESS", "0"),
     ];
-    let gateways = [
-        gateway("gateway-a", &redis, &settings).await?,
-        gateway("gateway-b", &redis, &settings).await?,
-    ];
+    let cluster = cluster(&["gateway-a", "gateway-b"], &settings).await?;
+    let gateways = &cluster.gateways;
     let client = reqwest::Client::new();
     for i in 0..5 {
         let response = create(&client, &gateways[i % 2], OWNER_A, "203.0.113.7").await?;
@@ -251,16 +221,13 @@ async fn send_message(
 
 #[tokio::test]
 async fn a2a_send_message_is_limited_and_other_methods_are_not() -> TestResult {
-    let redis = RedisServer::start()?;
     let settings = [
         ("RATE_PER_ADDRESS", "0.01"),
         ("RATE_BURST", "5"),
         ("TRUST_FORWARDED_FOR", "true"),
     ];
-    let gateways = [
-        gateway("gateway-a", &redis, &settings).await?,
-        gateway("gateway-b", &redis, &settings).await?,
-    ];
+    let cluster = cluster(&["gateway-a", "gateway-b"], &settings).await?;
+    let gateways = &cluster.gateways;
     let client = reqwest::Client::new();
     // Reads (GetTask) never count.
     for i in 0..8 {
@@ -392,7 +359,6 @@ async fn create_through_proxy(
 
 #[tokio::test]
 async fn a_spoofed_left_most_hop_gets_no_fresh_quota() -> TestResult {
-    let redis = RedisServer::start()?;
     // The test client is the trusted proxy (127.0.0.1); the deprecated switch too, so that a
     // gateway without --trusted-proxies reads the header as well (and this test shows it
     // taking the client's own word).
@@ -402,38 +368,39 @@ async fn a_spoofed_left_most_hop_gets_no_fresh_quota() -> TestResult {
         ("TRUSTED_PROXIES", "127.0.0.1/32"),
         ("TRUST_FORWARDED_FOR", "true"),
     ];
-    let gateway = gateway("gateway-a", &redis, &settings).await?;
+    let cluster = cluster(&["gateway-a"], &settings).await?;
+    let gateway = &cluster.gateways[0];
     let client = reqwest::Client::new();
     for i in 0..5 {
         let spoofed = format!("203.0.113.{i}");
-        let response = create_through_proxy(&client, &gateway, &spoofed, "198.51.100.7").await?;
+        let response = create_through_proxy(&client, gateway, &spoofed, "198.51.100.7").await?;
         assert_ne!(response.status(), 429, "request {i} within the burst");
     }
     // A fresh left-most address every time: the quota is still the real client's.
     for i in 5..8 {
         let spoofed = format!("203.0.113.{i}");
         assert_limited(
-            create_through_proxy(&client, &gateway, &spoofed, "198.51.100.7").await?,
+            create_through_proxy(&client, gateway, &spoofed, "198.51.100.7").await?,
             "per-address",
         )
         .await?;
     }
     // Another real client behind the same proxy has its own quota.
-    let other = create_through_proxy(&client, &gateway, "203.0.113.1", "198.51.100.8").await?;
+    let other = create_through_proxy(&client, gateway, "203.0.113.1", "198.51.100.8").await?;
     assert_ne!(other.status(), 429);
     Ok(())
 }
 
 #[tokio::test]
 async fn the_forwarded_header_counts_its_right_most_untrusted_for() -> TestResult {
-    let redis = RedisServer::start()?;
     let settings = [
         ("RATE_PER_ADDRESS", "0.01"),
         ("RATE_BURST", "5"),
         ("TRUSTED_PROXIES", "127.0.0.1,10.0.0.0/8"),
         ("CLIENT_ADDRESS_HEADER", "forwarded"),
     ];
-    let gateway = gateway("gateway-a", &redis, &settings).await?;
+    let cluster = cluster(&["gateway-a"], &settings).await?;
+    let gateway = &cluster.gateways[0];
     let client = reqwest::Client::new();
     let post = |forwarded: String, i: u8| {
         client

@@ -7,8 +7,7 @@
 use std::time::Duration;
 
 use harness::TestResult;
-use harness::cluster::Cluster;
-use harness::process::ServiceProcess;
+use harness::cluster::{self, Cluster};
 use harness::redis_server::{RedisOptions, RedisServer};
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
@@ -22,13 +21,13 @@ const FILL_BYTES: usize = 200_000;
 const HEADROOM: u64 = 16 * 1024 * 1024;
 
 /// `used_memory` and `maxmemory` of the server.
-async fn memory(redis: &RedisServer) -> Result<(u64, u64), Box<dyn std::error::Error>> {
+async fn memory(redis: &RedisServer) -> TestResult<(u64, u64)> {
     let mut conn = redis.client().await?;
     let text: String = redis::cmd("INFO")
         .arg("memory")
         .query_async(&mut conn)
         .await?;
-    let field = |name: &str| -> Result<u64, Box<dyn std::error::Error>> {
+    let field = |name: &str| -> TestResult<u64> {
         Ok(text
             .lines()
             .filter_map(|line| line.trim_end().split_once(':'))
@@ -59,29 +58,8 @@ fn worker_settings(entrypoints: &str) -> [(&str, &str); 2] {
     ]
 }
 
-fn worker(
-    redis: &RedisServer,
-    id: &str,
-    entrypoints: &str,
-) -> Result<ServiceProcess, Box<dyn std::error::Error>> {
-    Ok(ServiceProcess::start(
-        "worker",
-        id,
-        &[],
-        &[
-            ("REDIS_URL", redis.url()),
-            ("WORKER_ID", id.to_owned()),
-            ("WORKER_ENTRYPOINTS", entrypoints.to_owned()),
-            ("WORKER_LEASE_TTL_MS", "1000".to_owned()),
-        ],
-    )?)
-}
-
 /// An anonymous `echo` invoke of `input`: its status, Retry-After and body.
-async fn invoke_echo(
-    base: &str,
-    input: &Value,
-) -> Result<(u16, Option<String>, Value), Box<dyn std::error::Error>> {
+async fn invoke_echo(base: &str, input: &Value) -> TestResult<(u16, Option<String>, Value)> {
     let response = reqwest::Client::new()
         .post(format!("{base}/entrypoints/echo/invoke"))
         .json(&json!({ "input": input }))
@@ -189,7 +167,8 @@ async fn admission_stops_at_the_high_water_mark_and_admitted_tasks_still_finish(
     assert!(again.headers().contains_key("retry-after"));
 
     // The task admitted before the fill runs now and its terminal write lands.
-    let _sleep_worker = worker(redis, "w-sleep-2", "sleep")?;
+    let settings = worker_settings("sleep").map(|(key, value)| (key, value.to_owned()));
+    let _sleep_worker = cluster::worker(redis, "w-sleep-2", &settings)?;
     let start = tokio::time::Instant::now();
     loop {
         let task: Value = client

@@ -5,68 +5,17 @@
 use std::time::Duration;
 
 use harness::TestResult;
-use harness::cluster::{free_port, wait_for_skill, wait_healthy};
-use harness::process::ServiceProcess;
-use harness::redis_server::{RedisOptions, RedisServer};
+use harness::cluster::{self, Cluster};
+use harness::redis_server::RedisOptions;
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 
 const PATIENCE: Duration = Duration::from_secs(30);
 const TOKEN: &str = "0123456789abcdef0123456789abcdef0123";
+/// Every worker's lease: a worker that leaves is noticed within a second.
+const LEASE: (&str, &str) = ("WORKER_LEASE_TTL_MS", "1000");
 
-struct Gateway {
-    process: ServiceProcess,
-    base: String,
-}
-
-impl Gateway {
-    /// Starts a gateway and waits until `/health` answers.
-    async fn start(
-        name: &str,
-        redis: Option<&RedisServer>,
-    ) -> Result<Gateway, Box<dyn std::error::Error>> {
-        Gateway::start_with(name, redis, &[]).await
-    }
-
-    async fn start_with(
-        name: &str,
-        redis: Option<&RedisServer>,
-        extra: &[(&str, String)],
-    ) -> Result<Gateway, Box<dyn std::error::Error>> {
-        let port = free_port()?;
-        let mut envs = vec![("LISTEN_ADDR", format!("127.0.0.1:{port}"))];
-        envs.extend(extra.iter().cloned());
-        if let Some(redis) = redis {
-            envs.push(("REDIS_URL", redis.url()));
-        }
-        let process = ServiceProcess::start("gateway", name, &[], &envs)?;
-        let gateway = Gateway {
-            process,
-            base: format!("http://127.0.0.1:{port}"),
-        };
-        wait_healthy(&gateway.process, &gateway.base).await?;
-        Ok(gateway)
-    }
-}
-
-fn worker(redis: &RedisServer, id: &str) -> Result<ServiceProcess, Box<dyn std::error::Error>> {
-    Ok(ServiceProcess::start(
-        "worker",
-        id,
-        &[],
-        &[
-            ("REDIS_URL", redis.url()),
-            ("WORKER_ID", id.to_owned()),
-            ("WORKER_LEASE_TTL_MS", "1000".to_owned()),
-        ],
-    )?)
-}
-
-async fn create_task(
-    base: &str,
-    skill: &str,
-    input: Value,
-) -> Result<String, Box<dyn std::error::Error>> {
+async fn create_task(base: &str, skill: &str, input: Value) -> TestResult<String> {
     let response = reqwest::Client::new()
         .post(format!("{base}/tasks"))
         .header("Task-Access-Token", TOKEN)
@@ -83,7 +32,7 @@ async fn subscribe_events(
     base: &str,
     task_id: &str,
     stop_after: Option<usize>,
-) -> Result<Vec<(String, Value)>, Box<dyn std::error::Error>> {
+) -> TestResult<Vec<(String, Value)>> {
     let response = reqwest::Client::new()
         .get(format!("{base}/tasks/{task_id}/subscribe"))
         .header("Task-Access-Token", TOKEN)
@@ -98,28 +47,34 @@ async fn subscribe_events(
 #[tokio::test(flavor = "multi_thread")]
 async fn two_gateways_serve_the_same_tasks_and_a_cut_subscriber_finishes_on_the_other() -> TestResult
 {
-    let redis = RedisServer::start()?;
-    let worker_process = worker(&redis, "w1")?;
-    let mut g1 = Gateway::start("g1", Some(&redis)).await?;
-    let g2 = Gateway::start("g2", Some(&redis)).await?;
-    wait_for_skill(&g1.process, &g1.base, "sleep").await?;
+    let mut cluster = Cluster::builder()
+        .worker("w1", &[LEASE])
+        .gateway("g1", &[])
+        .gateway("g2", &[])
+        .skills(&["sleep"])
+        .start()
+        .await?;
+    let (g1, g2) = (
+        cluster.gateways[0].base.clone(),
+        cluster.gateways[1].base.clone(),
+    );
 
-    let task_id = create_task(&g1.base, "sleep", json!({"ms": 1500})).await?;
+    let task_id = create_task(&g1, "sleep", json!({"ms": 1500})).await?;
     // Subscribed on g1: the running snapshot arrives, then g1 dies mid-stream.
-    let first = subscribe_events(&g1.base, &task_id, Some(1)).await?;
+    let first = subscribe_events(&g1, &task_id, Some(1)).await?;
     assert_eq!(first[0].0, "statusUpdate");
     assert_eq!(first[0].1["status"], "running");
-    g1.process.kill()?;
+    cluster.gateways[0].process.kill()?;
 
     // The same token on g2 sees the task and its end.
-    let rest = subscribe_events(&g2.base, &task_id, None).await?;
+    let rest = subscribe_events(&g2, &task_id, None).await?;
     let names: Vec<&str> = rest.iter().map(|(name, _)| name.as_str()).collect();
     assert_eq!(names.last(), Some(&"resultUpdate"), "events: {rest:?}");
     let (_, done) = rest.last().ok_or("no events")?;
     assert_eq!(done["result"]["output"], json!({"slept": 1500}));
 
     let task: Value = reqwest::Client::new()
-        .get(format!("{}/tasks/{task_id}", g2.base))
+        .get(format!("{g2}/tasks/{task_id}"))
         .header("Task-Access-Token", TOKEN)
         .send()
         .await?
@@ -127,7 +82,11 @@ async fn two_gateways_serve_the_same_tasks_and_a_cut_subscriber_finishes_on_the_
         .await?;
     assert_eq!(task["status"], "completed");
     // Invariant 4: the token reached both gateways and the worker, and no log line shows it.
-    for log in [g1.process.log(), g2.process.log(), worker_process.log()] {
+    for log in [
+        cluster.gateways[0].process.log(),
+        cluster.gateways[1].process.log(),
+        cluster.workers[0].log(),
+    ] {
         assert!(!log.is_empty(), "processes log at info");
         assert!(!log.contains(TOKEN), "a log line shows the access token");
     }
@@ -139,28 +98,28 @@ async fn two_gateways_serve_the_same_tasks_and_a_cut_subscriber_finishes_on_the_
 /// `ENTRYPOINT_GRACE_MS`: the task is queued and the next worker runs it.
 #[tokio::test(flavor = "multi_thread")]
 async fn tasks_are_admitted_through_a_gap_in_the_worker_registry() -> TestResult {
-    let redis = RedisServer::start()?;
-    let mut only_worker = worker(&redis, "w1")?;
-    let remembering = Gateway::start("g-grace", Some(&redis)).await?;
-    let strict = Gateway::start_with(
-        "g-strict",
-        Some(&redis),
-        &[("ENTRYPOINT_GRACE_MS", "0".to_owned())],
-    )
-    .await?;
-    wait_for_skill(&remembering.process, &remembering.base, "echo").await?;
+    let mut cluster = Cluster::builder()
+        .worker("w1", &[LEASE])
+        .gateway("g-grace", &[])
+        .gateway("g-strict", &[("ENTRYPOINT_GRACE_MS", "0")])
+        .skills(&["echo"])
+        .start()
+        .await?;
+    let remembering = cluster.gateways[0].base.clone();
+    let strict = cluster.gateways[1].base.clone();
     // Each gateway admits one task while echo is listed.
-    create_task(&remembering.base, "echo", json!({"n": 1})).await?;
-    create_task(&strict.base, "echo", json!({"n": 2})).await?;
+    create_task(&remembering, "echo", json!({"n": 1})).await?;
+    create_task(&strict, "echo", json!({"n": 2})).await?;
 
     // The only worker leaves cleanly (it deregisters): no worker lists echo any more.
+    let only_worker = &mut cluster.workers[0];
     only_worker.signal(Signal::SIGTERM)?;
     only_worker.wait_exit(PATIENCE)?;
     // The card lists live workers only, as of at most REGISTRY_REFRESH_MS (1 s) ago.
     let start = tokio::time::Instant::now();
     loop {
         let card: Value = reqwest::Client::new()
-            .get(format!("{}/.well-known/agent-card.json", remembering.base))
+            .get(format!("{remembering}/.well-known/agent-card.json"))
             .send()
             .await?
             .json()
@@ -178,7 +137,7 @@ async fn tasks_are_admitted_through_a_gap_in_the_worker_registry() -> TestResult
     let body =
         json!({"skillId": "echo", "message": {"role": "user", "content": {"text": "{\"n\":3}"}}});
     let refused = reqwest::Client::new()
-        .post(format!("{}/tasks", strict.base))
+        .post(format!("{strict}/tasks"))
         .header("Task-Access-Token", TOKEN)
         .json(&body)
         .send()
@@ -187,9 +146,9 @@ async fn tasks_are_admitted_through_a_gap_in_the_worker_registry() -> TestResult
     let refused: Value = refused.json().await?;
     assert_eq!(refused["error"]["code"], "skill_not_found");
 
-    let queued = create_task(&remembering.base, "echo", json!({"n": 3})).await?;
-    let _next_worker = worker(&redis, "w2")?;
-    let events = subscribe_events(&remembering.base, &queued, None).await?;
+    let queued = create_task(&remembering, "echo", json!({"n": 3})).await?;
+    cluster.add_worker("w2", &[LEASE])?;
+    let events = subscribe_events(&remembering, &queued, None).await?;
     let (name, done) = events.last().ok_or("no events")?;
     assert_eq!(name, "resultUpdate", "events: {events:?}");
     assert_eq!(done["result"]["output"], json!({"n": 3}));
@@ -198,33 +157,34 @@ async fn tasks_are_admitted_through_a_gap_in_the_worker_registry() -> TestResult
 
 #[tokio::test(flavor = "multi_thread")]
 async fn redis_going_away_gives_503_and_the_gateway_recovers() -> TestResult {
-    let mut redis = RedisServer::start_with(RedisOptions::default().with_aof(true))?;
-    let _worker = worker(&redis, "w1")?;
-    let gateway = Gateway::start("g1", Some(&redis)).await?;
-    wait_for_skill(&gateway.process, &gateway.base, "echo").await?;
-    let task_id = create_task(&gateway.base, "echo", json!({"x": 1})).await?;
+    let mut cluster = Cluster::builder()
+        .redis(RedisOptions::default().with_aof(true))
+        .worker("w1", &[LEASE])
+        .gateway("g1", &[])
+        .skills(&["echo"])
+        .start()
+        .await?;
+    let base = cluster.base().to_owned();
+    let task_id = create_task(&base, "echo", json!({"x": 1})).await?;
     let client = reqwest::Client::builder().timeout(PATIENCE).build()?;
     let get = || {
         client
-            .get(format!("{}/tasks/{task_id}", gateway.base))
+            .get(format!("{base}/tasks/{task_id}"))
             .header("Task-Access-Token", TOKEN)
             .send()
     };
 
-    redis.kill()?;
+    cluster.redis.kill()?;
     let response = get().await?;
     assert_eq!(response.status(), 503);
     let body: Value = response.json().await?;
     assert!(body["error"]["code"].is_string(), "JSON error body: {body}");
-    let ready = client.get(format!("{}/ready", gateway.base)).send().await?;
+    let ready = client.get(format!("{base}/ready")).send().await?;
     assert_eq!(ready.status(), 503);
-    let health = client
-        .get(format!("{}/health", gateway.base))
-        .send()
-        .await?;
+    let health = client.get(format!("{base}/health")).send().await?;
     assert_eq!(health.status(), 200, "the process itself is up");
 
-    redis.restart()?;
+    cluster.redis.restart()?;
     let start = tokio::time::Instant::now();
     loop {
         let response = get().await?;
@@ -242,8 +202,9 @@ async fn redis_going_away_gives_503_and_the_gateway_recovers() -> TestResult {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_embedded_mode_runs_tasks_without_redis() -> TestResult {
-    let gateway = Gateway::start("embedded", None).await?;
-    wait_for_skill(&gateway.process, &gateway.base, "echo").await?;
+    // No REDIS_URL: the embedded mode.
+    let gateway = cluster::gateway("embedded", &[], &[]).await?;
+    cluster::wait_for_skill(&gateway.process, &gateway.base, "echo").await?;
     let task_id = create_task(&gateway.base, "echo", json!({"hello": "world"})).await?;
     let events = subscribe_events(&gateway.base, &task_id, None).await?;
     let (name, data) = events.last().ok_or("no events")?;
@@ -255,16 +216,15 @@ async fn the_embedded_mode_runs_tasks_without_redis() -> TestResult {
 #[tokio::test(flavor = "multi_thread")]
 async fn slow_and_oversized_request_heads_are_cut_off() -> TestResult {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let gateway = Gateway::start_with(
+    let gateway = cluster::gateway(
         "slow-heads",
-        None,
+        &[],
         &[("HEADER_TIMEOUT_MS", "300".to_owned())],
     )
     .await?;
-    let address = gateway.base.trim_start_matches("http://").to_owned();
 
     // A client that never finishes its headers is disconnected by the server.
-    let mut slow = tokio::net::TcpStream::connect(&address).await?;
+    let mut slow = tokio::net::TcpStream::connect(gateway.address()).await?;
     slow.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n")
         .await?;
     let mut rest = Vec::new();

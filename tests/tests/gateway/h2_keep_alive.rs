@@ -1,5 +1,5 @@
-//! HTTP/2 connections under the gateway's bounds (issue 29), with a real gateway process and
-//! an h2c client: an idle connection whose client answers the gateway's keep-alive PINGs stays
+//! HTTP/2 connections under the gateway's bounds (issue 29), with a real gateway process (the
+//! embedded mode: `cluster::gateway` without `REDIS_URL`) and an h2c client: an idle connection whose client answers the gateway's keep-alive PINGs stays
 //! open and usable, and a connection that sends nothing after the preface is closed by the
 //! first-request deadline.
 //!
@@ -9,8 +9,7 @@
 use std::time::Duration;
 
 use harness::TestResult;
-use harness::paid::{free_port, wait_healthy};
-use harness::process::ServiceProcess;
+use harness::cluster;
 use http_body_util::Empty;
 use hyper::body::Bytes;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -24,16 +23,6 @@ const PATIENCE: Duration = Duration::from_secs(30);
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const PING: u8 = 0x6;
 const ACK: u8 = 0x1;
-
-/// An embedded-mode gateway with `env` added, once healthy: the process and its address.
-async fn gateway(env: &[(&str, &str)]) -> TestResult<(ServiceProcess, String)> {
-    let port = free_port()?;
-    let mut envs = vec![("LISTEN_ADDR", format!("127.0.0.1:{port}"))];
-    envs.extend(env.iter().map(|(k, v)| (*k, (*v).to_owned())));
-    let process = ServiceProcess::start("gateway", "gateway", &[], &envs)?;
-    wait_healthy(&process, &format!("http://127.0.0.1:{port}")).await?;
-    Ok((process, format!("127.0.0.1:{port}")))
-}
 
 /// Splits one direction of an HTTP/2 connection into frames (after `skip` bytes: the
 /// client's preface) and counts the PINGs carrying `flags`.
@@ -143,8 +132,9 @@ async fn health(
 #[tokio::test]
 async fn an_idle_h2_connection_that_answers_pings_stays_usable() -> TestResult<()> {
     // PINGs every 20 ms: the connection sits idle through many of them.
-    let (_gateway, address) = gateway(&[("H2_KEEP_ALIVE_MS", "20")]).await?;
-    let (relayed, mut pings, mut acks) = relay(&address).await?;
+    let gateway =
+        cluster::gateway("gateway", &[], &[("H2_KEEP_ALIVE_MS", "20".to_owned())]).await?;
+    let (relayed, mut pings, mut acks) = relay(gateway.address()).await?;
     let stream = TcpStream::connect(&relayed).await?;
     let (mut sender, connection) =
         hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream)).await?;
@@ -166,8 +156,9 @@ async fn an_idle_h2_connection_that_answers_pings_stays_usable() -> TestResult<(
 
 #[tokio::test]
 async fn an_h2_connection_silent_after_the_preface_is_closed() -> TestResult<()> {
-    let (_gateway, address) = gateway(&[("HEADER_TIMEOUT_MS", "200")]).await?;
-    let mut stream = TcpStream::connect(&address).await?;
+    let gateway =
+        cluster::gateway("gateway", &[], &[("HEADER_TIMEOUT_MS", "200".to_owned())]).await?;
+    let mut stream = TcpStream::connect(gateway.address()).await?;
     // The preface and an empty SETTINGS frame, then nothing.
     stream.write_all(PREFACE).await?;
     stream.write_all(&[0, 0, 0, 0x4, 0, 0, 0, 0, 0]).await?;

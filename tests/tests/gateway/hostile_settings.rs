@@ -4,7 +4,7 @@
 use std::process::{Command, Output, Stdio};
 
 use harness::TestResult;
-use harness::paid::{PATIENCE, free_port, wait_healthy};
+use harness::cluster::{PATIENCE, free_port, wait_healthy};
 use harness::process::{ServiceProcess, binary};
 use harness::redis_server::RedisServer;
 
@@ -89,6 +89,7 @@ fn a_redis_password_never_reaches_the_logs() -> TestResult<()> {
             ("gateway", vec!["--listen", "127.0.0.1:0"]),
             ("worker", vec![]),
         ] {
+            // Not cluster::gateway/worker: this process must refuse to start, never get healthy.
             let mut process = ServiceProcess::start(
                 name,
                 name,
@@ -111,7 +112,8 @@ fn a_redis_password_never_reaches_the_logs() -> TestResult<()> {
 #[test]
 fn the_dev_facilitator_refuses_a_public_listen_address() -> TestResult<()> {
     for listen in ["0.0.0.0:0", "[::]:0", "example.com:8402"] {
-        // A process: one that is not refused serves until killed, and must fail the wait.
+        // A process (not harness::paid::Facilitator, which waits for health): one that is not
+        // refused serves until killed, and must fail the wait.
         let mut process =
             ServiceProcess::start("facilitator", "facilitator", &["--listen", listen], &[])?;
         let status = process.wait_exit(PATIENCE)?;
@@ -136,6 +138,8 @@ async fn the_dev_facilitator_listens_publicly_when_told() -> TestResult<()> {
             vec![]
         };
         let address = format!("{listen}:{port}");
+        // Not harness::paid::Facilitator: the point is this listen address, which it fixes to
+        // loopback.
         let mut process =
             ServiceProcess::start("facilitator", "facilitator", &["--listen", &address], &envs)?;
         wait_healthy(&process, &format!("http://127.0.0.1:{port}")).await?;

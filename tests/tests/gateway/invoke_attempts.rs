@@ -6,9 +6,8 @@
 use std::time::Duration;
 
 use harness::TestResult;
-use harness::cluster::free_port;
+use harness::cluster::{self, Cluster};
 use harness::process::ServiceProcess;
-use harness::redis_server::RedisServer;
 use protocol::TaskStatus;
 use serde_json::{Value, json};
 use store::registry::WorkerRegistry;
@@ -18,47 +17,27 @@ use store::{RedisStore, RedisStoreConfig, StoredTask, TaskStore};
 const PATIENCE: Duration = Duration::from_secs(30);
 const POLL: Duration = Duration::from_millis(20);
 
-struct Cluster {
-    redis: RedisServer,
+/// A gateway on Redis (workers come and go per test) and the store it shares.
+struct Suite {
+    cluster: Cluster,
     store: RedisStore,
-    _gateway: ServiceProcess,
-    base: String,
-    client: reqwest::Client,
 }
 
-impl Cluster {
-    async fn start() -> TestResult<Cluster> {
-        let redis = RedisServer::start()?;
-        let store = RedisStore::connect(RedisStoreConfig::new(redis.url())).await?;
-        let port = free_port()?;
-        let gateway = ServiceProcess::start(
-            "gateway",
-            "g1",
-            &[],
-            &[
-                ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
-                ("REDIS_URL", redis.url()),
-            ],
-        )?;
-        Ok(Cluster {
-            redis,
-            store,
-            _gateway: gateway,
-            base: format!("http://127.0.0.1:{port}"),
-            client: reqwest::Client::new(),
-        })
+impl Suite {
+    async fn start() -> TestResult<Suite> {
+        let cluster = Cluster::builder().gateway("g1", &[]).start().await?;
+        let store = RedisStore::connect(RedisStoreConfig::new(cluster.redis.url())).await?;
+        Ok(Suite { cluster, store })
     }
 
     /// A worker with short leases and frequent recovery sweeps, so a death is noticed fast.
     fn worker(&self, id: &str, extra: &[(&str, &str)]) -> TestResult<ServiceProcess> {
         let mut envs = vec![
-            ("REDIS_URL", self.redis.url()),
-            ("WORKER_ID", id.to_owned()),
             ("WORKER_LEASE_TTL_MS", "1000".to_owned()),
             ("WORKER_RECOVERY_INTERVAL_MS", "200".to_owned()),
         ];
         envs.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
-        Ok(ServiceProcess::start("worker", id, &[], &envs)?)
+        cluster::worker(&self.cluster.redis, id, &envs)
     }
 
     /// Waits until the card lists `skill` as hosted by `workers` registered workers.
@@ -68,8 +47,12 @@ impl Cluster {
         loop {
             if registry.workers().await?.len() == workers {
                 let card: Value = self
-                    .client
-                    .get(format!("{}/.well-known/agent-card.json", self.base))
+                    .cluster
+                    .http
+                    .get(format!(
+                        "{}/.well-known/agent-card.json",
+                        self.cluster.base()
+                    ))
                     .send()
                     .await?
                     .json()
@@ -92,7 +75,7 @@ impl Cluster {
     async fn running_task(&self) -> TestResult<StoredTask> {
         let start = tokio::time::Instant::now();
         loop {
-            let mut conn = self.redis.client().await?;
+            let mut conn = self.cluster.redis.client().await?;
             let live: Vec<String> = redis::cmd("SMEMBERS")
                 .arg("{tc}:live")
                 .query_async(&mut conn)
@@ -113,12 +96,13 @@ impl Cluster {
 
 /// Invokes `sleep` for `ms` in the background; the answer's status and body.
 fn invoke_sleep(
-    cluster: &Cluster,
+    suite: &Suite,
     ms: u64,
 ) -> tokio::task::JoinHandle<Result<(u16, Value), reqwest::Error>> {
-    let request = cluster
-        .client
-        .post(format!("{}/entrypoints/sleep/invoke", cluster.base))
+    let request = suite
+        .cluster
+        .http
+        .post(format!("{}/entrypoints/sleep/invoke", suite.cluster.base()))
         .json(&json!({"input": {"ms": ms}}));
     tokio::spawn(async move {
         let response = request.send().await?;
@@ -129,21 +113,21 @@ fn invoke_sleep(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lost_worker_fails_a_direct_invoke_instead_of_running_it_twice() -> TestResult {
-    let cluster = Cluster::start().await?;
-    let mut first = cluster.worker("w1", &[])?;
-    cluster.wait_for_workers(1).await?;
-    let answer = invoke_sleep(&cluster, 20_000);
-    let task = cluster.running_task().await?;
+    let suite = Suite::start().await?;
+    let mut first = suite.worker("w1", &[])?;
+    suite.wait_for_workers(1).await?;
+    let answer = invoke_sleep(&suite, 20_000);
+    let task = suite.running_task().await?;
 
     // Another worker stands ready: only the policy keeps it from running the task again.
-    let _second = cluster.worker("w2", &[])?;
-    cluster.wait_for_workers(2).await?;
+    let _second = suite.worker("w2", &[])?;
+    suite.wait_for_workers(2).await?;
     first.kill()?;
 
     let (status, body) = answer.await??;
     assert_eq!(status, 502, "{body}");
     assert_eq!(body["error"]["code"], "task_attempts_exhausted", "{body}");
-    let stored = cluster
+    let stored = suite
         .store
         .get(&task.task.task_id)
         .await?
@@ -155,21 +139,21 @@ async fn a_lost_worker_fails_a_direct_invoke_instead_of_running_it_twice() -> Te
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_retry_safe_entrypoint_runs_again_on_another_worker() -> TestResult {
-    let cluster = Cluster::start().await?;
+    let suite = Suite::start().await?;
     let safe = [("WORKER_RETRY_SAFE", "sleep")];
-    let mut first = cluster.worker("w1", &safe)?;
-    cluster.wait_for_workers(1).await?;
-    let answer = invoke_sleep(&cluster, 1_500);
-    let task = cluster.running_task().await?;
+    let mut first = suite.worker("w1", &safe)?;
+    suite.wait_for_workers(1).await?;
+    let answer = invoke_sleep(&suite, 1_500);
+    let task = suite.running_task().await?;
 
-    let _second = cluster.worker("w2", &safe)?;
-    cluster.wait_for_workers(2).await?;
+    let _second = suite.worker("w2", &safe)?;
+    suite.wait_for_workers(2).await?;
     first.kill()?;
 
     let (status, body) = answer.await??;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["output"], json!({"slept": 1500}));
-    let stored = cluster
+    let stored = suite
         .store
         .get(&task.task.task_id)
         .await?
@@ -180,8 +164,8 @@ async fn a_retry_safe_entrypoint_runs_again_on_another_worker() -> TestResult {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_worker_refuses_to_declare_an_entrypoint_it_does_not_host() -> TestResult {
-    let cluster = Cluster::start().await?;
-    let mut worker = cluster.worker("w1", &[("WORKER_RETRY_SAFE", "sleep,nope")])?;
+    let suite = Suite::start().await?;
+    let mut worker = suite.worker("w1", &[("WORKER_RETRY_SAFE", "sleep,nope")])?;
     let status = worker.wait_exit(PATIENCE)?;
     assert!(!status.success(), "the worker must not start");
     assert!(worker.log().contains("nope"), "{}", worker.log());

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use harness::TestResult;
-use harness::cluster::free_port;
+use harness::cluster;
 use harness::process::ServiceProcess;
 use harness::redis_server::RedisServer;
 use nix::sys::signal::Signal;
@@ -46,38 +46,22 @@ async fn until<T>(
     }
 }
 
+/// A gateway and the client the suite asks it with.
 struct Gateway {
-    _process: ServiceProcess,
-    base: String,
+    gateway: cluster::Gateway,
     client: reqwest::Client,
 }
 
 impl Gateway {
-    /// Starts a gateway with `envs` and waits until `/health` answers (which does not read
-    /// the registry, so nothing is cached yet).
+    /// Starts a gateway with `envs` once `/health` answers (which does not read the registry,
+    /// so nothing is cached yet).
     async fn start(name: &str, redis: &RedisServer, envs: &[(&str, &str)]) -> TestResult<Self> {
-        let port = free_port()?;
-        let mut all = vec![
-            ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
-            ("REDIS_URL", redis.url()),
-        ];
+        let mut all = vec![("REDIS_URL", redis.url())];
         all.extend(envs.iter().map(|(k, v)| (*k, (*v).to_owned())));
-        let process = ServiceProcess::start("gateway", name, &[], &all)?;
-        let gateway = Gateway {
-            _process: process,
-            base: format!("http://127.0.0.1:{port}"),
+        Ok(Gateway {
+            gateway: cluster::gateway(name, &[], &all).await?,
             client: reqwest::Client::builder().timeout(PATIENCE).build()?,
-        };
-        until(PATIENCE, "gateway healthy", async || {
-            let health = gateway
-                .client
-                .get(format!("{}/health", gateway.base))
-                .send()
-                .await;
-            Ok(health.is_ok_and(|r| r.status() == 200).then_some(()))
         })
-        .await?;
-        Ok(gateway)
     }
 
     async fn card(
@@ -86,7 +70,7 @@ impl Gateway {
     ) -> TestResult<(StatusCode, HeaderMap, String)> {
         let mut request = self
             .client
-            .get(format!("{}/.well-known/agent-card.json", self.base));
+            .get(format!("{}/.well-known/agent-card.json", self.gateway.base));
         if let Some(tag) = if_none_match {
             request = request.header(header::IF_NONE_MATCH, tag);
         }
@@ -128,7 +112,7 @@ impl Gateway {
     async fn create_task(&self, skill: &str) -> TestResult<(StatusCode, Value)> {
         let response = self
             .client
-            .post(format!("{}/tasks", self.base))
+            .post(format!("{}/tasks", self.gateway.base))
             .header("Task-Access-Token", TOKEN)
             .json(
                 &json!({"skillId": skill, "message": {"role": "user", "content": {"text": "{}"}}}),
@@ -141,17 +125,14 @@ impl Gateway {
 
 /// A worker hosting only `entrypoints`, its entry expiring 1 s after its last heartbeat.
 fn worker(redis: &RedisServer, id: &str, entrypoints: &str) -> TestResult<ServiceProcess> {
-    Ok(ServiceProcess::start(
-        "worker",
+    cluster::worker(
+        redis,
         id,
-        &[],
         &[
-            ("REDIS_URL", redis.url()),
-            ("WORKER_ID", id.to_owned()),
             ("WORKER_ENTRYPOINTS", entrypoints.to_owned()),
             ("WORKER_LEASE_TTL_MS", "1000".to_owned()),
         ],
-    )?)
+    )
 }
 
 /// The ids the registry in Redis lists.

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use harness::TestResult;
-use harness::cluster::Cluster;
+use harness::cluster::{Cluster, jsonrpc_request};
 use serde_json::{Value, json};
 
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -57,15 +57,17 @@ async fn a_result_over_the_workers_limit_fails_the_task_and_is_not_stored() -> T
     // The same on both A2A bindings: invalid params (-32602), HTTP 400 on HTTP+JSON.
     let big = json!({"message": {"messageId": "big", "role": "ROLE_USER",
         "parts": [{"text": "x".repeat(MAX_INPUT_BYTES)}], "metadata": {"skillId": "echo"}}});
-    let rpc: Value = reqwest::Client::new()
-        .post(format!("{base}/a2a/jsonrpc"))
-        .header("A2A-Version", "1.0")
-        .bearer_auth(TOKEN)
-        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": big}))
-        .send()
-        .await?
-        .json()
-        .await?;
+    let rpc: Value = jsonrpc_request(
+        &reqwest::Client::new(),
+        base,
+        Some(TOKEN),
+        "SendMessage",
+        big.clone(),
+    )
+    .send()
+    .await?
+    .json()
+    .await?;
     assert_eq!(rpc["error"]["code"], -32602, "{rpc}");
     let message = rpc["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("larger than"), "{rpc}");

@@ -1,5 +1,5 @@
 //! Connections and streams bounded (issue 29, item 5), against real gateway processes in
-//! embedded mode (no Redis):
+//! embedded mode (no Redis: `cluster::gateway` without `REDIS_URL`):
 //! - SIGTERM ends an open A2A stream and an open Lucid stream cleanly, and the process exits;
 //! - `MAX_STREAM_MS` ends an A2A stream cleanly;
 //! - `MAX_CONNECTIONS_PER_IP` refuses a fifth connection at accept while four work, and a
@@ -14,9 +14,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use harness::TestResult;
-use harness::cluster::jsonrpc_request;
-use harness::paid::{free_port, wait_healthy};
-use harness::process::ServiceProcess;
+use harness::cluster::{self, jsonrpc_request};
 use nix::sys::signal::Signal;
 use serde_json::json;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,27 +24,6 @@ use tokio::net::TcpStream;
 const FAILSAFE: Duration = Duration::from_secs(90);
 static NEXT: AtomicU64 = AtomicU64::new(1);
 const TOKEN: &str = "streams-bounded-token-0123456789";
-
-struct Gateway {
-    process: ServiceProcess,
-    base: String,
-    address: String,
-}
-
-async fn gateway(envs: &[(&str, &str)]) -> TestResult<Gateway> {
-    let port = free_port()?;
-    let address = format!("127.0.0.1:{port}");
-    let mut all = vec![("LISTEN_ADDR", address.clone())];
-    all.extend(envs.iter().map(|(key, value)| (*key, (*value).to_owned())));
-    let process = ServiceProcess::start("gateway", "gateway", &[], &all)?;
-    let base = format!("http://{address}");
-    wait_healthy(&process, &base).await?;
-    Ok(Gateway {
-        process,
-        base,
-        address,
-    })
-}
 
 /// A client without a total timeout: streams outlive any fixed one.
 fn client() -> TestResult<reqwest::Client> {
@@ -72,7 +49,8 @@ async fn a2a_sleep_stream(http: &reqwest::Client, base: &str) -> TestResult<reqw
     Ok(response)
 }
 
-/// An SSE body read event by event.
+/// An SSE body read event by event, as text. Not `harness::sse`: A2A frames name no `event:`
+/// (which `harness::sse` skips), and a test reads the first frame, acts, then the rest.
 struct Events {
     body: futures::stream::BoxStream<'static, reqwest::Result<Vec<u8>>>,
     buffer: Vec<u8>,
@@ -125,7 +103,8 @@ impl Events {
 async fn sigterm_ends_open_a2a_and_lucid_streams_and_the_process_exits() -> TestResult {
     tokio::time::timeout(FAILSAFE, async {
         // One run slot: the A2A sleep holds it, so the Lucid stream waits for a worker.
-        let mut gateway = gateway(&[("WORKER_CONCURRENCY", "1")]).await?;
+        let mut gateway =
+            cluster::gateway("gateway", &[], &[("WORKER_CONCURRENCY", "1".to_owned())]).await?;
         let http = client()?;
         let mut a2a = Events::new(a2a_sleep_stream(&http, &gateway.base).await?);
         let first = a2a.next().await?.ok_or("the A2A stream ended at once")?;
@@ -181,7 +160,8 @@ async fn sigterm_ends_open_a2a_and_lucid_streams_and_the_process_exits() -> Test
 #[tokio::test]
 async fn an_a2a_stream_ends_cleanly_after_max_stream_ms() -> TestResult {
     tokio::time::timeout(FAILSAFE, async {
-        let gateway = gateway(&[("MAX_STREAM_MS", "300")]).await?;
+        let gateway =
+            cluster::gateway("gateway", &[], &[("MAX_STREAM_MS", "300".to_owned())]).await?;
         let http = client()?;
         let mut events = Events::new(a2a_sleep_stream(&http, &gateway.base).await?);
         let first = events.next().await?.ok_or("the A2A stream ended at once")?;
@@ -259,17 +239,22 @@ async fn until_closed(stream: &mut TcpStream) {
 #[tokio::test]
 async fn a_fifth_connection_from_one_address_is_refused_until_one_closes() -> TestResult {
     tokio::time::timeout(FAILSAFE, async {
-        let gateway = gateway(&[("MAX_CONNECTIONS_PER_IP", "4")]).await?;
+        let gateway = cluster::gateway(
+            "gateway",
+            &[],
+            &[("MAX_CONNECTIONS_PER_IP", "4".to_owned())],
+        )
+        .await?;
         let mut open = Vec::new();
         for _ in 0..4 {
-            let mut stream = TcpStream::connect(&gateway.address).await?;
+            let mut stream = TcpStream::connect(gateway.address()).await?;
             let status = health(&mut stream, false).await?;
             if !status.as_deref().is_some_and(|s| s.contains(" 200 ")) {
                 return Err(format!("one of the first four got {status:?}").into());
             }
             open.push(stream);
         }
-        let mut fifth = TcpStream::connect(&gateway.address).await?;
+        let mut fifth = TcpStream::connect(gateway.address()).await?;
         if let Some(status) = health(&mut fifth, false).await? {
             return Err(format!("a fifth connection was served: {status}").into());
         }
@@ -287,7 +272,7 @@ async fn a_fifth_connection_from_one_address_is_refused_until_one_closes() -> Te
         health(&mut first, true).await?;
         until_closed(&mut first).await;
         for _ in 0..100 {
-            let mut again = TcpStream::connect(&gateway.address).await?;
+            let mut again = TcpStream::connect(gateway.address()).await?;
             if let Some(status) = health(&mut again, false).await? {
                 if status.contains(" 200 ") {
                     if !gateway.process.log().contains("too many open connections") {
@@ -307,22 +292,23 @@ async fn a_fifth_connection_from_one_address_is_refused_until_one_closes() -> Te
 #[tokio::test]
 async fn connections_without_a_request_head_are_closed() -> TestResult {
     tokio::time::timeout(FAILSAFE, async {
-        let gateway = gateway(&[("HEADER_TIMEOUT_MS", "300")]).await?;
+        let gateway =
+            cluster::gateway("gateway", &[], &[("HEADER_TIMEOUT_MS", "300".to_owned())]).await?;
         // HTTP/2 with prior knowledge (h2c): the preface and an empty SETTINGS frame, then no
         // HEADERS frame.
-        let mut h2 = TcpStream::connect(&gateway.address).await?;
+        let mut h2 = TcpStream::connect(gateway.address()).await?;
         h2.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await?;
         h2.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await?;
-        let mut silent = TcpStream::connect(&gateway.address).await?;
+        let mut silent = TcpStream::connect(gateway.address()).await?;
         until_closed(&mut h2).await;
         until_closed(&mut silent).await;
         // The gateway still serves.
-        let mut fresh = TcpStream::connect(&gateway.address).await?;
+        let mut fresh = TcpStream::connect(gateway.address()).await?;
         let status = health(&mut fresh, true).await?;
         if !status.as_deref().is_some_and(|s| s.contains(" 200 ")) {
             return Err(format!("health got {status:?}").into());
         }
-        Ok::<_, Box<dyn std::error::Error>>(())
+        TestResult::Ok(())
     })
     .await
     .map_err(|_| "a connection without a request head stayed open")?

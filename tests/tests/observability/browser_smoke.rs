@@ -19,33 +19,12 @@ use harness::TestResult;
 use harness::browser::{
     Browser, BrowserError, BrowserOptions, Leftover, PHONE, leftover_processes,
 };
-use harness::cluster::{free_port, lists_skills, wait_for_card, wait_healthy};
-use harness::process::ServiceProcess;
+use harness::cluster::{self, wait_for_skill};
 
 const PATIENCE: Duration = Duration::from_secs(30);
 const AGENT_NAME: &str = "Browser Smoke Agent";
 /// A PNG starts with these eight bytes.
 const PNG_SIGNATURE: &[u8] = b"\x89PNG\r\n\x1a\n";
-
-/// An embedded-mode gateway (no Redis) named [`AGENT_NAME`] whose card lists `echo`, and its
-/// base URL.
-async fn gateway() -> Result<(ServiceProcess, String), Box<dyn std::error::Error>> {
-    let port = free_port()?;
-    let process = ServiceProcess::start(
-        "gateway",
-        "gateway",
-        &[],
-        &[
-            ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
-            ("AGENT_NAME", AGENT_NAME.to_owned()),
-        ],
-    )?;
-    let base = format!("http://127.0.0.1:{port}");
-    wait_healthy(&process, &base).await?;
-    let skills = ["echo".to_owned()];
-    wait_for_card(&process, &base, |card| lists_skills(card, &skills)).await?;
-    Ok((process, base))
-}
 
 /// Closes `browser` and checks that none of its processes is left.
 async fn close_and_check_gone(browser: Browser) -> TestResult {
@@ -94,7 +73,11 @@ async fn check_gone(group: u32, dir: &Path) -> TestResult {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_landing_page_renders_on_a_phone() -> TestResult {
-    let (_gateway, base) = gateway().await?;
+    // An embedded-mode gateway (no REDIS_URL) named AGENT_NAME whose card lists `echo`.
+    let gateway =
+        cluster::gateway("gateway", &[], &[("AGENT_NAME", AGENT_NAME.to_owned())]).await?;
+    wait_for_skill(&gateway.process, &gateway.base, "echo").await?;
+    let base = &gateway.base;
     let browser = Browser::start().await?;
 
     browser.goto(&format!("{base}/")).await?;

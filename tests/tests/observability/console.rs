@@ -202,11 +202,7 @@ fn forge(cookie: &str) -> String {
 }
 
 /// Signs in at `base` with `token`; the `tc_console=<value>` pair of the session cookie.
-async fn sign_in(
-    http: &reqwest::Client,
-    base: &str,
-    token: &str,
-) -> Result<String, Box<dyn std::error::Error>> {
+async fn sign_in(http: &reqwest::Client, base: &str, token: &str) -> TestResult<String> {
     let signed_in = http
         .post(format!("{base}/console/session"))
         .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
@@ -228,11 +224,7 @@ async fn sign_in(
 
 /// The sign-out token in the console page served to `cookie`'s session (empty when the page
 /// holds none).
-async fn csrf_of(
-    http: &reqwest::Client,
-    base: &str,
-    cookie: &str,
-) -> Result<String, Box<dyn std::error::Error>> {
+async fn csrf_of(http: &reqwest::Client, base: &str, cookie: &str) -> TestResult<String> {
     let page = http
         .get(format!("{base}/console"))
         .header(COOKIE, cookie)
@@ -598,7 +590,7 @@ async fn wait_for(
     base: &str,
     what: &str,
     ready: impl Fn(&Value) -> bool,
-) -> Result<Value, Box<dyn std::error::Error>> {
+) -> TestResult<Value> {
     let start = tokio::time::Instant::now();
     let mut last = Value::Null;
     while start.elapsed() < PATIENCE {

@@ -22,7 +22,7 @@ const PATIENCE: Duration = Duration::from_secs(30);
 
 /// A cluster whose `sleep` runs one at a time on w1 (so further sleeps queue), with w2 hosting
 /// `echo`, `fail` and `count`, dropping out of the registry two seconds after it dies.
-async fn cluster() -> Result<Cluster, Box<dyn std::error::Error>> {
+async fn cluster() -> TestResult<Cluster> {
     Cluster::builder()
         .worker(
             "w1",

@@ -16,8 +16,7 @@ use std::time::Duration;
 
 use harness::TestResult;
 use harness::cluster::{Cluster, PATIENCE, POLL, free_port};
-use harness::paid::{PAYEE, PAYER_KEY};
-use harness::process::ServiceProcess;
+use harness::paid::{Facilitator, PAYEE, PAYER_KEY};
 use harness::prometheus::{PrometheusServer, Target};
 use harness::redis_server::RedisOptions;
 use harness::store_fixtures::wait_until_active;
@@ -211,18 +210,8 @@ async fn every_dashboard_panel_returns_series_from_a_live_cluster() -> TestResul
     assert!(queries.len() >= 20, "the dashboard's queries: {queries:?}");
 
     // The dev facilitator settles the paid call offline.
-    let facilitator_port = free_port()?;
-    let facilitator = ServiceProcess::start(
-        "facilitator",
-        "facilitator",
-        &[],
-        &[(
-            "FACILITATOR_LISTEN",
-            format!("127.0.0.1:{facilitator_port}"),
-        )],
-    )?;
-    let facilitator_url = format!("http://127.0.0.1:{facilitator_port}");
-    harness::cluster::wait_healthy(&facilitator, &facilitator_url).await?;
+    let facilitator = Facilitator::start().await?;
+    let facilitator_url = facilitator.base.clone();
 
     let worker_ports = [free_port()?, free_port()?];
     let g2_admin = format!("127.0.0.1:{}", free_port()?);
@@ -257,7 +246,7 @@ async fn every_dashboard_panel_returns_series_from_a_live_cluster() -> TestResul
         .await?;
     let g1 = cluster.gateways[0].base.clone();
     let g2 = cluster.gateways[1].base.clone();
-    let g1_address = g1.trim_start_matches("http://").to_owned();
+    let g1_address = cluster.gateways[0].address().to_owned();
     let targets = vec![
         Target::new("gateway", &g1_address, "/metrics"),
         Target::new("gateway", &g2_admin, "/metrics"),

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use harness::TestResult;
-use harness::cluster::{Cluster, PATIENCE, POLL, free_port};
+use harness::cluster::{self, Cluster, PATIENCE, POLL, free_port};
 use harness::process::ServiceProcess;
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
@@ -307,6 +307,7 @@ async fn a_bad_metrics_address_is_refused_at_start() -> TestResult {
     ] {
         let mut env = vec![("METRICS_LISTEN", "localhost".to_owned())];
         env.extend(extra);
+        // Not cluster::gateway/worker: this process must refuse to start, never get healthy.
         let mut process = ServiceProcess::start(binary, binary, &[], &env)?;
         let status = process.wait_exit(PATIENCE)?;
         assert!(!status.success(), "{binary} started");
@@ -316,7 +317,8 @@ async fn a_bad_metrics_address_is_refused_at_start() -> TestResult {
             "{log}"
         );
     }
-    // `main` is a gateway's own listener: a worker has none.
+    // `main` is a gateway's own listener: a worker has none. (It must refuse to start: not
+    // cluster::worker.)
     let mut worker = ServiceProcess::start(
         "worker",
         "worker-main",
@@ -334,20 +336,20 @@ async fn a_bad_metrics_address_is_refused_at_start() -> TestResult {
 /// gauges of its in-process worker and in-memory store, beside its HTTP metrics.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_embedded_gateway_reports_the_cluster_itself() -> TestResult {
-    let port = free_port()?;
-    let base = format!("http://127.0.0.1:{port}");
-    let mut gateway = ServiceProcess::start(
-        "gateway",
+    // No REDIS_URL: the embedded mode.
+    let cluster::Gateway {
+        process: mut gateway,
+        base,
+    } = cluster::gateway(
         "embedded",
         &[],
         &[
-            ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
             ("METRICS_LISTEN", "main".to_owned()),
             ("WORKER_CONCURRENCY", "4".to_owned()),
         ],
-    )?;
-    harness::cluster::wait_healthy(&gateway, &base).await?;
-    let http = harness::cluster::http()?;
+    )
+    .await?;
+    let http = cluster::http()?;
     let text = scrape_until(
         &http,
         &format!("{base}/metrics"),

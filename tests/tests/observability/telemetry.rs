@@ -17,7 +17,7 @@
 use std::time::Duration;
 
 use harness::TestResult;
-use harness::cluster::{free_port, wait_for_skill};
+use harness::cluster::{self, Gateway, wait_for_skill};
 use harness::otlp::{OtlpReceiver, Received, ReceivedSpan, Transport, attribute};
 use harness::process::ServiceProcess;
 use harness::redis_server::RedisServer;
@@ -45,31 +45,25 @@ fn otel_env(receiver: &OtlpReceiver, protocol: &str) -> Vec<(&'static str, Strin
     ]
 }
 
+/// A gateway with `envs` on `redis` (the embedded mode without it), once its card lists `echo`.
 async fn start_gateway(
     redis: Option<&RedisServer>,
     mut envs: Vec<(&'static str, String)>,
-) -> Result<(ServiceProcess, String), Box<dyn std::error::Error>> {
-    let port = free_port()?;
-    envs.push(("LISTEN_ADDR", format!("127.0.0.1:{port}")));
+) -> TestResult<Gateway> {
     if let Some(redis) = redis {
         envs.push(("REDIS_URL", redis.url()));
     }
-    let process = ServiceProcess::start("gateway", "gateway", &[], &envs)?;
-    let base = format!("http://127.0.0.1:{port}");
-    wait_for_skill(&process, &base, "echo").await?;
-    Ok((process, base))
+    let gateway = cluster::gateway("gateway", &[], &envs).await?;
+    wait_for_skill(&gateway.process, &gateway.base, "echo").await?;
+    Ok(gateway)
 }
 
 /// `POST /tasks` for `echo` with the caller's token and trace context; returns the task id.
-async fn create_echo(base: &str) -> Result<String, Box<dyn std::error::Error>> {
+async fn create_echo(base: &str) -> TestResult<String> {
     create_task(base, "echo", json!({"x": 1})).await
 }
 
-async fn create_task(
-    base: &str,
-    skill: &str,
-    input: Value,
-) -> Result<String, Box<dyn std::error::Error>> {
+async fn create_task(base: &str, skill: &str, input: Value) -> TestResult<String> {
     let response = reqwest::Client::new()
         .post(format!("{base}/tasks"))
         .header("Task-Access-Token", TOKEN)
@@ -83,10 +77,7 @@ async fn create_task(
 }
 
 /// Follows the task until it is no longer running; returns its final view.
-async fn wait_until_finished(
-    base: &str,
-    task_id: &str,
-) -> Result<Value, Box<dyn std::error::Error>> {
+async fn wait_until_finished(base: &str, task_id: &str) -> TestResult<Value> {
     let client = reqwest::Client::new();
     let start = tokio::time::Instant::now();
     loop {
@@ -136,15 +127,11 @@ fn has_point(received: &Received, metric: &str, pairs: &[(&str, &str)]) -> bool 
 async fn one_trace_covers_a_task_from_gateway_to_worker_over_otlp_http() -> TestResult {
     let receiver = OtlpReceiver::start().await?;
     let redis = RedisServer::start()?;
-    let mut worker_env = otel_env(&receiver, "http/protobuf");
-    worker_env.extend([
-        ("REDIS_URL", redis.url()),
-        ("WORKER_ID", "w-otel".to_owned()),
-        ("WORKER_LEASE_TTL_MS", "1000".to_owned()),
-    ]);
-    let mut worker = ServiceProcess::start("worker", "worker", &[], &worker_env)?;
-    let (mut gateway, base) =
-        start_gateway(Some(&redis), otel_env(&receiver, "http/protobuf")).await?;
+    let mut worker = cluster::worker(&redis, "w-otel", &worker_env(&receiver))?;
+    let Gateway {
+        process: mut gateway,
+        base,
+    } = start_gateway(Some(&redis), otel_env(&receiver, "http/protobuf")).await?;
 
     let task_id = create_echo(&base).await?;
     let task = wait_until_finished(&base, &task_id).await?;
@@ -369,17 +356,10 @@ async fn one_trace_covers_a_task_from_gateway_to_worker_over_otlp_http() -> Test
     Ok(())
 }
 
-fn worker_env(
-    receiver: &OtlpReceiver,
-    redis: &RedisServer,
-    id: &str,
-) -> Vec<(&'static str, String)> {
+/// A worker's settings: telemetry to `receiver`, short leases.
+fn worker_env(receiver: &OtlpReceiver) -> Vec<(&'static str, String)> {
     let mut envs = otel_env(receiver, "http/protobuf");
-    envs.extend([
-        ("REDIS_URL", redis.url()),
-        ("WORKER_ID", id.to_owned()),
-        ("WORKER_LEASE_TTL_MS", "1000".to_owned()),
-    ]);
+    envs.push(("WORKER_LEASE_TTL_MS", "1000".to_owned()));
     envs
 }
 
@@ -391,15 +371,15 @@ fn has_event(span: &ReceivedSpan, name_part: &str) -> bool {
 async fn recovery_and_fencing_are_span_events_and_the_rerun_joins_the_trace() -> TestResult {
     let receiver = OtlpReceiver::start().await?;
     let redis = RedisServer::start()?;
-    let w1 = ServiceProcess::start("worker", "w1", &[], &worker_env(&receiver, &redis, "w1"))?;
-    let (_gateway, base) =
-        start_gateway(Some(&redis), otel_env(&receiver, "http/protobuf")).await?;
+    let w1 = cluster::worker(&redis, "w1", &worker_env(&receiver))?;
+    let gateway = start_gateway(Some(&redis), otel_env(&receiver, "http/protobuf")).await?;
+    let base = gateway.base.clone();
     let store = RedisStore::connect(RedisStoreConfig::new(redis.url())).await?;
 
     let task_id = create_task(&base, "sleep", json!({"ms": 1200})).await?;
     wait_until_active(&store, &task_id, PATIENCE).await?;
     w1.signal(Signal::SIGSTOP)?; // frozen past its lease
-    let w2 = ServiceProcess::start("worker", "w2", &[], &worker_env(&receiver, &redis, "w2"))?;
+    let w2 = cluster::worker(&redis, "w2", &worker_env(&receiver))?;
     let task = wait_until_finished(&base, &task_id).await?;
     assert_eq!(task["status"], "completed", "{task}");
     w1.signal(Signal::SIGCONT)?; // wakes up holding a dead lease
@@ -516,7 +496,10 @@ async fn sigterm_flushes_what_is_buffered() -> TestResult {
     envs.retain(|(name, _)| !name.starts_with("OTEL_BSP") && !name.starts_with("OTEL_METRIC"));
     envs.push(("OTEL_BSP_SCHEDULE_DELAY", "60000".to_owned()));
     envs.push(("OTEL_METRIC_EXPORT_INTERVAL", "60000".to_owned()));
-    let (mut gateway, base) = start_gateway(None, envs).await?;
+    let Gateway {
+        process: mut gateway,
+        base,
+    } = start_gateway(None, envs).await?;
     let task_id = create_echo(&base).await?;
     wait_until_finished(&base, &task_id).await?;
     gateway.signal(Signal::SIGTERM)?;
@@ -540,7 +523,8 @@ async fn sigterm_flushes_what_is_buffered() -> TestResult {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_embedded_gateway_exports_over_otlp_grpc() -> TestResult {
     let receiver = OtlpReceiver::start().await?;
-    let (_gateway, base) = start_gateway(None, otel_env(&receiver, "grpc")).await?;
+    let gateway = start_gateway(None, otel_env(&receiver, "grpc")).await?;
+    let base = gateway.base.clone();
     let task_id = create_echo(&base).await?;
     wait_until_finished(&base, &task_id).await?;
     let received = receiver
@@ -581,7 +565,7 @@ async fn the_embedded_gateway_exports_over_otlp_grpc() -> TestResult {
 }
 
 /// Names of the process's threads (`/proc/<pid>/task/*/comm`, cut to 15 bytes).
-fn thread_names(process: &ServiceProcess) -> Result<Vec<String>, Box<dyn std::error::Error>> {
+fn thread_names(process: &ServiceProcess) -> TestResult<Vec<String>> {
     let pid = process.pid().ok_or("the process has exited")?;
     let mut names = Vec::new();
     for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
@@ -593,7 +577,7 @@ fn thread_names(process: &ServiceProcess) -> Result<Vec<String>, Box<dyn std::er
 
 /// The SDK's export threads (`OpenTelemetry.Traces.BatchProcessor`,
 /// `OpenTelemetry.Metrics.PeriodicReader`).
-fn export_threads(process: &ServiceProcess) -> Result<usize, Box<dyn std::error::Error>> {
+fn export_threads(process: &ServiceProcess) -> TestResult<usize> {
     Ok(thread_names(process)?
         .iter()
         .filter(|name| name.starts_with("OpenTelemetry"))
@@ -611,7 +595,10 @@ async fn without_an_endpoint_nothing_is_exported() -> TestResult {
         ("OTEL_SERVICE_NAME", "silent".to_owned()),
         ("LOG_FORMAT", "json".to_owned()),
     ];
-    let (gateway, base) = start_gateway(None, envs).await?;
+    let Gateway {
+        process: gateway,
+        base,
+    } = start_gateway(None, envs).await?;
     let task_id = create_echo(&base).await?;
     wait_until_finished(&base, &task_id).await?;
     assert_eq!(
