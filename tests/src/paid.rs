@@ -13,7 +13,7 @@ use crate::process::ServiceProcess;
 use crate::redis_server::{RedisOptions, RedisServer};
 
 // The waits and helpers every multi-process suite shares; re-exported for the paid suites.
-use crate::cluster::POLL;
+use crate::cluster::{Gateway, POLL};
 pub use crate::cluster::{PATIENCE, free_port, http, wait_healthy};
 
 /// Anvil #0: the payer (the facilitator funds it with 1000 USDC by default).
@@ -39,18 +39,14 @@ impl PaidGateway {
         facilitator: &str,
         env: &[(&str, String)],
     ) -> TestResult<PaidGateway> {
-        let port = free_port()?;
         let mut envs = vec![
-            ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
             ("REDIS_URL", redis_url.to_owned()),
             ("PAY_TO", PAYEE.to_owned()),
             ("FACILITATOR_URL", facilitator.to_owned()),
             ("RUST_LOG", "debug".to_owned()),
         ];
         envs.extend(env.iter().cloned());
-        let process = ServiceProcess::start("gateway", name, &[], &envs)?;
-        let base = format!("http://127.0.0.1:{port}");
-        wait_healthy(&process, &base).await?;
+        let Gateway { process, base } = crate::cluster::gateway(name, &[], &envs).await?;
         Ok(PaidGateway { process, base })
     }
 }
@@ -157,9 +153,7 @@ impl PaidCluster {
     ) -> TestResult<PaidCluster> {
         let redis = RedisServer::start_with(RedisOptions::default().with_aof(true))?;
         let facilitator = Facilitator::start().await?;
-        let mut envs = vec![("REDIS_URL", redis.url()), ("WORKER_ID", "w1".to_owned())];
-        envs.extend(worker_env.iter().cloned());
-        let worker = ServiceProcess::start("worker", "w1", &[], &envs)?;
+        let worker = crate::cluster::worker(&redis, "w1", worker_env)?;
         let mut gateways = Vec::new();
         for name in ["g1", "g2"] {
             gateways.push(
