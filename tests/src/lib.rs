@@ -26,7 +26,7 @@
 //!   machine CPU, quiet-machine waits, medians and percentiles, report output).
 /// The result every test and harness helper returns: any error, boxed, so `?` works on all of
 /// them. (The store suites whose errors cross `tokio::spawn` keep a `Send + Sync` box.)
-pub type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
+pub type TestResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 pub mod a2a;
 pub mod browser;

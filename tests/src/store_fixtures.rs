@@ -102,7 +102,7 @@ pub async fn start_running(
     id: &str,
     worker: &str,
     ttl: Duration,
-) -> Result<Lease, Box<dyn std::error::Error>> {
+) -> crate::TestResult<Lease> {
     let claim = store
         .claim_execution(id, worker, ttl)
         .await?
@@ -120,7 +120,7 @@ pub async fn wait_until_active(
     store: &dyn TaskStore,
     id: &str,
     patience: Duration,
-) -> Result<(), Box<dyn std::error::Error>> {
+) -> crate::TestResult {
     let start = tokio::time::Instant::now();
     loop {
         if let Some(stored) = store.get(id).await?

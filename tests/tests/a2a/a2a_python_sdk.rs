@@ -48,7 +48,7 @@ impl std::fmt::Display for Failure {
 
 impl std::error::Error for Failure {}
 
-fn failure(text: impl Into<String>) -> Box<dyn std::error::Error> {
+fn failure(text: impl Into<String>) -> Box<dyn std::error::Error + Send + Sync> {
     Box::new(Failure(text.into()))
 }
 
@@ -76,7 +76,7 @@ fn target_dir() -> Option<PathBuf> {
 }
 
 /// The interpreter with the SDK: `A2A_SDK_PYTHON`, else the venv of `scripts/a2a-sdk-venv`.
-fn sdk_python() -> Result<PathBuf, Box<dyn std::error::Error>> {
+fn sdk_python() -> TestResult<PathBuf> {
     if let Some(python) = std::env::var_os("A2A_SDK_PYTHON").filter(|value| !value.is_empty()) {
         return Ok(PathBuf::from(python));
     }
@@ -90,7 +90,7 @@ fn sdk_python() -> Result<PathBuf, Box<dyn std::error::Error>> {
 }
 
 /// Fails, saying how to set it up, unless `python` runs and imports the SDK; else its version.
-async fn sdk_version(python: &Path) -> Result<String, Box<dyn std::error::Error>> {
+async fn sdk_version(python: &Path) -> TestResult<String> {
     let probe = tokio::process::Command::new(python)
         .args([
             "-c",

@@ -2,10 +2,11 @@
 //! and gateways are SIGKILLed, stalled and restarted and Redis crashes once; every invariant of
 //! the design is checked (see `harness::chaos`; `scripts/chaos` runs the full size).
 
+use harness::TestResult;
 use harness::chaos::{self, ChaosConfig};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn no_task_is_lost_or_corrupted_under_crashes() -> Result<(), Box<dyn std::error::Error>> {
+async fn no_task_is_lost_or_corrupted_under_crashes() -> TestResult {
     let seed = std::env::var("CHAOS_SEED")
         .ok()
         .and_then(|seed| seed.parse().ok())

@@ -4,11 +4,11 @@
 //! taking over and the dead node rejoining as a replica; every invariant of the design is checked
 //! (see `harness::chaos`; `scripts/chaos --redis-masters 3` runs the full size).
 
+use harness::TestResult;
 use harness::chaos::{self, ChaosConfig, RedisTopology};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn no_task_is_lost_or_corrupted_under_crashes_and_a_master_failover()
--> Result<(), Box<dyn std::error::Error>> {
+async fn no_task_is_lost_or_corrupted_under_crashes_and_a_master_failover() -> TestResult {
     let seed = std::env::var("CHAOS_SEED")
         .ok()
         .and_then(|seed| seed.parse().ok())

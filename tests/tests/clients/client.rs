@@ -20,7 +20,7 @@ const PATIENCE: Duration = Duration::from_secs(30);
 
 /// A worker and a gateway under `base_path` (the harness's cluster builder), once the card
 /// lists the worker's entrypoints; `Cluster::base()` is the gateway's URL with the base path.
-async fn cluster(base_path: &str) -> Result<Cluster, Box<dyn std::error::Error>> {
+async fn cluster(base_path: &str) -> TestResult<Cluster> {
     Cluster::builder()
         .worker("w1", &[])
         .gateway("g1", &[("BASE_PATH", base_path)])
@@ -35,7 +35,7 @@ async fn cluster(base_path: &str) -> Result<Cluster, Box<dyn std::error::Error>>
 async fn owner_with_a_slow_task(
     client: &Client,
     card: &AgentCard,
-) -> Result<(String, client::TaskAccess), Box<dyn std::error::Error>> {
+) -> TestResult<(String, client::TaskAccess)> {
     let access = client
         .send_message(card, "echo", &json!({"y": 2}), SendOptions::default())
         .await?;
@@ -407,7 +407,7 @@ async fn a_gateway_under_a_base_path_keeps_it() -> TestResult {
 /// connection closed without an answer. Returns its origin.
 async fn fake_server(
     respond: impl Fn(&str) -> Option<String> + Send + Sync + 'static,
-) -> Result<String, Box<dyn std::error::Error>> {
+) -> TestResult<String> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let origin = format!("http://{}", listener.local_addr()?);
     let respond = std::sync::Arc::new(respond);
@@ -702,7 +702,7 @@ async fn a_failed_creation_keeps_task_status_and_settlement() -> TestResult {
 async fn trickle_server(
     chunk: usize,
     respond: impl Fn(&str, usize) -> String + Send + Sync + 'static,
-) -> Result<String, Box<dyn std::error::Error>> {
+) -> TestResult<String> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let origin = format!("http://{}", listener.local_addr()?);
     let respond = std::sync::Arc::new(respond);

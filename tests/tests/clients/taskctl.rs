@@ -14,7 +14,7 @@ const PATIENCE: Duration = Duration::from_secs(30);
 
 /// A worker and a gateway under `/agents/a` (the harness's cluster builder), once `taskctl card`
 /// shows the worker's entrypoints.
-async fn cluster() -> Result<Cluster, Box<dyn std::error::Error>> {
+async fn cluster() -> TestResult<Cluster> {
     let cluster = Cluster::builder()
         .worker("w1", &[])
         .gateway("g1", &[("BASE_PATH", "/agents/a")])
@@ -40,10 +40,7 @@ async fn cluster() -> Result<Cluster, Box<dyn std::error::Error>> {
 }
 
 /// Runs taskctl with `args` and extra environment (TASK_ACCESS_TOKEN is cleared unless given).
-async fn taskctl(
-    args: &[&str],
-    envs: &[(&str, &str)],
-) -> Result<Output, Box<dyn std::error::Error>> {
+async fn taskctl(args: &[&str], envs: &[(&str, &str)]) -> TestResult<Output> {
     let mut command = tokio::process::Command::new(binary("taskctl")?);
     command.args(args).env_remove("TASK_ACCESS_TOKEN");
     for (key, value) in envs {
@@ -53,7 +50,7 @@ async fn taskctl(
 }
 
 /// Standard output as JSON documents, one per line; every line must parse.
-fn json_lines(out: &Output) -> Result<Vec<Value>, Box<dyn std::error::Error>> {
+fn json_lines(out: &Output) -> TestResult<Vec<Value>> {
     let text = String::from_utf8(out.stdout.clone())?;
     let mut documents = Vec::new();
     for line in text.lines().filter(|line| !line.trim().is_empty()) {
@@ -64,7 +61,7 @@ fn json_lines(out: &Output) -> Result<Vec<Value>, Box<dyn std::error::Error>> {
     Ok(documents)
 }
 
-fn one(out: &Output) -> Result<Value, Box<dyn std::error::Error>> {
+fn one(out: &Output) -> TestResult<Value> {
     let mut documents = json_lines(out)?;
     if documents.len() != 1 {
         return Err(format!(
@@ -343,7 +340,7 @@ async fn human_output_and_exit_codes() -> TestResult {
 }
 
 /// Serves a card naming itself, and drops the connection of any other request (task creation).
-async fn card_then_drop() -> Result<String, Box<dyn std::error::Error>> {
+async fn card_then_drop() -> TestResult<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let origin = format!("http://{}", listener.local_addr()?);

@@ -18,8 +18,6 @@ use store::{
     Transition,
 };
 
-type BoxError = Box<dyn std::error::Error>;
-
 const SHARDS: usize = 3;
 const WORKER: &str = "w1";
 /// Long enough that no lease lapses during a failover.
@@ -39,7 +37,7 @@ async fn running_task(
     store: &RedisStore,
     id: &str,
     owner: &OwnerHash,
-) -> Result<(Lease, Subscription), BoxError> {
+) -> TestResult<(Lease, Subscription)> {
     store.create(queued_task(id, owner, "echo")).await?;
     let lease = start_running(store, id, WORKER, LEASE).await?;
     let subscription = store
@@ -49,7 +47,7 @@ async fn running_task(
     Ok((lease, subscription))
 }
 
-async fn next_event(events: &mut EventStream) -> Result<StoredEvent, BoxError> {
+async fn next_event(events: &mut EventStream) -> TestResult<StoredEvent> {
     match tokio::time::timeout(EVENT_BOUND, events.next()).await {
         Ok(Some(event)) => Ok(event),
         Ok(None) => Err("the event stream ended".into()),
@@ -65,7 +63,7 @@ fn step(n: u64) -> EventPayload {
 }
 
 /// `INFO commandstats` calls of `command` on node `index`.
-async fn calls(cluster: &RedisCluster, index: usize, command: &str) -> Result<u64, BoxError> {
+async fn calls(cluster: &RedisCluster, index: usize, command: &str) -> TestResult<u64> {
     let mut conn = cluster.node_connection(index).await?;
     let info: String = redis::cmd("INFO")
         .arg("commandstats")

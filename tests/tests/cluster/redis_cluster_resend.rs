@@ -32,7 +32,7 @@ struct Setup {
     _cluster: RedisCluster,
 }
 
-async fn setup() -> Result<Setup, Box<dyn std::error::Error>> {
+async fn setup() -> TestResult<Setup> {
     let cluster = RedisCluster::start(1, 0)?;
     let target: SocketAddr = format!("127.0.0.1:{}", cluster.port(0)?).parse()?;
     let proxy = CutProxy::start(target).await?;
@@ -64,7 +64,7 @@ async fn setup() -> Result<Setup, Box<dyn std::error::Error>> {
 async fn wait_for_announced_port(
     node: &mut redis::aio::MultiplexedConnection,
     port: u16,
-) -> Result<(), Box<dyn std::error::Error>> {
+) -> TestResult {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         // Each range is [start, end, [ip, port, ...], ...]: the master's port is [2][1].

@@ -23,7 +23,7 @@ async fn create_when_durable(
     store: &RedisStore,
     prefix: &str,
     owner: &OwnerHash,
-) -> Result<String, Box<dyn std::error::Error>> {
+) -> TestResult<String> {
     let mut last = None;
     for id in ids_in_shard(prefix, 0, SHARDS, 40) {
         match store.create(queued_task(&id, owner, "echo")).await {

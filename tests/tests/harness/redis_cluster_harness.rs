@@ -45,7 +45,7 @@ fn text(value: &Value) -> Result<String, redis::ParsingError> {
 async fn wait_for_replica(
     conn: &mut redis::cluster_async::ClusterConnection,
     slot: u16,
-) -> Result<i64, Box<dyn std::error::Error>> {
+) -> TestResult<i64> {
     let mut wait = redis::cmd("WAIT");
     wait.arg(1).arg(WAIT_MS);
     let route = Route::new(slot, SlotAddr::Master);

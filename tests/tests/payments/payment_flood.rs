@@ -134,7 +134,8 @@ async fn forged_credentials_hold_no_slot_and_cost_the_facilitator_little() -> Te
 
     let mut counts = std::collections::BTreeMap::new();
     for result in flood.await? {
-        let (status, body) = result.map_err(|err| -> Box<dyn std::error::Error> { err.into() })?;
+        let (status, body) =
+            result.map_err(|err| -> Box<dyn std::error::Error + Send + Sync> { err.into() })?;
         assert_ne!(status, StatusCode::OK, "a forged credential ran: {body}");
         *counts.entry(status.as_u16()).or_insert(0usize) += 1;
     }

@@ -3,6 +3,7 @@
 //! of in-progress and finished records, one winner among concurrent claimers, and (Redis) no
 //! key outliving its retention.
 
+use harness::TestResult;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,8 +13,6 @@ use store::idempotency::{
     StoredResponse,
 };
 use store::{RedisStore, RedisStoreConfig};
-
-type TestResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 const SCOPE: &str = "entrypoint:echo:invoke";
 const KEY: &str = "bench-key-0123456789abcdef";

@@ -41,7 +41,7 @@ where
 }
 
 /// Takes, activates and completes one task of `echo`; returns its id.
-async fn run_one(store: &RedisStore) -> Result<String, Box<dyn std::error::Error>> {
+async fn run_one(store: &RedisStore) -> TestResult<String> {
     let claims = store
         .take_next(&["echo".into()], "w1", LEASE, 1, Duration::from_secs(5))
         .await?;

@@ -5,6 +5,7 @@
 //! that another then claims (the design before this read 5.65 records per task under eight
 //! competing processes).
 
+use harness::TestResult;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,8 +18,6 @@ use protocol::token::AccessToken;
 use serde_json::json;
 use store::{RedisStore, RedisStoreConfig, TakeSpec, TaskStore, Transition};
 use tokio::sync::Mutex;
-
-type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
 const TASKS: usize = 2_000;
 const PROCESSES: usize = 8;
@@ -50,7 +49,7 @@ async fn slot(
     store: Arc<RedisStore>,
     worker: String,
     started: Arc<Mutex<HashMap<String, usize>>>,
-) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+) -> TestResult {
     let mut current = Vec::new();
     loop {
         if current.is_empty() {

@@ -269,7 +269,7 @@ both!(
 async fn registry_keys(
     conn: &mut redis::aio::MultiplexedConnection,
     store: &RedisStore,
-) -> Result<Vec<(String, i64)>, Box<dyn std::error::Error>> {
+) -> TestResult<Vec<(String, i64)>> {
     let pattern = format!("{}*", store.keys().registry());
     let mut names: Vec<String> = redis::cmd("KEYS").arg(&pattern).query_async(conn).await?;
     names.sort();

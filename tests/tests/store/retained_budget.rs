@@ -47,10 +47,7 @@ async fn exists(store: &RedisStore, id: &str) -> Result<bool, StoreError> {
 }
 
 /// Every key of the namespace that names `id`.
-async fn keys_of(
-    server: &RedisServer,
-    id: &str,
-) -> Result<Vec<String>, Box<dyn std::error::Error>> {
+async fn keys_of(server: &RedisServer, id: &str) -> TestResult<Vec<String>> {
     let mut conn = server.client().await?;
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg(format!("*{id}*"))
@@ -261,7 +258,7 @@ async fn a_listing_of_50000_tasks_reads_one_page() -> TestResult {
 }
 
 /// The shard's sum of retained bytes (finish_task.lua), and how many sizes it holds.
-async fn retained_bytes(server: &RedisServer) -> Result<(u64, u64), Box<dyn std::error::Error>> {
+async fn retained_bytes(server: &RedisServer) -> TestResult<(u64, u64)> {
     let mut conn = server.client().await?;
     let sums: Vec<String> = redis::cmd("KEYS")
         .arg("*:terminal:bytes")

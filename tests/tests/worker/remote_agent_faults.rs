@@ -309,7 +309,7 @@ async fn finished(
             if let Some(stored) = store.get(task_id).await?
                 && terminal(stored.task.status)
             {
-                return Ok::<_, Box<dyn std::error::Error>>(stored.task);
+                return Ok::<_, Box<dyn std::error::Error + Send + Sync>>(stored.task);
             }
             use futures::StreamExt;
             sub.replay.clear();

@@ -27,7 +27,7 @@ struct Cluster {
 }
 
 impl Cluster {
-    async fn start() -> Result<Cluster, Box<dyn std::error::Error>> {
+    async fn start() -> TestResult<Cluster> {
         let server = RedisServer::start()?;
         let store = RedisStore::connect(RedisStoreConfig::new(server.url())).await?;
         Ok(Cluster {
@@ -37,11 +37,7 @@ impl Cluster {
         })
     }
 
-    fn worker(
-        &self,
-        id: &str,
-        extra: &[(&str, String)],
-    ) -> Result<ServiceProcess, Box<dyn std::error::Error>> {
+    fn worker(&self, id: &str, extra: &[(&str, String)]) -> TestResult<ServiceProcess> {
         let mut envs = vec![
             ("WORKER_LEASE_TTL_MS", LEASE_TTL_MS.to_owned()),
             ("WORKER_RECOVERY_INTERVAL_MS", "200".to_owned()),
@@ -51,12 +47,7 @@ impl Cluster {
         harness::cluster::worker(&self.server, id, &envs)
     }
 
-    async fn create(
-        &self,
-        id: &str,
-        entrypoint: &str,
-        input: Value,
-    ) -> Result<Subscription, Box<dyn std::error::Error>> {
+    async fn create(&self, id: &str, entrypoint: &str, input: Value) -> TestResult<Subscription> {
         self.store
             .create(queued_task_with(id, &self.owner, entrypoint, input, 3))
             .await?;
@@ -64,16 +55,13 @@ impl Cluster {
         Ok(sub.ok_or("own task not visible")?)
     }
 
-    async fn attempt(&self, id: &str) -> Result<u32, Box<dyn std::error::Error>> {
+    async fn attempt(&self, id: &str) -> TestResult<u32> {
         Ok(self.store.get(id).await?.ok_or("task missing")?.attempt)
     }
 }
 
 /// Awaits the next event named `name`, skipping others.
-async fn event(
-    sub: &mut Subscription,
-    name: &str,
-) -> Result<StoredEvent, Box<dyn std::error::Error>> {
+async fn event(sub: &mut Subscription, name: &str) -> TestResult<StoredEvent> {
     let found = tokio::time::timeout(PATIENCE, async {
         while let Some(event) = sub.events.next().await {
             if event.event == name {

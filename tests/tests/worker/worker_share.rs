@@ -23,10 +23,7 @@ fn task(id: &str, owner: &OwnerHash, entrypoint: &str, input: Value) -> NewTask 
     queued_task_with(id, owner, entrypoint, input, 1)
 }
 
-async fn running_sleeps(
-    store: &RedisStore,
-    ids: &[String],
-) -> Result<usize, Box<dyn std::error::Error>> {
+async fn running_sleeps(store: &RedisStore, ids: &[String]) -> TestResult<usize> {
     let mut running = 0;
     for id in ids {
         let task = store.get(id).await?.ok_or("a sleep vanished")?;

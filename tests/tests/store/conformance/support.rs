@@ -22,7 +22,7 @@ use store::{
 };
 
 pub type BoxError = Box<dyn Error + Send + Sync>;
-pub type TestResult = Result<(), BoxError>;
+pub use harness::TestResult;
 
 /// A lease or admission that must not run out during a test.
 pub const LONG: Duration = Duration::from_secs(60);
