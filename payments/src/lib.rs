@@ -11,6 +11,8 @@
 //! - [`eip3009`]: the EIP-712 `TransferWithAuthorization` hash, recovery and signing;
 //! - [`precheck`]: the offline checks done before any facilitator is asked;
 //! - [`facilitator`]: the `/verify`, `/settle`, `/supported` contract and its HTTP client;
+//! - [`payment_identifier`]: the `payment-identifier` extension, a caller's id that makes a
+//!   paid request idempotent;
 //! - [`payer`]: the paying side: answer a 402 with a signed credential from a local key;
 //! - [`target`]: the paying side's guard: sign only for the requested origin and path, on
 //!   known networks, for a bounded time.
@@ -31,6 +33,7 @@ pub mod facilitator;
 pub mod mpp;
 pub mod network;
 pub mod payer;
+pub mod payment_identifier;
 pub mod precheck;
 mod rfc3339;
 pub mod siwx;

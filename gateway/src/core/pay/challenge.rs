@@ -9,6 +9,15 @@ use payments::Terms;
 /// What a request without a credential is told.
 pub const CREDENTIAL_REQUIRED: &str = "X-PAYMENT header is required";
 
+/// Whether the route a `resource` URL names replays a request by its x402
+/// `payment-identifier`: the Lucid invoke, the one route that keeps answers for replay (as it
+/// does for `Idempotency-Key`). Tasks and streams are not replayed, so their challenges do not
+/// offer it.
+pub fn honours_payment_identifier(resource_url: &str) -> bool {
+    let path = resource_url.split(['?', '#']).next().unwrap_or_default();
+    path.contains("/entrypoints/") && path.ends_with("/invoke")
+}
+
 /// `402` for `terms`, with `error` saying what was wrong with the credential (if one came).
 pub fn payment_required(terms: &Terms, error: &str) -> Response {
     payment_required_with(terms, error, None)
@@ -21,6 +30,12 @@ pub fn payment_required_with(
     extension: Option<(&str, serde_json::Value)>,
 ) -> Response {
     let mut challenge = terms.challenge_v2(Some(error));
+    if honours_payment_identifier(&terms.resource.url) {
+        challenge.extensions.insert(
+            payments::payment_identifier::NAME.to_owned(),
+            payments::payment_identifier::declaration(),
+        );
+    }
     if let Some((name, value)) = extension {
         challenge.extensions.insert(name.to_owned(), value);
     }

@@ -22,6 +22,9 @@ pub const VALIDITY_SLACK_SECONDS: u64 = 600;
 pub struct Checked {
     pub credential: Credential,
     pub payer: payments::Address,
+    /// The x402 `payment-identifier` a v2 payload carries, on a route that honours it
+    /// ([`super::challenge::honours_payment_identifier`]).
+    pub payment_id: Option<String>,
 }
 
 /// The request's credential: `Ok(None)` when it carries none, `Err(reason)` when the one it
@@ -45,7 +48,16 @@ pub fn read(headers: &HeaderMap, terms: &Terms) -> Result<Option<Checked>, Strin
             terms.max_timeout_seconds
         ));
     }
-    Ok(Some(Checked { credential, payer }))
+    let payment_id = if super::challenge::honours_payment_identifier(&terms.resource.url) {
+        payments::payment_identifier::read(&credential.document)?
+    } else {
+        None
+    };
+    Ok(Some(Checked {
+        credential,
+        payer,
+        payment_id,
+    }))
 }
 
 /// A v2 payload's `resource.url` must be the one these terms are for.

@@ -193,6 +193,8 @@ impl<'a> MppRoute<'a> {
                 Checked {
                     credential: charge.to_x402(terms),
                     payer: charge.payer(),
+                    // x402's extension; MPP has no such field.
+                    payment_id: None,
                 },
                 credential.challenge.id,
             ))),

@@ -46,7 +46,18 @@ async fn handle(
     let gated = gate(state, &entrypoint, Kind::Invoke, request.headers(), uri)
         .await
         .map_err(|answer| *answer)?;
-    let idempotency_key = idempotent::read_key(request.headers()).map_err(answer)?;
+    // `Idempotency-Key` wins; else an x402 payment's `payment-identifier` is the key, in a
+    // namespace of its own (a header key never meets it), bound to the payer like any key.
+    let idempotency_key = match idempotent::read_key(request.headers()).map_err(answer)? {
+        Some(key) => Some(key),
+        None => gated
+            .payment
+            .as_ref()
+            .and_then(|payment| payment.checked.payment_id.as_deref())
+            .map(idempotent::payment_identifier_key)
+            .transpose()
+            .map_err(answer)?,
+    };
     // Who sent it and on what terms, proven so far as the gate could (a payer's signature
     // recovers to its address): part of the key's fingerprint.
     let caller = idempotent::Caller::of(state, &gated, request.headers());

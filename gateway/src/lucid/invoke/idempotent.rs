@@ -1,4 +1,7 @@
-//! `Idempotency-Key` on invoke: one run per key and request, its response replayed.
+//! `Idempotency-Key` on invoke: one run per key and request, its response replayed. An x402
+//! payment's `payment-identifier` (extension of a v2 payload) is a key too, when the request
+//! has no `Idempotency-Key`: the same rules, under its own namespace
+//! ([`payment_identifier_key`]).
 //!
 //! A key belongs to the caller that first used it: the fingerprint covers the request and its
 //! [`Caller`] (the payer a credential's signature recovers to, a signed-in address, a
@@ -147,6 +150,17 @@ pub fn read_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, ApiError>
     };
     let text = value.to_str().map_err(|_| invalid())?;
     IdempotencyKey::parse(text).map(Some).map_err(|_| invalid())
+}
+
+/// The idempotency key of an x402 `payment-identifier` (already checked: 16 to 128 characters
+/// of `[A-Za-z0-9_-]`), as `x402-payment-identifier:<id>`.
+pub fn payment_identifier_key(id: &str) -> Result<IdempotencyKey, ApiError> {
+    IdempotencyKey::parse(&format!("x402-payment-identifier:{id}")).map_err(|_| {
+        ApiError::bad_request(
+            ErrorCode::InvalidIdempotencyKey,
+            "payment-identifier is not a usable idempotency key",
+        )
+    })
 }
 
 fn unavailable(err: StoreError) -> ApiError {
