@@ -276,7 +276,7 @@ fn payment_gate(
     }
     if config.settlement_recovery_ms > 0 {
         // A record is looked up once no settle call can still be running for it.
-        let grace = Duration::from_millis(config.facilitator_timeout_ms) + Duration::from_secs(2);
+        let grace = crate::core::pay::recovery::grace(config);
         background.spawn(crate::core::pay::recovery::run(
             gate.clone(),
             Arc::new(store.clone()),

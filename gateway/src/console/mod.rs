@@ -16,6 +16,7 @@
 
 pub mod auth;
 pub mod overview;
+pub mod settlements;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -98,6 +99,8 @@ pub fn router(app: &AppState) -> Option<Router> {
             .route("/console/logout", post(logout))
             .route("/console/api/overview", get(overview_json))
             .route("/console/api/events", get(events))
+            .route("/console/api/settlements", get(settlements::list))
+            .route("/console/api/settlements/{task_id}", post(settlements::act))
             .route("/console/assets/console.js", get(script))
             .route("/console/assets/console.css", get(style))
             .with_state(console),

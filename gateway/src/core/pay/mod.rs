@@ -28,6 +28,7 @@ pub mod mpp;
 pub mod payer_rate;
 pub mod pending;
 pub mod receipt;
+pub mod reconcile;
 pub mod recovery;
 pub mod siwx;
 mod terms;

@@ -64,6 +64,12 @@ impl LastCount {
     }
 }
 
+/// How long after entering `settling` a record counts as stuck: once no settle call can still
+/// be running for it (the facilitator's timeout, and some slack).
+pub fn grace(config: &crate::core::config::GatewayConfig) -> Duration {
+    Duration::from_millis(config.facilitator_timeout_ms) + Duration::from_secs(2)
+}
+
 /// Sweeps every `interval` until `shutdown`. Records count as stuck `grace` after they entered
 /// `settling` (longer than a settle call can take).
 pub async fn run(
@@ -155,34 +161,46 @@ async fn sweep(
     Ok(Sweep::Done { resolved, unknown })
 }
 
-/// Resolves one record; `Ok(false)` when another gateway got there first or the store failed
-/// (retried next sweep).
-async fn recover(
+/// Resolves one record by asking the facilitator; `Ok(false)` when another gateway got there
+/// first or the store failed (retried next sweep).
+pub async fn recover(
     gate: &Gate,
     store: &dyn TaskStore,
     stuck: &Stuck,
 ) -> Result<bool, FacilitatorError> {
-    let void = || async {
-        gate.credentials
-            .resolve(&stuck.id, &stuck.holder, CredentialState::Void, None)
-            .await
-            .unwrap_or(false)
-    };
     let Ok(record) = serde_json::from_str::<SettlingRecord>(&stuck.request) else {
         // Nothing to ask about (a record written without its request): it stays unusable.
-        return Ok(void().await);
+        return Ok(void(gate, stuck, None).await);
     };
-    let request = record.request;
-    let Some(settlement) = gate.facilitator.settlement(&request).await? else {
+    let settlement = gate.facilitator.settlement(&record.request).await?;
+    Ok(apply(gate, store, stuck, settlement, None).await)
+}
+
+/// Applies what is known of a stuck record's settlement: `Some` (it settled: the receipt is
+/// stored with the task and the record becomes `settled`) or `None` (nothing was paid: the
+/// held task is cancelled, then the record becomes `void`). `decision` is stored with a
+/// voided record (an operator's, see [`super::reconcile`]). False when another gateway got
+/// there first or the store failed.
+pub async fn apply(
+    gate: &Gate,
+    store: &dyn TaskStore,
+    stuck: &Stuck,
+    settlement: Option<payments::wire::facilitator::SettleResponse>,
+    decision: Option<&str>,
+) -> bool {
+    let Some(settlement) = settlement else {
         // Nothing was paid: the task held for this settlement must not run. Cancelled first,
         // so that a store failure leaves the record `settling` for the next sweep.
         if !cancel_unpaid(store, &stuck.holder).await {
-            return Ok(false);
+            return false;
         }
         tracing::info!(task_id = %stuck.holder, "lost settle answer: the credential was never settled; its task is cancelled");
-        return Ok(void().await);
+        return void(gate, stuck, decision).await;
     };
-    let version = if request.x402_version == 1 {
+    let Ok(record) = serde_json::from_str::<SettlingRecord>(&stuck.request) else {
+        return void(gate, stuck, decision).await;
+    };
+    let version = if record.request.x402_version == 1 {
         X402Version::V1
     } else {
         X402Version::V2
@@ -200,11 +218,10 @@ async fn recover(
         }
         Err(err) => {
             tracing::warn!(task_id = %stuck.holder, error = %err, "could not store a recovered receipt; retried next sweep");
-            return Ok(false);
+            return false;
         }
     }
-    Ok(gate
-        .credentials
+    gate.credentials
         .resolve(
             &stuck.id,
             &stuck.holder,
@@ -212,7 +229,15 @@ async fn recover(
             Some(&receipt.value),
         )
         .await
-        .unwrap_or(false))
+        .unwrap_or(false)
+}
+
+/// `settling -> void`, keeping `decision` with the record when given.
+async fn void(gate: &Gate, stuck: &Stuck, decision: Option<&str>) -> bool {
+    gate.credentials
+        .resolve(&stuck.id, &stuck.holder, CredentialState::Void, decision)
+        .await
+        .unwrap_or(false)
 }
 
 /// Ends the task held for a credential that was never settled (unfenced, as a caller's cancel:

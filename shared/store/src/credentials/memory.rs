@@ -233,6 +233,7 @@ impl CredentialLedger for MemoryCredentials {
                                 id: id.clone(),
                                 holder: record.holder.clone(),
                                 request: request.clone(),
+                                age: now.duration_since(*since),
                             },
                         )
                     })

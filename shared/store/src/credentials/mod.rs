@@ -139,4 +139,6 @@ pub struct Stuck {
     pub holder: String,
     /// The facilitator request sent to settle it.
     pub request: String,
+    /// How long it has been `settling`.
+    pub age: Duration,
 }

@@ -159,11 +159,14 @@ impl CredentialLedger for RedisCredentials {
             .arg("BYSCORE")
             .arg("LIMIT")
             .arg(0)
-            .arg(limit.max(1));
-        let ids: Vec<String> = self.store.query(&mut range).await?;
-        if ids.is_empty() {
+            .arg(limit.max(1))
+            .arg("WITHSCORES");
+        // Scores: when each record entered `settling`, in the server's milliseconds.
+        let entries: Vec<(String, f64)> = self.store.query(&mut range).await?;
+        if entries.is_empty() {
             return Ok(Vec::new());
         }
+        let (ids, since): (Vec<String>, Vec<f64>) = entries.into_iter().unzip();
         let mut read = redis::pipe();
         for id in &ids {
             read.cmd("HMGET")
@@ -173,13 +176,16 @@ impl CredentialLedger for RedisCredentials {
         let rows: Vec<Vec<Option<String>>> = self.store.pipe(&read).await?;
         let mut stuck = Vec::new();
         let mut stale = Vec::new();
-        for (id, row) in ids.into_iter().zip(rows) {
+        for ((id, since), row) in ids.into_iter().zip(since).zip(rows) {
             match row.as_slice() {
                 [Some(holder), Some(state), Some(request)] if state == "settling" => {
+                    // Scores are whole milliseconds; a NaN or negative one reads as now.
+                    let since_ms = since.max(0.0) as u64;
                     stuck.push(Stuck {
                         id,
                         holder: holder.clone(),
                         request: request.clone(),
+                        age: Duration::from_millis(now_ms.saturating_sub(since_ms)),
                     });
                 }
                 // Expired, or moved on by a transition that raced this read.
