@@ -358,6 +358,8 @@ pub enum Command {
     Cancel(cmd::cancel::Args),
     /// Follow a task's events live until it ends.
     Watch(cmd::watch::Args),
+    /// Operator commands (the operator token, not an access token).
+    Admin(cmd::admin::Args),
 }
 
 /// What every command gets: the client, the output, and the token sources.
@@ -464,6 +466,7 @@ pub async fn run(cli: Cli) -> Exit {
         Command::List(args) => cmd::list::run(&context, args).await,
         Command::Cancel(args) => cmd::cancel::run(&context, args).await,
         Command::Watch(args) => cmd::watch::run(&context, args).await,
+        Command::Admin(args) => cmd::admin::run(&context, args).await,
     };
     match result {
         Ok(()) => Exit::Ok,

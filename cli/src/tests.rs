@@ -109,6 +109,33 @@ fn accepted_command_lines() {
         ),
         (&["cancel", "http://a", "t1"], "cancel"),
         (&["watch", "http://a", "t1", "--output", "json"], "watch"),
+        (&["admin", "settlements", "http://a"], "admin"),
+        (
+            &[
+                "admin",
+                "settle",
+                "http://a",
+                "t1",
+                "settled",
+                "--transaction",
+                "0x01",
+                "--note",
+                "seen on chain",
+            ],
+            "admin",
+        ),
+        (
+            &[
+                "admin",
+                "--operator-token-file",
+                "f",
+                "settle",
+                "http://a",
+                "t1",
+                "void",
+            ],
+            "admin",
+        ),
         (
             &[
                 "--allow-origin",
@@ -133,6 +160,7 @@ fn accepted_command_lines() {
             Command::List(_) => "list",
             Command::Cancel(_) => "cancel",
             Command::Watch(_) => "watch",
+            Command::Admin(_) => "admin",
         });
         assert_eq!(name.as_deref(), Ok(*expected), "{args:?}");
     }

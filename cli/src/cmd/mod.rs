@@ -1,5 +1,6 @@
 //! One module per subcommand: its arguments (`Args`) and `run`.
 
+pub mod admin;
 pub mod cancel;
 pub mod card;
 pub mod get;

@@ -1,0 +1,199 @@
+//! `taskctl admin …`: the operator's commands, against the gateway's console API with the
+//! operator token (`OPERATOR_TOKEN`, or `--operator-token-file`), never an access token.
+//!
+//! - `taskctl admin settlements URL`: the credentials left `settling` (lost settle answers the
+//!   sweep could not resolve), oldest first, with their task, age, payer and amount;
+//! - `taskctl admin settle URL TASK_ID lookup|void|settled [--transaction HASH] [--note TEXT]`:
+//!   resolves one: ask the facilitator now, record that nothing was charged (the task is
+//!   cancelled), or record the transaction that charged it (the receipt is stored, the task
+//!   runs).
+
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+
+use crate::{CmdResult, Context, Exit, Failure};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// A file holding the operator token (else OPERATOR_TOKEN).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub operator_token_file: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: AdminCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum AdminCommand {
+    /// List the payments left settling (lost settle answers), oldest first.
+    Settlements { url: String },
+    /// Resolve one payment left settling, named by its task.
+    Settle(SettleArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SettleArgs {
+    pub url: String,
+    pub task_id: String,
+    /// lookup: ask the facilitator; void: nothing was charged; settled: it was (--transaction).
+    #[arg(value_enum)]
+    pub decision: Decision,
+    /// The transaction that charged the payer (0x and 64 hex digits), for `settled`.
+    #[arg(long, value_name = "HASH")]
+    pub transaction: Option<String>,
+    /// Kept with the decision (at most 500 bytes).
+    #[arg(long, default_value = "")]
+    pub note: String,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum Decision {
+    Lookup,
+    Void,
+    Settled,
+}
+
+pub async fn run(context: &Context, args: &Args) -> CmdResult {
+    let token = operator_token(args)?;
+    match &args.command {
+        AdminCommand::Settlements { url } => {
+            let answer = call(context, &token, url, "/console/api/settlements", None).await?;
+            if context.output.is_json() {
+                context.output.json(&answer);
+                return Ok(());
+            }
+            let listed = answer["settlements"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            if listed.is_empty() {
+                context.output.line("no payment is left settling");
+            }
+            for record in listed {
+                context.output.line(&format!(
+                    "{}  {}s  payer {}  amount {}  {}",
+                    record["taskId"].as_str().unwrap_or("?"),
+                    record["ageMs"].as_u64().unwrap_or(0) / 1000,
+                    record["payer"].as_str().unwrap_or("?"),
+                    record["amount"].as_str().unwrap_or("?"),
+                    record["network"].as_str().unwrap_or("?"),
+                ));
+            }
+            Ok(())
+        }
+        AdminCommand::Settle(settle) => {
+            let body = match settle.decision {
+                Decision::Lookup => json!({"action": "lookup"}),
+                Decision::Void => json!({"action": "void", "note": settle.note}),
+                Decision::Settled => {
+                    let Some(transaction) = &settle.transaction else {
+                        return Err(Failure::usage(
+                            "settled needs --transaction HASH (the transaction that charged the payer)",
+                        ));
+                    };
+                    json!({"action": "settled", "transaction": transaction, "note": settle.note})
+                }
+            };
+            let path = format!("/console/api/settlements/{}", encode(&settle.task_id));
+            let answer = call(context, &token, &settle.url, &path, Some(body)).await?;
+            if context.output.is_json() {
+                context.output.json(&answer);
+            } else {
+                context.output.line(&format!(
+                    "{}: {}",
+                    answer["taskId"].as_str().unwrap_or(&settle.task_id),
+                    answer["outcome"].as_str().unwrap_or("?")
+                ));
+            }
+            if answer["outcome"] == "unresolved" {
+                return Err(Failure::remote(
+                    "unresolved: the facilitator could not say, or it was resolved meanwhile",
+                    json!({}),
+                )
+                .printed());
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The operator token from `--operator-token-file` or `OPERATOR_TOKEN` (the gateway's own
+/// setting's name), trimmed.
+fn operator_token(args: &Args) -> Result<String, Failure> {
+    let token = match &args.operator_token_file {
+        Some(path) => std::fs::read_to_string(path).map_err(|err| {
+            Failure::usage(format!(
+                "cannot read the operator token file {}: {err}",
+                path.display()
+            ))
+        })?,
+        None => std::env::var("OPERATOR_TOKEN").unwrap_or_default(),
+    };
+    let token = token.trim().to_owned();
+    if token.is_empty() {
+        return Err(Failure::usage(
+            "the operator token is required: OPERATOR_TOKEN or --operator-token-file",
+        ));
+    }
+    Ok(token)
+}
+
+fn encode(segment: &str) -> String {
+    segment
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.') {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// GET (no body) or POST `body` to `path` below the gateway at `url`, as the operator; the
+/// JSON answer, or a failure saying what the gateway said.
+async fn call(
+    context: &Context,
+    token: &str,
+    url: &str,
+    path: &str,
+    body: Option<Value>,
+) -> Result<Value, Failure> {
+    let base = url.trim_end_matches('/');
+    if !(base.starts_with("http://") || base.starts_with("https://")) {
+        return Err(Failure::usage(format!("{url} is not an http(s) URL")));
+    }
+    let timeout = std::time::Duration::from_secs(context.global.timeout.unwrap_or(30));
+    let http = reqwest::Client::builder()
+        .timeout(timeout)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|err| Failure::usage(format!("cannot make an HTTP client: {err}")))?;
+    let target = format!("{base}{path}");
+    let request = match body {
+        Some(body) => http.post(&target).json(&body),
+        None => http.get(&target),
+    };
+    let response = request
+        .bearer_auth(token)
+        .send()
+        .await
+        .map_err(|err| Failure {
+            exit: Exit::Network,
+            message: format!("could not reach {base}: {err}"),
+            details: json!({}),
+            printed: false,
+        })?;
+    let status = response.status();
+    let answer: Value = response.json().await.unwrap_or(Value::Null);
+    if !status.is_success() {
+        let code = answer["error"]["code"].as_str().unwrap_or("");
+        let message = answer["error"]["message"].as_str().unwrap_or("");
+        return Err(Failure::remote(
+            format!("HTTP {} {code}: {message}", status.as_u16()),
+            json!({"status": status.as_u16(), "code": code}),
+        ));
+    }
+    Ok(answer)
+}
