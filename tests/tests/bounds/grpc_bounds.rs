@@ -283,14 +283,15 @@ async fn the_grpc_port_caps_connections_per_address_and_closes_silent_ones() -> 
     Ok(())
 }
 
-/// What the docs say of payments over gRPC (docs/a2a.md, gRPC binding): the payment gate runs
-/// there as on the HTTP bindings and reads the same credential headers from the call's
-/// metadata, but it issues no challenge. A priced skill's send without a credential is
-/// `FAILED_PRECONDITION` `PAYMENT_REQUIRED`; an x402 credential made for this method's resource
-/// (`<origin>/lf.a2a.v1.A2AService/SendMessage?skillId=echo`) pays, settles once and is
-/// answered with the receipt's metadata; one made for another route is refused.
+/// Payments over gRPC (docs/a2a.md, gRPC binding): the payment gate runs there as on the HTTP
+/// bindings. A priced skill's send without a credential is `FAILED_PRECONDITION`
+/// `PAYMENT_REQUIRED` whose metadata carries the x402 challenge (`payment-required`) for this
+/// method's resource (`<origin>/lf.a2a.v1.A2AService/SendMessage?skillId=echo`); the payer
+/// answers it, the credential in the next call's metadata pays, settles once and is answered
+/// with the receipt's metadata; a credential made for another route is refused, with a fresh
+/// challenge.
 #[tokio::test(flavor = "multi_thread")]
-async fn an_x402_credential_in_metadata_pays_for_a_priced_skill_over_grpc() -> TestResult {
+async fn a_priced_skill_is_paid_over_grpc_by_the_challenge_in_the_status_metadata() -> TestResult {
     use harness::paid::{PAYER_KEY, PaidCluster};
     use payments::LocalPayer;
     use payments::payer::Challenge;
@@ -308,18 +309,34 @@ async fn an_x402_credential_in_metadata_pays_for_a_priced_skill_over_grpc() -> T
         )
         .await?;
     let mut grpc = client(port).await?;
+    let challenge_of = |status: &tonic::Status| -> TestResult<Challenge> {
+        assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
+        assert_eq!(
+            status
+                .get_details_error_info()
+                .map(|info| info.reason)
+                .as_deref(),
+            Some("PAYMENT_REQUIRED")
+        );
+        let header = status
+            .metadata()
+            .get(payments::PAYMENT_REQUIRED)
+            .ok_or("no payment-required metadata")?
+            .to_str()?;
+        Ok(Challenge::from_response(Some(header), b"")?)
+    };
     let unpaid = grpc_send(&mut grpc, TOKEN_A).await?;
-    assert_eq!(unpaid.code(), Code::FailedPrecondition, "{unpaid:?}");
+    let challenge = challenge_of(&unpaid)?;
+    let Challenge::V2(terms) = &challenge else {
+        return Err("the challenge is x402 v2".into());
+    };
     assert_eq!(
-        unpaid
-            .get_details_error_info()
-            .map(|info| info.reason)
-            .as_deref(),
-        Some("PAYMENT_REQUIRED")
+        terms.resource.url,
+        format!(
+            "{}/lf.a2a.v1.A2AService/SendMessage?skillId=echo",
+            cluster.base(gateway)
+        )
     );
-    // The terms, from an HTTP 402 of the same gateway (gRPC has no challenge to carry them).
-    let body = json!({"input": {"text": "paid"}});
-    let challenge = cluster.x402_challenge(gateway, "echo", &body).await?;
     let payer = LocalPayer::from_hex(PAYER_KEY)?;
     let paid_call = |payment: &payments::payer::PaymentHeader| -> TestResult<_> {
         let mut request = call(TOKEN_A, send_request()?)?;
@@ -332,27 +349,84 @@ async fn an_x402_credential_in_metadata_pays_for_a_priced_skill_over_grpc() -> T
         );
         Ok(request)
     };
-    // Made for the HTTP invoke route: another resource.
-    let elsewhere = payer.answer(&challenge, None, payments::unix_now())?;
+    // Made for the HTTP invoke route: another resource, refused with a fresh challenge.
+    let body = json!({"input": {"text": "paid"}});
+    let http_challenge = cluster.x402_challenge(gateway, "echo", &body).await?;
+    let elsewhere = payer.answer(&http_challenge, None, payments::unix_now())?;
     let refused = grpc
         .send_message(paid_call(&elsewhere)?)
         .await
         .err()
         .ok_or("a credential for another route paid")?;
-    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+    challenge_of(&refused)?;
     assert_eq!(cluster.settled().await?, 0);
-    // Made for this method's resource.
-    let Challenge::V2(mut terms) = challenge else {
-        return Err("the gateway's 402 is x402 v2".into());
-    };
-    terms.resource.url = format!(
-        "{}/lf.a2a.v1.A2AService/SendMessage?skillId=echo",
-        cluster.base(gateway)
-    );
-    let payment = payer.answer(&Challenge::V2(terms), None, payments::unix_now())?;
+    // The answer to the gRPC challenge pays.
+    let payment = payer.answer(&challenge, None, payments::unix_now())?;
     let answer = grpc.send_message(paid_call(&payment)?).await?;
     assert!(
         answer.metadata().get("payment-response").is_some(),
+        "no receipt: {:?}",
+        answer.metadata()
+    );
+    assert_eq!(cluster.settled().await?, 1);
+    Ok(())
+}
+
+/// MPP over gRPC: a skill priced for MPP answers an unpaid send with `FAILED_PRECONDITION`
+/// `PAYMENT_REQUIRED` whose `www-authenticate` metadata is the `Payment` challenge; the client
+/// crate's payer answers it as it would an HTTP 402 (for the method's URL), the
+/// `authorization: Payment …` credential goes in the next call's metadata (the caller then
+/// names itself by `task-access-token`), and the answer carries the `payment-receipt`.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_mpp_skill_is_paid_over_grpc_by_the_challenge_in_the_status_metadata() -> TestResult {
+    use client::{KeyPayer, Payer, PaymentRequired};
+    use harness::paid::{PAYER_KEY, PaidCluster};
+    use payments::LocalPayer;
+
+    let priced =
+        |card: &serde_json::Value| card["entrypoints"]["echo"]["pricing"]["invoke"].is_string();
+    let mpp = [
+        (
+            "MPP_SECRET",
+            "an-mpp-secret-of-at-least-32-bytes-for-grpc".to_owned(),
+        ),
+        ("MPP_REALM", "127.0.0.1".to_owned()),
+    ];
+    let mut cluster = PaidCluster::start(
+        &[("WORKER_PRICES", "echo=0.002:mpp".to_owned())],
+        &mpp,
+        priced,
+    )
+    .await?;
+    let port = free_port()?;
+    let mut settings = mpp.to_vec();
+    settings.push(("GRPC_LISTEN", format!("127.0.0.1:{port}")));
+    cluster.add_gateway("g3", &settings, priced).await?;
+    let mut grpc = client(port).await?;
+    let unpaid = grpc_send(&mut grpc, TOKEN_A).await?;
+    assert_eq!(unpaid.code(), Code::FailedPrecondition, "{unpaid:?}");
+    let challenge = unpaid
+        .metadata()
+        .get("www-authenticate")
+        .ok_or("no www-authenticate metadata")?
+        .to_str()?
+        .to_owned();
+    assert!(challenge.starts_with("Payment "), "{challenge}");
+    let url: reqwest::Url =
+        format!("http://127.0.0.1:{port}/lf.a2a.v1.A2AService/SendMessage").parse()?;
+    let required = PaymentRequired::parse(None, b"")
+        .with_www_authenticate(Some(&challenge))
+        .for_request(&url);
+    let payment = KeyPayer::new(LocalPayer::from_hex(PAYER_KEY)?, None).pay(&required)?;
+    assert!(payment.name.eq_ignore_ascii_case("authorization"));
+    let mut request = Request::new(send_request()?);
+    let metadata = request.metadata_mut();
+    metadata.insert("task-access-token", TOKEN_A.parse()?);
+    metadata.insert("a2a-version", "1.0".parse()?);
+    metadata.insert("authorization", payment.value.parse()?);
+    let answer = grpc.send_message(request).await?;
+    assert!(
+        answer.metadata().get("payment-receipt").is_some(),
         "no receipt: {:?}",
         answer.metadata()
     );

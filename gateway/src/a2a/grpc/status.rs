@@ -8,6 +8,7 @@ use std::collections::HashMap;
 
 use a2a::errordetails::PROTOCOL_DOMAIN;
 use axum::http::StatusCode;
+use tonic::metadata::{Ascii, MetadataKey, MetadataMap};
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
@@ -19,33 +20,83 @@ pub fn of(err: &A2aError) -> Status {
     with_reason(code(err.grpc_status()), &err.message, err.reason())
 }
 
-/// A refusal as a gRPC status: the payment gate's own HTTP answers (a `402` challenge, a `401`
-/// sign-in offer) have no gRPC form, so the caller learns why and pays over an HTTP binding.
+/// A refusal as a gRPC status. The payment gate's own HTTP answers travel as they would over
+/// HTTP, their headers as the status's metadata: a `402` is `FAILED_PRECONDITION`
+/// `PAYMENT_REQUIRED` carrying the challenge (`payment-required`, x402 v2; or MPP's
+/// `www-authenticate`), a `401` sign-in offer is `UNAUTHENTICATED` with its
+/// `payment-required` (the Sign-In-With-X extension). A client answers with the credential in
+/// the next call's metadata, as it would in headers.
 pub fn of_refusal(refusal: Refusal) -> Status {
     match refusal {
         Refusal::A2a(err) => of(&err),
-        Refusal::Http(response) => match response.status() {
-            StatusCode::PAYMENT_REQUIRED => with_reason(
-                Code::FailedPrecondition,
-                "This skill is priced: pay for it over the JSON-RPC or HTTP+JSON binding",
-                "PAYMENT_REQUIRED",
-            ),
-            StatusCode::UNAUTHORIZED => with_reason(
-                Code::Unauthenticated,
-                "This skill needs a sign-in that only the HTTP bindings offer",
-                "UNAUTHENTICATED",
-            ),
-            StatusCode::TOO_MANY_REQUESTS => with_reason(
-                Code::ResourceExhausted,
-                "Too many requests; retry later",
-                "RATE_LIMITED",
-            ),
-            status => {
-                tracing::warn!(%status, "an HTTP refusal without a gRPC form");
-                of(&A2aError::internal())
+        Refusal::Http(response) => {
+            let metadata = challenge_metadata(response.headers());
+            match response.status() {
+                StatusCode::PAYMENT_REQUIRED => with_reason_and_metadata(
+                    Code::FailedPrecondition,
+                    "This skill is priced: answer the challenge in this status's metadata \
+                     (payment-required, or www-authenticate for MPP) with a credential in the \
+                     next call's metadata",
+                    "PAYMENT_REQUIRED",
+                    metadata,
+                ),
+                StatusCode::UNAUTHORIZED => with_reason_and_metadata(
+                    Code::Unauthenticated,
+                    "This skill needs a sign-in: answer the offer in this status's metadata \
+                     (payment-required) with a sign-in-with-x credential in the next call's \
+                     metadata",
+                    "UNAUTHENTICATED",
+                    metadata,
+                ),
+                StatusCode::TOO_MANY_REQUESTS => with_reason(
+                    Code::ResourceExhausted,
+                    "Too many requests; retry later",
+                    "RATE_LIMITED",
+                ),
+                status => {
+                    tracing::warn!(%status, "an HTTP refusal without a gRPC form");
+                    of(&A2aError::internal())
+                }
             }
-        },
+        }
     }
+}
+
+/// The challenge headers of a gate's answer, as gRPC metadata (ASCII values only: a header
+/// that is not is left out rather than mangled).
+fn challenge_metadata(headers: &axum::http::HeaderMap) -> MetadataMap {
+    let mut metadata = MetadataMap::new();
+    for name in [
+        payments::PAYMENT_REQUIRED,
+        "www-authenticate",
+        "retry-after",
+    ] {
+        for value in headers.get_all(name) {
+            let key = name.to_ascii_lowercase();
+            if let (Ok(key), Ok(text)) = (
+                MetadataKey::<Ascii>::from_bytes(key.as_bytes()),
+                value.to_str(),
+            ) && let Ok(value) = text.parse()
+            {
+                metadata.append(key, value);
+            }
+        }
+    }
+    metadata
+}
+
+fn with_reason_and_metadata(
+    code: Code,
+    message: &str,
+    reason: &str,
+    metadata: MetadataMap,
+) -> Status {
+    Status::with_error_details_and_metadata(
+        code,
+        message,
+        ErrorDetails::with_error_info(reason, PROTOCOL_DOMAIN, HashMap::<String, String>::new()),
+        metadata,
+    )
 }
 
 fn with_reason(code: Code, message: &str, reason: &str) -> Status {
