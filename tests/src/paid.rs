@@ -258,6 +258,37 @@ impl PaidCluster {
         &self.facilitator
     }
 
+    /// A paid `POST /entrypoints/{entrypoint}/invoke` of `body` at gateway `gateway`, carrying
+    /// `payment` and `headers` (an `Idempotency-Key`, say).
+    pub async fn invoke(
+        &self,
+        gateway: usize,
+        entrypoint: &str,
+        body: &Value,
+        payment: &payments::payer::PaymentHeader,
+        headers: &[(&str, &str)],
+    ) -> TestResult<Invoked> {
+        let mut request = self
+            .http
+            .post(format!(
+                "{}/entrypoints/{entrypoint}/invoke",
+                self.base(gateway)
+            ))
+            .header(payment.name, &payment.value)
+            .json(body);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = request.send().await?;
+        let status = response.status();
+        let replayed = response.headers().get("idempotency-replayed").is_some();
+        Ok(Invoked {
+            status,
+            replayed,
+            body: response.text().await?,
+        })
+    }
+
     /// Settlements the facilitator made.
     pub async fn settled(&self) -> TestResult<u64> {
         Ok(self.facilitator.stats().await?.settled)
@@ -279,5 +310,25 @@ impl PaidCluster {
             .iter()
             .map(|gateway| gateway.process.log())
             .collect()
+    }
+}
+
+/// The answer to [`PaidCluster::invoke`].
+#[derive(Debug)]
+pub struct Invoked {
+    pub status: reqwest::StatusCode,
+    /// `Idempotency-Replayed` was sent: the stored answer of an earlier request.
+    pub replayed: bool,
+    pub body: String,
+}
+
+impl Invoked {
+    /// The error code of the body (`{"error":{"code":...}}`); an error when it is not JSON.
+    pub fn code(&self) -> TestResult<String> {
+        let body: Value = serde_json::from_str(&self.body)?;
+        Ok(body["error"]["code"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned())
     }
 }

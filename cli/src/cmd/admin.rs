@@ -57,7 +57,8 @@ pub async fn run(context: &Context, args: &Args) -> CmdResult {
     let token = operator_token(args)?;
     match &args.command {
         AdminCommand::Settlements { url } => {
-            let answer = call(context, &token, url, "/console/api/settlements", None).await?;
+            let path = ["console", "api", "settlements"];
+            let answer = call(context, &token, url, &path, None).await?;
             if context.output.is_json() {
                 context.output.json(&answer);
                 return Ok(());
@@ -94,7 +95,7 @@ pub async fn run(context: &Context, args: &Args) -> CmdResult {
                     json!({"action": "settled", "transaction": transaction, "note": settle.note})
                 }
             };
-            let path = format!("/console/api/settlements/{}", encode(&settle.task_id));
+            let path = ["console", "api", "settlements", settle.task_id.as_str()];
             let answer = call(context, &token, &settle.url, &path, Some(body)).await?;
             if context.output.is_json() {
                 context.output.json(&answer);
@@ -138,42 +139,35 @@ fn operator_token(args: &Args) -> Result<String, Failure> {
     Ok(token)
 }
 
-fn encode(segment: &str) -> String {
-    segment
-        .bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.') {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
-}
-
-/// GET (no body) or POST `body` to `path` below the gateway at `url`, as the operator; the
-/// JSON answer, or a failure saying what the gateway said.
+/// GET (no body) or POST `body` to the path of `segments` below the gateway at `url` (its
+/// base path kept; each segment percent-encoded), as the operator; the JSON answer, or a
+/// failure saying what the gateway said.
 async fn call(
     context: &Context,
     token: &str,
     url: &str,
-    path: &str,
+    segments: &[&str],
     body: Option<Value>,
 ) -> Result<Value, Failure> {
-    let base = url.trim_end_matches('/');
-    if !(base.starts_with("http://") || base.starts_with("https://")) {
-        return Err(Failure::usage(format!("{url} is not an http(s) URL")));
-    }
+    let mut target = reqwest::Url::parse(url)
+        .ok()
+        .filter(|url| matches!(url.scheme(), "http" | "https"))
+        .ok_or_else(|| Failure::usage(format!("{url} is not an http(s) URL")))?;
+    let base = target.origin().ascii_serialization();
+    target
+        .path_segments_mut()
+        .map_err(|()| Failure::usage(format!("{url} cannot have a path")))?
+        .pop_if_empty()
+        .extend(segments);
     let timeout = std::time::Duration::from_secs(context.global.timeout.unwrap_or(30));
     let http = reqwest::Client::builder()
         .timeout(timeout)
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .map_err(|err| Failure::usage(format!("cannot make an HTTP client: {err}")))?;
-    let target = format!("{base}{path}");
     let request = match body {
-        Some(body) => http.post(&target).json(&body),
-        None => http.get(&target),
+        Some(body) => http.post(target).json(&body),
+        None => http.get(target),
     };
     let response = request
         .bearer_auth(token)

@@ -43,15 +43,7 @@ pub fn unbound_origin_warning(config: &GatewayConfig) -> Option<&'static str> {
 mod tests {
     use super::*;
     use crate::http::origin::PublicUrl;
-    use axum::http::HeaderValue;
-
-    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
-        let mut map = HeaderMap::new();
-        for (name, value) in pairs {
-            map.insert(*name, HeaderValue::from_static(value));
-        }
-        map
-    }
+    use crate::http::origin::tests::headers;
 
     fn config(args: &[&str]) -> Result<GatewayConfig, clap::Error> {
         use clap::Parser;

@@ -111,11 +111,12 @@ fn is_valid_host(host: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use axum::http::HeaderValue;
 
-    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+    /// A header map of `pairs` (the core's origin tests use it too).
+    pub(crate) fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         let mut map = HeaderMap::new();
         for (name, value) in pairs {
             map.insert(*name, HeaderValue::from_static(value));

@@ -9,7 +9,7 @@
 //! an attacker who uses a key first cannot pin a refusal on its payer.
 
 use harness::TestResult;
-use harness::paid::{PAYER_KEY, PaidCluster};
+use harness::paid::{Invoked, PAYER_KEY, PaidCluster};
 use payments::LocalPayer;
 use payments::payer::PaymentHeader;
 use reqwest::StatusCode;
@@ -39,40 +39,20 @@ async fn credential(cluster: &PaidCluster, gateway: usize, key: &str) -> TestRes
     Ok(LocalPayer::from_hex(key)?.answer(&challenge, None, payments::unix_now())?)
 }
 
-struct Answer {
-    status: StatusCode,
-    replayed: bool,
-    body: String,
-}
-
 async fn invoke(
     cluster: &PaidCluster,
     gateway: usize,
     payment: &PaymentHeader,
-) -> TestResult<Answer> {
-    let response = cluster
-        .http
-        .post(format!("{}/entrypoints/echo/invoke", cluster.base(gateway)))
-        .header("idempotency-key", KEY)
-        .header(payment.name, &payment.value)
-        .json(&body())
-        .send()
-        .await?;
-    let status = response.status();
-    let replayed = response.headers().get("idempotency-replayed").is_some();
-    Ok(Answer {
-        status,
-        replayed,
-        body: response.text().await?,
-    })
-}
-
-fn code(answer: &Answer) -> TestResult<String> {
-    let body: Value = serde_json::from_str(&answer.body)?;
-    Ok(body["error"]["code"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned())
+) -> TestResult<Invoked> {
+    cluster
+        .invoke(
+            gateway,
+            "echo",
+            &body(),
+            payment,
+            &[("idempotency-key", KEY)],
+        )
+        .await
 }
 
 #[tokio::test]
@@ -93,7 +73,7 @@ async fn another_payer_reusing_a_key_gets_a_conflict_never_the_paid_result() -> 
         )
         .await?;
         assert_eq!(stolen.status, StatusCode::CONFLICT, "{}", stolen.body);
-        assert_eq!(code(&stolen)?, "idempotency_key_conflict");
+        assert_eq!(stolen.code()?, "idempotency_key_conflict");
         assert!(!stolen.replayed);
         assert!(!stolen.body.contains("confidential"), "{}", stolen.body);
     }

@@ -9,7 +9,7 @@
 //! conflict; an id of the wrong shape is a `402` saying why, and nothing is charged.
 
 use harness::TestResult;
-use harness::paid::{PAYER_KEY, PaidCluster};
+use harness::paid::{Invoked, PAYER_KEY, PaidCluster};
 use payments::LocalPayer;
 use payments::payer::PaymentHeader;
 use payments::payment_identifier;
@@ -49,41 +49,13 @@ async fn credential(
     Ok(header)
 }
 
-struct Answer {
-    status: StatusCode,
-    replayed: bool,
-    body: String,
-}
-
-impl Answer {
-    fn code(&self) -> String {
-        serde_json::from_str::<Value>(&self.body)
-            .ok()
-            .and_then(|body| body["error"]["code"].as_str().map(str::to_owned))
-            .unwrap_or_default()
-    }
-}
-
 async fn invoke(
     cluster: &PaidCluster,
     gateway: usize,
     body: &Value,
     payment: &PaymentHeader,
-) -> TestResult<Answer> {
-    let response = cluster
-        .http
-        .post(format!("{}/entrypoints/echo/invoke", cluster.base(gateway)))
-        .header(payment.name, &payment.value)
-        .json(body)
-        .send()
-        .await?;
-    let status = response.status();
-    let replayed = response.headers().get("idempotency-replayed").is_some();
-    Ok(Answer {
-        status,
-        replayed,
-        body: response.text().await?,
-    })
+) -> TestResult<Invoked> {
+    cluster.invoke(gateway, "echo", body, payment, &[]).await
 }
 
 /// The `extensions` of the v2 challenge (`PAYMENT-REQUIRED`) of an unpaid POST to `url`.
@@ -155,7 +127,7 @@ async fn a_retry_with_the_same_id_is_replayed_and_charged_once() -> TestResult {
     let stranger = credential(&cluster, 1, OTHER_PAYER_KEY, &request, ID).await?;
     let stolen = invoke(&cluster, 1, &request, &stranger).await?;
     assert_eq!(stolen.status, StatusCode::CONFLICT, "{}", stolen.body);
-    assert_eq!(stolen.code(), "idempotency_key_conflict");
+    assert_eq!(stolen.code()?, "idempotency_key_conflict");
     assert!(!stolen.body.contains("order 42"), "{}", stolen.body);
 
     // The payer with the same id and another body: the same conflict (the id is one request).
@@ -163,7 +135,7 @@ async fn a_retry_with_the_same_id_is_replayed_and_charged_once() -> TestResult {
     let changed = credential(&cluster, 0, PAYER_KEY, &other, ID).await?;
     let conflict = invoke(&cluster, 0, &other, &changed).await?;
     assert_eq!(conflict.status, StatusCode::CONFLICT, "{}", conflict.body);
-    assert_eq!(conflict.code(), "idempotency_key_conflict");
+    assert_eq!(conflict.code()?, "idempotency_key_conflict");
     assert_eq!(cluster.settled().await?, 1, "nothing settled for either");
     Ok(())
 }

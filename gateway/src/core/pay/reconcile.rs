@@ -20,6 +20,7 @@ use store::credentials::Stuck;
 
 use super::Gate;
 use super::admission::SettlingRecord;
+use super::recovery::{self, Resolved};
 
 /// Most records one listing shows (and one action looks through for its task).
 pub const MAX_LISTED: usize = 1_000;
@@ -43,18 +44,14 @@ pub struct Settling {
 }
 
 impl Settling {
-    fn of(stuck: &Stuck) -> Settling {
-        let record = serde_json::from_str::<SettlingRecord>(&stuck.request).ok();
+    /// `stuck`, whose request reads as `record`.
+    fn of(record: &SettlingRecord, stuck: &Stuck) -> Settling {
         let field = |read: fn(&SettlingRecord) -> Option<&Value>| {
-            record
-                .as_ref()
-                .and_then(read)
-                .and_then(Value::as_str)
-                .map(str::to_owned)
+            read(record).and_then(Value::as_str).map(str::to_owned)
         };
         Settling {
             task_id: stuck.holder.clone(),
-            age_ms: u64::try_from(stuck.age.as_millis()).unwrap_or(u64::MAX),
+            age_ms: age_ms(stuck),
             payer: field(|r| {
                 r.request
                     .payment_payload
@@ -86,19 +83,6 @@ pub enum Action {
     },
 }
 
-/// How an action ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Outcome {
-    /// The receipt is stored with the task; the record is `settled`.
-    Settled,
-    /// The task is cancelled; the record is `void`.
-    Void,
-    /// Nothing changed: the facilitator could not say, or another gateway or sweep resolved
-    /// it meanwhile (list again).
-    Unresolved,
-}
-
 /// Why an action was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
@@ -118,7 +102,22 @@ pub async fn list(
     grace: std::time::Duration,
 ) -> Result<Vec<Settling>, ReconcileError> {
     let stuck = gate.credentials.stuck(grace, MAX_LISTED).await?;
-    Ok(stuck.iter().map(Settling::of).collect())
+    Ok(stuck
+        .iter()
+        .map(
+            |stuck| match serde_json::from_str::<SettlingRecord>(&stuck.request) {
+                Ok(record) => Settling::of(&record, stuck),
+                // Unreadable: listed by task and age only (a lookup voids it).
+                Err(_) => Settling {
+                    task_id: stuck.holder.clone(),
+                    age_ms: age_ms(stuck),
+                    payer: None,
+                    amount: None,
+                    network: None,
+                },
+            },
+        )
+        .collect())
 }
 
 /// Applies `action` to the record held by `task_id`; `by` names the operator (for the kept
@@ -130,7 +129,7 @@ pub async fn act(
     task_id: &str,
     action: Action,
     by: &str,
-) -> Result<Outcome, ReconcileError> {
+) -> Result<Resolved, ReconcileError> {
     let stuck = gate
         .credentials
         .stuck(grace, MAX_LISTED)
@@ -140,17 +139,23 @@ pub async fn act(
         .ok_or_else(|| ReconcileError::NotFound(task_id.to_owned()))?;
     let at = protocol::Timestamp::now().as_millis();
     let resolved = match &action {
-        Action::Lookup => super::recovery::recover(gate, store, &stuck).await?,
+        Action::Lookup => recovery::recover(gate, store, &stuck).await?,
         Action::Void { note } => {
             check_note(note)?;
             let decision =
                 serde_json::json!({"decision": "void", "by": by, "at": at, "note": note});
-            super::recovery::apply(gate, store, &stuck, None, Some(&decision.to_string())).await
+            recovery::unpaid(gate, store, &stuck, Some(&decision.to_string())).await
         }
         Action::Settled { transaction, note } => {
             check_note(note)?;
             check_transaction(transaction)?;
-            let listed = Settling::of(&stuck);
+            let record = serde_json::from_str::<SettlingRecord>(&stuck.request).map_err(|_| {
+                ReconcileError::Invalid(
+                    "the record keeps no readable request to build a receipt from; void it instead"
+                        .into(),
+                )
+            })?;
+            let listed = Settling::of(&record, &stuck);
             let settlement = SettleResponse {
                 success: true,
                 error_reason: None,
@@ -159,21 +164,15 @@ pub async fn act(
                 network: listed.network.unwrap_or_default(),
                 amount: listed.amount,
             };
-            super::recovery::apply(gate, store, &stuck, Some(settlement), None).await
+            recovery::settled(gate, store, &stuck, &record, &settlement).await
         }
     };
-    let outcome = match (&action, resolved) {
-        (_, false) => Outcome::Unresolved,
-        (Action::Void { .. }, true) => Outcome::Void,
-        (Action::Settled { .. }, true) => Outcome::Settled,
-        // The lookup's answer decided: read which way from the task's record.
-        (Action::Lookup, true) => match store.get(task_id).await? {
-            Some(task) if task.receipt.is_some() => Outcome::Settled,
-            _ => Outcome::Void,
-        },
-    };
-    tracing::info!(%task_id, operator = %by, ?action, ?outcome, "settlement reconciled by an operator");
-    Ok(outcome)
+    tracing::info!(%task_id, operator = %by, ?action, outcome = ?resolved, "settlement reconciled by an operator");
+    Ok(resolved)
+}
+
+fn age_ms(stuck: &Stuck) -> u64 {
+    u64::try_from(stuck.age.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn check_note(note: &str) -> Result<(), ReconcileError> {

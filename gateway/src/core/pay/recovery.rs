@@ -149,8 +149,8 @@ async fn sweep(
     let (mut resolved, mut unknown) = (0, 0);
     for stuck in gate.credentials.stuck(grace, BATCH).await? {
         match recover(gate, store, &stuck).await {
-            Ok(true) => resolved += 1,
-            Ok(false) => {}
+            Ok(Resolved::Settled | Resolved::Void) => resolved += 1,
+            Ok(Resolved::No) => {}
             Err(FacilitatorError::Unsupported) => return Ok(Sweep::Unsupported),
             Err(err) => {
                 unknown += 1;
@@ -161,53 +161,71 @@ async fn sweep(
     Ok(Sweep::Done { resolved, unknown })
 }
 
-/// Resolves one record by asking the facilitator; `Ok(false)` when another gateway got there
-/// first or the store failed (retried next sweep).
+/// How one record was resolved (as an operator's action answers it: `settled`, `void`,
+/// `unresolved`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Resolved {
+    /// The receipt is stored with the task; the record is `settled`.
+    Settled,
+    /// The held task is cancelled; the record is `void`.
+    Void,
+    /// Nothing changed: another gateway got there first, or the store failed (retried).
+    #[serde(rename = "unresolved")]
+    No,
+}
+
+/// Resolves one record by asking the facilitator.
 pub async fn recover(
     gate: &Gate,
     store: &dyn TaskStore,
     stuck: &Stuck,
-) -> Result<bool, FacilitatorError> {
+) -> Result<Resolved, FacilitatorError> {
     let Ok(record) = serde_json::from_str::<SettlingRecord>(&stuck.request) else {
         // Nothing to ask about (a record written without its request): it stays unusable.
         return Ok(void(gate, stuck, None).await);
     };
     let settlement = gate.facilitator.settlement(&record.request).await?;
-    Ok(apply(gate, store, stuck, settlement, None).await)
+    Ok(match settlement {
+        Some(settlement) => settled(gate, store, stuck, &record, &settlement).await,
+        None => unpaid(gate, store, stuck, None).await,
+    })
 }
 
-/// Applies what is known of a stuck record's settlement: `Some` (it settled: the receipt is
-/// stored with the task and the record becomes `settled`) or `None` (nothing was paid: the
-/// held task is cancelled, then the record becomes `void`). `decision` is stored with a
-/// voided record (an operator's, see [`super::reconcile`]). False when another gateway got
-/// there first or the store failed.
-pub async fn apply(
+/// Nothing was paid for `stuck`: the task held for this settlement must not run. Cancelled
+/// first, so that a store failure leaves the record `settling` for the next sweep; then the
+/// record becomes `void`, keeping `decision` when given (an operator's, see
+/// [`super::reconcile`]).
+pub async fn unpaid(
     gate: &Gate,
     store: &dyn TaskStore,
     stuck: &Stuck,
-    settlement: Option<payments::wire::facilitator::SettleResponse>,
     decision: Option<&str>,
-) -> bool {
-    let Some(settlement) = settlement else {
-        // Nothing was paid: the task held for this settlement must not run. Cancelled first,
-        // so that a store failure leaves the record `settling` for the next sweep.
-        if !cancel_unpaid(store, &stuck.holder).await {
-            return false;
-        }
-        tracing::info!(task_id = %stuck.holder, "lost settle answer: the credential was never settled; its task is cancelled");
-        return void(gate, stuck, decision).await;
-    };
-    let Ok(record) = serde_json::from_str::<SettlingRecord>(&stuck.request) else {
-        return void(gate, stuck, decision).await;
-    };
+) -> Resolved {
+    if !cancel_unpaid(store, &stuck.holder).await {
+        return Resolved::No;
+    }
+    tracing::info!(task_id = %stuck.holder, "lost settle answer: the credential was never settled; its task is cancelled");
+    void(gate, stuck, decision).await
+}
+
+/// `stuck` (its request `record`) was paid by `settlement`: the receipt is stored with the
+/// task (a held task is queued), then the record becomes `settled`.
+pub async fn settled(
+    gate: &Gate,
+    store: &dyn TaskStore,
+    stuck: &Stuck,
+    record: &SettlingRecord,
+    settlement: &payments::wire::facilitator::SettleResponse,
+) -> Resolved {
     let version = if record.request.x402_version == 1 {
         X402Version::V1
     } else {
         X402Version::V2
     };
     let receipt = match &record.mpp_challenge_id {
-        Some(challenge_id) => Receipt::mpp(challenge_id, gate.network.chain_id, &settlement),
-        None => Receipt::of(version, &settlement),
+        Some(challenge_id) => Receipt::mpp(challenge_id, gate.network.chain_id, settlement),
+        None => Receipt::of(version, settlement),
     };
     match store
         .attach_receipt(&stuck.holder, &receipt.to_stored())
@@ -218,10 +236,11 @@ pub async fn apply(
         }
         Err(err) => {
             tracing::warn!(task_id = %stuck.holder, error = %err, "could not store a recovered receipt; retried next sweep");
-            return false;
+            return Resolved::No;
         }
     }
-    gate.credentials
+    let resolved = gate
+        .credentials
         .resolve(
             &stuck.id,
             &stuck.holder,
@@ -229,15 +248,26 @@ pub async fn apply(
             Some(&receipt.value),
         )
         .await
-        .unwrap_or(false)
+        .unwrap_or(false);
+    if resolved {
+        Resolved::Settled
+    } else {
+        Resolved::No
+    }
 }
 
 /// `settling -> void`, keeping `decision` with the record when given.
-async fn void(gate: &Gate, stuck: &Stuck, decision: Option<&str>) -> bool {
-    gate.credentials
+async fn void(gate: &Gate, stuck: &Stuck, decision: Option<&str>) -> Resolved {
+    let resolved = gate
+        .credentials
         .resolve(&stuck.id, &stuck.holder, CredentialState::Void, decision)
         .await
-        .unwrap_or(false)
+        .unwrap_or(false);
+    if resolved {
+        Resolved::Void
+    } else {
+        Resolved::No
+    }
 }
 
 /// Ends the task held for a credential that was never settled (unfenced, as a caller's cancel:
