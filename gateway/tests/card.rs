@@ -335,6 +335,7 @@ async fn the_card_follows_the_live_registry() -> TestResult {
                 invoke: Some("0.01".into()),
                 stream: None,
                 protocol: Default::default(),
+                settle: Default::default(),
             }),
             retry_safe: false,
             siwx: None,
@@ -545,6 +546,7 @@ fn priced_worker(worker_id: &str, key: &str, streaming: bool, amount: Option<&st
                 invoke: Some(amount.into()),
                 stream: streaming.then(|| amount.into()),
                 protocol: Default::default(),
+                settle: Default::default(),
             }),
             retry_safe: false,
             siwx: None,
@@ -686,6 +688,7 @@ async fn disagreeing_workers_show_the_highest_price() -> TestResult {
             invoke: Some("0.0100".into()),
             stream: Some("0.0100".into()),
             protocol: Default::default(),
+            settle: Default::default(),
         })
     );
     let landing = get(&gw.app, "/", &[]).await?.text()?;

@@ -418,6 +418,7 @@ async fn paid_entrypoints_need_a_payment_configuration() -> TestResult {
         invoke: Some("0.01".into()),
         stream: Some("0.01".into()),
         protocol: Default::default(),
+        settle: Default::default(),
     })
     .info();
     let entry = WorkerEntry {

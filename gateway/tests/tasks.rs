@@ -1327,6 +1327,7 @@ async fn priced_gateway(
                 invoke: Some("0.01".into()),
                 stream: None,
                 protocol: Default::default(),
+                settle: Default::default(),
             }),
             retry_safe: false,
             siwx: None,

@@ -87,13 +87,15 @@ pub struct WorkerConfig {
     /// Prices, `KEY=AMOUNT` in decimal USDC with an optional payment protocol, `:x402` (the
     /// default) or `:mpp` (the "Payment" HTTP authentication scheme), e.g. `echo=0.001` or
     /// `summarize=0.01:mpp`: invoking, creating a task of and (if it streams)
-    /// streaming that entrypoint cost AMOUNT. Repeatable or comma separated. `--price` flags
+    /// streaming that entrypoint cost AMOUNT. `:settle=after` settles an invoke only once its
+    /// run succeeded (a failed, cancelled or timed-out run charges nothing); tasks and streams
+    /// settle before the run either way. Repeatable or comma separated. `--price` flags
     /// replace `WORKER_PRICES` entirely (they are not merged). Naming an entrypoint this worker
     /// does not host, or a bad amount, stops the worker at start.
     #[arg(
         long = "price",
         env = "WORKER_PRICES",
-        value_name = "KEY=AMOUNT[:x402|:mpp]",
+        value_name = "KEY=AMOUNT[:x402|:mpp][:settle=after]",
         value_delimiter = ','
     )]
     pub prices: Vec<PriceSpec>,

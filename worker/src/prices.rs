@@ -11,8 +11,8 @@ use std::fmt;
 use std::str::FromStr;
 
 use payments::amount::{AmountError, to_atomic, to_decimal};
-pub use store::registry::PaymentProtocol;
 use store::registry::Price;
+pub use store::registry::{PaymentProtocol, SettlePolicy};
 
 use crate::entrypoint::Entrypoints;
 
@@ -24,19 +24,24 @@ pub struct PriceSpec {
     /// price in different spellings advertise the same string.
     pub amount: String,
     pub protocol: PaymentProtocol,
+    /// When a priced invoke settles (`:settle=after`: only once the run succeeded).
+    pub settle: SettlePolicy,
 }
 
 /// Why a price was refused. Each message is one line naming the offending price, since it
 /// is what an operator sees when the worker refuses to start.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PriceError {
-    #[error("price {0:?} is not KEY=AMOUNT[:x402|:mpp] (e.g. echo=0.001)")]
+    #[error("price {0:?} is not KEY=AMOUNT[:x402|:mpp][:settle=before|after] (e.g. echo=0.001)")]
     Malformed(String),
     /// Not named `source`: the amount error's text is already in this message, and a
     /// `source` would print it twice on exit.
     #[error("price of {key:?}: {reason}")]
     Amount { key: String, reason: AmountError },
-    #[error("price of {key:?}: payment protocol {protocol:?} is not supported (x402 or mpp)")]
+    #[error(
+        "price of {key:?}: {protocol:?} is neither a payment protocol (x402 or mpp) nor \
+         settle=before|after"
+    )]
     Protocol { key: String, protocol: String },
     #[error("price of {key:?}: this worker hosts no such entrypoint (it hosts: {hosted})")]
     UnknownEntrypoint { key: String, hosted: String },
@@ -62,20 +67,28 @@ impl FromStr for PriceSpec {
         if key.is_empty() {
             return Err(malformed());
         }
-        let (amount, protocol) = match rest.split_once(':') {
-            Some((amount, protocol)) => (amount, Some(protocol.trim())),
-            None => (rest, None),
-        };
-        let protocol = match protocol {
-            None | Some("x402") => PaymentProtocol::X402,
-            Some("mpp") => PaymentProtocol::Mpp,
-            Some(other) => {
-                return Err(PriceError::Protocol {
-                    key: key.to_owned(),
-                    protocol: other.to_owned(),
-                });
+        let mut parts = rest.split(':');
+        let amount = parts.next().unwrap_or_default();
+        // Options after the amount, in any order, each at most once.
+        let (mut protocol, mut settle) = (None, None);
+        for option in parts {
+            let refused = || PriceError::Protocol {
+                key: key.to_owned(),
+                protocol: option.trim().to_owned(),
+            };
+            let slot_taken = match option.trim() {
+                "x402" => protocol.replace(PaymentProtocol::X402).is_some(),
+                "mpp" => protocol.replace(PaymentProtocol::Mpp).is_some(),
+                "settle=before" => settle.replace(SettlePolicy::Before).is_some(),
+                "settle=after" => settle.replace(SettlePolicy::After).is_some(),
+                _ => return Err(refused()),
+            };
+            if slot_taken {
+                return Err(malformed());
             }
-        };
+        }
+        let protocol = protocol.unwrap_or_default();
+        let settle = settle.unwrap_or_default();
         let atomic = to_atomic(amount).map_err(|reason| PriceError::Amount {
             key: key.to_owned(),
             reason,
@@ -84,13 +97,18 @@ impl FromStr for PriceSpec {
             key: key.to_owned(),
             amount: to_decimal(atomic),
             protocol,
+            settle,
         })
     }
 }
 
 impl fmt::Display for PriceSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}={}:{}", self.key, self.amount, self.protocol.as_str())
+        write!(f, "{}={}:{}", self.key, self.amount, self.protocol.as_str())?;
+        match self.settle {
+            SettlePolicy::Before => Ok(()),
+            SettlePolicy::After => write!(f, ":settle=after"),
+        }
     }
 }
 
@@ -119,6 +137,7 @@ pub fn apply(entrypoints: Entrypoints, prices: &[PriceSpec]) -> Result<Entrypoin
             invoke: Some(spec.amount.clone()),
             stream: entrypoint.streaming.then(|| spec.amount.clone()),
             protocol: spec.protocol,
+            settle: spec.settle,
         };
         priced = priced.with(entrypoint.price(price));
     }
@@ -140,6 +159,7 @@ mod tests {
             key: "echo".into(),
             amount: "0.001".into(),
             protocol: PaymentProtocol::X402,
+            settle: SettlePolicy::Before,
         };
         assert_eq!(spec("echo=0.001"), Ok(expected.clone()));
         assert_eq!(spec("echo=0.001:x402"), Ok(expected.clone()));
@@ -147,6 +167,35 @@ mod tests {
         assert_eq!(spec("echo=.0010"), Ok(expected.clone()));
         assert_eq!(expected.to_string(), "echo=0.001:x402");
         assert_eq!(spec("sleep=2").map(|s| s.amount), Ok("2".to_owned()));
+    }
+
+    #[test]
+    fn parses_the_settlement_policy_in_any_order() -> Result<(), PriceError> {
+        let after = spec("echo=0.001:settle=after")?;
+        assert_eq!(
+            (after.protocol, after.settle),
+            (PaymentProtocol::X402, SettlePolicy::After)
+        );
+        assert_eq!(after.to_string(), "echo=0.001:x402:settle=after");
+        let mpp = spec("echo=0.001:settle=after:mpp")?;
+        assert_eq!(
+            (mpp.protocol, mpp.settle),
+            (PaymentProtocol::Mpp, SettlePolicy::After)
+        );
+        assert_eq!(
+            spec("echo=0.001:settle=before")?.settle,
+            SettlePolicy::Before
+        );
+        // Twice the same option, or one we do not know: refused, never guessed at.
+        assert!(matches!(
+            spec("echo=0.001:mpp:x402"),
+            Err(PriceError::Malformed(_))
+        ));
+        assert!(matches!(
+            spec("echo=0.001:settle=later"),
+            Err(PriceError::Protocol { .. })
+        ));
+        Ok(())
     }
 
     #[test]
@@ -197,7 +246,9 @@ mod tests {
         let message = spec("echo=0.001:lightning").err().map(|e| e.to_string());
         assert_eq!(
             message.as_deref(),
-            Some(r#"price of "echo": payment protocol "lightning" is not supported (x402 or mpp)"#)
+            Some(
+                r#"price of "echo": "lightning" is neither a payment protocol (x402 or mpp) nor settle=before|after"#
+            )
         );
         let mpp = spec("echo=0.001:mpp")?;
         assert_eq!(mpp.protocol, PaymentProtocol::Mpp);
@@ -216,6 +267,7 @@ mod tests {
                 invoke: Some("0.001".into()),
                 stream: None,
                 protocol: Default::default(),
+                settle: Default::default(),
             })
         );
         assert_eq!(
@@ -224,6 +276,7 @@ mod tests {
                 invoke: Some("0.002".into()),
                 stream: Some("0.002".into()),
                 protocol: Default::default(),
+                settle: Default::default(),
             })
         );
         assert_eq!(price("sleep"), None);

@@ -288,7 +288,7 @@ pub struct GatewayConfig {
     /// Crash testing only: the process aborts at this point of a paid admission, as a
     /// SIGKILL would stop it (`after-settle`: the facilitator settled, the receipt is not
     /// stored yet; `after-receipt`: the receipt is stored and the task queued, the answer not
-    /// sent).
+    /// sent; `after-run`: a settle=after run ended, its payment not yet settling).
     #[arg(long, env = "GATEWAY_FAULT_POINT", hide = true)]
     pub fault_point: Option<String>,
 

@@ -39,6 +39,7 @@ fn entry(id: &str) -> WorkerEntry {
                     invoke: Some("0.01".into()),
                     stream: None,
                     protocol: Default::default(),
+                    settle: Default::default(),
                 }),
                 retry_safe: false,
                 siwx: None,

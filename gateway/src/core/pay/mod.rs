@@ -73,6 +73,8 @@ pub struct Gate {
 /// Points of a paid admission where crash tests stop the gateway dead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FaultPoint {
+    /// settle=after: the run ended, its payment not yet moved to `settling`.
+    AfterRun,
     AfterSettle,
     AfterReceipt,
 }
@@ -80,6 +82,7 @@ pub enum FaultPoint {
 impl FaultPoint {
     fn parse(text: &str) -> Option<FaultPoint> {
         match text.trim() {
+            "after-run" => Some(FaultPoint::AfterRun),
             "after-settle" => Some(FaultPoint::AfterSettle),
             "after-receipt" => Some(FaultPoint::AfterReceipt),
             _ => None,

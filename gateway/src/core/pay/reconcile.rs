@@ -33,6 +33,8 @@ pub const MAX_NOTE_BYTES: usize = 500;
 pub struct Settling {
     /// The paid task held for this settlement.
     pub task_id: String,
+    /// `settling` (a settle answer lost) or `reserved` (a settle=after run nobody settled).
+    pub state: &'static str,
     pub age_ms: u64,
     /// What the payment payload says (for an operator's search on chain), when readable.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -51,6 +53,7 @@ impl Settling {
         };
         Settling {
             task_id: stuck.holder.clone(),
+            state: stuck.state.as_str(),
             age_ms: age_ms(stuck),
             payer: field(|r| {
                 r.request
@@ -110,6 +113,7 @@ pub async fn list(
                 // Unreadable: listed by task and age only (a lookup voids it).
                 Err(_) => Settling {
                     task_id: stuck.holder.clone(),
+                    state: stuck.state.as_str(),
                     age_ms: age_ms(stuck),
                     payer: None,
                     amount: None,

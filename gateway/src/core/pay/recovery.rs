@@ -18,6 +18,11 @@
 //!   evidence for reconciliation by hand; every sweep then only counts them, into the
 //!   `taskcluster.settlements.unreconciled` gauge and a warning whenever the count changes.
 //!
+//! A settle=after payment (see [`super::admission::reserve`]) is `reserved` while its run goes
+//! and falls due once no gateway can still be waiting to settle it: the sweep then releases it
+//! (the record becomes `void`, the task is ended if it still runs), since nobody was handed the
+//! run's result. Nothing is asked of the facilitator for it: nothing was sent to settle.
+//!
 //! Every gateway may sweep at once: each transition is a compare-and-set on the record.
 
 use std::sync::Arc;
@@ -181,6 +186,18 @@ pub async fn recover(
     store: &dyn TaskStore,
     stuck: &Stuck,
 ) -> Result<Resolved, FacilitatorError> {
+    if stuck.state == CredentialState::Reserved {
+        // A settle=after run nobody settled by its due time: its gateway died or lost the
+        // record, so nobody was handed the result. Nothing was asked of the facilitator:
+        // released, and the task ended if it still runs.
+        return Ok(unpaid(
+            gate,
+            store,
+            stuck,
+            Some("not charged: released by the settlement recovery (the run was never settled)"),
+        )
+        .await);
+    }
     let Ok(record) = serde_json::from_str::<SettlingRecord>(&stuck.request) else {
         // Nothing to ask about (a record written without its request): it stays unusable.
         return Ok(void(gate, stuck, None).await);
@@ -244,6 +261,7 @@ pub async fn settled(
         .resolve(
             &stuck.id,
             &stuck.holder,
+            stuck.state,
             CredentialState::Settled,
             Some(&receipt.value),
         )
@@ -260,7 +278,13 @@ pub async fn settled(
 async fn void(gate: &Gate, stuck: &Stuck, decision: Option<&str>) -> Resolved {
     let resolved = gate
         .credentials
-        .resolve(&stuck.id, &stuck.holder, CredentialState::Void, decision)
+        .resolve(
+            &stuck.id,
+            &stuck.holder,
+            stuck.state,
+            CredentialState::Void,
+            decision,
+        )
         .await
         .unwrap_or(false);
     if resolved {

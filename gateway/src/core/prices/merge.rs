@@ -45,7 +45,9 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 
 use payments::U256;
 use payments::amount::to_atomic;
-use store::registry::{EntrypointInfo, PaymentProtocol, Price, SiwxPolicy, WorkerEntry};
+use store::registry::{
+    EntrypointInfo, PaymentProtocol, Price, SettlePolicy, SiwxPolicy, WorkerEntry,
+};
 
 /// Distinct disagreements remembered as already logged; past this the memory starts over (a
 /// disagreement then logs once more, which bounds memory without silencing anything for long).
@@ -75,13 +77,15 @@ pub enum Subject {
     Siwx,
     /// x402 or MPP (`--price KEY=AMOUNT:mpp`).
     Protocol,
+    /// When an invoke settles (`--price KEY=AMOUNT:settle=after`).
+    Settle,
 }
 
 impl Subject {
     /// How a host that declares nothing of this subject is shown.
     fn nothing(self) -> &'static str {
         match self {
-            Subject::Price(_) | Subject::Protocol => "no price",
+            Subject::Price(_) | Subject::Protocol | Subject::Settle => "no price",
             Subject::Siwx => "no SIWX",
         }
     }
@@ -138,6 +142,7 @@ pub fn merge(workers: &[WorkerEntry]) -> Merged {
                 invoke,
                 stream,
                 protocol: protocol_of(key, &hosts, &mut merged.disagreements),
+                settle: settle_of(key, &hosts, &mut merged.disagreements),
             }),
         };
         entrypoint.siwx = strictest_siwx(
@@ -195,6 +200,38 @@ fn protocol_of(
             advertised: advertised
                 .into_iter()
                 .map(|(protocol, workers)| (Some(protocol.as_str().to_owned()), workers))
+                .collect(),
+        });
+    }
+    applied
+}
+
+/// When an invoke of `key` settles: after the run only when every pricing host says so (a
+/// rolling change takes effect with the last worker, as the protocol's does).
+fn settle_of(
+    key: &str,
+    hosts: &[(&str, &EntrypointInfo)],
+    disagreements: &mut Vec<Disagreement>,
+) -> SettlePolicy {
+    let advertised = group(hosts.iter().filter_map(|(worker, hosted)| {
+        let price = hosted
+            .price
+            .as_ref()
+            .filter(|price| price.invoke.is_some() || price.stream.is_some())?;
+        Some(((*worker).to_owned(), price.settle))
+    }));
+    let applied = match advertised.as_slice() {
+        [(SettlePolicy::After, _)] => SettlePolicy::After,
+        _ => SettlePolicy::Before,
+    };
+    if advertised.len() > 1 {
+        disagreements.push(Disagreement {
+            entrypoint: key.to_owned(),
+            subject: Subject::Settle,
+            applied: applied.as_str().to_owned(),
+            advertised: advertised
+                .into_iter()
+                .map(|(settle, workers)| (Some(settle.as_str().to_owned()), workers))
                 .collect(),
         });
     }
@@ -439,6 +476,13 @@ pub fn warn(disagreements: &[Disagreement]) {
                 "live workers disagree on this entrypoint's payment protocol; x402 applies \
                  until every worker pricing it asks for MPP"
             ),
+            Subject::Settle => tracing::warn!(
+                %entrypoint,
+                settle = %applied,
+                %advertised,
+                "live workers disagree on when this entrypoint's invokes settle; before the \
+                 run applies until every worker pricing it asks for settle=after"
+            ),
         }
     }
 }
@@ -469,6 +513,7 @@ mod tests {
                 invoke: invoke.map(Into::into),
                 stream: stream.map(Into::into),
                 protocol: Default::default(),
+                settle: Default::default(),
             }),
             retry_safe: false,
             siwx: None,
@@ -481,6 +526,7 @@ mod tests {
             invoke: invoke.map(Into::into),
             stream: stream.map(Into::into),
             protocol: Default::default(),
+            settle: Default::default(),
         })
     }
 
@@ -615,6 +661,28 @@ mod tests {
         }
         echo.siwx = siwx;
         echo
+    }
+
+    #[test]
+    fn invokes_settle_after_the_run_only_when_every_pricing_host_says_so() {
+        use PaymentProtocol::X402;
+        let after = |mut echo: EntrypointInfo| {
+            if let Some(price) = echo.price.as_mut() {
+                price.settle = SettlePolicy::After;
+            }
+            echo
+        };
+        let settle = |merged: &EntrypointInfo| merged.price.as_ref().map(|price| price.settle);
+        let (merged, disagreements) =
+            merged_echo(&[after(echo(Some(X402), NONE)), after(echo(Some(X402), NONE))]);
+        assert_eq!(settle(&merged), Some(SettlePolicy::After));
+        assert!(of(&disagreements, Subject::Settle).is_empty());
+        // One worker still settling before (a rolling change): before applies, and it shows.
+        for order in orderings(&[after(echo(Some(X402), NONE)), echo(Some(X402), NONE)]) {
+            let (merged, disagreements) = merged_echo(&order);
+            assert_eq!(settle(&merged), Some(SettlePolicy::Before));
+            assert_eq!(of(&disagreements, Subject::Settle).len(), 1);
+        }
     }
 
     /// `hosts` as workers w0, w1, … (listed in that order), each hosting `echo` as given.
@@ -848,6 +916,7 @@ mod tests {
             invoke: Some("0.0005".into()),
             stream: None,
             protocol: Mpp,
+            settle: Default::default(),
         });
         let (merged, disagreements) = merged_echo(&[cheap_mpp, echo(Some(X402), NONE)]);
         assert_eq!(merged.price, price(Some("0.001"), None));

@@ -258,12 +258,14 @@ mod tests {
             invoke: Some("0.01".into()),
             stream: None,
             protocol: Default::default(),
+            settle: Default::default(),
         });
         let mut unpriced = entrypoint("free", "Free", json!({}), json!({}));
         unpriced.price = Some(Price {
             invoke: None,
             stream: None,
             protocol: Default::default(),
+            settle: Default::default(),
         });
         let entrypoints = [unpriced, paid];
         let card = serde_json::to_value(AgentCard::build(&config, "http://h", &entrypoints))
@@ -293,6 +295,7 @@ mod tests {
             invoke: Some("0.002".into()),
             stream: Some("0.002".into()),
             protocol: Default::default(),
+            settle: Default::default(),
         });
         let entrypoints = [paid];
         let card = AgentCard::build(&config, "http://h", &entrypoints);

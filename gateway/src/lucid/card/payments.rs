@@ -149,6 +149,7 @@ mod tests {
                 invoke: Some(invoke.into()),
                 stream: stream.map(Into::into),
                 protocol: Default::default(),
+                settle: Default::default(),
             }),
             retry_safe: false,
             siwx: None,

@@ -6,17 +6,19 @@ use std::time::Duration;
 use axum::extract::{OriginalUri, Path, Request, State};
 use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use protocol::ErrorCode;
+use protocol::{ErrorCode, TaskStatus};
 use serde_json::Value;
 use store::idempotency;
-use store::registry::EntrypointInfo;
+use store::registry::{EntrypointInfo, SettlePolicy};
 
 use super::{
-    Kind, Run, cancel, extract_input, find_entrypoint, gate, read_json, start_paid_run, start_run,
+    Kind, Run, cancel, extract_input, find_entrypoint, gate, read_json, start_paid_run,
+    start_reserved_run, start_run,
 };
 use super::{idempotent, outcome};
 use crate::core::admit;
 use crate::core::pay::Payment;
+use crate::core::pay::admission::reserve::not_charged;
 use crate::core::state::AppState;
 use crate::core::watch::{RunEvent, Terminal, Watch};
 use crate::http::client_address::Source;
@@ -68,9 +70,16 @@ async fn handle(
     let input = extract_input(&body);
     // Checked before any payment is settled: bad input costs the payer nothing.
     admit::check_input(state, &entrypoint, &input).map_err(answer)?;
+    let settle_after = entrypoint
+        .price
+        .as_ref()
+        .is_some_and(|price| price.settle == SettlePolicy::After);
     let execute = || async move {
         match payment {
             None => run(state, &entrypoint, input, source).await,
+            Some(payment) if settle_after => {
+                run_paid_after(state, &entrypoint, input, source, payment).await
+            }
             Some(payment) => run_paid(state, &entrypoint, input, source, payment).await,
         }
     };
@@ -138,15 +147,80 @@ async fn run_paid(
     response
 }
 
-async fn run_to_end(state: &AppState, mut run: Run) -> Result<Response, Response> {
+/// A paid run that settles only once it succeeded (settle=after): the result is handed over
+/// with the receipt after the settlement, or withheld when it fails; any other end charges
+/// nothing and says so (`payment-settlement: not-charged`).
+async fn run_paid_after(
+    state: &AppState,
+    entrypoint: &EntrypointInfo,
+    input: Value,
+    source: Option<String>,
+    payment: Payment<'_>,
+) -> Response {
+    let (run, reservation) =
+        match start_reserved_run(state, entrypoint, input, source, payment).await {
+            Ok(admitted) => admitted,
+            Err(response) => return response,
+        };
+    let run_id = run.task.task_id.clone();
+    match run_to_terminal(state, run).await {
+        Ended::Finished(terminal) if terminal.status == TaskStatus::Completed => {
+            match reservation.settle().await {
+                Ok(receipt) => {
+                    let mut response = outcome::invoke_response(&run_id, &terminal);
+                    receipt.attach(&mut response);
+                    response
+                }
+                Err(withheld) => withheld,
+            }
+        }
+        Ended::Finished(terminal) => {
+            let why = match (&terminal.status, &terminal.error) {
+                (TaskStatus::Failed, Some(error)) => format!("the run failed ({})", error.code),
+                (TaskStatus::Failed, None) => "the run failed".to_owned(),
+                _ => "the run was cancelled".to_owned(),
+            };
+            reservation.release(&why).await;
+            let mut response = outcome::invoke_response(&run_id, &terminal);
+            not_charged(&mut response);
+            response
+        }
+        Ended::Stopped(mut response) => {
+            reservation.release("the run did not finish").await;
+            not_charged(&mut response);
+            response
+        }
+    }
+}
+
+async fn run_to_end(state: &AppState, run: Run) -> Result<Response, Response> {
+    let run_id = run.task.task_id.clone();
+    match run_to_terminal(state, run).await {
+        Ended::Finished(terminal) => Ok(outcome::invoke_response(&run_id, &terminal)),
+        Ended::Stopped(response) => Err(response),
+    }
+}
+
+/// How a run's wait ended.
+enum Ended {
+    /// The run reached a terminal state (possibly as this request stopped waiting).
+    Finished(Terminal),
+    /// It did not: the answer says why (timed out, shutting down, the store failed, it asked
+    /// for input). The run was cancelled, or is when dropped.
+    Stopped(Response),
+}
+
+async fn run_to_terminal(state: &AppState, mut run: Run) -> Ended {
     let limit = Duration::from_millis(state.config.invoke_timeout_ms);
     tokio::select! {
-        finished = wait(&mut run.watch) => {
+        finished = wait(&mut run.watch) => match finished {
+            Ok(terminal) => {
+                run.settle();
+                Ended::Finished(terminal)
+            }
             // An error here leaves the run armed: dropping it cancels the task.
-            let terminal = finished.map_err(IntoResponse::into_response)?;
-            run.settle();
-            Ok(outcome::invoke_response(&run.task.task_id, &terminal))
-        }
+            Err(err) => Ended::Stopped(err.into_response()),
+        },
         () = tokio::time::sleep(limit) => stop(state, run, timed_out(limit)).await,
         () = state.shutdown.cancelled() => stop(state, run, shutting_down()).await,
     }
@@ -171,20 +245,22 @@ async fn wait(watch: &mut Watch) -> Result<Terminal, ApiError> {
 }
 
 /// Cancels a run that must stop waiting; one that finished meanwhile answers with its result.
-async fn stop(state: &AppState, mut run: Run, error: ApiError) -> Result<Response, Response> {
+async fn stop(state: &AppState, mut run: Run, error: ApiError) -> Ended {
     let task_id = run.task.task_id.clone();
     match cancel(state.store.as_ref(), &task_id, &run.entrypoint).await {
         Ok(None) => {
             run.settle();
-            Err(error.into_response())
+            Ended::Stopped(error.into_response())
         }
         Ok(Some(task)) => {
             run.settle();
-            let terminal = Terminal::of_task(&task).ok_or_else(|| error.into_response())?;
-            Ok(outcome::invoke_response(&task_id, &terminal))
+            match Terminal::of_task(&task) {
+                Some(terminal) => Ended::Finished(terminal),
+                None => Ended::Stopped(error.into_response()),
+            }
         }
         // Still armed: dropping the run tries to cancel once more.
-        Err(err) => Err(ApiError::from(err).into_response()),
+        Err(err) => Ended::Stopped(ApiError::from(err).into_response()),
     }
 }
 

@@ -256,6 +256,64 @@ async fn start_paid_run(
     }
 }
 
+/// Admits a paid run that settles only once it succeeded (settle=after: see
+/// [`pay::admission::reserve`]) and subscribes to it: nothing is charged yet.
+async fn start_reserved_run<'a>(
+    state: &'a AppState,
+    entrypoint: &EntrypointInfo,
+    input: Value,
+    source: Option<String>,
+    payment: pay::Payment<'a>,
+) -> Result<(Run, pay::admission::reserve::Reservation<'a>), Response> {
+    let max_attempts = admit::run_attempts(state, entrypoint);
+    let entrypoint = entrypoint.key.as_str();
+    let owner = AccessToken::generate().owner_hash();
+    let admitted = pay::admission::reserve::admit_reserved(
+        state.pay_context(),
+        payment,
+        Admit {
+            owner: owner.clone(),
+            entrypoint,
+            input,
+            context_id: None,
+            metadata: None,
+            max_attempts,
+            retention: admit::direct_retention(state),
+            source,
+        },
+    )
+    .await;
+    let reserved = match admitted {
+        Ok(reserved) => reserved,
+        Err(pay::admission::Refused::Answer(response)) => return Err(response),
+        // Only a settled admission is ever unconfirmed.
+        Err(pay::admission::Refused::Unconfirmed { .. }) => {
+            return Err(ApiError::internal().into_response());
+        }
+    };
+    let task = reserved.created;
+    let reservation = reserved.reservation;
+    match crate::core::watch::Watch::open(state.store.clone(), &task.task_id, &owner).await {
+        Ok(watch) => Ok((
+            Run {
+                guard: CancelOnDrop::new(state.store.clone(), &task.task_id, entrypoint),
+                task,
+                entrypoint: entrypoint.to_owned(),
+                watch,
+            },
+            reservation,
+        )),
+        Err(err) => {
+            // Not followed, so never handed to anyone: cancelled and charged nothing.
+            let _ = cancel(state.store.as_ref(), &task.task_id, entrypoint).await;
+            reservation.release("the run could not be followed").await;
+            let mut response = err.into_response();
+            pay::admission::reserve::not_charged(&mut response);
+            Err(response)
+        }
+    }
+}
+
 /// Cancels a run (unfenced, so the worker holding it aborts its handler). Returns the task's
 /// state when the run had already finished.
 async fn cancel(

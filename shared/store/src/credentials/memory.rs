@@ -18,7 +18,8 @@ struct Record {
     state: CredentialState,
     #[allow(dead_code)] // kept as the Redis record keeps it, for inspection
     receipt: Option<String>,
-    /// The facilitator request, and since when the record is `settling`.
+    /// The facilitator request, and since when the record is `settling` (for `reserved`:
+    /// when it falls due).
     settling: Option<(String, Instant)>,
     expires: Instant,
 }
@@ -206,10 +207,33 @@ impl CredentialLedger for MemoryCredentials {
             Some(record) if record.holder == holder && record.state == expected => {
                 record.state = next;
                 if next == CredentialState::Settling {
-                    record.settling = Some((data.unwrap_or_default().to_owned(), Instant::now()));
+                    // From `reserved` the request is kept; from `claimed` it comes now.
+                    let request = match (data, record.settling.take()) {
+                        (Some(request), _) => request.to_owned(),
+                        (None, Some((request, _))) => request,
+                        (None, None) => String::new(),
+                    };
+                    record.settling = Some((request, Instant::now()));
                 } else if let Some(receipt) = data {
                     record.receipt = Some(receipt.to_owned());
                 }
+                true
+            }
+            _ => false,
+        }))
+    }
+
+    async fn reserve(
+        &self,
+        key: &str,
+        holder: &str,
+        request: &str,
+        due_in: Duration,
+    ) -> Result<bool, StoreError> {
+        Ok(self.with(|records| match live(records, key) {
+            Some(record) if record.holder == holder && record.state == CredentialState::Claimed => {
+                record.state = CredentialState::Reserved;
+                record.settling = Some((request.to_owned(), Instant::now() + due_in));
                 true
             }
             _ => false,
@@ -222,21 +246,27 @@ impl CredentialLedger for MemoryCredentials {
             let mut stuck: Vec<(Instant, Stuck)> = records
                 .iter()
                 .filter(|(_, record)| {
-                    record.state == CredentialState::Settling && record.expires > now
+                    matches!(
+                        record.state,
+                        CredentialState::Settling | CredentialState::Reserved
+                    ) && record.expires > now
                 })
                 .filter_map(|(id, record)| {
                     let (request, since) = record.settling.as_ref()?;
-                    (now.duration_since(*since) >= older_than).then(|| {
-                        (
-                            *since,
-                            Stuck {
-                                id: id.clone(),
-                                holder: record.holder.clone(),
-                                request: request.clone(),
-                                age: now.duration_since(*since),
-                            },
-                        )
-                    })
+                    (now.saturating_duration_since(*since) >= older_than && *since <= now).then(
+                        || {
+                            (
+                                *since,
+                                Stuck {
+                                    id: id.clone(),
+                                    state: record.state,
+                                    holder: record.holder.clone(),
+                                    request: request.clone(),
+                                    age: now.saturating_duration_since(*since),
+                                },
+                            )
+                        },
+                    )
                 })
                 .collect();
             stuck.sort_by_key(|(since, _)| *since);
@@ -252,11 +282,11 @@ impl CredentialLedger for MemoryCredentials {
         &self,
         id: &str,
         holder: &str,
+        from: CredentialState,
         next: CredentialState,
         receipt: Option<&str>,
     ) -> Result<bool, StoreError> {
-        self.advance(id, holder, CredentialState::Settling, next, receipt)
-            .await
+        self.advance(id, holder, from, next, receipt).await
     }
 }
 

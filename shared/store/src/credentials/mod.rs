@@ -5,7 +5,9 @@
 //! ```text
 //! claim -> claimed --release--> (gone: the payer may retry)
 //!             \--advance--> settling --advance--> settled (receipt kept)
-//!                               \--resolve (settlement recovery)--> settled | void
+//!             |                 \--resolve (settlement recovery)--> settled | void
+//!             \--reserve--> reserved --advance (the run succeeded)--> settling
+//!                               \--advance (it did not) / resolve (due, unsettled)--> void
 //! ```
 //!
 //! A credential that reached `settling` is never given back: the facilitator may have moved
@@ -30,6 +32,9 @@ use crate::StoreError;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CredentialState {
     Claimed,
+    /// Verified and held for a run that settles only once it succeeds (settle=after): moves
+    /// to `settling` when it did, to `void` when it did not (nothing charged).
+    Reserved,
     Settling,
     Settled,
     /// Settling ended without a settlement (the facilitator says it never settled); still
@@ -41,6 +46,7 @@ impl CredentialState {
     pub fn parse(text: &str) -> Option<Self> {
         [
             CredentialState::Claimed,
+            CredentialState::Reserved,
             CredentialState::Settling,
             CredentialState::Settled,
             CredentialState::Void,
@@ -52,6 +58,7 @@ impl CredentialState {
     pub fn as_str(self) -> &'static str {
         match self {
             CredentialState::Claimed => "claimed",
+            CredentialState::Reserved => "reserved",
             CredentialState::Settling => "settling",
             CredentialState::Settled => "settled",
             CredentialState::Void => "void",
@@ -93,8 +100,21 @@ pub trait CredentialLedger: Send + Sync + 'static {
         data: Option<&str>,
     ) -> Result<bool, StoreError>;
 
-    /// Records in `settling` for longer than `older_than`, oldest first: settle answers that
-    /// were lost. Records gone meanwhile are skipped.
+    /// `claimed -> reserved` (settle=after): the payment is verified and held for a run,
+    /// `request` kept as on the way to `settling`. The record falls due `due_in` from now:
+    /// from then on [`CredentialLedger::stuck`] lists it (a run nobody settled, released by
+    /// the recovery sweep). False when not `holder`'s or not `claimed`.
+    async fn reserve(
+        &self,
+        key: &str,
+        holder: &str,
+        request: &str,
+        due_in: Duration,
+    ) -> Result<bool, StoreError>;
+
+    /// Records in `settling` for longer than `older_than` (settle answers that were lost),
+    /// and `reserved` ones due for longer than that (runs nobody settled), oldest first.
+    /// Records gone meanwhile are skipped.
     async fn stuck(&self, older_than: Duration, limit: usize) -> Result<Vec<Stuck>, StoreError>;
 
     /// Sets (or renews) mark `key` for `ttl` (an entitlement).
@@ -114,11 +134,13 @@ pub trait CredentialLedger: Send + Sync + 'static {
     /// Whether mark `key` is set and unexpired.
     async fn marked(&self, key: &str) -> Result<bool, StoreError>;
 
-    /// `settling -> next` of a stuck record, by its id, storing `receipt` when given.
+    /// `from -> next` of a stuck record (`from`: its state, `settling` or `reserved`), by its
+    /// id, storing `receipt` when given.
     async fn resolve(
         &self,
         id: &str,
         holder: &str,
+        from: CredentialState,
         next: CredentialState,
         receipt: Option<&str>,
     ) -> Result<bool, StoreError>;
@@ -135,10 +157,12 @@ pub const MAX_ISSUED_NONCES: usize = 100_000;
 pub struct Stuck {
     /// The record's id (what [`CredentialLedger::resolve`] takes).
     pub id: String,
+    /// `settling` (a settle answer lost) or `reserved` (a run nobody settled).
+    pub state: CredentialState,
     /// The request that holds it: the paid task's id.
     pub holder: String,
     /// The facilitator request sent to settle it.
     pub request: String,
-    /// How long it has been `settling`.
+    /// How long it has been `settling` (for `reserved`: how long it has been due).
     pub age: Duration,
 }

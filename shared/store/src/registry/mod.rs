@@ -34,6 +34,36 @@ pub struct Price {
     /// How it is paid. Absent (x402, and every worker from before MPP) reads as x402.
     #[serde(default, skip_serializing_if = "PaymentProtocol::is_x402")]
     pub protocol: PaymentProtocol,
+    /// When a priced invoke is settled. Absent (every worker from before settle=after) reads
+    /// as before the run.
+    #[serde(default, skip_serializing_if = "SettlePolicy::is_before")]
+    pub settle: SettlePolicy,
+}
+
+/// When a priced invoke's payment is settled (`--price KEY=AMOUNT:settle=after`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SettlePolicy {
+    /// Settled before the run, as upstream does: a run that then fails keeps the payment.
+    #[default]
+    Before,
+    /// Verified and reserved before the run, settled only once it succeeded: a failed,
+    /// cancelled or timed-out run charges nothing.
+    After,
+}
+
+impl SettlePolicy {
+    pub fn is_before(&self) -> bool {
+        *self == SettlePolicy::Before
+    }
+
+    /// The name `--price KEY=AMOUNT:settle=NAME` uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SettlePolicy::Before => "before",
+            SettlePolicy::After => "after",
+        }
+    }
 }
 
 /// The payment protocol a priced entrypoint asks for.

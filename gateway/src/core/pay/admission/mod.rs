@@ -41,6 +41,7 @@ mod claim;
 mod commit;
 mod end;
 mod heartbeat;
+pub mod reserve;
 mod settle;
 
 use std::sync::Arc;

@@ -1,10 +1,12 @@
 //! `lua/credential_advance.lua`: moves a held credential on, keeping its TTL: `claimed ->
+//! reserved -> settling | void` (settle=after), `claimed ->
 //! settling` (stores the facilitator request, indexes the record for settlement recovery),
 //! `settling -> settled` (with the receipt) or `-> void` (leaves the index).
 //!
 //! - KEYS: the record, the index of records in `settling` (sorted by since when).
 //! - ARGV: holder id, expected state, next state, data (the request on the way to
-//!   `settling`, the receipt on the way to `settled`; `''` for none).
+//!   `settling` or `reserved`, the receipt on the way to `settled`, a note on the way to
+//!   `void`; `''` for none), and when a `reserved` record falls due (milliseconds from now).
 //! - Reply: 1 when moved, 0 when the record is not this holder's or not in the expected state
 //!   ([`Reply`]).
 
@@ -44,6 +46,7 @@ pub(super) async fn call(
     expected: CredentialState,
     next: CredentialState,
     data: Option<&str>,
+    due_in: std::time::Duration,
 ) -> Result<bool, StoreError> {
     let mut invocation = SCRIPT.prepare_invoke();
     invocation
@@ -52,7 +55,8 @@ pub(super) async fn call(
         .arg(holder)
         .arg(expected.as_str())
         .arg(next.as_str())
-        .arg(data.unwrap_or(""));
+        .arg(data.unwrap_or(""))
+        .arg(u64::try_from(due_in.as_millis()).unwrap_or(u64::MAX));
     let reply: Reply = ledger.store.eval(NAME, &mut invocation).await?;
     Ok(reply == Reply::Moved)
 }

@@ -1,7 +1,7 @@
 //! [`RedisCredentials`]: credential records in the store's Redis, shared by every gateway.
 //! One hash per credential, `{ns}:cred:<sha256(key)>` (fields `holder`, `state`, `request`,
-//! `receipt`); the records in `settling` are indexed in `{ns}:cred-settling` (sorted by since
-//! when). Issued nonces (SIWX offers) live in one sorted set, `{ns}:nonces` (nonce -> expiry).
+//! `receipt`); the records in `settling` or `reserved` are indexed in `{ns}:cred-settling` (sorted by
+//! since when, or for `reserved` by when they fall due). Issued nonces (SIWX offers) live in one sorted set, `{ns}:nonces` (nonce -> expiry).
 //!
 //! One module per script, each with the script's contract, its keys and arguments, its typed
 //! reply and its call; the [`CredentialLedger`] impl below is glue:
@@ -141,7 +141,35 @@ impl CredentialLedger for RedisCredentials {
         next: CredentialState,
         data: Option<&str>,
     ) -> Result<bool, StoreError> {
-        advance::call(self, &self.record_key(key), holder, expected, next, data).await
+        advance::call(
+            self,
+            &self.record_key(key),
+            holder,
+            expected,
+            next,
+            data,
+            Duration::ZERO,
+        )
+        .await
+    }
+
+    async fn reserve(
+        &self,
+        key: &str,
+        holder: &str,
+        request: &str,
+        due_in: Duration,
+    ) -> Result<bool, StoreError> {
+        advance::call(
+            self,
+            &self.record_key(key),
+            holder,
+            CredentialState::Claimed,
+            CredentialState::Reserved,
+            Some(request),
+            due_in,
+        )
+        .await
     }
 
     async fn stuck(&self, older_than: Duration, limit: usize) -> Result<Vec<Stuck>, StoreError> {
@@ -178,11 +206,14 @@ impl CredentialLedger for RedisCredentials {
         let mut stale = Vec::new();
         for ((id, since), row) in ids.into_iter().zip(since).zip(rows) {
             match row.as_slice() {
-                [Some(holder), Some(state), Some(request)] if state == "settling" => {
+                [Some(holder), Some(state), Some(request)]
+                    if state == "settling" || state == "reserved" =>
+                {
                     // Scores are whole milliseconds; a NaN or negative one reads as now.
                     let since_ms = since.max(0.0) as u64;
                     stuck.push(Stuck {
                         id,
+                        state: CredentialState::parse(state).unwrap_or(CredentialState::Settling),
                         holder: holder.clone(),
                         request: request.clone(),
                         age: Duration::from_millis(now_ms.saturating_sub(since_ms)),
@@ -204,6 +235,7 @@ impl CredentialLedger for RedisCredentials {
         &self,
         id: &str,
         holder: &str,
+        from: CredentialState,
         next: CredentialState,
         receipt: Option<&str>,
     ) -> Result<bool, StoreError> {
@@ -211,6 +243,6 @@ impl CredentialLedger for RedisCredentials {
         if !id.starts_with(&self.prefix) {
             return Ok(false);
         }
-        advance::call(self, id, holder, CredentialState::Settling, next, receipt).await
+        advance::call(self, id, holder, from, next, receipt, Duration::ZERO).await
     }
 }
