@@ -24,6 +24,7 @@
 pub mod admission;
 pub mod challenge;
 pub mod credential;
+pub mod inband;
 pub mod mpp;
 pub mod payer_rate;
 pub mod pending;
