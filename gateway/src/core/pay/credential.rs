@@ -198,3 +198,47 @@ fn header(headers: &HeaderMap) -> Result<Option<(X402Version, &str)>, String> {
     }
     Ok(None)
 }
+
+#[cfg(test)]
+mod tests {
+    use payments::wire::v2::ResourceInfo;
+    use payments::{Address, Network, U256};
+    use serde_json::json;
+
+    use super::*;
+
+    fn terms() -> Option<Terms> {
+        Some(Terms {
+            network: Network::find("base-sepolia")?,
+            amount: U256::from(1000u64),
+            pay_to: Address::ZERO,
+            max_timeout_seconds: 60,
+            resource: ResourceInfo {
+                url: "https://agent.example/a2a/jsonrpc?skillId=echo".into(),
+                description: String::new(),
+                mime_type: "application/json".into(),
+            },
+        })
+    }
+
+    fn fault(document: &serde_json::Value) -> Option<Fault> {
+        read_document(document, &terms()?)
+            .err()
+            .map(|unusable| unusable.fault)
+    }
+
+    #[test]
+    fn documents_that_are_no_payload_are_malformed() {
+        assert!(terms().is_some());
+        for document in [
+            json!("not a payload"),
+            json!({}),
+            json!({"x402Version": 3}),
+            json!({"x402Version": 2}),
+            json!({"x402Version": 1, "scheme": "exact", "network": "base-sepolia"}),
+            json!({"x402Version": 2, "padding": "x".repeat(payments::MAX_HEADER_BYTES)}),
+        ] {
+            assert_eq!(fault(&document), Some(Fault::Malformed), "{document}");
+        }
+    }
+}
