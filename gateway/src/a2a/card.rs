@@ -18,13 +18,15 @@ use crate::http::interfaces::{a2a_jsonrpc_url as jsonrpc_url, a2a_rest_url as re
 
 /// The card for `entrypoints` as seen from `base_url` (`scheme://host` and the base path).
 /// `extended_card`: members are configured, so the extended card is served
-/// ([`super::extended`]).
+/// ([`super::extended`]). `payments`: this gateway takes payments, so the card declares the
+/// A2A x402 extension ([`super::x402`]).
 pub fn build(
     config: &GatewayConfig,
     base_url: &str,
     entrypoints: &[EntrypointInfo],
     push_notifications: bool,
     extended_card: bool,
+    payments: bool,
 ) -> AgentCard {
     let modes = |modes: &[&str]| {
         modes
@@ -40,7 +42,7 @@ pub fn build(
         capabilities: AgentCapabilities {
             streaming: Some(true),
             push_notifications: Some(push_notifications),
-            extensions: None,
+            extensions: payments.then(super::x402::declarations),
             extended_agent_card: Some(extended_card),
         },
         default_input_modes: modes(service::INPUT_MODES),

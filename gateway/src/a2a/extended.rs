@@ -107,25 +107,35 @@ fn build(
     entrypoints: &[store::registry::EntrypointInfo],
     member: &str,
 ) -> a2a::AgentCard {
-    let mut card = card::build(&state.config, base, entrypoints, state.push.is_some(), true);
+    let mut card = card::build(
+        &state.config,
+        base,
+        entrypoints,
+        state.push.is_some(),
+        true,
+        state.pay_context().gate.is_some(),
+    );
     let private: Vec<Value> = entrypoints
         .iter()
         .filter(|entrypoint| entrypoint.private)
         .map(|entrypoint| Value::String(entrypoint.key.clone()))
         .collect();
-    card.capabilities.extensions = Some(vec![AgentExtension {
-        uri: MEMBER_EXTENSION.to_owned(),
-        description: Some(
-            "What this member is entitled to: the private skills it may run, listed here and \
+    card.capabilities
+        .extensions
+        .get_or_insert_with(Vec::new)
+        .push(AgentExtension {
+            uri: MEMBER_EXTENSION.to_owned(),
+            description: Some(
+                "What this member is entitled to: the private skills it may run, listed here and \
              in skills"
-                .to_owned(),
-        ),
-        required: None,
-        params: Some(HashMap::from([
-            ("member".to_owned(), Value::String(member.to_owned())),
-            ("privateSkills".to_owned(), Value::Array(private)),
-        ])),
-    }]);
+                    .to_owned(),
+            ),
+            required: None,
+            params: Some(HashMap::from([
+                ("member".to_owned(), Value::String(member.to_owned())),
+                ("privateSkills".to_owned(), Value::Array(private)),
+            ])),
+        });
     card
 }
 

@@ -90,7 +90,9 @@ pub async fn handle(
         uri: &uri,
         source,
     };
-    dispatch(&caller, id, &method, params).await
+    let mut response = dispatch(&caller, id, &method, params).await;
+    super::x402::echo(super::x402::supported(&state, &headers), &mut response);
+    response
 }
 
 async fn dispatch(caller: &Caller<'_>, id: JsonRpcId, method: &str, params: Value) -> Response {

@@ -29,6 +29,7 @@ pub mod rest;
 pub mod service;
 pub mod version;
 pub mod wire;
+pub mod x402;
 
 use axum::Router;
 use axum::extract::{OriginalUri, State};
@@ -91,6 +92,7 @@ async fn agent_card(
             entrypoints,
             state.push.is_some(),
             state.members.is_some(),
+            state.pay_context().gate.is_some(),
         );
         match &signing {
             Some((signer, _)) => card::signable(&card).and_then(|card| signer.sign(&card)),

@@ -97,10 +97,12 @@ async fn send(
         Ok(call) => call,
         Err(err) => return err.to_rest(),
     };
-    match service::send(&caller, request).await {
+    let mut response = match service::send(&caller, request).await {
         Ok(reply) => wire::with_receipt(json_ok(&reply.value), reply.receipt),
         Err(refusal) => refused(refusal),
-    }
+    };
+    super::x402::echo(super::x402::supported(&state, &headers), &mut response);
+    response
 }
 
 async fn stream(
@@ -114,10 +116,12 @@ async fn stream(
         Ok(call) => call,
         Err(err) => return err.to_rest(),
     };
-    match service::stream(&caller, request).await {
+    let mut response = match service::stream(&caller, request).await {
         Ok(Reply { value, receipt }) => wire::with_receipt(sse(value), receipt),
         Err(refusal) => refused(refusal),
-    }
+    };
+    super::x402::echo(super::x402::supported(&state, &headers), &mut response);
+    response
 }
 
 async fn list(

@@ -14,7 +14,9 @@ pub async fn get(caller: &Caller<'_>, request: GetTaskRequest) -> Result<Task, A
     check_id("id", &request.id)?;
     let history_length = history_length(request.history_length)?;
     let stored = read_owned(caller.state, &caller.owner, &request.id).await?;
-    Ok(mapping::task_of(&stored, history_length))
+    let mut task = mapping::task_of(&stored, history_length);
+    super::inband::paid_task(&stored, &mut task);
+    Ok(task)
 }
 
 /// `CancelTask`: the one unfenced transition, `running -> cancelled`; a finished task is

@@ -8,6 +8,7 @@
 //!
 //! - [`send`]: `SendMessage` and `SendStreamingMessage` (a new task, or the next turn of one
 //!   waiting for input), through the payment gate;
+//! - [`inband`]: the A2A x402 extension's payment in messages, for a client that activates it;
 //! - [`message`]: what a message must be, and the input it carries for a skill;
 //! - [`follow`]: a task as a stream of A2A events (`SubscribeToTask`, and a streamed send);
 //! - [`push_config`]: the push notification config operations, and a send's inline config;
@@ -19,6 +20,7 @@
 
 mod follow;
 mod get_cancel;
+mod inband;
 mod list;
 mod message;
 pub mod narrate;

@@ -1,10 +1,13 @@
 //! `SendMessage` and `SendStreamingMessage`: a message admits a task for a skill (through the
 //! payment gate when the skill is priced), or runs the next turn of a task that waits for
-//! input; then the answer waits for the task, or streams it ([`super::follow`]).
+//! input; then the answer waits for the task, or streams it ([`super::follow`]). With the
+//! A2A x402 extension activated, a priced skill is offered and paid in-band instead
+//! ([`super::inband`]).
 
 use std::time::Duration;
 
 use a2a::{Message, SendMessageRequest, SendMessageResponse, StreamResponse};
+use futures::StreamExt;
 use futures::stream::BoxStream;
 use store::registry::EntrypointInfo;
 use store::{Durability, Phase, Resumed, StoredTask};
@@ -38,7 +41,15 @@ pub async fn send(
             .as_ref()
             .and_then(|configuration| configuration.history_length),
     )?;
-    let started = start(caller, request).await?;
+    let started = match start(caller, request).await? {
+        Begun::Started(started) => started,
+        Begun::Answered(task) => {
+            return Ok(Reply {
+                value: SendMessageResponse::Task(task),
+                receipt: None,
+            });
+        }
+    };
     let state = caller.state;
     let task_id = started.task_id.clone();
     if !immediately {
@@ -58,10 +69,13 @@ pub async fn send(
         }
     }
     let stored = read_owned(state, &caller.owner, &task_id).await?;
-    let value = match mapping::reply_of(&stored) {
+    let mut value = match mapping::reply_of(&stored) {
         Some(message) => SendMessageResponse::Message(message),
         None => SendMessageResponse::Task(mapping::task_of(&stored, history_length)),
     };
+    if started.in_band {
+        super::inband::paid_reply(&mut value, started.receipt.as_ref());
+    }
     Ok(Reply {
         value,
         receipt: started.receipt,
@@ -74,18 +88,27 @@ pub async fn stream(
     caller: &Caller<'_>,
     request: SendMessageRequest,
 ) -> Result<Reply<BoxStream<'static, StreamResponse>>, Refusal> {
-    let started = start(caller, request).await?;
+    let started = match start(caller, request).await? {
+        Begun::Started(started) => started,
+        Begun::Answered(task) => {
+            return Ok(Reply {
+                value: futures::stream::iter([StreamResponse::Task(task)]).boxed(),
+                receipt: None,
+            });
+        }
+    };
     let first = as_admitted(read_owned(caller.state, &caller.owner, &started.task_id).await?);
-    let events = bounded(
-        caller.state,
-        follow(
-            caller.state.store.clone(),
-            caller.owner.clone(),
-            first,
-            started.watch,
-            true,
-        ),
+    let mut events = follow(
+        caller.state.store.clone(),
+        caller.owner.clone(),
+        first,
+        started.watch,
+        true,
     );
+    if started.in_band {
+        events = super::inband::paid_events(events, started.receipt.as_ref());
+    }
+    let events = bounded(caller.state, events);
     Ok(Reply {
         value: events,
         receipt: started.receipt,
@@ -116,15 +139,28 @@ fn as_admitted(mut stored: StoredTask) -> StoredTask {
 }
 
 /// A task admitted for a message, followed from its first event.
-struct Started {
-    task_id: String,
+pub(super) struct Started {
+    pub(super) task_id: String,
     watch: Watch,
-    receipt: Option<Receipt>,
+    pub(super) receipt: Option<Receipt>,
+    /// Paid in-band (the A2A x402 extension): the answers carry the payment's metadata.
+    pub(super) in_band: bool,
+}
+
+/// What a message began: a task, or an answer that stores nothing (the x402 extension's
+/// payment-required, refused or declined payments).
+pub(super) enum Begun {
+    Started(Started),
+    Answered(a2a::Task),
 }
 
 /// Checks a message and admits its task: the skill, the input, the payment.
-async fn start(caller: &Caller<'_>, request: SendMessageRequest) -> Result<Started, Refusal> {
+async fn start(caller: &Caller<'_>, request: SendMessageRequest) -> Result<Begun, Refusal> {
     let state = caller.state;
+    let in_band = super::inband::activated(caller);
+    if in_band && super::inband::submitted(&request.message) {
+        return super::inband::pay(caller, request).await;
+    }
     let message = request.message;
     let inline = request
         .configuration
@@ -133,10 +169,16 @@ async fn start(caller: &Caller<'_>, request: SendMessageRequest) -> Result<Start
         if let Some(config) = inline {
             push_config::store_existing(caller, &waiting.task.task_id, config).await?;
         }
-        return resume(caller, waiting, message).await;
+        return resume(caller, waiting, message).await.map(Begun::Started);
     }
     let entrypoint = skill_for(caller, &message).await?;
     let input = input_for(state, &entrypoint, &message)?;
+    if in_band
+        && let Some(offer) = super::inband::offer(caller, &entrypoint, &message, &input)
+            .map_err(|answer| Refusal::Http(*answer))?
+    {
+        return Ok(Begun::Answered(offer));
+    }
     let context_id = message
         .context_id
         .clone()
@@ -154,6 +196,21 @@ async fn start(caller: &Caller<'_>, request: SendMessageRequest) -> Result<Start
     };
     let payment = gate(caller, &entrypoint).await?;
     let task_id = uuid::Uuid::new_v4().to_string();
+    admit_new(caller, payment, admit, task_id, inline)
+        .await
+        .map(Begun::Started)
+}
+
+/// Admits a new task (paid when `payment` is given) under `task_id`, with the send's inline
+/// push config stored first when it has one.
+pub(super) async fn admit_new(
+    caller: &Caller<'_>,
+    payment: Option<pay::Payment<'_>>,
+    admit: Admit<'_>,
+    task_id: String,
+    inline: Option<a2a::TaskPushNotificationConfig>,
+) -> Result<Started, Refusal> {
+    let state = caller.state;
     let Some(config) = inline else {
         return admit_task(caller, payment, admit, task_id).await;
     };
@@ -182,7 +239,10 @@ async fn admit_task(
 
 /// The skill a new task's message asks for (its `skillId`, else the default skill, else the
 /// only one), as the catalog lists it to this caller (a private skill only to a member).
-async fn skill_for(caller: &Caller<'_>, message: &Message) -> Result<EntrypointInfo, A2aError> {
+pub(super) async fn skill_for(
+    caller: &Caller<'_>,
+    message: &Message,
+) -> Result<EntrypointInfo, A2aError> {
     let state = caller.state;
     let viewer = state.viewer(caller.headers);
     let skills = admit::entrypoints(state).await.map_err(A2aError::from)?;
@@ -230,6 +290,7 @@ async fn start_free(
         task_id: task.task_id,
         watch,
         receipt: None,
+        in_band: false,
     })
 }
 
@@ -261,6 +322,7 @@ async fn start_paid(
                         task_id,
                         watch,
                         receipt: Some(receipt),
+                        in_band: false,
                     }),
                     Err(err) => Err(Refusal::A2a(err.into())),
                 };
@@ -274,6 +336,7 @@ async fn start_paid(
         task_id: paid.task_id,
         watch,
         receipt: Some(paid.receipt),
+        in_band: false,
     })
 }
 
@@ -325,6 +388,7 @@ async fn resume(
                 task_id,
                 watch,
                 receipt: None,
+                in_band: false,
             })
         }
         Resumed::NotFound => Err(A2aError::task_not_found(&task_id).into()),

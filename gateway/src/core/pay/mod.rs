@@ -19,11 +19,16 @@
 //! 6. [`receipt`]: the receipt header (`PAYMENT-RESPONSE` or `X-PAYMENT-RESPONSE`) on the
 //!    answer, and again on `GET /tasks/{id}` for the payer who lost the first answer.
 //!
+//! An A2A client of the x402 extension carries the credential as a JSON document in its
+//! message instead of a header ([`inband`]): read by [`credential::read_document`], it meets
+//! the same checks and the same [`admission`].
+//!
 //! The wire types, the cryptography and the facilitator client are the `payments` crate's.
 
 pub mod admission;
 pub mod challenge;
 pub mod credential;
+pub mod inband;
 pub mod mpp;
 pub mod payer_rate;
 pub mod pending;
