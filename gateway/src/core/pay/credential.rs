@@ -42,7 +42,7 @@ pub fn read(headers: &HeaderMap, terms: &Terms) -> Result<Option<Checked>, Strin
     let horizon = now
         .saturating_add(terms.max_timeout_seconds)
         .saturating_add(VALIDITY_SLACK_SECONDS);
-    if credential.authorization.valid_before > horizon {
+    if credential.valid_before() > horizon {
         return Err(format!(
             "payment authorization is valid for longer than maxTimeoutSeconds ({}s)",
             terms.max_timeout_seconds
