@@ -242,6 +242,11 @@ mod tests {
         assert_eq!(config.fault, Fault::None);
         assert_eq!(config.slow_ms, 2000);
         assert_eq!(config.address(), default_address());
+        // docs/payments.md names it.
+        assert_eq!(
+            default_address().to_checksum(None),
+            "0x9f3A74445C342bFE44D07ABdad4e21135Ac58A37"
+        );
         let named = FacilitatorConfig::parse_from([
             "facilitator",
             "--address",
