@@ -150,24 +150,21 @@ impl Credential {
     /// Types a decoded document (the facilitator's `paymentPayload`): `exact` on v1 and v2,
     /// `upto` on v2 (x402 v1 has no upto).
     pub fn from_document(version: X402Version, document: Value) -> Result<Self, CredentialError> {
-        let (network, scheme, payload, accepted) = match version {
+        let (network, upto, payload, accepted) = match version {
             X402Version::V2 => {
                 let parsed: PaymentPayloadV2 = serde_json::from_value(document.clone())
                     .map_err(|_| HeaderError::NotJson("not an x402 v2 payment payload".into()))?;
                 check_version(parsed.x402_version, 2)?;
                 let accepted = parsed.accepted;
-                if accepted.scheme != SCHEME_EXACT && accepted.scheme != SCHEME_UPTO {
-                    return Err(CredentialError::Scheme(accepted.scheme));
-                }
+                let upto = match accepted.scheme.as_str() {
+                    SCHEME_EXACT => false,
+                    SCHEME_UPTO => true,
+                    _ => return Err(CredentialError::Scheme(accepted.scheme)),
+                };
                 let network = Network::find(&accepted.network)
                     .filter(|network| network.caip2 == accepted.network)
                     .ok_or_else(|| CredentialError::Network(accepted.network.clone()))?;
-                let scheme = if accepted.scheme == SCHEME_UPTO {
-                    SCHEME_UPTO
-                } else {
-                    SCHEME_EXACT
-                };
-                (network, scheme, parsed.payload, Some(accepted))
+                (network, upto, parsed.payload, Some(accepted))
             }
             X402Version::V1 => {
                 let parsed: PaymentPayloadV1 = serde_json::from_value(document.clone())
@@ -179,10 +176,10 @@ impl Credential {
                 let network = Network::find(&parsed.network)
                     .filter(|network| network.name == parsed.network)
                     .ok_or_else(|| CredentialError::Network(parsed.network.clone()))?;
-                (network, SCHEME_EXACT, parsed.payload, None)
+                (network, false, parsed.payload, None)
             }
         };
-        let payload = if scheme == SCHEME_UPTO {
+        let payload = if upto {
             let upto: UptoEvmPayload =
                 serde_json::from_value(payload).map_err(|_| CredentialError::UptoPayload)?;
             Payload::Upto {
