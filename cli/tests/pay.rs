@@ -90,8 +90,8 @@ async fn handle(
         .map(|value| (X402Version::V2, value))
         .or_else(|| get(payments::X_PAYMENT).map(|value| (X402Version::V1, value)));
     let window = credential.as_ref().and_then(|(version, value)| {
-        let authorization = Credential::decode(*version, value).ok()?.authorization;
-        Some(authorization.valid_before - authorization.valid_after)
+        let credential = Credential::decode(*version, value).ok()?;
+        Some(credential.valid_before() - credential.valid_after())
     });
     agent
         .seen
@@ -172,6 +172,7 @@ async fn agent_with(
     let origin = format!("http://{}", listener.local_addr()?);
     let agent = Arc::new(Agent {
         terms: Terms {
+            scheme: payments::Scheme::Exact,
             network: &payments::network::NETWORKS[0],
             amount: U256::from(1000u64),
             pay_to: Address::repeat_byte(0x22),

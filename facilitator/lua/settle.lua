@@ -1,8 +1,10 @@
--- settle: spends one EIP-3009 authorization, atomically: the nonce is checked and marked spent,
--- the payer debited and the payee credited, or nothing happens at all. Every key shares the
--- namespace's hash tag, so the script runs on one slot of a cluster as well.
+-- settle: spends one authorization (an EIP-3009 nonce for exact, a Permit2 nonce for upto),
+-- atomically: the nonce is checked and marked spent, the payer debited and the payee credited,
+-- or nothing happens at all. Every key shares the namespace's hash tag, so the script runs on
+-- one slot of a cluster as well.
 --
--- KEYS[1] the spent-nonce marker (string: the settlement's transaction hash)
+-- KEYS[1] the spent-nonce marker (hash: `transaction` the settlement's transaction hash,
+--         `amount` what it settled, so that a lookup of an upto permit can say how much)
 -- KEYS[2] the payer's balance (string: atomic units, decimal)
 -- KEYS[3] the payee's balance (may be KEYS[2]: paying oneself moves nothing but the nonce)
 -- ARGV[1] amount, atomic units, a canonical decimal that fits a signed 64-bit integer
@@ -35,7 +37,7 @@ end
 if payee ~= payer and less(headroom, redis.call('GET', payee) or '0') then
   return -2
 end
-redis.call('SET', spent, transaction)
+redis.call('HSET', spent, 'transaction', transaction, 'amount', amount)
 redis.call('DECRBY', payer, amount)
 redis.call('INCRBY', payee, amount)
 return 1

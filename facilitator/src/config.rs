@@ -1,7 +1,7 @@
 //! Facilitator settings: each a flag and an environment variable (`facilitator --help` lists
 //! them).
 
-use alloy_primitives::{Address, U256};
+use alloy_primitives::{Address, U256, keccak256};
 use clap::Parser;
 
 use crate::faults::Fault;
@@ -19,6 +19,16 @@ pub const ANVIL_FUNDS: &str = "\
 0x14dC79964da2C08b23698B3D3cc7Ca32193d9955=1000,\
 0x23618e81E3f5cdF7f54C3d65f7FBc0aBf5B21E8f=1000,\
 0xa0Ee7A142d267C1f36714E4a8F75612F20a79720=1000";
+
+/// What the default facilitator address is derived from (see [`default_address`]).
+pub const DEFAULT_ADDRESS_SEED: &[u8] = b"taskcluster x402 dev facilitator";
+
+/// The facilitator's address when none is configured: the last 20 bytes of
+/// keccak256([`DEFAULT_ADDRESS_SEED`]). No key belongs to it, and none is needed: nothing here
+/// signs on a chain; the address only has to be stable, as upto permits name it.
+pub fn default_address() -> Address {
+    Address::from_slice(&keccak256(DEFAULT_ADDRESS_SEED)[12..])
+}
 
 #[derive(Debug, Clone, Parser)]
 #[command(
@@ -73,6 +83,12 @@ pub struct FacilitatorConfig {
     #[arg(long, env = "FACILITATOR_SLOW_MS", default_value_t = 2000)]
     pub slow_ms: u64,
 
+    /// This facilitator's address: what an `upto` payer's witness must name as its facilitator
+    /// (`/supported` lists it as the upto kinds' `extra.facilitatorAddress` and in `signers`).
+    /// Default: an address derived from a fixed seed, the same on every run.
+    #[arg(long = "address", env = "FACILITATOR_ADDRESS", value_name = "ADDRESS")]
+    pub address: Option<Address>,
+
     /// Log format: `text` or `json`.
     #[arg(long, env = "LOG_FORMAT", default_value = "text")]
     pub log_format: String,
@@ -113,6 +129,11 @@ impl FacilitatorConfig {
                 self.listen
             )),
         }
+    }
+
+    /// The configured address, or [`default_address`].
+    pub fn address(&self) -> Address {
+        self.address.unwrap_or_else(default_address)
     }
 
     /// The starting balances to apply.
@@ -220,6 +241,18 @@ mod tests {
         assert_eq!(config.namespace, "fac");
         assert_eq!(config.fault, Fault::None);
         assert_eq!(config.slow_ms, 2000);
+        assert_eq!(config.address(), default_address());
+        // docs/payments.md names it.
+        assert_eq!(
+            default_address().to_checksum(None),
+            "0x9f3A74445C342bFE44D07ABdad4e21135Ac58A37"
+        );
+        let named = FacilitatorConfig::parse_from([
+            "facilitator",
+            "--address",
+            "0x3333333333333333333333333333333333333333",
+        ]);
+        assert_eq!(named.address(), Address::repeat_byte(0x33));
     }
 
     #[test]

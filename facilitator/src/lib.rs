@@ -3,9 +3,11 @@
 //! `/supported` API, so that the gateway and paying clients can be run end to end without a
 //! chain, an RPC endpoint or test USDC.
 //!
-//! Signatures are checked for real (EIP-712 `TransferWithAuthorization` recovery, through the
-//! `payments` crate), but funds are play money: a ledger of USDC balances per address (the
-//! Anvil accounts start with 1000 USDC each) and a set of spent nonces, in memory or in Redis.
+//! Two schemes, as @x402/evm 2.27.0 has them: `exact` (EIP-3009, x402 v1 and v2) and `upto`
+//! (a Permit2 witness permit of a maximum, settled for the actual amount the payee asks, v2).
+//! Signatures are checked for real (EIP-712 recovery, through the `payments` crate), but funds
+//! are play money: a ledger of USDC balances per address (the Anvil accounts start with 1000
+//! USDC each) and the spent nonces with what each settled, in memory or in Redis.
 //! Faults (refusals, 500s, slowness, dropped connections) can be switched on at runtime to
 //! exercise a client's failure handling. Not for production: nothing settles on a chain, and
 //! the control routes are unauthenticated.
@@ -109,7 +111,9 @@ pub async fn build_state(config: &FacilitatorConfig) -> Result<AppState, StartEr
             );
         }
     }
+    tracing::info!(address = %config.address(), "facilitator address (upto permits name it)");
     Ok(AppState {
+        address: config.address(),
         ledger,
         faults: Arc::new(Faults::new(FaultSettings {
             settle: config.fault,

@@ -1,8 +1,10 @@
-//! What handlers share: the ledger, the faults in force and the request counters.
+//! What handlers share: the facilitator's address, the ledger, the faults in force and the
+//! request counters.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use alloy_primitives::Address;
 use serde::Serialize;
 
 use crate::faults::Faults;
@@ -10,6 +12,8 @@ use crate::ledger::Ledger;
 
 #[derive(Clone)]
 pub struct AppState {
+    /// What upto permits must name as their facilitator.
+    pub address: Address,
     pub ledger: Arc<dyn Ledger>,
     pub faults: Arc<Faults>,
     pub stats: Arc<Stats>,

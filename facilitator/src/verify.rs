@@ -1,13 +1,20 @@
 //! Verification of a facilitator request, as `/verify` answers it and `/settle` repeats it:
 //! the offline checks of `payments` (decoding, terms, EIP-712 signature recovery, validity
 //! window), then the ledger's (nonce unspent, payer funded).
+//!
+//! For `upto` the requirements' `amount` is the maximum the permit must state exactly, the
+//! witness must name this facilitator ([`crate::state::AppState::address`]; whatever the
+//! requirements' `extra.facilitatorAddress` says, as @x402/evm checks its own signers), and
+//! the payer must hold that maximum (what @x402/evm's simulated settlement demands).
 
 use alloy_primitives::Address;
+use payments::terms::SCHEME_UPTO;
 use payments::terms::TermsError;
 use payments::wire::facilitator::FacilitatorRequest;
 use payments::wire::v1::RequirementsV1;
 use payments::wire::v2::{RequirementsV2, ResourceInfo};
 use payments::{Credential, CredentialError, Network, Terms, X402Version, precheck};
+use serde_json::Value;
 
 use crate::ledger::{Ledger, LedgerError, Transfer};
 
@@ -23,14 +30,22 @@ pub mod reason {
     pub const INVALID_NETWORK: &str = "invalid_network";
     pub const INVALID_REQUIREMENTS: &str = "invalid_payment_requirements";
     pub const NONCE_USED: &str = "invalid_exact_evm_payload_authorization_nonce_used";
+    /// An upto permit whose Permit2 nonce was spent (Permit2's `InvalidNonce`).
+    pub const PERMIT2_NONCE_USED: &str = "permit2_invalid_nonce";
     pub const INSUFFICIENT_FUNDS: &str = "insufficient_funds";
+    /// An upto settlement asking for more than the permit's maximum.
+    pub const SETTLEMENT_EXCEEDS_AMOUNT: &str =
+        "invalid_upto_evm_payload_settlement_exceeds_amount";
 }
 
-/// A credential that pays the requirements, and the transfer settling it would make.
+/// A credential that pays the requirements, and the transfer settling it would make (for
+/// `upto`, of the permitted maximum: the settlement sets the actual amount).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Checked {
     pub payer: Address,
     pub transfer: Transfer,
+    /// Whether the credential is an upto permit.
+    pub upto: bool,
 }
 
 /// Why a request does not pay; `payer` when the credential named one.
@@ -56,13 +71,15 @@ pub fn request_network(request: &FacilitatorRequest) -> String {
         .to_owned()
 }
 
-/// Offline checks then ledger checks, at `now` (Unix seconds).
+/// Offline checks then ledger checks, at `now` (Unix seconds); `facilitator` is this
+/// facilitator's address.
 pub async fn verify(
     ledger: &dyn Ledger,
+    facilitator: Address,
     request: &FacilitatorRequest,
     now: u64,
 ) -> Result<Verdict, LedgerError> {
-    let checked = match check_offline(request, now) {
+    let checked = match check_offline(request, facilitator, now) {
         Ok(checked) => checked,
         Err(invalid) => return Ok(Verdict::Invalid(invalid)),
     };
@@ -73,7 +90,11 @@ pub async fn verify(
         }))
     };
     if ledger.nonce_used(&checked.transfer.key).await? {
-        return invalid(reason::NONCE_USED);
+        return invalid(if checked.upto {
+            reason::PERMIT2_NONCE_USED
+        } else {
+            reason::NONCE_USED
+        });
     }
     if ledger.balance(checked.payer).await? < checked.transfer.amount {
         return invalid(reason::INSUFFICIENT_FUNDS);
@@ -82,7 +103,11 @@ pub async fn verify(
 }
 
 /// Everything that needs no state: version, payload, requirements, network, signature, times.
-pub fn check_offline(request: &FacilitatorRequest, now: u64) -> Result<Checked, Invalid> {
+pub fn check_offline(
+    request: &FacilitatorRequest,
+    facilitator: Address,
+    now: u64,
+) -> Result<Checked, Invalid> {
     let unnamed = |reason| Invalid {
         reason,
         payer: None,
@@ -104,9 +129,9 @@ pub fn check_offline(request: &FacilitatorRequest, now: u64) -> Result<Checked, 
         .map_err(|err| unnamed(credential_reason(&err)))?;
     let named = |reason| Invalid {
         reason,
-        payer: Some(credential.authorization.from),
+        payer: Some(credential.payer()),
     };
-    let terms = terms(version, request).map_err(named)?;
+    let terms = terms(version, request, facilitator).map_err(named)?;
     if !SUPPORTED_NETWORKS.contains(&terms.network.name) {
         return Err(named(reason::INVALID_NETWORK));
     }
@@ -117,20 +142,37 @@ pub fn check_offline(request: &FacilitatorRequest, now: u64) -> Result<Checked, 
         transfer: Transfer {
             key: credential.nonce_key(),
             from: payer,
-            to: credential.authorization.to,
-            amount: credential.authorization.value,
+            to: credential.pay_to(),
+            amount: credential.max_amount(),
         },
+        upto: credential.upto().is_some(),
     })
 }
 
 /// The requirements in the request's version; a v2 credential's `resource` rides along (it is
-/// informational: nothing signed covers it).
-fn terms(version: X402Version, request: &FacilitatorRequest) -> Result<Terms, &'static str> {
+/// informational: nothing signed covers it). An upto requirement is read as settled by
+/// `facilitator`, whatever its `extra.facilitatorAddress` says.
+fn terms(
+    version: X402Version,
+    request: &FacilitatorRequest,
+    facilitator: Address,
+) -> Result<Terms, &'static str> {
     let result = match version {
         X402Version::V2 => {
-            let requirements: RequirementsV2 =
+            let mut requirements: RequirementsV2 =
                 serde_json::from_value(request.payment_requirements.clone())
                     .map_err(|_| reason::INVALID_REQUIREMENTS)?;
+            if requirements.scheme == SCHEME_UPTO {
+                let mut extra = match requirements.extra.take() {
+                    Some(Value::Object(extra)) => extra,
+                    _ => serde_json::Map::new(),
+                };
+                extra.insert(
+                    "facilitatorAddress".into(),
+                    Value::String(facilitator.to_checksum(None)),
+                );
+                requirements.extra = Some(Value::Object(extra));
+            }
             let resource = request
                 .payment_payload
                 .get("resource")
@@ -163,11 +205,13 @@ fn credential_reason(err: &CredentialError) -> &'static str {
         CredentialError::Network(_) => reason::INVALID_NETWORK,
         CredentialError::Header(_)
         | CredentialError::Payload
+        | CredentialError::UptoPayload
         | CredentialError::Authorization(_) => reason::INVALID_PAYLOAD,
     }
 }
 
-/// What `/supported` lists: `exact` on each supported network, by v1 name and by CAIP-2 id.
+/// The networks `/supported` lists: `exact` on each by v1 name and by CAIP-2 id, `upto` by
+/// CAIP-2 id (x402 v2 only).
 pub fn supported_networks() -> impl Iterator<Item = &'static Network> {
     SUPPORTED_NETWORKS
         .iter()
@@ -189,7 +233,7 @@ mod tests {
 
     #[test]
     fn refuses_unknown_versions_and_garbage_payloads() {
-        let refused = |request: &FacilitatorRequest| check_offline(request, 0).err();
+        let refused = |request: &FacilitatorRequest| check_offline(request, Address::ZERO, 0).err();
         assert_eq!(
             refused(&request(3, json!({}))),
             Some(Invalid {

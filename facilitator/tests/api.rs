@@ -245,7 +245,11 @@ async fn lists_base_sepolia_for_both_versions() -> anyhow::Result<()> {
         .collect();
     assert_eq!(
         kinds,
-        vec![(1, "exact", "base-sepolia"), (2, "exact", "eip155:84532")]
+        vec![
+            (1, "exact", "base-sepolia"),
+            (2, "exact", "eip155:84532"),
+            (2, "upto", "eip155:84532")
+        ]
     );
     Ok(())
 }

@@ -4,8 +4,8 @@
 mod common;
 
 use alloy_primitives::{Address, U256};
-use common::{anvil_payer, request, start, terms};
-use facilitator::config::FacilitatorConfig;
+use common::{anvil_payer, request, settle_for, start, terms, upto_request, upto_terms};
+use facilitator::config::{FacilitatorConfig, default_address};
 use facilitator::verify::reason;
 use harness::redis_server::RedisServer;
 use payments::Facilitator;
@@ -56,5 +56,31 @@ async fn settles_once_in_redis_and_survives_a_restart() -> anyhow::Result<()> {
     assert!(!again.success);
     assert_eq!(again.error_reason.as_deref(), Some(reason::NONCE_USED));
     assert_eq!(server.balance(payee).await?, U256::from(1000u64));
+    server.stop().await
+}
+
+#[tokio::test]
+async fn an_upto_settlement_keeps_its_amount_in_redis() -> anyhow::Result<()> {
+    let redis = RedisServer::start()?;
+    let payer = anvil_payer()?;
+    let payee = Address::repeat_byte(0x42);
+    let request = upto_request(&payer, &upto_terms(5000, payee, default_address())?)?;
+
+    let server = start(config(&redis)).await?;
+    let settled = server.client.settle(&settle_for(&request, 1234)).await?;
+    assert!(settled.success, "{settled:?}");
+    server.stop().await?;
+
+    // Another facilitator on the same Redis: the lookup names the amount, the permit stays
+    // spent.
+    let server = start(config(&redis)).await?;
+    let found = server.client.settlement(&request).await?;
+    assert_eq!(found.and_then(|found| found.amount), Some("1234".into()));
+    let again = server.client.settle(&settle_for(&request, 1)).await?;
+    assert_eq!(
+        again.error_reason.as_deref(),
+        Some(reason::PERMIT2_NONCE_USED)
+    );
+    assert_eq!(server.balance(payee).await?, U256::from(1234u64));
     server.stop().await
 }

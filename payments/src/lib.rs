@@ -6,11 +6,15 @@
 //!   facilitator requests) and their base64 header encoding;
 //! - [`network`]: the EVM networks we accept, their CAIP-2 ids and USDC contracts;
 //! - [`amount`]: decimal USDC prices to atomic units and back;
-//! - [`terms`]: what one route demands (network, asset, amount, payee), in one shape for v1 and v2;
-//! - [`credential`]: a decoded payment header, with the replay key of its EIP-3009 nonce;
-//! - [`eip3009`]: the EIP-712 `TransferWithAuthorization` hash, recovery and signing;
+//! - [`terms`]: what one route demands (scheme, network, asset, amount, payee), in one shape
+//!   for v1 and v2;
+//! - [`credential`]: a decoded payment header (`exact` or `upto`), with the replay key of its
+//!   nonce;
+//! - [`eip3009`]: the EIP-712 `TransferWithAuthorization` hash, recovery and signing (`exact`);
+//! - [`permit2`]: the EIP-712 Permit2 `PermitWitnessTransferFrom` of x402's `upto` scheme;
 //! - [`precheck`]: the offline checks done before any facilitator is asked;
-//! - [`facilitator`]: the `/verify`, `/settle`, `/supported` contract and its HTTP client;
+//! - [`facilitator`]: the `/verify`, `/settle`, `/supported` contract, its HTTP client and the
+//!   request builders (upto's settlement of the actual amount among them);
 //! - [`payment_identifier`]: the `payment-identifier` extension, a caller's id that makes a
 //!   paid request idempotent;
 //! - [`payer`]: the paying side: answer a 402 with a signed credential from a local key;
@@ -34,6 +38,7 @@ pub mod mpp;
 pub mod network;
 pub mod payer;
 pub mod payment_identifier;
+pub mod permit2;
 pub mod precheck;
 mod rfc3339;
 pub mod siwx;
@@ -43,13 +48,13 @@ pub mod wire;
 
 /// The address and amount types of every signature and price here (alloy's).
 pub use alloy_primitives::{Address, U256};
-pub use credential::{Credential, CredentialError, NonceKey, X402Version};
+pub use credential::{Credential, CredentialError, NonceKey, Payload, X402Version};
 pub use facilitator::{Facilitator, FacilitatorError, HttpFacilitator};
 pub use network::Network;
 pub use payer::{LocalPayer, PayError};
 pub use precheck::{Rejection, precheck};
 pub use target::{Limits, Refusal, RequestTarget};
-pub use terms::Terms;
+pub use terms::{Scheme, Terms};
 
 /// Header of an x402 v2 challenge (on a 402).
 pub const PAYMENT_REQUIRED: &str = "payment-required";

@@ -1,7 +1,10 @@
-//! The paying side: a local private key answers a 402 with a signed `exact` credential.
+//! The paying side: a local private key answers a 402 with a signed credential: `exact` (an
+//! EIP-3009 authorization of the price) or `upto` (a Permit2 witness permit of the maximum,
+//! as @x402/evm's client signs it).
 //!
 //! The key is read from a file or an environment variable and never printed (`Debug` shows
-//! the address only). A spend cap refuses any challenge that asks for more.
+//! the address only). A spend cap refuses any challenge that asks for more; for `upto` the
+//! cap bounds the maximum signed, not what the server later settles.
 
 use std::path::Path;
 
@@ -12,9 +15,11 @@ use serde_json::json;
 use crate::credential::X402Version;
 use crate::eip3009::{Authorization, signature_hex};
 use crate::network::Network;
+use crate::permit2::{UPTO_PROXY_ADDRESS, UptoAuthorization};
 use crate::target::{Limits, Refusal, RequestTarget};
-use crate::terms::{SCHEME_EXACT, Terms, TermsError};
+use crate::terms::{SCHEME_EXACT, Scheme, Terms, TermsError};
 use crate::wire::exact::ExactEvmPayload;
+use crate::wire::upto::UptoEvmPayload;
 use crate::wire::v1::{ChallengeV1, PaymentPayloadV1};
 use crate::wire::v2::{ChallengeV2, PaymentPayloadV2, RequirementsV2};
 use crate::wire::{self, HeaderError};
@@ -34,7 +39,8 @@ pub enum PayError {
     #[error("the 402 carries no x402 challenge this client can read")]
     NoChallenge,
     #[error(
-        "the challenge offers no payment this client can make (exact USDC on a known EVM network)"
+        "the challenge offers no payment this client can make (exact, or upto on x402 v2, in \
+         USDC on a known EVM network)"
     )]
     NothingPayable,
     #[error("the price {asked} USDC is above the spend cap of {cap} USDC")]
@@ -79,10 +85,11 @@ pub struct PaymentHeader {
     pub version: X402Version,
     pub name: &'static str,
     pub value: String,
-    /// Atomic units.
+    /// Atomic units: the price (`exact`) or the most that can be settled (`upto`).
     pub amount: U256,
     pub pay_to: Address,
     pub payer: Address,
+    /// The EIP-3009 nonce, or the Permit2 nonce as 32 big-endian bytes.
     pub nonce: B256,
 }
 
@@ -176,6 +183,44 @@ impl LocalPayer {
         Ok((authorization, signature_hex(&signature)))
     }
 
+    /// Signs an upto permit for `terms` (at most `terms.amount`, for `terms`' facilitator) with
+    /// a fresh random nonce, usable from `validAfter` 0 (as @x402/evm's client signs it) until
+    /// `now + maxTimeoutSeconds` (at least a minute). Exact terms are nothing to sign here.
+    pub fn authorize_upto(
+        &self,
+        terms: &Terms,
+        now: u64,
+    ) -> Result<(UptoAuthorization, String), PayError> {
+        self.authorize_upto_within(terms, u64::MAX, now)
+    }
+
+    fn authorize_upto_within(
+        &self,
+        terms: &Terms,
+        max_validity_seconds: u64,
+        now: u64,
+    ) -> Result<(UptoAuthorization, String), PayError> {
+        let Scheme::Upto { facilitator } = terms.scheme else {
+            return Err(PayError::NothingPayable);
+        };
+        let validity = terms.max_timeout_seconds.max(60).min(max_validity_seconds);
+        let permit = UptoAuthorization {
+            from: self.signer.address(),
+            token: terms.network.usdc,
+            amount: terms.amount,
+            spender: UPTO_PROXY_ADDRESS,
+            nonce: U256::from_be_bytes(B256::random().0),
+            deadline: now.saturating_add(validity),
+            to: terms.pay_to,
+            facilitator,
+            valid_after: 0,
+        };
+        let signature = permit
+            .sign(terms.network, &self.signer)
+            .ok_or(PayError::Signing)?;
+        Ok((permit, signature_hex(&signature)))
+    }
+
     /// Answers `challenge` with a credential, refusing a price above `cap` (atomic units), an
     /// unknown network or asset. It does not check whose resource the challenge names: a
     /// client answering a server's 402 uses [`LocalPayer::answer_for`].
@@ -228,13 +273,29 @@ impl LocalPayer {
                 cap: crate::amount::to_decimal(cap),
             });
         }
-        let (authorization, signature) =
-            self.authorize_within(&terms, max_validity_seconds, now)?;
-        let payload = serde_json::to_value(ExactEvmPayload {
-            signature,
-            authorization: authorization.to_wire(),
-        })
-        .map_err(|_| PayError::Signing)?;
+        let (payload, nonce) = match terms.scheme {
+            Scheme::Exact => {
+                let (authorization, signature) =
+                    self.authorize_within(&terms, max_validity_seconds, now)?;
+                let payload = serde_json::to_value(ExactEvmPayload {
+                    signature,
+                    authorization: authorization.to_wire(),
+                });
+                (payload, authorization.nonce)
+            }
+            // x402 v1 has no upto (`Terms::from_v1` never yields it): nothing to sign there.
+            Scheme::Upto { .. } if accepted.is_none() => return Err(PayError::NothingPayable),
+            Scheme::Upto { .. } => {
+                let (permit, signature) =
+                    self.authorize_upto_within(&terms, max_validity_seconds, now)?;
+                let payload = serde_json::to_value(UptoEvmPayload {
+                    signature,
+                    permit2_authorization: permit.to_wire(),
+                });
+                (payload, permit.nonce_bytes())
+            }
+        };
+        let payload = payload.map_err(|_| PayError::Signing)?;
         let value = match accepted {
             Some(accepted) => wire::encode(&PaymentPayloadV2 {
                 x402_version: 2,
@@ -260,7 +321,7 @@ impl LocalPayer {
             amount: terms.amount,
             pay_to: terms.pay_to,
             payer: self.signer.address(),
-            nonce: authorization.nonce,
+            nonce,
         })
     }
 }
@@ -328,6 +389,20 @@ pub(crate) fn refusal_of(err: &TermsError, network: &str, asset: &str) -> Option
     }
 }
 
+/// An `upto` v2 credential document for tests and tools that build one by hand.
+pub fn v2_upto_document(
+    terms: &Terms,
+    permit: &UptoAuthorization,
+    signature: &str,
+) -> serde_json::Value {
+    json!({
+        "x402Version": 2,
+        "resource": terms.resource,
+        "accepted": terms.requirements_v2(),
+        "payload": {"signature": signature, "permit2Authorization": permit.to_wire()},
+    })
+}
+
 /// An `exact` v2 credential document for tests and tools that build one by hand.
 pub fn v2_document(
     terms: &Terms,
@@ -354,6 +429,7 @@ mod tests {
 
     fn terms() -> Terms {
         Terms {
+            scheme: Scheme::Exact,
             network: &crate::network::NETWORKS[0],
             amount: U256::from(1000u64),
             pay_to: Address::repeat_byte(0x22),
@@ -439,10 +515,17 @@ mod tests {
         let Ok(other) = LocalPayer::from_hex(&"11".repeat(32)) else {
             panic!("key")
         };
-        let Some(signature) = forged.authorization.sign(forged.network, &other.signer) else {
+        let crate::credential::Payload::Exact {
+            authorization,
+            signature,
+        } = &mut forged.payload
+        else {
+            panic!("an exact credential")
+        };
+        let Some(other_signature) = authorization.sign(credential.network, &other.signer) else {
             panic!("signs")
         };
-        forged.signature = signature;
+        *signature = other_signature;
         assert_eq!(precheck(&forged, &terms(), NOW), Err(Rejection::Signature));
     }
 
@@ -605,7 +688,7 @@ mod tests {
                 )
                 .map_err(|err| err.to_string())?;
             Credential::decode(header.version, &header.value)
-                .map(|credential| credential.authorization.valid_before)
+                .map(|credential| credential.valid_before())
                 .map_err(|err| err.to_string())
         };
         let mut greedy = terms();

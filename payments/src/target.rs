@@ -140,10 +140,11 @@ impl From<Url> for RequestTarget {
 /// What a payer may sign: at most how much, valid for at most how long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// The spend cap per call, atomic units (`None`: none).
+    /// The spend cap per call, atomic units (`None`: none). For x402 `upto` it bounds the
+    /// maximum signed, so whatever the server later settles stays under it.
     pub cap: Option<alloy_primitives::U256>,
-    /// `validBefore - now` of a signed authorization never exceeds this, whatever the
-    /// challenge's `maxTimeoutSeconds` or `expires` says.
+    /// `validBefore - now` (upto: `deadline - now`) of a signed authorization never exceeds
+    /// this, whatever the challenge's `maxTimeoutSeconds` or `expires` says.
     pub max_validity_seconds: u64,
 }
 

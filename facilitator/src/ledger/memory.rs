@@ -1,7 +1,7 @@
 //! [`MemoryLedger`]: balances and spent nonces in one process, behind one `Mutex` (held for a
 //! few map operations, never across an await), which is what makes a settlement atomic here.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use alloy_primitives::{Address, U256};
@@ -18,7 +18,8 @@ pub struct MemoryLedger {
 #[derive(Debug, Default)]
 struct State {
     balances: HashMap<Address, U256>,
-    spent: HashSet<NonceKey>,
+    /// Spent nonces and the amount each settled.
+    spent: HashMap<NonceKey, U256>,
 }
 
 impl MemoryLedger {
@@ -45,7 +46,11 @@ impl Ledger for MemoryLedger {
     }
 
     async fn nonce_used(&self, key: &NonceKey) -> Result<bool, LedgerError> {
-        Ok(self.lock().spent.contains(key))
+        Ok(self.lock().spent.contains_key(key))
+    }
+
+    async fn settled_amount(&self, key: &NonceKey) -> Result<Option<U256>, LedgerError> {
+        Ok(self.lock().spent.get(key).copied())
     }
 
     async fn credit(&self, address: Address, amount: U256) -> Result<U256, LedgerError> {
@@ -66,7 +71,7 @@ impl Ledger for MemoryLedger {
 
     async fn settle(&self, transfer: &Transfer) -> Result<SettleOutcome, LedgerError> {
         let mut state = self.lock();
-        if state.spent.contains(&transfer.key) {
+        if state.spent.contains_key(&transfer.key) {
             return Ok(SettleOutcome::NonceUsed);
         }
         let from_balance = state
@@ -90,7 +95,7 @@ impl Ledger for MemoryLedger {
         let credited = to_balance
             .checked_add(transfer.amount)
             .ok_or(LedgerError::TooLarge)?;
-        state.spent.insert(transfer.key.clone());
+        state.spent.insert(transfer.key.clone(), transfer.amount);
         state.balances.insert(transfer.from, debited);
         state.balances.insert(transfer.to, credited);
         Ok(SettleOutcome::Settled)
@@ -134,6 +139,10 @@ mod tests {
             SettleOutcome::NonceUsed
         );
         assert!(ledger.nonce_used(&transfer(10).key).await?);
+        assert_eq!(
+            ledger.settled_amount(&transfer(10).key).await?,
+            Some(U256::from(10u64))
+        );
         assert_eq!(ledger.balance(from).await?, U256::from(90u64));
         assert_eq!(ledger.balance(to).await?, U256::from(10u64));
         assert_eq!(

@@ -1,7 +1,9 @@
-//! The play-money ledger: one USDC balance per address (whatever the network) and the set of
-//! spent EIP-3009 nonces. A settlement checks the nonce, marks it spent, debits the payer and
-//! credits the payee in one atomic step, so that one authorization moves funds at most once
-//! however many settles race for it.
+//! The play-money ledger: one USDC balance per address (whatever the network) and the spent
+//! nonces (EIP-3009's for `exact`, Permit2's for `upto`: [`NonceKey`] keeps them apart), each
+//! with the amount it settled. A settlement checks the nonce, marks it spent, debits the payer
+//! and credits the payee in one atomic step, so that one authorization moves funds at most
+//! once however many settles race for it. An upto permit settles once too, for the amount the
+//! payee asked (at most its maximum): the rest of the maximum is never moved.
 //!
 //! - [`memory`]: a `Mutex` around two maps, for one process;
 //! - [`redis`]: keys under `{namespace}:`, the settlement one Lua script.
@@ -66,6 +68,9 @@ pub trait Ledger: Send + Sync + 'static {
     /// Whether `key` has been settled.
     async fn nonce_used(&self, key: &NonceKey) -> Result<bool, LedgerError>;
 
+    /// The amount `key` settled (atomic units), `None` when it has not been settled.
+    async fn settled_amount(&self, key: &NonceKey) -> Result<Option<U256>, LedgerError>;
+
     /// Adds `amount` to `address`; the new balance.
     async fn credit(&self, address: Address, amount: U256) -> Result<U256, LedgerError>;
 
@@ -73,6 +78,7 @@ pub trait Ledger: Send + Sync + 'static {
     /// restarts with a Redis ledger); whether it was set.
     async fn fund_if_absent(&self, address: Address, amount: U256) -> Result<bool, LedgerError>;
 
-    /// Checks the nonce, marks it spent, debits `from` and credits `to`, atomically.
+    /// Checks the nonce, marks it spent (recording `amount`), debits `from` and credits `to`,
+    /// atomically.
     async fn settle(&self, transfer: &Transfer) -> Result<SettleOutcome, LedgerError>;
 }

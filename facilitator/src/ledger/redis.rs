@@ -2,8 +2,9 @@
 //! facilitators can share it. Keys, all under one hash tag:
 //!
 //! - `{ns}:balance:<address hex>`: atomic units, decimal (what `INCRBY` keeps);
-//! - `{ns}:nonce:<chain>:<asset>:<from>:<nonce>`: a spent authorization, holding its
-//!   transaction hash.
+//! - `{ns}:nonce:<chain>:<contract>:<from>:<nonce>`: a spent authorization (the contract is the
+//!   token for `exact`, Permit2 for `upto`), a hash of its `transaction` hash and the `amount`
+//!   it settled.
 //!
 //! Amounts are Redis integers, so the ledger holds at most `i64::MAX` atomic units per address
 //! (about 9.2 trillion USDC); larger amounts are refused, never wrapped.
@@ -84,6 +85,17 @@ impl Ledger for RedisLedger {
     async fn nonce_used(&self, key: &NonceKey) -> Result<bool, LedgerError> {
         let mut connection = self.connection.clone();
         Ok(connection.exists(self.nonce_key(key)).await?)
+    }
+
+    async fn settled_amount(&self, key: &NonceKey) -> Result<Option<U256>, LedgerError> {
+        let mut connection = self.connection.clone();
+        let stored: Option<String> = connection.hget(self.nonce_key(key), "amount").await?;
+        stored
+            .map(|text| {
+                U256::from_str_radix(&text, 10)
+                    .map_err(|_| LedgerError::Reply(format!("amount {text:?} is not a decimal")))
+            })
+            .transpose()
     }
 
     async fn credit(&self, address: Address, amount: U256) -> Result<U256, LedgerError> {

@@ -7,7 +7,7 @@ use axum::Json;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use payments::terms::SCHEME_EXACT;
+use payments::terms::{SCHEME_EXACT, SCHEME_UPTO};
 use payments::wire::facilitator::{
     FacilitatorRequest, SettleResponse, SettlementLookup, SupportedKind, SupportedResponse,
     VerifyResponse,
@@ -43,7 +43,8 @@ pub async fn verify(State(state): State<AppState>, body: Bytes) -> Result<Respon
         Fault::Slow => tokio::time::sleep(faults.slow()).await,
         Fault::None | Fault::Drop => {}
     }
-    let response = match verify::verify(&*state.ledger, &request, unix_now()).await? {
+    let response = match verify::verify(&*state.ledger, state.address, &request, unix_now()).await?
+    {
         Verdict::Valid(checked) => {
             tracing::info!(
                 payer = %checked.payer,
@@ -100,7 +101,8 @@ pub async fn settle(State(state): State<AppState>, body: Bytes) -> Result<Respon
         if faults.settle == Fault::Slow {
             tokio::time::sleep(faults.slow()).await;
         }
-        let response = settle::settle(&*worker.ledger, &request, unix_now()).await?;
+        let response =
+            settle::settle(&*worker.ledger, worker.address, &request, unix_now()).await?;
         if response.success {
             worker.stats.settled();
         }
@@ -120,22 +122,36 @@ pub async fn settle(State(state): State<AppState>, body: Bytes) -> Result<Respon
     Ok(Json(response).into_response())
 }
 
-pub async fn supported() -> Json<SupportedResponse> {
+/// `exact` on each network for v1 and v2, `upto` for v2 with `extra.facilitatorAddress` (what
+/// a payee copies into its upto requirements, as @x402/evm's server does), and this
+/// facilitator's address under `signers` (x402 v2's list of a facilitator's addresses per CAIP
+/// family).
+pub async fn supported(State(state): State<AppState>) -> Json<SupportedResponse> {
+    let address = state.address.to_checksum(None);
     let kinds = supported_networks()
         .flat_map(|network| {
-            [(1, network.name), (2, network.caip2)].map(|(version, name)| SupportedKind {
-                x402_version: version,
-                scheme: SCHEME_EXACT.into(),
-                network: name.into(),
-                extra: None,
-            })
+            let exact =
+                [(1, network.name), (2, network.caip2)].map(|(version, name)| SupportedKind {
+                    x402_version: version,
+                    scheme: SCHEME_EXACT.into(),
+                    network: name.into(),
+                    extra: None,
+                });
+            let upto = SupportedKind {
+                x402_version: 2,
+                scheme: SCHEME_UPTO.into(),
+                network: network.caip2.into(),
+                extra: Some(json!({"facilitatorAddress": address})),
+            };
+            exact.into_iter().chain([upto])
         })
         .collect();
     Json(SupportedResponse {
         kinds,
         extensions: Vec::new(),
-        // Nothing signs on a chain here: the ledger is play money.
-        signers: json!({}),
+        // No key signs on a chain here (the ledger is play money): the address is what upto
+        // permits name.
+        signers: json!({"eip155:*": [address]}),
     })
 }
 
@@ -166,18 +182,26 @@ pub async fn settlement(State(state): State<AppState>, body: Bytes) -> Result<Re
         return Ok(Json(SettlementLookup::default()).into_response());
     };
     let key = credential.nonce_key();
-    if !state.ledger.nonce_used(&key).await? {
+    // Exact moves its whole value; upto what its settle asked, as the ledger recorded it. An
+    // upto permit settled for zero spent nothing and reads as unsettled (settling it for zero
+    // again answers the same).
+    let amount = match credential.upto() {
+        None if state.ledger.nonce_used(&key).await? => Some(credential.max_amount()),
+        None => None,
+        Some(_) => state.ledger.settled_amount(&key).await?,
+    };
+    let Some(amount) = amount else {
         return Ok(Json(SettlementLookup::default()).into_response());
-    }
+    };
     Ok(Json(SettlementLookup {
         settled: true,
         settlement: Some(SettleResponse {
             success: true,
             error_reason: None,
-            payer: Some(credential.authorization.from.to_checksum(None)),
+            payer: Some(credential.payer().to_checksum(None)),
             transaction: crate::ledger::transaction_hash(&key).to_string(),
             network: request_network(&request),
-            amount: Some(credential.authorization.value.to_string()),
+            amount: Some(amount.to_string()),
         }),
     })
     .into_response())

@@ -130,6 +130,7 @@ pub fn terms(amount: u64, pay_to: Address) -> anyhow::Result<Terms> {
         bail!("base-sepolia is a known network")
     };
     Ok(Terms {
+        scheme: payments::Scheme::Exact,
         network,
         amount: U256::from(amount),
         pay_to,
@@ -166,6 +167,34 @@ pub fn request(
         payment_payload: payload,
         payment_requirements: requirements,
     })
+}
+
+/// At most `max` atomic units on base-sepolia, paid to `pay_to`, settled by `facilitator`.
+pub fn upto_terms(max: u64, pay_to: Address, facilitator: Address) -> anyhow::Result<Terms> {
+    let exact = terms(max, pay_to)?;
+    Ok(Terms::upto(
+        exact.network,
+        exact.amount,
+        pay_to,
+        facilitator,
+        exact.max_timeout_seconds,
+        exact.resource,
+    ))
+}
+
+/// A fresh upto permit (new random nonce) from `payer` for `terms`, as the v2 `/verify`
+/// request (the requirements ask for the maximum).
+pub fn upto_request(payer: &LocalPayer, terms: &Terms) -> anyhow::Result<FacilitatorRequest> {
+    let header = payer.answer(&Challenge::V2(terms.challenge_v2(None)), None, unix_now())?;
+    let credential = payments::Credential::decode(header.version, &header.value)?;
+    Ok(payments::facilitator::request(&credential, terms))
+}
+
+/// `request` asking to settle `actual` atomic units (the payee's settle of an upto permit).
+pub fn settle_for(request: &FacilitatorRequest, actual: u64) -> FacilitatorRequest {
+    let mut settle = request.clone();
+    settle.payment_requirements["amount"] = Value::String(actual.to_string());
+    settle
 }
 
 /// A key no account list funds.

@@ -1,5 +1,7 @@
 //! The facilitator contract: verify a credential against requirements, settle it, list what it
-//! supports. The gateway holds a `dyn Facilitator`; [`HttpFacilitator`] speaks x402's HTTP API.
+//! supports. The gateway holds a `dyn Facilitator`; [`HttpFacilitator`] speaks x402's HTTP API;
+//! [`request`] builds what is sent ([`upto_settlement`]: an upto credential settled for the
+//! actual amount).
 //!
 //! Every failure is an error the gateway must treat as "not paid" (fail closed): a redirect,
 //! a timeout, a non-2xx status and an unreadable answer all refuse the payment. A settle that
@@ -7,8 +9,10 @@
 //! used again (see [`FacilitatorError`]).
 
 mod http;
+mod request;
 
 pub use http::HttpFacilitator;
+pub use request::{UptoSettleError, request, upto_settlement};
 
 use async_trait::async_trait;
 

@@ -254,8 +254,10 @@ impl VerifiedCharge {
         Credential {
             version: X402Version::V2,
             network: self.network,
-            authorization: self.authorization.clone(),
-            signature: self.signature,
+            payload: crate::credential::Payload::Exact {
+                authorization: self.authorization.clone(),
+                signature: self.signature,
+            },
             accepted: Some(terms.requirements_v2()),
             document: crate::payer::v2_document(terms, &self.authorization, &signature),
         }

@@ -270,6 +270,7 @@ mod tests {
 
     fn terms() -> Result<Terms, Box<dyn std::error::Error>> {
         Ok(Terms {
+            scheme: crate::terms::Scheme::Exact,
             network: Network::find("base-sepolia").ok_or("base-sepolia is known")?,
             amount: U256::from(1000u64),
             pay_to: Address::repeat_byte(0x22),

@@ -5,6 +5,7 @@
 
 pub mod exact;
 pub mod facilitator;
+pub mod upto;
 pub mod v1;
 pub mod v2;
 

@@ -131,7 +131,7 @@ fn check(credential: Credential, terms: &Terms) -> Result<Checked, Unusable> {
     let horizon = now
         .saturating_add(terms.max_timeout_seconds)
         .saturating_add(VALIDITY_SLACK_SECONDS);
-    if credential.authorization.valid_before > horizon {
+    if credential.valid_before() > horizon {
         return Err(Unusable::new(
             Fault::Validity,
             format!(

@@ -28,6 +28,7 @@ impl Gate {
             )
         })?;
         Ok(Terms {
+            scheme: payments::Scheme::Exact,
             network: self.network,
             amount,
             pay_to: self.pay_to,

@@ -97,6 +97,7 @@ impl Agent {
 
     fn terms(&self, resource: String) -> Terms {
         Terms {
+            scheme: payments::Scheme::Exact,
             network: &payments::network::NETWORKS[0],
             amount: U256::from(1000u64),
             pay_to: Address::repeat_byte(0x22),
@@ -476,8 +477,7 @@ fn signed_window(agent: &Agent) -> Result<u64, Box<dyn std::error::Error>> {
         .and_then(|seen| seen.credentials.first())
         .ok_or("nothing was paid")?;
     let credential = Credential::decode(X402Version::V2, value)?;
-    let authorization = credential.authorization;
-    Ok(authorization.valid_before - authorization.valid_after)
+    Ok(credential.valid_before() - credential.valid_after())
 }
 
 #[tokio::test]

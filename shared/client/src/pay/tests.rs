@@ -73,6 +73,7 @@ impl Fake {
 
 fn terms() -> Terms {
     Terms {
+        scheme: payments::Scheme::Exact,
         network: &payments::network::NETWORKS[0],
         amount: U256::from(PRICE_ATOMIC),
         pay_to: Address::repeat_byte(0x22),

@@ -58,8 +58,7 @@ impl Attempt<'_> {
     pub(super) async fn claim_credential(&self, credential: &Credential) -> Result<(), Refused> {
         let keep = Duration::from_secs(
             credential
-                .authorization
-                .valid_before
+                .valid_before()
                 .saturating_sub(unix_now())
                 .saturating_add(3600),
         );
