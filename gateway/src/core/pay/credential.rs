@@ -213,6 +213,7 @@ mod tests {
             amount: U256::from(1000u64),
             pay_to: Address::ZERO,
             max_timeout_seconds: 60,
+            scheme: payments::terms::Scheme::Exact,
             resource: ResourceInfo {
                 url: "https://agent.example/a2a/jsonrpc?skillId=echo".into(),
                 description: String::new(),
