@@ -336,6 +336,7 @@ async fn the_card_follows_the_live_registry() -> TestResult {
                 stream: None,
                 protocol: Default::default(),
                 settle: Default::default(),
+                scheme: Default::default(),
             }),
             retry_safe: false,
             siwx: None,
@@ -547,6 +548,7 @@ fn priced_worker(worker_id: &str, key: &str, streaming: bool, amount: Option<&st
                 stream: streaming.then(|| amount.into()),
                 protocol: Default::default(),
                 settle: Default::default(),
+                scheme: Default::default(),
             }),
             retry_safe: false,
             siwx: None,
@@ -689,6 +691,7 @@ async fn disagreeing_workers_show_the_highest_price() -> TestResult {
             stream: Some("0.0100".into()),
             protocol: Default::default(),
             settle: Default::default(),
+            scheme: Default::default(),
         })
     );
     let landing = get(&gw.app, "/", &[]).await?.text()?;

@@ -419,6 +419,7 @@ async fn paid_entrypoints_need_a_payment_configuration() -> TestResult {
         stream: Some("0.01".into()),
         protocol: Default::default(),
         settle: Default::default(),
+        scheme: Default::default(),
     })
     .info();
     let entry = WorkerEntry {

@@ -1328,6 +1328,7 @@ async fn priced_gateway(
                 stream: None,
                 protocol: Default::default(),
                 settle: Default::default(),
+                scheme: Default::default(),
             }),
             retry_safe: false,
             siwx: None,

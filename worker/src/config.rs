@@ -89,13 +89,15 @@ pub struct WorkerConfig {
     /// `summarize=0.01:mpp`: invoking, creating a task of and (if it streams)
     /// streaming that entrypoint cost AMOUNT. `:settle=after` settles an invoke only once its
     /// run succeeded (a failed, cancelled or timed-out run charges nothing); tasks and streams
-    /// settle before the run either way. Repeatable or comma separated. `--price` flags
+    /// settle before the run either way. `KEY=upto:MAX` (x402 only) makes AMOUNT a maximum: an
+    /// invoke settles after the run for the `usage.charge` its handler reports (MAX when none);
+    /// tasks and streams are charged MAX. Repeatable or comma separated. `--price` flags
     /// replace `WORKER_PRICES` entirely (they are not merged). Naming an entrypoint this worker
     /// does not host, or a bad amount, stops the worker at start.
     #[arg(
         long = "price",
         env = "WORKER_PRICES",
-        value_name = "KEY=AMOUNT[:x402|:mpp][:settle=after]",
+        value_name = "KEY=[upto:]AMOUNT[:x402|:mpp][:settle=after]",
         value_delimiter = ','
     )]
     pub prices: Vec<PriceSpec>,

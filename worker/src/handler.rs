@@ -36,6 +36,19 @@ impl HandlerOutput {
         }
     }
 
+    /// Reports what the run used, in decimal USDC (`usage.charge`, e.g. `"0.0025"`): an
+    /// entrypoint priced `upto:MAX` settles for it, at most MAX (and for MAX when a run
+    /// reports nothing). Other `usage` members are kept.
+    pub fn with_charge(mut self, amount: impl Into<String>) -> Self {
+        let mut usage = match self.usage.take() {
+            Some(Value::Object(usage)) => usage,
+            _ => serde_json::Map::new(),
+        };
+        usage.insert("charge".into(), Value::String(amount.into()));
+        self.usage = Some(Value::Object(usage));
+        self
+    }
+
     /// Ends the run asking the caller for more input with `request` (for A2A callers, an
     /// agent message `{"parts": [...]}`).
     pub fn input_required(request: Value) -> Self {

@@ -12,7 +12,7 @@ use std::str::FromStr;
 
 use payments::amount::{AmountError, to_atomic, to_decimal};
 use store::registry::Price;
-pub use store::registry::{PaymentProtocol, SettlePolicy};
+pub use store::registry::{PaymentProtocol, PriceScheme, SettlePolicy};
 
 use crate::entrypoint::Entrypoints;
 
@@ -26,6 +26,9 @@ pub struct PriceSpec {
     pub protocol: PaymentProtocol,
     /// When a priced invoke settles (`:settle=after`: only once the run succeeded).
     pub settle: SettlePolicy,
+    /// `upto:MAX`: the amount is the most an invoke may cost (settled after the run for what
+    /// the handler reports, so always settle=after).
+    pub scheme: PriceScheme,
 }
 
 /// Why a price was refused. Each message is one line naming the offending price, since it
@@ -45,6 +48,10 @@ pub enum PriceError {
     Protocol { key: String, protocol: String },
     #[error("price of {key:?}: this worker hosts no such entrypoint (it hosts: {hosted})")]
     UnknownEntrypoint { key: String, hosted: String },
+    /// `upto` settles for the usage after the run, over x402's Permit2 scheme: MPP's charge
+    /// intent and a settlement before the run cannot express it.
+    #[error("price of {key:?}: upto:MAX {conflict}")]
+    Upto { key: String, conflict: &'static str },
     #[error("entrypoint {0:?} is priced more than once")]
     Duplicate(String),
     /// Auth-only runs an entrypoint for any signed-in wallet without paying: with a price,
@@ -67,7 +74,13 @@ impl FromStr for PriceSpec {
         if key.is_empty() {
             return Err(malformed());
         }
-        let mut parts = rest.split(':');
+        let mut parts = rest.split(':').peekable();
+        let scheme = if parts.peek().map(|part| part.trim()) == Some("upto") {
+            parts.next();
+            PriceScheme::Upto
+        } else {
+            PriceScheme::Exact
+        };
         let amount = parts.next().unwrap_or_default();
         // Options after the amount, in any order, each at most once.
         let (mut protocol, mut settle) = (None, None);
@@ -87,8 +100,23 @@ impl FromStr for PriceSpec {
                 return Err(malformed());
             }
         }
+        let upto = |conflict| PriceError::Upto {
+            key: key.to_owned(),
+            conflict,
+        };
+        let settle = match (scheme, settle) {
+            (PriceScheme::Upto, Some(SettlePolicy::Before)) => {
+                return Err(upto(
+                    "settles after the run (for what it used): drop settle=before",
+                ));
+            }
+            (PriceScheme::Upto, _) => SettlePolicy::After,
+            (PriceScheme::Exact, settle) => settle.unwrap_or_default(),
+        };
+        if scheme == PriceScheme::Upto && protocol == Some(PaymentProtocol::Mpp) {
+            return Err(upto("is x402's metered scheme: it cannot be paid with MPP"));
+        }
         let protocol = protocol.unwrap_or_default();
-        let settle = settle.unwrap_or_default();
         let atomic = to_atomic(amount).map_err(|reason| PriceError::Amount {
             key: key.to_owned(),
             reason,
@@ -98,13 +126,18 @@ impl FromStr for PriceSpec {
             amount: to_decimal(atomic),
             protocol,
             settle,
+            scheme,
         })
     }
 }
 
 impl fmt::Display for PriceSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}={}:{}", self.key, self.amount, self.protocol.as_str())?;
+        match self.scheme {
+            PriceScheme::Exact => write!(f, "{}={}", self.key, self.amount)?,
+            PriceScheme::Upto => write!(f, "{}=upto:{}", self.key, self.amount)?,
+        }
+        write!(f, ":{}", self.protocol.as_str())?;
         match self.settle {
             SettlePolicy::Before => Ok(()),
             SettlePolicy::After => write!(f, ":settle=after"),
@@ -138,6 +171,7 @@ pub fn apply(entrypoints: Entrypoints, prices: &[PriceSpec]) -> Result<Entrypoin
             stream: entrypoint.streaming.then(|| spec.amount.clone()),
             protocol: spec.protocol,
             settle: spec.settle,
+            scheme: spec.scheme,
         };
         priced = priced.with(entrypoint.price(price));
     }
@@ -160,6 +194,7 @@ mod tests {
             amount: "0.001".into(),
             protocol: PaymentProtocol::X402,
             settle: SettlePolicy::Before,
+            scheme: PriceScheme::Exact,
         };
         assert_eq!(spec("echo=0.001"), Ok(expected.clone()));
         assert_eq!(spec("echo=0.001:x402"), Ok(expected.clone()));
@@ -194,6 +229,30 @@ mod tests {
         assert!(matches!(
             spec("echo=0.001:settle=later"),
             Err(PriceError::Protocol { .. })
+        ));
+        Ok(())
+    }
+
+    #[test]
+    fn parses_metered_prices_as_a_maximum_settled_after_the_run() -> Result<(), PriceError> {
+        let upto = spec("summarize=upto:0.01")?;
+        assert_eq!(
+            (upto.scheme, upto.settle, upto.amount.as_str()),
+            (PriceScheme::Upto, SettlePolicy::After, "0.01")
+        );
+        assert_eq!(upto.to_string(), "summarize=upto:0.01:x402:settle=after");
+        assert_eq!(upto.to_string().parse::<PriceSpec>()?, upto);
+        assert!(matches!(
+            spec("summarize=upto:0.01:mpp"),
+            Err(PriceError::Upto { .. })
+        ));
+        assert!(matches!(
+            spec("summarize=upto:0.01:settle=before"),
+            Err(PriceError::Upto { .. })
+        ));
+        assert!(matches!(
+            spec("summarize=upto:"),
+            Err(PriceError::Amount { .. })
         ));
         Ok(())
     }
@@ -268,6 +327,7 @@ mod tests {
                 stream: None,
                 protocol: Default::default(),
                 settle: Default::default(),
+                scheme: Default::default(),
             })
         );
         assert_eq!(
@@ -277,6 +337,7 @@ mod tests {
                 stream: Some("0.002".into()),
                 protocol: Default::default(),
                 settle: Default::default(),
+                scheme: Default::default(),
             })
         );
         assert_eq!(price("sleep"), None);

@@ -40,6 +40,7 @@ fn entry(id: &str) -> WorkerEntry {
                     stream: None,
                     protocol: Default::default(),
                     settle: Default::default(),
+                    scheme: Default::default(),
                 }),
                 retry_safe: false,
                 siwx: None,

@@ -14,6 +14,10 @@ use protocol::ErrorCode;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use payments::U256;
+use payments::amount::to_decimal;
+use serde_json::{Value, json};
+
 use crate::entrypoint::Entrypoint;
 use crate::handler::{HandlerError, TaskContext};
 
@@ -56,11 +60,27 @@ pub struct SummarizeOutput {
 }
 
 pub fn entrypoint() -> Entrypoint {
-    Entrypoint::typed(
+    let typed = Entrypoint::typed(
         KEY,
         "Extractive summary: the input.sentences (default 3) most salient sentences of input.text",
         run,
-    )
+    );
+    // Metered: each run reports what it used, `usage: {"words": N, "charge": "…"}` at one
+    // millionth of a USDC per word of input, which an `upto` price settles for.
+    let summarize = typed.handler.clone();
+    let metered = move |input: Value, ctx: TaskContext| {
+        let summarize = summarize.clone();
+        async move {
+            let mut output = summarize.call(input, ctx).await?;
+            let words = output.output["words"].as_u64().unwrap_or(0);
+            output.usage = Some(json!({ "words": words }));
+            Ok::<_, HandlerError>(output.with_charge(to_decimal(U256::from(words))))
+        }
+    };
+    Entrypoint {
+        handler: std::sync::Arc::new(metered),
+        ..typed
+    }
 }
 
 async fn run(input: SummarizeInput, _ctx: TaskContext) -> Result<SummarizeOutput, HandlerError> {

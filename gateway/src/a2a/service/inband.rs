@@ -68,7 +68,7 @@ fn pays_by_header(headers: &axum::http::HeaderMap) -> bool {
 /// The payment-required task for a new task's `message` (its `input` read for `entrypoint`),
 /// when the skill is priced by x402 and the request carries no payment header; `None`
 /// otherwise (the request goes on as it would without the extension).
-pub(super) fn offer(
+pub(super) async fn offer(
     caller: &Caller<'_>,
     entrypoint: &EntrypointInfo,
     message: &Message,
@@ -83,7 +83,8 @@ pub(super) fn offer(
         Priced::Task,
         caller.headers,
         caller.uri,
-    )?
+    )
+    .await?
     else {
         return Ok(None);
     };
@@ -223,6 +224,7 @@ pub(super) async fn pay(
         caller.headers,
         caller.uri,
     )
+    .await
     .map_err(|answer| Refusal::Http(*answer))?
     else {
         return Ok(failed(

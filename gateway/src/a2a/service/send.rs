@@ -175,6 +175,7 @@ async fn start(caller: &Caller<'_>, request: SendMessageRequest) -> Result<Begun
     let input = input_for(state, &entrypoint, &message)?;
     if in_band
         && let Some(offer) = super::inband::offer(caller, &entrypoint, &message, &input)
+            .await
             .map_err(|answer| Refusal::Http(*answer))?
     {
         return Ok(Begun::Answered(offer));

@@ -26,7 +26,7 @@ pub struct InBand<'a> {
 /// The in-band terms of `entrypoint` through `route` for this request: `Ok(None)` when the
 /// route is free, priced by MPP (no in-band carrier is defined for it), or this gateway takes
 /// no payments; an answer when the price cannot be used (as [`super::check_priced`] answers).
-pub fn terms<'a>(
+pub async fn terms<'a>(
     state: PayContext<'a>,
     entrypoint: &EntrypointInfo,
     route: Priced,
@@ -51,6 +51,7 @@ pub fn terms<'a>(
     let resource = super::resource_url(&origin, uri.path(), &entrypoint.key);
     let terms = gate
         .terms(entrypoint, price, resource)
+        .await
         .map_err(|err| Box::new(err.into_response()))?;
     Ok(Some(InBand {
         gate,

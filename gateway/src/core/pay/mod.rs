@@ -73,6 +73,8 @@ pub struct Gate {
     /// What the last settlement recovery sweep left unreconciled (see [`recovery`]), for the
     /// operator console: the sweep's own count, so the console adds no reads of its own.
     pub unreconciled: recovery::LastCount,
+    /// The facilitator's `upto` settler address, once asked (see [`Gate::upto_facilitator`]).
+    pub upto_facilitator: tokio::sync::OnceCell<Address>,
 }
 
 /// Points of a paid admission where crash tests stop the gateway dead.
@@ -170,6 +172,7 @@ impl Gate {
             pending: pending::PendingPayments::from_config(config),
             payer_rate: None,
             unreconciled: recovery::LastCount::default(),
+            upto_facilitator: tokio::sync::OnceCell::new(),
         }
     }
 }
@@ -315,6 +318,7 @@ pub async fn check_priced<'a>(
     let resource = resource_url(&origin, uri.path(), &entrypoint.key);
     let terms = gate
         .terms(entrypoint, price, resource)
+        .await
         .map_err(|err| Box::new(err.into_response()))?;
     let protocol = entrypoint
         .price

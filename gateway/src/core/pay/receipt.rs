@@ -26,6 +26,14 @@ impl Receipt {
         }
     }
 
+    /// A receipt of a settle answer the gateway added to (an `upto` receipt's `maxAmount`).
+    pub fn of_document(version: X402Version, document: &serde_json::Value) -> Receipt {
+        Receipt {
+            header: version.response_header().to_owned(),
+            value: payments::wire::encode(document),
+        }
+    }
+
     /// An MPP receipt (`Payment-Receipt`: the evm method, the transaction, the challenge it
     /// answered and the chain).
     pub fn mpp(challenge_id: &str, chain_id: u64, settlement: &SettleResponse) -> Receipt {

@@ -46,7 +46,7 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 use payments::U256;
 use payments::amount::to_atomic;
 use store::registry::{
-    EntrypointInfo, PaymentProtocol, Price, SettlePolicy, SiwxPolicy, WorkerEntry,
+    EntrypointInfo, PaymentProtocol, Price, PriceScheme, SettlePolicy, SiwxPolicy, WorkerEntry,
 };
 
 /// Distinct disagreements remembered as already logged; past this the memory starts over (a
@@ -79,13 +79,15 @@ pub enum Subject {
     Protocol,
     /// When an invoke settles (`--price KEY=AMOUNT:settle=after`).
     Settle,
+    /// Whether the amount is the price or a maximum (`--price KEY=upto:MAX`).
+    Scheme,
 }
 
 impl Subject {
     /// How a host that declares nothing of this subject is shown.
     fn nothing(self) -> &'static str {
         match self {
-            Subject::Price(_) | Subject::Protocol | Subject::Settle => "no price",
+            Subject::Price(_) | Subject::Protocol | Subject::Settle | Subject::Scheme => "no price",
             Subject::Siwx => "no SIWX",
         }
     }
@@ -142,7 +144,24 @@ pub fn merge(workers: &[WorkerEntry]) -> Merged {
                 invoke,
                 stream,
                 protocol: protocol_of(key, &hosts, &mut merged.disagreements),
-                settle: settle_of(key, &hosts, &mut merged.disagreements),
+                settle: unanimous(
+                    key,
+                    &hosts,
+                    Subject::Settle,
+                    |price| price.settle,
+                    (SettlePolicy::After, SettlePolicy::Before),
+                    SettlePolicy::as_str,
+                    &mut merged.disagreements,
+                ),
+                scheme: unanimous(
+                    key,
+                    &hosts,
+                    Subject::Scheme,
+                    |price| price.scheme,
+                    (PriceScheme::Upto, PriceScheme::Exact),
+                    PriceScheme::as_str,
+                    &mut merged.disagreements,
+                ),
             }),
         };
         entrypoint.siwx = strictest_siwx(
@@ -206,32 +225,37 @@ fn protocol_of(
     applied
 }
 
-/// When an invoke of `key` settles: after the run only when every pricing host says so (a
-/// rolling change takes effect with the last worker, as the protocol's does).
-fn settle_of(
+/// A price term that applies only when every pricing host of `key` asks for it (`wanted`),
+/// `otherwise` the safe default: a rolling change takes effect with the last worker, as the
+/// protocol's does. Hosts asking for different terms are reported as a disagreement.
+fn unanimous<T: Copy + PartialEq>(
     key: &str,
     hosts: &[(&str, &EntrypointInfo)],
+    subject: Subject,
+    term: impl Fn(&Price) -> T,
+    (wanted, otherwise): (T, T),
+    name: impl Fn(T) -> &'static str,
     disagreements: &mut Vec<Disagreement>,
-) -> SettlePolicy {
+) -> T {
     let advertised = group(hosts.iter().filter_map(|(worker, hosted)| {
         let price = hosted
             .price
             .as_ref()
             .filter(|price| price.invoke.is_some() || price.stream.is_some())?;
-        Some(((*worker).to_owned(), price.settle))
+        Some(((*worker).to_owned(), term(price)))
     }));
     let applied = match advertised.as_slice() {
-        [(SettlePolicy::After, _)] => SettlePolicy::After,
-        _ => SettlePolicy::Before,
+        [(only, _)] if *only == wanted => wanted,
+        _ => otherwise,
     };
     if advertised.len() > 1 {
         disagreements.push(Disagreement {
             entrypoint: key.to_owned(),
-            subject: Subject::Settle,
-            applied: applied.as_str().to_owned(),
+            subject,
+            applied: name(applied).to_owned(),
             advertised: advertised
                 .into_iter()
-                .map(|(settle, workers)| (Some(settle.as_str().to_owned()), workers))
+                .map(|(term, workers)| (Some(name(term).to_owned()), workers))
                 .collect(),
         });
     }
@@ -483,6 +507,13 @@ pub fn warn(disagreements: &[Disagreement]) {
                 "live workers disagree on when this entrypoint's invokes settle; before the \
                  run applies until every worker pricing it asks for settle=after"
             ),
+            Subject::Scheme => tracing::warn!(
+                %entrypoint,
+                scheme = %applied,
+                %advertised,
+                "live workers disagree on whether this entrypoint's price is exact or a \
+                 maximum (upto); exact applies until every worker pricing it asks for upto"
+            ),
         }
     }
 }
@@ -514,6 +545,7 @@ mod tests {
                 stream: stream.map(Into::into),
                 protocol: Default::default(),
                 settle: Default::default(),
+                scheme: Default::default(),
             }),
             retry_safe: false,
             siwx: None,
@@ -527,6 +559,7 @@ mod tests {
             stream: stream.map(Into::into),
             protocol: Default::default(),
             settle: Default::default(),
+            scheme: Default::default(),
         })
     }
 
@@ -917,6 +950,7 @@ mod tests {
             stream: None,
             protocol: Mpp,
             settle: Default::default(),
+            scheme: Default::default(),
         });
         let (merged, disagreements) = merged_echo(&[cheap_mpp, echo(Some(X402), NONE)]);
         assert_eq!(merged.price, price(Some("0.001"), None));

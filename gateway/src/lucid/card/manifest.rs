@@ -259,6 +259,7 @@ mod tests {
             stream: None,
             protocol: Default::default(),
             settle: Default::default(),
+            scheme: Default::default(),
         });
         let mut unpriced = entrypoint("free", "Free", json!({}), json!({}));
         unpriced.price = Some(Price {
@@ -266,6 +267,7 @@ mod tests {
             stream: None,
             protocol: Default::default(),
             settle: Default::default(),
+            scheme: Default::default(),
         });
         let entrypoints = [unpriced, paid];
         let card = serde_json::to_value(AgentCard::build(&config, "http://h", &entrypoints))
@@ -296,6 +298,7 @@ mod tests {
             stream: Some("0.002".into()),
             protocol: Default::default(),
             settle: Default::default(),
+            scheme: Default::default(),
         });
         let entrypoints = [paid];
         let card = AgentCard::build(&config, "http://h", &entrypoints);

@@ -150,6 +150,7 @@ mod tests {
                 stream: stream.map(Into::into),
                 protocol: Default::default(),
                 settle: Default::default(),
+                scheme: Default::default(),
             }),
             retry_safe: false,
             siwx: None,

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use protocol::{ErrorCode, TaskStatus};
 use serde_json::Value;
 use store::idempotency;
-use store::registry::{EntrypointInfo, SettlePolicy};
+use store::registry::{EntrypointInfo, PriceScheme, SettlePolicy};
 
 use super::{
     Kind, Run, cancel, extract_input, find_entrypoint, gate, read_json, start_paid_run,
@@ -18,7 +18,7 @@ use super::{
 use super::{idempotent, outcome};
 use crate::core::admit;
 use crate::core::pay::Payment;
-use crate::core::pay::admission::reserve::not_charged;
+use crate::core::pay::admission::reserve::{not_charged, reported_charge};
 use crate::core::state::AppState;
 use crate::core::watch::{RunEvent, Terminal, Watch};
 use crate::http::client_address::Source;
@@ -70,10 +70,10 @@ async fn handle(
     let input = extract_input(&body);
     // Checked before any payment is settled: bad input costs the payer nothing.
     admit::check_input(state, &entrypoint, &input).map_err(answer)?;
-    let settle_after = entrypoint
-        .price
-        .as_ref()
-        .is_some_and(|price| price.settle == SettlePolicy::After);
+    // An upto price settles after the run, for what it used, whatever the policy says.
+    let settle_after = entrypoint.price.as_ref().is_some_and(|price| {
+        price.settle == SettlePolicy::After || price.scheme == PriceScheme::Upto
+    });
     let execute = || async move {
         match payment {
             None => run(state, &entrypoint, input, source).await,
@@ -165,7 +165,11 @@ async fn run_paid_after(
     let run_id = run.task.task_id.clone();
     match run_to_terminal(state, run).await {
         Ended::Finished(terminal) if terminal.status == TaskStatus::Completed => {
-            match reservation.settle().await {
+            let charge = terminal
+                .result
+                .as_ref()
+                .and_then(|result| reported_charge(result.usage.as_ref()));
+            match reservation.settle(charge).await {
                 Ok(receipt) => {
                     let mut response = outcome::invoke_response(&run_id, &terminal);
                     receipt.attach(&mut response);

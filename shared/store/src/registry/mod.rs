@@ -38,6 +38,36 @@ pub struct Price {
     /// as before the run.
     #[serde(default, skip_serializing_if = "SettlePolicy::is_before")]
     pub settle: SettlePolicy,
+    /// How the amount reads: the price (`exact`) or the most one call may cost (`upto`, x402's
+    /// metered scheme: the handler reports what the call used). Absent reads as exact.
+    #[serde(default, skip_serializing_if = "PriceScheme::is_exact")]
+    pub scheme: PriceScheme,
+}
+
+/// How a price's amount reads (`--price KEY=upto:MAX`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PriceScheme {
+    /// The amount is what every call costs.
+    #[default]
+    Exact,
+    /// The amount is the most an invoke may cost; it settles, after the run, for what the
+    /// handler reports it used (`usage.charge`), never more.
+    Upto,
+}
+
+impl PriceScheme {
+    pub fn is_exact(&self) -> bool {
+        *self == PriceScheme::Exact
+    }
+
+    /// The x402 scheme name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PriceScheme::Exact => "exact",
+            PriceScheme::Upto => "upto",
+        }
+    }
 }
 
 /// When a priced invoke's payment is settled (`--price KEY=AMOUNT:settle=after`).

@@ -57,6 +57,8 @@ pub struct Reservation<'a> {
     task_id: String,
     entrypoint: String,
     request: FacilitatorRequest,
+    /// The credential (an `upto` one is settled for an amount known only after the run).
+    credential: payments::Credential,
     entitles: bool,
 }
 
@@ -122,6 +124,7 @@ pub async fn admit_reserved<'a>(
             task_id,
             entrypoint,
             request,
+            credential,
             entitles,
         },
     })
@@ -214,6 +217,35 @@ impl Reservation<'_> {
         &self.task_id
     }
 
+    /// For an `upto` payment: the amount to settle (the run's `charge`, at most the maximum;
+    /// the maximum when it reported none) and the settle request for it. `None` for `exact`.
+    fn metered(
+        &self,
+        charge: Option<payments::U256>,
+    ) -> Option<(payments::U256, FacilitatorRequest)> {
+        let payments::Scheme::Upto { .. } = self.terms.scheme else {
+            return None;
+        };
+        let max = self.terms.amount;
+        let charged = match charge {
+            Some(charge) if charge <= max => charge,
+            Some(charge) => {
+                tracing::warn!(task_id = %self.task_id, %charge, %max, "the run reported a charge above its upto maximum; settling the maximum");
+                max
+            }
+            None => max,
+        };
+        match payments::facilitator::upto_settlement(&self.credential, &self.terms, charged) {
+            Ok(request) => Some((charged, request)),
+            Err(err) => {
+                // Not an upto credential on upto terms: the checks before admission refuse it,
+                // so this is a bug; the verified request (the maximum) stands.
+                tracing::error!(task_id = %self.task_id, error = %err, "could not build an upto settlement");
+                None
+            }
+        }
+    }
+
     /// The run did not succeed (`why`: failed with its code, cancelled, timed out): nothing is
     /// charged, and the record says why.
     pub async fn release(self, why: &str) {
@@ -223,13 +255,27 @@ impl Reservation<'_> {
         }
     }
 
-    /// The run succeeded: settles the payment (for `amount` atomic units when given: an `upto`
-    /// payment's actual charge) and returns its receipt, stored with the task. Otherwise the
-    /// answer to send instead of the result, which is withheld: `402` when the facilitator
-    /// refused (as the rail says), `503` when its answer was lost (the settlement recovery
-    /// learns the outcome) or the payment was released meanwhile.
-    pub async fn settle(self) -> Result<Receipt, Response> {
+    /// The run succeeded: settles the payment and returns its receipt, stored with the task.
+    /// An `upto` payment settles for `charge` (atomic units: what the run reported it used),
+    /// at most its maximum, which it costs when the run reported nothing; the receipt shows
+    /// both (`amount`, `maxAmount`). Otherwise the answer to send instead of the result, which
+    /// is withheld: `402` when the facilitator refused (as the rail says), `503` when its
+    /// answer was lost (the settlement recovery learns the outcome) or the payment was
+    /// released meanwhile.
+    pub async fn settle(mut self, charge: Option<payments::U256>) -> Result<Receipt, Response> {
         FaultPoint::trip(self.gate.fault_point, FaultPoint::AfterRun);
+        let metered = self.metered(charge);
+        if let Some((_, request)) = &metered {
+            self.request = request.clone();
+        }
+        // The request actually sent is what a lost answer is looked up by.
+        let record = metered.as_ref().map(|_| {
+            serde_json::to_string(&SettlingRecord {
+                request: self.request.clone(),
+                mpp_challenge_id: self.rail.challenge_id().map(str::to_owned),
+            })
+            .unwrap_or_default()
+        });
         let task_id = &self.task_id;
         let moved = self
             .gate
@@ -239,7 +285,7 @@ impl Reservation<'_> {
                 task_id,
                 CredentialState::Reserved,
                 CredentialState::Settling,
-                None,
+                record.as_deref(),
             )
             .await;
         if !matches!(moved, Ok(true)) {
@@ -301,7 +347,10 @@ impl Reservation<'_> {
             }
         };
         FaultPoint::trip(self.gate.fault_point, FaultPoint::AfterSettle);
-        let receipt = self.rail.receipt(&self.terms, self.version, &settlement);
+        let receipt = match &metered {
+            Some((charged, _)) => metered_receipt(self.version, &settlement, *charged, &self.terms),
+            None => self.rail.receipt(&self.terms, self.version, &settlement),
+        };
         if self.entitles {
             crate::core::pay::siwx::entitle(self.gate, &self.entrypoint, self.payer).await;
         }
@@ -325,5 +374,78 @@ impl Reservation<'_> {
             tracing::warn!(%task_id, error = %err, "could not store a receipt with its task");
         }
         Ok(receipt)
+    }
+}
+
+/// The receipt of an `upto` settlement: the facilitator's answer with what was charged
+/// (`amount`, when the facilitator did not say) and the most that could have been
+/// (`maxAmount`), so the payer sees both.
+fn metered_receipt(
+    version: X402Version,
+    settlement: &payments::wire::facilitator::SettleResponse,
+    charged: payments::U256,
+    terms: &Terms,
+) -> Receipt {
+    let mut document = serde_json::to_value(settlement).unwrap_or_default();
+    if let Some(fields) = document.as_object_mut() {
+        fields
+            .entry("amount")
+            .or_insert_with(|| serde_json::Value::String(charged.to_string()));
+        fields.insert(
+            "maxAmount".into(),
+            serde_json::Value::String(terms.amount.to_string()),
+        );
+    }
+    Receipt::of_document(version, &document)
+}
+
+/// The charge a run reported (`usage.charge`, decimal USDC as a string, `"0"` for nothing), in
+/// atomic units: what an `upto` payment settles for. `None` when the run reported none, or
+/// one that is no amount (logged: the maximum is settled then, which the payer authorized).
+pub fn reported_charge(usage: Option<&serde_json::Value>) -> Option<payments::U256> {
+    let charge = usage?.get("charge")?;
+    let Some(text) = charge.as_str() else {
+        tracing::warn!(
+            "a run reported a charge that is not a decimal string; settling the maximum"
+        );
+        return None;
+    };
+    match payments::amount::to_atomic(text) {
+        Ok(atomic) => Some(atomic),
+        // "0", "0.00": nothing used, nothing charged.
+        Err(payments::amount::AmountError::NotPositive(_)) => Some(payments::U256::ZERO),
+        Err(err) => {
+            tracing::warn!(error = %err, "a run reported a charge that is no USDC amount; settling the maximum");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use payments::U256;
+    use serde_json::json;
+
+    use super::reported_charge;
+
+    #[test]
+    fn a_run_reports_its_charge_in_decimal_usdc() {
+        let charge = |usage: serde_json::Value| reported_charge(Some(&usage));
+        assert_eq!(
+            charge(json!({"charge": "0.0025"})),
+            Some(U256::from(2500u64))
+        );
+        assert_eq!(charge(json!({"charge": "0"})), Some(U256::ZERO));
+        assert_eq!(charge(json!({"charge": "0.000"})), Some(U256::ZERO));
+        assert_eq!(
+            charge(json!({"charge": "0.000001", "words": 3})),
+            Some(U256::from(1u64))
+        );
+        // Nothing usable: the maximum is settled.
+        assert_eq!(charge(json!({"charge": 0.5})), None);
+        assert_eq!(charge(json!({"charge": "-1"})), None);
+        assert_eq!(charge(json!({"charge": "."})), None);
+        assert_eq!(charge(json!({"tokens": 10})), None);
+        assert_eq!(reported_charge(None), None);
     }
 }
