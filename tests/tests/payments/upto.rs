@@ -246,3 +246,29 @@ async fn the_official_client_pays_a_metered_invoke() -> TestResult {
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_remote_agent_reports_its_usage_as_built_ins_do() -> TestResult {
+    // The remote agent: an embedded gateway serving the built-ins over the Lucid profile; its
+    // `summarize` answers with `usage.charge`, which the worker relays like any handler's.
+    let agent = harness::cluster::gateway("remote-agent", &[], &[]).await?;
+    let cluster = PaidCluster::start(
+        &[
+            ("WORKER_AGENTS", agent.base.clone()),
+            ("WORKER_PRICES", "summarize=upto:0.01".to_owned()),
+        ],
+        &[],
+        |card| card["entrypoints"]["summarize"]["pricing"]["invoke"].is_string(),
+    )
+    .await?;
+    let payer_before = cluster.facilitator().balance(PAYER).await?;
+    let body = json!({"input": {"text": TEXT}});
+    let payment = pay(&required(&cluster, "summarize", &body).await?)?;
+    let answer = cluster.invoke(0, "summarize", &body, &payment, &[]).await?;
+    assert_eq!(answer.status, StatusCode::OK, "{answer:?}");
+    assert_eq!(
+        cluster.facilitator().balance(PAYER).await?,
+        payer_before - WORDS
+    );
+    Ok(())
+}
