@@ -125,6 +125,23 @@ async fn credentials(store: &RedisStore) -> Result<(), BoxError> {
         )
         .await?;
     assert!(moved);
+    // settle=after: claimed -> reserved -> settling, re-indexed on the way.
+    assert_eq!(
+        ledger.claim("cred-2", "task-3", LONG).await?,
+        ClaimOutcome::Taken
+    );
+    assert!(ledger.reserve("cred-2", "task-3", "{}", LONG).await?);
+    assert!(
+        ledger
+            .advance(
+                "cred-2",
+                "task-3",
+                CredentialState::Reserved,
+                CredentialState::Settling,
+                None,
+            )
+            .await?
+    );
     ledger.issue_nonce("nonce-1", LONG).await?;
     assert!(ledger.take_nonce("nonce-1").await?);
     Ok(())
