@@ -187,6 +187,19 @@ async fn a_run_is_charged_only_once_it_succeeded_and_a_failed_one_never() -> Tes
             .is_some_and(|note| note.contains("not charged") && note.contains("failed")),
         "{note:?}"
     );
+    // The task record says so too, where a receipt would be.
+    let (_, _, holder) = record_fields(&cluster, &store, &payment).await?;
+    let task = store
+        .get(&holder.ok_or("no holder")?)
+        .await?
+        .ok_or("task gone")?;
+    assert!(
+        task.receipt.as_deref().is_some_and(
+            |kept| kept.contains("payment-settlement") && kept.contains("not charged")
+        ),
+        "{:?}",
+        task.receipt
+    );
     // The released credential is spent all the same: it buys no second run.
     let (status, _, again) = invoke(&cluster, 1, "fail", &body, &payment).await?;
     assert!(

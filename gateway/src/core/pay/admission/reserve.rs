@@ -252,6 +252,24 @@ impl Reservation<'_> {
         let note = format!("not charged: {why}");
         if void(self.gate, &self.nonce_key, &self.task_id, &note).await {
             tracing::info!(task_id = %self.task_id, payer = %self.payer, %why, "settle=after: the run did not succeed; nothing charged");
+            self.record_not_charged(&note).await;
+        }
+    }
+
+    /// Keeps with the (ended) task, where its receipt would be, that nothing was charged and
+    /// why: `payment-settlement: not charged: …`, a header no answer ever copies (see
+    /// [`Receipt::attach`]), for whoever reads the task record.
+    async fn record_not_charged(&self, note: &str) {
+        let marker = Receipt {
+            header: SETTLEMENT_HEADER.to_owned(),
+            value: note.to_owned(),
+        };
+        if let Err(err) = self
+            .store
+            .attach_receipt(&self.task_id, &marker.to_stored())
+            .await
+        {
+            tracing::warn!(task_id = %self.task_id, error = %err, "could not record on the task that nothing was charged");
         }
     }
 
@@ -311,6 +329,7 @@ impl Reservation<'_> {
                     .unwrap_or_else(|| "settlement was refused".into());
                 tracing::info!(%task_id, payer = %self.payer, %reason, "settle=after: settlement refused; result withheld");
                 let note = format!("not charged: settlement refused: {reason}");
+                self.record_not_charged(&note).await;
                 if let Err(err) = self
                     .gate
                     .credentials
