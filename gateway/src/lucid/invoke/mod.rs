@@ -165,23 +165,13 @@ async fn start_run(
     input: Value,
     source: Option<String>,
 ) -> Result<Run, ApiError> {
-    let max_attempts = admit::run_attempts(state, entrypoint);
-    let entrypoint = entrypoint.key.as_str();
     let owner = AccessToken::generate().owner_hash();
     let (task, subscription) = admit::create_watched(
         state,
-        Admit {
-            owner: owner.clone(),
-            entrypoint,
-            input,
-            context_id: None,
-            metadata: None,
-            max_attempts,
-            retention: admit::direct_retention(state),
-            source,
-        },
+        direct_admit(state, entrypoint, &owner, input, source),
     )
     .await?;
+    let entrypoint = entrypoint.key.as_str();
     let guard = CancelOnDrop::new(state.store.clone(), &task.task_id, entrypoint);
     let watch =
         crate::core::watch::Watch::with(state.store.clone(), &task.task_id, &owner, subscription);
@@ -193,6 +183,27 @@ async fn start_run(
     })
 }
 
+/// The task of a direct run for `owner` (a fresh internal token): one run's attempts, the
+/// direct retention.
+fn direct_admit<'a>(
+    state: &AppState,
+    entrypoint: &'a EntrypointInfo,
+    owner: &protocol::token::OwnerHash,
+    input: Value,
+    source: Option<String>,
+) -> Admit<'a> {
+    Admit {
+        owner: owner.clone(),
+        entrypoint: entrypoint.key.as_str(),
+        input,
+        context_id: None,
+        metadata: None,
+        max_attempts: admit::run_attempts(state, entrypoint),
+        retention: admit::direct_retention(state),
+        source,
+    }
+}
+
 /// Admits a paid run through the payment gate (reserve, verify, settle, hand off) and
 /// subscribes to it. The run's answer must carry the returned receipt whatever it says.
 async fn start_paid_run(
@@ -202,24 +213,14 @@ async fn start_paid_run(
     source: Option<String>,
     payment: pay::Payment<'_>,
 ) -> Result<(Run, pay::receipt::Receipt), Response> {
-    let max_attempts = admit::run_attempts(state, entrypoint);
-    let entrypoint = entrypoint.key.as_str();
     let owner = AccessToken::generate().owner_hash();
     let admitted = pay::admission::admit_paid(
         state.pay_context(),
         payment,
-        Admit {
-            owner: owner.clone(),
-            entrypoint,
-            input,
-            context_id: None,
-            metadata: None,
-            max_attempts,
-            retention: admit::direct_retention(state),
-            source,
-        },
+        direct_admit(state, entrypoint, &owner, input, source),
     )
     .await;
+    let entrypoint = entrypoint.key.as_str();
     let paid = match admitted {
         Ok(paid) => paid,
         Err(pay::admission::Refused::Answer(response)) => return Err(response),
@@ -265,24 +266,14 @@ async fn start_reserved_run<'a>(
     source: Option<String>,
     payment: pay::Payment<'a>,
 ) -> Result<(Run, pay::admission::reserve::Reservation<'a>), Response> {
-    let max_attempts = admit::run_attempts(state, entrypoint);
-    let entrypoint = entrypoint.key.as_str();
     let owner = AccessToken::generate().owner_hash();
     let admitted = pay::admission::reserve::admit_reserved(
         state.pay_context(),
         payment,
-        Admit {
-            owner: owner.clone(),
-            entrypoint,
-            input,
-            context_id: None,
-            metadata: None,
-            max_attempts,
-            retention: admit::direct_retention(state),
-            source,
-        },
+        direct_admit(state, entrypoint, &owner, input, source),
     )
     .await;
+    let entrypoint = entrypoint.key.as_str();
     let reserved = match admitted {
         Ok(reserved) => reserved,
         Err(pay::admission::Refused::Answer(response)) => return Err(response),

@@ -6,9 +6,8 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use payments::mpp::Problem;
 use payments::wire::facilitator::FacilitatorRequest;
-use payments::{Credential, Terms, X402Version, unix_now};
+use payments::{Credential, unix_now};
 use protocol::ErrorCode;
-use serde_json::Value;
 use store::StoreError;
 use store::credentials::{ClaimOutcome, CredentialState};
 
@@ -131,20 +130,5 @@ impl Attempt<'_> {
                 .into())
             }
         }
-    }
-}
-
-/// The facilitator request for `credential`: the payload as the payer sent it, with our
-/// requirements in its version.
-pub(super) fn facilitator_request(credential: &Credential, terms: &Terms) -> FacilitatorRequest {
-    let requirements = match credential.version {
-        X402Version::V2 => serde_json::to_value(terms.requirements_v2()),
-        X402Version::V1 => serde_json::to_value(terms.requirements_v1()),
-    }
-    .unwrap_or(Value::Null);
-    FacilitatorRequest {
-        x402_version: credential.version.number(),
-        payment_payload: credential.document.clone(),
-        payment_requirements: requirements,
     }
 }

@@ -141,7 +141,7 @@ pub async fn admit_paid_as(
     attempt.check_payer_rate().await?;
     let pending = attempt.wait_for_pending_place().await?;
     attempt.claim_credential(&credential).await?;
-    let request = claim::facilitator_request(&credential, &terms);
+    let request = payments::facilitator::request(&credential, &terms);
     attempt.verify(&request).await?;
     // The pending place bounds credentials not yet known to pay; this one is.
     drop(pending);

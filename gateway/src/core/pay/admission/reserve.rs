@@ -31,7 +31,7 @@ use store::TaskStore;
 use store::credentials::CredentialState;
 
 use super::end::cancel;
-use super::{Attempt, Refused, SettlingRecord, claim};
+use super::{Attempt, Refused, SettlingRecord};
 use crate::core::create::Admit;
 use crate::core::pay::receipt::Receipt;
 use crate::core::pay::{FaultPoint, Gate, PayContext, Payment, Rail};
@@ -87,7 +87,7 @@ pub async fn admit_reserved<'a>(
     let task_id = uuid::Uuid::new_v4().to_string();
     let nonce_key = credential.nonce_key().to_string();
     let entrypoint = admit.entrypoint.to_owned();
-    let request = claim::facilitator_request(&credential, &terms);
+    let request = payments::facilitator::request(&credential, &terms);
     let created = {
         let attempt = Attempt {
             state,
