@@ -164,12 +164,17 @@ impl Terms {
         }
     }
 
-    /// The v1 402 body.
+    /// The v1 402 body. x402 v1 has no `upto`: an upto route offers v1 clients nothing to
+    /// pay (`accepts: []`), and the v2 header carries the offer.
     pub fn challenge_v1(&self, error: &str) -> ChallengeV1 {
+        let accepts = match self.scheme {
+            Scheme::Exact => vec![self.requirements_v1()],
+            Scheme::Upto { .. } => Vec::new(),
+        };
         ChallengeV1 {
             x402_version: 1,
             error: error.to_owned(),
-            accepts: vec![self.requirements_v1()],
+            accepts,
         }
     }
 

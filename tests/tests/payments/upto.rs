@@ -97,6 +97,17 @@ async fn a_metered_invoke_settles_what_the_run_used_up_to_its_maximum() -> TestR
         "{offer}"
     );
 
+    // x402 v1 has no upto: its body offers nothing to pay.
+    let v1: Value = cluster
+        .http
+        .post(format!("{}/entrypoints/summarize/invoke", cluster.base(0)))
+        .json(&body)
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(v1["accepts"], json!([]), "{v1}");
+
     // Paid with a Permit2 authorization of the maximum; settled for the words summarized.
     let payment = pay(&offer)?;
     let answer = cluster.invoke(0, "summarize", &body, &payment, &[]).await?;
