@@ -36,8 +36,12 @@ async fn cluster() -> TestResult<PaidCluster> {
     PaidCluster::start(
         &[("WORKER_PRICES", "summarize=upto:0.01,echo=0.001".to_owned())],
         &[],
+        // The card says the price is a maximum, settled after the run.
         |card| {
-            card["entrypoints"]["summarize"]["pricing"]["invoke"].is_string()
+            let summarize = &card["entrypoints"]["summarize"]["pricing"];
+            summarize["invoke"] == "0.01"
+                && summarize["scheme"] == "upto"
+                && summarize["settle"] == "after"
                 && card["entrypoints"]["echo"]["pricing"]["invoke"].is_string()
         },
     )
