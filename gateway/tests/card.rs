@@ -341,6 +341,7 @@ async fn the_card_follows_the_live_registry() -> TestResult {
             retry_safe: false,
             siwx: None,
             private: false,
+            paused: None,
         }],
     };
     gw.state
@@ -553,6 +554,7 @@ fn priced_worker(worker_id: &str, key: &str, streaming: bool, amount: Option<&st
             retry_safe: false,
             siwx: None,
             private: false,
+            paused: None,
         }],
     }
 }

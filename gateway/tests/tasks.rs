@@ -485,6 +485,7 @@ fn entrypoint_with(input_schema: Value) -> EntrypointInfo {
         retry_safe: false,
         siwx: None,
         private: false,
+        paused: None,
     }
 }
 
@@ -1333,6 +1334,7 @@ async fn priced_gateway(
             retry_safe: false,
             siwx: None,
             private: members.is_some(),
+            paused: None,
         }],
     };
     registry.heartbeat(&entry, Duration::from_secs(600)).await?;
@@ -1597,6 +1599,7 @@ async fn idle_gateway(config: GatewayConfig, store: Arc<dyn TaskStore>) -> TestR
             retry_safe: false,
             siwx: None,
             private: false,
+            paused: None,
         }],
     };
     registry.heartbeat(&entry, Duration::from_secs(600)).await?;

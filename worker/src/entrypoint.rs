@@ -124,6 +124,7 @@ impl Entrypoint {
             retry_safe: self.retry_safe,
             siwx: self.siwx,
             private: self.private,
+            paused: None,
         }
     }
 }

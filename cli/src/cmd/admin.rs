@@ -6,7 +6,11 @@
 //! - `taskctl admin settle URL TASK_ID lookup|void|settled [--transaction HASH] [--note TEXT]`:
 //!   resolves one: ask the facilitator now, record that nothing was charged (the task is
 //!   cancelled), or record the transaction that charged it (the receipt is stored, the task
-//!   runs).
+//!   runs);
+//! - `taskctl admin pause URL KEY [--refuse]`, `taskctl admin resume URL KEY`: pause an
+//!   entrypoint cluster-wide (workers take none of its tasks; queued ones wait, or with
+//!   `--refuse` new ones are refused with 503) and lift the pause;
+//! - `taskctl admin audit URL`: the operators' actions, newest first.
 
 use std::path::PathBuf;
 
@@ -29,6 +33,18 @@ pub enum AdminCommand {
     Settlements { url: String },
     /// Resolve one payment left settling, named by its task.
     Settle(SettleArgs),
+    /// Pause an entrypoint cluster-wide: workers take none of its tasks until it is resumed.
+    Pause {
+        url: String,
+        key: String,
+        /// Refuse new tasks (503 with Retry-After) instead of queueing them.
+        #[arg(long)]
+        refuse: bool,
+    },
+    /// Lift an entrypoint's pause: its queued tasks run.
+    Resume { url: String, key: String },
+    /// List the operators' actions (pauses, resumes, settlements), newest first.
+    Audit { url: String },
 }
 
 #[derive(Debug, clap::Args)]
@@ -78,6 +94,55 @@ pub async fn run(context: &Context, args: &Args) -> CmdResult {
                     record["payer"].as_str().unwrap_or("?"),
                     record["amount"].as_str().unwrap_or("?"),
                     record["network"].as_str().unwrap_or("?"),
+                ));
+            }
+            Ok(())
+        }
+        AdminCommand::Pause { url, key, refuse } => {
+            let mode = if *refuse { "refuse" } else { "queue" };
+            let path = ["console", "api", "entrypoints", key.as_str(), "pause"];
+            let answer = call(context, &token, url, &path, Some(json!({"mode": mode}))).await?;
+            if context.output.is_json() {
+                context.output.json(&answer);
+            } else {
+                context.output.line(&format!("{key}: paused ({mode})"));
+            }
+            Ok(())
+        }
+        AdminCommand::Resume { url, key } => {
+            let path = ["console", "api", "entrypoints", key.as_str(), "resume"];
+            let answer = call(context, &token, url, &path, Some(json!({}))).await?;
+            if context.output.is_json() {
+                context.output.json(&answer);
+            } else if answer["wasPaused"] == true {
+                context.output.line(&format!("{key}: resumed"));
+            } else {
+                context.output.line(&format!("{key}: was not paused"));
+            }
+            Ok(())
+        }
+        AdminCommand::Audit { url } => {
+            let path = ["console", "api", "audit"];
+            let answer = call(context, &token, url, &path, None).await?;
+            if context.output.is_json() {
+                context.output.json(&answer);
+                return Ok(());
+            }
+            let entries = answer["entries"].as_array().cloned().unwrap_or_default();
+            if entries.is_empty() {
+                context.output.line("no operator action is recorded");
+            }
+            for entry in entries {
+                let at = entry["atMs"]
+                    .as_u64()
+                    .map(|ms| protocol::Timestamp(ms).to_iso())
+                    .unwrap_or_else(|| "?".to_owned());
+                context.output.line(&format!(
+                    "{at}  {}  {}  {}  {}",
+                    entry["actor"].as_str().unwrap_or("?"),
+                    entry["action"].as_str().unwrap_or("?"),
+                    entry["target"].as_str().unwrap_or("?"),
+                    entry.get("detail").cloned().unwrap_or(Value::Null),
                 ));
             }
             Ok(())

@@ -104,6 +104,10 @@ fn skill(entrypoint: &EntrypointInfo) -> AgentSkill {
     if entrypoint.price.is_some() {
         tags.push("paid".into());
     }
+    // Paused by an operator: the card says so where A2A clients look (tags are free-form).
+    if entrypoint.paused.is_some() {
+        tags.push("paused".into());
+    }
     AgentSkill {
         id: entrypoint.key.clone(),
         name: entrypoint.key.clone(),

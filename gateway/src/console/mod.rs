@@ -7,6 +7,8 @@
 //!   cookie; `POST /console/logout` ends it (see [`logout`] for what it asks);
 //! - `GET /console/api/overview`: the [`overview::Overview`] as JSON;
 //! - `GET /console/api/events`: the overview again every [`REFRESH`] as SSE `overview` events;
+//! - `POST /console/api/entrypoints/{key}/pause|resume`, `GET /console/api/audit`: see
+//!   [`operate`];
 //! - `GET /console/assets/*`: the page's script and style sheet (static, public, no data).
 //!
 //! The page is plain HTML, CSS and JavaScript compiled into the binary: no build step, no CDN,
@@ -15,6 +17,7 @@
 //! and at most [`MAX_STREAMS`] event streams are open at once.
 
 pub mod auth;
+pub mod operate;
 pub mod overview;
 pub mod settlements;
 
@@ -101,6 +104,12 @@ pub fn router(app: &AppState) -> Option<Router> {
             .route("/console/api/events", get(events))
             .route("/console/api/settlements", get(settlements::list))
             .route("/console/api/settlements/{task_id}", post(settlements::act))
+            .route("/console/api/entrypoints/{key}/pause", post(operate::pause))
+            .route(
+                "/console/api/entrypoints/{key}/resume",
+                post(operate::resume),
+            )
+            .route("/console/api/audit", get(operate::audit_log))
             .route("/console/assets/console.js", get(script))
             .route("/console/assets/console.css", get(style))
             .with_state(console),

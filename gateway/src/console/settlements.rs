@@ -74,7 +74,8 @@ pub async fn act(
         }
     };
     let grace = recovery::grace(&console.app.config);
-    let by = format!("operator token {}", console.key_id);
+    let by = super::operate::actor(&console);
+    let audited = audited(&action);
     match reconcile::act(
         gate,
         console.app.store.as_ref(),
@@ -85,11 +86,28 @@ pub async fn act(
     )
     .await
     {
-        Ok(outcome) => json(
-            StatusCode::OK,
-            &serde_json::json!({"taskId": task_id, "outcome": outcome}),
-        ),
+        Ok(outcome) => {
+            let mut detail = audited.1;
+            detail["outcome"] = serde_json::json!(outcome);
+            super::operate::audit(&console, audited.0, &task_id, detail).await;
+            json(
+                StatusCode::OK,
+                &serde_json::json!({"taskId": task_id, "outcome": outcome}),
+            )
+        }
         Err(err) => answer(refused(err)),
+    }
+}
+
+/// How the audit log names `action`, and what of it it keeps.
+fn audited(action: &Action) -> (&'static str, serde_json::Value) {
+    match action {
+        Action::Lookup => ("settlement.lookup", serde_json::json!({})),
+        Action::Void { note } => ("settlement.void", serde_json::json!({"note": note})),
+        Action::Settled { transaction, note } => (
+            "settlement.settled",
+            serde_json::json!({"transaction": transaction, "note": note}),
+        ),
     }
 }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use protocol::{ErrorCode, Task};
 use serde_json::Value;
-use store::registry::EntrypointInfo;
+use store::registry::{EntrypointInfo, PauseMode};
 use store::{Admission, Subscription};
 
 use crate::core::catalog::Snapshot;
@@ -45,6 +45,28 @@ pub async fn entrypoint(
         return Err(ApiError::no_workers_yet());
     }
     Ok(found.filter(|entrypoint| viewer.sees(entrypoint)))
+}
+
+/// How long a client refused by a paused entrypoint is told to wait: a pause is an
+/// operator's decision, lifted in minutes rather than seconds.
+const PAUSED_RETRY_AFTER_S: u64 = 30;
+
+/// `503 service_unavailable` with Retry-After when an operator paused `entrypoint` in
+/// `refuse` mode; called where a new task would be created (a follow-up to a task under way
+/// is not one). A pause in `queue` mode admits: the task waits in the queue.
+pub fn refuse_paused(entrypoint: &EntrypointInfo) -> Result<(), ApiError> {
+    match &entrypoint.paused {
+        Some(pause) if pause.mode == PauseMode::Refuse => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::ServiceUnavailable,
+            format!(
+                "Entrypoint {} is paused by an operator and takes no new tasks; retry later",
+                serde_json::Value::String(entrypoint.key.clone())
+            ),
+        )
+        .retry_after(PAUSED_RETRY_AFTER_S)),
+        _ => Ok(()),
+    }
 }
 
 /// The cached registry view for discovery: every entrypoint the live workers host, by key

@@ -276,8 +276,13 @@ impl Catalog {
             return Ok(previous.clone());
         }
         let workers = registry.workers().await?;
-        let merged = crate::core::prices::merge(&workers);
+        // With the listing, not per request: a pause or resume moves the version.
+        let paused = registry.paused().await?;
+        let mut merged = crate::core::prices::merge(&workers);
         crate::core::prices::warn(&merged.disagreements);
+        for entrypoint in &mut merged.entrypoints {
+            entrypoint.paused = paused.get(&entrypoint.key).cloned();
+        }
         let entries = match previous {
             // Same entrypoints (a worker joined with what others host): same documents.
             Some(previous) if previous.entries.entrypoints == merged.entrypoints => {
@@ -443,6 +448,7 @@ mod tests {
                     retry_safe: false,
                     siwx: None,
                     private: false,
+                    paused: None,
                 })
                 .collect(),
         }

@@ -293,6 +293,7 @@ mod tests {
             retry_safe: false,
             siwx: None,
             private: true,
+            paused: None,
         };
         assert!(Viewer::of(Some(&members), &bearer(TOKEN)).sees(&entrypoint));
         assert!(!Viewer::of(Some(&members), &HeaderMap::new()).sees(&entrypoint));

@@ -111,6 +111,7 @@ async fn create(
     else {
         return Err(skill_not_found(&request.skill_id));
     };
+    admit::refuse_paused(&entrypoint)?;
     let input = request.message.content.to_input();
     admit::check_input(&state, &entrypoint, &input)?;
 

@@ -45,6 +45,7 @@ fn entry(id: &str) -> WorkerEntry {
                 retry_safe: false,
                 siwx: None,
                 private: false,
+                paused: None,
             },
             EntrypointInfo {
                 key: "chat".into(),
@@ -56,6 +57,7 @@ fn entry(id: &str) -> WorkerEntry {
                 retry_safe: false,
                 siwx: None,
                 private: false,
+                paused: None,
             },
         ],
     }

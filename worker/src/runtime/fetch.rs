@@ -100,6 +100,14 @@ async fn take(
         tokio::time::sleep(shared.config.idle_wait).await;
     } else if shared.share.all_open(&spec.entrypoints) {
         wait.await?;
+    } else if spec.entrypoints.is_empty() {
+        // Every entrypoint paused or at its cap: no doorbell to wait on, only a run ending
+        // or a resume (both ring `reopened`); the idle wait bounds it all the same.
+        drop(wait);
+        tokio::select! {
+            _ = tokio::time::sleep(shared.config.idle_wait) => {}
+            _ = shared.share.reopened() => return Ok(Vec::new()),
+        }
     } else {
         tokio::select! {
             waited = wait => waited?,

@@ -2,9 +2,12 @@
 //! holds; a lease the store refuses stops its handler, and so does a lease whose last confirmed
 //! renewal is older than the TTL (its shard was unreachable: it has expired there by now). A
 //! shard that does not answer holds back only its own leases' renewals. The same tick
-//! refreshes the worker's registry entry, concurrently. Beside it, the cancellation listener
+//! refreshes the worker's registry entry and reads the entrypoints operators paused
+//! cluster-wide ([`read_pauses`]), concurrently: a pause reaches every worker within a third
+//! of the lease TTL, without a read per take. Beside it, the cancellation listener
 //! stops handlers of cancelled tasks at once.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use store::Renewal;
@@ -38,7 +41,26 @@ pub async fn run(
                 tracing::warn!(error = %err, "could not refresh the registry entry");
             }
         };
-        tokio::join!(renew(&shared, ttl), refresh);
+        let pauses = async {
+            if let Some((registry, _)) = &registry {
+                read_pauses(&shared, registry.as_ref()).await;
+            }
+        };
+        tokio::join!(renew(&shared, ttl), refresh, pauses);
+    }
+}
+
+/// Reads which entrypoints are paused cluster-wide into the slot share: the fetch loop and
+/// finishing slots take none of their tasks. A failed read keeps the set as it was.
+pub async fn read_pauses(shared: &Shared, registry: &dyn WorkerRegistry) {
+    match registry.paused().await {
+        Ok(paused) => {
+            let keys: BTreeSet<String> = paused.into_keys().collect();
+            if shared.share.set_paused(keys.clone()) {
+                tracing::info!(paused = ?keys, "paused entrypoints changed");
+            }
+        }
+        Err(err) => tracing::warn!(error = %err, "could not read the paused entrypoints"),
     }
 }
 

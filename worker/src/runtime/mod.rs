@@ -173,6 +173,8 @@ pub async fn run(
         registry
             .heartbeat(&entry, registry_ttl(&shared.config))
             .await?;
+        // Before the first take: a worker started while an entrypoint is paused takes none.
+        heartbeat::read_pauses(&shared, registry.as_ref()).await;
     }
     telemetry::metrics::prime_worker_counters(shared.entrypoints.keys().iter().map(String::as_str));
     tracing::info!(

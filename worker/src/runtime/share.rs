@@ -11,8 +11,11 @@
 //! The fetch loop waits only on the doorbells of open entrypoints, so a run that ends and
 //! reopens a capped entrypoint wakes it ([`SlotShare::reopened`]): else that entrypoint's
 //! queued tasks would wait for the next ring of another entrypoint, or the idle timeout.
+//!
+//! An entrypoint an operator paused cluster-wide ([`SlotShare::set_paused`], from the
+//! heartbeat) is never open: its queued tasks wait, and a resume reopens it the same way.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Mutex, PoisonError};
 
 use tokio::sync::Notify;
@@ -23,6 +26,8 @@ pub struct SlotShare {
     /// The entrypoints and their cap: replaced when the hosted set changes ([`SlotShare::set_keys`]).
     layout: Mutex<Layout>,
     held: Mutex<HashMap<String, usize>>,
+    /// Entrypoints paused cluster-wide: taken from by no slot.
+    paused: Mutex<BTreeSet<String>>,
     /// Notified when a run ends that leaves its entrypoint below the cap again.
     reopen: Notify,
 }
@@ -35,6 +40,7 @@ impl SlotShare {
             share_pct,
             layout: Mutex::new(Layout::new(keys, concurrency, share_pct)),
             held: Mutex::new(HashMap::new()),
+            paused: Mutex::new(BTreeSet::new()),
             reopen: Notify::new(),
         }
     }
@@ -45,6 +51,22 @@ impl SlotShare {
         *self.layout() = Layout::new(keys, self.concurrency, self.share_pct);
         // A waiter on capped entrypoints looks again, at the new set.
         self.reopen.notify_one();
+    }
+
+    /// The entrypoints paused cluster-wide are `paused` from now on; true when that changed
+    /// the set. A resumed one wakes the fetch loop, which waits on no doorbell of a paused one.
+    pub fn set_paused(&self, paused: BTreeSet<String>) -> bool {
+        let mut current = self.paused.lock().unwrap_or_else(PoisonError::into_inner);
+        if *current == paused {
+            return false;
+        }
+        let resumed = current.iter().any(|key| !paused.contains(key));
+        *current = paused;
+        drop(current);
+        if resumed {
+            self.reopen.notify_one();
+        }
+        true
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
@@ -60,7 +82,11 @@ impl SlotShare {
     /// without any of them passing its cap. `leaving`: a run of that entrypoint that is about
     /// to end (its slot takes the next task as it finishes).
     pub fn open(&self, leaving: Option<&str>) -> (Vec<String>, usize) {
-        let Layout { cap, keys } = self.layout().clone();
+        let Layout { cap, mut keys } = self.layout().clone();
+        {
+            let paused = self.paused.lock().unwrap_or_else(PoisonError::into_inner);
+            keys.retain(|key| !paused.contains(key));
+        }
         if cap == usize::MAX {
             return (keys, usize::MAX);
         }
@@ -105,7 +131,7 @@ impl SlotShare {
         }
     }
 
-    /// True when every entrypoint is open (none at its cap): then nothing but a doorbell can
+    /// True when every entrypoint is open (none at its cap nor paused): then nothing but a doorbell can
     /// bring work that the fetch loop may take.
     pub fn all_open(&self, open: &[String]) -> bool {
         open.len() == self.layout().keys.len()
@@ -195,6 +221,33 @@ mod tests {
         assert_eq!(lone.open(None).1, usize::MAX);
         let whole = SlotShare::new(keys(), 16, 100);
         assert_eq!(whole.open(None), (keys(), usize::MAX));
+    }
+
+    #[test]
+    fn a_paused_entrypoint_is_never_open() {
+        let share = SlotShare::new(keys(), 16, 100);
+        assert!(share.set_paused(BTreeSet::from(["sleep".to_owned()])));
+        let (open, _) = share.open(None);
+        assert_eq!(open, vec!["echo".to_owned()]);
+        assert!(!share.all_open(&open));
+        // A finishing sleep's slot takes no other sleep either.
+        assert_eq!(share.open(Some("sleep")).0, vec!["echo".to_owned()]);
+        assert!(!share.set_paused(BTreeSet::from(["sleep".to_owned()])));
+    }
+
+    #[tokio::test]
+    async fn a_resume_wakes_the_waiter() {
+        let share = std::sync::Arc::new(SlotShare::new(keys(), 16, 100));
+        share.set_paused(BTreeSet::from(["sleep".to_owned()]));
+        let waiter = tokio::spawn({
+            let share = share.clone();
+            async move {
+                share.reopened().await;
+                share.open(None).0
+            }
+        });
+        assert!(share.set_paused(BTreeSet::new()));
+        assert_eq!(waiter.await.ok(), Some(keys()));
     }
 
     #[test]

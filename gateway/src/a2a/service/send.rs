@@ -257,7 +257,7 @@ pub(super) async fn skill_for(
         &keys,
     )
     .map_err(|err| A2aError::invalid_params(err.to_string()))?;
-    admit::entrypoint(state, viewer, &skill)
+    let entrypoint = admit::entrypoint(state, viewer, &skill)
         .await
         .map_err(A2aError::from)?
         .ok_or_else(|| {
@@ -265,7 +265,9 @@ pub(super) async fn skill_for(
                 "Skill {} not found",
                 serde_json::Value::String(error::truncated(&skill).to_owned())
             ))
-        })
+        })?;
+    admit::refuse_paused(&entrypoint).map_err(A2aError::from)?;
+    Ok(entrypoint)
 }
 
 /// A free (or signed-in) task: created with its watch subscribed first, so that the run's

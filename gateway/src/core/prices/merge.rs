@@ -550,6 +550,7 @@ mod tests {
             retry_safe: false,
             siwx: None,
             private: false,
+            paused: None,
         }
     }
 

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 use serde_json::Value;
-use store::registry::{EntrypointInfo, Price};
+use store::registry::{EntrypointInfo, Pause, Price};
 
 use super::payments::{self, PaymentMethod};
 use crate::core::catalog::published_schema as schema;
@@ -100,6 +100,10 @@ struct ManifestEntry<'a> {
     /// Sign-In-With-X, as upstream's card shows it: `{siwx: {enabled, auth_only}}`.
     #[serde(skip_serializing_if = "Option::is_none")]
     authorization: Option<Authorization>,
+    /// Paused by an operator (ours, not upstream's): `{mode, by, atMs}`. Queued tasks wait;
+    /// in `refuse` mode new ones are refused until it is resumed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    paused: Option<&'a Pause>,
 }
 
 #[derive(Debug, Serialize)]
@@ -187,6 +191,7 @@ impl<'a> AgentCard<'a> {
                                     auth_only: policy.auth_only,
                                 },
                             }),
+                            paused: entrypoint.paused.as_ref(),
                         },
                     )
                 })
@@ -220,6 +225,7 @@ mod tests {
             retry_safe: false,
             siwx: None,
             private: false,
+            paused: None,
         }
     }
 

@@ -60,7 +60,7 @@ async fn find_entrypoint(
     headers: &HeaderMap,
     key: &str,
 ) -> Result<EntrypointInfo, ApiError> {
-    admit::entrypoint(state, state.viewer(headers), key)
+    let entrypoint = admit::entrypoint(state, state.viewer(headers), key)
         .await?
         .ok_or(ApiError {
             status: StatusCode::NOT_FOUND,
@@ -68,7 +68,9 @@ async fn find_entrypoint(
             message: None,
             issues: None,
             retry_after: None,
-        })
+        })?;
+    admit::refuse_paused(&entrypoint)?;
+    Ok(entrypoint)
 }
 
 /// What the gate let through: a free request (possibly signed in with SIWX, for an auth-only

@@ -154,6 +154,18 @@ impl Keys {
         format!("{}:registry-version", self.prefix)
     }
 
+    /// Hash: paused entrypoint key -> its pause as JSON (`registry::Pause`); written only by
+    /// operators, with no expiry, so a pause outlives every process.
+    pub fn paused(&self) -> String {
+        format!("{}:paused", self.prefix)
+    }
+
+    /// List: the operators' audit log, newest first (`registry::AuditEntry` as JSON), trimmed
+    /// to `registry::AUDIT_KEPT` entries on every append.
+    pub fn audit(&self) -> String {
+        format!("{}:audit", self.prefix)
+    }
+
     /// String: the id of the process that reports the cluster gauges (the reporter lease),
     /// `SET NX PX ttl` by whoever finds it free, renewed by its holder, deleted by it on exit.
     pub fn reporter(&self) -> String {

@@ -1,13 +1,13 @@
 //! [`MemoryRegistry`]: the registry of a single process (tests, one-binary deployments).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{RegistryVersion, WorkerEntry, WorkerRegistry};
+use super::{AUDIT_KEPT, AuditEntry, Pause, RegistryVersion, WorkerEntry, WorkerRegistry};
 use crate::{Clock, StoreError, SystemClock};
 
 /// Entries in a map, each live until `ttl` after its last heartbeat by a [`Clock`]. Expired
@@ -29,6 +29,10 @@ struct Inner {
     changes: u64,
     /// The reporter lease: its holder and when it expires (ms, the registry's clock).
     reporter: Option<(String, u64)>,
+    /// Paused entrypoints, by key.
+    paused: BTreeMap<String, Pause>,
+    /// The audit log, newest first.
+    audit: VecDeque<AuditEntry>,
 }
 
 struct Live {
@@ -140,5 +144,36 @@ impl WorkerRegistry for MemoryRegistry {
             }
         });
         Ok(())
+    }
+
+    async fn pause(&self, key: &str, pause: &Pause) -> Result<(), StoreError> {
+        self.with_live(|inner, _| {
+            inner.paused.insert(key.to_owned(), pause.clone());
+            inner.changes += 1;
+        });
+        Ok(())
+    }
+
+    async fn resume(&self, key: &str) -> Result<bool, StoreError> {
+        Ok(self.with_live(|inner, _| {
+            inner.changes += 1;
+            inner.paused.remove(key).is_some()
+        }))
+    }
+
+    async fn paused(&self) -> Result<BTreeMap<String, Pause>, StoreError> {
+        Ok(self.with_live(|inner, _| inner.paused.clone()))
+    }
+
+    async fn audit(&self, entry: &AuditEntry) -> Result<(), StoreError> {
+        self.with_live(|inner, _| {
+            inner.audit.push_front(entry.clone());
+            inner.audit.truncate(AUDIT_KEPT);
+        });
+        Ok(())
+    }
+
+    async fn audit_log(&self, limit: usize) -> Result<Vec<AuditEntry>, StoreError> {
+        Ok(self.with_live(|inner, _| inner.audit.iter().take(limit).cloned().collect()))
     }
 }

@@ -11,11 +11,14 @@
 //! store memory), so that a dashboard sees each cluster value once, not once per worker.
 
 mod memory;
+mod operator;
 mod redis;
 
 pub use memory::MemoryRegistry;
+pub use operator::{AUDIT_KEPT, AuditEntry, Pause, PauseMode};
 pub use redis::RedisRegistry;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -148,6 +151,10 @@ pub struct EntrypointInfo {
     /// it does not exist. Absent (older workers) reads as public.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub private: bool,
+    /// Paused cluster-wide by an operator ([`WorkerRegistry::pause`]). Never advertised by a
+    /// worker: the gateway sets it on its merged listing from [`WorkerRegistry::paused`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<Pause>,
 }
 
 /// An entrypoint's Sign-In-With-X policy.
@@ -212,6 +219,22 @@ pub trait WorkerRegistry: Send + Sync + 'static {
     /// Gives the reporter lease up if `holder` holds it (a clean shutdown: the next process to
     /// ask takes it at once instead of after the ttl); anyone else's lease stays.
     async fn release_reporter(&self, holder: &str) -> Result<(), StoreError>;
+
+    /// Pauses entrypoint `key` cluster-wide (replacing an earlier pause of it) and moves the
+    /// version, so that every gateway lists again.
+    async fn pause(&self, key: &str, pause: &Pause) -> Result<(), StoreError>;
+
+    /// Lifts the pause of `key`, moving the version; true when it was paused.
+    async fn resume(&self, key: &str) -> Result<bool, StoreError>;
+
+    /// The paused entrypoints, by key.
+    async fn paused(&self) -> Result<BTreeMap<String, Pause>, StoreError>;
+
+    /// Appends `entry` to the audit log, which keeps the latest [`AUDIT_KEPT`].
+    async fn audit(&self, entry: &AuditEntry) -> Result<(), StoreError>;
+
+    /// The audit log, newest first, at most `limit` entries.
+    async fn audit_log(&self, limit: usize) -> Result<Vec<AuditEntry>, StoreError>;
 }
 
 #[cfg(test)]

@@ -20,19 +20,22 @@
 //!   script) moves it too;
 //! - [`reporter_hold`], [`reporter_release`]: `lua/reporter_hold.lua` and
 //!   `lua/reporter_release.lua`, the reporter lease (`{ns}:reporter`: which process reports
-//!   the cluster gauges).
+//!   the cluster gauges);
+//! - [`operator`]: `{ns}:paused` and `{ns}:audit`, the operators' pauses and audit log.
 
 mod deregister;
+mod operator;
 mod register;
 mod reporter_hold;
 mod reporter_release;
 mod version;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{RegistryVersion, WorkerEntry, WorkerRegistry};
+use super::{AuditEntry, Pause, RegistryVersion, WorkerEntry, WorkerRegistry};
 use crate::{RedisStore, StoreError};
 
 /// The registry in a [`RedisStore`]'s Redis and namespace, over its connections. Cheap to
@@ -103,5 +106,25 @@ impl WorkerRegistry for RedisRegistry {
     async fn release_reporter(&self, holder: &str) -> Result<(), StoreError> {
         reporter_release::call(&self.store, holder).await?;
         Ok(())
+    }
+
+    async fn pause(&self, key: &str, pause: &Pause) -> Result<(), StoreError> {
+        operator::pause(&self.store, key, pause).await
+    }
+
+    async fn resume(&self, key: &str) -> Result<bool, StoreError> {
+        operator::resume(&self.store, key).await
+    }
+
+    async fn paused(&self) -> Result<BTreeMap<String, Pause>, StoreError> {
+        operator::paused(&self.store).await
+    }
+
+    async fn audit(&self, entry: &AuditEntry) -> Result<(), StoreError> {
+        operator::audit(&self.store, entry).await
+    }
+
+    async fn audit_log(&self, limit: usize) -> Result<Vec<AuditEntry>, StoreError> {
+        operator::audit_log(&self.store, limit).await
     }
 }
