@@ -3,8 +3,11 @@
 //! past a short TTL because expiry is what they test. For Redis, no key of a dead worker may
 //! remain once a later heartbeat has pruned the index, and the index itself expires with its
 //! last worker. The reporter lease (which worker reports the cluster gauges) has one holder at
-//! a time, passes on when its holder stops renewing, and is freed by its holder only.
+//! a time, passes on when its holder stops renewing, and is freed by its holder only. Operators'
+//! pauses are listed until resumed and move the version; the audit log is newest first and
+//! bounded.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -13,7 +16,8 @@ use harness::TestResult;
 use harness::redis_server::RedisServer;
 use serde_json::json;
 use store::registry::{
-    EntrypointInfo, MemoryRegistry, Price, RedisRegistry, WorkerEntry, WorkerRegistry,
+    AUDIT_KEPT, AuditEntry, EntrypointInfo, MemoryRegistry, Pause, PauseMode, Price, RedisRegistry,
+    WorkerEntry, WorkerRegistry,
 };
 use store::{Clock, RedisStore, RedisStoreConfig};
 
@@ -223,6 +227,70 @@ async fn a_reporter_lease_not_renewed_passes_on(registry: &dyn WorkerRegistry) -
 
 // Both registries.
 
+// Operators' state: pauses and the audit log.
+
+fn pause(mode: PauseMode) -> Pause {
+    Pause {
+        mode,
+        by: "operator token abc".into(),
+        at_ms: 1_700_000_000_000,
+    }
+}
+
+async fn a_pause_is_listed_until_resumed_and_moves_the_version(
+    registry: &dyn WorkerRegistry,
+) -> TestResult {
+    registry.heartbeat(&entry("w1"), LONG).await?;
+    assert!(registry.paused().await?.is_empty());
+    let before = registry.version().await?;
+    registry.pause("echo", &pause(PauseMode::Queue)).await?;
+    let paused = registry.version().await?;
+    assert_ne!(paused, before, "a gateway must list again after a pause");
+    assert_eq!(
+        registry.paused().await?,
+        BTreeMap::from([("echo".to_owned(), pause(PauseMode::Queue))])
+    );
+    // A second pause replaces the first.
+    registry.pause("echo", &pause(PauseMode::Refuse)).await?;
+    registry.pause("chat", &pause(PauseMode::Queue)).await?;
+    let listed = registry.paused().await?;
+    assert_eq!(listed.len(), 2);
+    assert_eq!(listed["echo"].mode, PauseMode::Refuse);
+    let before = registry.version().await?;
+    assert!(registry.resume("echo").await?);
+    assert_ne!(registry.version().await?, before);
+    assert!(!registry.resume("echo").await?, "resumed already");
+    assert_eq!(
+        registry.paused().await?.into_keys().collect::<Vec<_>>(),
+        ["chat"]
+    );
+    // The workers' entries are untouched.
+    assert_eq!(registry.workers().await?, vec![entry("w1")]);
+    Ok(())
+}
+
+async fn the_audit_log_is_newest_first_and_bounded(registry: &dyn WorkerRegistry) -> TestResult {
+    assert!(registry.audit_log(10).await?.is_empty());
+    let action = |n: usize| AuditEntry {
+        at_ms: 1_700_000_000_000 + n as u64,
+        actor: "operator token abc".into(),
+        action: "pause".into(),
+        target: format!("key{n}"),
+        detail: json!({"mode": "queue"}),
+    };
+    for n in 0..AUDIT_KEPT + 5 {
+        registry.audit(&action(n)).await?;
+    }
+    let listed = registry.audit_log(usize::MAX).await?;
+    assert_eq!(listed.len(), AUDIT_KEPT, "the oldest are dropped");
+    assert_eq!(listed[0], action(AUDIT_KEPT + 4));
+    assert_eq!(listed[AUDIT_KEPT - 1], action(5));
+    let latest = registry.audit_log(2).await?;
+    assert_eq!(latest, vec![action(AUDIT_KEPT + 4), action(AUDIT_KEPT + 3)]);
+    assert!(registry.audit_log(0).await?.is_empty());
+    Ok(())
+}
+
 async fn on_memory(test: impl AsyncFnOnce(&dyn WorkerRegistry) -> TestResult) -> TestResult {
     test(&MemoryRegistry::new()).await
 }
@@ -265,6 +333,8 @@ both!(
     the_version_moves_when_an_entry_expires,
     one_process_holds_the_reporter_lease,
     a_reporter_lease_not_renewed_passes_on,
+    a_pause_is_listed_until_resumed_and_moves_the_version,
+    the_audit_log_is_newest_first_and_bounded,
 );
 
 // Redis only: no key leaks.
