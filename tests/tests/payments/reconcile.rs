@@ -8,7 +8,8 @@
 //! the receipt with the task, which then runs to completion; `void` records the operator's
 //! decision and cancels the held task; `settled --transaction` stores a receipt naming that
 //! transaction; a resolved record leaves the list; refusals: no operator token, a wrong one,
-//! a task that holds no settling record, a malformed transaction.
+//! a task that holds no settling record, a malformed transaction; the audit log lists the
+//! decisions newest first.
 
 use std::time::Duration;
 
@@ -231,5 +232,36 @@ async fn an_operator_resolves_lost_settle_answers_by_lookup_void_or_transaction(
         .send()
         .await?;
     assert_eq!(unauthenticated.status(), StatusCode::UNAUTHORIZED);
+
+    // The audit log: the three decisions that resolved a record, newest first (refusals are
+    // not actions), each under the operator key's fingerprint.
+    let (code, answer) = admin(&["audit", base], Some(OPERATOR_TOKEN)).await?;
+    assert_eq!(code, 0, "{answer}");
+    let entries = answer["entries"].as_array().cloned().unwrap_or_default();
+    let actions: Vec<(&str, &str)> = entries
+        .iter()
+        .map(|entry| {
+            (
+                entry["action"].as_str().unwrap_or("?"),
+                entry["target"].as_str().unwrap_or("?"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            ("settlement.settled", third.as_str()),
+            ("settlement.void", second.as_str()),
+            ("settlement.lookup", first.as_str()),
+        ],
+        "{answer}"
+    );
+    assert_eq!(entries[0]["detail"]["transaction"], transaction.as_str());
+    assert_eq!(entries[1]["detail"]["note"], "refunded by hand");
+    assert!(entries.iter().all(|entry| {
+        entry["actor"]
+            .as_str()
+            .is_some_and(|actor| actor.starts_with("operator token "))
+    }));
     Ok(())
 }

@@ -1,35 +1,40 @@
 //! The operators' state in Redis: `{ns}:paused` (hash: entrypoint key -> pause JSON) and
 //! `{ns}:audit` (list, newest first, trimmed to [`AUDIT_KEPT`]). Both sit in the namespace's
 //! slot beside `{ns}:registry-version`, so a pause or resume and the version bump it needs
-//! are one MULTI: a gateway that sees the new version lists the new pauses.
+//! are one script (`lua/operator_pause.lua`, bumping as the registry scripts do): a gateway
+//! that sees the new version lists the new pauses.
 
 use std::collections::BTreeMap;
 
+use crate::lua::lua_script;
 use crate::registry::{AUDIT_KEPT, AuditEntry, Pause};
 use crate::{RedisStore, StoreError};
 
+lua_script!(static "operator_pause");
+
 pub(super) async fn pause(store: &RedisStore, key: &str, pause: &Pause) -> Result<(), StoreError> {
-    let keys = store.keys();
     let json =
         serde_json::to_string(pause).map_err(|err| StoreError::Corrupt(format!("pause: {err}")))?;
-    let mut pipe = redis::pipe();
-    pipe.atomic()
-        .hset(keys.paused(), key, json)
-        .ignore()
-        .incr(keys.registry_version(), 1)
-        .ignore();
-    store.pipe::<()>(&pipe).await
+    set(store, key, &json).await?;
+    Ok(())
 }
 
 pub(super) async fn resume(store: &RedisStore, key: &str) -> Result<bool, StoreError> {
+    set(store, key, "").await
+}
+
+/// `lua/operator_pause.lua`: sets (`pause` JSON) or lifts (empty) a pause and bumps the
+/// registry version; true when it changed something.
+async fn set(store: &RedisStore, key: &str, pause: &str) -> Result<bool, StoreError> {
     let keys = store.keys();
-    let mut pipe = redis::pipe();
-    pipe.atomic()
-        .hdel(keys.paused(), key)
-        .incr(keys.registry_version(), 1)
-        .ignore();
-    let (removed,): (u64,) = store.pipe(&pipe).await?;
-    Ok(removed > 0)
+    let mut invocation = SCRIPT.prepare_invoke();
+    invocation
+        .key(keys.paused())
+        .key(keys.registry_version())
+        .arg(key)
+        .arg(pause);
+    let done: u64 = store.eval(NAME, &mut invocation).await?;
+    Ok(done == 1)
 }
 
 pub(super) async fn paused(store: &RedisStore) -> Result<BTreeMap<String, Pause>, StoreError> {
