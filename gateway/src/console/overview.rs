@@ -52,6 +52,9 @@ pub struct EntrypointRow {
     /// Slots of the live workers that host it.
     pub capacity: u64,
     pub workers: u64,
+    /// Paused by an operator (`taskctl admin pause`): its queued tasks wait.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paused: Option<store::registry::Pause>,
 }
 
 #[derive(Debug, Serialize)]
@@ -158,11 +161,17 @@ pub async fn build(state: &AppState) -> Overview {
     }
     // Every read of the store at once: one round trip's wait, however many entrypoints.
     let store = &state.store;
-    let (depths, live, leases) = tokio::join!(
+    let (depths, live, leases, paused) = tokio::join!(
         futures::future::join_all(names.iter().map(|name| store.queue_depth(name))),
         store.live_count(),
         store.lease_count(),
+        state.registry.paused(),
     );
+    let mut paused = paused.unwrap_or_else(|err| {
+        tracing::debug!(error = %err, "console: could not read the paused entrypoints");
+        partial.push("paused".to_owned());
+        BTreeMap::new()
+    });
     let mut tasks = TaskCounts {
         live: live.ok(),
         ..TaskCounts::default()
@@ -191,6 +200,7 @@ pub async fn build(state: &AppState) -> Overview {
         entrypoints.push(EntrypointRow {
             capacity: hosts.iter().map(|w| w.concurrency as u64).sum(),
             workers: hosts.len() as u64,
+            paused: paused.remove(&name),
             name,
             queued,
             running,

@@ -5,7 +5,8 @@
 //! What is proven: a task of a paused entrypoint is accepted and stays queued (untaken, no
 //! lease) while another entrypoint's tasks run; the pause survives the worker (a worker started
 //! while it stands takes none of its tasks); resuming runs the queued task; `--refuse` makes
-//! creating a task of it `503` with Retry-After; the cards show the pause; the audit log lists
+//! creating a task of it (`POST /tasks`, invoke, an A2A send) `503` with Retry-After; the
+//! Lucid card, the A2A card (a `paused` tag) and the console overview show the pause; the audit log lists
 //! the actions newest first under the operator key's fingerprint; refusals: no operator token,
 //! a wrong one, an unknown entrypoint, a malformed body.
 //!
@@ -213,6 +214,38 @@ async fn an_operator_pauses_and_resumes_an_entrypoint_cluster_wide() -> TestResu
     })
     .await?;
     assert!(card["entrypoints"]["echo"].get("paused").is_none());
+    let a2a_card: Value = cluster
+        .http
+        .get(format!("{base}/a2a/.well-known/agent-card.json"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let tags = |skill: &str| -> Vec<Value> {
+        a2a_card["skills"]
+            .as_array()
+            .and_then(|skills| skills.iter().find(|s| s["id"] == skill))
+            .and_then(|s| s["tags"].as_array().cloned())
+            .unwrap_or_default()
+    };
+    assert!(tags("sleep").contains(&json!("paused")), "{a2a_card}");
+    assert!(!tags("echo").contains(&json!("paused")), "{a2a_card}");
+    let overview: Value = cluster
+        .http
+        .get(format!("{base}/console/api/overview"))
+        .bearer_auth(OPERATOR_TOKEN)
+        .send()
+        .await?
+        .json()
+        .await?;
+    let row = |name: &str| {
+        overview["entrypoints"]
+            .as_array()
+            .and_then(|rows| rows.iter().find(|row| row["name"] == name).cloned())
+            .unwrap_or_default()
+    };
+    assert_eq!(row("sleep")["paused"]["mode"], "queue", "{overview}");
+    assert!(row("echo").get("paused").is_none(), "{overview}");
     let sleep = created(&cluster, "sleep", r#"{"ms":1}"#).await?;
     let echo = created(&cluster, "echo", "{}").await?;
     completed(&store, &echo).await?;
@@ -261,6 +294,24 @@ async fn an_operator_pauses_and_resumes_an_entrypoint_cluster_wide() -> TestResu
         .send()
         .await?;
     assert_eq!(invoke.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let (_, reply) = cluster
+        .jsonrpc(
+            Some(TOKEN),
+            "SendMessage",
+            json!({"message": {
+                "messageId": "pause-suite-a2a",
+                "role": "ROLE_USER",
+                "parts": [{"data": {}}],
+                "metadata": {"skillId": "echo"},
+            }}),
+        )
+        .await?;
+    assert!(
+        reply["error"]["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("paused")),
+        "an A2A send is refused too: {reply}"
+    );
     // sleep is not paused any more: it runs.
     let sleep = created(&cluster, "sleep", r#"{"ms":1}"#).await?;
     completed(&store, &sleep).await?;

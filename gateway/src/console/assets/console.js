@@ -102,7 +102,8 @@
     text("awaiting", o.payments.enabled ? o.payments.awaiting_recovery : "off");
 
     rows("entrypoints", o.entrypoints, (e) => e.name, (e) => [
-      ["name", e.name], ["queued", e.queued], ["running", e.running],
+      ["name", e.paused ? e.name + " (paused, " + e.paused.mode + ")" : e.name],
+      ["queued", e.queued], ["running", e.running],
       ["capacity", e.capacity], ["workers", e.workers],
     ]);
     rows("workers", o.workers, (w) => w.id, (w) => [
