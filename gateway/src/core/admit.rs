@@ -352,3 +352,44 @@ pub async fn create_as(
     crate::core::create::create_in(&state.store, &state.store_memory, admit, task_id, admission)
         .await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use store::registry::Pause;
+
+    fn entrypoint(paused: Option<PauseMode>) -> EntrypointInfo {
+        EntrypointInfo {
+            key: "sleep".into(),
+            description: String::new(),
+            input_schema: serde_json::json!({}),
+            output_schema: serde_json::json!({}),
+            streaming: false,
+            price: None,
+            retry_safe: false,
+            siwx: None,
+            private: false,
+            paused: paused.map(|mode| Pause {
+                mode,
+                by: "operator token ab".into(),
+                at_ms: 1,
+            }),
+        }
+    }
+
+    #[test]
+    fn only_a_refusing_pause_refuses() {
+        assert!(refuse_paused(&entrypoint(None)).is_ok());
+        assert!(refuse_paused(&entrypoint(Some(PauseMode::Queue))).is_ok());
+        let refused = refuse_paused(&entrypoint(Some(PauseMode::Refuse))).err();
+        let refused = refused.as_ref();
+        assert_eq!(
+            refused.map(|err| err.status),
+            Some(StatusCode::SERVICE_UNAVAILABLE)
+        );
+        assert_eq!(
+            refused.and_then(|err| err.retry_after),
+            Some(PAUSED_RETRY_AFTER_S)
+        );
+    }
+}

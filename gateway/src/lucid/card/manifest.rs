@@ -314,4 +314,23 @@ mod tests {
             r#"{"count":{"description":"Counts","streaming":true,"input_schema":{"type":"object"},"payment_protocol":"x402","network":"eip155:84532","pricing":{"invoke":"0.002","stream":"0.002"}}}"#
         );
     }
+
+    /// A paused entrypoint says so last, after everything upstream lays out.
+    #[test]
+    fn a_paused_entrypoint_shows_its_pause() {
+        let config = GatewayConfig::for_tests();
+        let mut paused = entrypoint("sleep", "Waits", json!({}), json!({}));
+        paused.paused = Some(store::registry::Pause {
+            mode: store::registry::PauseMode::Refuse,
+            by: "operator token ab".into(),
+            at_ms: 1_700_000_000_000,
+        });
+        let entrypoints = [paused];
+        let card = AgentCard::build(&config, "http://h", &entrypoints);
+        let text = serde_json::to_string(&card.entrypoints).unwrap_or_default();
+        assert_eq!(
+            text,
+            r#"{"sleep":{"description":"Waits","streaming":false,"paused":{"mode":"refuse","by":"operator token ab","atMs":1700000000000}}}"#
+        );
+    }
 }
