@@ -117,5 +117,14 @@ async fn take(
     if shutdown.is_cancelled() {
         return Ok(Vec::new());
     }
-    store.take_active(spec, Duration::ZERO).await
+    // The wait may have begun before an entrypoint was paused: take none of its tasks now.
+    let entrypoints = shared.share.unpaused(&spec.entrypoints);
+    if entrypoints.len() == spec.entrypoints.len() {
+        return store.take_active(spec, Duration::ZERO).await;
+    }
+    let spec = TakeSpec {
+        entrypoints,
+        ..spec.clone()
+    };
+    store.take_active(&spec, Duration::ZERO).await
 }

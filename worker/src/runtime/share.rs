@@ -69,6 +69,16 @@ impl SlotShare {
         true
     }
 
+    /// `keys` less those paused now: a take whose wait began before a pause takes none of
+    /// the paused entrypoint's tasks after it.
+    pub fn unpaused(&self, keys: &[String]) -> Vec<String> {
+        let paused = self.paused.lock().unwrap_or_else(PoisonError::into_inner);
+        keys.iter()
+            .filter(|key| !paused.contains(*key))
+            .cloned()
+            .collect()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
         // Held only for map operations, never across an await.
         self.held.lock().unwrap_or_else(PoisonError::into_inner)
@@ -233,6 +243,7 @@ mod tests {
         // A finishing sleep's slot takes no other sleep either.
         assert_eq!(share.open(Some("sleep")).0, vec!["echo".to_owned()]);
         assert!(!share.set_paused(BTreeSet::from(["sleep".to_owned()])));
+        assert_eq!(share.unpaused(&keys()), vec!["echo".to_owned()]);
     }
 
     #[tokio::test]
