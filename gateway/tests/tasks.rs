@@ -22,7 +22,9 @@ use protocol::TaskStatus;
 use protocol::token::OwnerHash;
 use serde_json::{Value, json};
 use store::credentials::MemoryCredentials;
-use store::registry::{EntrypointInfo, MemoryRegistry, Price, WorkerEntry, WorkerRegistry};
+use store::registry::{
+    EntrypointInfo, MemoryRegistry, Pause, PauseMode, Price, WorkerEntry, WorkerRegistry,
+};
 use store::{
     Activation, CasOutcome, Claim, Durability, EventPayload, Lease, ListQuery, MemoryStore,
     MemoryStoreConfig, NewTask, RecoveryReport, StoreError, StoredTask, Subscription, TaskPage,
@@ -57,9 +59,17 @@ impl Gateway {
     }
 
     async fn start_with(config: GatewayConfig) -> TestResult<Gateway> {
+        Ok(Gateway::start_keeping_registry(config).await?.0)
+    }
+
+    /// [`Gateway::start_with`], and the embedded registry (to act on it as an operator does).
+    async fn start_keeping_registry(
+        config: GatewayConfig,
+    ) -> TestResult<(Gateway, Arc<dyn WorkerRegistry>)> {
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
         let state = gateway::embedded::start(config, shutdown.clone(), &tracker);
+        let registry = state.registry.clone();
         let registered = async {
             loop {
                 if !state.registry.workers().await?.is_empty() {
@@ -71,11 +81,12 @@ impl Gateway {
         tokio::time::timeout(PATIENCE, registered)
             .await
             .map_err(|_| fail("the embedded worker never registered"))??;
-        Ok(Gateway {
+        let gateway = Gateway {
             app: gateway::app(state),
             shutdown,
             tracker,
-        })
+        };
+        Ok((gateway, registry))
     }
 
     async fn stop(self) -> TestResult {
@@ -296,6 +307,41 @@ async fn create_with_a_token_returns_it_and_the_task_completes() -> TestResult {
         keys,
         ["taskId", "status", "createdAt", "updatedAt", "result"]
     );
+    gw.stop().await
+}
+
+/// Embedded mode (the registry in memory, read on every request): a refusing pause refuses a
+/// new task at once with 503 and Retry-After, and a resume admits again.
+#[tokio::test]
+async fn an_entrypoint_paused_to_refuse_refuses_new_tasks_until_resumed() -> TestResult {
+    let (gw, registry) = Gateway::start_keeping_registry(GatewayConfig::for_tests()).await?;
+    let pause = Pause {
+        mode: PauseMode::Refuse,
+        by: "operator token ab".into(),
+        at_ms: 1,
+    };
+    registry.pause("echo", &pause).await?;
+    let reply = gw
+        .post_json("/tasks", Some(TOKEN), &message("echo", r#"{"x":1}"#))
+        .await?;
+    reply.expect_status(StatusCode::SERVICE_UNAVAILABLE)?;
+    assert_eq!(
+        reply
+            .headers
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok()),
+        Some("30")
+    );
+    assert_eq!(reply.json()?["error"]["code"], "service_unavailable");
+    // Another entrypoint is not paused.
+    let reply = gw
+        .post_json("/tasks", Some(TOKEN), &message("sleep", r#"{"ms":1}"#))
+        .await?;
+    reply.expect_status(StatusCode::OK)?;
+    assert!(registry.resume("echo").await?);
+    let task_id = gw.create(TOKEN, message("echo", r#"{"x":1}"#)).await?;
+    let events = gw.events_until_end(&task_id, TOKEN).await?;
+    assert!(events.contains(r#""status":"completed""#), "{events}");
     gw.stop().await
 }
 
