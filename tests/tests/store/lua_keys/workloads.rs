@@ -194,6 +194,14 @@ async fn registry(store: &RedisStore) -> Result<(), BoxError> {
     registry.deregister("w1").await?;
     assert!(registry.hold_reporter("w1", LONG).await?);
     registry.release_reporter("w1").await?;
+    // An operator's pause and resume (one script each way, moving the registry version).
+    let pause = store::registry::Pause {
+        mode: store::registry::PauseMode::Queue,
+        by: "operator".to_owned(),
+        at_ms: 1,
+    };
+    registry.pause("echo", &pause).await?;
+    assert!(registry.resume("echo").await?);
     Ok(())
 }
 
