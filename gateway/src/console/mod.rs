@@ -244,6 +244,24 @@ impl Console {
 }
 
 /// Headers every console response carries.
+/// An API error of a console route, never cached.
+fn answer(err: crate::http::error::ApiError) -> Response {
+    hardened(err.into_response(), "no-store")
+}
+
+/// A JSON answer of a console route, never cached.
+fn json(status: StatusCode, value: &serde_json::Value) -> Response {
+    hardened(
+        (
+            status,
+            [(CONTENT_TYPE, "application/json")],
+            value.to_string(),
+        )
+            .into_response(),
+        "no-store",
+    )
+}
+
 fn hardened(mut response: Response, cache: &'static str) -> Response {
     let headers = response.headers_mut();
     headers.insert(

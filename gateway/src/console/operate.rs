@@ -14,12 +14,12 @@
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use protocol::ErrorCode;
 use serde::Deserialize;
 use store::registry::{AUDIT_KEPT, AuditEntry, Pause, PauseMode};
 
-use super::{Caller, Console, hardened, unauthorized};
+use super::{Caller, Console, answer, json, unauthorized};
 use crate::http::error::ApiError;
 
 /// Largest pause body read.
@@ -177,21 +177,5 @@ fn not_hosted(key: &str) -> ApiError {
             "No live worker hosts entrypoint {}",
             serde_json::Value::String(key.to_owned())
         ),
-    )
-}
-
-fn answer(err: ApiError) -> Response {
-    hardened(err.into_response(), "no-store")
-}
-
-fn json(status: StatusCode, value: &serde_json::Value) -> Response {
-    hardened(
-        (
-            status,
-            [(axum::http::header::CONTENT_TYPE, "application/json")],
-            value.to_string(),
-        )
-            .into_response(),
-        "no-store",
     )
 }

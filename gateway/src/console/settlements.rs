@@ -12,10 +12,10 @@
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use protocol::ErrorCode;
 
-use super::{Caller, Console, hardened, unauthorized};
+use super::{Caller, Console, answer, json, unauthorized};
 use crate::core::pay::reconcile::{self, Action, ReconcileError};
 use crate::core::pay::recovery;
 use crate::http::error::ApiError;
@@ -138,21 +138,5 @@ fn no_payments() -> ApiError {
         StatusCode::NOT_FOUND,
         ErrorCode::PaymentCapabilityUnsupported,
         "This gateway takes no payments: there is nothing to reconcile",
-    )
-}
-
-fn answer(err: ApiError) -> Response {
-    hardened(err.into_response(), "no-store")
-}
-
-fn json(status: StatusCode, value: &serde_json::Value) -> Response {
-    hardened(
-        (
-            status,
-            [(axum::http::header::CONTENT_TYPE, "application/json")],
-            value.to_string(),
-        )
-            .into_response(),
-        "no-store",
     )
 }

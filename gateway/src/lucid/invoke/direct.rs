@@ -24,6 +24,9 @@ use crate::core::watch::{RunEvent, Terminal, Watch};
 use crate::http::client_address::Source;
 use crate::http::error::ApiError;
 
+/// Longest error code a not-charged note quotes.
+const MAX_NOTED_CODE_CHARS: usize = 64;
+
 pub async fn invoke(
     State(state): State<AppState>,
     Path(key): Path<String>,
@@ -180,7 +183,16 @@ async fn run_paid_after(
         }
         Ended::Finished(terminal) => {
             let why = match (&terminal.status, &terminal.error) {
-                (TaskStatus::Failed, Some(error)) => format!("the run failed ({})", error.code),
+                // The code is the handler's (a remote agent's, maybe): kept short in the
+                // payment's record.
+                (TaskStatus::Failed, Some(error)) => format!(
+                    "the run failed ({})",
+                    error
+                        .code
+                        .chars()
+                        .take(MAX_NOTED_CODE_CHARS)
+                        .collect::<String>()
+                ),
                 (TaskStatus::Failed, None) => "the run failed".to_owned(),
                 _ => "the run was cancelled".to_owned(),
             };

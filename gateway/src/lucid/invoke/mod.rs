@@ -153,6 +153,21 @@ struct Run {
 }
 
 impl Run {
+    /// The run of `task` (of `entrypoint`) followed by `watch`, cancelled if dropped unsettled.
+    fn new(
+        state: &AppState,
+        task: Task,
+        entrypoint: &str,
+        watch: crate::core::watch::Watch,
+    ) -> Run {
+        Run {
+            guard: CancelOnDrop::new(state.store.clone(), &task.task_id, entrypoint),
+            task,
+            entrypoint: entrypoint.to_owned(),
+            watch,
+        }
+    }
+
     /// The run finished (or was cancelled here): dropping it no longer cancels anything.
     fn settle(&mut self) {
         self.guard.disarm();
@@ -173,16 +188,9 @@ async fn start_run(
         direct_admit(state, entrypoint, &owner, input, source),
     )
     .await?;
-    let entrypoint = entrypoint.key.as_str();
-    let guard = CancelOnDrop::new(state.store.clone(), &task.task_id, entrypoint);
     let watch =
         crate::core::watch::Watch::with(state.store.clone(), &task.task_id, &owner, subscription);
-    Ok(Run {
-        task,
-        entrypoint: entrypoint.to_owned(),
-        watch,
-        guard,
-    })
+    Ok(Run::new(state, task, &entrypoint.key, watch))
 }
 
 /// The task of a direct run for `owner` (a fresh internal token): one run's attempts, the
@@ -242,15 +250,7 @@ async fn start_paid_run(
     let opened = crate::core::watch::Watch::open(state.store.clone(), &paid.task_id, &owner).await;
     let task = paid.created;
     match opened {
-        Ok(watch) => Ok((
-            Run {
-                guard: CancelOnDrop::new(state.store.clone(), &task.task_id, entrypoint),
-                task,
-                entrypoint: entrypoint.to_owned(),
-                watch,
-            },
-            paid.receipt,
-        )),
+        Ok(watch) => Ok((Run::new(state, task, entrypoint, watch), paid.receipt)),
         Err(err) => {
             let mut response = err.into_response();
             paid.receipt.attach(&mut response);
@@ -287,15 +287,7 @@ async fn start_reserved_run<'a>(
     let task = reserved.created;
     let reservation = reserved.reservation;
     match crate::core::watch::Watch::open(state.store.clone(), &task.task_id, &owner).await {
-        Ok(watch) => Ok((
-            Run {
-                guard: CancelOnDrop::new(state.store.clone(), &task.task_id, entrypoint),
-                task,
-                entrypoint: entrypoint.to_owned(),
-                watch,
-            },
-            reservation,
-        )),
+        Ok(watch) => Ok((Run::new(state, task, entrypoint, watch), reservation)),
         Err(err) => {
             // Not followed, so never handed to anyone: cancelled and charged nothing.
             let _ = cancel(state.store.as_ref(), &task.task_id, entrypoint).await;
