@@ -9,13 +9,16 @@
 //! - `GET /console/api/events`: the overview again every [`REFRESH`] as SSE `overview` events;
 //! - `POST /console/api/entrypoints/{key}/pause|resume`, `GET /console/api/audit`: see
 //!   [`operate`];
-//! - `GET /console/assets/*`: the page's script and style sheet (static, public, no data).
+//! - `GET /console/assets/*`: the page's scripts and style sheet (static, public, no data).
+//!
+//! Actions by console session carry the page's token ([`actor`]).
 //!
 //! The page is plain HTML, CSS and JavaScript compiled into the binary: no build step, no CDN,
 //! and a Content-Security-Policy that allows only this origin's own script and style.
 //! Overviews are built at most once per [`REFRESH`] per gateway however many consoles watch,
 //! and at most [`MAX_STREAMS`] event streams are open at once.
 
+pub mod actor;
 pub mod auth;
 pub mod operate;
 pub mod overview;
@@ -49,6 +52,7 @@ const MAX_LOGIN_BYTES: usize = 4 * 1024;
 const PAGE: &str = include_str!("assets/console.html");
 const LOGIN: &str = include_str!("assets/login.html");
 const SCRIPT: &str = include_str!("assets/console.js");
+const ACTIONS_SCRIPT: &str = include_str!("assets/actions.js");
 const STYLE: &str = include_str!("assets/console.css");
 
 /// Only this origin's own script, style and connections; never framed.
@@ -111,6 +115,7 @@ pub fn router(app: &AppState) -> Option<Router> {
             )
             .route("/console/api/audit", get(operate::audit_log))
             .route("/console/assets/console.js", get(script))
+            .route("/console/assets/actions.js", get(actions_script))
             .route("/console/assets/console.css", get(style))
             .with_state(console),
     )
@@ -543,8 +548,16 @@ async fn events(State(console): State<Console>, headers: HeaderMap) -> Response 
 }
 
 async fn script() -> Response {
+    javascript(SCRIPT)
+}
+
+async fn actions_script() -> Response {
+    javascript(ACTIONS_SCRIPT)
+}
+
+fn javascript(source: &'static str) -> Response {
     hardened(
-        ([(CONTENT_TYPE, "text/javascript; charset=utf-8")], SCRIPT).into_response(),
+        ([(CONTENT_TYPE, "text/javascript; charset=utf-8")], source).into_response(),
         "public, max-age=300",
     )
 }

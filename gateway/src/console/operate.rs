@@ -9,8 +9,8 @@
 //! - `GET /console/api/audit`: `{"entries":[{atMs,actor,action,target,detail}]}`, newest
 //!   first (an operator session or the operator token).
 //!
-//! The actions take the operator token as a bearer credential only, as the settlement actions
-//! do ([`super::settlements`]). `taskctl admin pause|resume|audit` call them.
+//! The actions take the operator token as a bearer credential, or a console session with its
+//! page's token ([`super::actor`]). `taskctl admin pause|resume|audit` call them.
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -19,6 +19,7 @@ use protocol::ErrorCode;
 use serde::Deserialize;
 use store::registry::{AUDIT_KEPT, AuditEntry, Pause, PauseMode};
 
+use super::actor::Actor;
 use super::{Caller, Console, answer, json, unauthorized};
 use crate::http::error::ApiError;
 
@@ -38,9 +39,10 @@ pub async fn pause(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    if console.caller(&headers).await != Caller::Bearer {
-        return unauthorized();
-    }
+    let actor = match console.actor(&headers).await {
+        Ok(actor) => actor,
+        Err(refused) => return refused,
+    };
     if body.len() > MAX_BODY_BYTES {
         return answer(ApiError::bad_request(
             ErrorCode::InvalidRequest,
@@ -65,7 +67,7 @@ pub async fn pause(
         Ok(false) => return answer(not_hosted(&key)),
         Err(err) => return answer(err),
     }
-    let by = actor(&console);
+    let by = console.audit_name(&actor);
     let pause = Pause {
         mode: request.mode,
         by: by.clone(),
@@ -77,6 +79,7 @@ pub async fn pause(
     tracing::info!(entrypoint = %key, mode = request.mode.as_str(), operator = %by, "entrypoint paused by an operator");
     audit(
         &console,
+        &actor,
         "pause",
         &key,
         serde_json::json!({"mode": request.mode}),
@@ -93,9 +96,10 @@ pub async fn resume(
     Path(key): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    if console.caller(&headers).await != Caller::Bearer {
-        return unauthorized();
-    }
+    let actor = match console.actor(&headers).await {
+        Ok(actor) => actor,
+        Err(refused) => return refused,
+    };
     let was_paused = match console.app.registry.resume(&key).await {
         Ok(was_paused) => was_paused,
         Err(err) => return answer(ApiError::from(err)),
@@ -108,9 +112,10 @@ pub async fn resume(
             Err(err) => return answer(err),
         }
     }
-    tracing::info!(entrypoint = %key, operator = %actor(&console), "entrypoint resumed by an operator");
+    tracing::info!(entrypoint = %key, operator = %console.audit_name(&actor), "entrypoint resumed by an operator");
     audit(
         &console,
+        &actor,
         "resume",
         &key,
         serde_json::json!({"wasPaused": was_paused}),
@@ -135,22 +140,18 @@ pub async fn audit_log(State(console): State<Console>, headers: HeaderMap) -> Re
     }
 }
 
-/// Who acts: the operator key's fingerprint, as the settlement actions record it.
-pub(super) fn actor(console: &Console) -> String {
-    format!("operator token {}", console.key_id)
-}
-
 /// Appends an action to the audit log. The action was done already: a log that cannot be
 /// written is reported in the gateway's log, not to the operator as a failed action.
 pub(super) async fn audit(
     console: &Console,
+    actor: &Actor,
     action: &str,
     target: &str,
     detail: serde_json::Value,
 ) {
     let entry = AuditEntry {
         at_ms: protocol::Timestamp::now().as_millis(),
-        actor: actor(console),
+        actor: console.audit_name(actor),
         action: action.to_owned(),
         target: target.to_owned(),
         detail,

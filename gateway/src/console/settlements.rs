@@ -5,8 +5,8 @@
 //! - `POST /console/api/settlements/{task_id}` with `{"action":"lookup"}`,
 //!   `{"action":"void","note":...}` or `{"action":"settled","transaction":"0x…","note":...}`:
 //!   resolves one, answering `{"taskId","outcome"}` (`settled`, `void` or `unresolved`). The
-//!   operator token as a bearer credential only: a browser session would need the console's
-//!   sign-out token (CSRF) per action, which its page does not offer yet.
+//!   operator token as a bearer credential, or a console session with its page's token
+//!   ([`super::actor`]).
 //!
 //! `taskctl admin settlements` and `taskctl admin settle` call them.
 
@@ -50,9 +50,10 @@ pub async fn act(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    if console.caller(&headers).await != Caller::Bearer {
-        return unauthorized();
-    }
+    let actor = match console.actor(&headers).await {
+        Ok(actor) => actor,
+        Err(refused) => return refused,
+    };
     let Some(gate) = console.app.payments.as_deref() else {
         return answer(no_payments());
     };
@@ -74,7 +75,7 @@ pub async fn act(
         }
     };
     let grace = recovery::grace(&console.app.config);
-    let by = super::operate::actor(&console);
+    let by = console.audit_name(&actor);
     let audited = audited(&action);
     match reconcile::act(
         gate,
@@ -89,7 +90,7 @@ pub async fn act(
         Ok(outcome) => {
             let mut detail = audited.1;
             detail["outcome"] = serde_json::json!(outcome);
-            super::operate::audit(&console, audited.0, &task_id, detail).await;
+            super::operate::audit(&console, &actor, audited.0, &task_id, detail).await;
             json(
                 StatusCode::OK,
                 &serde_json::json!({"taskId": task_id, "outcome": outcome}),

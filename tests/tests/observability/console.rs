@@ -733,3 +733,165 @@ async fn sessions_are_bounded_and_a_failed_sign_in_keeps_nothing() -> TestResult
     assert!(ttl > 0, "{ttl}");
     Ok(())
 }
+
+/// POSTs a pause of `echo` with `cookie` and the given page token and fetch headers.
+async fn pause_by_session(
+    http: &reqwest::Client,
+    base: &str,
+    cookie: Option<&str>,
+    csrf: Option<&str>,
+    site: Option<&str>,
+    origin: Option<&str>,
+) -> TestResult<StatusCode> {
+    let mut request = http
+        .post(format!("{base}/console/api/entrypoints/echo/pause"))
+        .header(CONTENT_TYPE, "application/json")
+        .body(r#"{"mode":"queue"}"#);
+    if let Some(cookie) = cookie {
+        request = request.header(COOKIE, cookie);
+    }
+    if let Some(csrf) = csrf {
+        request = request.header("x-console-csrf", csrf);
+    }
+    if let Some(site) = site {
+        request = request.header("sec-fetch-site", site);
+    }
+    if let Some(origin) = origin {
+        request = request.header("origin", origin);
+    }
+    Ok(request.send().await?.status())
+}
+
+/// The registry's paused entrypoints, read from Redis itself.
+async fn paused_in_redis(cluster: &Cluster) -> TestResult<Vec<String>> {
+    let client = redis::Client::open(cluster.redis.url())?;
+    let mut redis = client.get_multiplexed_async_connection().await?;
+    let keys: Vec<String> = redis::cmd("HKEYS")
+        .arg("{tc}:paused")
+        .query_async(&mut redis)
+        .await?;
+    Ok(keys)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_action_by_session_needs_the_page_token_and_a_standing_session() -> TestResult {
+    let cluster = Cluster::builder()
+        .worker("w1", &[])
+        .gateway("g1", &[("OPERATOR_TOKEN", OPERATOR_TOKEN)])
+        .skills(&["echo"])
+        .start()
+        .await?;
+    let http = client()?;
+    let base = cluster.base();
+    let cookie = sign_in(&http, base, OPERATOR_TOKEN).await?;
+    let csrf = csrf_of(&http, base, &cookie).await?;
+    assert!(!csrf.is_empty(), "the page carries the session's token");
+    let host = base.trim_start_matches("http://");
+    let own_origin = format!("http://{host}");
+
+    // What another site can make a browser send, and a script holding only the cookie.
+    for (what, csrf, site, origin, expected) in [
+        (
+            "no credentials at all",
+            None,
+            None,
+            None,
+            StatusCode::UNAUTHORIZED,
+        ),
+        (
+            "cookie, no page token",
+            None,
+            Some("same-origin"),
+            None,
+            StatusCode::FORBIDDEN,
+        ),
+        (
+            "cookie, a wrong page token",
+            Some("00ff"),
+            Some("same-origin"),
+            None,
+            StatusCode::FORBIDDEN,
+        ),
+        (
+            "cookie and page token, cross-site",
+            Some(csrf.as_str()),
+            Some("cross-site"),
+            None,
+            StatusCode::FORBIDDEN,
+        ),
+        (
+            "cookie and page token, same-site",
+            Some(csrf.as_str()),
+            Some("same-site"),
+            None,
+            StatusCode::FORBIDDEN,
+        ),
+        (
+            "cookie and page token, foreign origin",
+            Some(csrf.as_str()),
+            None,
+            Some("https://evil.example"),
+            StatusCode::FORBIDDEN,
+        ),
+    ] {
+        let cookie = (what != "no credentials at all").then_some(cookie.as_str());
+        let status = pause_by_session(&http, base, cookie, csrf, site, origin).await?;
+        assert_eq!(status, expected, "{what}");
+        assert!(
+            paused_in_redis(&cluster).await?.is_empty(),
+            "{what} paused echo"
+        );
+    }
+
+    // The page's own request pauses, and the audit log names the session, not the token.
+    let status = pause_by_session(
+        &http,
+        base,
+        Some(&cookie),
+        Some(&csrf),
+        Some("same-origin"),
+        Some(&own_origin),
+    )
+    .await?;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(paused_in_redis(&cluster).await?, ["echo"]);
+    let audit: Value = http
+        .get(format!("{base}/console/api/audit"))
+        .header(COOKIE, &cookie)
+        .send()
+        .await?
+        .json()
+        .await?;
+    let actor = audit["entries"][0]["actor"].as_str().unwrap_or_default();
+    assert!(actor.starts_with("console session "), "{audit}");
+    assert!(!actor.contains(OPERATOR_TOKEN));
+
+    // Signed out (the session revoked), the same cookie and page token act no more.
+    let signed_out = http
+        .post(format!("{base}/console/logout"))
+        .header(COOKIE, &cookie)
+        .header("sec-fetch-site", "same-origin")
+        .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(format!("csrf={csrf}"))
+        .send()
+        .await?;
+    assert_eq!(signed_out.status(), StatusCode::SEE_OTHER);
+    let resume = http
+        .post(format!("{base}/console/api/entrypoints/echo/resume"))
+        .header(COOKIE, &cookie)
+        .header("x-console-csrf", &csrf)
+        .header("sec-fetch-site", "same-origin")
+        .send()
+        .await?;
+    assert_eq!(resume.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(paused_in_redis(&cluster).await?, ["echo"]);
+    // The operator token as a bearer still acts (scripts need no page).
+    let resume = http
+        .post(format!("{base}/console/api/entrypoints/echo/resume"))
+        .header(AUTHORIZATION, format!("Bearer {OPERATOR_TOKEN}"))
+        .send()
+        .await?;
+    assert_eq!(resume.status(), StatusCode::OK);
+    assert!(paused_in_redis(&cluster).await?.is_empty());
+    Ok(())
+}

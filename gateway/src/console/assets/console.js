@@ -53,7 +53,8 @@
       for (const [name, value] of cells(item)) {
         const td = document.createElement("td");
         td.className = name;
-        td.textContent = value === null || value === undefined ? "–" : String(value);
+        if (value instanceof Node) td.appendChild(value);
+        else td.textContent = value === null || value === undefined ? "–" : String(value);
         tr.appendChild(td);
       }
       body.appendChild(tr);
@@ -105,11 +106,14 @@
       ["name", e.paused ? e.name + " (paused, " + e.paused.mode + ")" : e.name],
       ["queued", e.queued], ["running", e.running],
       ["capacity", e.capacity], ["workers", e.workers],
+      ["actions", window.consoleActions ? window.consoleActions.entrypoint(e) : null],
     ]);
     rows("workers", o.workers, (w) => w.id, (w) => [
       ["id", w.id], ["host", w.host], ["entrypoints", w.entrypoints.join(", ")],
       ["concurrency", w.concurrency], ["leases", w.leases], ["seen", ago(w.last_seen_ms, o.at_ms)],
+      ["actions", window.consoleActions ? window.consoleActions.worker(w) : null],
     ]);
+    if (window.consoleActions) window.consoleActions.overview(o);
     rows("failures", o.failures, (f) => f.task_id, (f) => [
       ["when", new Date(f.at_ms).toLocaleTimeString()], ["entrypoint", f.entrypoint],
       ["code", f.code], ["task", f.task_id],
