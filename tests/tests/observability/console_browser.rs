@@ -210,3 +210,117 @@ async fn the_console_shows_the_cluster_as_the_store_sees_it() -> TestResult {
     browser.close().await?;
     Ok(())
 }
+
+/// Clicks the element matching `css` inside the page in one step: the tables are rebuilt on
+/// every overview, so a button found by one WebDriver call may be gone by the next.
+async fn click_now(browser: &Browser, css: &str) -> TestResult {
+    let clicked = browser
+        .eval(
+            "const el = document.querySelector(arguments[0]); if (!el) return false; el.click(); return true;",
+            vec![json!(css)],
+        )
+        .await?;
+    if clicked != json!(true) {
+        return Err(format!("nothing to click at {css}").into());
+    }
+    Ok(())
+}
+
+/// The entrypoints paused in the registry, read from Redis itself.
+async fn paused_in_redis(redis: &mut redis::aio::MultiplexedConnection) -> TestResult<Vec<String>> {
+    Ok(redis::cmd("HKEYS")
+        .arg("{tc}:paused")
+        .query_async(redis)
+        .await?)
+}
+
+/// Waits until `check` holds of the store, re-reading it.
+async fn until_store<T>(
+    what: &str,
+    mut read: impl AsyncFnMut() -> TestResult<T>,
+    check: impl Fn(&T) -> bool,
+) -> TestResult<T> {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let value = read().await?;
+        if check(&value) {
+            return Ok(value);
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!("timed out waiting for {what}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operator_acts_from_the_console_and_the_store_follows() -> TestResult {
+    let cluster = cluster().await?;
+    let base = cluster.base().to_owned();
+    let client = redis::Client::open(cluster.redis.url())?;
+    let mut redis = client.get_multiplexed_async_connection().await?;
+    let browser =
+        Browser::start_with(BrowserOptions::default().window(DESKTOP.0, DESKTOP.1)).await?;
+    sign_in(&browser, &base).await?;
+
+    // Pause `echo` from its row: the registry holds the pause, the row says so.
+    let echo_row = "#entrypoints tr[data-key=\"echo\"]";
+    browser
+        .wait_for(
+            &format!("{echo_row} button[data-action=\"pause\"]"),
+            PATIENCE,
+        )
+        .await?;
+    click_now(
+        &browser,
+        &format!("{echo_row} button[data-action=\"pause\"]"),
+    )
+    .await?;
+    browser
+        .wait_for_text("#action-result", PATIENCE, |text| text.contains("done"))
+        .await?;
+    assert_eq!(paused_in_redis(&mut redis).await?, ["echo"]);
+    browser
+        .wait_for_text(&format!("{echo_row} td.name"), PATIENCE, |text| {
+            text.contains("paused")
+        })
+        .await?;
+    // The audit log on the page names the session.
+    browser
+        .wait_for_text("#audit tbody", PATIENCE, |text| {
+            text.contains("pause") && text.contains("console session")
+        })
+        .await?;
+
+    // Resume it the same way.
+    browser
+        .wait_for(
+            &format!("{echo_row} button[data-action=\"resume\"]"),
+            PATIENCE,
+        )
+        .await?;
+    click_now(
+        &browser,
+        &format!("{echo_row} button[data-action=\"resume\"]"),
+    )
+    .await?;
+    until_store(
+        "echo resumed in Redis",
+        async || paused_in_redis(&mut redis).await,
+        |paused| paused.is_empty(),
+    )
+    .await?;
+    browser
+        .wait_for_text("#audit tbody", PATIENCE, |text| text.contains("resume"))
+        .await?;
+
+    let errors: Vec<_> = browser
+        .page_errors()
+        .await?
+        .into_iter()
+        .filter(|entry| !(entry.source == "network" && entry.message.contains("status of 401")))
+        .collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+    browser.close().await?;
+    Ok(())
+}
