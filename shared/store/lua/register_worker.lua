@@ -8,15 +8,18 @@
 -- entry, or pruned index members. A plain refresh of an unchanged live entry leaves it alone, so
 -- gateways keep their cached card. The version key expires with the index.
 --
+-- Pruned workers' drain requests (operator_drain.lua) are dropped with them, and the drain hash
+-- expires with the index too: no request outlives its worker.
+--
 -- KEYS[1] registry index (sorted set: worker id -> expiry ms)  KEYS[2] the worker's entry
--- KEYS[3] registry version (string)
+-- KEYS[3] registry version (string)  KEYS[4] drain requests (hash: worker id -> drain JSON)
 -- ARGV[1] worker id  ARGV[2] entry JSON  ARGV[3] ttl ms (>= 1)
 -- Returns the entry's expiry, ms since the epoch by the Redis clock.
 
 -- @include "now_ms"
 -- @include "bump_registry_version"
 
-local index, entry, version = KEYS[1], KEYS[2], KEYS[3]
+local index, entry, version, drains = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id, json, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local now = now_ms()
 local expires = now + ttl
@@ -24,7 +27,12 @@ local before = redis.call('ZSCORE', index, id)
 local changed = (not before) or tonumber(before) <= now or redis.call('GET', entry) ~= json
 redis.call('SET', entry, json, 'PX', ttl)
 redis.call('ZADD', index, expires, id)
-if redis.call('ZREMRANGEBYSCORE', index, '-inf', now) > 0 then
+local gone = redis.call('ZRANGEBYSCORE', index, '-inf', now)
+if #gone > 0 then
+  redis.call('ZREMRANGEBYSCORE', index, '-inf', now)
+  for _, gone_id in ipairs(gone) do
+    redis.call('HDEL', drains, gone_id)
+  end
   changed = true
 end
 -- A missing version with a live index: written by an older release of this script.
@@ -34,4 +42,5 @@ end
 local last = redis.call('ZRANGE', index, -1, -1, 'WITHSCORES')
 redis.call('PEXPIREAT', index, last[2])
 redis.call('PEXPIREAT', version, last[2])
+redis.call('PEXPIREAT', drains, last[2])
 return expires
