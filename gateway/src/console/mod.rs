@@ -9,6 +9,7 @@
 //! - `GET /console/api/events`: the overview again every [`REFRESH`] as SSE `overview` events;
 //! - `POST /console/api/entrypoints/{key}/pause|resume`, `GET /console/api/audit`: see
 //!   [`operate`];
+//! - `POST /console/api/workers/{id}/drain`: see [`drain`];
 //! - `GET /console/assets/*`: the page's script and style sheet (static, public, no data).
 //!
 //! The page is plain HTML, CSS and JavaScript compiled into the binary: no build step, no CDN,
@@ -17,6 +18,7 @@
 //! and at most [`MAX_STREAMS`] event streams are open at once.
 
 pub mod auth;
+pub mod drain;
 pub mod operate;
 pub mod overview;
 pub mod settlements;
@@ -109,6 +111,7 @@ pub fn router(app: &AppState) -> Option<Router> {
                 "/console/api/entrypoints/{key}/resume",
                 post(operate::resume),
             )
+            .route("/console/api/workers/{id}/drain", post(drain::drain))
             .route("/console/api/audit", get(operate::audit_log))
             .route("/console/assets/console.js", get(script))
             .route("/console/assets/console.css", get(style))

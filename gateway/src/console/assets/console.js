@@ -107,7 +107,8 @@
       ["capacity", e.capacity], ["workers", e.workers],
     ]);
     rows("workers", o.workers, (w) => w.id, (w) => [
-      ["id", w.id], ["host", w.host], ["entrypoints", w.entrypoints.join(", ")],
+      ["id", w.draining ? w.id + " (draining)" : w.id], ["host", w.host],
+      ["entrypoints", w.entrypoints.join(", ")],
       ["concurrency", w.concurrency], ["leases", w.leases], ["seen", ago(w.last_seen_ms, o.at_ms)],
     ]);
     rows("failures", o.failures, (f) => f.task_id, (f) => [
