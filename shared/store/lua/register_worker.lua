@@ -8,8 +8,9 @@
 -- entry, or pruned index members. A plain refresh of an unchanged live entry leaves it alone, so
 -- gateways keep their cached card. The version key expires with the index.
 --
--- Pruned workers' drain requests (operator_drain.lua) are dropped with them, and the drain hash
--- expires with the index too: no request outlives its worker.
+-- Pruned workers' drain requests (operator_drain.lua) are dropped with them, and so is the request
+-- of a worker id registered afresh (a new process: no live entry, or another `startedAtMs`); the
+-- drain hash expires with the index too: no request outlives the process it was for.
 --
 -- KEYS[1] registry index (sorted set: worker id -> expiry ms)  KEYS[2] the worker's entry
 -- KEYS[3] registry version (string)  KEYS[4] drain requests (hash: worker id -> drain JSON)
@@ -24,7 +25,21 @@ local id, json, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local now = now_ms()
 local expires = now + ttl
 local before = redis.call('ZSCORE', index, id)
-local changed = (not before) or tonumber(before) <= now or redis.call('GET', entry) ~= json
+local stored = redis.call('GET', entry)
+local changed = (not before) or tonumber(before) <= now or stored ~= json
+-- A drain request is for the process that was asked: a new one under this id (no live entry,
+-- or one of another start time) starts without it.
+if changed then
+  local fresh = (not before) or tonumber(before) <= now or (not stored)
+  if not fresh then
+    local ok_old, old_entry = pcall(cjson.decode, stored)
+    local ok_new, new_entry = pcall(cjson.decode, json)
+    fresh = not (ok_old and ok_new) or old_entry.startedAtMs ~= new_entry.startedAtMs
+  end
+  if fresh then
+    redis.call('HDEL', drains, id)
+  end
+end
 redis.call('SET', entry, json, 'PX', ttl)
 redis.call('ZADD', index, expires, id)
 local gone = redis.call('ZRANGEBYSCORE', index, '-inf', now)

@@ -6,7 +6,8 @@
 //! a time, passes on when its holder stops renewing, and is freed by its holder only. Operators'
 //! pauses are listed until resumed and move the version; the audit log is newest first and
 //! bounded. A drain request is written only for a live worker, the first one stands, and it
-//! goes with its worker (deregistered, or expired and pruned): Redis keeps no field of it.
+//! goes with its worker (deregistered, expired and pruned, or replaced by a new process under
+//! its id): Redis keeps no field of it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -322,6 +323,16 @@ async fn a_drain_is_asked_of_live_workers_only_and_goes_with_them(
     // A heartbeat of the draining worker keeps its request.
     registry.heartbeat(&entry("w1"), LONG).await?;
     assert_eq!(registry.drain_requested("w1").await?, Some(drain(1)));
+
+    // A new process under the id (another start time) is not the one that was asked.
+    let restarted = WorkerEntry {
+        started_at_ms: entry("w2").started_at_ms + 1,
+        ..entry("w2")
+    };
+    assert_eq!(registry.drain("w2", &drain(5)).await?, Some(drain(5)));
+    registry.heartbeat(&restarted, LONG).await?;
+    assert_eq!(registry.drain_requested("w2").await?, None);
+    registry.heartbeat(&entry("w2"), LONG).await?;
 
     // Deregistered: the request is gone, and a worker of the same id starts clean.
     registry.deregister("w1").await?;

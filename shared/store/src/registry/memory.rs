@@ -93,6 +93,13 @@ impl WorkerRegistry for MemoryRegistry {
                 expires_ms: now.saturating_add(ttl_ms),
             };
             let before = inner.entries.insert(entry.worker_id.clone(), live);
+            // A drain request is for the process that was asked, not a new one under its id.
+            if before
+                .as_ref()
+                .is_none_or(|before| before.entry.started_at_ms != entry.started_at_ms)
+            {
+                inner.drains.remove(&entry.worker_id);
+            }
             if before.is_none_or(|before| before.entry != *entry) {
                 inner.changes += 1;
             }

@@ -232,7 +232,8 @@ pub trait WorkerRegistry: Send + Sync + 'static {
 
     /// Asks live worker `worker_id` to drain ([`Drain`]); an earlier request of it stands.
     /// The request standing afterwards, or `None` when no live worker has that id (nothing is
-    /// written then). It goes when the worker deregisters or its entry expires.
+    /// written then). It goes when the worker deregisters or its entry expires, and a new
+    /// process registering under the id (another `started_at_ms`) starts without it.
     async fn drain(&self, worker_id: &str, drain: &Drain) -> Result<Option<Drain>, StoreError>;
 
     /// The drain request standing for `worker_id`, if any (read by the worker on its
