@@ -10,6 +10,9 @@
 //! - `taskctl admin pause URL KEY [--refuse]`, `taskctl admin resume URL KEY`: pause an
 //!   entrypoint cluster-wide (workers take none of its tasks; queued ones wait, or with
 //!   `--refuse` new ones are refused with 503) and lift the pause;
+//! - `taskctl admin drain URL WORKER [--wait]`: ask a live worker to drain (take no more
+//!   tasks, finish its runs, deregister, exit 0, as on SIGTERM); `--wait` polls the console
+//!   overview until the worker is gone from it;
 //! - `taskctl admin audit URL`: the operators' actions, newest first.
 
 use std::path::PathBuf;
@@ -43,7 +46,15 @@ pub enum AdminCommand {
     },
     /// Lift an entrypoint's pause: its queued tasks run.
     Resume { url: String, key: String },
-    /// List the operators' actions (pauses, resumes, settlements), newest first.
+    /// Drain a worker: it takes no more tasks, finishes its runs, deregisters and exits.
+    Drain {
+        url: String,
+        worker: String,
+        /// Wait until the worker has left the registry (polling the console overview).
+        #[arg(long)]
+        wait: bool,
+    },
+    /// List the operators' actions (pauses, resumes, drains, settlements), newest first.
     Audit { url: String },
 }
 
@@ -121,6 +132,23 @@ pub async fn run(context: &Context, args: &Args) -> CmdResult {
             }
             Ok(())
         }
+        AdminCommand::Drain { url, worker, wait } => {
+            let path = ["console", "api", "workers", worker.as_str(), "drain"];
+            let answer = call(context, &token, url, &path, Some(json!({}))).await?;
+            if *wait {
+                wait_gone(context, &token, url, worker).await?;
+            }
+            if context.output.is_json() {
+                context.output.json(&answer);
+            } else if *wait {
+                context.output.line(&format!("{worker}: drained and gone"));
+            } else {
+                context.output.line(&format!(
+                    "{worker}: draining (it stops within a heartbeat, then finishes its runs)"
+                ));
+            }
+            Ok(())
+        }
         AdminCommand::Audit { url } => {
             let path = ["console", "api", "audit"];
             let answer = call(context, &token, url, &path, None).await?;
@@ -180,6 +208,25 @@ pub async fn run(context: &Context, args: &Args) -> CmdResult {
             }
             Ok(())
         }
+    }
+}
+
+/// How often `drain --wait` reads the overview: the console rebuilds it about this often.
+const WAIT_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Polls the console overview until `worker` is not among its workers. Bounded by the caller
+/// (Ctrl-C, or the global `--timeout` of each read), as `watch` is.
+async fn wait_gone(context: &Context, token: &str, url: &str, worker: &str) -> Result<(), Failure> {
+    let path = ["console", "api", "overview"];
+    loop {
+        let overview = call(context, token, url, &path, None).await?;
+        let listed = overview["workers"]
+            .as_array()
+            .is_some_and(|rows| rows.iter().any(|row| row["id"] == worker));
+        if !listed {
+            return Ok(());
+        }
+        tokio::time::sleep(WAIT_POLL).await;
     }
 }
 

@@ -9,6 +9,7 @@
 //! - `GET /console/api/events`: the overview again every [`REFRESH`] as SSE `overview` events;
 //! - `POST /console/api/entrypoints/{key}/pause|resume`, `GET /console/api/audit`: see
 //!   [`operate`];
+//! - `POST /console/api/workers/{id}/drain`: see [`drain`];
 //! - `GET /console/assets/*`: the page's scripts and style sheet (static, public, no data).
 //!
 //! Actions by console session carry the page's token ([`actor`]).
@@ -20,6 +21,7 @@
 
 pub mod actor;
 pub mod auth;
+pub mod drain;
 pub mod operate;
 pub mod overview;
 pub mod settlements;
@@ -113,6 +115,7 @@ pub fn router(app: &AppState) -> Option<Router> {
                 "/console/api/entrypoints/{key}/resume",
                 post(operate::resume),
             )
+            .route("/console/api/workers/{id}/drain", post(drain::drain))
             .route("/console/api/audit", get(operate::audit_log))
             .route("/console/assets/console.js", get(script))
             .route("/console/assets/actions.js", get(actions_script))

@@ -67,6 +67,10 @@ pub struct WorkerRow {
     pub started_at_ms: u64,
     /// When its last load note was written (about every 2 s while the console is on).
     pub last_seen_ms: Option<u64>,
+    /// An operator asked it to drain (`taskctl admin drain`): it takes no more tasks and
+    /// leaves once its runs finish.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draining: Option<store::registry::Drain>,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -122,6 +126,11 @@ pub struct MemoryRow {
     pub high_water: Option<f64>,
 }
 
+/// Whether this gateway runs embedded: its store, registry and one worker in this process.
+pub fn embedded(state: &AppState) -> bool {
+    cfg!(feature = "embedded") && !state.config.redis.configured()
+}
+
 /// Builds the overview; a part that cannot be read is left out and named in `partial`.
 pub async fn build(state: &AppState) -> Overview {
     let mut partial = Vec::new();
@@ -161,12 +170,18 @@ pub async fn build(state: &AppState) -> Overview {
     }
     // Every read of the store at once: one round trip's wait, however many entrypoints.
     let store = &state.store;
-    let (depths, live, leases, paused) = tokio::join!(
+    let (depths, live, leases, paused, drains) = tokio::join!(
         futures::future::join_all(names.iter().map(|name| store.queue_depth(name))),
         store.live_count(),
         store.lease_count(),
         state.registry.paused(),
+        state.registry.drains(),
     );
+    let mut drains = drains.unwrap_or_else(|err| {
+        tracing::debug!(error = %err, "console: could not read the drain requests");
+        partial.push("drains".to_owned());
+        BTreeMap::new()
+    });
     let mut paused = paused.unwrap_or_else(|err| {
         tracing::debug!(error = %err, "console: could not read the paused entrypoints");
         partial.push("paused".to_owned());
@@ -223,6 +238,7 @@ pub async fn build(state: &AppState) -> Overview {
                 leases: load.map(|load| load.leases),
                 started_at_ms: w.started_at_ms,
                 last_seen_ms: load.map(|load| load.at_ms),
+                draining: drains.remove(&w.worker_id),
             }
         })
         .collect();
@@ -239,7 +255,7 @@ pub async fn build(state: &AppState) -> Overview {
 
     Overview {
         at_ms: now_ms,
-        mode: if cfg!(feature = "embedded") && !state.config.redis.configured() {
+        mode: if embedded(state) {
             "embedded"
         } else {
             "cluster"

@@ -63,6 +63,9 @@ pub enum ErrorCode {
     // Cluster (ours): the store is unreachable, or a task ran out of attempts.
     ServiceUnavailable,
     TaskAttemptsExhausted,
+    /// An operator action named a worker no live worker is (`POST
+    /// /console/api/workers/{id}/drain`, `404`).
+    WorkerNotFound,
 }
 
 impl ErrorCode {
@@ -104,6 +107,7 @@ impl ErrorCode {
             ErrorCode::RateLimited => "rate_limited",
             ErrorCode::ServiceUnavailable => "service_unavailable",
             ErrorCode::TaskAttemptsExhausted => "task_attempts_exhausted",
+            ErrorCode::WorkerNotFound => "worker_not_found",
         }
     }
 }

@@ -5,7 +5,9 @@
 //! last worker. The reporter lease (which worker reports the cluster gauges) has one holder at
 //! a time, passes on when its holder stops renewing, and is freed by its holder only. Operators'
 //! pauses are listed until resumed and move the version; the audit log is newest first and
-//! bounded.
+//! bounded. A drain request is written only for a live worker, the first one stands, and it
+//! goes with its worker (deregistered, expired and pruned, or replaced by a new process under
+//! its id): Redis keeps no field of it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,8 +18,8 @@ use harness::TestResult;
 use harness::redis_server::RedisServer;
 use serde_json::json;
 use store::registry::{
-    AUDIT_KEPT, AuditEntry, EntrypointInfo, MemoryRegistry, Pause, PauseMode, Price, RedisRegistry,
-    WorkerEntry, WorkerRegistry,
+    AUDIT_KEPT, AuditEntry, Drain, EntrypointInfo, MemoryRegistry, Pause, PauseMode, Price,
+    RedisRegistry, WorkerEntry, WorkerRegistry,
 };
 use store::{Clock, RedisStore, RedisStoreConfig};
 
@@ -291,6 +293,65 @@ async fn the_audit_log_is_newest_first_and_bounded(registry: &dyn WorkerRegistry
     Ok(())
 }
 
+fn drain(at_ms: u64) -> Drain {
+    Drain {
+        by: "operator token abc".into(),
+        at_ms,
+    }
+}
+
+async fn a_drain_is_asked_of_live_workers_only_and_goes_with_them(
+    registry: &dyn WorkerRegistry,
+) -> TestResult {
+    assert_eq!(registry.drain("nobody", &drain(1)).await?, None);
+    assert!(registry.drains().await?.is_empty(), "nothing written");
+    assert_eq!(registry.drain_requested("nobody").await?, None);
+
+    registry.heartbeat(&entry("w1"), LONG).await?;
+    registry.heartbeat(&entry("w2"), LONG).await?;
+    let before = registry.version().await?;
+    assert_eq!(registry.drain("w1", &drain(1)).await?, Some(drain(1)));
+    // The first request stands.
+    assert_eq!(registry.drain("w1", &drain(2)).await?, Some(drain(1)));
+    assert_eq!(registry.drain_requested("w1").await?, Some(drain(1)));
+    assert_eq!(registry.drain_requested("w2").await?, None);
+    assert_eq!(
+        registry.drains().await?,
+        BTreeMap::from([("w1".to_owned(), drain(1))])
+    );
+    assert_eq!(registry.version().await?, before, "cards do not change");
+    // A heartbeat of the draining worker keeps its request.
+    registry.heartbeat(&entry("w1"), LONG).await?;
+    assert_eq!(registry.drain_requested("w1").await?, Some(drain(1)));
+
+    // A new process under the id (another start time) is not the one that was asked.
+    let restarted = WorkerEntry {
+        started_at_ms: entry("w2").started_at_ms + 1,
+        ..entry("w2")
+    };
+    assert_eq!(registry.drain("w2", &drain(5)).await?, Some(drain(5)));
+    registry.heartbeat(&restarted, LONG).await?;
+    assert_eq!(registry.drain_requested("w2").await?, None);
+    registry.heartbeat(&entry("w2"), LONG).await?;
+
+    // Deregistered: the request is gone, and a worker of the same id starts clean.
+    registry.deregister("w1").await?;
+    assert_eq!(registry.drain_requested("w1").await?, None);
+    assert!(registry.drains().await?.is_empty());
+    registry.heartbeat(&entry("w1"), LONG).await?;
+    assert_eq!(registry.drain_requested("w1").await?, None);
+
+    // Expired: its request goes once the entry is pruned (a later heartbeat, or a listing).
+    registry.heartbeat(&entry("short"), SHORT).await?;
+    assert_eq!(registry.drain("short", &drain(3)).await?, Some(drain(3)));
+    tokio::time::sleep(PAST_SHORT).await;
+    assert_eq!(registry.drain("short", &drain(4)).await?, None, "not live");
+    registry.heartbeat(&entry("w2"), LONG).await?;
+    assert_eq!(registry.drain_requested("short").await?, None);
+    assert!(registry.drains().await?.is_empty());
+    Ok(())
+}
+
 async fn on_memory(test: impl AsyncFnOnce(&dyn WorkerRegistry) -> TestResult) -> TestResult {
     test(&MemoryRegistry::new()).await
 }
@@ -335,6 +396,7 @@ both!(
     a_reporter_lease_not_renewed_passes_on,
     a_pause_is_listed_until_resumed_and_moves_the_version,
     the_audit_log_is_newest_first_and_bounded,
+    a_drain_is_asked_of_live_workers_only_and_goes_with_them,
 );
 
 // Redis only: no key leaks.
@@ -365,11 +427,13 @@ async fn redis_keeps_no_key_of_a_dead_worker() -> TestResult {
 
     registry.heartbeat(&entry("dead-1"), SHORT).await?;
     registry.heartbeat(&entry("dead-2"), SHORT).await?;
+    // An operator asked one to drain: its request expires with them too.
+    registry.drain("dead-1", &drain(1)).await?;
     let before = registry_keys(&mut conn, &store).await?;
     assert_eq!(
         before.len(),
-        4,
-        "index, version and two entries: {before:?}"
+        5,
+        "index, version, drain requests and two entries: {before:?}"
     );
     for (name, pttl) in &before {
         assert!(
@@ -383,9 +447,11 @@ async fn redis_keeps_no_key_of_a_dead_worker() -> TestResult {
     // The entries and the index expired by themselves.
     assert_eq!(registry_keys(&mut conn, &store).await?, vec![]);
 
-    // A live worker keeps the index; the dead ones' members are pruned from it by a heartbeat.
+    // A live worker keeps the index; the dead ones' members are pruned from it by a heartbeat,
+    // and their drain requests with them.
     registry.heartbeat(&entry("dead-3"), SHORT).await?;
     registry.heartbeat(&entry("alive"), LONG).await?;
+    registry.drain("dead-3", &drain(1)).await?;
     tokio::time::sleep(PAST_SHORT).await;
     registry.heartbeat(&entry("alive"), LONG).await?;
     let members: Vec<String> = redis::cmd("ZRANGE")
@@ -412,7 +478,8 @@ async fn redis_keeps_no_key_of_a_dead_worker() -> TestResult {
         );
     }
 
-    // Deregistering the last worker leaves nothing behind.
+    // Deregistering the last worker leaves nothing behind, its drain request included.
+    registry.drain("alive", &drain(1)).await?;
     registry.deregister("alive").await?;
     assert_eq!(registry_keys(&mut conn, &store).await?, vec![]);
     Ok(())

@@ -4,8 +4,10 @@
 //! shard that does not answer holds back only its own leases' renewals. The same tick
 //! refreshes the worker's registry entry and reads the entrypoints operators paused
 //! cluster-wide ([`read_pauses`]), concurrently: a pause reaches every worker within a third
-//! of the lease TTL, without a read per take. Beside it, the cancellation listener
-//! stops handlers of cancelled tasks at once.
+//! of the lease TTL, without a read per take. It reads too whether an operator asked this
+//! worker to drain ([`read_drain`]): then it cancels the runtime's shutdown token, the one
+//! SIGTERM cancels, so a drain is the SIGTERM drain (no more takes, runs finish, deregister,
+//! exit 0). Beside it, the cancellation listener stops handlers of cancelled tasks at once.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -18,9 +20,12 @@ use tokio_util::sync::CancellationToken;
 use super::Shared;
 use super::active::StopReason;
 
+/// Beats until `stop`; cancels `shutdown` (the runtime's, as SIGTERM does) when an operator
+/// asks this worker to drain.
 pub async fn run(
     shared: Arc<Shared>,
     registry: Option<(Arc<dyn WorkerRegistry>, WorkerEntry)>,
+    shutdown: CancellationToken,
     stop: CancellationToken,
 ) {
     let ttl = shared.config.lease_ttl;
@@ -46,7 +51,15 @@ pub async fn run(
                 read_pauses(&shared, registry.as_ref()).await;
             }
         };
-        tokio::join!(renew(&shared, ttl), refresh, pauses);
+        // Not once draining: the request stands until the worker deregisters.
+        let drain = async {
+            if let Some((registry, _)) = &registry
+                && !shutdown.is_cancelled()
+            {
+                read_drain(&shared, registry.as_ref(), &shutdown).await;
+            }
+        };
+        tokio::join!(renew(&shared, ttl), refresh, pauses, drain);
     }
 }
 
@@ -61,6 +74,19 @@ pub async fn read_pauses(shared: &Shared, registry: &dyn WorkerRegistry) {
             }
         }
         Err(err) => tracing::warn!(error = %err, "could not read the paused entrypoints"),
+    }
+}
+
+/// Cancels `shutdown` when an operator asked this worker to drain. A failed read is retried on
+/// the next beat.
+async fn read_drain(shared: &Shared, registry: &dyn WorkerRegistry, shutdown: &CancellationToken) {
+    match registry.drain_requested(&shared.config.worker_id).await {
+        Ok(Some(drain)) => {
+            tracing::info!(by = %drain.by, at_ms = drain.at_ms, "drain requested by an operator");
+            shutdown.cancel();
+        }
+        Ok(None) => {}
+        Err(err) => tracing::warn!(error = %err, "could not read whether to drain"),
     }
 }
 

@@ -133,7 +133,8 @@ impl Shared {
     }
 }
 
-/// Runs the worker until `shutdown` is cancelled, then drains and returns. `entrypoints` is
+/// Runs the worker until `shutdown` is cancelled (SIGTERM, or an operator's drain request
+/// that the heartbeat reads), then drains and returns. `entrypoints` is
 /// a fixed [`crate::entrypoint::Entrypoints`] or a [`Hosted`] set its owner may replace while
 /// the worker runs.
 pub async fn run(
@@ -189,9 +190,12 @@ pub async fn run(
     let background = CancellationToken::new();
     let runs = TaskTracker::new();
     let loops = TaskTracker::new();
+    // The heartbeat gets `shutdown` too: an operator's drain request cancels it, as SIGTERM
+    // does, and the drain below is the same.
     loops.spawn(heartbeat::run(
         shared.clone(),
         registry.clone().map(|r| (r, entry.clone())),
+        shutdown.clone(),
         background.clone(),
     ));
     loops.spawn(heartbeat::listen_for_cancellations(

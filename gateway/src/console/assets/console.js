@@ -109,7 +109,8 @@
       ["actions", window.consoleActions ? window.consoleActions.entrypoint(e) : null],
     ]);
     rows("workers", o.workers, (w) => w.id, (w) => [
-      ["id", w.id], ["host", w.host], ["entrypoints", w.entrypoints.join(", ")],
+      ["id", w.draining ? w.id + " (draining)" : w.id], ["host", w.host],
+      ["entrypoints", w.entrypoints.join(", ")],
       ["concurrency", w.concurrency], ["leases", w.leases], ["seen", ago(w.last_seen_ms, o.at_ms)],
       ["actions", window.consoleActions ? window.consoleActions.worker(w) : null],
     ]);

@@ -160,6 +160,13 @@ impl Keys {
         format!("{}:paused", self.prefix)
     }
 
+    /// Hash: worker id -> an operator's drain request of it as JSON (`registry::Drain`).
+    /// Written only for a live worker; a field goes when its worker deregisters or is pruned
+    /// from the index, and the hash expires with the index (its latest deadline).
+    pub fn registry_drain(&self) -> String {
+        format!("{}:registry-drain", self.prefix)
+    }
+
     /// List: the operators' audit log, newest first (`registry::AuditEntry` as JSON), trimmed
     /// to `registry::AUDIT_KEPT` entries on every append.
     pub fn audit(&self) -> String {

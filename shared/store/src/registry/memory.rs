@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{AUDIT_KEPT, AuditEntry, Pause, RegistryVersion, WorkerEntry, WorkerRegistry};
+use super::{AUDIT_KEPT, AuditEntry, Drain, Pause, RegistryVersion, WorkerEntry, WorkerRegistry};
 use crate::{Clock, StoreError, SystemClock};
 
 /// Entries in a map, each live until `ttl` after its last heartbeat by a [`Clock`]. Expired
@@ -33,6 +33,8 @@ struct Inner {
     paused: BTreeMap<String, Pause>,
     /// The audit log, newest first.
     audit: VecDeque<AuditEntry>,
+    /// Drain requests, by worker id: only of live entries (dropped with them).
+    drains: BTreeMap<String, Drain>,
 }
 
 struct Live {
@@ -66,6 +68,10 @@ impl MemoryRegistry {
         inner.entries.retain(|_, live| live.expires_ms > now);
         if inner.entries.len() != before {
             inner.changes += 1;
+            let Inner {
+                entries, drains, ..
+            } = &mut *inner;
+            drains.retain(|id, _| entries.contains_key(id));
         }
         op(&mut inner, now)
     }
@@ -87,6 +93,13 @@ impl WorkerRegistry for MemoryRegistry {
                 expires_ms: now.saturating_add(ttl_ms),
             };
             let before = inner.entries.insert(entry.worker_id.clone(), live);
+            // A drain request is for the process that was asked, not a new one under its id.
+            if before
+                .as_ref()
+                .is_none_or(|before| before.entry.started_at_ms != entry.started_at_ms)
+            {
+                inner.drains.remove(&entry.worker_id);
+            }
             if before.is_none_or(|before| before.entry != *entry) {
                 inner.changes += 1;
             }
@@ -99,6 +112,7 @@ impl WorkerRegistry for MemoryRegistry {
             if inner.entries.remove(worker_id).is_some() {
                 inner.changes += 1;
             }
+            inner.drains.remove(worker_id);
         });
         Ok(())
     }
@@ -163,6 +177,29 @@ impl WorkerRegistry for MemoryRegistry {
 
     async fn paused(&self) -> Result<BTreeMap<String, Pause>, StoreError> {
         Ok(self.with_live(|inner, _| inner.paused.clone()))
+    }
+
+    async fn drain(&self, worker_id: &str, drain: &Drain) -> Result<Option<Drain>, StoreError> {
+        Ok(self.with_live(|inner, _| {
+            if !inner.entries.contains_key(worker_id) {
+                return None;
+            }
+            Some(
+                inner
+                    .drains
+                    .entry(worker_id.to_owned())
+                    .or_insert_with(|| drain.clone())
+                    .clone(),
+            )
+        }))
+    }
+
+    async fn drain_requested(&self, worker_id: &str) -> Result<Option<Drain>, StoreError> {
+        Ok(self.with_live(|inner, _| inner.drains.get(worker_id).cloned()))
+    }
+
+    async fn drains(&self) -> Result<BTreeMap<String, Drain>, StoreError> {
+        Ok(self.with_live(|inner, _| inner.drains.clone()))
     }
 
     async fn audit(&self, entry: &AuditEntry) -> Result<(), StoreError> {

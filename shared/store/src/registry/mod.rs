@@ -15,7 +15,7 @@ mod operator;
 mod redis;
 
 pub use memory::MemoryRegistry;
-pub use operator::{AUDIT_KEPT, AuditEntry, Pause, PauseMode};
+pub use operator::{AUDIT_KEPT, AuditEntry, Drain, Pause, PauseMode};
 pub use redis::RedisRegistry;
 
 use std::collections::BTreeMap;
@@ -229,6 +229,19 @@ pub trait WorkerRegistry: Send + Sync + 'static {
 
     /// The paused entrypoints, by key.
     async fn paused(&self) -> Result<BTreeMap<String, Pause>, StoreError>;
+
+    /// Asks live worker `worker_id` to drain ([`Drain`]); an earlier request of it stands.
+    /// The request standing afterwards, or `None` when no live worker has that id (nothing is
+    /// written then). It goes when the worker deregisters or its entry expires, and a new
+    /// process registering under the id (another `started_at_ms`) starts without it.
+    async fn drain(&self, worker_id: &str, drain: &Drain) -> Result<Option<Drain>, StoreError>;
+
+    /// The drain request standing for `worker_id`, if any (read by the worker on its
+    /// heartbeat).
+    async fn drain_requested(&self, worker_id: &str) -> Result<Option<Drain>, StoreError>;
+
+    /// Every standing drain request, by worker id.
+    async fn drains(&self) -> Result<BTreeMap<String, Drain>, StoreError>;
 
     /// Appends `entry` to the audit log, which keeps the latest [`AUDIT_KEPT`].
     async fn audit(&self, entry: &AuditEntry) -> Result<(), StoreError>;

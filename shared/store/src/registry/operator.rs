@@ -1,5 +1,6 @@
 //! What operators set on the cluster beside the workers' entries: entrypoints paused
-//! cluster-wide ([`Pause`]) and the audit log of their actions ([`AuditEntry`]).
+//! cluster-wide ([`Pause`]), workers asked to drain ([`Drain`]) and the audit log of their
+//! actions ([`AuditEntry`]).
 //!
 //! A pause lives in the registry because everyone who reads the registry needs it: gateways
 //! (admission and the cards) read it with their listing, which a pause or resume moves the
@@ -43,6 +44,20 @@ pub struct Pause {
     pub at_ms: u64,
 }
 
+/// An operator's request that one live worker drain: take no more tasks, finish the runs it
+/// holds, deregister and exit, as on SIGTERM. Kept beside the registry entries rather than in
+/// the worker's own entry: the worker rewrites its entry on every heartbeat and would
+/// overwrite a request written there. It goes when the worker deregisters or its entry
+/// expires, so it never outlives the worker it names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Drain {
+    /// Who asked (the operator key's fingerprint).
+    pub by: String,
+    /// When, in milliseconds since the Unix epoch.
+    pub at_ms: u64,
+}
+
 /// One operator action, as the audit log keeps it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -51,9 +66,9 @@ pub struct AuditEntry {
     pub at_ms: u64,
     /// Who acted (the operator key's fingerprint).
     pub actor: String,
-    /// What was done (`pause`, `resume`, `settlement.void`, ...).
+    /// What was done (`pause`, `resume`, `drain`, `settlement.void`, ...).
     pub action: String,
-    /// What it was done to (an entrypoint key, a task id).
+    /// What it was done to (an entrypoint key, a worker id, a task id).
     pub target: String,
     #[serde(default, skip_serializing_if = "Value::is_null")]
     pub detail: Value,

@@ -191,6 +191,13 @@ async fn registry(store: &RedisStore) -> Result<(), BoxError> {
     };
     registry.heartbeat(&entry, LONG).await?;
     registry.version().await?;
+    // An operator's drain request (written only for a live worker), removed by the deregister.
+    let drain = store::registry::Drain {
+        by: "operator".to_owned(),
+        at_ms: 1,
+    };
+    assert!(registry.drain("w1", &drain).await?.is_some());
+    assert!(registry.drain("nobody", &drain).await?.is_none());
     registry.deregister("w1").await?;
     assert!(registry.hold_reporter("w1", LONG).await?);
     registry.release_reporter("w1").await?;

@@ -2,7 +2,8 @@
 //! bumps the registry version when the worker was listed, and moves the expiry of the index
 //! and of the version to the latest deadline left (both go when the index is empty).
 //!
-//! - KEYS: registry index (zset: worker id -> expiry ms), the worker's entry, registry version.
+//! - KEYS: registry index (zset: worker id -> expiry ms), the worker's entry, registry version,
+//!   drain requests (hash; the worker's request goes).
 //! - ARGV: worker id.
 //! - Reply: 1 when the worker was registered, else 0 ([`Reply`]).
 //!
@@ -41,6 +42,7 @@ pub(super) async fn call(store: &RedisStore, worker_id: &str) -> Result<Reply, S
         .key(keys.registry())
         .key(keys.registry_entry(worker_id))
         .key(keys.registry_version())
+        .key(keys.registry_drain())
         .arg(worker_id);
     store.eval_unreplicated(keys, NAME, &mut invocation).await
 }

@@ -21,9 +21,12 @@
 //! - [`reporter_hold`], [`reporter_release`]: `lua/reporter_hold.lua` and
 //!   `lua/reporter_release.lua`, the reporter lease (`{ns}:reporter`: which process reports
 //!   the cluster gauges);
-//! - [`operator`]: `{ns}:paused` and `{ns}:audit`, the operators' pauses and audit log.
+//! - [`operator`]: `{ns}:paused` and `{ns}:audit`, the operators' pauses and audit log;
+//! - [`drain`]: `lua/operator_drain.lua` and `{ns}:registry-drain`, the operators' requests
+//!   that a worker drain (removed with their worker by the two scripts above).
 
 mod deregister;
+mod drain;
 mod operator;
 mod register;
 mod reporter_hold;
@@ -35,7 +38,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{AuditEntry, Pause, RegistryVersion, WorkerEntry, WorkerRegistry};
+use super::{AuditEntry, Drain, Pause, RegistryVersion, WorkerEntry, WorkerRegistry};
 use crate::{RedisStore, StoreError};
 
 /// The registry in a [`RedisStore`]'s Redis and namespace, over its connections. Cheap to
@@ -118,6 +121,18 @@ impl WorkerRegistry for RedisRegistry {
 
     async fn paused(&self) -> Result<BTreeMap<String, Pause>, StoreError> {
         operator::paused(&self.store).await
+    }
+
+    async fn drain(&self, worker_id: &str, drain: &Drain) -> Result<Option<Drain>, StoreError> {
+        drain::request(&self.store, worker_id, drain).await
+    }
+
+    async fn drain_requested(&self, worker_id: &str) -> Result<Option<Drain>, StoreError> {
+        drain::requested(&self.store, worker_id).await
+    }
+
+    async fn drains(&self) -> Result<BTreeMap<String, Drain>, StoreError> {
+        drain::all(&self.store).await
     }
 
     async fn audit(&self, entry: &AuditEntry) -> Result<(), StoreError> {

@@ -4,7 +4,8 @@
 //! deadline. The registry version is bumped when the live set or an entry's content changes,
 //! not on a plain refresh.
 //!
-//! - KEYS: registry index (zset: worker id -> expiry ms), the worker's entry, registry version.
+//! - KEYS: registry index (zset: worker id -> expiry ms), the worker's entry, registry version,
+//!   drain requests (hash; pruned workers' requests are dropped).
 //! - ARGV: worker id, entry JSON, ttl ms (>= 1).
 //! - Reply: the entry's expiry, ms since the epoch by the Redis clock ([`Reply`]).
 //!
@@ -51,6 +52,7 @@ pub(super) async fn call(
         .key(keys.registry())
         .key(keys.registry_entry(&entry.worker_id))
         .key(keys.registry_version())
+        .key(keys.registry_drain())
         .arg(&entry.worker_id)
         .arg(json)
         .arg(ttl_ms.to_string());
