@@ -255,7 +255,7 @@ async fn until_store<T>(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_operator_acts_from_the_console_and_the_store_follows() -> TestResult {
-    let cluster = cluster().await?;
+    let mut cluster = cluster().await?;
     let base = cluster.base().to_owned();
     let client = redis::Client::open(cluster.redis.url())?;
     let mut redis = client.get_multiplexed_async_connection().await?;
@@ -312,6 +312,21 @@ async fn an_operator_acts_from_the_console_and_the_store_follows() -> TestResult
     .await?;
     browser
         .wait_for_text("#audit tbody", PATIENCE, |text| text.contains("resume"))
+        .await?;
+
+    // Drain w2 from its row: it stops, exits by itself with status 0 and leaves the console.
+    let w2_drain = "#workers tr[data-key=\"w2\"] button[data-action=\"drain\"]";
+    browser.wait_for(w2_drain, PATIENCE).await?;
+    click_now(&browser, w2_drain).await?;
+    let exit = cluster.workers[1].wait_exit(PATIENCE)?;
+    assert!(exit.success(), "w2 exited with {exit}");
+    browser
+        .wait_for_text("#workers tbody", PATIENCE, |text| {
+            !text.contains("w2") && text.contains("w1")
+        })
+        .await?;
+    browser
+        .wait_for_text("#audit tbody", PATIENCE, |text| text.contains("drain"))
         .await?;
 
     let errors: Vec<_> = browser
