@@ -3,7 +3,7 @@
 //!
 //! - `support`: the `Harness` trait, `StoreCfg`, the per-test fixture and helpers;
 //! - one module per theme: `lifecycle`, `leases`, `capacity`, `subscriptions`, `recovery`,
-//!   `settlement`, `list`, `property`, `take_finish`, `turns`, `retries`. Each test is `pub async fn name(h: &impl Harness) -> TestResult`.
+//!   `settlement`, `list`, `property`, `take_finish`, `turns`, `retries`, `failed`. Each test is `pub async fn name(h: &impl Harness) -> TestResult`.
 //!
 //! `conformance_tests!(module, harness_expr)` instantiates every test as a `#[tokio::test]`
 //! under `module::<theme>::<test>`, evaluating `harness_expr` once per test. A new test is
@@ -12,6 +12,7 @@
 
 mod all_tests;
 mod capacity;
+mod failed;
 mod leases;
 mod lifecycle;
 mod list;
