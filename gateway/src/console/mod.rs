@@ -9,6 +9,10 @@
 //! - `GET /console/api/events`: the overview again every [`REFRESH`] as SSE `overview` events;
 //! - `POST /console/api/entrypoints/{key}/pause|resume`, `GET /console/api/audit`: see
 //!   [`operate`];
+//! - `GET /console/api/tasks/{id}`, `POST /console/api/tasks/{id}/cancel|rerun`: see
+//!   [`tasks`];
+//! - `GET /console/api/failed`, `POST /console/api/failed/rerun|remove`: the failed tasks
+//!   (dead-letter view), see [`failed`];
 //! - `GET /console/assets/*`: the page's script and style sheet (static, public, no data).
 //!
 //! The page is plain HTML, CSS and JavaScript compiled into the binary: no build step, no CDN,
@@ -17,9 +21,11 @@
 //! and at most [`MAX_STREAMS`] event streams are open at once.
 
 pub mod auth;
+pub mod failed;
 pub mod operate;
 pub mod overview;
 pub mod settlements;
+pub mod tasks;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -110,6 +116,12 @@ pub fn router(app: &AppState) -> Option<Router> {
                 post(operate::resume),
             )
             .route("/console/api/audit", get(operate::audit_log))
+            .route("/console/api/failed", get(failed::list))
+            .route("/console/api/failed/rerun", post(failed::rerun))
+            .route("/console/api/failed/remove", post(failed::remove))
+            .route("/console/api/tasks/{id}", get(tasks::view))
+            .route("/console/api/tasks/{id}/cancel", post(tasks::cancel))
+            .route("/console/api/tasks/{id}/rerun", post(tasks::rerun))
             .route("/console/assets/console.js", get(script))
             .route("/console/assets/console.css", get(style))
             .with_state(console),
