@@ -8,8 +8,11 @@
 //! ends a running `sleep` and its owner reads it cancelled; a re-run of a failed task is a new
 //! task the owner's token reads, marked as a re-run, that runs (and fails again, as `fail`
 //! does), while the original stays failed; a completed task is not re-run (409), nor a
-//! finished one cancelled (409); each action is in the audit log; refusals: no operator token
-//! (401), an unknown or malformed id (404).
+//! finished one cancelled (409); the failed list (`taskctl admin failed`) shows failed tasks
+//! newest first with their codes, paged by cursor, and the entrypoints' counts; a re-run
+//! original leaves it; bulk re-run runs each id (an unknown one refused on its own) and bulk
+//! remove empties the list while the tasks stay readable; each action is in the audit log;
+//! refusals: no operator token (401), an unknown or malformed id (404), an empty id list (400).
 
 use std::time::Duration;
 
@@ -111,6 +114,42 @@ async fn console(
     Ok((status, response.json().await.unwrap_or(Value::Null)))
 }
 
+/// A bulk action's answer: status and body.
+async fn console_body(
+    cluster: &Cluster,
+    path: &str,
+    body: Value,
+) -> TestResult<(StatusCode, Value)> {
+    let response = cluster
+        .http
+        .post(format!("{}/console/api/{path}", cluster.base()))
+        .bearer_auth(OPERATOR_TOKEN)
+        .json(&body)
+        .send()
+        .await?;
+    let status = response.status();
+    Ok((status, response.json().await.unwrap_or(Value::Null)))
+}
+
+/// `taskctl admin failed URL fail ARGS`: (id, code) of each task listed.
+async fn listed(base: &str, args: &[&str]) -> TestResult<Vec<(String, String)>> {
+    let mut command = vec!["failed", base, "fail"];
+    command.extend_from_slice(args);
+    let (code, answer) = admin(&command).await?;
+    assert_eq!(code, 0, "{answer}");
+    Ok(answer["tasks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|task| {
+            (
+                task["id"].as_str().unwrap_or("?").to_owned(),
+                task["code"].as_str().unwrap_or("?").to_owned(),
+            )
+        })
+        .collect())
+}
+
 fn kinds(view: &Value) -> Vec<String> {
     view["events"]
         .as_array()
@@ -197,6 +236,10 @@ async fn an_operator_views_cancels_and_reruns_tasks() -> TestResult {
     let (code, view) = admin(&["task", &base, &failed]).await?;
     assert_eq!(code, 0, "{view}");
     assert_eq!(view["error"]["code"], "suite_failure", "{view}");
+    assert_eq!(
+        listed(&base, &[]).await?,
+        [(failed.clone(), "suite_failure".to_owned())]
+    );
     assert_eq!(kinds(&view).last().map(String::as_str), Some("error"));
     let (code, rerun) = admin(&["rerun", &base, &failed]).await?;
     assert_eq!(code, 0, "{rerun}");
@@ -214,6 +257,70 @@ async fn an_operator_views_cancels_and_reruns_tasks() -> TestResult {
     assert_eq!(view["rerunOf"], failed.as_str(), "{view}");
     let (_, original) = owner_read(&cluster, &failed).await?;
     assert_eq!(original["status"], "failed", "the original is not reopened");
+
+    // The failed list: the re-run original left it, its re-run entered it; pages newest first.
+    let newer = created(&cluster, "fail", json!({"code": "newer_failure"})).await?;
+    assert_eq!(finished(&store, &newer).await?, "failed");
+    let (code, first) = admin(&["failed", &base, "fail", "--limit", "1"]).await?;
+    assert_eq!(code, 0, "{first}");
+    assert_eq!(first["tasks"][0]["id"], newer.as_str(), "{first}");
+    assert_eq!(first["tasks"][0]["code"], "newer_failure");
+    assert_eq!(first["tasks"][0]["attempt"], 1);
+    let cursor = first["nextCursor"].as_str().ok_or("no next cursor")?;
+    let (code, second) =
+        admin(&["failed", &base, "fail", "--limit", "1", "--cursor", cursor]).await?;
+    assert_eq!(code, 0, "{second}");
+    assert_eq!(second["tasks"][0]["id"], again.as_str(), "{second}");
+    assert!(second.get("nextCursor").is_none(), "{second}");
+    let (code, counts) = admin(&["failed", &base]).await?;
+    assert_eq!(code, 0, "{counts}");
+    assert_eq!(counts["entrypoints"], json!([{"key": "fail", "failed": 2}]));
+
+    // Bulk re-run: each id on its own (an unknown one is refused, the others run).
+    let (status, bulk) = console_body(
+        &cluster,
+        "failed/rerun",
+        json!({"ids": [newer, "no-such-task"]}),
+    )
+    .await?;
+    assert_eq!(status, StatusCode::OK, "{bulk}");
+    assert_eq!(bulk["done"], 1, "{bulk}");
+    assert_eq!(bulk["results"][1]["status"], 404, "{bulk}");
+    let newer_again = bulk["results"][0]["newTaskId"]
+        .as_str()
+        .ok_or("no new task id")?
+        .to_owned();
+    assert_eq!(finished(&store, &newer_again).await?, "failed");
+    let mut listed_ids: Vec<String> = listed(&base, &[])
+        .await?
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    listed_ids.sort();
+    let mut expected = vec![again.clone(), newer_again.clone()];
+    expected.sort();
+    assert_eq!(listed_ids, expected);
+
+    // Bulk remove empties the list; the tasks stay readable.
+    let (status, body) = console_body(&cluster, "failed/remove", json!({"ids": []})).await?;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let (status, removed) = console_body(
+        &cluster,
+        "failed/remove",
+        json!({"ids": [again, newer_again]}),
+    )
+    .await?;
+    assert_eq!(status, StatusCode::OK, "{removed}");
+    assert_eq!(removed["done"], 2, "{removed}");
+    assert!(listed(&base, &[]).await?.is_empty());
+    let (status, _) = owner_read(&cluster, &again).await?;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "a removed task stays until its retention"
+    );
+    let (status, _) = console(&cluster, &base, false, "failed?entrypoint=fail", None).await?;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
 
     // Cancel a running sleep: its owner reads it cancelled.
     let sleep = created(&cluster, "sleep", json!({"ms": 60_000})).await?;
@@ -248,9 +355,16 @@ async fn an_operator_views_cancels_and_reruns_tasks() -> TestResult {
         .collect();
     assert_eq!(
         actions,
-        [("cancel", sleep.as_str()), ("rerun", failed.as_str())]
+        [
+            ("cancel", sleep.as_str()),
+            ("remove_failed", "failed"),
+            ("rerun_failed", "failed"),
+            ("rerun", failed.as_str())
+        ]
     );
-    assert_eq!(entries[1]["detail"]["newTaskId"], again.as_str());
-    assert_eq!(entries[1]["detail"]["charged"], false);
+    assert_eq!(entries[1]["detail"]["count"], 2);
+    assert_eq!(entries[2]["detail"]["count"], 1);
+    assert_eq!(entries[3]["detail"]["newTaskId"], again.as_str());
+    assert_eq!(entries[3]["detail"]["charged"], false);
     Ok(())
 }
