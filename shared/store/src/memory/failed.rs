@@ -91,3 +91,34 @@ impl State {
         removed
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{FAILED_KEPT, FailedCursor};
+
+    #[test]
+    fn cursors_read_back_and_refuse_anything_else() {
+        let cursor = FailedCursor {
+            failed_at_ms: 1_796_205_335_048,
+            task_id: "a2a:ctx.1".into(),
+        };
+        assert_eq!(FailedCursor::decode(&cursor.encode()), Some(cursor.clone()));
+        for bad in ["", "12", ".id", "x.id", "-1.id", "12."] {
+            assert_eq!(FailedCursor::decode(bad), None, "{bad:?}");
+        }
+        assert!(cursor.precedes(cursor.failed_at_ms - 1, "z"));
+        assert!(cursor.precedes(cursor.failed_at_ms, "a2a:ctx.0"));
+        assert!(!cursor.precedes(cursor.failed_at_ms, "a2a:ctx.1"));
+        assert!(!cursor.precedes(cursor.failed_at_ms + 1, "a"));
+    }
+
+    /// The Lua include keeps the same number of failures as the memory store.
+    #[test]
+    fn the_lua_bound_is_the_rust_bound() {
+        let lua = include_str!("../../lua/includes/index_failed.lua");
+        assert!(
+            lua.contains(&format!("local FAILED_KEPT = {FAILED_KEPT}\n")),
+            "index_failed.lua must keep FAILED_KEPT = {FAILED_KEPT}"
+        );
+    }
+}
