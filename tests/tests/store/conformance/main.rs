@@ -173,6 +173,9 @@ async fn no_leaks(tag: &str, conn: &mut impl ::redis::aio::ConnectionLike) -> Re
             // `terminal`: the retained-task index, expiring with its last entry, up to a
             // second later (TERMINAL_SLACK_MS in finish_task.lua).
             "terminal" => retention_ms + 1_000,
+            // `failed`: an entrypoint's failed index, expiring a retention (and a second)
+            // after its latest failure (index_failed.lua).
+            "failed" => retention_ms + 1_000,
             "wake" => 60_000,
             // A script call's reply key on a cluster (replay.rs), deleted by the next call or
             // by its TTL.
