@@ -41,6 +41,20 @@ async fn admin(args: &[&str]) -> TestResult<(i32, Value)> {
     Ok((output.status.code().unwrap_or(-1), answer))
 }
 
+/// `taskctl --output human admin ARGS` as the operator: exit code and what it printed.
+async fn admin_text(args: &[&str]) -> TestResult<(i32, String)> {
+    let output = tokio::process::Command::new(binary("taskctl")?)
+        .args(["--output", "human", "admin"])
+        .args(args)
+        .env("OPERATOR_TOKEN", OPERATOR_TOKEN)
+        .output()
+        .await?;
+    Ok((
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+    ))
+}
+
 /// Polls `check` every 50 ms until it holds, within [`PATIENCE`].
 async fn until(what: &str, mut check: impl AsyncFnMut() -> TestResult<bool>) -> TestResult {
     let start = tokio::time::Instant::now();
@@ -241,6 +255,16 @@ async fn an_operator_views_cancels_and_reruns_tasks() -> TestResult {
         [(failed.clone(), "suite_failure".to_owned())]
     );
     assert_eq!(kinds(&view).last().map(String::as_str), Some("error"));
+    let (code, text) = admin_text(&["task", &base, &failed]).await?;
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("failed (terminal)"), "{text}");
+    assert!(text.contains("suite_failure"), "{text}");
+    let (code, text) = admin_text(&["failed", &base, "fail"]).await?;
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains(&failed) && text.contains("suite_failure"),
+        "{text}"
+    );
     let (code, rerun) = admin(&["rerun", &base, &failed]).await?;
     assert_eq!(code, 0, "{rerun}");
     assert_eq!(rerun["rerunOf"], failed.as_str());
