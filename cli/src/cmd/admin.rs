@@ -13,7 +13,10 @@
 //! - `taskctl admin drain URL WORKER [--wait]`: ask a live worker to drain (take no more
 //!   tasks, finish its runs, deregister, exit 0, as on SIGTERM); `--wait` polls the console
 //!   overview until the worker is gone from it;
-//! - `taskctl admin audit URL`: the operators' actions, newest first.
+//! - `taskctl admin audit URL`: the operators' actions, newest first;
+//! - `taskctl admin task|cancel|rerun URL ID`: one task as the operator sees it, cancelled, or
+//!   run again as a new task; `taskctl admin failed URL [KEY]`: the failed tasks (see
+//!   [`super::admin_tasks`]).
 
 use std::path::PathBuf;
 
@@ -54,8 +57,28 @@ pub enum AdminCommand {
         #[arg(long)]
         wait: bool,
     },
-    /// List the operators' actions (pauses, resumes, drains, settlements), newest first.
+    /// List the operators' actions (pauses, resumes, drains, settlements, cancels, re-runs),
+    /// newest first.
     Audit { url: String },
+    /// Show one task as the operator sees it (state, attempts, lease, error, events; no input
+    /// or result unless the gateway runs with --console-show-payloads).
+    Task { url: String, id: String },
+    /// Cancel a running task, as its owner could.
+    Cancel { url: String, id: String },
+    /// Run a failed or cancelled task again as a new task of the same owner (never charged).
+    Rerun { url: String, id: String },
+    /// List an entrypoint's failed tasks, newest first (without KEY: the entrypoints that
+    /// have failed tasks, with how many).
+    Failed {
+        url: String,
+        key: Option<String>,
+        /// Where to go on from: the `nextCursor` of the page before.
+        #[arg(long)]
+        cursor: Option<String>,
+        /// Tasks per page (1 to 200; default 50).
+        #[arg(long)]
+        limit: Option<u32>,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -83,6 +106,26 @@ pub enum Decision {
 pub async fn run(context: &Context, args: &Args) -> CmdResult {
     let token = operator_token(args)?;
     match &args.command {
+        AdminCommand::Task { url, id } => super::admin_tasks::task(context, &token, url, id).await,
+        AdminCommand::Cancel { url, id } => {
+            super::admin_tasks::cancel(context, &token, url, id).await
+        }
+        AdminCommand::Rerun { url, id } => {
+            super::admin_tasks::rerun(context, &token, url, id).await
+        }
+        AdminCommand::Failed {
+            url,
+            key,
+            cursor,
+            limit,
+        } => {
+            let page = super::admin_tasks::Page {
+                key: key.as_deref(),
+                cursor: cursor.as_deref(),
+                limit: *limit,
+            };
+            super::admin_tasks::failed(context, &token, url, page).await
+        }
         AdminCommand::Settlements { url } => {
             let path = ["console", "api", "settlements"];
             let answer = call(context, &token, url, &path, None).await?;
@@ -254,11 +297,23 @@ fn operator_token(args: &Args) -> Result<String, Failure> {
 /// GET (no body) or POST `body` to the path of `segments` below the gateway at `url` (its
 /// base path kept; each segment percent-encoded), as the operator; the JSON answer, or a
 /// failure saying what the gateway said.
-async fn call(
+pub(super) async fn call(
     context: &Context,
     token: &str,
     url: &str,
     segments: &[&str],
+    body: Option<Value>,
+) -> Result<Value, Failure> {
+    call_with_query(context, token, url, segments, &[], body).await
+}
+
+/// [`call`] with `query` pairs added to the URL.
+pub(super) async fn call_with_query(
+    context: &Context,
+    token: &str,
+    url: &str,
+    segments: &[&str],
+    query: &[(&str, String)],
     body: Option<Value>,
 ) -> Result<Value, Failure> {
     let mut target = reqwest::Url::parse(url)
@@ -271,6 +326,11 @@ async fn call(
         .map_err(|()| Failure::usage(format!("{url} cannot have a path")))?
         .pop_if_empty()
         .extend(segments);
+    if !query.is_empty() {
+        target
+            .query_pairs_mut()
+            .extend_pairs(query.iter().map(|(name, value)| (*name, value.as_str())));
+    }
     let timeout = std::time::Duration::from_secs(context.global.timeout.unwrap_or(30));
     let http = reqwest::Client::builder()
         .timeout(timeout)

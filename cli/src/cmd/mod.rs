@@ -1,6 +1,7 @@
 //! One module per subcommand: its arguments (`Args`) and `run`.
 
 pub mod admin;
+pub mod admin_tasks;
 pub mod cancel;
 pub mod card;
 pub mod get;

@@ -10,6 +10,10 @@
 //! - `POST /console/api/entrypoints/{key}/pause|resume`, `GET /console/api/audit`: see
 //!   [`operate`];
 //! - `POST /console/api/workers/{id}/drain`: see [`drain`];
+//! - `GET /console/api/tasks/{id}`, `POST /console/api/tasks/{id}/cancel|rerun`: see
+//!   [`tasks`];
+//! - `GET /console/api/failed`, `POST /console/api/failed/rerun|remove`: the failed tasks
+//!   (dead-letter view), see [`failed`];
 //! - `GET /console/assets/*`: the page's scripts and style sheet (static, public, no data).
 //!
 //! Actions by console session carry the page's token ([`actor`]).
@@ -22,9 +26,11 @@
 pub mod actor;
 pub mod auth;
 pub mod drain;
+pub mod failed;
 pub mod operate;
 pub mod overview;
 pub mod settlements;
+pub mod tasks;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -117,6 +123,12 @@ pub fn router(app: &AppState) -> Option<Router> {
             )
             .route("/console/api/workers/{id}/drain", post(drain::drain))
             .route("/console/api/audit", get(operate::audit_log))
+            .route("/console/api/failed", get(failed::list))
+            .route("/console/api/failed/rerun", post(failed::rerun))
+            .route("/console/api/failed/remove", post(failed::remove))
+            .route("/console/api/tasks/{id}", get(tasks::view))
+            .route("/console/api/tasks/{id}/cancel", post(tasks::cancel))
+            .route("/console/api/tasks/{id}/rerun", post(tasks::rerun))
             .route("/console/assets/console.js", get(script))
             .route("/console/assets/actions.js", get(actions_script))
             .route("/console/assets/console.css", get(style))

@@ -243,6 +243,17 @@ pub struct GatewayConfig {
     #[arg(long, env = "OPERATOR_TOKEN", hide_env_values = true)]
     pub operator_token: Option<server::secret::Secret>,
 
+    /// Let the operator console's task view (`GET /console/api/tasks/{id}`) show a task's
+    /// input and result. Off by default: they belong to the task's caller, and the operator
+    /// token is a different party; turn it on only where the operator may read callers' data.
+    #[arg(
+        long,
+        env = "CONSOLE_SHOW_PAYLOADS",
+        default_value_t = false,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub console_show_payloads: bool,
+
     /// The MPP protection space (`realm`) challenges name; default: the host of the
     /// gateway's public origin (see --public-url).
     #[arg(long, env = "MPP_REALM")]

@@ -6,8 +6,9 @@
 --
 -- KEYS[1] leases  KEYS[2] admissions  KEYS[3] live  KEYS[4] terminal  KEYS[5] terminal sizes
 -- KEYS[6] terminal bytes
--- KEYS[7 ..] per task, 10 keys: task, events, owner_index, owner_live, queue, push configs,
---   push outbox, push cursors, push due, push dropped (the task's push keys: push_outbox.lua)
+-- KEYS[7 ..] per task, 11 keys: task, events, owner_index, owner_live, queue, push configs,
+--   push outbox, push cursors, push due, push dropped (the task's push keys: push_outbox.lua),
+--   the entrypoint's failed index (index_failed.lua: a task that fails enters it)
 -- ARGV[1] retention ms  ARGV[2] event log length  ARGV[3] worker channel prefix
 -- ARGV[4 ..] per task, 11 values: task id, owner hash, expected statuses comma-wrapped
 --   (",running,"), next status, result json ('' none), error json ('' none), fence holder

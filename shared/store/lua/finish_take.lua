@@ -6,7 +6,7 @@
 -- rejected write still takes: the worker's slot is free either way.
 --
 -- KEYS[1 .. 6] as cas.lua's (leases, admissions, live, terminal, terminal sizes, terminal bytes)
--- KEYS[7 .. 6+Q] queues  KEYS[7+Q ..] per finish item, 10 keys (as cas.lua)
+-- KEYS[7 .. 6+Q] queues  KEYS[7+Q ..] per finish item, 11 keys (as cas.lua)
 -- ARGV[1] retention ms  ARGV[2] event log length  ARGV[3] worker channel prefix
 -- ARGV[4] claimer id  ARGV[5] lease ttl ms  ARGV[6] run limit ms  ARGV[7] max claims
 -- ARGV[8] Q  ARGV[9] number of finish items F

@@ -14,9 +14,10 @@
 --
 -- KEYS[1] leases  KEYS[2] admissions  KEYS[3] live  KEYS[4] terminal  KEYS[5] terminal sizes
 -- KEYS[6] terminal bytes
--- KEYS[7 ..] per task, 11 keys: task, events, owner_index, owner_live, queue, wake, push
+-- KEYS[7 ..] per task, 12 keys: task, events, owner_index, owner_live, queue, wake, push
 --   configs, push outbox, push cursors, push due, push dropped (the task's push keys:
---   push_outbox.lua)
+--   push_outbox.lua), the entrypoint's failed index (index_failed.lua: a task failed here
+--   enters it)
 -- ARGV[1] mode  ARGV[2] retention ms  ARGV[3] task channel prefix
 -- ARGV[4 ..] task ids, in the order of their keys
 -- Returns {requeued ids, failed ids, cancelled ids, retried ids (backoffs queued again)}
@@ -25,6 +26,7 @@
 -- @include "publish_event"
 -- @include "finish_task"
 -- @include "enqueue"
+-- @include "index_failed"
 
 local leases, admissions, live = KEYS[1], KEYS[2], KEYS[3]
 local terminal, terminal_sizes, terminal_bytes = KEYS[4], KEYS[5], KEYS[6]
@@ -34,14 +36,14 @@ local requeued, failed, cancelled, retried = {}, {}, {}, {}
 
 for i = 4, #ARGV do
   local id = ARGV[i]
-  local base = 7 + (i - 4) * (6 + PUSH_KEYS)
+  local base = 7 + (i - 4) * (7 + PUSH_KEYS)
   local k = {
     task = KEYS[base], events = KEYS[base + 1], owner_index = KEYS[base + 2],
     owner_live = KEYS[base + 3], queue = KEYS[base + 4], leases = leases,
     admissions = admissions, live = live, terminal = terminal, terminal_sizes = terminal_sizes,
     terminal_bytes = terminal_bytes, push = push_keys(KEYS, base + 6, id),
   }
-  local wake = KEYS[base + 5]
+  local wake, failed_index = KEYS[base + 5], KEYS[base + 6 + PUSH_KEYS]
   local f = redis.call('HMGET', k.task, 'st', 'ph', 'lx', 'ax',
     'ho', 'at', 'ma', 'rd', 'rm', 'ow', 'sq', 'sh', 'nc', 'ry')
   local status, phase = f[1], f[2]
@@ -61,6 +63,7 @@ for i = 4, #ARGV do
         'sq', seq)
     end
     finish_task(k, id, phase, retention, now)
+    if next_status == 'failed' then index_failed(failed_index, id, now, retention) end
     -- The terminal record rebuilds this event (redis/event_log.rs): published, not logged.
     publish_event(channel, seq, event, data, f[13], k.push)
   end

@@ -407,6 +407,47 @@ pub trait TaskStore: Send + Sync + 'static {
         ))
     }
 
+    /// One page of `entrypoint`'s failed tasks, newest first, after `after` (see
+    /// [`FailedCursor`]), at most `limit` (capped at [`MAX_FAILED_LIMIT`]). Every transition to
+    /// `failed` enters the task in its entrypoint's failed index, which keeps the newest
+    /// [`FAILED_KEPT`] (per shard in the Redis store) and nothing past the retention. An entry
+    /// whose task record is gone (retention, eviction) is skipped and dropped from the index.
+    /// The Redis store reads one range of each shard's index per page (no scan). The default
+    /// reports it unavailable, so that wrappers written before it keep compiling.
+    async fn failed_page(
+        &self,
+        entrypoint: &str,
+        after: Option<&FailedCursor>,
+        limit: usize,
+    ) -> Result<FailedPage, StoreError> {
+        let _ = (entrypoint, after, limit);
+        Err(StoreError::Unavailable(
+            "this store keeps no failed index".into(),
+        ))
+    }
+
+    /// How many tasks `entrypoint`'s failed index holds (in all shards), entries whose record
+    /// is gone but not yet dropped included.
+    async fn failed_count(&self, entrypoint: &str) -> Result<u64, StoreError> {
+        let _ = entrypoint;
+        Err(StoreError::Unavailable(
+            "this store keeps no failed index".into(),
+        ))
+    }
+
+    /// Drops tasks from `entrypoint`'s failed index (the operator dealt with them); their
+    /// records stay until retention. Returns how many were in it.
+    async fn forget_failed(
+        &self,
+        entrypoint: &str,
+        task_ids: &[String],
+    ) -> Result<u64, StoreError> {
+        let _ = (entrypoint, task_ids);
+        Err(StoreError::Unavailable(
+            "this store keeps no failed index".into(),
+        ))
+    }
+
     /// How full the store's memory is, per server (every master of a Redis Cluster). Empty
     /// when the store has no memory limit of its own to watch (the in-memory store, and, by
     /// default, wrappers written before it).

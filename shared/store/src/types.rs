@@ -542,3 +542,64 @@ pub struct Finished {
     pub outcome: CasOutcome,
     pub next: Vec<Started>,
 }
+
+/// Failed tasks kept per entrypoint in a failed index (per shard in the Redis store): the
+/// newest this many; older ones are dropped from the index (their records stay until
+/// retention). `lua/includes/index_failed.lua` holds the same number.
+pub const FAILED_KEPT: usize = 1_000;
+/// Failed-list page size when none is given, and the largest accepted.
+pub const DEFAULT_FAILED_LIMIT: usize = 50;
+pub const MAX_FAILED_LIMIT: usize = 200;
+
+/// Where a page of failed tasks ends: the last entry shown (when it failed, its id). The next
+/// page holds the entries after it, newest first: failed earlier, or at the same millisecond
+/// with a smaller id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailedCursor {
+    pub failed_at_ms: u64,
+    pub task_id: String,
+}
+
+impl FailedCursor {
+    /// `<ms>.<task id>`, opaque to callers.
+    pub fn encode(&self) -> String {
+        format!("{}.{}", self.failed_at_ms, self.task_id)
+    }
+
+    /// A cursor [`FailedCursor::encode`] wrote; `None` for anything else.
+    pub fn decode(text: &str) -> Option<FailedCursor> {
+        let (ms, id) = text.split_once('.')?;
+        if id.is_empty() || !ms.bytes().all(|byte| byte.is_ascii_digit()) {
+            return None;
+        }
+        Some(FailedCursor {
+            failed_at_ms: ms.parse().ok()?,
+            task_id: id.to_owned(),
+        })
+    }
+
+    /// Whether an entry failed at `failed_at_ms` with id `task_id` comes after this cursor
+    /// (newest first: earlier, or as early with a smaller id).
+    pub fn precedes(&self, failed_at_ms: u64, task_id: &str) -> bool {
+        (failed_at_ms, task_id) < (self.failed_at_ms, self.task_id.as_str())
+    }
+}
+
+/// One entry of a failed index, read with its task's record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FailedEntry {
+    pub task_id: String,
+    pub entrypoint: String,
+    /// When it failed (the index's score: the failing transition's time).
+    pub failed_at_ms: u64,
+    pub error: Option<TaskError>,
+    pub attempt: u32,
+}
+
+/// A page of [`super::TaskStore::failed_page`].
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct FailedPage {
+    pub entries: Vec<FailedEntry>,
+    /// Where the next page starts; `None` when this one is the last.
+    pub next: Option<FailedCursor>,
+}

@@ -385,10 +385,12 @@ async fn check_keys(
                     report.violation(format!("task key {key} never expires"));
                 }
             }
-            "events" | "owner" | "registry" | "wake" | "idem" | "terminal" if !expiring => {
+            "events" | "owner" | "registry" | "wake" | "idem" | "terminal" | "failed"
+                if !expiring =>
+            {
                 report.violation(format!("{key} never expires"));
             }
-            "events" | "owner" | "registry" | "wake" | "idem" | "terminal" => {}
+            "events" | "owner" | "registry" | "wake" | "idem" | "terminal" | "failed" => {}
             // A script call's reply on a cluster (replay.rs): the last calls of each process,
             // and those of killed ones, until their TTL (-2: deleted since the scan by a later
             // call).

@@ -11,16 +11,16 @@ local function shard_keys(keys)
 end
 
 -- ITEM_KEYS, swap_item(keys, argv, kb, ab, shard): the keys (ITEM_KEYS from kb: task, events,
--- owner_index, owner_live, queue, then the task's push keys: push_keys; with the shard's:
--- shard_keys) and values (11 from ab) of one compare-and-set item, as swap_task takes them.
-local ITEM_KEYS = 5 + PUSH_KEYS
+-- owner_index, owner_live, queue, then the task's push keys: push_keys, then its entrypoint's
+-- failed index: index_failed; with the shard's: shard_keys) and values (11 from ab) of one compare-and-set item, as swap_task takes them.
+local ITEM_KEYS = 6 + PUSH_KEYS
 local function swap_item(keys, argv, kb, ab, shard)
   local k = {
     task = keys[kb], events = keys[kb + 1], owner_index = keys[kb + 2],
     owner_live = keys[kb + 3], queue = keys[kb + 4], leases = shard.leases,
     admissions = shard.admissions, live = shard.live, terminal = shard.terminal,
     terminal_sizes = shard.terminal_sizes, terminal_bytes = shard.terminal_bytes,
-    push = push_keys(keys, kb + 5, argv[ab]),
+    push = push_keys(keys, kb + 5, argv[ab]), failed = keys[kb + 5 + PUSH_KEYS],
   }
   local a = {
     id = argv[ab], owner = argv[ab + 1], expected = argv[ab + 2], next = argv[ab + 3],

@@ -1,5 +1,6 @@
 -- @include "finish_task"
 -- @include "log_event"
+-- @include "index_failed"
 -- swap_task(k, a, now, retention_ms, log_len, worker_prefix): one compare-and-set item (see
 -- cas.lua for the values in a: id, owner, expected, next, result, error, holder, epoch, event,
 -- data, channel). One HMGET (which also reads what finish_task needs), one HSET (status,
@@ -43,6 +44,7 @@ local function swap_task(k, a, now, retention_ms, log_len, worker_prefix)
   if next_status ~= 'running' then
     finish_task(k, a.id, f[11], retention_ms, now, {owner = f[2], retention = f[13],
       seq = f[12], sizes = #(result or '') + #(err or '')})
+    if next_status == 'failed' then index_failed(k.failed, a.id, now, retention_ms) end
     if holder == '' and f[3] then
       redis.call('PUBLISH', worker_prefix .. f[3], a.id)
     end

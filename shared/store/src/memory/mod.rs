@@ -11,6 +11,7 @@
 //! Time comes from a [`Clock`] so tests can move it by hand.
 
 mod entry;
+mod failed;
 mod frozen;
 mod listing;
 mod owner_index;
@@ -416,6 +417,32 @@ impl TaskStore for MemoryStore {
 
     async fn live_count(&self) -> Result<u64, StoreError> {
         Ok(self.with_state(|state, _| state.live_count()))
+    }
+
+    async fn failed_page(
+        &self,
+        entrypoint: &str,
+        after: Option<&crate::FailedCursor>,
+        limit: usize,
+    ) -> Result<crate::FailedPage, StoreError> {
+        Ok(self.with_state(|state, now| state.failed_page(entrypoint, after, limit, now)))
+    }
+
+    async fn failed_count(&self, entrypoint: &str) -> Result<u64, StoreError> {
+        Ok(self.with_state(|state, _| {
+            state
+                .failed
+                .get(entrypoint)
+                .map_or(0, |index| index.len() as u64)
+        }))
+    }
+
+    async fn forget_failed(
+        &self,
+        entrypoint: &str,
+        task_ids: &[String],
+    ) -> Result<u64, StoreError> {
+        Ok(self.with_state(|state, _| state.forget_failed(entrypoint, task_ids)))
     }
 
     async fn lease_count(&self) -> Result<u64, StoreError> {

@@ -59,6 +59,8 @@ pub(super) struct State {
     pub(super) retained_bytes: u64,
     pub(super) due: BTreeMap<IndexKey, String>,
     pub(super) queues: HashMap<String, VecDeque<String>>,
+    /// Failed tasks per entrypoint (`failed.rs`).
+    pub(super) failed: HashMap<String, super::failed::FailedIndex>,
     pub(super) next_order: u64,
     pub(super) next_listener: u64,
     /// Set when a task entered a ready queue; the store wakes `take_next` waiters after
@@ -79,6 +81,7 @@ impl State {
             retained_bytes: 0,
             due: BTreeMap::new(),
             queues: HashMap::new(),
+            failed: HashMap::new(),
             next_order: 0,
             next_listener: 0,
             queue_pushed: false,
@@ -152,6 +155,9 @@ impl State {
         }
         if terminal && was_queued {
             self.unqueue(&entrypoint, task_id);
+        }
+        if task.status == protocol::TaskStatus::Failed {
+            self.index_failed(&entrypoint, task_id, now);
         }
         self.reindex(task_id);
         Some(task)

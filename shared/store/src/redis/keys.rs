@@ -88,6 +88,17 @@ impl Keys {
         format!("{}:queue:{entrypoint}", self.prefix)
     }
 
+    /// Sorted set: the ids of the shard's tasks of `entrypoint` that failed, scored by when
+    /// (ms, Redis clock): the operator's dead-letter view (`TaskStore::failed_page`). Every
+    /// terminal write to `failed` adds to it (`index_failed.lua`, called by `cas.lua`,
+    /// `finish_take.lua` and `recover.lua`), keeping the newest `FAILED_KEPT` and none older
+    /// than the retention, and it expires a retention after its latest failure. Per shard (a
+    /// script names only keys of its own slot) and per entrypoint (a page of one entrypoint
+    /// is one range read per shard).
+    pub fn failed(&self, entrypoint: &str) -> String {
+        format!("{}:failed:{entrypoint}", self.prefix)
+    }
+
     /// List: doorbell that blocked workers of an entrypoint wait on.
     pub fn wake(&self, entrypoint: &str) -> String {
         format!("{}:wake:{entrypoint}", self.prefix)

@@ -41,6 +41,7 @@ mod config;
 mod connect;
 mod doorbell;
 mod event_log;
+mod failed;
 mod feed;
 pub mod fields;
 mod finish;

@@ -589,6 +589,28 @@ impl TaskStore for RedisStore {
             .await
     }
 
+    async fn failed_page(
+        &self,
+        entrypoint: &str,
+        after: Option<&crate::FailedCursor>,
+        limit: usize,
+    ) -> Result<crate::FailedPage, StoreError> {
+        self.failed_page_of(entrypoint, after, limit).await
+    }
+
+    async fn failed_count(&self, entrypoint: &str) -> Result<u64, StoreError> {
+        self.sum_over_shards("ZCARD", |keys| keys.failed(entrypoint))
+            .await
+    }
+
+    async fn forget_failed(
+        &self,
+        entrypoint: &str,
+        task_ids: &[String],
+    ) -> Result<u64, StoreError> {
+        self.forget_failed_of(entrypoint, task_ids).await
+    }
+
     async fn lease_count(&self) -> Result<u64, StoreError> {
         self.sum_over_shards("ZCARD", Keys::leases).await
     }

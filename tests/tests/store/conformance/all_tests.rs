@@ -100,6 +100,11 @@ macro_rules! conformance_list {
                 an_unanswered_request_times_out,
                 an_answer_clears_the_waiting_deadline,
             }
+            failed {
+                failed_tasks_are_paged_newest_first,
+                recovery_failures_enter_the_failed_index,
+                forgotten_failures_leave_the_index_not_the_store,
+            }
             retries {
                 a_retry_waits_out_its_backoff_then_runs_again,
                 retry_later_is_fenced,

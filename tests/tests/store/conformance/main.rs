@@ -3,7 +3,7 @@
 //!
 //! - `support`: the `Harness` trait, `StoreCfg`, the per-test fixture and helpers;
 //! - one module per theme: `lifecycle`, `leases`, `capacity`, `subscriptions`, `recovery`,
-//!   `settlement`, `list`, `property`, `take_finish`, `turns`, `retries`. Each test is `pub async fn name(h: &impl Harness) -> TestResult`.
+//!   `settlement`, `list`, `property`, `take_finish`, `turns`, `retries`, `failed`. Each test is `pub async fn name(h: &impl Harness) -> TestResult`.
 //!
 //! `conformance_tests!(module, harness_expr)` instantiates every test as a `#[tokio::test]`
 //! under `module::<theme>::<test>`, evaluating `harness_expr` once per test. A new test is
@@ -12,6 +12,7 @@
 
 mod all_tests;
 mod capacity;
+mod failed;
 mod leases;
 mod lifecycle;
 mod list;
@@ -172,6 +173,9 @@ async fn no_leaks(tag: &str, conn: &mut impl ::redis::aio::ConnectionLike) -> Re
             // `terminal`: the retained-task index, expiring with its last entry, up to a
             // second later (TERMINAL_SLACK_MS in finish_task.lua).
             "terminal" => retention_ms + 1_000,
+            // `failed`: an entrypoint's failed index, expiring a retention (and a second)
+            // after its latest failure (index_failed.lua).
+            "failed" => retention_ms + 1_000,
             "wake" => 60_000,
             // A script call's reply key on a cluster (replay.rs), deleted by the next call or
             // by its TTL.

@@ -17,6 +17,8 @@
 mod all_tests;
 #[path = "../conformance/capacity.rs"]
 mod capacity;
+#[path = "../conformance/failed.rs"]
+mod failed;
 #[path = "../conformance/leases.rs"]
 mod leases;
 #[path = "../conformance/lifecycle.rs"]

@@ -6,9 +6,10 @@
 //! (statusUpdate, resultUpdate or error) when applied. `finish_take.lua` takes the same items.
 //!
 //! KEYS: leases, admissions, live, then the retained-task keys (terminal, its sizes, their
-//! sum: `Keys::retained`), shared by the batch; then per task 10 keys: task, events,
-//! owner_index, owner_live, queue, and the task's push keys (`Keys::push_of`: configs,
-//! outbox, cursors, due, dropped).
+//! sum: `Keys::retained`), shared by the batch; then per task 11 keys: task, events,
+//! owner_index, owner_live, queue, the task's push keys (`Keys::push_of`: configs,
+//! outbox, cursors, due, dropped), and the entrypoint's failed index (`Keys::failed`: a task
+//! that fails enters it).
 //! ARGV: retention ms, event log length, worker channel prefix (shared); then per task 11
 //! values: task id, owner hash, expected statuses comma-wrapped (",running,"), next status,
 //! result json ('' none), error json ('' none), fence holder ('' unfenced), fence epoch, event
@@ -161,6 +162,7 @@ pub(crate) fn item(
         ]
         .into_iter()
         .chain(keys.push_of(task_id))
+        .chain(std::iter::once(keys.failed(entrypoint)))
         .collect(),
         args: vec![
             task_id.to_owned(),

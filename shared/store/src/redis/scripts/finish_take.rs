@@ -6,7 +6,7 @@
 //! processes race for one queue head. A rejected write still takes.
 //!
 //! KEYS: leases, admissions, live, terminal, terminal sizes, terminal bytes, the Q queues; then
-//! per finish item 10 keys (as `cas.lua`).
+//! per finish item 11 keys (as `cas.lua`).
 //! ARGV: retention ms, event log length, worker channel prefix, claimer id, lease ttl ms, run
 //! limit ms, max claims, Q, number of finish items F; then per finish item 11 values (as
 //! `cas.lua`).

@@ -114,6 +114,7 @@ pub(crate) async fn call(
             .key(keys.queue(entrypoint))
             .key(keys.wake(entrypoint))
             .key(&keys.push_of(id))
+            .key(keys.failed(entrypoint))
             .arg(id);
     }
     let RecoverReply {
