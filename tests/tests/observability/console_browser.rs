@@ -13,6 +13,7 @@ use harness::TestResult;
 use harness::browser::{Browser, BrowserOptions, DESKTOP, PHONE, screens_dir};
 use harness::cluster::Cluster;
 use nix::sys::signal::Signal;
+use protocol::TaskStatus;
 use serde_json::json;
 use store::{RedisStore, RedisStoreConfig, TaskStore};
 
@@ -211,6 +212,25 @@ async fn the_console_shows_the_cluster_as_the_store_sees_it() -> TestResult {
     Ok(())
 }
 
+/// Creates a task of `skill` with `text` as its message, owned by [`OWNER_TOKEN`]; its id.
+async fn create_task(
+    http: &reqwest::Client,
+    base: &str,
+    skill: &str,
+    text: &str,
+) -> TestResult<String> {
+    let response = http
+        .post(format!("{base}/tasks"))
+        .header("Task-Access-Token", OWNER_TOKEN)
+        .json(&json!({"skillId": skill, "message": {"role": "user", "content": {"text": text}}}))
+        .send()
+        .await?;
+    let status = response.status();
+    let body: serde_json::Value = response.json().await?;
+    assert!(status.is_success(), "{body}");
+    Ok(body["taskId"].as_str().ok_or("no taskId")?.to_owned())
+}
+
 /// Clicks the element matching `css` inside the page in one step: the tables are rebuilt on
 /// every overview, so a button found by one WebDriver call may be gone by the next.
 async fn click_now(browser: &Browser, css: &str) -> TestResult {
@@ -312,6 +332,102 @@ async fn an_operator_acts_from_the_console_and_the_store_follows() -> TestResult
     .await?;
     browser
         .wait_for_text("#audit tbody", PATIENCE, |text| text.contains("resume"))
+        .await?;
+
+    // Find a failed task, re-run it from the page: a new task of the same owner, which its
+    // caller reads with its own token; the original stays failed.
+    let store = RedisStore::connect(RedisStoreConfig::new(cluster.redis.url())).await?;
+    let http = reqwest::Client::new();
+    let mut failed = Vec::new();
+    for n in 0..2 {
+        let id = create_task(
+            &http,
+            &base,
+            "fail",
+            &format!("{{\"code\": \"dead_letter_{n}\"}}"),
+        )
+        .await?;
+        until_store(
+            "the task failed",
+            async || Ok(store.get(&id).await?.map(|t| t.task.status)),
+            |status| *status == Some(TaskStatus::Failed),
+        )
+        .await?;
+        failed.push(id);
+    }
+    browser.type_into("#task-id", &failed[0]).await?;
+    browser.submit("#task-form").await?;
+    browser
+        .wait_for_text("#task-json", PATIENCE, |text| {
+            text.contains(&failed[0]) && text.contains("failed")
+        })
+        .await?;
+    click_now(&browser, "#task-rerun").await?;
+    let said = browser
+        .wait_for_text("#action-result", PATIENCE, |text| text.contains("is task"))
+        .await?;
+    let rerun = said.rsplit(' ').next().ok_or("no new task id")?.to_owned();
+    let original = store.get(&failed[0]).await?.ok_or("original gone")?;
+    let copy = store.get(&rerun).await?.ok_or("no re-run task")?;
+    assert_eq!(copy.owner, original.owner);
+    assert_eq!(copy.invocation.entrypoint, "fail");
+    assert_eq!(original.task.status, TaskStatus::Failed);
+    let read = http
+        .get(format!("{base}/tasks/{rerun}"))
+        .header("Task-Access-Token", OWNER_TOKEN)
+        .send()
+        .await?;
+    assert_eq!(read.status(), reqwest::StatusCode::OK);
+
+    // Cancel a running task from the page.
+    let sleeping = create_task(&http, &base, "sleep", "{\"ms\": 60000}").await?;
+    until_store(
+        "the sleep runs",
+        async || Ok(store.get(&sleeping).await?.and_then(|t| t.lease)),
+        Option::is_some,
+    )
+    .await?;
+    browser.type_into("#task-id", &sleeping).await?;
+    browser.submit("#task-form").await?;
+    browser
+        .wait_for_text("#task-json", PATIENCE, |text| text.contains(&sleeping))
+        .await?;
+    click_now(&browser, "#task-cancel").await?;
+    until_store(
+        "the sleep cancelled",
+        async || Ok(store.get(&sleeping).await?.map(|t| t.task.status)),
+        |status| *status == Some(TaskStatus::Cancelled),
+    )
+    .await?;
+
+    // The failed list of `fail`: select all, remove; the store's index empties.
+    browser
+        .wait_for("#failed-entrypoint option[value=\"fail\"]", PATIENCE)
+        .await?;
+    browser
+        .click("#failed-entrypoint option[value=\"fail\"]")
+        .await?;
+    browser.submit("#failed-form").await?;
+    browser
+        .wait_for_text("#failed-list tbody", PATIENCE, |text| {
+            text.contains("dead_letter_1")
+        })
+        .await?;
+    click_now(&browser, "#failed-all").await?;
+    click_now(&browser, "#failed-remove").await?;
+    until_store(
+        "the failed index of fail emptied",
+        async || Ok(store.failed_page("fail", None, 50).await?.entries.len()),
+        |left| *left == 0,
+    )
+    .await?;
+    browser
+        .wait_for_text("#failed-list tbody", PATIENCE, |text| text.contains("none"))
+        .await?;
+    browser
+        .wait_for_text("#audit tbody", PATIENCE, |text| {
+            text.contains("remove_failed") && text.contains("cancel") && text.contains("rerun")
+        })
         .await?;
 
     // Drain w2 from its row: it stops, exits by itself with status 0 and leaves the console.
