@@ -35,6 +35,7 @@ pub mod cluster;
 pub mod cut_proxy;
 pub mod hostile;
 pub mod measure;
+pub mod operator;
 pub mod otlp;
 pub mod paid;
 pub mod process;

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use harness::TestResult;
 use harness::cluster::Cluster;
-use harness::process::{binary, plain};
+use harness::process::plain;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use store::registry::{WorkerEntry, WorkerRegistry};
@@ -33,28 +33,12 @@ const WORKER: &[(&str, &str)] = &[("WORKER_LEASE_TTL_MS", "1500")];
 
 /// `taskctl --json admin ARGS` as the operator (or with `token`): exit code and JSON answer.
 async fn admin(args: &[&str], token: Option<&str>) -> TestResult<(i32, Value)> {
-    let mut command = tokio::process::Command::new(binary("taskctl")?);
-    command.arg("--json").arg("admin").args(args);
-    command.env_remove("OPERATOR_TOKEN");
-    if let Some(token) = token {
-        command.env("OPERATOR_TOKEN", token);
-    }
-    let output = command.output().await?;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let answer = serde_json::from_str(stdout.trim()).unwrap_or(Value::Null);
-    Ok((output.status.code().unwrap_or(-1), answer))
+    harness::operator::taskctl_admin(args, token).await
 }
 
-/// Polls `check` every 50 ms until it holds, within [`PATIENCE`].
-async fn until(what: &str, mut check: impl AsyncFnMut() -> TestResult<bool>) -> TestResult {
-    let start = tokio::time::Instant::now();
-    while !check().await? {
-        if start.elapsed() > PATIENCE {
-            return Err(format!("never: {what}").into());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Ok(())
+/// Polls `check` until it holds, within [`PATIENCE`].
+async fn until(what: &str, check: impl AsyncFnMut() -> TestResult<bool>) -> TestResult {
+    harness::operator::until(what, PATIENCE, check).await
 }
 
 /// Creates a task of `skill` with `input` and returns its id.

@@ -29,16 +29,7 @@ const PATIENCE: Duration = Duration::from_secs(30);
 
 /// `taskctl --json admin ARGS` as the operator: exit code and JSON answer.
 async fn admin(args: &[&str]) -> TestResult<(i32, Value)> {
-    let output = tokio::process::Command::new(binary("taskctl")?)
-        .arg("--json")
-        .arg("admin")
-        .args(args)
-        .env("OPERATOR_TOKEN", OPERATOR_TOKEN)
-        .output()
-        .await?;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let answer = serde_json::from_str(stdout.trim()).unwrap_or(Value::Null);
-    Ok((output.status.code().unwrap_or(-1), answer))
+    harness::operator::taskctl_admin(args, Some(OPERATOR_TOKEN)).await
 }
 
 /// `taskctl --output human admin ARGS` as the operator: exit code and what it printed.
@@ -55,16 +46,9 @@ async fn admin_text(args: &[&str]) -> TestResult<(i32, String)> {
     ))
 }
 
-/// Polls `check` every 50 ms until it holds, within [`PATIENCE`].
-async fn until(what: &str, mut check: impl AsyncFnMut() -> TestResult<bool>) -> TestResult {
-    let start = tokio::time::Instant::now();
-    while !check().await? {
-        if start.elapsed() > PATIENCE {
-            return Err(format!("never: {what}").into());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Ok(())
+/// Polls `check` until it holds, within [`PATIENCE`].
+async fn until(what: &str, check: impl AsyncFnMut() -> TestResult<bool>) -> TestResult {
+    harness::operator::until(what, PATIENCE, check).await
 }
 
 /// Creates a task of `skill` with `input` under [`TOKEN`]; its id.

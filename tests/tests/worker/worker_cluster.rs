@@ -51,7 +51,9 @@ impl Cluster {
         self.store
             .create(queued_task_with(id, &self.owner, entrypoint, input, 3))
             .await?;
-        let sub = self.store.subscribe(id, &self.owner, None).await?;
+        // From the first event on: a worker may take the task and emit before the
+        // subscription stands, and a test waiting for that event would wait forever.
+        let sub = self.store.subscribe(id, &self.owner, Some(0)).await?;
         Ok(sub.ok_or("own task not visible")?)
     }
 
