@@ -153,15 +153,27 @@ impl Host {
             tracing::info!(prices = %prices.join(", "), "priced entrypoints (decimal USDC)");
         }
 
-        let mut store_config = config.redis.store_config();
-        store_config.pool_size = (config.concurrency / 2).clamp(4, 64);
-        let store = RedisStore::connect(store_config)
-            .await
-            .map_err(HostError::Store)?;
-        let registry = Arc::new(RedisRegistry::new(&store));
-
+        // Signals are heard from here on: a connection that hangs (a name the resolver cannot
+        // answer yet, as in a container network starting up) must not keep SIGTERM waiting.
         let shutdown = CancellationToken::new();
         tokio::spawn(stop_on_signal(shutdown.clone()));
+        let mut store_config = config.redis.store_config();
+        store_config.pool_size = (config.concurrency / 2).clamp(4, 64);
+        let connected = tokio::select! {
+            connected = RedisStore::connect(store_config) => Some(connected),
+            () = shutdown.cancelled() => None,
+        };
+        let Some(connected) = connected else {
+            tracing::info!("stopped before the store was reached: nothing to drain");
+            admin_stop.cancel();
+            if let Some(admin) = admin {
+                let _ = admin.await;
+            }
+            let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+            return Ok(());
+        };
+        let store = connected.map_err(HostError::Store)?;
+        let registry = Arc::new(RedisRegistry::new(&store));
         let entrypoints = crate::runtime::Hosted::new(entrypoints);
         if let Some(agents) = agents
             && config.agent_refresh_secs > 0

@@ -314,3 +314,30 @@ async fn a_run_past_its_deadline_fails_with_task_timeout() -> TestResult {
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_stops_a_worker_still_connecting_to_redis() -> TestResult {
+    // A "Redis" that accepts connections and never answers: the worker's first connect
+    // hangs (here up to its one-minute timeout), as it does on a name a container network's
+    // resolver cannot answer yet. SIGTERM must stop it at once, cleanly.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("redis://{}/", silent.local_addr()?);
+    let mut worker = ServiceProcess::start(
+        "worker",
+        "connecting",
+        &[],
+        &[
+            ("REDIS_URL", url),
+            ("REDIS_TIMEOUT_MS", "60000".to_owned()),
+            ("WORKER_ID", "connecting".to_owned()),
+        ],
+    )?;
+    // It is connecting once the listener has its connection.
+    let (_held, _) = tokio::time::timeout(PATIENCE, silent.accept()).await??;
+    worker.signal(Signal::SIGTERM)?;
+    let status = worker.wait_exit(PATIENCE)?;
+    assert!(status.success(), "clean exit, got {status}");
+    let log = worker.log();
+    assert!(log.contains("nothing to drain"), "{log}");
+    Ok(())
+}
