@@ -44,4 +44,5 @@ pub mod redis_cluster;
 pub mod redis_server;
 pub mod sse;
 pub mod store_fixtures;
+pub mod streams_spike;
 pub mod webhook_receiver;

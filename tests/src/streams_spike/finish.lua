@@ -1,0 +1,60 @@
+-- streams spike, finish: fenced completions of one consumer (a worker incarnation), a batch per
+-- call. An item is written only while its entry is still pending to this consumer with the
+-- delivery count the worker was given (the entry's epoch): a reclaimed entry (XAUTOCLAIM moved
+-- it to another consumer and raised its count) or one already acknowledged is refused. Then the
+-- results are kept for retention (a key per task with PX, or a field in a hash bucket per
+-- minute of the entry's creation with PEXPIRE), the entries are acknowledged and deleted (7.0
+-- has no XACKDEL), and one event is published for the whole batch.
+--
+-- KEYS[1] stream  KEYS[1 + i] result key of item i (mode 'key') or its bucket hash ('bucket')
+-- ARGV[1] group  ARGV[2] consumer  ARGV[3] retention ms  ARGV[4] mode  ARGV[5] channel
+-- ARGV[6] lowest entry id of the batch  ARGV[7] highest  ARGV[8] XPENDING bound
+-- ARGV[9 ..] per item: entry id, expected delivery count, task id, result
+-- Returns per item 1 (written) or 0 (refused).
+
+local stream = KEYS[1]
+local group, consumer, retention, mode, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local bound = tonumber(ARGV[8])
+local n = (#ARGV - 8) / 4
+
+-- One look at this consumer's pending entries over the batch's id range, not one per item.
+local pending = {}
+local seen = redis.call('XPENDING', stream, group, ARGV[6], ARGV[7], bound, consumer)
+for _, e in ipairs(seen) do pending[e[1]] = e[4] end
+local partial = #seen >= bound
+
+local out, acked, buckets = {}, {}, {}
+for i = 0, n - 1 do
+  local a = 9 + i * 4
+  local id, count = ARGV[a], tonumber(ARGV[a + 1])
+  local have = pending[id]
+  if have == nil and partial then
+    local one = redis.call('XPENDING', stream, group, id, id, 1, consumer)
+    if one[1] then have = one[1][4] end
+  end
+  if have ~= nil and have == count then
+    local key = KEYS[2 + i]
+    if mode == 'key' then
+      redis.call('SET', key, ARGV[a + 3], 'PX', retention)
+    else
+      local fields = buckets[key]
+      if not fields then fields = {}; buckets[key] = fields end
+      fields[#fields + 1] = ARGV[a + 2]
+      fields[#fields + 1] = ARGV[a + 3]
+    end
+    acked[#acked + 1] = id
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
+  end
+end
+for key, fields in pairs(buckets) do
+  redis.call('HSET', key, unpack(fields))
+  redis.call('PEXPIRE', key, retention)
+end
+if #acked > 0 then
+  redis.call('XACK', stream, group, unpack(acked))
+  redis.call('XDEL', stream, unpack(acked))
+  redis.call('PUBLISH', channel, consumer .. ' ' .. #acked)
+end
+return out

@@ -1,0 +1,363 @@
+//! Design spike for P25 (issue 43): a task queue on a Redis Stream with a consumer group that
+//! keeps lease fencing. Not used by the service; `tests/benches/streams_spike.rs` measures it
+//! and `tests/tests/store/streams_spike.rs` proves its fences (see docs/store.md, "Toward P25").
+//!
+//! What maps to what:
+//! - a task waiting = a stream entry not yet delivered; add = `XADD`;
+//! - take = `XREADGROUP ... COUNT n ... >` by a consumer whose name carries the worker's epoch;
+//! - lease = the entry's pending-entries-list (PEL) record: its owner (consumer), its age (idle
+//!   time) and its delivery count, which serves as the entry's epoch;
+//! - renew = [`renew.lua`]: `XCLAIM <consumer> 0 ... JUSTID` on the entries still pending to the
+//!   renewing consumer with the expected count (resets idle, keeps the count);
+//! - recovery = `XAUTOCLAIM` past the lease TTL (moves the entry, raises its count);
+//! - fenced finish = [`finish.lua`]: one `XPENDING` over the batch's range, then result, `XACK`,
+//!   `XDEL` and one `PUBLISH` for the batch.
+
+use std::collections::HashMap;
+
+use redis::aio::MultiplexedConnection;
+use redis::streams::StreamReadReply;
+use redis::{RedisResult, Script};
+
+/// Upper bound of the one `XPENDING` a script runs over a batch's id range; a consumer with more
+/// entries pending in that range falls back to one `XPENDING` per missing item.
+const PENDING_BOUND: usize = 4096;
+/// Results in bucket mode are grouped per minute of the entry's creation time.
+const BUCKET_MS: u64 = 60_000;
+
+/// Where a finished task's result is kept for retention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResultMode {
+    /// `SET {q}:r:<task> <result> PX <retention>`: one key per task.
+    Key,
+    /// `HSET {q}:rb:<minute of creation> <task> <result>` + `PEXPIRE` once per bucket and batch.
+    Bucket,
+}
+
+impl ResultMode {
+    fn as_arg(self) -> &'static str {
+        match self {
+            ResultMode::Key => "key",
+            ResultMode::Bucket => "bucket",
+        }
+    }
+}
+
+/// A task a consumer holds: its entry, the delivery count it was given (its epoch) and its data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// Stream entry id.
+    pub entry: String,
+    /// Delivery count when this consumer got it; a reclaim raises it.
+    pub count: u64,
+    /// Task id.
+    pub task: String,
+    /// Task payload.
+    pub payload: String,
+}
+
+/// One entry of the pending entries list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pending {
+    /// Consumer that holds the entry.
+    pub consumer: String,
+    /// Milliseconds since the last delivery (or renewal).
+    pub idle_ms: u64,
+    /// Delivery count.
+    pub count: u64,
+}
+
+/// One queue: a stream, its consumer group, its result keys and its event channel, all under one
+/// hash tag (one Redis Cluster slot).
+#[derive(Debug, Clone)]
+pub struct SpikeQueue {
+    tag: String,
+    stream: String,
+    group: String,
+    channel: String,
+    retention_ms: u64,
+    mode: ResultMode,
+    finish: Script,
+    renew: Script,
+}
+
+/// `(ms, seq)` of a stream id, for the batch's range; an unparsable id sorts first.
+fn id_key(id: &str) -> (u64, u64) {
+    let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
+    (ms.parse().unwrap_or(0), seq.parse().unwrap_or(0))
+}
+
+/// Lowest and highest entry id of a batch (callers pass a non-empty batch).
+fn range<'a>(ids: impl Iterator<Item = &'a str>) -> (String, String) {
+    let mut lo: Option<&str> = None;
+    let mut hi: Option<&str> = None;
+    for id in ids {
+        if lo.is_none_or(|l| id_key(id) < id_key(l)) {
+            lo = Some(id);
+        }
+        if hi.is_none_or(|h| id_key(id) > id_key(h)) {
+            hi = Some(id);
+        }
+    }
+    (lo.unwrap_or("-").to_owned(), hi.unwrap_or("+").to_owned())
+}
+
+impl SpikeQueue {
+    /// A queue named `name` (used as the hash tag).
+    pub fn new(name: &str, mode: ResultMode, retention_ms: u64) -> Self {
+        let tag = format!("{{{name}}}");
+        Self {
+            stream: format!("{tag}:q"),
+            group: "workers".to_owned(),
+            channel: format!("{tag}:events"),
+            tag,
+            retention_ms,
+            mode,
+            finish: Script::new(include_str!("finish.lua")),
+            renew: Script::new(include_str!("renew.lua")),
+        }
+    }
+
+    /// The stream's key.
+    pub fn stream(&self) -> &str {
+        &self.stream
+    }
+
+    /// Creates the stream and its group (reading from the start).
+    pub async fn create(&self, conn: &mut MultiplexedConnection) -> RedisResult<()> {
+        redis::cmd("XGROUP")
+            .arg("CREATE")
+            .arg(&self.stream)
+            .arg(&self.group)
+            .arg("0")
+            .arg("MKSTREAM")
+            .exec_async(conn)
+            .await
+    }
+
+    /// Adds `XADD` for one task to a pipeline.
+    pub fn add_to(&self, pipe: &mut redis::Pipeline, task: &str, payload: &str) {
+        pipe.cmd("XADD")
+            .arg(&self.stream)
+            .arg("*")
+            .arg("t")
+            .arg(task)
+            .arg("p")
+            .arg(payload)
+            .ignore();
+    }
+
+    /// Adds one task; returns its entry id.
+    pub async fn add(
+        &self,
+        conn: &mut MultiplexedConnection,
+        task: &str,
+        payload: &str,
+    ) -> RedisResult<String> {
+        redis::cmd("XADD")
+            .arg(&self.stream)
+            .arg("*")
+            .arg("t")
+            .arg(task)
+            .arg("p")
+            .arg(payload)
+            .query_async(conn)
+            .await
+    }
+
+    /// Takes up to `count` new tasks for `consumer`; each is delivered for the first time, so
+    /// its count is 1.
+    pub async fn take(
+        &self,
+        conn: &mut MultiplexedConnection,
+        consumer: &str,
+        count: usize,
+    ) -> RedisResult<Vec<Lease>> {
+        let reply: Option<StreamReadReply> = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg(&self.group)
+            .arg(consumer)
+            .arg("COUNT")
+            .arg(count)
+            .arg("STREAMS")
+            .arg(&self.stream)
+            .arg(">")
+            .query_async(conn)
+            .await?;
+        let mut out = Vec::new();
+        for key in reply.map(|r| r.keys).unwrap_or_default() {
+            for id in key.ids {
+                out.push(Lease {
+                    count: 1,
+                    task: id.get("t").unwrap_or_default(),
+                    payload: id.get("p").unwrap_or_default(),
+                    entry: id.id,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Where a task's result is kept: its key, or its bucket (by the entry's creation minute).
+    fn result_key(&self, lease: &Lease) -> String {
+        match self.mode {
+            ResultMode::Key => format!("{}:r:{}", self.tag, lease.task),
+            ResultMode::Bucket => {
+                format!("{}:rb:{}", self.tag, id_key(&lease.entry).0 / BUCKET_MS)
+            }
+        }
+    }
+
+    /// Fenced completion of a batch held by `consumer`: per item true when written, false when
+    /// refused (no longer pending to this consumer with that count).
+    pub async fn finish(
+        &self,
+        conn: &mut MultiplexedConnection,
+        consumer: &str,
+        items: &[(&Lease, &str)],
+    ) -> RedisResult<Vec<bool>> {
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (lo, hi) = range(items.iter().map(|(l, _)| l.entry.as_str()));
+        let mut call = self.finish.prepare_invoke();
+        call.key(&self.stream)
+            .arg(&self.group)
+            .arg(consumer)
+            .arg(self.retention_ms)
+            .arg(self.mode.as_arg())
+            .arg(&self.channel)
+            .arg(lo)
+            .arg(hi)
+            .arg(PENDING_BOUND);
+        for (lease, result) in items {
+            call.key(self.result_key(lease))
+                .arg(&lease.entry)
+                .arg(lease.count)
+                .arg(&lease.task)
+                .arg(*result);
+        }
+        let written: Vec<i64> = call.invoke_async(conn).await?;
+        Ok(written.into_iter().map(|w| w == 1).collect())
+    }
+
+    /// Renews the leases of `consumer` that are still its own; returns the entries renewed.
+    pub async fn renew(
+        &self,
+        conn: &mut MultiplexedConnection,
+        consumer: &str,
+        leases: &[&Lease],
+    ) -> RedisResult<Vec<String>> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (lo, hi) = range(leases.iter().map(|l| l.entry.as_str()));
+        let mut call = self.renew.prepare_invoke();
+        call.key(&self.stream)
+            .arg(&self.group)
+            .arg(consumer)
+            .arg(lo)
+            .arg(hi)
+            .arg(PENDING_BOUND);
+        for lease in leases {
+            call.arg(&lease.entry).arg(lease.count);
+        }
+        call.invoke_async(conn).await
+    }
+
+    /// Recovery: moves up to `count` entries idle longer than `ttl_ms` to `consumer` (raising
+    /// their delivery count) and returns them with their new count.
+    pub async fn recover(
+        &self,
+        conn: &mut MultiplexedConnection,
+        consumer: &str,
+        ttl_ms: u64,
+        count: usize,
+    ) -> RedisResult<Vec<Lease>> {
+        type Claimed = (
+            String,
+            Vec<(String, Option<HashMap<String, String>>)>,
+            Vec<String>,
+        );
+        let (_cursor, entries, _deleted): Claimed = redis::cmd("XAUTOCLAIM")
+            .arg(&self.stream)
+            .arg(&self.group)
+            .arg(consumer)
+            .arg(ttl_ms)
+            .arg("0-0")
+            .arg("COUNT")
+            .arg(count)
+            .query_async(conn)
+            .await?;
+        let mut out = Vec::new();
+        for (entry, fields) in entries {
+            let fields = fields.unwrap_or_default();
+            // XAUTOCLAIM does not say the new count; the PEL does (a rare path).
+            let Some(pending) = self.pending(conn, &entry).await? else {
+                continue;
+            };
+            out.push(Lease {
+                count: pending.count,
+                task: fields.get("t").cloned().unwrap_or_default(),
+                payload: fields.get("p").cloned().unwrap_or_default(),
+                entry,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The PEL record of one entry, if it is pending.
+    pub async fn pending(
+        &self,
+        conn: &mut MultiplexedConnection,
+        entry: &str,
+    ) -> RedisResult<Option<Pending>> {
+        let rows: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
+            .arg(&self.stream)
+            .arg(&self.group)
+            .arg(entry)
+            .arg(entry)
+            .arg(1)
+            .query_async(conn)
+            .await?;
+        Ok(rows
+            .into_iter()
+            .next()
+            .map(|(_, consumer, idle_ms, count)| Pending {
+                consumer,
+                idle_ms,
+                count,
+            }))
+    }
+
+    /// The kept result of a finished task, if any.
+    pub async fn result(
+        &self,
+        conn: &mut MultiplexedConnection,
+        lease: &Lease,
+    ) -> RedisResult<Option<String>> {
+        let key = self.result_key(lease);
+        match self.mode {
+            ResultMode::Key => redis::cmd("GET").arg(key).query_async(conn).await,
+            ResultMode::Bucket => {
+                redis::cmd("HGET")
+                    .arg(key)
+                    .arg(&lease.task)
+                    .query_async(conn)
+                    .await
+            }
+        }
+    }
+
+    /// Remaining time to live of a task's result (ms; -2 when gone, -1 when without expiry).
+    pub async fn result_ttl_ms(
+        &self,
+        conn: &mut MultiplexedConnection,
+        lease: &Lease,
+    ) -> RedisResult<i64> {
+        redis::cmd("PTTL")
+            .arg(self.result_key(lease))
+            .query_async(conn)
+            .await
+    }
+}

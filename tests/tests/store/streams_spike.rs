@@ -1,0 +1,217 @@
+//! The fences of the P25 Streams spike (`harness::streams_spike`, docs/store.md "Toward P25") on a
+//! real redis-server: a completion or renewal by a consumer that no longer holds an entry (or
+//! holds it under an older delivery count) is refused, a renewal keeps the delivery count and
+//! resets the idle time, and `XAUTOCLAIM` past the lease takes an entry over and raises its count.
+//! Lease ages are set with `XCLAIM ... IDLE`, so no test waits for a clock.
+
+use harness::redis_server::RedisServer;
+use harness::streams_spike::{Lease, ResultMode, SpikeQueue};
+use redis::aio::MultiplexedConnection;
+
+type Res = Result<(), Box<dyn std::error::Error>>;
+
+const TTL_MS: u64 = 30_000;
+const RETENTION_MS: u64 = 3_600_000;
+
+async fn queue(
+    server: &RedisServer,
+    mode: ResultMode,
+) -> Result<(SpikeQueue, MultiplexedConnection), Box<dyn std::error::Error>> {
+    let mut conn = server.client().await?;
+    let q = SpikeQueue::new("spike", mode, RETENTION_MS);
+    q.create(&mut conn).await?;
+    Ok((q, conn))
+}
+
+/// Makes an entry look older than the lease TTL without changing owner or count.
+async fn age(conn: &mut MultiplexedConnection, q: &SpikeQueue, owner: &str, lease: &Lease) -> Res {
+    let _: Vec<String> = redis::cmd("XCLAIM")
+        .arg(q.stream())
+        .arg("workers")
+        .arg(owner)
+        .arg(0)
+        .arg(&lease.entry)
+        .arg("IDLE")
+        .arg(2 * TTL_MS)
+        .arg("JUSTID")
+        .query_async(conn)
+        .await?;
+    Ok(())
+}
+
+async fn finish_writes_once(mode: ResultMode) -> Res {
+    let server = RedisServer::start()?;
+    let (q, mut conn) = queue(&server, mode).await?;
+    for i in 0..3 {
+        q.add(&mut conn, &format!("t{i}"), "in").await?;
+    }
+    let leases = q.take(&mut conn, "w1-e1", 16).await?;
+    assert_eq!(leases.len(), 3);
+    assert!(leases.iter().all(|l| l.count == 1));
+    let items: Vec<(&Lease, &str)> = leases.iter().map(|l| (l, "out")).collect();
+    assert_eq!(q.finish(&mut conn, "w1-e1", &items).await?, vec![true; 3]);
+    for lease in &leases {
+        assert_eq!(q.result(&mut conn, lease).await?.as_deref(), Some("out"));
+        let ttl = q.result_ttl_ms(&mut conn, lease).await?;
+        assert!(
+            ttl > 0 && ttl <= RETENTION_MS as i64,
+            "result kept with an expiry, ttl {ttl}"
+        );
+        assert_eq!(q.pending(&mut conn, &lease.entry).await?, None);
+    }
+    let len: u64 = redis::cmd("XLEN")
+        .arg(q.stream())
+        .query_async(&mut conn)
+        .await?;
+    assert_eq!(len, 0, "finished entries are deleted from the stream");
+    // A second terminal write of the same tasks is refused: exactly one terminal status.
+    let again: Vec<(&Lease, &str)> = leases.iter().map(|l| (l, "other")).collect();
+    assert_eq!(q.finish(&mut conn, "w1-e1", &again).await?, vec![false; 3]);
+    assert_eq!(
+        q.result(&mut conn, &leases[0]).await?.as_deref(),
+        Some("out")
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn finish_writes_each_result_once_key_mode() -> Res {
+    finish_writes_once(ResultMode::Key).await
+}
+
+#[tokio::test]
+async fn finish_writes_each_result_once_bucket_mode() -> Res {
+    finish_writes_once(ResultMode::Bucket).await
+}
+
+#[tokio::test]
+async fn renewal_resets_idle_and_keeps_the_delivery_count() -> Res {
+    let server = RedisServer::start()?;
+    let (q, mut conn) = queue(&server, ResultMode::Key).await?;
+    q.add(&mut conn, "t1", "in").await?;
+    let leases = q.take(&mut conn, "w1-e1", 1).await?;
+    let lease = &leases[0];
+    age(&mut conn, &q, "w1-e1", lease).await?;
+    let before = q
+        .pending(&mut conn, &lease.entry)
+        .await?
+        .ok_or("not pending")?;
+    assert_eq!(
+        before.count, 1,
+        "ageing with XCLAIM IDLE JUSTID keeps the count"
+    );
+    assert!(before.idle_ms >= 2 * TTL_MS);
+
+    assert_eq!(
+        q.renew(&mut conn, "w1-e1", &[lease]).await?,
+        vec![lease.entry.clone()]
+    );
+    let after = q
+        .pending(&mut conn, &lease.entry)
+        .await?
+        .ok_or("not pending")?;
+    assert_eq!(after.consumer, "w1-e1");
+    assert_eq!(
+        after.count, 1,
+        "XCLAIM JUSTID on Redis 7.0 does not raise the delivery count"
+    );
+    assert!(
+        after.idle_ms < TTL_MS,
+        "renewal reset the idle time ({} ms)",
+        after.idle_ms
+    );
+
+    // A renewed lease is not recovered, and the owner still finishes it.
+    assert!(q.recover(&mut conn, "w2-e1", TTL_MS, 16).await?.is_empty());
+    assert_eq!(
+        q.finish(&mut conn, "w1-e1", &[(lease, "out")]).await?,
+        vec![true]
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn recovery_past_the_lease_fences_out_the_old_owner() -> Res {
+    let server = RedisServer::start()?;
+    let (q, mut conn) = queue(&server, ResultMode::Key).await?;
+    q.add(&mut conn, "stale", "in").await?;
+    q.add(&mut conn, "live", "in").await?;
+    let leases = q.take(&mut conn, "w1-e1", 2).await?;
+    let (stale, live) = (&leases[0], &leases[1]);
+    // The first lease ran out (its worker stopped renewing); the second is fresh.
+    age(&mut conn, &q, "w1-e1", stale).await?;
+
+    let recovered = q.recover(&mut conn, "w2-e1", TTL_MS, 16).await?;
+    assert_eq!(recovered.len(), 1, "only the expired lease is recovered");
+    let taken = &recovered[0];
+    assert_eq!(
+        (taken.entry.as_str(), taken.task.as_str()),
+        (stale.entry.as_str(), "stale")
+    );
+    assert_eq!(
+        taken.count, 2,
+        "XAUTOCLAIM raised the delivery count (the entry's epoch)"
+    );
+
+    // The old owner wakes up: its renewal does not take the entry back, its write is refused.
+    assert!(q.renew(&mut conn, "w1-e1", &[stale]).await?.is_empty());
+    let owner = q
+        .pending(&mut conn, &stale.entry)
+        .await?
+        .ok_or("not pending")?;
+    assert_eq!((owner.consumer.as_str(), owner.count), ("w2-e1", 2));
+    let written = q
+        .finish(&mut conn, "w1-e1", &[(stale, "stale write"), (live, "out")])
+        .await?;
+    assert_eq!(
+        written,
+        vec![false, true],
+        "stale item refused, live item of the same batch kept"
+    );
+    assert_eq!(q.result(&mut conn, stale).await?, None);
+
+    // The new owner finishes it; then the old owner's retry is still refused.
+    assert_eq!(
+        q.finish(&mut conn, "w2-e1", &[(taken, "new write")])
+            .await?,
+        vec![true]
+    );
+    assert_eq!(
+        q.finish(&mut conn, "w1-e1", &[(stale, "stale write")])
+            .await?,
+        vec![false]
+    );
+    assert_eq!(
+        q.result(&mut conn, stale).await?.as_deref(),
+        Some("new write")
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_reclaim_by_the_same_consumer_still_fences_by_count() -> Res {
+    let server = RedisServer::start()?;
+    let (q, mut conn) = queue(&server, ResultMode::Bucket).await?;
+    q.add(&mut conn, "t1", "in").await?;
+    let leases = q.take(&mut conn, "w1-e1", 1).await?;
+    let old = &leases[0];
+    age(&mut conn, &q, "w1-e1", old).await?;
+    let again = q.recover(&mut conn, "w1-e1", TTL_MS, 16).await?;
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].count, 2);
+    // The owner name is the same, the count is not: the earlier delivery's write is refused.
+    assert_eq!(
+        q.finish(&mut conn, "w1-e1", &[(old, "old")]).await?,
+        vec![false]
+    );
+    assert_eq!(
+        q.renew(&mut conn, "w1-e1", &[old]).await?,
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        q.finish(&mut conn, "w1-e1", &[(&again[0], "new")]).await?,
+        vec![true]
+    );
+    assert_eq!(q.result(&mut conn, old).await?.as_deref(), Some("new"));
+    Ok(())
+}
