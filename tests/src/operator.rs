@@ -39,3 +39,40 @@ pub async fn until(
     }
     Ok(())
 }
+
+/// The `(action, target)` of each audit log entry (`GET /console/api/audit`'s `entries`), in
+/// the log's order (newest first); `?` where one is missing.
+pub fn audit_actions(entries: &[Value]) -> Vec<(&str, &str)> {
+    entries
+        .iter()
+        .map(|entry| {
+            (
+                entry["action"].as_str().unwrap_or("?"),
+                entry["target"].as_str().unwrap_or("?"),
+            )
+        })
+        .collect()
+}
+
+/// Creates a task of `skill` with `input` (as the message's text) under the access token
+/// `token` through `POST {base}/tasks`; its id.
+pub async fn create_task(
+    http: &reqwest::Client,
+    base: &str,
+    token: &str,
+    skill: &str,
+    input: &Value,
+) -> TestResult<String> {
+    let response = http
+        .post(format!("{base}/tasks"))
+        .header("Task-Access-Token", token)
+        .json(&serde_json::json!({"skillId": skill, "message": {"role": "user", "content": {"text": input.to_string()}}}))
+        .send()
+        .await?;
+    let status = response.status();
+    let body: Value = response.json().await?;
+    if !status.is_success() {
+        return Err(format!("creating a {skill} task: {status} {body}").into());
+    }
+    Ok(body["taskId"].as_str().ok_or("no task id")?.to_owned())
+}

@@ -13,6 +13,8 @@
 //! A session that has ended (signed out on any gateway, expired, or ended by a token rotation)
 //! is refused as no session: `401`.
 
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
@@ -64,6 +66,16 @@ impl Console {
                 self.key_id
             ),
         }
+    }
+}
+
+/// An action route takes `actor: Actor` among its arguments: the request is refused (with
+/// [`Console::actor`]'s answer) before the handler runs.
+impl FromRequestParts<Console> for Actor {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, console: &Console) -> Result<Self, Response> {
+        console.actor(&parts.headers).await
     }
 }
 

@@ -8,8 +8,9 @@
 //! page token ([`super::actor`]), as for pause; each
 //! accepted request is in the audit log (`drain`, the worker id).
 
+use super::actor::Actor;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::Response;
 use protocol::ErrorCode;
 use store::registry::Drain;
@@ -24,12 +25,8 @@ pub const MAX_WORKER_ID_BYTES: usize = 128;
 pub async fn drain(
     State(console): State<Console>,
     Path(id): Path<String>,
-    headers: HeaderMap,
+    actor: Actor,
 ) -> Response {
-    let actor = match console.actor(&headers).await {
-        Ok(actor) => actor,
-        Err(refused) => return refused,
-    };
     if !valid_worker_id(&id) {
         return answer(ApiError::bad_request(
             ErrorCode::InvalidRequest,

@@ -17,6 +17,7 @@
 
 use std::collections::BTreeMap;
 
+use super::actor::Actor;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
@@ -175,13 +176,9 @@ fn refused(id: &str, err: &ApiError) -> Value {
 
 pub async fn rerun(
     State(console): State<Console>,
-    headers: HeaderMap,
+    actor: Actor,
     body: axum::body::Bytes,
 ) -> Response {
-    let actor = match console.actor(&headers).await {
-        Ok(actor) => actor,
-        Err(refused) => return refused,
-    };
     let ids = match bulk_ids(&body) {
         Ok(ids) => ids,
         Err(err) => return answer(err),
@@ -221,13 +218,9 @@ pub async fn rerun(
 
 pub async fn remove(
     State(console): State<Console>,
-    headers: HeaderMap,
+    actor: Actor,
     body: axum::body::Bytes,
 ) -> Response {
-    let actor = match console.actor(&headers).await {
-        Ok(actor) => actor,
-        Err(refused) => return refused,
-    };
     let ids = match bulk_ids(&body) {
         Ok(ids) => ids,
         Err(err) => return answer(err),

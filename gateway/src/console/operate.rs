@@ -36,13 +36,9 @@ struct PauseBody {
 pub async fn pause(
     State(console): State<Console>,
     Path(key): Path<String>,
-    headers: HeaderMap,
+    actor: Actor,
     body: axum::body::Bytes,
 ) -> Response {
-    let actor = match console.actor(&headers).await {
-        Ok(actor) => actor,
-        Err(refused) => return refused,
-    };
     if body.len() > MAX_BODY_BYTES {
         return answer(ApiError::bad_request(
             ErrorCode::InvalidRequest,
@@ -94,12 +90,8 @@ pub async fn pause(
 pub async fn resume(
     State(console): State<Console>,
     Path(key): Path<String>,
-    headers: HeaderMap,
+    actor: Actor,
 ) -> Response {
-    let actor = match console.actor(&headers).await {
-        Ok(actor) => actor,
-        Err(refused) => return refused,
-    };
     let was_paused = match console.app.registry.resume(&key).await {
         Ok(was_paused) => was_paused,
         Err(err) => return answer(ApiError::from(err)),

@@ -10,6 +10,7 @@
 //!
 //! `taskctl admin settlements` and `taskctl admin settle` call them.
 
+use super::actor::Actor;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
@@ -47,13 +48,9 @@ pub async fn list(State(console): State<Console>, headers: HeaderMap) -> Respons
 pub async fn act(
     State(console): State<Console>,
     Path(task_id): Path<String>,
-    headers: HeaderMap,
+    actor: Actor,
     body: axum::body::Bytes,
 ) -> Response {
-    let actor = match console.actor(&headers).await {
-        Ok(actor) => actor,
-        Err(refused) => return refused,
-    };
     let Some(gate) = console.app.payments.as_deref() else {
         return answer(no_payments());
     };

@@ -15,6 +15,7 @@
 //! A task id is attacker input: one that could not be a task id answers `404 task_not_found`
 //! without a store read, exactly like an unknown one.
 
+use super::actor::Actor;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
@@ -240,12 +241,8 @@ fn conflict(id: &str, what: &str) -> ApiError {
 pub async fn cancel(
     State(console): State<Console>,
     Path(id): Path<String>,
-    headers: HeaderMap,
+    actor: Actor,
 ) -> Response {
-    let actor = match console.actor(&headers).await {
-        Ok(actor) => actor,
-        Err(refused) => return refused,
-    };
     let record = match record(&console, &id).await {
         Ok(record) => record,
         Err(err) => return answer(err),
@@ -343,12 +340,8 @@ pub(super) async fn rerun_one(
 pub async fn rerun(
     State(console): State<Console>,
     Path(id): Path<String>,
-    headers: HeaderMap,
+    actor: Actor,
 ) -> Response {
-    let actor = match console.actor(&headers).await {
-        Ok(actor) => actor,
-        Err(refused) => return refused,
-    };
     let original = match record(&console, &id).await {
         Ok(record) => record,
         Err(err) => return answer(err),

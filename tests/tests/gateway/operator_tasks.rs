@@ -53,17 +53,7 @@ async fn until(what: &str, check: impl AsyncFnMut() -> TestResult<bool>) -> Test
 
 /// Creates a task of `skill` with `input` under [`TOKEN`]; its id.
 async fn created(cluster: &Cluster, skill: &str, input: Value) -> TestResult<String> {
-    let response = cluster
-        .http
-        .post(format!("{}/tasks", cluster.base()))
-        .header("Task-Access-Token", TOKEN)
-        .json(&json!({"skillId": skill, "message": {"role": "user", "content": {"text": input.to_string()}}}))
-        .send()
-        .await?;
-    let status = response.status();
-    let body: Value = response.json().await?;
-    assert!(status.is_success(), "{status} {body}");
-    Ok(body["taskId"].as_str().ok_or("no task id")?.to_owned())
+    harness::operator::create_task(&cluster.http, cluster.base(), TOKEN, skill, &input).await
 }
 
 /// Waits until the task is terminal; its status.
@@ -352,15 +342,7 @@ async fn an_operator_views_cancels_and_reruns_tasks() -> TestResult {
     let (code, audit) = admin(&["audit", &base]).await?;
     assert_eq!(code, 0, "{audit}");
     let entries = audit["entries"].as_array().cloned().unwrap_or_default();
-    let actions: Vec<(&str, &str)> = entries
-        .iter()
-        .map(|entry| {
-            (
-                entry["action"].as_str().unwrap_or("?"),
-                entry["target"].as_str().unwrap_or("?"),
-            )
-        })
-        .collect();
+    let actions = harness::operator::audit_actions(&entries);
     assert_eq!(
         actions,
         [

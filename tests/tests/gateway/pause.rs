@@ -306,15 +306,7 @@ async fn an_operator_pauses_and_resumes_an_entrypoint_cluster_wide() -> TestResu
     let (code, answer) = admin(&["audit", &base], Some(OPERATOR_TOKEN)).await?;
     assert_eq!(code, 0, "{answer}");
     let entries = answer["entries"].as_array().cloned().unwrap_or_default();
-    let actions: Vec<(&str, &str)> = entries
-        .iter()
-        .map(|entry| {
-            (
-                entry["action"].as_str().unwrap_or("?"),
-                entry["target"].as_str().unwrap_or("?"),
-            )
-        })
-        .collect();
+    let actions = harness::operator::audit_actions(&entries);
     assert_eq!(
         actions,
         [

@@ -212,23 +212,14 @@ async fn the_console_shows_the_cluster_as_the_store_sees_it() -> TestResult {
     Ok(())
 }
 
-/// Creates a task of `skill` with `text` as its message, owned by [`OWNER_TOKEN`]; its id.
+/// Creates a task of `skill` with `input`, owned by [`OWNER_TOKEN`]; its id.
 async fn create_task(
     http: &reqwest::Client,
     base: &str,
     skill: &str,
-    text: &str,
+    input: serde_json::Value,
 ) -> TestResult<String> {
-    let response = http
-        .post(format!("{base}/tasks"))
-        .header("Task-Access-Token", OWNER_TOKEN)
-        .json(&json!({"skillId": skill, "message": {"role": "user", "content": {"text": text}}}))
-        .send()
-        .await?;
-    let status = response.status();
-    let body: serde_json::Value = response.json().await?;
-    assert!(status.is_success(), "{body}");
-    Ok(body["taskId"].as_str().ok_or("no taskId")?.to_owned())
+    harness::operator::create_task(http, base, OWNER_TOKEN, skill, &input).await
 }
 
 /// Clicks the element matching `css` inside the page in one step: the tables are rebuilt on
@@ -344,7 +335,7 @@ async fn an_operator_acts_from_the_console_and_the_store_follows() -> TestResult
             &http,
             &base,
             "fail",
-            &format!("{{\"code\": \"dead_letter_{n}\"}}"),
+            json!({"code": format!("dead_letter_{n}")}),
         )
         .await?;
         until_store(
@@ -380,7 +371,7 @@ async fn an_operator_acts_from_the_console_and_the_store_follows() -> TestResult
     assert_eq!(read.status(), reqwest::StatusCode::OK);
 
     // Cancel a running task from the page.
-    let sleeping = create_task(&http, &base, "sleep", "{\"ms\": 60000}").await?;
+    let sleeping = create_task(&http, &base, "sleep", json!({"ms": 60000})).await?;
     until_store(
         "the sleep runs",
         async || Ok(store.get(&sleeping).await?.and_then(|t| t.lease)),

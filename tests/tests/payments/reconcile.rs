@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use harness::TestResult;
 use harness::paid::{PAYER_KEY, PaidCluster};
-use harness::process::binary;
 use payments::LocalPayer;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -67,16 +66,7 @@ async fn lose_a_settle_answer(cluster: &PaidCluster, text: &str) -> TestResult {
 
 /// `taskctl --json admin ARGS` as the operator: its exit code and JSON answer.
 async fn admin(args: &[&str], token: Option<&str>) -> TestResult<(i32, Value)> {
-    let mut command = tokio::process::Command::new(binary("taskctl")?);
-    command.arg("--json").arg("admin").args(args);
-    command.env_remove("OPERATOR_TOKEN");
-    if let Some(token) = token {
-        command.env("OPERATOR_TOKEN", token);
-    }
-    let output = command.output().await?;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let answer = serde_json::from_str(stdout.trim()).unwrap_or(Value::Null);
-    Ok((output.status.code().unwrap_or(-1), answer))
+    harness::operator::taskctl_admin(args, token).await
 }
 
 /// The settling records the operator sees once `count` are listed (they are listed only past
@@ -238,15 +228,7 @@ async fn an_operator_resolves_lost_settle_answers_by_lookup_void_or_transaction(
     let (code, answer) = admin(&["audit", base], Some(OPERATOR_TOKEN)).await?;
     assert_eq!(code, 0, "{answer}");
     let entries = answer["entries"].as_array().cloned().unwrap_or_default();
-    let actions: Vec<(&str, &str)> = entries
-        .iter()
-        .map(|entry| {
-            (
-                entry["action"].as_str().unwrap_or("?"),
-                entry["target"].as_str().unwrap_or("?"),
-            )
-        })
-        .collect();
+    let actions = harness::operator::audit_actions(&entries);
     assert_eq!(
         actions,
         [
