@@ -25,9 +25,12 @@ local shard = shard_keys(KEYS)
 local retention, log_len, worker_prefix = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 local now = now_ms()
 local out = {}
+-- The terminal writes' shard-wide bookkeeping goes out once for all items (finish_task.lua).
+local acc = finish_batch()
 
 for i = 0, (#KEYS - SHARD_KEYS) / ITEM_KEYS - 1 do
   local k, a = swap_item(KEYS, ARGV, SHARD_KEYS + 1 + i * ITEM_KEYS, 4 + i * 11, shard)
-  out[#out + 1] = swap_task(k, a, now, retention, log_len, worker_prefix)
+  out[#out + 1] = swap_task(k, a, now, retention, log_len, worker_prefix, acc)
 end
+finish_flush(acc)
 return out

@@ -26,10 +26,13 @@ local q, items = tonumber(ARGV[8]), tonumber(ARGV[9])
 local now = now_ms()
 
 local finishes = {}
+-- The terminal writes' shard-wide bookkeeping goes out once for all items (finish_task.lua).
+local acc = finish_batch()
 for i = 0, items - 1 do
   local k, a = swap_item(KEYS, ARGV, SHARD_KEYS + 1 + q + i * ITEM_KEYS, 10 + i * 11, shard)
-  finishes[#finishes + 1] = swap_task(k, a, now, retention, log_len, worker_prefix)
+  finishes[#finishes + 1] = swap_task(k, a, now, retention, log_len, worker_prefix, acc)
 end
+finish_flush(acc)
 
 local queues = {}
 for i = 1, q do queues[i] = KEYS[SHARD_KEYS + i] end

@@ -62,10 +62,10 @@ for i = 4, #ARGV do
       redis.call('HSET', k.task, 'st', next_status, 'up', now,
         'sq', seq)
     end
-    finish_task(k, id, phase, retention, now)
+    local has_push = finish_task(k, id, phase, retention, now)
     if next_status == 'failed' then index_failed(failed_index, id, now, retention) end
     -- The terminal record rebuilds this event (redis/event_log.rs): published, not logged.
-    publish_event(channel, seq, event, data, f[13], k.push)
+    publish_event(channel, seq, event, data, f[13], k.push, has_push)
   end
 
   if status ~= 'running' then

@@ -29,9 +29,99 @@
 -- here. A task whose seq was still 1 logged no event (every logged event takes a seq above
 -- the creation's), so it has no event log to measure or to expire.
 -- @include "push_bytes"
+-- @include "variadic"
 local TERMINAL_SLACK_MS = 1000
 
-local function finish_task(k, id, phase, retention_ms, now, known)
+-- Batches: the bookkeeping that touches the shard's shared keys (the lease and admission
+-- indexes, the live set, the owner's live counter and index, the retained-task set, sizes and
+-- sum) is the same few keys for every task a script finishes, so a script that finishes many
+-- (cas.lua, finish_take.lua: a worker's concurrent finishes) gathers it in `acc`
+-- (finish_batch()) and writes it with one variadic command per key in finish_flush(acc):
+-- one ZREM, one SMISMEMBER + SREM, one DECRBY per owner, one ZADD, one HSET and one INCRBY
+-- per call instead of per task. Nothing between a finish_task and its flush reads those keys
+-- about the finished tasks (a script is atomic and the flush ends its finishes), so the
+-- result equals the per-task writes. Without `acc`, finish_task flushes its own at once.
+local function finish_batch()
+  return {leases = {}, admissions = {}, done = {}, ttl_max = 0}
+end
+
+local function finish_flush(acc)
+  if #acc.leases > 0 then variadic('ZREM', acc.k.leases, acc.leases, 1) end
+  if #acc.admissions > 0 then variadic('ZREM', acc.k.admissions, acc.admissions, 1) end
+  local done = acc.done
+  if #done == 0 then return end
+  local k = acc.k
+  -- Exactly the tasks still in the live set leave it (SMISMEMBER says which, SREM takes them
+  -- out), so the count cannot drift whatever crashes, sweeps and races happen.
+  local ids = {}
+  for i, d in ipairs(done) do ids[i] = d.id end
+  local member_of = variadic('SMISMEMBER', k.live, ids, 1)
+  local left_live, owners, owner_order = {}, {}, {}
+  for i, d in ipairs(done) do
+    if member_of[i] == 1 then
+      left_live[#left_live + 1] = d
+      local o = owners[d.owner_live]
+      if not o then
+        o = {n = 0, ttl = 0, index = d.owner_index}
+        owners[d.owner_live] = o
+        owner_order[#owner_order + 1] = d.owner_live
+      end
+      o.n = o.n + 1
+      if d.ttl > o.ttl then o.ttl = d.ttl end
+    end
+  end
+  if #left_live == 0 then return end
+  local gone = {}
+  for i, d in ipairs(left_live) do gone[i] = d.id end
+  variadic('SREM', k.live, gone, 1)
+  for _, key in ipairs(owner_order) do
+    local o = owners[key]
+    local left = redis.call('DECRBY', key, o.n)
+    if left <= 0 then
+      redis.call('DEL', key)
+      -- The store's retention, never a task's shorter one, while older tasks of the owner
+      -- may still be kept that long; an index of these tasks alone (a direct run's owner)
+      -- goes with them.
+      local index_ttl = math.max(acc.retention_ms, o.ttl)
+      if redis.call('ZCARD', o.index) <= o.n then index_ttl = o.ttl end
+      redis.call('PEXPIRE', o.index, index_ttl)
+    end
+  end
+  local scored, sized, bytes, ttl_max = {}, {}, 0, 0
+  for _, d in ipairs(left_live) do
+    if d.member then
+      scored[#scored + 1] = d.score
+      scored[#scored + 1] = d.member
+      sized[#sized + 1] = d.member
+      sized[#sized + 1] = d.size
+      bytes = bytes + d.size
+      if d.ttl > ttl_max then ttl_max = d.ttl end
+    end
+  end
+  if #scored == 0 then return end
+  local terminal = k.terminal
+  variadic('ZADD', terminal, scored, 2)
+  variadic('HSET', k.terminal_sizes, sized, 2)
+  redis.call('INCRBY', k.terminal_bytes, bytes)
+  -- The set expires with its last entry (up to TERMINAL_SLACK_MS later), like every key
+  -- of a retained task; its sizes and their sum with it (the three always get the same
+  -- expiry at the same moment). The slack spares the three PEXPIREs to the finishes of
+  -- the next second.
+  if redis.call('PTTL', terminal) < ttl_max then
+    local until_ms = ttl_max + TERMINAL_SLACK_MS
+    redis.call('PEXPIRE', terminal, until_ms)
+    redis.call('PEXPIRE', k.terminal_sizes, until_ms)
+    redis.call('PEXPIRE', k.terminal_bytes, until_ms)
+  end
+end
+
+-- Returns whether the task has push configs (so that the terminal event's push_outbox need
+-- not ask again).
+local function finish_task(k, id, phase, retention_ms, now, known, acc)
+  local own = acc == nil
+  if own then acc = finish_batch() end
+  acc.k = k
+  acc.retention_ms = retention_ms
   if not known then
     local f = redis.call('HMGET', k.task, 'ow', 'rt', 'sq')
     known = {owner = f[1], retention = f[2], seq = f[3]}
@@ -45,63 +135,44 @@ local function finish_task(k, id, phase, retention_ms, now, known)
   if not has_push then dropped[#dropped + 1] = 'pa' end
   redis.call('HDEL', k.task, unpack(dropped))
   if phase ~= 'queued' and phase ~= 'reserved' then
-    redis.call('ZREM', k.leases, id)
+    acc.leases[#acc.leases + 1] = id
   end
   if phase == nil or phase == 'reserved' or phase == 'waiting' or phase == 'backoff' then
-    redis.call('ZREM', k.admissions, id)
+    acc.admissions[#acc.admissions + 1] = id
   end
   if phase == nil or phase == 'queued' then
     redis.call('ZREM', k.queue, id)
   end
-  if redis.call('SREM', k.live, id) == 1 then
-    local left = redis.call('DECR', k.owner_live)
-    if left <= 0 then
-      redis.call('DEL', k.owner_live)
-      -- The store's retention, never a task's shorter one, while older tasks of the owner
-      -- may still be kept that long; an index of this task alone (a direct run's owner)
-      -- goes with it.
-      local index_ttl = math.max(retention_ms, ttl)
-      if redis.call('ZCARD', k.owner_index) <= 1 then index_ttl = ttl end
-      redis.call('PEXPIRE', k.owner_index, index_ttl)
+  local d = {id = id, owner_live = k.owner_live, owner_index = k.owner_index, ttl = ttl}
+  if known.owner then
+    d.member = known.owner .. ':' .. id
+    d.score = now + ttl
+    -- Retained bytes (create.lua's max retained bytes): what the record and its log take
+    -- now, plus the result or error once more for the terminal event appended after this.
+    -- SAMPLES 0 counts every field and event: the default samples five fields of a hash
+    -- and extrapolates, which misses the one large field (input or result) more often than
+    -- not. The size is kept by entry (`terminal:sizes`) beside the shard's sum
+    -- (`terminal:bytes`), so that eviction and pruning take back exactly what was added,
+    -- even once the record itself expired. Measured here, before the flush: the record
+    -- does not change after this in the script.
+    local size = redis.call('MEMORY', 'USAGE', k.task, 'SAMPLES', 0) or 0
+    if logged then
+      size = size + (redis.call('MEMORY', 'USAGE', k.events, 'SAMPLES', 0) or 0)
     end
-    if known.owner then
-      local terminal = k.terminal
-      local member = known.owner .. ':' .. id
-      redis.call('ZADD', terminal, now + ttl, member)
-      -- Retained bytes (create.lua's max retained bytes): what the record and its log take
-      -- now, plus the result or error once more for the terminal event appended after this.
-      -- SAMPLES 0 counts every field and event: the default samples five fields of a hash
-      -- and extrapolates, which misses the one large field (input or result) more often than
-      -- not. The size is kept by entry (`terminal:sizes`) beside the shard's sum
-      -- (`terminal:bytes`), so that eviction and pruning take back exactly what was added,
-      -- even once the record itself expired.
-      local size = redis.call('MEMORY', 'USAGE', k.task, 'SAMPLES', 0) or 0
-      if logged then
-        size = size + (redis.call('MEMORY', 'USAGE', k.events, 'SAMPLES', 0) or 0)
-      end
-      local result_sizes = known.sizes
-      if not result_sizes then
-        result_sizes = redis.call('HSTRLEN', k.task, 'rs') + redis.call('HSTRLEN', k.task, 'er')
-      end
-      size = size + result_sizes
-      -- Its push configs, cursors and outbox (push_bytes.lua; `k.push`, declared by every
-      -- caller: push_keys), and the terminal event once more when configs will keep it in
-      -- the outbox.
-      if has_push then size = size + push_size(k.push) + result_sizes end
-      redis.call('HSET', k.terminal_sizes, member, size)
-      redis.call('INCRBY', k.terminal_bytes, size)
-      -- The set expires with its last entry (up to TERMINAL_SLACK_MS later), like every key
-      -- of a retained task; its sizes and their sum with it (the three always get the same
-      -- expiry at the same moment). The slack spares the three PEXPIREs to the finishes of
-      -- the next second.
-      if redis.call('PTTL', terminal) < ttl then
-        local until_ms = ttl + TERMINAL_SLACK_MS
-        redis.call('PEXPIRE', terminal, until_ms)
-        redis.call('PEXPIRE', k.terminal_sizes, until_ms)
-        redis.call('PEXPIRE', k.terminal_bytes, until_ms)
-      end
+    local result_sizes = known.sizes
+    if not result_sizes then
+      result_sizes = redis.call('HSTRLEN', k.task, 'rs') + redis.call('HSTRLEN', k.task, 'er')
     end
+    size = size + result_sizes
+    -- Its push configs, cursors and outbox (push_bytes.lua; `k.push`, declared by every
+    -- caller: push_keys), and the terminal event once more when configs will keep it in
+    -- the outbox.
+    if has_push then size = size + push_size(k.push) + result_sizes end
+    d.size = size
   end
+  acc.done[#acc.done + 1] = d
   redis.call('PEXPIRE', k.task, ttl)
   if logged then redis.call('PEXPIRE', k.events, ttl) end
+  if own then finish_flush(acc) end
+  return has_push
 end

@@ -1,5 +1,5 @@
 -- @include "push_outbox"
--- publish_event(channel, seq, event, data_json, notify, push): announces event number seq on the
+-- publish_event(channel, seq, event, data_json, notify, push, has_push): announces event number seq on the
 -- owner's task channel without logging it. For the events a task's record rebuilds exactly (its
 -- terminal event: see `redis/event_log.rs`), so a retained task keeps no copy of its result in a
 -- log. Messages read "<seq>|<event>|<data>", as log entries do.
@@ -9,13 +9,14 @@
 -- created costs it no SUBSCRIBE and no UNSUBSCRIBE; anyone else following the task listens on
 -- the task channel itself.
 -- Every event of a task with push notification configs is also kept for their deliveries
--- (push_outbox; `push`: the task's push keys, push_keys).
-local function publish_event(channel, seq, event, data_json, notify, push)
+-- (push_outbox; `push`: the task's push keys, push_keys; `has_push`: whether it has configs,
+-- when the caller already knows, else nil).
+local function publish_event(channel, seq, event, data_json, notify, push, has_push)
   local message = seq .. '|' .. event .. '|' .. data_json
   redis.call('PUBLISH', channel, message)
   if notify then
     redis.call('PUBLISH', notify, #channel .. ':' .. channel .. message)
   end
-  push_outbox(push, message)
+  push_outbox(push, message, has_push)
   return seq
 end

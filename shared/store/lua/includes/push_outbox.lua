@@ -1,9 +1,10 @@
 -- @include "now_ms"
--- push_outbox(push, message): when the task has push notification configs (`push/mod.rs`),
+-- push_outbox(push, message, has_push): when the task has push notification configs (`push/mod.rs`),
 -- keeps the event for their deliveries: appends `message` ("<seq>|<event>|<data>") to the
 -- task's outbox and marks the task due in its shard, in the same script as the transition
 -- that published it, so no crash can publish an event and lose its delivery. A task without
--- configs pays one EXISTS.
+-- configs pays one EXISTS, or nothing when the caller already knows (has_push true or false;
+-- nil: ask).
 -- `push` holds the task's push keys, which every script that publishes its events declares
 -- (push_keys, from `Keys::push_of`), and its id.
 -- The outbox is bounded (PUSH_OUTBOX_MAX events): past it the oldest undelivered event is
@@ -25,8 +26,9 @@ local function push_keys(keys, from, id)
   }
 end
 
-local function push_outbox(push, message)
-  if redis.call('EXISTS', push.configs) == 0 then return end
+local function push_outbox(push, message, has_push)
+  if has_push == nil then has_push = redis.call('EXISTS', push.configs) == 1 end
+  if not has_push then return end
   -- Stamped with the store's clock ("<ms>|<seq>|<event>|<data>"): a delivery made after the
   -- run ended still says when its event happened (`store::push::OutboxEvent`).
   local now = now_ms()

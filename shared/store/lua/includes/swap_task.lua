@@ -1,15 +1,16 @@
 -- @include "finish_task"
 -- @include "log_event"
 -- @include "index_failed"
--- swap_task(k, a, now, retention_ms, log_len, worker_prefix): one compare-and-set item (see
+-- swap_task(k, a, now, retention_ms, log_len, worker_prefix, acc): one compare-and-set item (see
 -- cas.lua for the values in a: id, owner, expected, next, result, error, holder, epoch, event,
 -- data, channel). One HMGET (which also reads what finish_task needs), one HSET (status,
 -- updated, seq, result/error), then finish_task and the event: a terminal event is only
 -- published, since the terminal record rebuilds it (redis/event_log.rs); any other is logged
--- too.
+-- too. `acc` (finish_task's batch, nil: none) gathers the shard-wide bookkeeping of a
+-- terminal write for the caller's finish_flush.
 -- Returns {1 | 0, 'OK' | 'NOT_FOUND' | 'STATUS' | 'FENCED', status, context, created, updated,
 --   result, error}
-local function swap_task(k, a, now, retention_ms, log_len, worker_prefix)
+local function swap_task(k, a, now, retention_ms, log_len, worker_prefix, acc)
   local f = redis.call('HMGET', k.task, 'st', 'ow', 'lo', 'ec',
     'lx', 'cx', 'cr', 'up', 'rs', 'er', 'ph', 'sq', 'rt', 'nc')
   local status, holder, next_status = f[1], a.holder, a.next
@@ -41,16 +42,17 @@ local function swap_task(k, a, now, retention_ms, log_len, worker_prefix)
     set[#set + 1] = err
   end
   redis.call('HSET', k.task, unpack(set))
+  local has_push
   if next_status ~= 'running' then
-    finish_task(k, a.id, f[11], retention_ms, now, {owner = f[2], retention = f[13],
-      seq = f[12], sizes = #(result or '') + #(err or '')})
+    has_push = finish_task(k, a.id, f[11], retention_ms, now, {owner = f[2], retention = f[13],
+      seq = f[12], sizes = #(result or '') + #(err or '')}, acc)
     if next_status == 'failed' then index_failed(k.failed, a.id, now, retention_ms) end
     if holder == '' and f[3] then
       redis.call('PUBLISH', worker_prefix .. f[3], a.id)
     end
   end
   if next_status ~= 'running' then
-    publish_event(a.channel, seq, a.event, a.data, f[14], k.push)
+    publish_event(a.channel, seq, a.event, a.data, f[14], k.push, has_push)
   else
     log_event(k.events, a.channel, seq, a.event, a.data, log_len, f[14], k.push)
   end

@@ -3,7 +3,8 @@
 -- take_next wants; otherwise it is activated in the same step, as take_active wants: queued
 -- tasks were handed off, so nothing stands between the two).
 -- The pop is the claim: no worker names candidates, so two workers can never race for one queue
--- head, and each task taken costs one popped entry, one HMGET and one HSET. An entry whose task
+-- head, and each task taken costs one popped entry, one HMGET and one HSET (the lease
+-- deadlines of a take enter the lease index in one ZADD). An entry whose task
 -- is no longer queued (it cannot normally exist: every transition out of `queued` removes it)
 -- is dropped and the next one taken instead.
 -- With several queues one ZMPOP pops from the first that holds tasks, in an order that starts
@@ -18,6 +19,7 @@
 --   id, epoch, lease_expires, owner, invocation, attempt before, max_attempts, entrypoint,
 --   created [, attempt, run_deadline]
 -- and whether any of the queues still holds a task (1 | 0).
+-- @include "variadic"
 local function take_queued(leases, queues, claimer, ttl, max, run_ms, now)
   if #queues == 0 then return {}, 0 end
   if max <= 0 then
@@ -31,7 +33,7 @@ local function take_queued(leases, queues, claimer, ttl, max, run_ms, now)
   pop[#pop + 1] = 'MIN'
   pop[#pop + 1] = 'COUNT'
   local count_at = #pop + 1
-  local out, claimed, drained = {}, 0, false
+  local out, claimed, drained, deadlines = {}, 0, false, {}
   while claimed < max do
     -- Up to the number still wanted, from the first queue in `pop`'s order that holds any; an
     -- empty reply (false) says every queue is empty.
@@ -59,7 +61,8 @@ local function take_queued(leases, queues, claimer, ttl, max, run_ms, now)
           redis.call('HSET', task, 'ph', 'prepared', 'ec', epoch, 'lo', claimer,
             'lx', expires)
         end
-        redis.call('ZADD', leases, expires, id)
+        deadlines[#deadlines + 1] = expires
+        deadlines[#deadlines + 1] = id
         claimed = claimed + 1
         local n = #out
         out[n + 1] = id
@@ -78,6 +81,7 @@ local function take_queued(leases, queues, claimer, ttl, max, run_ms, now)
       end
     end
   end
+  if #deadlines > 0 then variadic('ZADD', leases, deadlines, 2) end
   local more = 0
   if not drained and redis.call('EXISTS', unpack(queues)) > 0 then more = 1 end
   return out, more
