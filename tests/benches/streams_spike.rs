@@ -67,6 +67,7 @@ fn parse_mode(text: &str) -> Res<ResultMode> {
     match text {
         "key" => Ok(ResultMode::Key),
         "bucket" => Ok(ResultMode::Bucket),
+        "record" => Ok(ResultMode::Record),
         other => Err(format!("MODES: {other:?} is neither key nor bucket").into()),
     }
 }
@@ -142,14 +143,12 @@ async fn run_one(
     renew: bool,
     payload: &str,
 ) -> Res<Row> {
-    let name = format!(
-        "spike-{}-{batch}",
-        if mode == ResultMode::Key {
-            "key"
-        } else {
-            "bucket"
-        }
-    );
+    let label = match mode {
+        ResultMode::Key => "key",
+        ResultMode::Bucket => "bucket",
+        ResultMode::Record => "record",
+    };
+    let name = format!("spike-{label}-{batch}");
     let q = SpikeQueue::new(&name, mode, RETENTION_MS);
     q.create(admin).await?;
 

@@ -5,8 +5,16 @@
 -- results are kept for retention (a key per task with PX, or a field in a hash bucket per
 -- minute of the entry's creation with PEXPIRE), the entries are acknowledged and deleted (7.0
 -- has no XACKDEL), and one event is published for the whole batch.
+-- Mode 'record' keeps the service's shape instead: each task has a record (a hash written when
+-- it was added) that the finish completes without reading it back (HSET status, updated, seq,
+-- result; PEXPIRE retention), and the retained-task bookkeeping is written once per batch:
+-- one SREM of the live set, one ZADD of the retained set (scored by expiry), one HSET of the
+-- retained sizes and one INCRBY of their sum (a size from the lengths the script has, not
+-- MEMORY USAGE, which would be one more command per task).
 --
--- KEYS[1] stream  KEYS[1 + i] result key of item i (mode 'key') or its bucket hash ('bucket')
+-- KEYS[1] stream  KEYS[1 + i] result key of item i (mode 'key'), its bucket hash ('bucket') or
+--   its record ('record')  KEYS[2 + n ..] mode 'record' only: live set, retained set, retained
+--   sizes, retained bytes
 -- ARGV[1] group  ARGV[2] consumer  ARGV[3] retention ms  ARGV[4] mode  ARGV[5] channel
 -- ARGV[6] lowest entry id of the batch  ARGV[7] highest  ARGV[8] XPENDING bound
 -- ARGV[9 ..] per item: entry id, expected delivery count, task id, result
@@ -16,6 +24,15 @@ local stream = KEYS[1]
 local group, consumer, retention, mode, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local bound = tonumber(ARGV[8])
 local n = (#ARGV - 8) / 4
+local record = mode == 'record'
+local now, live, retained = nil, {}, {}
+if record then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- A record's size beyond its result: its other fields and the hash's own overhead (an
+-- estimate; the service measures it today).
+local RECORD_OVERHEAD = 160
 
 -- One look at this consumer's pending entries over the batch's id range, not one per item.
 local pending = {}
@@ -36,6 +53,12 @@ for i = 0, n - 1 do
     local key = KEYS[2 + i]
     if mode == 'key' then
       redis.call('SET', key, ARGV[a + 3], 'PX', retention)
+    elseif record then
+      redis.call('HSET', key, 'st', 'completed', 'up', now, 'sq', 2, 'rs', ARGV[a + 3])
+      redis.call('PEXPIRE', key, retention)
+      live[#live + 1] = ARGV[a + 2]
+      retained[#retained + 1] = ARGV[a + 2]
+      retained[#retained + 1] = #ARGV[a + 3] + RECORD_OVERHEAD
     else
       local fields = buckets[key]
       if not fields then fields = {}; buckets[key] = fields end
@@ -51,6 +74,19 @@ end
 for key, fields in pairs(buckets) do
   redis.call('HSET', key, unpack(fields))
   redis.call('PEXPIRE', key, retention)
+end
+if #live > 0 then
+  local k = 2 + n
+  local scored, bytes = {}, 0
+  for i = 1, #retained, 2 do
+    scored[#scored + 1] = now + retention
+    scored[#scored + 1] = retained[i]
+    bytes = bytes + retained[i + 1]
+  end
+  redis.call('SREM', KEYS[k], unpack(live))
+  redis.call('ZADD', KEYS[k + 1], unpack(scored))
+  redis.call('HSET', KEYS[k + 2], unpack(retained))
+  redis.call('INCRBY', KEYS[k + 3], bytes)
 end
 if #acked > 0 then
   redis.call('XACK', stream, group, unpack(acked))

@@ -32,6 +32,10 @@ pub enum ResultMode {
     Key,
     /// `HSET {q}:rb:<minute of creation> <task> <result>` + `PEXPIRE` once per bucket and batch.
     Bucket,
+    /// The service's shape: a task record (a hash written when the task is added, and the task
+    /// in the live set) completed in place (`HSET` + `PEXPIRE`, no read), with the retained-task
+    /// bookkeeping (live set, retained set, sizes, bytes) written once per batch.
+    Record,
 }
 
 impl ResultMode {
@@ -39,6 +43,7 @@ impl ResultMode {
         match self {
             ResultMode::Key => "key",
             ResultMode::Bucket => "bucket",
+            ResultMode::Record => "record",
         }
     }
 }
@@ -135,8 +140,49 @@ impl SpikeQueue {
             .await
     }
 
-    /// Adds `XADD` for one task to a pipeline.
+    /// The live set (mode `Record`): tasks added and not finished.
+    pub fn live_key(&self) -> String {
+        format!("{}:live", self.tag)
+    }
+
+    /// The retained set (mode `Record`): finished tasks by expiry, with their sizes and sum.
+    fn retained_keys(&self) -> [String; 3] {
+        [
+            format!("{}:terminal", self.tag),
+            format!("{}:terminal:sizes", self.tag),
+            format!("{}:terminal:bytes", self.tag),
+        ]
+    }
+
+    /// The retained set's key (mode `Record`).
+    pub fn terminal_key(&self) -> String {
+        format!("{}:terminal", self.tag)
+    }
+
+    fn record_key(&self, task: &str) -> String {
+        format!("{}:task:{task}", self.tag)
+    }
+
+    /// Mode `Record`: the task's record and its place in the live set, as a creation writes them.
+    fn record_to(&self, pipe: &mut redis::Pipeline, task: &str, payload: &str) {
+        if self.mode != ResultMode::Record {
+            return;
+        }
+        pipe.cmd("HSET")
+            .arg(self.record_key(task))
+            .arg("st")
+            .arg("running")
+            .arg("sq")
+            .arg(1)
+            .arg("iv")
+            .arg(payload)
+            .ignore();
+        pipe.cmd("SADD").arg(self.live_key()).arg(task).ignore();
+    }
+
+    /// Adds `XADD` for one task to a pipeline (and its record, in mode `Record`).
     pub fn add_to(&self, pipe: &mut redis::Pipeline, task: &str, payload: &str) {
+        self.record_to(pipe, task, payload);
         pipe.cmd("XADD")
             .arg(&self.stream)
             .arg("*")
@@ -154,15 +200,17 @@ impl SpikeQueue {
         task: &str,
         payload: &str,
     ) -> RedisResult<String> {
-        redis::cmd("XADD")
+        let mut pipe = redis::pipe();
+        self.record_to(&mut pipe, task, payload);
+        pipe.cmd("XADD")
             .arg(&self.stream)
             .arg("*")
             .arg("t")
             .arg(task)
             .arg("p")
-            .arg(payload)
-            .query_async(conn)
-            .await
+            .arg(payload);
+        let (id,): (String,) = pipe.query_async(conn).await?;
+        Ok(id)
     }
 
     /// Takes up to `count` new tasks for `consumer`; each is delivered for the first time, so
@@ -205,6 +253,7 @@ impl SpikeQueue {
             ResultMode::Bucket => {
                 format!("{}:rb:{}", self.tag, id_key(&lease.entry).0 / BUCKET_MS)
             }
+            ResultMode::Record => self.record_key(&lease.task),
         }
     }
 
@@ -236,6 +285,12 @@ impl SpikeQueue {
                 .arg(lease.count)
                 .arg(&lease.task)
                 .arg(*result);
+        }
+        if self.mode == ResultMode::Record {
+            call.key(self.live_key());
+            for key in self.retained_keys() {
+                call.key(key);
+            }
         }
         let written: Vec<i64> = call.invoke_async(conn).await?;
         Ok(written.into_iter().map(|w| w == 1).collect())
@@ -343,6 +398,13 @@ impl SpikeQueue {
                 redis::cmd("HGET")
                     .arg(key)
                     .arg(&lease.task)
+                    .query_async(conn)
+                    .await
+            }
+            ResultMode::Record => {
+                redis::cmd("HGET")
+                    .arg(key)
+                    .arg("rs")
                     .query_async(conn)
                     .await
             }

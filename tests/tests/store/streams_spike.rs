@@ -75,6 +75,48 @@ async fn finish_writes_once(mode: ResultMode) -> Res {
 }
 
 #[tokio::test]
+async fn finish_writes_each_result_once_record_mode() -> Res {
+    finish_writes_once(ResultMode::Record).await
+}
+
+#[tokio::test]
+async fn a_finished_batch_leaves_the_live_set_and_enters_the_retained_set_once() -> Res {
+    let server = RedisServer::start()?;
+    let (q, mut conn) = queue(&server, ResultMode::Record).await?;
+    for i in 0..4 {
+        q.add(&mut conn, &format!("t{i}"), "in").await?;
+    }
+    let live: u64 = redis::cmd("SCARD")
+        .arg(q.live_key())
+        .query_async(&mut conn)
+        .await?;
+    assert_eq!(live, 4);
+    let leases = q.take(&mut conn, "w1-e1", 16).await?;
+    // Three finish; the fourth stays live (its worker still runs it).
+    let items: Vec<(&Lease, &str)> = leases[..3].iter().map(|l| (l, "out")).collect();
+    assert_eq!(q.finish(&mut conn, "w1-e1", &items).await?, vec![true; 3]);
+    // A stale retry of the batch changes nothing.
+    assert_eq!(q.finish(&mut conn, "w1-e1", &items).await?, vec![false; 3]);
+    let live: Vec<String> = redis::cmd("SMEMBERS")
+        .arg(q.live_key())
+        .query_async(&mut conn)
+        .await?;
+    assert_eq!(live, vec![leases[3].task.clone()]);
+    let retained: u64 = redis::cmd("ZCARD")
+        .arg(q.terminal_key())
+        .query_async(&mut conn)
+        .await?;
+    assert_eq!(retained, 3);
+    let status: Option<String> = redis::cmd("HGET")
+        .arg(format!("{{{}}}:task:{}", "spike", leases[0].task))
+        .arg("st")
+        .query_async(&mut conn)
+        .await?;
+    assert_eq!(status.as_deref(), Some("completed"));
+    Ok(())
+}
+
+#[tokio::test]
 async fn finish_writes_each_result_once_key_mode() -> Res {
     finish_writes_once(ResultMode::Key).await
 }
