@@ -11,7 +11,9 @@
 //!   renewing consumer with the expected count (resets idle, keeps the count);
 //! - recovery = `XAUTOCLAIM` past the lease TTL (moves the entry, raises its count);
 //! - fenced finish = [`finish.lua`]: one `XPENDING` over the batch's range, then result, `XACK`,
-//!   `XDEL` and one `PUBLISH` for the batch.
+//!   `XDEL` and one `PUBLISH` for the batch;
+//! - cancellation (mode `Record`) = [`cancel.lua`]: the record says cancelled, the entry is
+//!   acknowledged and deleted, so the holder's renewal and finish find it gone.
 
 use std::collections::HashMap;
 
@@ -84,6 +86,7 @@ pub struct SpikeQueue {
     mode: ResultMode,
     finish: Script,
     renew: Script,
+    cancel: Script,
 }
 
 /// `(ms, seq)` of a stream id, for the batch's range; an unparsable id sorts first.
@@ -120,6 +123,7 @@ impl SpikeQueue {
             mode,
             finish: Script::new(include_str!("finish.lua")),
             renew: Script::new(include_str!("renew.lua")),
+            cancel: Script::new(include_str!("cancel.lua")),
         }
     }
 
@@ -294,6 +298,27 @@ impl SpikeQueue {
         }
         let written: Vec<i64> = call.invoke_async(conn).await?;
         Ok(written.into_iter().map(|w| w == 1).collect())
+    }
+
+    /// Mode `Record`: cancels a task, queued or running, by its entry (see `cancel.lua`); false
+    /// when it was no longer running.
+    pub async fn cancel(
+        &self,
+        conn: &mut MultiplexedConnection,
+        task: &str,
+        entry: &str,
+    ) -> RedisResult<bool> {
+        let done: i64 = self
+            .cancel
+            .key(&self.stream)
+            .key(self.record_key(task))
+            .key(self.live_key())
+            .arg(&self.group)
+            .arg(entry)
+            .arg(task)
+            .invoke_async(conn)
+            .await?;
+        Ok(done == 1)
     }
 
     /// Renews the leases of `consumer` that are still its own; returns the entries renewed.

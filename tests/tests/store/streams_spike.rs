@@ -117,6 +117,57 @@ async fn a_finished_batch_leaves_the_live_set_and_enters_the_retained_set_once()
 }
 
 #[tokio::test]
+async fn a_cancelled_running_task_is_taken_from_its_worker() -> Res {
+    let server = RedisServer::start()?;
+    let (q, mut conn) = queue(&server, ResultMode::Record).await?;
+    let first = q.add(&mut conn, "t0", "in").await?;
+    q.add(&mut conn, "t1", "in").await?;
+    let leases = q.take(&mut conn, "w1-e1", 16).await?;
+    assert_eq!(leases.len(), 2);
+    assert!(q.cancel(&mut conn, "t0", &first).await?);
+    assert!(
+        !q.cancel(&mut conn, "t0", &first).await?,
+        "a task is cancelled once"
+    );
+    // The holder's renewal comes back without the cancelled entry: its signal to stop.
+    let renewed = q
+        .renew(&mut conn, "w1-e1", &[&leases[0], &leases[1]])
+        .await?;
+    assert_eq!(renewed, vec![leases[1].entry.clone()]);
+    // Its finish of the cancelled task is refused; the other lands.
+    let items: Vec<(&Lease, &str)> = leases.iter().map(|l| (l, "out")).collect();
+    assert_eq!(
+        q.finish(&mut conn, "w1-e1", &items).await?,
+        vec![false, true]
+    );
+    let status: Option<String> = redis::cmd("HGET")
+        .arg("{spike}:task:t0")
+        .arg("st")
+        .query_async(&mut conn)
+        .await?;
+    assert_eq!(status.as_deref(), Some("cancelled"), "one terminal status");
+    let live: u64 = redis::cmd("SCARD")
+        .arg(q.live_key())
+        .query_async(&mut conn)
+        .await?;
+    assert_eq!(live, 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_cancelled_queued_task_is_never_delivered() -> Res {
+    let server = RedisServer::start()?;
+    let (q, mut conn) = queue(&server, ResultMode::Record).await?;
+    let first = q.add(&mut conn, "t0", "in").await?;
+    q.add(&mut conn, "t1", "in").await?;
+    assert!(q.cancel(&mut conn, "t0", &first).await?);
+    let leases = q.take(&mut conn, "w1-e1", 16).await?;
+    let tasks: Vec<&str> = leases.iter().map(|l| l.task.as_str()).collect();
+    assert_eq!(tasks, vec!["t1"]);
+    Ok(())
+}
+
+#[tokio::test]
 async fn finish_writes_each_result_once_key_mode() -> Res {
     finish_writes_once(ResultMode::Key).await
 }
