@@ -17,13 +17,16 @@
 --   sizes, retained bytes
 -- ARGV[1] group  ARGV[2] consumer  ARGV[3] retention ms  ARGV[4] mode  ARGV[5] channel
 -- ARGV[6] lowest entry id of the batch  ARGV[7] highest  ARGV[8] XPENDING bound
--- ARGV[9 ..] per item: entry id, expected delivery count, task id, result
+-- ARGV[9] '1': acknowledged entries leave the stream by one `XTRIM MINID ~` per batch instead
+--   of an `XDEL` of each (see below)
+-- ARGV[10 ..] per item: entry id, expected delivery count, task id, result
 -- Returns per item 1 (written) or 0 (refused).
 
 local stream = KEYS[1]
 local group, consumer, retention, mode, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local bound = tonumber(ARGV[8])
-local n = (#ARGV - 8) / 4
+local n = (#ARGV - 9) / 4
+local trim = ARGV[9] == '1'
 local record = mode == 'record'
 local now, live, retained = nil, {}, {}
 if record then
@@ -42,7 +45,7 @@ local partial = #seen >= bound
 
 local out, acked, buckets = {}, {}, {}
 for i = 0, n - 1 do
-  local a = 9 + i * 4
+  local a = 10 + i * 4
   local id, count = ARGV[a], tonumber(ARGV[a + 1])
   local have = pending[id]
   if have == nil and partial then
@@ -90,7 +93,26 @@ if #live > 0 then
 end
 if #acked > 0 then
   redis.call('XACK', stream, group, unpack(acked))
-  redis.call('XDEL', stream, unpack(acked))
+  if trim then
+    -- Entries are delivered in id order, so every entry below the oldest one still pending and
+    -- at or below the highest this batch acknowledged was delivered and acknowledged: the
+    -- stream can drop all of them at once. `~` trims whole nodes only, the cheap way; a few
+    -- acknowledged entries wait for a later batch.
+    local summary = redis.call('XPENDING', stream, group)
+    local _, hi = string.match(ARGV[7], '^(%d+)-(%d+)$')
+    local minid = string.match(ARGV[7], '^(%d+)-') .. '-' .. (tonumber(hi) + 1)
+    if summary[1] > 0 and summary[2] then
+      local a_ms, a_seq = string.match(summary[2], '^(%d+)-(%d+)$')
+      local b_ms, b_seq = string.match(minid, '^(%d+)-(%d+)$')
+      if tonumber(a_ms) < tonumber(b_ms)
+          or (a_ms == b_ms and tonumber(a_seq) < tonumber(b_seq)) then
+        minid = summary[2]
+      end
+    end
+    redis.call('XTRIM', stream, 'MINID', '~', minid)
+  else
+    redis.call('XDEL', stream, unpack(acked))
+  end
   redis.call('PUBLISH', channel, consumer .. ' ' .. #acked)
 end
 return out

@@ -168,6 +168,56 @@ async fn a_cancelled_queued_task_is_never_delivered() -> Res {
 }
 
 #[tokio::test]
+async fn trimming_drops_only_acknowledged_entries() -> Res {
+    let server = RedisServer::start()?;
+    let mut conn = server.client().await?;
+    let q = SpikeQueue::new("spike", ResultMode::Key, RETENTION_MS).trimming();
+    q.create(&mut conn).await?;
+    for i in 0..300 {
+        q.add(&mut conn, &format!("t{i}"), "in").await?;
+    }
+    // 150 delivered; all but the 120th finished, in two batches (the trim runs after each).
+    let leases = q.take(&mut conn, "w1-e1", 150).await?;
+    let held = &leases[119];
+    for part in [&leases[..119], &leases[120..]] {
+        let items: Vec<(&Lease, &str)> = part.iter().map(|l| (l, "out")).collect();
+        assert!(
+            q.finish(&mut conn, "w1-e1", &items)
+                .await?
+                .iter()
+                .all(|&w| w)
+        );
+    }
+    let len: u64 = redis::cmd("XLEN")
+        .arg(q.stream())
+        .query_async(&mut conn)
+        .await?;
+    assert!(
+        len < 300,
+        "acknowledged entries left the stream (length {len})"
+    );
+    // The pending entry below the batch's top and every undelivered entry stay.
+    let kept: Vec<redis::Value> = redis::cmd("XRANGE")
+        .arg(q.stream())
+        .arg(&held.entry)
+        .arg(&held.entry)
+        .query_async(&mut conn)
+        .await?;
+    assert_eq!(kept.len(), 1, "a pending entry is never trimmed");
+    let rest = q.take(&mut conn, "w2-e1", 1000).await?;
+    assert_eq!(
+        rest.len(),
+        150,
+        "every undelivered entry is still delivered"
+    );
+    assert_eq!(
+        q.finish(&mut conn, "w1-e1", &[(held, "out")]).await?,
+        vec![true]
+    );
+    Ok(())
+}
+
+#[tokio::test]
 async fn finish_writes_each_result_once_key_mode() -> Res {
     finish_writes_once(ResultMode::Key).await
 }
