@@ -12,6 +12,8 @@
 //! - recovery = `XAUTOCLAIM` past the lease TTL (moves the entry, raises its count);
 //! - fenced finish = [`finish.lua`]: one `XPENDING` over the batch's range, then result, `XACK`,
 //!   `XDEL` and one `PUBLISH` for the batch;
+//! - fair share = [`take_fair`]: one stream per entrypoint of a shard, read together with a
+//!   `COUNT` per stream;
 //! - cancellation (mode `Record`) = [`cancel.lua`]: the record says cancelled, the entry is
 //!   acknowledged and deleted, so the holder's renewal and finish find it gone.
 
@@ -127,6 +129,20 @@ impl SpikeQueue {
             renew: Script::new(include_str!("renew.lua")),
             cancel: Script::new(include_str!("cancel.lua")),
         }
+    }
+
+    /// The queue of one entrypoint in shard `name`: its own stream (`{name}:q:<entrypoint>`)
+    /// under the shard's hash tag, so that one `XREADGROUP` can read several entrypoints'
+    /// queues of a shard ([`take_fair`]).
+    pub fn for_entrypoint(
+        name: &str,
+        entrypoint: &str,
+        mode: ResultMode,
+        retention_ms: u64,
+    ) -> Self {
+        let mut queue = Self::new(name, mode, retention_ms);
+        queue.stream = format!("{}:q:{entrypoint}", queue.tag);
+        queue
     }
 
     /// Acknowledged entries leave the stream by one `XTRIM MINID ~` per finished batch rather
@@ -457,4 +473,48 @@ impl SpikeQueue {
             .query_async(conn)
             .await
     }
+}
+
+/// Fair share across entrypoints: one `XREADGROUP` over the queues of one shard (same hash tag,
+/// same group name), asking each for up to `count_each` new entries. `COUNT` applies per stream,
+/// so a busy entrypoint cannot take another's turn, and each stream is read in id order (FIFO per
+/// entrypoint). Returns, per queue in the order given, the leases taken from it.
+pub async fn take_fair(
+    conn: &mut MultiplexedConnection,
+    queues: &[&SpikeQueue],
+    consumer: &str,
+    count_each: usize,
+) -> RedisResult<Vec<Vec<Lease>>> {
+    let mut out: Vec<Vec<Lease>> = queues.iter().map(|_| Vec::new()).collect();
+    let Some(first) = queues.first() else {
+        return Ok(out);
+    };
+    let mut cmd = redis::cmd("XREADGROUP");
+    cmd.arg("GROUP")
+        .arg(&first.group)
+        .arg(consumer)
+        .arg("COUNT")
+        .arg(count_each)
+        .arg("STREAMS");
+    for q in queues {
+        cmd.arg(&q.stream);
+    }
+    for _ in queues {
+        cmd.arg(">");
+    }
+    let reply: Option<StreamReadReply> = cmd.query_async(conn).await?;
+    for key in reply.map(|r| r.keys).unwrap_or_default() {
+        let Some(at) = queues.iter().position(|q| q.stream == key.key) else {
+            continue;
+        };
+        for id in key.ids {
+            out[at].push(Lease {
+                count: 1,
+                task: id.get("t").unwrap_or_default(),
+                payload: id.get("p").unwrap_or_default(),
+                entry: id.id,
+            });
+        }
+    }
+    Ok(out)
 }

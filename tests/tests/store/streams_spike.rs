@@ -5,7 +5,7 @@
 //! Lease ages are set with `XCLAIM ... IDLE`, so no test waits for a clock.
 
 use harness::redis_server::RedisServer;
-use harness::streams_spike::{Lease, ResultMode, SpikeQueue};
+use harness::streams_spike::{Lease, ResultMode, SpikeQueue, take_fair};
 use redis::aio::MultiplexedConnection;
 
 type Res = Result<(), Box<dyn std::error::Error>>;
@@ -214,6 +214,43 @@ async fn trimming_drops_only_acknowledged_entries() -> Res {
         q.finish(&mut conn, "w1-e1", &[(held, "out")]).await?,
         vec![true]
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_busy_entrypoint_cannot_take_another_ones_turn() -> Res {
+    let server = RedisServer::start()?;
+    let mut conn = server.client().await?;
+    let busy = SpikeQueue::for_entrypoint("spike", "busy", ResultMode::Key, RETENTION_MS);
+    let quiet = SpikeQueue::for_entrypoint("spike", "quiet", ResultMode::Key, RETENTION_MS);
+    busy.create(&mut conn).await?;
+    quiet.create(&mut conn).await?;
+    for i in 0..100 {
+        busy.add(&mut conn, &format!("b{i}"), "in").await?;
+    }
+    for i in 0..5 {
+        quiet.add(&mut conn, &format!("q{i}"), "in").await?;
+    }
+    let tasks = |leases: &Vec<Lease>| leases.iter().map(|l| l.task.clone()).collect::<Vec<_>>();
+    let mut taken = Vec::new();
+    for _ in 0..3 {
+        taken.push(take_fair(&mut conn, &[&busy, &quiet], "w1-e1", 4).await?);
+    }
+    // Each take gives each entrypoint its share, oldest first, until the quiet one runs out.
+    assert_eq!(tasks(&taken[0][0]), ["b0", "b1", "b2", "b3"]);
+    assert_eq!(tasks(&taken[0][1]), ["q0", "q1", "q2", "q3"]);
+    assert_eq!(tasks(&taken[1][0]), ["b4", "b5", "b6", "b7"]);
+    assert_eq!(tasks(&taken[1][1]), ["q4"]);
+    assert_eq!(tasks(&taken[2][0]), ["b8", "b9", "b10", "b11"]);
+    assert!(taken[2][1].is_empty());
+    // The taken entries are leases like any other: the finish of each queue's batch lands.
+    for (queue, leases) in [(&busy, &taken[0][0]), (&quiet, &taken[0][1])] {
+        let items: Vec<(&Lease, &str)> = leases.iter().map(|l| (l, "out")).collect();
+        assert_eq!(
+            queue.finish(&mut conn, "w1-e1", &items).await?,
+            vec![true; 4]
+        );
+    }
     Ok(())
 }
 
