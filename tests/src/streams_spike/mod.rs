@@ -14,6 +14,8 @@
 //!   `XDEL` and one `PUBLISH` for the batch;
 //! - fair share = [`take_fair`]: one stream per entrypoint of a shard, read together with a
 //!   `COUNT` per stream;
+//! - retries with backoff (mode `Record`) = [`retry.lua`] (fenced; acknowledge, count, wait in a
+//!   delayed set) and [`due.lua`] (add back as a new entry when due);
 //! - cancellation (mode `Record`) = [`cancel.lua`]: the record says cancelled, the entry is
 //!   acknowledged and deleted, so the holder's renewal and finish find it gone.
 
@@ -90,6 +92,8 @@ pub struct SpikeQueue {
     finish: Script,
     renew: Script,
     cancel: Script,
+    retry: Script,
+    due: Script,
 }
 
 /// `(ms, seq)` of a stream id, for the batch's range; an unparsable id sorts first.
@@ -128,6 +132,8 @@ impl SpikeQueue {
             finish: Script::new(include_str!("finish.lua")),
             renew: Script::new(include_str!("renew.lua")),
             cancel: Script::new(include_str!("cancel.lua")),
+            retry: Script::new(include_str!("retry.lua")),
+            due: Script::new(include_str!("due.lua")),
         }
     }
 
@@ -345,6 +351,48 @@ impl SpikeQueue {
             .invoke_async(conn)
             .await?;
         Ok(done == 1)
+    }
+
+    /// The shard's delayed set (mode `Record`): tasks waiting out a retry's backoff, by due time.
+    fn delayed_key(&self) -> String {
+        format!("{}:delayed", self.tag)
+    }
+
+    /// Mode `Record`: the run of `lease` failed asking for another attempt in `delay_ms` (see
+    /// `retry.lua`); false when refused (the lease is no longer this consumer's).
+    pub async fn retry_later(
+        &self,
+        conn: &mut MultiplexedConnection,
+        consumer: &str,
+        lease: &Lease,
+        delay_ms: u64,
+    ) -> RedisResult<bool> {
+        let done: i64 = self
+            .retry
+            .key(&self.stream)
+            .key(self.record_key(&lease.task))
+            .key(self.delayed_key())
+            .arg(&self.group)
+            .arg(consumer)
+            .arg(&lease.entry)
+            .arg(lease.count)
+            .arg(&lease.task)
+            .arg(delay_ms)
+            .invoke_async(conn)
+            .await?;
+        Ok(done == 1)
+    }
+
+    /// Mode `Record`: adds up to `max` tasks whose retry is due back to the stream (`due.lua`);
+    /// returns how many.
+    pub async fn move_due(&self, conn: &mut MultiplexedConnection, max: usize) -> RedisResult<u64> {
+        self.due
+            .key(&self.stream)
+            .key(self.delayed_key())
+            .arg(&self.tag)
+            .arg(max)
+            .invoke_async(conn)
+            .await
     }
 
     /// Renews the leases of `consumer` that are still its own; returns the entries renewed.

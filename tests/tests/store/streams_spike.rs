@@ -255,6 +255,61 @@ async fn a_busy_entrypoint_cannot_take_another_ones_turn() -> Res {
 }
 
 #[tokio::test]
+async fn a_retry_runs_as_a_new_entry_that_no_earlier_attempt_can_write() -> Res {
+    let server = RedisServer::start()?;
+    let (q, mut conn) = queue(&server, ResultMode::Record).await?;
+    q.add(&mut conn, "t0", "in").await?;
+    let first = q.take(&mut conn, "w1-e1", 1).await?.remove(0);
+    assert!(q.retry_later(&mut conn, "w1-e1", &first, 0).await?);
+    assert!(
+        !q.retry_later(&mut conn, "w1-e1", &first, 0).await?,
+        "a retry is fenced like a finish"
+    );
+    // The first attempt's late finish is refused.
+    assert_eq!(
+        q.finish(&mut conn, "w1-e1", &[(&first, "late")]).await?,
+        vec![false]
+    );
+    assert_eq!(q.move_due(&mut conn, 100).await?, 1);
+    let second = q.take(&mut conn, "w2-e1", 1).await?.remove(0);
+    assert_eq!(second.task, "t0");
+    assert_eq!(
+        second.payload, "in",
+        "the payload comes back from the record"
+    );
+    assert_ne!(second.entry, first.entry, "a new entry, a new lease");
+    let retries: Option<u64> = redis::cmd("HGET")
+        .arg("{spike}:task:t0")
+        .arg("ry")
+        .query_async(&mut conn)
+        .await?;
+    assert_eq!(retries.unwrap_or(0) + second.count, 2, "the second attempt");
+    // The first attempt's writes stay refused; the second's lands.
+    assert_eq!(
+        q.finish(&mut conn, "w1-e1", &[(&first, "late")]).await?,
+        vec![false]
+    );
+    assert_eq!(
+        q.finish(&mut conn, "w2-e1", &[(&second, "out")]).await?,
+        vec![true]
+    );
+    assert_eq!(q.result(&mut conn, &second).await?.as_deref(), Some("out"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_retry_not_yet_due_is_not_delivered() -> Res {
+    let server = RedisServer::start()?;
+    let (q, mut conn) = queue(&server, ResultMode::Record).await?;
+    q.add(&mut conn, "t0", "in").await?;
+    let first = q.take(&mut conn, "w1-e1", 1).await?.remove(0);
+    assert!(q.retry_later(&mut conn, "w1-e1", &first, 3_600_000).await?);
+    assert_eq!(q.move_due(&mut conn, 100).await?, 0);
+    assert!(q.take(&mut conn, "w2-e1", 16).await?.is_empty());
+    Ok(())
+}
+
+#[tokio::test]
 async fn finish_writes_each_result_once_key_mode() -> Res {
     finish_writes_once(ResultMode::Key).await
 }
