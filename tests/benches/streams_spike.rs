@@ -10,6 +10,7 @@
 //! queue:
 //! - add: N tasks by `XADD`, pipelined 256 at a time (one connection);
 //! - drain: WORKERS loops, each its own connection and consumer (`w<i>-e1`): `XREADGROUP COUNT B`,
+//!   with EVENTS_EACH=1 each finished task's event is also published on its own channel;
 //!   with TRIM=1 finished entries leave the stream by one `XTRIM MINID ~` per batch, not `XDEL`;
 //!   with RENEW=1 one fenced renewal call for the batch (an upper bound: a real worker renews its
 //!   whole set once per TTL/3, not per batch), then one fenced finish call for the batch (result
@@ -143,6 +144,7 @@ async fn run_one(
     workers: usize,
     renew: bool,
     trim: bool,
+    events_each: bool,
     payload: &str,
 ) -> Res<Row> {
     let label = match mode {
@@ -150,10 +152,17 @@ async fn run_one(
         ResultMode::Bucket => "bucket",
         ResultMode::Record => "record",
     };
-    let name = format!("spike-{label}{}-{batch}", if trim { "-trim" } else { "" });
+    let name = format!(
+        "spike-{label}{}{}-{batch}",
+        if trim { "-trim" } else { "" },
+        if events_each { "-events" } else { "" }
+    );
     let mut q = SpikeQueue::new(&name, mode, RETENTION_MS);
     if trim {
         q = q.trimming();
+    }
+    if events_each {
+        q = q.events_each();
     }
     q.create(admin).await?;
 
@@ -268,6 +277,7 @@ async fn main() -> Res<()> {
     let workers: usize = env_or("WORKERS", 8)?;
     let renew = env_or::<u8>("RENEW", 1)? == 1;
     let trim = env_or::<u8>("TRIM", 0)? == 1;
+    let events_each = env_or::<u8>("EVENTS_EACH", 0)? == 1;
     let payload_bytes: usize = env_or("PAYLOAD_BYTES", 64)?;
     let modes: Vec<String> = env_list("MODES", "key,bucket")?;
     let payload = "x".repeat(payload_bytes);
@@ -290,7 +300,16 @@ async fn main() -> Res<()> {
         for &batch in &batches {
             rows.push(
                 run_one(
-                    &server, &mut admin, mode, batch, n, workers, renew, trim, &payload,
+                    &server,
+                    &mut admin,
+                    mode,
+                    batch,
+                    n,
+                    workers,
+                    renew,
+                    trim,
+                    events_each,
+                    &payload,
                 )
                 .await?,
             );

@@ -17,8 +17,10 @@
 --   sizes, retained bytes
 -- ARGV[1] group  ARGV[2] consumer  ARGV[3] retention ms  ARGV[4] mode  ARGV[5] channel
 -- ARGV[6] lowest entry id of the batch  ARGV[7] highest  ARGV[8] XPENDING bound
--- ARGV[9] '1': acknowledged entries leave the stream by one `XTRIM MINID ~` per batch instead
---   of an `XDEL` of each (see below)
+-- ARGV[9] flags: 't': acknowledged entries leave the stream by one `XTRIM MINID ~` per batch
+--   instead of an `XDEL` of each (see below); 'e': each written task's event is also published
+--   on its own channel (`<channel>:<task>`, "<seq>|resultUpdate|<result>", as the service's
+--   subscribers hear it), besides the one message per batch
 -- ARGV[10 ..] per item: entry id, expected delivery count, task id, result
 -- Returns per item 1 (written) or 0 (refused).
 
@@ -26,7 +28,8 @@ local stream = KEYS[1]
 local group, consumer, retention, mode, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local bound = tonumber(ARGV[8])
 local n = (#ARGV - 9) / 4
-local trim = ARGV[9] == '1'
+local trim = string.find(ARGV[9], 't', 1, true) ~= nil
+local each = string.find(ARGV[9], 'e', 1, true) ~= nil
 local record = mode == 'record'
 local now, live, retained = nil, {}, {}
 if record then
@@ -67,6 +70,9 @@ for i = 0, n - 1 do
       if not fields then fields = {}; buckets[key] = fields end
       fields[#fields + 1] = ARGV[a + 2]
       fields[#fields + 1] = ARGV[a + 3]
+    end
+    if each then
+      redis.call('PUBLISH', channel .. ':' .. ARGV[a + 2], '2|resultUpdate|' .. ARGV[a + 3])
     end
     acked[#acked + 1] = id
     out[#out + 1] = 1

@@ -89,6 +89,7 @@ pub struct SpikeQueue {
     retention_ms: u64,
     mode: ResultMode,
     trim: bool,
+    events_each: bool,
     finish: Script,
     renew: Script,
     cancel: Script,
@@ -129,6 +130,7 @@ impl SpikeQueue {
             retention_ms,
             mode,
             trim: false,
+            events_each: false,
             finish: Script::new(include_str!("finish.lua")),
             renew: Script::new(include_str!("renew.lua")),
             cancel: Script::new(include_str!("cancel.lua")),
@@ -156,6 +158,18 @@ impl SpikeQueue {
     pub fn trimming(mut self) -> Self {
         self.trim = true;
         self
+    }
+
+    /// Each finished task's event is also published on its own channel (`finish.lua`), as the
+    /// service's subscribers of one task hear it.
+    pub fn events_each(mut self) -> Self {
+        self.events_each = true;
+        self
+    }
+
+    /// The channel a finished task's own event is published on (with [`Self::events_each`]).
+    pub fn task_channel(&self, task: &str) -> String {
+        format!("{}:{task}", self.channel)
     }
 
     /// The stream's key.
@@ -314,7 +328,11 @@ impl SpikeQueue {
             .arg(lo)
             .arg(hi)
             .arg(PENDING_BOUND)
-            .arg(if self.trim { "1" } else { "0" });
+            .arg(format!(
+                "{}{}",
+                if self.trim { "t" } else { "" },
+                if self.events_each { "e" } else { "" }
+            ));
         for (lease, result) in items {
             call.key(self.result_key(lease))
                 .arg(&lease.entry)

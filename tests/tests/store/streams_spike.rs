@@ -310,6 +310,36 @@ async fn a_retry_not_yet_due_is_not_delivered() -> Res {
 }
 
 #[tokio::test]
+async fn a_subscriber_of_one_task_hears_its_finish() -> Res {
+    use futures::StreamExt;
+    let server = RedisServer::start()?;
+    let mut conn = server.client().await?;
+    let q = SpikeQueue::new("spike", ResultMode::Record, RETENTION_MS)
+        .trimming()
+        .events_each();
+    q.create(&mut conn).await?;
+    q.add(&mut conn, "t0", "in").await?;
+    q.add(&mut conn, "t1", "in").await?;
+    let mut pubsub = redis::Client::open(server.url())?
+        .get_async_pubsub()
+        .await?;
+    pubsub.subscribe(q.task_channel("t1")).await?;
+    let leases = q.take(&mut conn, "w1-e1", 16).await?;
+    let items: Vec<(&Lease, &str)> = leases.iter().map(|l| (l, "out")).collect();
+    assert_eq!(q.finish(&mut conn, "w1-e1", &items).await?, vec![true; 2]);
+    // The subscription is served in order: its first message is t1's own event, not t0's.
+    let mut messages = pubsub.on_message();
+    // The bound only keeps a lost message from hanging the test.
+    let message = tokio::time::timeout(std::time::Duration::from_secs(30), messages.next())
+        .await
+        .map_err(|_| "no message for t1")?
+        .ok_or("the subscription ended")?;
+    assert_eq!(message.get_channel_name(), q.task_channel("t1"));
+    assert_eq!(message.get_payload::<String>()?, "2|resultUpdate|out");
+    Ok(())
+}
+
+#[tokio::test]
 async fn finish_writes_each_result_once_key_mode() -> Res {
     finish_writes_once(ResultMode::Key).await
 }
