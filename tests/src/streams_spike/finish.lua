@@ -40,22 +40,14 @@ end
 -- estimate; the service measures it today).
 local RECORD_OVERHEAD = 160
 
--- One look at this consumer's pending entries over the batch's id range, not one per item.
-local pending = {}
-local seen = redis.call('XPENDING', stream, group, ARGV[6], ARGV[7], bound, consumer)
-for _, e in ipairs(seen) do pending[e[1]] = e[4] end
-local partial = #seen >= bound
+-- The fence: one look at this consumer's pending entries over the batch (held_by.lua).
+local held = held_by(stream, group, consumer, ARGV[6], ARGV[7], bound)
 
 local out, acked, buckets = {}, {}, {}
 for i = 0, n - 1 do
   local a = 10 + i * 4
   local id, count = ARGV[a], tonumber(ARGV[a + 1])
-  local have = pending[id]
-  if have == nil and partial then
-    local one = redis.call('XPENDING', stream, group, id, id, 1, consumer)
-    if one[1] then have = one[1][4] end
-  end
-  if have ~= nil and have == count then
+  if held(id, count) then
     local key = KEYS[2 + i]
     if mode == 'key' then
       redis.call('SET', key, ARGV[a + 3], 'PX', retention)

@@ -25,8 +25,8 @@ use redis::aio::MultiplexedConnection;
 use redis::streams::StreamReadReply;
 use redis::{RedisResult, Script};
 
-/// Upper bound of the one `XPENDING` a script runs over a batch's id range; a consumer with more
-/// entries pending in that range falls back to one `XPENDING` per missing item.
+/// Upper bound of the one `XPENDING` a script runs over a batch's id range (`held_by.lua`); a
+/// consumer with more entries pending in that range falls back to one `XPENDING` per missing item.
 const PENDING_BOUND: usize = 4096;
 /// Results in bucket mode are grouped per minute of the entry's creation time.
 const BUCKET_MS: u64 = 60_000;
@@ -131,8 +131,14 @@ impl SpikeQueue {
             mode,
             trim: false,
             events_each: false,
-            finish: Script::new(include_str!("finish.lua")),
-            renew: Script::new(include_str!("renew.lua")),
+            finish: Script::new(concat!(
+                include_str!("held_by.lua"),
+                include_str!("finish.lua")
+            )),
+            renew: Script::new(concat!(
+                include_str!("held_by.lua"),
+                include_str!("renew.lua")
+            )),
             cancel: Script::new(include_str!("cancel.lua")),
             retry: Script::new(include_str!("retry.lua")),
             due: Script::new(include_str!("due.lua")),
@@ -229,8 +235,8 @@ impl SpikeQueue {
         pipe.cmd("SADD").arg(self.live_key()).arg(task).ignore();
     }
 
-    /// Adds `XADD` for one task to a pipeline (and its record, in mode `Record`).
-    pub fn add_to(&self, pipe: &mut redis::Pipeline, task: &str, payload: &str) {
+    /// One task's commands (its record in mode `Record`, then its `XADD`, last) in a pipeline.
+    fn add_commands(&self, pipe: &mut redis::Pipeline, task: &str, payload: &str) {
         self.record_to(pipe, task, payload);
         pipe.cmd("XADD")
             .arg(&self.stream)
@@ -238,8 +244,13 @@ impl SpikeQueue {
             .arg("t")
             .arg(task)
             .arg("p")
-            .arg(payload)
-            .ignore();
+            .arg(payload);
+    }
+
+    /// Adds `XADD` for one task to a pipeline (and its record, in mode `Record`).
+    pub fn add_to(&self, pipe: &mut redis::Pipeline, task: &str, payload: &str) {
+        self.add_commands(pipe, task, payload);
+        pipe.ignore();
     }
 
     /// Adds one task; returns its entry id.
@@ -250,14 +261,7 @@ impl SpikeQueue {
         payload: &str,
     ) -> RedisResult<String> {
         let mut pipe = redis::pipe();
-        self.record_to(&mut pipe, task, payload);
-        pipe.cmd("XADD")
-            .arg(&self.stream)
-            .arg("*")
-            .arg("t")
-            .arg(task)
-            .arg("p")
-            .arg(payload);
+        self.add_commands(&mut pipe, task, payload);
         let (id,): (String,) = pipe.query_async(conn).await?;
         Ok(id)
     }

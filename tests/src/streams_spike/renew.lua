@@ -10,20 +10,12 @@
 
 local stream, group, consumer = KEYS[1], ARGV[1], ARGV[2]
 local bound = tonumber(ARGV[5])
-local pending = {}
-local seen = redis.call('XPENDING', stream, group, ARGV[3], ARGV[4], bound, consumer)
-for _, e in ipairs(seen) do pending[e[1]] = e[4] end
-local partial = #seen >= bound
+local held = held_by(stream, group, consumer, ARGV[3], ARGV[4], bound)
 
 local args = {'XCLAIM', stream, group, consumer, 0}
 for a = 6, #ARGV, 2 do
-  local id, count = ARGV[a], tonumber(ARGV[a + 1])
-  local have = pending[id]
-  if have == nil and partial then
-    local one = redis.call('XPENDING', stream, group, id, id, 1, consumer)
-    if one[1] then have = one[1][4] end
-  end
-  if have ~= nil and have == count then args[#args + 1] = id end
+  local id = ARGV[a]
+  if held(id, tonumber(ARGV[a + 1])) then args[#args + 1] = id end
 end
 if #args == 5 then return {} end
 args[#args + 1] = 'JUSTID'

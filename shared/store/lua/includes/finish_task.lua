@@ -42,7 +42,7 @@ local TERMINAL_SLACK_MS = 1000
 -- about the finished tasks (a script is atomic and the flush ends its finishes), so the
 -- result equals the per-task writes. Without `acc`, finish_task flushes its own at once.
 local function finish_batch()
-  return {leases = {}, admissions = {}, done = {}, ttl_max = 0}
+  return {leases = {}, admissions = {}, done = {}}
 end
 
 local function finish_flush(acc)
