@@ -15,7 +15,9 @@
 -- KEYS[1] registry index (sorted set: worker id -> expiry ms)  KEYS[2] the worker's entry
 -- KEYS[3] registry version (string)  KEYS[4] drain requests (hash: worker id -> drain JSON)
 -- ARGV[1] worker id  ARGV[2] entry JSON  ARGV[3] ttl ms (>= 1)
--- Returns the entry's expiry, ms since the epoch by the Redis clock.
+-- Returns {the entry's expiry, ms since the epoch by the Redis clock; the drain request standing
+-- for this worker (JSON) or nil}: the worker learns of a drain from its own heartbeat, with no
+-- read of its own.
 
 -- @include "now_ms"
 -- @include "bump_registry_version"
@@ -58,4 +60,4 @@ local last = redis.call('ZRANGE', index, -1, -1, 'WITHSCORES')
 redis.call('PEXPIREAT', index, last[2])
 redis.call('PEXPIREAT', version, last[2])
 redis.call('PEXPIREAT', drains, last[2])
-return expires
+return {expires, redis.call('HGET', drains, id)}

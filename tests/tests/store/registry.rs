@@ -320,9 +320,14 @@ async fn a_drain_is_asked_of_live_workers_only_and_goes_with_them(
         BTreeMap::from([("w1".to_owned(), drain(1))])
     );
     assert_eq!(registry.version().await?, before, "cards do not change");
-    // A heartbeat of the draining worker keeps its request.
-    registry.heartbeat(&entry("w1"), LONG).await?;
+    // A heartbeat of the draining worker keeps its request, and answers with it: that is how
+    // the worker learns of it. Another worker's heartbeat answers none.
+    assert_eq!(
+        registry.heartbeat(&entry("w1"), LONG).await?,
+        Some(drain(1))
+    );
     assert_eq!(registry.drain_requested("w1").await?, Some(drain(1)));
+    assert_eq!(registry.heartbeat(&entry("w2"), LONG).await?, None);
 
     // A new process under the id (another start time) is not the one that was asked.
     let restarted = WorkerEntry {
@@ -330,7 +335,11 @@ async fn a_drain_is_asked_of_live_workers_only_and_goes_with_them(
         ..entry("w2")
     };
     assert_eq!(registry.drain("w2", &drain(5)).await?, Some(drain(5)));
-    registry.heartbeat(&restarted, LONG).await?;
+    assert_eq!(
+        registry.heartbeat(&restarted, LONG).await?,
+        None,
+        "the new process is not told to drain"
+    );
     assert_eq!(registry.drain_requested("w2").await?, None);
     registry.heartbeat(&entry("w2"), LONG).await?;
 

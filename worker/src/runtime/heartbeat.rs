@@ -4,10 +4,11 @@
 //! shard that does not answer holds back only its own leases' renewals. The same tick
 //! refreshes the worker's registry entry and reads the entrypoints operators paused
 //! cluster-wide ([`read_pauses`]), concurrently: a pause reaches every worker within a third
-//! of the lease TTL, without a read per take. It reads too whether an operator asked this
-//! worker to drain ([`read_drain`]): then it cancels the runtime's shutdown token, the one
-//! SIGTERM cancels, so a drain is the SIGTERM drain (no more takes, runs finish, deregister,
-//! exit 0). Beside it, the cancellation listener stops handlers of cancelled tasks at once.
+//! of the lease TTL, without a read per take. The registry refresh answers whether an operator
+//! asked this worker to drain ([`drain_if_asked`]): then it cancels the runtime's shutdown
+//! token, the one SIGTERM cancels, so a drain is the SIGTERM drain (no more takes, runs finish,
+//! deregister, exit 0). Beside it, the cancellation listener stops handlers of cancelled tasks
+//! at once.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -40,10 +41,13 @@ pub async fn run(
         // master failing over must not hold back the registry entry (in the namespace's own
         // slot), or the worker would look gone to gateways while it is running.
         let refresh = async {
-            if let Some((registry, entry)) = &registry
-                && let Err(err) = registry.heartbeat(&current(&shared, entry), ttl).await
-            {
-                tracing::warn!(error = %err, "could not refresh the registry entry");
+            if let Some((registry, entry)) = &registry {
+                match registry.heartbeat(&current(&shared, entry), ttl).await {
+                    Ok(drain) => drain_if_asked(drain, &shutdown),
+                    Err(err) => {
+                        tracing::warn!(error = %err, "could not refresh the registry entry");
+                    }
+                }
             }
         };
         let pauses = async {
@@ -51,15 +55,7 @@ pub async fn run(
                 read_pauses(&shared, registry.as_ref()).await;
             }
         };
-        // Not once draining: the request stands until the worker deregisters.
-        let drain = async {
-            if let Some((registry, _)) = &registry
-                && !shutdown.is_cancelled()
-            {
-                read_drain(&shared, registry.as_ref(), &shutdown).await;
-            }
-        };
-        tokio::join!(renew(&shared, ttl), refresh, pauses, drain);
+        tokio::join!(renew(&shared, ttl), refresh, pauses);
     }
 }
 
@@ -77,16 +73,15 @@ pub async fn read_pauses(shared: &Shared, registry: &dyn WorkerRegistry) {
     }
 }
 
-/// Cancels `shutdown` when an operator asked this worker to drain. A failed read is retried on
-/// the next beat.
-async fn read_drain(shared: &Shared, registry: &dyn WorkerRegistry, shutdown: &CancellationToken) {
-    match registry.drain_requested(&shared.config.worker_id).await {
-        Ok(Some(drain)) => {
-            tracing::info!(by = %drain.by, at_ms = drain.at_ms, "drain requested by an operator");
-            shutdown.cancel();
-        }
-        Ok(None) => {}
-        Err(err) => tracing::warn!(error = %err, "could not read whether to drain"),
+/// Cancels `shutdown` when the heartbeat's reply carries an operator's drain request; once
+/// draining, the request (which stands until the worker deregisters) is not logged again. A
+/// failed heartbeat is retried on the next beat.
+fn drain_if_asked(drain: Option<store::registry::Drain>, shutdown: &CancellationToken) {
+    if let Some(drain) = drain
+        && !shutdown.is_cancelled()
+    {
+        tracing::info!(by = %drain.by, at_ms = drain.at_ms, "drain requested by an operator");
+        shutdown.cancel();
     }
 }
 

@@ -85,9 +85,13 @@ impl Default for MemoryRegistry {
 
 #[async_trait]
 impl WorkerRegistry for MemoryRegistry {
-    async fn heartbeat(&self, entry: &WorkerEntry, ttl: Duration) -> Result<(), StoreError> {
+    async fn heartbeat(
+        &self,
+        entry: &WorkerEntry,
+        ttl: Duration,
+    ) -> Result<Option<Drain>, StoreError> {
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-        self.with_live(|inner, now| {
+        Ok(self.with_live(|inner, now| {
             let live = Live {
                 entry: entry.clone(),
                 expires_ms: now.saturating_add(ttl_ms),
@@ -103,8 +107,8 @@ impl WorkerRegistry for MemoryRegistry {
             if before.is_none_or(|before| before.entry != *entry) {
                 inner.changes += 1;
             }
-        });
-        Ok(())
+            inner.drains.get(&entry.worker_id).cloned()
+        }))
     }
 
     async fn deregister(&self, worker_id: &str) -> Result<(), StoreError> {

@@ -198,8 +198,14 @@ impl RegistryVersion {
 
 #[async_trait]
 pub trait WorkerRegistry: Send + Sync + 'static {
-    /// Publishes or refreshes `entry`; it vanishes `ttl` after the last refresh.
-    async fn heartbeat(&self, entry: &WorkerEntry, ttl: Duration) -> Result<(), StoreError>;
+    /// Publishes or refreshes `entry`; it vanishes `ttl` after the last refresh. Returns the
+    /// drain request standing for this worker process ([`Self::drain`]), so that a worker learns
+    /// of one on its heartbeat with no read of its own.
+    async fn heartbeat(
+        &self,
+        entry: &WorkerEntry,
+        ttl: Duration,
+    ) -> Result<Option<Drain>, StoreError>;
 
     /// Removes an entry at once (clean shutdown).
     async fn deregister(&self, worker_id: &str) -> Result<(), StoreError>;
@@ -236,8 +242,8 @@ pub trait WorkerRegistry: Send + Sync + 'static {
     /// process registering under the id (another `started_at_ms`) starts without it.
     async fn drain(&self, worker_id: &str, drain: &Drain) -> Result<Option<Drain>, StoreError>;
 
-    /// The drain request standing for `worker_id`, if any (read by the worker on its
-    /// heartbeat).
+    /// The drain request standing for `worker_id`, if any (the worker itself learns it from
+    /// [`Self::heartbeat`]'s reply).
     async fn drain_requested(&self, worker_id: &str) -> Result<Option<Drain>, StoreError>;
 
     /// Every standing drain request, by worker id.

@@ -65,7 +65,8 @@ pub(super) async fn all(store: &RedisStore) -> Result<BTreeMap<String, Drain>, S
         .collect()
 }
 
-fn parse(worker_id: &str, json: &str) -> Result<Drain, StoreError> {
+/// A stored request, read back.
+pub(super) fn parse(worker_id: &str, json: &str) -> Result<Drain, StoreError> {
     serde_json::from_str(json)
         .map_err(|err| StoreError::Corrupt(format!("drain request of {worker_id}: {err}")))
 }

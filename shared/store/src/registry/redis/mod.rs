@@ -65,9 +65,16 @@ impl RedisStore {
 
 #[async_trait]
 impl WorkerRegistry for RedisRegistry {
-    async fn heartbeat(&self, entry: &WorkerEntry, ttl: Duration) -> Result<(), StoreError> {
-        register::call(&self.store, entry, ttl).await?;
-        Ok(())
+    async fn heartbeat(
+        &self,
+        entry: &WorkerEntry,
+        ttl: Duration,
+    ) -> Result<Option<Drain>, StoreError> {
+        let reply = register::call(&self.store, entry, ttl).await?;
+        reply
+            .drain
+            .map(|json| drain::parse(&entry.worker_id, &json))
+            .transpose()
     }
 
     async fn deregister(&self, worker_id: &str) -> Result<(), StoreError> {

@@ -7,7 +7,8 @@
 //! - KEYS: registry index (zset: worker id -> expiry ms), the worker's entry, registry version,
 //!   drain requests (hash; pruned workers' requests are dropped).
 //! - ARGV: worker id, entry JSON, ttl ms (>= 1).
-//! - Reply: the entry's expiry, ms since the epoch by the Redis clock ([`Reply`]).
+//! - Reply: the entry's expiry, ms since the epoch by the Redis clock, and the drain request
+//!   standing for the worker, if any ([`Reply`]).
 //!
 //! Unreplicated: a heartbeat a failover loses is written again by the next tick.
 
@@ -21,18 +22,19 @@ use crate::{RedisStore, StoreError};
 
 lua_script!(static "register_worker");
 
-/// What the script answered: when the entry expires.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What the script answered: when the entry expires, and the drain request standing for the
+/// worker (JSON, parsed by the caller).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Reply {
     /// Ms since the epoch, Redis clock.
     pub(super) expires_ms: u64,
+    pub(super) drain: Option<String>,
 }
 
 impl FromRedisValue for Reply {
     fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
-        Ok(Reply {
-            expires_ms: u64::from_redis_value(v)?,
-        })
+        let (expires_ms, drain) = <(u64, Option<String>)>::from_redis_value(v)?;
+        Ok(Reply { expires_ms, drain })
     }
 }
 
