@@ -156,6 +156,7 @@ impl Host {
         // Signals are heard from here on: a connection that hangs (a name the resolver cannot
         // answer yet, as in a container network starting up) must not keep SIGTERM waiting.
         let shutdown = CancellationToken::new();
+        // Installed here, before the connect starts (`terminated` installs when called).
         tokio::spawn(stop_on_signal(shutdown.clone()));
         let mut store_config = config.redis.store_config();
         store_config.pool_size = (config.concurrency / 2).clamp(4, 64);
@@ -163,52 +164,57 @@ impl Host {
             connected = RedisStore::connect(store_config) => Some(connected),
             () = shutdown.cancelled() => None,
         };
-        let Some(connected) = connected else {
-            tracing::info!("stopped before the store was reached: nothing to drain");
-            admin_stop.cancel();
-            if let Some(admin) = admin {
-                let _ = admin.await;
+        // One teardown for every way out: stopped while connecting, the store unreachable, or
+        // the runtime done.
+        let (ran, store) = match connected {
+            None => {
+                tracing::info!("stopped before the store was reached: nothing to drain");
+                (Ok(()), None)
             }
-            let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
-            return Ok(());
+            Some(Err(err)) => (Err(HostError::Store(err)), None),
+            Some(Ok(store)) => {
+                let registry = Arc::new(RedisRegistry::new(&store));
+                let entrypoints = crate::runtime::Hosted::new(entrypoints);
+                if let Some(agents) = agents
+                    && config.agent_refresh_secs > 0
+                {
+                    let flags = config.clone();
+                    tokio::spawn(crate::remote::refresh::run(
+                        agents,
+                        entrypoints.clone(),
+                        Duration::from_secs(config.agent_refresh_secs),
+                        move |set| decorate(&flags, set, false),
+                        shutdown.clone(),
+                    ));
+                }
+                let mut runtime = config.runtime();
+                // Fresh values for each export, but never sampled more often than every 250 ms.
+                runtime.gauge_interval = telemetry
+                    .settings()
+                    .metric_interval
+                    .clamp(Duration::from_millis(250), runtime.gauge_interval);
+                let ran = crate::runtime::run(
+                    Arc::new(store.clone()),
+                    Some(registry),
+                    entrypoints,
+                    runtime,
+                    shutdown,
+                )
+                .await;
+                let ran = ran.map_err(|err| HostError::Runtime(format!("{err:#}")));
+                (ran, Some(store))
+            }
         };
-        let store = connected.map_err(HostError::Store)?;
-        let registry = Arc::new(RedisRegistry::new(&store));
-        let entrypoints = crate::runtime::Hosted::new(entrypoints);
-        if let Some(agents) = agents
-            && config.agent_refresh_secs > 0
-        {
-            let flags = config.clone();
-            tokio::spawn(crate::remote::refresh::run(
-                agents,
-                entrypoints.clone(),
-                Duration::from_secs(config.agent_refresh_secs),
-                move |set| decorate(&flags, set, false),
-                shutdown.clone(),
-            ));
-        }
-        let mut runtime = config.runtime();
-        // Fresh values for each export, but never sampled more often than every 250 ms.
-        runtime.gauge_interval = telemetry
-            .settings()
-            .metric_interval
-            .clamp(Duration::from_millis(250), runtime.gauge_interval);
-        let ran = crate::runtime::run(
-            Arc::new(store.clone()),
-            Some(registry),
-            entrypoints,
-            runtime,
-            shutdown,
-        )
-        .await;
         admin_stop.cancel();
         if let Some(admin) = admin {
             let _ = admin.await;
         }
-        store::TaskStore::close(&store).await;
+        if let Some(store) = store {
+            store::TaskStore::close(&store).await;
+        }
         // Blocking: the exporters flush on their own threads.
         let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
-        ran.map_err(|err| HostError::Runtime(format!("{err:#}")))
+        ran
     }
 }
 
@@ -348,9 +354,14 @@ fn decorate(
     crate::prices::apply(entrypoints, &prices).map_err(|err| err.to_string())
 }
 
-async fn stop_on_signal(shutdown: CancellationToken) {
-    server::signal::terminated("draining").await;
-    shutdown.cancel();
+/// Cancels `shutdown` on SIGTERM or SIGINT; the handlers are installed by this call, before the
+/// returned future runs.
+fn stop_on_signal(shutdown: CancellationToken) -> impl Future<Output = ()> {
+    let terminated = server::signal::terminated("draining");
+    async move {
+        terminated.await;
+        shutdown.cancel();
+    }
 }
 
 #[cfg(test)]

@@ -173,7 +173,9 @@ async fn an_operator_drains_a_worker_which_finishes_its_run_and_exits() -> TestR
 
     // A run under way on one worker (whichever took it: the lease names it), then that worker
     // is drained.
-    let sleep = created(&cluster, "sleep", json!({"ms": 3000})).await?;
+    // Long enough that the drain surely lands mid-run (a heartbeat is 0.5 s here), which the
+    // worker's "draining running tasks" below proves.
+    let sleep = created(&cluster, "sleep", json!({"ms": 8000})).await?;
     let mut holder = String::new();
     until("the sleep task is taken", async || {
         let task = store.get(&sleep).await?.ok_or("task gone")?;
@@ -201,6 +203,7 @@ async fn an_operator_drains_a_worker_which_finishes_its_run_and_exits() -> TestR
     assert!(exit.success(), "{drained_id} exited with {exit}");
     let log = plain(&cluster.workers[drained].log());
     assert!(log.contains("drain requested by an operator"), "{log}");
+    assert!(log.contains("draining running tasks"), "{log}");
     assert!(log.contains("worker stopped"), "{log}");
     // Gone from the registry at once (it deregistered), its request with it.
     let live: Vec<String> = registry

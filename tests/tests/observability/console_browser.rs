@@ -369,6 +369,14 @@ async fn an_operator_acts_from_the_console_and_the_store_follows() -> TestResult
         .send()
         .await?;
     assert_eq!(read.status(), reqwest::StatusCode::OK);
+    // The re-run of a `fail` task fails too and joins the failed index: wait for it, so that
+    // the list loaded below already holds it and "select all" takes every entry.
+    until_store(
+        "the re-run failed",
+        async || Ok(store.get(&rerun).await?.map(|t| t.task.status)),
+        |status| *status == Some(TaskStatus::Failed),
+    )
+    .await?;
 
     // Cancel a running task from the page.
     let sleeping = create_task(&http, &base, "sleep", json!({"ms": 60000})).await?;
@@ -401,7 +409,7 @@ async fn an_operator_acts_from_the_console_and_the_store_follows() -> TestResult
     browser.submit("#failed-form").await?;
     browser
         .wait_for_text("#failed-list tbody", PATIENCE, |text| {
-            text.contains("dead_letter_1")
+            text.contains("dead_letter_1") && text.contains(&rerun)
         })
         .await?;
     click_now(&browser, "#failed-all").await?;

@@ -142,7 +142,7 @@
     const id = shownTask;
     $("task-rerun").disabled = true;
     act("Re-run " + id, "POST", "/tasks/" + path(id) + "/rerun", undefined, (reply) => {
-      const next = reply.ok && reply.body && reply.body.task && (reply.body.task.taskId || reply.body.task.id);
+      const next = reply.ok && reply.body && reply.body.task && reply.body.task.taskId;
       if (next) {
         $("task-id").value = next;
         showTask(next).then(() => say("Re-run of " + id + " is task " + next, true));
@@ -158,39 +158,22 @@
     let query = "?entrypoint=" + path(entrypointName);
     if (cursor) query += "&cursor=" + path(cursor);
     return call("GET", "/failed" + query).then((reply) => {
-      const body = $("failed-list").tBodies[0];
-      body.replaceChildren();
-      if (!reply.ok) { say("Failed tasks: " + problem(reply.status, reply.body), false); return; }
-      const items = (reply.body && (reply.body.tasks || reply.body.items)) || [];
-      for (const item of items) {
-        const tr = document.createElement("tr");
-        tr.dataset.key = item.id;
+      if (!reply.ok) {
+        $("failed-list").tBodies[0].replaceChildren();
+        say("Failed tasks: " + problem(reply.status, reply.body), false);
+        return;
+      }
+      const items = (reply.body && reply.body.tasks) || [];
+      window.consoleRows("failed-list", items, (item) => item.id, (item) => {
         const check = document.createElement("input");
         check.type = "checkbox";
         check.value = item.id;
         check.setAttribute("aria-label", "Select " + item.id);
-        const cells = [check,
-          item.finishedAtMs ? new Date(item.finishedAtMs).toLocaleTimeString() : "–",
-          item.id, item.code, item.message, item.attempt];
-        const names = ["select", "when", "task", "code", "message", "attempt"];
-        cells.forEach((value, i) => {
-          const td = document.createElement("td");
-          td.className = names[i];
-          if (value instanceof Node) td.appendChild(value);
-          else td.textContent = value === null || value === undefined ? "–" : String(value);
-          tr.appendChild(td);
-        });
-        body.appendChild(tr);
-      }
-      if (items.length === 0) {
-        const tr = document.createElement("tr");
-        const td = document.createElement("td");
-        td.colSpan = 6;
-        td.className = "empty";
-        td.textContent = "none";
-        tr.appendChild(td);
-        body.appendChild(tr);
-      }
+        return [["select", check],
+          ["when", item.finishedAtMs ? new Date(item.finishedAtMs).toLocaleTimeString() : null],
+          ["task", item.id], ["code", item.code], ["message", item.message],
+          ["attempt", item.attempt]];
+      });
       failedCursor = reply.body ? reply.body.nextCursor || null : null;
       $("failed-next").hidden = !failedCursor;
       $("failed-all").checked = false;
@@ -225,27 +208,17 @@
   function loadAudit() {
     return call("GET", "/audit").then((reply) => {
       if (!reply.ok || !reply.body) return;
-      const body = $("audit").tBodies[0];
-      body.replaceChildren();
-      const entries = reply.body.entries || [];
-      for (const entry of entries.slice(0, 50)) {
-        const tr = document.createElement("tr");
-        const cells = [
-          ["when", new Date(entry.atMs).toLocaleString()], ["who", entry.actor],
-          ["action", entry.action], ["target", entry.target],
-          ["detail", entry.detail === null || entry.detail === undefined ? "" : JSON.stringify(entry.detail)],
-        ];
-        for (const [name, value] of cells) {
-          const td = document.createElement("td");
-          td.className = name;
-          td.textContent = value;
-          tr.appendChild(td);
-        }
-        body.appendChild(tr);
-      }
+      const entries = (reply.body.entries || []).slice(0, 50);
+      window.consoleRows("audit", entries, (entry) => entry.atMs + ":" + entry.action, (entry) => [
+        ["when", new Date(entry.atMs).toLocaleString()], ["who", entry.actor],
+        ["action", entry.action], ["target", entry.target],
+        ["detail", entry.detail === null || entry.detail === undefined ? "" : JSON.stringify(entry.detail)],
+      ]);
     }).catch(() => {});
   }
-  loadAudit();
+  // After console.js ran (it loads after this script and lends its table renderer,
+  // window.consoleRows).
+  document.addEventListener("DOMContentLoaded", loadAudit);
 
   window.consoleActions = { entrypoint: entrypoint, worker: worker, overview: overview };
 })();

@@ -61,6 +61,9 @@
     }
   }
 
+  // actions.js renders its tables (failed tasks, audit log) with the same function.
+  window.consoleRows = rows;
+
   function chart(svgId, points, series) {
     const svg = $(svgId);
     svg.replaceChildren();
