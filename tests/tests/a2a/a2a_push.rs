@@ -202,6 +202,19 @@ async fn wait_for_no_keys(cluster: &Cluster, pattern: &str) -> TestResult {
     }
 }
 
+/// Waits until `key` exists (a task's event log: the event is the run's, which the test can
+/// only see in Redis).
+async fn wait_for_key(cluster: &Cluster, key: &str) -> TestResult {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while keys(cluster, key).await?.is_empty() {
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!("{key} never appeared").into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
 /// The exhausted deliveries kept in Redis.
 async fn exhausted(cluster: &Cluster) -> TestResult<Vec<Value>> {
     let mut redis = cluster.redis.client().await?;
@@ -255,6 +268,9 @@ async fn configs_are_created_read_listed_and_deleted_on_both_http_bindings() -> 
         .await?;
     assert_eq!(card["capabilities"]["pushNotifications"], true, "{card}");
     let task = send(&cluster, "sleep", json!({"ms": 60_000}), None).await?;
+    // `sleep` logs one progress event when its run starts; the configs below start after it,
+    // so that none of them has anything to deliver.
+    wait_for_key(&cluster, &format!("{{tc}}:events:{task}")).await?;
 
     // JSON-RPC: create with an id and credentials, create without an id, get, list.
     let config = json!({
