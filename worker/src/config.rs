@@ -225,8 +225,9 @@ pub struct WorkerConfig {
     #[arg(long, env = "WORKER_IDLE_WAIT_MS", default_value_t = 1_000)]
     pub idle_wait_ms: u64,
 
-    /// This worker's id in leases and the registry (default: host, pid and a random suffix).
-    #[arg(long, env = "WORKER_ID")]
+    /// This worker's id in leases and the registry (default: host, pid and a random suffix):
+    /// 1 to 128 of `A-Z a-z 0-9 . _ : @ -`, the ids an operator can name to drain a worker.
+    #[arg(long, env = "WORKER_ID", value_parser = protocol::worker_id::parse_worker_id)]
     pub worker_id: Option<String>,
 
     /// Serve `/metrics` (the Prometheus text format) and `/health` on a listener of their
@@ -278,6 +279,8 @@ impl WorkerConfig {
         let host = WorkerConfig::host();
         let worker_id = self.worker_id.clone().unwrap_or_else(|| {
             let suffix = uuid::Uuid::new_v4().simple().to_string();
+            // The host name as the system has it may hold bytes an id may not.
+            let host = protocol::worker_id::sanitize_worker_id_part(&host, 96);
             format!("{host}-{}-{}", std::process::id(), &suffix[..8])
         });
         RuntimeConfig {

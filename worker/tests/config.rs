@@ -62,3 +62,17 @@ fn a_priced_auth_only_entrypoint_stops_the_worker() -> std::io::Result<()> {
     assert_refused(&env, PRICED_AUTH_ONLY);
     Ok(())
 }
+
+#[test]
+fn a_worker_id_an_operator_could_not_name_stops_the_worker() -> std::io::Result<()> {
+    for bad in ["w 1", "w/1", &"w".repeat(129)] {
+        let output = worker(&[], &[("WORKER_ID", bad)])?;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains("a worker id is 1 to 128 of A-Z a-z 0-9 . _ : @ -"),
+            "{stderr}"
+        );
+    }
+    Ok(())
+}

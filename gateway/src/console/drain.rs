@@ -3,7 +3,9 @@
 //! SIGTERM drain, started by the worker's heartbeat when it reads the request (within a third
 //! of its lease TTL). Answers `202` with `{"worker","drain":{by,atMs}}` (an earlier request of
 //! the same worker stands and is the one answered); an id no live worker has is `404
-//! worker_not_found`, an id outside [`valid_worker_id`]'s bounds `400`, and embedded mode,
+//! worker_not_found`, an id outside the bounds of
+//! [`protocol::worker_id::valid_worker_id`] (which a worker's own id meets: it is checked at its
+//! start) `400`, and embedded mode,
 //! whose one worker is the gateway's own, `409`. The operator token or a console session with its
 //! page token ([`super::actor`]), as for pause; each
 //! accepted request is in the audit log (`drain`, the worker id).
@@ -13,25 +15,21 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use protocol::ErrorCode;
+use protocol::worker_id::parse_worker_id;
 use store::registry::Drain;
 
 use super::operate::audit;
 use super::{Console, answer, json};
 use crate::http::error::ApiError;
 
-/// The longest worker id the route takes.
-pub const MAX_WORKER_ID_BYTES: usize = 128;
-
 pub async fn drain(
     State(console): State<Console>,
     Path(id): Path<String>,
     actor: Actor,
 ) -> Response {
-    if !valid_worker_id(&id) {
-        return answer(ApiError::bad_request(
-            ErrorCode::InvalidRequest,
-            format!("a worker id is 1 to {MAX_WORKER_ID_BYTES} of A-Z a-z 0-9 . _ : @ -"),
-        ));
+    // The bounds a worker's own id is held to at its start (`WORKER_ID`).
+    if let Err(rule) = parse_worker_id(&id) {
+        return answer(ApiError::bad_request(ErrorCode::InvalidRequest, rule));
     }
     // The in-process worker shares the gateway's shutdown: draining it would stop the gateway.
     if super::overview::embedded(&console.app) {
@@ -70,31 +68,4 @@ pub async fn drain(
         StatusCode::ACCEPTED,
         &serde_json::json!({"worker": id, "drain": standing}),
     )
-}
-
-/// Whether `id` is a worker id the route takes: 1 to [`MAX_WORKER_ID_BYTES`] of ASCII letters,
-/// digits and `._:@-` (a worker's default id, `host-pid-suffix`, is). It is written into a
-/// Redis key name and the audit log, so nothing else is let through.
-pub fn valid_worker_id(id: &str) -> bool {
-    (1..=MAX_WORKER_ID_BYTES).contains(&id.len())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'@' | b'-'))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn worker_ids_are_bounded_in_length_and_characters() {
-        assert!(valid_worker_id("host-1234-0a1b2c3d"));
-        assert!(valid_worker_id("w1.example:8080"));
-        assert!(valid_worker_id(&"w".repeat(MAX_WORKER_ID_BYTES)));
-        assert!(!valid_worker_id(""));
-        assert!(!valid_worker_id(&"w".repeat(MAX_WORKER_ID_BYTES + 1)));
-        for bad in ["a b", "a/b", "{ns}", "a\nb", "é", "a*"] {
-            assert!(!valid_worker_id(bad), "{bad:?}");
-        }
-    }
 }

@@ -13,6 +13,7 @@
 
 pub mod limits;
 pub mod token;
+pub mod worker_id;
 
 mod error_code;
 mod events;
