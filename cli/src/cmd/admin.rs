@@ -10,9 +10,10 @@
 //! - `taskctl admin pause URL KEY [--refuse]`, `taskctl admin resume URL KEY`: pause an
 //!   entrypoint cluster-wide (workers take none of its tasks; queued ones wait, or with
 //!   `--refuse` new ones are refused with 503) and lift the pause;
-//! - `taskctl admin drain URL WORKER [--wait]`: ask a live worker to drain (take no more
-//!   tasks, finish its runs, deregister, exit 0, as on SIGTERM); `--wait` polls the console
-//!   overview until the worker is gone from it;
+//! - `taskctl admin drain URL WORKER [--wait [--wait-timeout SECONDS]]`: ask a live worker to
+//!   drain (take no more tasks, finish its runs, deregister, exit 0, as on SIGTERM); `--wait`
+//!   polls the console overview until the worker is gone from it, for at most 900 s by default
+//!   (then exit 3, the request standing);
 //! - `taskctl admin audit URL`: the operators' actions, newest first;
 //! - `taskctl admin task|cancel|rerun URL ID`: one task as the operator sees it, cancelled, or
 //!   run again as a new task; `taskctl admin failed URL [KEY]`: the failed tasks (see
@@ -56,6 +57,9 @@ pub enum AdminCommand {
         /// Wait until the worker has left the registry (polling the console overview).
         #[arg(long)]
         wait: bool,
+        /// Give up waiting after this many seconds (exit 3; the drain request stands).
+        #[arg(long, value_name = "SECONDS", default_value_t = 900, requires = "wait")]
+        wait_timeout: u64,
     },
     /// List the operators' actions (pauses, resumes, drains, settlements, cancels, re-runs),
     /// newest first.
@@ -175,11 +179,17 @@ pub async fn run(context: &Context, args: &Args) -> CmdResult {
             }
             Ok(())
         }
-        AdminCommand::Drain { url, worker, wait } => {
+        AdminCommand::Drain {
+            url,
+            worker,
+            wait,
+            wait_timeout,
+        } => {
             let path = ["console", "api", "workers", worker.as_str(), "drain"];
             let answer = call(context, &token, url, &path, Some(json!({}))).await?;
             if *wait {
-                wait_gone(context, &token, url, worker).await?;
+                let bound = std::time::Duration::from_secs(*wait_timeout);
+                wait_gone(context, &token, url, worker, bound).await?;
             }
             if context.output.is_json() {
                 context.output.json(&answer);
@@ -257,10 +267,18 @@ pub async fn run(context: &Context, args: &Args) -> CmdResult {
 /// How often `drain --wait` reads the overview: the console rebuilds it about this often.
 const WAIT_POLL: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Polls the console overview until `worker` is not among its workers. Bounded by the caller
-/// (Ctrl-C, or the global `--timeout` of each read), as `watch` is.
-async fn wait_gone(context: &Context, token: &str, url: &str, worker: &str) -> Result<(), Failure> {
+/// Polls the console overview until `worker` is not among its workers, for at most `bound`
+/// (a worker that never heard the request, or whose runs outlast the operator's patience, is
+/// reported, not waited for forever; each read has the global `--timeout` too).
+async fn wait_gone(
+    context: &Context,
+    token: &str,
+    url: &str,
+    worker: &str,
+    bound: std::time::Duration,
+) -> Result<(), Failure> {
     let path = ["console", "api", "overview"];
+    let deadline = tokio::time::Instant::now() + bound;
     loop {
         let overview = call(context, token, url, &path, None).await?;
         let listed = overview["workers"]
@@ -269,7 +287,21 @@ async fn wait_gone(context: &Context, token: &str, url: &str, worker: &str) -> R
         if !listed {
             return Ok(());
         }
-        tokio::time::sleep(WAIT_POLL).await;
+        if tokio::time::Instant::now() >= deadline {
+            return Err(Failure {
+                exit: Exit::Network,
+                message: format!(
+                    "{worker} is still registered after {} s: it is still finishing its runs \
+                     (its drain timeout bounds them), or it has not read the request yet; the \
+                     request stands",
+                    bound.as_secs()
+                ),
+                details: json!({"worker": worker, "waitedSeconds": bound.as_secs()}),
+                printed: false,
+            });
+        }
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        tokio::time::sleep(WAIT_POLL.min(left)).await;
     }
 }
 

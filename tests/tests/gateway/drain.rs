@@ -197,6 +197,19 @@ async fn an_operator_drains_a_worker_which_finishes_its_run_and_exits() -> TestR
         "{answer}"
     );
 
+    // Waiting for it is bounded: its 8 s run outlasts a 1 s wait, which exits 3 and says so
+    // (the request stands).
+    let (code, answer) = admin(
+        &["drain", &base, &drained_id, "--wait", "--wait-timeout", "1"],
+        Some(OPERATOR_TOKEN),
+    )
+    .await?;
+    assert_eq!(code, 3, "{answer}");
+    assert!(
+        answer.to_string().contains("is still registered after 1 s"),
+        "{answer}"
+    );
+
     // It finishes the run it holds (first attempt: not left to recovery), then exits 0.
     assert_eq!(completed(&store, &sleep).await?, 1);
     let exit = cluster.workers[drained].wait_exit(PATIENCE)?;
@@ -224,7 +237,8 @@ async fn an_operator_drains_a_worker_which_finishes_its_run_and_exits() -> TestR
     assert_eq!(completed(&store, &echo).await?, 1);
     assert!(cluster.workers[other].is_running());
 
-    // The audit log: both drains (the refusals are not there), newest first.
+    // The audit log: every accepted drain request (the refusals are not there), newest first:
+    // the bounded wait's own request, then the first.
     let (code, answer) = admin(&["audit", &base], Some(OPERATOR_TOKEN)).await?;
     assert_eq!(code, 0, "{answer}");
     let entries = answer["entries"].as_array().cloned().unwrap_or_default();
@@ -232,6 +246,7 @@ async fn an_operator_drains_a_worker_which_finishes_its_run_and_exits() -> TestR
     assert_eq!(
         actions,
         [
+            ("drain", drained_id.as_str()),
             ("drain", drained_id.as_str()),
             ("drain", "ghost"),
             ("drain", "ghost")
