@@ -50,6 +50,7 @@
 -- @include "now_ms"
 -- @include "ring_doorbell"
 -- @include "evict_terminal"
+-- @include "num_str"
 
 local live, admissions, leases = KEYS[1], KEYS[2], KEYS[3]
 local retained = retained_keys(KEYS, 4)
@@ -60,6 +61,7 @@ local max_owner_retained, max_owner_live = tonumber(ARGV[3]), tonumber(ARGV[4])
 local max_address_live, max_retained_bytes = tonumber(ARGV[5]), tonumber(ARGV[6])
 local prefix = ARGV[7]
 local now = now_ms()
+local now_s = num_str(now)
 -- How long an address's live set outlives its last addition.
 local SOURCE_TTL_MS = 86400000
 local out = {}
@@ -100,8 +102,8 @@ local function address_has_room(src_live)
 end
 
 local function due_count()
-  return redis.call('ZCOUNT', admissions, '-inf', now)
-    + redis.call('ZCOUNT', leases, '-inf', now)
+  return redis.call('ZCOUNT', admissions, '-inf', now_s)
+    + redis.call('ZCOUNT', leases, '-inf', now_s)
 end
 
 -- Only this call changes `live` meanwhile (a script runs alone), one SADD per created task.
@@ -160,8 +162,8 @@ for i = 0, (#KEYS - 7) / 6 - 1 do
     if mode == 'reserved' then phase, handed_off = 'reserved', '0' end
     -- One HSET: the record, its optional fields and seq 1 (the event below).
     local set = {'st', 'running', 'ph', phase, 'ho', handed_off, 'ow', owner,
-      'cr', now, 'up', now, 'iv', invocation, 'en', entrypoint,
-      'ec', 0, 'at', 0, 'ma', ARGV[ab + 7], 'sq', 1}
+      'cr', now_s, 'up', now_s, 'iv', invocation, 'en', entrypoint,
+      'ec', '0', 'at', '0', 'ma', ARGV[ab + 7], 'sq', '1'}
     if context ~= '' then
       set[#set + 1] = 'cx'
       set[#set + 1] = context
@@ -182,23 +184,23 @@ for i = 0, (#KEYS - 7) / 6 - 1 do
     if mode == 'reserved' then
       expires = now + tonumber(ARGV[ab + 6])
       set[#set + 1] = 'ax'
-      set[#set + 1] = expires
+      set[#set + 1] = num_str(expires)
     end
     redis.call('HSET', task, unpack(set))
     live_count = live_count + redis.call('SADD', live, id)
-    redis.call('ZADD', owner_index, now, id)
+    redis.call('ZADD', owner_index, now_s, id)
     if redis.call('INCR', owner_live) == 1 then
       -- The owner's first live task: its index must outlive every task from now on.
       redis.call('PERSIST', owner_index)
     end
     if counted then
-      redis.call('ZADD', src_live, now, id)
-      redis.call('PEXPIRE', src_live, SOURCE_TTL_MS)
+      redis.call('ZADD', src_live, now_s, id)
+      redis.call('PEXPIRE', src_live, num_str(SOURCE_TTL_MS))
     end
     if expires then
-      redis.call('ZADD', admissions, expires, id)
+      redis.call('ZADD', admissions, num_str(expires), id)
     else
-      redis.call('ZADD', queue, now, id)
+      redis.call('ZADD', queue, now_s, id)
       ring_doorbell(wake)
     end
     out[#out + 1] = {1, now}

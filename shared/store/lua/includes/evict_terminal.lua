@@ -47,8 +47,8 @@ end
 -- Drops up to `limit` entries whose retention has passed (their records expired already, or
 -- are about to): their owners' indexes stop counting them.
 local function prune_expired(retained, prefix, now, limit)
-  local expired = redis.call('ZRANGE', retained.terminal, '-inf', now, 'BYSCORE', 'LIMIT', 0,
-    limit)
+  local expired = redis.call('ZRANGE', retained.terminal, '-inf', string.format('%d', now),
+    'BYSCORE', 'LIMIT', '0', string.format('%d', limit))
   for _, member in ipairs(expired) do
     evict(retained, prefix, member)
   end

@@ -30,6 +30,7 @@
 -- the creation's), so it has no event log to measure or to expire.
 -- @include "push_bytes"
 -- @include "variadic"
+-- @include "num_str"
 local TERMINAL_SLACK_MS = 1000
 
 -- Batches: the bookkeeping that touches the shard's shared keys (the lease and admission
@@ -76,7 +77,7 @@ local function finish_flush(acc)
   variadic('SREM', k.live, gone, 1)
   for _, key in ipairs(owner_order) do
     local o = owners[key]
-    local left = redis.call('DECRBY', key, o.n)
+    local left = redis.call('DECRBY', key, num_str(o.n))
     if left <= 0 then
       redis.call('DEL', key)
       -- The store's retention, never a task's shorter one, while older tasks of the owner
@@ -84,7 +85,7 @@ local function finish_flush(acc)
       -- goes with them.
       local index_ttl = math.max(acc.retention_ms, o.ttl)
       if redis.call('ZCARD', o.index) <= o.n then index_ttl = o.ttl end
-      redis.call('PEXPIRE', o.index, index_ttl)
+      redis.call('PEXPIRE', o.index, num_str(index_ttl))
     end
   end
   local scored, sized, bytes, ttl_max = {}, {}, 0, 0
@@ -93,7 +94,7 @@ local function finish_flush(acc)
       scored[#scored + 1] = d.score
       scored[#scored + 1] = d.member
       sized[#sized + 1] = d.member
-      sized[#sized + 1] = d.size
+      sized[#sized + 1] = num_str(d.size)
       bytes = bytes + d.size
       if d.ttl > ttl_max then ttl_max = d.ttl end
     end
@@ -102,13 +103,13 @@ local function finish_flush(acc)
   local terminal = k.terminal
   variadic('ZADD', terminal, scored, 2)
   variadic('HSET', k.terminal_sizes, sized, 2)
-  redis.call('INCRBY', k.terminal_bytes, bytes)
+  redis.call('INCRBY', k.terminal_bytes, num_str(bytes))
   -- The set expires with its last entry (up to TERMINAL_SLACK_MS later), like every key
   -- of a retained task; its sizes and their sum with it (the three always get the same
   -- expiry at the same moment). The slack spares the three PEXPIREs to the finishes of
   -- the next second.
   if redis.call('PTTL', terminal) < ttl_max then
-    local until_ms = ttl_max + TERMINAL_SLACK_MS
+    local until_ms = num_str(ttl_max + TERMINAL_SLACK_MS)
     redis.call('PEXPIRE', terminal, until_ms)
     redis.call('PEXPIRE', k.terminal_sizes, until_ms)
     redis.call('PEXPIRE', k.terminal_bytes, until_ms)
@@ -146,7 +147,7 @@ local function finish_task(k, id, phase, retention_ms, now, known, acc)
   local d = {id = id, owner_live = k.owner_live, owner_index = k.owner_index, ttl = ttl}
   if known.owner then
     d.member = known.owner .. ':' .. id
-    d.score = now + ttl
+    d.score = num_str(now + ttl)
     -- Retained bytes (create.lua's max retained bytes): what the record and its log take
     -- now, plus the result or error once more for the terminal event appended after this.
     -- SAMPLES 0 counts every field and event: the default samples five fields of a hash
@@ -171,8 +172,9 @@ local function finish_task(k, id, phase, retention_ms, now, known, acc)
     d.size = size
   end
   acc.done[#acc.done + 1] = d
-  redis.call('PEXPIRE', k.task, ttl)
-  if logged then redis.call('PEXPIRE', k.events, ttl) end
+  local ttl_s = num_str(ttl)
+  redis.call('PEXPIRE', k.task, ttl_s)
+  if logged then redis.call('PEXPIRE', k.events, ttl_s) end
   if own then finish_flush(acc) end
   return has_push
 end

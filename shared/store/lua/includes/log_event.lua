@@ -6,7 +6,7 @@
 -- rebuild are logged (a worker's own events; see `redis/event_log.rs`): creation and terminal
 -- events are not.
 local function log_event(events_key, channel, seq, event, data_json, log_len, notify, push)
-  redis.call('RPUSH', events_key, seq .. '|' .. event .. '|' .. data_json)
+  redis.call('RPUSH', events_key, num_str(seq) .. '|' .. event .. '|' .. data_json)
   redis.call('LTRIM', events_key, -tonumber(log_len), -1)
   return publish_event(channel, seq, event, data_json, notify, push)
 end

@@ -1,4 +1,5 @@
 -- @include "push_outbox"
+-- @include "num_str"
 -- publish_event(channel, seq, event, data_json, notify, push, has_push): announces event number seq on the
 -- owner's task channel without logging it. For the events a task's record rebuilds exactly (its
 -- terminal event: see `redis/event_log.rs`), so a retained task keeps no copy of its result in a
@@ -12,10 +13,10 @@
 -- (push_outbox; `push`: the task's push keys, push_keys; `has_push`: whether it has configs,
 -- when the caller already knows, else nil).
 local function publish_event(channel, seq, event, data_json, notify, push, has_push)
-  local message = seq .. '|' .. event .. '|' .. data_json
+  local message = num_str(seq) .. '|' .. event .. '|' .. data_json
   redis.call('PUBLISH', channel, message)
   if notify then
-    redis.call('PUBLISH', notify, #channel .. ':' .. channel .. message)
+    redis.call('PUBLISH', notify, num_str(#channel) .. ':' .. channel .. message)
   end
   push_outbox(push, message, has_push)
   return seq

@@ -8,8 +8,8 @@
 local function ring_doorbell(wake_key)
   local length = redis.call('LPUSH', wake_key, '1')
   if length == 1 then
-    redis.call('PEXPIRE', wake_key, 60000)
+    redis.call('PEXPIRE', wake_key, '60000')
   elseif length > 64 then
-    redis.call('LTRIM', wake_key, 0, 31)
+    redis.call('LTRIM', wake_key, '0', '31')
   end
 end

@@ -1,6 +1,7 @@
 -- @include "finish_task"
 -- @include "log_event"
 -- @include "index_failed"
+-- @include "num_str"
 -- swap_task(k, a, now, retention_ms, log_len, worker_prefix, acc): one compare-and-set item (see
 -- cas.lua for the values in a: id, owner, expected, next, result, error, holder, epoch, event,
 -- data, channel). One HMGET (which also reads what finish_task needs), one HSET (status,
@@ -30,7 +31,7 @@ local function swap_task(k, a, now, retention_ms, log_len, worker_prefix, acc)
   end
   local result, err = f[9], f[10]
   local seq = tonumber(f[12] or '0') + 1
-  local set = {'st', next_status, 'up', now, 'sq', seq}
+  local set = {'st', next_status, 'up', num_str(now), 'sq', num_str(seq)}
   if a.result ~= '' then
     result = a.result
     set[#set + 1] = 'rs'

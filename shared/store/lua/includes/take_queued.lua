@@ -20,6 +20,7 @@
 --   created [, attempt, run_deadline]
 -- and whether any of the queues still holds a task (1 | 0).
 -- @include "variadic"
+-- @include "num_str"
 local function take_queued(leases, queues, claimer, ttl, max, run_ms, now)
   if #queues == 0 then return {}, 0 end
   if max <= 0 then
@@ -28,17 +29,25 @@ local function take_queued(leases, queues, claimer, ttl, max, run_ms, now)
   end
   local prefix = string.sub(leases, 1, -7) .. 'task:'
   -- ZMPOP numkeys key.. MIN COUNT n, the keys from a rotating first one.
-  local pop, first = {#queues}, now % #queues
+  local pop, first = {num_str(#queues)}, now % #queues
   for q = 1, #queues do pop[q + 1] = queues[(first + q - 1) % #queues + 1] end
   pop[#pop + 1] = 'MIN'
   pop[#pop + 1] = 'COUNT'
   local count_at = #pop + 1
   local out, claimed, drained, deadlines = {}, 0, false, {}
+  -- Every claim of the call shares its lease deadline and run deadline (num_str.lua).
+  local expires = now + ttl
+  local expires_s = num_str(expires)
+  local run_deadline, run_deadline_s, run_ms_s
+  if run_ms then
+    run_deadline = now + run_ms
+    run_deadline_s, run_ms_s = num_str(run_deadline), num_str(run_ms)
+  end
   while claimed < max do
     -- Up to the number still wanted, from the first queue in `pop`'s order that holds any; an
     -- empty reply (false) says every queue is empty.
     local want, popped = max - claimed, {}
-    pop[count_at] = want
+    pop[count_at] = num_str(want)
     local got = redis.call('ZMPOP', unpack(pop))
     if got then
       for _, entry in ipairs(got[2]) do popped[#popped + 1] = entry[1] end
@@ -53,15 +62,14 @@ local function take_queued(leases, queues, claimer, ttl, max, run_ms, now)
       if f[1] == 'running' and f[2] == 'queued' then
         local epoch = tonumber(f[9] or '0') + 1
         local before = tonumber(f[5] or '0')
-        local expires = now + ttl
         if run_ms then
-          redis.call('HSET', task, 'ph', 'active', 'ec', epoch, 'lo', claimer,
-            'lx', expires, 'at', before + 1, 'rd', now + run_ms, 'rm', run_ms)
+          redis.call('HSET', task, 'ph', 'active', 'ec', num_str(epoch), 'lo', claimer,
+            'lx', expires_s, 'at', num_str(before + 1), 'rd', run_deadline_s, 'rm', run_ms_s)
         else
-          redis.call('HSET', task, 'ph', 'prepared', 'ec', epoch, 'lo', claimer,
-            'lx', expires)
+          redis.call('HSET', task, 'ph', 'prepared', 'ec', num_str(epoch), 'lo', claimer,
+            'lx', expires_s)
         end
-        deadlines[#deadlines + 1] = expires
+        deadlines[#deadlines + 1] = expires_s
         deadlines[#deadlines + 1] = id
         claimed = claimed + 1
         local n = #out
@@ -76,7 +84,7 @@ local function take_queued(leases, queues, claimer, ttl, max, run_ms, now)
         out[n + 9] = tonumber(f[8])
         if run_ms then
           out[n + 10] = before + 1
-          out[n + 11] = now + run_ms
+          out[n + 11] = run_deadline
         end
       end
     end
