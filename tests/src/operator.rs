@@ -12,16 +12,30 @@ use crate::process::binary;
 /// `taskctl --json admin ARGS` with `token` as `OPERATOR_TOKEN` (none: unset, whatever the
 /// test's own environment says): its exit code and the JSON it printed (`null` for none).
 pub async fn taskctl_admin(args: &[&str], token: Option<&str>) -> TestResult<(i32, Value)> {
+    let (code, stdout) = taskctl_admin_output(&["--json"], args, token).await?;
+    let answer = serde_json::from_str(stdout.trim()).unwrap_or(Value::Null);
+    Ok((code, answer))
+}
+
+/// `taskctl <format> admin <args>` with `token` (or none) as `OPERATOR_TOKEN`: its exit code
+/// (-1 when killed) and standard output as text. `format` picks the output (`--json`, or
+/// `--output human` for what an operator reads).
+pub async fn taskctl_admin_output(
+    format: &[&str],
+    args: &[&str],
+    token: Option<&str>,
+) -> TestResult<(i32, String)> {
     let mut command = tokio::process::Command::new(binary("taskctl")?);
-    command.arg("--json").arg("admin").args(args);
+    command.args(format).arg("admin").args(args);
     command.env_remove("OPERATOR_TOKEN");
     if let Some(token) = token {
         command.env("OPERATOR_TOKEN", token);
     }
     let output = command.output().await?;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let answer = serde_json::from_str(stdout.trim()).unwrap_or(Value::Null);
-    Ok((output.status.code().unwrap_or(-1), answer))
+    Ok((
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+    ))
 }
 
 /// Polls `check` every 50 ms until it holds, failing after `patience` with `what` never seen.

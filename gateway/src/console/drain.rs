@@ -1,14 +1,19 @@
 //! `POST /console/api/workers/{id}/drain`: an operator asks one live worker to drain. It takes
 //! no more tasks, lets the runs it holds finish, deregisters and exits with status 0: the
 //! SIGTERM drain, started by the worker's heartbeat when it reads the request (within a third
-//! of its lease TTL). Answers `202` with `{"worker","drain":{by,atMs}}` (an earlier request of
-//! the same worker stands and is the one answered); an id no live worker has is `404
-//! worker_not_found`, an id outside the bounds of
-//! [`protocol::worker_id::valid_worker_id`] (which a worker's own id meets: it is checked at its
-//! start) `400`, and embedded mode,
-//! whose one worker is the gateway's own, `409`. The operator token or a console session with its
-//! page token ([`super::actor`]), as for pause; each
-//! accepted request is in the audit log (`drain`, the worker id).
+//! of its lease TTL).
+//!
+//! Answers:
+//! - `202` with `{"worker","drain":{by,atMs}}`; an earlier request of the same worker stands and
+//!   is the one answered;
+//! - `404 worker_not_found` for an id no live worker has;
+//! - `400` for an id outside the bounds of [`protocol::worker_id::valid_worker_id`], which a
+//!   worker's own id meets (it is checked at the worker's start);
+//! - `409` in embedded mode, whose one worker is the gateway's own.
+//!
+//! Who may ask: the operator token, or a console session with its page token
+//! ([`super::actor`]), as for pause. Each accepted request is in the audit log (`drain`, the
+//! worker id).
 
 use super::actor::Actor;
 use axum::extract::{Path, State};

@@ -186,33 +186,25 @@ async fn keys(cluster: &Cluster, pattern: &str) -> TestResult<Vec<String>> {
         .await?)
 }
 
-/// Waits until `pattern` matches no key (the deliverer's release is the event; the test can
-/// only see it in Redis).
-async fn wait_for_no_keys(cluster: &Cluster, pattern: &str) -> TestResult {
+/// Waits until `pattern` matches a key (`present`: a task's event log, so the run's event) or
+/// none (a push outbox, so the deliverer's release): events the test can only see in Redis.
+async fn wait_for_keys(cluster: &Cluster, pattern: &str, present: bool) -> TestResult {
     let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
         let found = keys(cluster, pattern).await?;
-        if found.is_empty() {
+        if found.is_empty() != present {
             return Ok(());
         }
         if tokio::time::Instant::now() > deadline {
-            return Err(format!("keys {found:?} never went away").into());
+            return Err(if present {
+                format!("{pattern} never appeared")
+            } else {
+                format!("keys {found:?} never went away")
+            }
+            .into());
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-/// Waits until `key` exists (a task's event log: the event is the run's, which the test can
-/// only see in Redis).
-async fn wait_for_key(cluster: &Cluster, key: &str) -> TestResult {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while keys(cluster, key).await?.is_empty() {
-        if tokio::time::Instant::now() > deadline {
-            return Err(format!("{key} never appeared").into());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Ok(())
 }
 
 /// The exhausted deliveries kept in Redis.
@@ -270,7 +262,7 @@ async fn configs_are_created_read_listed_and_deleted_on_both_http_bindings() -> 
     let task = send(&cluster, "sleep", json!({"ms": 60_000}), None).await?;
     // `sleep` logs one progress event when its run starts; the configs below start after it,
     // so that none of them has anything to deliver.
-    wait_for_key(&cluster, &format!("{{tc}}:events:{task}")).await?;
+    wait_for_keys(&cluster, &format!("{{tc}}:events:{task}"), true).await?;
 
     // JSON-RPC: create with an id and credentials, create without an id, get, list.
     let config = json!({
@@ -545,7 +537,7 @@ async fn a_streaming_task_is_delivered_in_order_with_its_headers() -> TestResult
         assert!(text.contains(&(i + 1).to_string()), "delta {i} is {text}");
     }
     // Delivered to its end: the outbox is gone, and the config expires with its task.
-    wait_for_no_keys(&cluster, &format!("{{tc}}:push-out:{task}")).await?;
+    wait_for_keys(&cluster, &format!("{{tc}}:push-out:{task}"), false).await?;
     let mut redis = cluster.redis.client().await?;
     let config_ttl: i64 = redis::cmd("PTTL")
         .arg(format!("{{tc}}:push:{task}"))
@@ -669,7 +661,7 @@ async fn a_failing_receiver_gets_a_bounded_number_of_attempts_then_the_delivery_
             .iter()
             .all(|r| status_state(r) == Some("TASK_STATE_WORKING"))
     );
-    wait_for_no_keys(&cluster, &format!("{{tc}}:push-out:{task}")).await?;
+    wait_for_keys(&cluster, &format!("{{tc}}:push-out:{task}"), false).await?;
     assert_eq!(receiver.requests_to("/down").len(), 3);
     Ok(())
 }
@@ -732,7 +724,7 @@ async fn a_gateway_killed_mid_delivery_loses_no_delivery() -> TestResult {
         .filter(|request| status_state(request) == Some("TASK_STATE_WORKING"))
         .count();
     assert!(working >= 2, "{seen:?}");
-    wait_for_no_keys(&cluster, &format!("{{tc}}:push-out:{task}")).await?;
+    wait_for_keys(&cluster, &format!("{{tc}}:push-out:{task}"), false).await?;
     Ok(())
 }
 

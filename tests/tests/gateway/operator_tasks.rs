@@ -18,7 +18,6 @@ use std::time::Duration;
 
 use harness::TestResult;
 use harness::cluster::Cluster;
-use harness::process::binary;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use store::{Phase, RedisStore, RedisStoreConfig, TaskStore};
@@ -34,16 +33,8 @@ async fn admin(args: &[&str]) -> TestResult<(i32, Value)> {
 
 /// `taskctl --output human admin ARGS` as the operator: exit code and what it printed.
 async fn admin_text(args: &[&str]) -> TestResult<(i32, String)> {
-    let output = tokio::process::Command::new(binary("taskctl")?)
-        .args(["--output", "human", "admin"])
-        .args(args)
-        .env("OPERATOR_TOKEN", OPERATOR_TOKEN)
-        .output()
-        .await?;
-    Ok((
-        output.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-    ))
+    harness::operator::taskctl_admin_output(&["--output", "human"], args, Some(OPERATOR_TOKEN))
+        .await
 }
 
 /// Polls `check` until it holds, within [`PATIENCE`].
