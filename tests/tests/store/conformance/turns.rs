@@ -1,6 +1,8 @@
 //! Input-required turns: a run that asks for more input leaves its task `waiting` (running,
 //! no lease, not queued, still live) until the owner resumes it with new input or cancels it.
 
+use std::time::Duration;
+
 use futures::future::join_all;
 use protocol::TaskStatus;
 use serde_json::json;
@@ -197,9 +199,12 @@ pub async fn concurrent_resumes_resume_once(h: &impl Harness) -> TestResult {
 pub async fn recovery_leaves_a_waiting_task_alone(h: &impl Harness) -> TestResult {
     let fx = Fx::new(h).await?;
     let id = fx.queued("a").await?;
-    let run = fx.running("w1", SHORT, LONG).await?;
+    // The lease must still hold for the request (a SHORT one ran out first on a loaded CI
+    // machine), and must have run out before the recovery below.
+    let ttl = Duration::from_secs(1);
+    let run = fx.running("w1", ttl, LONG).await?;
     assert!(fx.store.await_input(&run.lease, json!("q"), LONG).await?);
-    outlive(SHORT).await;
+    outlive(ttl).await;
     let report = fx.store.recover_expired(100).await?;
     assert!(!report.requeued.contains(&id) && !report.failed.contains(&id));
     assert_eq!(fx.stored(&id).await?.phase, Phase::Waiting);
