@@ -9,6 +9,7 @@
 -- shard's push due set (`retained.push_due`, which the caller declares too): nobody could
 -- read or delete them once the task is gone, and their bytes were counted in its size
 -- (finish_task.lua, push_bytes.lua).
+-- @include "num_str"
 
 -- retained_keys(keys, from): the retained-task keys a script declares at keys[from ..]:
 -- terminal (sorted set), its sizes (hash: member -> bytes) and their sum (`Keys::retained`).
@@ -47,8 +48,8 @@ end
 -- Drops up to `limit` entries whose retention has passed (their records expired already, or
 -- are about to): their owners' indexes stop counting them.
 local function prune_expired(retained, prefix, now, limit)
-  local expired = redis.call('ZRANGE', retained.terminal, '-inf', string.format('%d', now),
-    'BYSCORE', 'LIMIT', '0', string.format('%d', limit))
+  local expired = redis.call('ZRANGE', retained.terminal, '-inf', num_str(now), 'BYSCORE',
+    'LIMIT', '0', num_str(limit))
   for _, member in ipairs(expired) do
     evict(retained, prefix, member)
   end
