@@ -8,12 +8,18 @@
 -- ARGV[3 ..] per task: task id, holder id, epoch
 -- Returns one integer per task: the new deadline, or 0 when the lease is lost.
 
+-- Every lease of the call gets the same deadline, formatted once (num_str.lua), and the
+-- lease index takes them in one ZADD (variadic.lua).
 -- @include "now_ms"
+-- @include "num_str"
+-- @include "variadic"
 
 local leases = KEYS[1]
 local ttl, only_prepared = tonumber(ARGV[1]), ARGV[2] == 'prepared'
 local now = now_ms()
-local out = {}
+local expires = now + ttl
+local expires_s = num_str(expires)
+local out, indexed = {}, {}
 for i = 2, #KEYS do
   local task = KEYS[i]
   local base = 3 + (i - 2) * 3
@@ -26,14 +32,15 @@ for i = 2, #KEYS do
     ok = f[5] == 'prepared'
   end
   if ok then
-    local expires = now + ttl
-    redis.call('HSET', task, 'lx', expires)
+    redis.call('HSET', task, 'lx', expires_s)
     if f[6] ~= '1' then
-      redis.call('ZADD', leases, expires, id)
+      indexed[#indexed + 1] = expires_s
+      indexed[#indexed + 1] = id
     end
     out[#out + 1] = expires
   else
     out[#out + 1] = 0
   end
 end
+if #indexed > 0 then variadic('ZADD', leases, indexed, 2) end
 return out

@@ -1,0 +1,83 @@
+//! The store scripts' shared Lua helpers (`shared/store/lua/includes/`), run on a real
+//! redis-server with the text the build pastes into every script that includes them.
+
+use harness::TestResult;
+use harness::redis_server::RedisServer;
+
+/// `num_str.lua`, as `build.rs` pastes it.
+const NUM_STR: &str = include_str!("../../../shared/store/lua/includes/num_str.lua");
+
+/// What `num_str` makes of each of `numbers` (Lua expressions), and what Redis stores for the
+/// same number passed as it is (`HSET` of a Lua number), in one script call.
+async fn num_str_and_redis(
+    connection: &mut redis::aio::MultiplexedConnection,
+    numbers: &[&str],
+) -> TestResult<Vec<(String, String)>> {
+    let list = numbers.join(", ");
+    let body = format!(
+        "{NUM_STR}\nlocal out = {{}}\n\
+         for i, n in ipairs({{{list}}}) do\n\
+           redis.call('HSET', KEYS[1], 'n', n)\n\
+           out[#out + 1] = num_str(n)\n\
+           out[#out + 1] = redis.call('HGET', KEYS[1], 'n')\n\
+         end\n\
+         return out"
+    );
+    let flat: Vec<String> = redis::cmd("EVAL")
+        .arg(body)
+        .arg(1)
+        .arg("num-str-probe")
+        .query_async(connection)
+        .await?;
+    Ok(flat
+        .chunks(2)
+        .map(|pair| (pair[0].clone(), pair[1].clone()))
+        .collect())
+}
+
+#[tokio::test]
+async fn num_str_writes_integers_as_redis_would() -> TestResult {
+    let server = RedisServer::start()?;
+    let mut connection = server.client().await?;
+    let numbers = [
+        "0",
+        "1",
+        "-5",
+        "1765000000000",
+        "1765000000000 + 3600000",
+        "2^53",
+        "-(2^53)",
+    ];
+    let pairs = num_str_and_redis(&mut connection, &numbers).await?;
+    let expected = [
+        "0",
+        "1",
+        "-5",
+        "1765000000000",
+        "1765003600000",
+        "9007199254740992",
+        "-9007199254740992",
+    ];
+    for ((made, stored), want) in pairs.iter().zip(expected) {
+        assert_eq!(made, want);
+        assert_eq!(made, stored, "num_str and Redis disagree on {want}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn num_str_keeps_a_fraction_as_redis_would() -> TestResult {
+    let server = RedisServer::start()?;
+    let mut connection = server.client().await?;
+    // "%d" alone would write 1, -2, 0 and 1765000000000.
+    let numbers = ["1.5", "-2.25", "0.1", "1765000000000.5"];
+    let pairs = num_str_and_redis(&mut connection, &numbers).await?;
+    assert_eq!(pairs.len(), numbers.len());
+    for ((made, stored), source) in pairs.iter().zip(numbers) {
+        assert_eq!(made, stored, "num_str and Redis disagree on {source}");
+        let value: f64 = made.parse()?;
+        let source: f64 = source.parse()?;
+        assert_eq!(value, source, "num_str({source}) lost its fraction: {made}");
+    }
+    Ok(())
+}
