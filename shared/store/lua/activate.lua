@@ -8,6 +8,7 @@
 -- Returns per task: {attempt, lease_expires, run_deadline} | 0 when fenced out.
 
 -- @include "now_ms"
+-- @include "num_str"
 
 local leases = KEYS[1]
 local now = now_ms()
@@ -23,9 +24,10 @@ for i = 2, #KEYS do
     local attempt = tonumber(f[6] or '0') + 1
     local expires = now + tonumber(ARGV[b + 4])
     local deadline = now + tonumber(ARGV[b + 5])
-    redis.call('HSET', task, 'ph', 'active', 'at', attempt, 'lx', expires,
-      'rd', deadline, 'rm', ARGV[b + 5])
-    redis.call('ZADD', leases, expires, id)
+    local expires_s = num_str(expires)
+    redis.call('HSET', task, 'ph', 'active', 'at', num_str(attempt), 'lx', expires_s,
+      'rd', num_str(deadline), 'rm', ARGV[b + 5])
+    redis.call('ZADD', leases, expires_s, id)
     out[#out + 1] = {attempt, expires, deadline}
   else
     out[#out + 1] = 0

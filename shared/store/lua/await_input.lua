@@ -13,6 +13,7 @@
 -- Returns the event's sequence number | false when fenced out (or not active).
 
 -- @include "now_ms"
+-- @include "num_str"
 -- @include "lease_is_live"
 -- @include "log_event"
 
@@ -22,9 +23,10 @@ if not lease_is_live(task, ARGV[2], ARGV[3], now) then return false end
 if redis.call('HGET', task, 'ph') ~= 'active' then return false end
 local seq = redis.call('HINCRBY', task, 'sq', 1)
 local deadline = now + tonumber(ARGV[8])
-redis.call('HSET', task, 'ph', 'waiting', 'iq', ARGV[4], 'up', now, 'ax', deadline)
+local deadline_s = num_str(deadline)
+redis.call('HSET', task, 'ph', 'waiting', 'iq', ARGV[4], 'up', num_str(now), 'ax', deadline_s)
 redis.call('HDEL', task, 'lo', 'lx', 'rd', 'rm')
 redis.call('ZREM', leases, ARGV[1])
-redis.call('ZADD', admissions, deadline, ARGV[1])
+redis.call('ZADD', admissions, deadline_s, ARGV[1])
 return log_event(events, ARGV[6], seq, 'inputRequired', ARGV[5], ARGV[7],
   redis.call('HGET', task, 'nc'), push_keys(KEYS, 5, ARGV[1]))

@@ -11,6 +11,7 @@
 -- 'EXPIRED': a reservation whose admission expired; the caller reaps it (it becomes cancelled).
 
 -- @include "now_ms"
+-- @include "num_str"
 
 local task, leases, admissions, queue = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id, claimer = ARGV[1], ARGV[2]
@@ -31,12 +32,13 @@ if f[2] == 'reserved' and f[4] and tonumber(f[4]) <= now then return {0, 'EXPIRE
 
 local epoch = tonumber(f[11] or '0') + 1
 local expires = now + tonumber(ARGV[3])
-redis.call('HSET', task, 'ph', 'prepared', 'ec', epoch, 'lo', claimer,
-  'lx', expires)
+local expires_s = num_str(expires)
+redis.call('HSET', task, 'ph', 'prepared', 'ec', num_str(epoch), 'lo', claimer,
+  'lx', expires_s)
 if f[4] then
   redis.call('HDEL', task, 'ax')
   redis.call('ZREM', admissions, id)
 end
 redis.call('ZREM', queue, id)
-redis.call('ZADD', leases, expires, id)
+redis.call('ZADD', leases, expires_s, id)
 return {1, epoch, expires, f[5], f[6], tonumber(f[7]), tonumber(f[8]), f[9], tonumber(f[10])}

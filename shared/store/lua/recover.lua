@@ -23,6 +23,7 @@
 -- Returns {requeued ids, failed ids, cancelled ids, retried ids (backoffs queued again)}
 
 -- @include "now_ms"
+-- @include "num_str"
 -- @include "publish_event"
 -- @include "finish_task"
 -- @include "enqueue"
@@ -56,11 +57,11 @@ for i = 4, #ARGV do
   local function settle(next_status, event, data, err)
     local seq = tonumber(f[11] or '0') + 1
     if err then
-      redis.call('HSET', k.task, 'st', next_status, 'up', now,
-        'sq', seq, 'er', err)
+      redis.call('HSET', k.task, 'st', next_status, 'up', num_str(now),
+        'sq', num_str(seq), 'er', err)
     else
-      redis.call('HSET', k.task, 'st', next_status, 'up', now,
-        'sq', seq)
+      redis.call('HSET', k.task, 'st', next_status, 'up', num_str(now),
+        'sq', num_str(seq))
     end
     local has_push = finish_task(k, id, phase, retention, now)
     if next_status == 'failed' then index_failed(failed_index, id, now, retention) end

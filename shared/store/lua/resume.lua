@@ -14,6 +14,7 @@
 --       | {0, 'NOT_WAITING', status, context, created, updated, result, error}
 
 -- @include "now_ms"
+-- @include "num_str"
 -- @include "enqueue"
 -- @include "log_event"
 
@@ -35,7 +36,7 @@ else
 end
 local now = now_ms()
 local seq = redis.call('HINCRBY', task, 'sq', 1)
-redis.call('HSET', task, 'iv', ARGV[4], 'tu', turns, 'at', 0, 'up', now)
+redis.call('HSET', task, 'iv', ARGV[4], 'tu', turns, 'at', '0', 'up', num_str(now))
 -- The answer came: the waiting deadline goes with the request.
 redis.call('HDEL', task, 'iq', 'ax', 'ry', 'le')
 redis.call('ZREM', admissions, id)

@@ -12,6 +12,7 @@
 -- Returns the task's due time (ms, Redis clock) | false when fenced out (or not active).
 
 -- @include "now_ms"
+-- @include "num_str"
 -- @include "lease_is_live"
 
 local task, leases, admissions = KEYS[1], KEYS[2], KEYS[3]
@@ -20,8 +21,9 @@ if not lease_is_live(task, ARGV[2], ARGV[3], now) then return false end
 if redis.call('HGET', task, 'ph') ~= 'active' then return false end
 local due = now + tonumber(ARGV[5])
 redis.call('HINCRBY', task, 'ry', 1)
-redis.call('HSET', task, 'ph', 'backoff', 'le', ARGV[4], 'up', now, 'ax', due)
+local due_s = num_str(due)
+redis.call('HSET', task, 'ph', 'backoff', 'le', ARGV[4], 'up', num_str(now), 'ax', due_s)
 redis.call('HDEL', task, 'lo', 'lx', 'rd', 'rm')
 redis.call('ZREM', leases, ARGV[1])
-redis.call('ZADD', admissions, due, ARGV[1])
+redis.call('ZADD', admissions, due_s, ARGV[1])
 return due
