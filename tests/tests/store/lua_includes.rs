@@ -58,6 +58,7 @@ async fn num_str_writes_integers_as_redis_would() -> TestResult {
         "9007199254740992",
         "-9007199254740992",
     ];
+    assert_eq!(pairs.len(), expected.len());
     for ((made, stored), want) in pairs.iter().zip(expected) {
         assert_eq!(made, want);
         assert_eq!(made, stored, "num_str and Redis disagree on {want}");
