@@ -12,6 +12,7 @@
 
 -- @include "now_ms"
 -- @include "num_str"
+-- @include "lease_index"
 
 local task, leases, admissions, queue = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id, claimer = ARGV[1], ARGV[2]
@@ -40,5 +41,7 @@ if f[4] then
   redis.call('ZREM', admissions, id)
 end
 redis.call('ZREM', queue, id)
-redis.call('ZADD', leases, expires_s, id)
+local indexed = {expires_s, id}
+pin_lease_index(indexed)
+redis.call('ZADD', leases, unpack(indexed))
 return {1, epoch, expires, f[5], f[6], tonumber(f[7]), tonumber(f[8]), f[9], tonumber(f[10])}

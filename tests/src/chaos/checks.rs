@@ -418,6 +418,16 @@ async fn check_keys(
                     report.violation(format!("{key} = {count} with nothing live"));
                 }
             }
+            // The lease index stays for good with its pin, a member scored +inf
+            // (lease_index.lua): left over only if it holds a deadline.
+            "leases" if name.is_empty() && !expiring => {
+                let deadlines: u64 = redis.zcount(key, "-inf", "(+inf").await?;
+                if deadlines != 0 {
+                    report.violation(format!(
+                        "{key} holds {deadlines} lease deadlines with nothing live"
+                    ));
+                }
+            }
             "live" | "leases" | "admissions" | "queue" => {
                 report.violation(format!("{key} is left over with nothing live"));
             }

@@ -188,3 +188,201 @@ async fn a_namespace_of_another_layout_is_refused() -> TestResult {
     assert_eq!(stamped, 0, "a refused namespace is left as it was");
     Ok(())
 }
+
+/// The fields a terminal record may hold: what every task keeps, and what some paths add (a
+/// context, a receipt, earlier turns, a retry's count and last error, a push address while the
+/// task has push configs).
+const TERMINAL_FIELDS: [&str; 15] = [
+    fields::STATUS,
+    fields::OWNER,
+    fields::CONTEXT,
+    fields::CREATED,
+    fields::UPDATED,
+    fields::INVOCATION,
+    fields::ATTEMPT,
+    fields::MAX_ATTEMPTS,
+    fields::SEQ,
+    fields::RESULT,
+    fields::ERROR,
+    fields::RECEIPT,
+    fields::TURNS,
+    fields::RETRIES,
+    fields::LAST_ERROR,
+];
+
+fn new_task(id: &str, admission: Admission) -> NewTask {
+    NewTask {
+        task_id: id.to_owned(),
+        owner: AccessToken::generate().owner_hash(),
+        invocation: Invocation {
+            entrypoint: "echo".into(),
+            input: json!({ "i": 1 }),
+            context_id: Some(format!("ctx-{id}")),
+            metadata: None,
+            trace_context: Default::default(),
+        },
+        admission,
+        max_attempts: 3,
+        retention: Some(Duration::from_secs(600)),
+        source: None,
+    }
+}
+
+/// Takes and activates the one queued `echo` task.
+async fn take_one(store: &RedisStore) -> TestResult<store::Activation> {
+    let claims = store
+        .take_next(&["echo".into()], "w1", LEASE, 1, Duration::from_secs(5))
+        .await?;
+    let claim = claims.first().ok_or("nothing to take")?;
+    let activation = store
+        .activate_execution(&claim.lease, LEASE, Duration::from_secs(60))
+        .await?
+        .ok_or("activation refused")?;
+    Ok(activation)
+}
+
+/// A worker's finish of an active task names only the fields an active record can hold
+/// (`finish_task.lua`), so every way a task comes to run must leave none of the others: a
+/// queued task taken; a waiting task resumed; a retry's backoff ended by the sweep; a paid
+/// reservation claimed and activated; and one held for its settlement, then queued by its
+/// receipt. Each is completed under its lease, and its terminal record must hold no field of
+/// a runnable task (phase, lease, admission deadline, hold, input request, ...).
+#[tokio::test]
+async fn every_way_into_a_run_leaves_a_terminal_record_without_run_fields() -> TestResult {
+    let server = RedisServer::start()?;
+    let mut config = RedisStoreConfig::new(server.url());
+    config.namespace = "runs".into();
+    let store = RedisStore::connect(config).await?;
+    let keys = Keys::new("runs");
+    let reserve = Admission::Reserved {
+        ttl: Duration::from_secs(60),
+    };
+
+    store.create(new_task("queued", Admission::Queued)).await?;
+    let queued = take_one(&store).await?;
+
+    store.create(new_task("resumed", Admission::Queued)).await?;
+    let first = take_one(&store).await?;
+    let waited = store
+        .await_input(
+            &first.lease,
+            json!({ "ask": "more" }),
+            Duration::from_secs(60),
+        )
+        .await?;
+    assert!(waited, "await_input refused");
+    let owner = store.get("resumed").await?.ok_or("no task")?.owner;
+    let resumed = store
+        .resume("resumed", &owner, json!({ "i": 2 }), None)
+        .await?;
+    assert!(
+        matches!(resumed, store::Resumed::Queued { .. }),
+        "{resumed:?}"
+    );
+    let resumed = take_one(&store).await?;
+
+    store.create(new_task("retried", Admission::Queued)).await?;
+    let first = take_one(&store).await?;
+    let error = protocol::TaskError {
+        code: "busy".into(),
+        message: "try again".into(),
+        details: None,
+    };
+    assert!(
+        store
+            .retry_later(&first.lease, &error, Duration::ZERO)
+            .await?
+    );
+    let report = store.recover_expired(10).await?;
+    assert_eq!(report.retried, ["retried"], "{report:?}");
+    let retried = take_one(&store).await?;
+
+    store.create(new_task("claimed", reserve.clone())).await?;
+    let claim = store
+        .claim_execution("claimed", "gateway", LEASE)
+        .await?
+        .ok_or("claim refused")?;
+    let claimed = store
+        .activate_execution(&claim.lease, LEASE, Duration::from_secs(60))
+        .await?
+        .ok_or("activation refused")?;
+
+    store.create(new_task("held", reserve)).await?;
+    let claim = store
+        .claim_execution("held", "gateway", LEASE)
+        .await?
+        .ok_or("claim refused")?;
+    assert!(store.hold_for_settlement(&claim.lease).await?);
+    store.record_receipt(&claim.lease, "receipt-1").await?;
+    let held = take_one(&store).await?;
+
+    let mut conn = server.client().await?;
+    for (id, run) in [
+        ("queued", queued),
+        ("resumed", resumed),
+        ("retried", retried),
+        ("claimed", claimed),
+        ("held", held),
+    ] {
+        store
+            .compare_and_set(
+                id,
+                &[TaskStatus::Running],
+                Transition::completed(TaskResult::output(json!({ "i": 1 }))),
+                Some(&run.lease),
+            )
+            .await?
+            .applied()
+            .ok_or_else(|| format!("{id}: completion refused"))?;
+        let held: Vec<String> = redis::cmd("HKEYS")
+            .arg(keys.task(id))
+            .query_async(&mut conn)
+            .await?;
+        let extra: Vec<&String> = held
+            .iter()
+            .filter(|field| !TERMINAL_FIELDS.contains(&field.as_str()))
+            .collect();
+        assert!(
+            extra.is_empty(),
+            "{id}: the terminal record keeps {extra:?}"
+        );
+    }
+    Ok(())
+}
+
+/// The lease index is a skiplist from its first lease (lease_index.lua), and its pin is no
+/// lease: the count says 0 once every task ended, and recovery finds nothing due.
+#[tokio::test]
+async fn the_lease_index_is_a_skiplist_and_its_pin_is_no_lease() -> TestResult {
+    let server = RedisServer::start()?;
+    let mut config = RedisStoreConfig::new(server.url());
+    config.namespace = "pin".into();
+    let store = RedisStore::connect(config).await?;
+    let keys = Keys::new("pin");
+    let mut conn = server.client().await?;
+
+    store.create(new_task("one", Admission::Queued)).await?;
+    let run = take_one(&store).await?;
+    let encoding: String = redis::cmd("OBJECT")
+        .arg("ENCODING")
+        .arg(keys.leases())
+        .query_async(&mut conn)
+        .await?;
+    assert_eq!(encoding, "skiplist");
+    assert_eq!(store.lease_count().await?, 1);
+
+    store
+        .compare_and_set(
+            "one",
+            &[TaskStatus::Running],
+            Transition::completed(TaskResult::output(json!({ "i": 1 }))),
+            Some(&run.lease),
+        )
+        .await?
+        .applied()
+        .ok_or("completion refused")?;
+    assert_eq!(store.lease_count().await?, 0);
+    let report = store.recover_expired(10).await?;
+    assert_eq!(report, store::RecoveryReport::default());
+    Ok(())
+}

@@ -131,7 +131,19 @@ local function finish_task(k, id, phase, retention_ms, now, known, acc)
   local logged = tonumber(known.seq or '0') ~= 1
   -- The client address push deliveries share slots by (`pa`) stays only while the task has
   -- push configs (a config put later sets it again: push_put.lua).
-  local dropped = {'ph', 'lo', 'lx', 'ax', 'ec', 'ho', 'sh', 'rd', 'rm', 'en', 'iq', 'rt', 'sl', 'nc'}
+  local dropped
+  if phase == 'active' and known.fields_known then
+    -- An active task holds exactly these of the fields dropped (take_queued.lua and
+    -- activate.lua write the lease and run fields; every way into `queued` or `prepared`
+    -- dropped the admission, hold and input-request fields), and the caller read whether it
+    -- has a retention and a notify channel: naming a field the record lacks costs a scan of
+    -- the whole record (docs/performance.md, "What a command costs inside a script").
+    dropped = {'ph', 'lo', 'lx', 'ec', 'ho', 'rd', 'rm', 'en'}
+    if known.retention then dropped[#dropped + 1] = 'rt' end
+    if known.notify then dropped[#dropped + 1] = 'nc' end
+  else
+    dropped = {'ph', 'lo', 'lx', 'ax', 'ec', 'ho', 'sh', 'rd', 'rm', 'en', 'iq', 'rt', 'sl', 'nc'}
+  end
   local has_push = redis.call('EXISTS', k.push.configs) == 1
   if not has_push then dropped[#dropped + 1] = 'pa' end
   redis.call('HDEL', k.task, unpack(dropped))

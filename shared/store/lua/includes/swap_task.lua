@@ -46,7 +46,7 @@ local function swap_task(k, a, now, retention_ms, log_len, worker_prefix, acc)
   local has_push
   if next_status ~= 'running' then
     has_push = finish_task(k, a.id, f[11], retention_ms, now, {owner = f[2], retention = f[13],
-      seq = f[12], sizes = #(result or '') + #(err or '')}, acc)
+      seq = f[12], sizes = #(result or '') + #(err or ''), notify = f[14], fields_known = true}, acc)
     if next_status == 'failed' then index_failed(k.failed, a.id, now, retention_ms) end
     if holder == '' and f[3] then
       redis.call('PUBLISH', worker_prefix .. f[3], a.id)

@@ -4,9 +4,9 @@
 -- tasks were handed off, so nothing stands between the two).
 -- The pop is the claim: no worker names candidates, so two workers can never race for one queue
 -- head, and each task taken costs one popped entry, one HMGET and one HSET (the lease
--- deadlines of a take enter the lease index in one ZADD). An entry whose task
--- is no longer queued (it cannot normally exist: every transition out of `queued` removes it)
--- is dropped and the next one taken instead.
+-- deadlines of a take enter the lease index in one ZADD, with its pin: lease_index.lua). An
+-- entry whose task is no longer queued (it cannot normally exist: every transition out of
+-- `queued` removes it) is dropped and the next one taken instead.
 -- With several queues one ZMPOP pops from the first that holds tasks, in an order that starts
 -- at a queue chosen by the clock's millisecond, so that no entrypoint always waits behind a
 -- busy one: FIFO within each entrypoint, turns between them. (Merging the queues' heads
@@ -21,6 +21,7 @@
 -- and whether any of the queues still holds a task (1 | 0).
 -- @include "variadic"
 -- @include "num_str"
+-- @include "lease_index"
 local function take_queued(leases, queues, claimer, ttl, max, run_ms, now)
   if #queues == 0 then return {}, 0 end
   if max <= 0 then
@@ -89,7 +90,10 @@ local function take_queued(leases, queues, claimer, ttl, max, run_ms, now)
       end
     end
   end
-  if #deadlines > 0 then variadic('ZADD', leases, deadlines, 2) end
+  if #deadlines > 0 then
+    pin_lease_index(deadlines)
+    variadic('ZADD', leases, deadlines, 2)
+  end
   local more = 0
   if not drained and redis.call('EXISTS', unpack(queues)) > 0 then more = 1 end
   return out, more

@@ -68,7 +68,10 @@ pub const RETENTION: &str = "rt";
 /// The name of the client address's live set the task counts in (`Keys::source_live`), in
 /// records of earlier versions only (the terminal transition drops it): the set is no longer
 /// named by the record, since the scripts that finish a task cannot declare it; a creation at
-/// the bound drops the set's finished ids instead (`create.lua`).
+/// the bound drops the set's finished ids instead (`create.lua`). A task of such a version that
+/// was still running when this one took over may keep it once terminal: a worker's finish of an
+/// active task names only the fields an active task of this version can hold
+/// (`finish_task.lua`).
 pub const SOURCE_LIVE: &str = "sl";
 /// The task's earlier turns (a JSON array of `{input, metadata?, request}`), once it waited.
 pub const TURNS: &str = "tu";

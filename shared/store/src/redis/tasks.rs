@@ -45,13 +45,23 @@ impl RedisStore {
         command: &str,
         key: impl Fn(&Keys) -> String,
     ) -> Result<u64, StoreError> {
+        self.sum_over_shards_with(command, key, &[]).await
+    }
+
+    /// The sum of one counting command over a key of every shard, with arguments after the key.
+    async fn sum_over_shards_with(
+        &self,
+        command: &str,
+        key: impl Fn(&Keys) -> String,
+        args: &[&str],
+    ) -> Result<u64, StoreError> {
         let core = &self.inner.core;
         let pipes = core
             .shards
             .iter()
             .map(|shard| {
                 let mut pipe = redis::pipe();
-                pipe.cmd(command).arg(key(&shard.keys));
+                pipe.cmd(command).arg(key(&shard.keys)).arg(args);
                 pipe
             })
             .collect();
@@ -612,7 +622,9 @@ impl TaskStore for RedisStore {
     }
 
     async fn lease_count(&self) -> Result<u64, StoreError> {
-        self.sum_over_shards("ZCARD", Keys::leases).await
+        // Every deadline but the index's pin, whose score is +inf (lease_index.lua).
+        self.sum_over_shards_with("ZCOUNT", Keys::leases, &["-inf", "(+inf"])
+            .await
     }
 
     async fn live_count(&self) -> Result<u64, StoreError> {

@@ -121,7 +121,7 @@ impl Harness for RedisHarness {
     /// With every task terminal, each key left must expire by itself: task records, event logs
     /// owner indexes and the retained-task index within retention, doorbells within a minute; the live set, lease and
     /// admission deadlines, queues and per-owner live counters must be gone. Only the
-    /// namespace's layout stamp stays.
+    /// namespace's layout stamp and the lease index's pin (lease_index.lua) stay.
     async fn check_no_leaks(&self) -> Result<(), BoxError> {
         let namespace = latest(&self.namespace);
         let mut conn = self.server.client().await?;
@@ -167,6 +167,19 @@ async fn no_leaks(tag: &str, conn: &mut impl ::redis::aio::ConnectionLike) -> Re
         if key == keys.layout() && ttl == -1 {
             // The namespace's layout stamp: one key, kept for good (schema.rs).
             continue;
+        }
+        if key == keys.leases() && ttl == -1 {
+            // The lease index, kept for good with its pin (lease_index.lua), and no deadline.
+            let deadlines: u64 = ::redis::cmd("ZCOUNT")
+                .arg(&key)
+                .arg("-inf")
+                .arg("(+inf")
+                .query_async(conn)
+                .await?;
+            if deadlines == 0 {
+                continue;
+            }
+            return Err(format!("{key} holds {deadlines} lease deadlines").into());
         }
         let bound = match kind {
             "task" | "events" | "owner" => retention_ms,
