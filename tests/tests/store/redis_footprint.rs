@@ -297,7 +297,7 @@ async fn every_way_into_a_run_leaves_a_terminal_record_without_run_fields() -> T
     assert_eq!(report.retried, ["retried"], "{report:?}");
     let retried = take_one(&store).await?;
 
-    store.create(new_task("claimed", reserve.clone())).await?;
+    store.create(new_task("claimed", reserve)).await?;
     let claim = store
         .claim_execution("claimed", "gateway", LEASE)
         .await?
