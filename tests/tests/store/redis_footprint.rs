@@ -39,14 +39,7 @@ async fn finish_one(store: &RedisStore, id: &str, progress: u64) -> TestResult {
             source: None,
         })
         .await?;
-    let claims = store
-        .take_next(&["echo".into()], "w1", LEASE, 1, Duration::from_secs(5))
-        .await?;
-    let claim = claims.first().ok_or("nothing to take")?;
-    let activation = store
-        .activate_execution(&claim.lease, LEASE, Duration::from_secs(60))
-        .await?
-        .ok_or("activation refused")?;
+    let activation = take_one(store).await?;
     for step in 0..progress {
         let event = EventPayload {
             event: "progress".into(),
@@ -54,16 +47,21 @@ async fn finish_one(store: &RedisStore, id: &str, progress: u64) -> TestResult {
         };
         store.emit(&activation.lease, event).await?;
     }
+    complete(store, id, &activation.lease).await
+}
+
+/// Completes task `id` under `lease`, as a worker's finish does.
+async fn complete(store: &RedisStore, id: &str, lease: &store::Lease) -> TestResult {
     store
         .compare_and_set(
             id,
             &[TaskStatus::Running],
             Transition::completed(TaskResult::output(json!({ "i": 1 }))),
-            Some(&activation.lease),
+            Some(lease),
         )
         .await?
         .applied()
-        .ok_or("completion refused")?;
+        .ok_or_else(|| format!("{id}: completion refused"))?;
     Ok(())
 }
 
@@ -324,16 +322,7 @@ async fn every_way_into_a_run_leaves_a_terminal_record_without_run_fields() -> T
         ("claimed", claimed),
         ("held", held),
     ] {
-        store
-            .compare_and_set(
-                id,
-                &[TaskStatus::Running],
-                Transition::completed(TaskResult::output(json!({ "i": 1 }))),
-                Some(&run.lease),
-            )
-            .await?
-            .applied()
-            .ok_or_else(|| format!("{id}: completion refused"))?;
+        complete(&store, id, &run.lease).await?;
         let held: Vec<String> = redis::cmd("HKEYS")
             .arg(keys.task(id))
             .query_async(&mut conn)
@@ -371,16 +360,7 @@ async fn the_lease_index_is_a_skiplist_and_its_pin_is_no_lease() -> TestResult {
     assert_eq!(encoding, "skiplist");
     assert_eq!(store.lease_count().await?, 1);
 
-    store
-        .compare_and_set(
-            "one",
-            &[TaskStatus::Running],
-            Transition::completed(TaskResult::output(json!({ "i": 1 }))),
-            Some(&run.lease),
-        )
-        .await?
-        .applied()
-        .ok_or("completion refused")?;
+    complete(&store, "one", &run.lease).await?;
     assert_eq!(store.lease_count().await?, 0);
     let report = store.recover_expired(10).await?;
     assert_eq!(report, store::RecoveryReport::default());
