@@ -28,6 +28,7 @@
 -- @include "finish_task"
 -- @include "enqueue"
 -- @include "index_failed"
+-- @include "lease_field"
 
 local leases, admissions, live = KEYS[1], KEYS[2], KEYS[3]
 local terminal, terminal_sizes, terminal_bytes = KEYS[4], KEYS[5], KEYS[6]
@@ -45,17 +46,18 @@ for i = 4, #ARGV do
     terminal_bytes = terminal_bytes, push = push_keys(KEYS, base + 6, id),
   }
   local wake, failed_index = KEYS[base + 5], KEYS[base + 6 + PUSH_KEYS]
-  local f = redis.call('HMGET', k.task, 'st', 'ph', 'lx', 'ax',
-    'ho', 'at', 'ma', 'rd', 'rm', 'ow', 'sq', 'sh', 'nc', 'ry')
+  local f = redis.call('HMGET', k.task, 'st', 'ph', 'ls', 'ax',
+    'ho', 'at', 'ma', 'ow', 'sq', 'sh', 'nc', 'ry')
   local status, phase = f[1], f[2]
-  local lease_due = f[3] and tonumber(f[3]) <= now
+  local lease_expires, _, run_deadline, run_ms = lease_unpack(f[3])
+  local lease_due = lease_expires and lease_expires <= now
   local admission_due = f[4] and tonumber(f[4]) <= now
-  local channel = prefix .. (f[10] or '') .. ':' .. id
+  local channel = prefix .. (f[8] or '') .. ':' .. id
 
   -- One HSET per transition: status, updated, seq (and the error of a failure); finish_task
   -- drops the phase (a terminal record has none).
   local function settle(next_status, event, data, err)
-    local seq = tonumber(f[11] or '0') + 1
+    local seq = tonumber(f[9] or '0') + 1
     if err then
       redis.call('HSET', k.task, 'st', next_status, 'up', num_str(now),
         'sq', num_str(seq), 'er', err)
@@ -66,14 +68,14 @@ for i = 4, #ARGV do
     local has_push = finish_task(k, id, phase, retention, now)
     if next_status == 'failed' then index_failed(failed_index, id, now, retention) end
     -- The terminal record rebuilds this event (redis/event_log.rs): published, not logged.
-    publish_event(channel, seq, event, data, f[13], k.push, has_push)
+    publish_event(channel, seq, event, data, f[11], k.push, has_push)
   end
 
   if status ~= 'running' then
     -- Stale index entries of a finished or expired task.
     redis.call('ZREM', leases, id)
     redis.call('ZREM', admissions, id)
-  elseif f[12] == '1' then
+  elseif f[10] == '1' then
     -- Held for a settlement whose outcome is not known yet: it may have been paid for, so it
     -- is neither cancelled nor requeued. hold.lua took it out of the lease index; an entry
     -- found here anyway is stale and dropped, so it cannot stay at the head of the due index.
@@ -101,10 +103,10 @@ for i = 4, #ARGV do
     requeued[#requeued + 1] = id
   elseif mode == 'recover' and phase == 'active' and lease_due then
     local err = nil
-    if f[8] and tonumber(f[8]) <= now then
+    if run_deadline and run_deadline ~= '' and tonumber(run_deadline) <= now then
       err = cjson.encode({code = 'task_timeout',
-        message = 'Task exceeded its ' .. (f[9] or '0') .. 'ms execution limit'})
-    elseif tonumber(f[6] or '0') - tonumber(f[14] or '0') >= tonumber(f[7] or '1') then
+        message = 'Task exceeded its ' .. (run_ms ~= '' and run_ms or '0') .. 'ms execution limit'})
+    elseif tonumber(f[6] or '0') - tonumber(f[12] or '0') >= tonumber(f[7] or '1') then
       err = cjson.encode({code = 'task_attempts_exhausted',
         message = 'Task was abandoned by its worker ' .. (f[6] or '0') .. ' times'})
     end

@@ -145,20 +145,31 @@ async fn a_namespace_of_another_layout_is_refused() -> TestResult {
         .arg(Keys::new("fresh").layout())
         .query_async(&mut conn)
         .await?;
-    assert_eq!(stamp, "2");
+    assert_eq!(stamp, "3");
     connect("fresh").await?;
 
-    let _: () = redis::cmd("SET")
-        .arg(Keys::new("newer").layout())
-        .arg("3")
-        .query_async(&mut conn)
-        .await?;
-    match connect("newer").await {
-        Err(StoreError::Incompatible(message)) => {
-            assert!(message.contains("layout 3"), "{message}")
-        }
-        other => {
-            return Err(format!("a layout-3 namespace was not refused: {:?}", other.err()).into());
+    // Layout 2 (the lease in four fields) and a later one.
+    for other_layout in ["2", "4"] {
+        let namespace = format!("layout-{other_layout}");
+        let _: () = redis::cmd("SET")
+            .arg(Keys::new(&namespace).layout())
+            .arg(other_layout)
+            .query_async(&mut conn)
+            .await?;
+        match connect(&namespace).await {
+            Err(StoreError::Incompatible(message)) => {
+                assert!(
+                    message.contains(&format!("layout {other_layout}")),
+                    "{message}"
+                )
+            }
+            other => {
+                return Err(format!(
+                    "a layout-{other_layout} namespace was not refused: {:?}",
+                    other.err()
+                )
+                .into());
+            }
         }
     }
 

@@ -5,8 +5,9 @@
 -- (push_keys in push_outbox.lua: `Keys::push_of`); phase is the task's phase before the
 -- transition (nil: unknown). The caller's own HSET of the transition sets status and updated (one
 -- HSET per transition). This drops the index entries that phase can hold, and the fields only a
--- task that can still run needs: its phase (a terminal status implies it), lease, admission, fence
--- epoch, hand-off flag, settlement hold, run deadline and limit, the entrypoint (the invocation
+-- task that can still run needs: its phase (a terminal status implies it), lease (with the run
+-- deadline and limit: lease_field.lua), admission, fence epoch, hand-off flag, settlement hold,
+-- the entrypoint (the invocation
 -- names it too), a waiting task's input request and the notify channel of the process that
 -- followed it (publish_event). A retained task is smaller without them and nothing reads them once
 -- it is terminal; the attempt count and its limit stay, for the record of how it ran. Field names:
@@ -17,8 +18,7 @@
 -- has no live task left, retention after its last task finished.
 -- The client address's live set (create.lua) is left alone: its finished ids are dropped by
 -- the next creation from that address that finds the set at its bound, so that no script
--- touches a set its caller cannot name (a record of an earlier version names it in `sl`,
--- dropped here with the other fields).
+-- touches a set its caller cannot name.
 -- Retained budget (create.lua): the task enters the shard's `terminal` sorted set, scored by
 -- when it expires (its own retention `rt` when it has one, as a direct invoke does, else the
 -- store's), as `<owner hash>:<id>` so that eviction and pruning can drop its owner-index entry
@@ -138,11 +138,11 @@ local function finish_task(k, id, phase, retention_ms, now, known, acc)
     -- dropped the admission, hold and input-request fields), and the caller read whether it
     -- has a retention and a notify channel: naming a field the record lacks costs a scan of
     -- the whole record (docs/performance.md, "What a command costs inside a script").
-    dropped = {'ph', 'lo', 'lx', 'ec', 'ho', 'rd', 'rm', 'en'}
+    dropped = {'ph', 'ls', 'ec', 'ho', 'en'}
     if known.retention then dropped[#dropped + 1] = 'rt' end
     if known.notify then dropped[#dropped + 1] = 'nc' end
   else
-    dropped = {'ph', 'lo', 'lx', 'ax', 'ec', 'ho', 'sh', 'rd', 'rm', 'en', 'iq', 'rt', 'sl', 'nc'}
+    dropped = {'ph', 'ls', 'ax', 'ec', 'ho', 'sh', 'en', 'iq', 'rt', 'nc'}
   end
   local has_push = redis.call('EXISTS', k.push.configs) == 1
   if not has_push then dropped[#dropped + 1] = 'pa' end

@@ -22,6 +22,7 @@
 -- @include "variadic"
 -- @include "num_str"
 -- @include "lease_index"
+-- @include "lease_field"
 local function take_queued(leases, queues, claimer, ttl, max, run_ms, now)
   if #queues == 0 then return {}, 0 end
   if max <= 0 then
@@ -39,10 +40,12 @@ local function take_queued(leases, queues, claimer, ttl, max, run_ms, now)
   -- Every claim of the call shares its lease deadline and run deadline (num_str.lua).
   local expires = now + ttl
   local expires_s = num_str(expires)
-  local run_deadline, run_deadline_s, run_ms_s
+  local run_deadline, lease
   if run_ms then
     run_deadline = now + run_ms
-    run_deadline_s, run_ms_s = num_str(run_deadline), num_str(run_ms)
+    lease = lease_pack(expires_s, num_str(run_deadline), num_str(run_ms), claimer)
+  else
+    lease = lease_pack(expires_s, '', '', claimer)
   end
   while claimed < max do
     -- Up to the number still wanted, from the first queue in `pop`'s order that holds any; an
@@ -64,11 +67,10 @@ local function take_queued(leases, queues, claimer, ttl, max, run_ms, now)
         local epoch = tonumber(f[9] or '0') + 1
         local before = tonumber(f[5] or '0')
         if run_ms then
-          redis.call('HSET', task, 'ph', 'active', 'ec', num_str(epoch), 'lo', claimer,
-            'lx', expires_s, 'at', num_str(before + 1), 'rd', run_deadline_s, 'rm', run_ms_s)
+          redis.call('HSET', task, 'ph', 'active', 'ec', num_str(epoch), 'ls', lease,
+            'at', num_str(before + 1))
         else
-          redis.call('HSET', task, 'ph', 'prepared', 'ec', num_str(epoch), 'lo', claimer,
-            'lx', expires_s)
+          redis.call('HSET', task, 'ph', 'prepared', 'ec', num_str(epoch), 'ls', lease)
         end
         deadlines[#deadlines + 1] = expires_s
         deadlines[#deadlines + 1] = id

@@ -40,14 +40,11 @@ pub const SEQ: &str = "sq";
 /// Admission deadline of a reserved task, the waiting deadline of a `waiting` one, the due
 /// time of a `backoff` one, ms.
 pub const ADMISSION_EXPIRES: &str = "ax";
-/// The lease holder's id.
-pub const LEASE_OWNER: &str = "lo";
-/// Lease deadline, ms.
-pub const LEASE_EXPIRES: &str = "lx";
-/// Deadline of the current run, ms.
-pub const RUN_DEADLINE: &str = "rd";
-/// The run limit the current run started with, ms.
-pub const RUN_MS: &str = "rm";
+/// The lease, while the task holds one: `<lease deadline>:<run deadline>:<run limit>:<holder
+/// id>`, deadlines in ms, the run's two empty while the claim is only `prepared`
+/// (`lua/includes/lease_field.lua`; [`super::replies::lease`] reads it). One field, not four
+/// as in layout 2: each field name a script names on a listpack record costs a scan of it.
+pub const LEASE: &str = "ls";
 /// The result (JSON) of a completed task.
 pub const RESULT: &str = "rs";
 /// The error (JSON) of a failed task.
@@ -65,14 +62,6 @@ pub const INPUT_REQUEST: &str = "iq";
 /// How long the task is kept once terminal, ms, when not the store's retention; until the
 /// task is terminal.
 pub const RETENTION: &str = "rt";
-/// The name of the client address's live set the task counts in (`Keys::source_live`), in
-/// records of earlier versions only (the terminal transition drops it): the set is no longer
-/// named by the record, since the scripts that finish a task cannot declare it; a creation at
-/// the bound drops the set's finished ids instead (`create.lua`). A task of such a version that
-/// was still running when this one took over may keep it once terminal: a worker's finish of an
-/// active task names only the fields an active task of this version can hold
-/// (`finish_task.lua`).
-pub const SOURCE_LIVE: &str = "sl";
 /// The task's earlier turns (a JSON array of `{input, metadata?, request}`), once it waited.
 pub const TURNS: &str = "tu";
 /// The notify channel of the process that created the task and follows it

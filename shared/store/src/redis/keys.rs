@@ -74,9 +74,10 @@ impl Keys {
     }
 
     /// Sorted set: the live task ids created from one client address (`NewTask::source`), by
-    /// creation time: what `max_live_per_address` bounds. The task's record names it (field
-    /// `sl`) so that its terminal transition removes the id (`finish_task.lua`); it expires a
-    /// day after its last addition, so an address that never returns leaves nothing.
+    /// creation time: what `max_live_per_address` bounds. Finished ids are dropped by the next
+    /// creation from the address that finds the set at its bound (`create.lua`: the scripts
+    /// that finish a task cannot declare it); it expires a day after its last addition, so an
+    /// address that never returns leaves nothing.
     pub fn source_live(&self, source: &str) -> String {
         format!("{}:src-live:{source}", self.prefix)
     }

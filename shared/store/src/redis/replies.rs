@@ -10,7 +10,7 @@ use protocol::{Task, TaskError, TaskResult, TaskStatus, Timestamp};
 use super::fields;
 
 /// Fields read for a full [`StoredTask`], in this order.
-pub const TASK_FIELDS: [&str; 25] = [
+pub const TASK_FIELDS: [&str; 23] = [
     fields::STATUS,
     fields::PHASE,
     fields::OWNER,
@@ -21,12 +21,10 @@ pub const TASK_FIELDS: [&str; 25] = [
     fields::ERROR,
     fields::INVOCATION,
     fields::ADMISSION_EXPIRES,
-    fields::LEASE_OWNER,
+    fields::LEASE,
     fields::EPOCH,
-    fields::LEASE_EXPIRES,
     fields::ATTEMPT,
     fields::MAX_ATTEMPTS,
-    fields::RUN_DEADLINE,
     fields::HANDED_OFF,
     fields::SEQ,
     fields::ENTRYPOINT,
@@ -124,17 +122,19 @@ pub fn stored_task(id: &str, f: &[Option<String>]) -> Result<Option<StoredTask>,
     };
     let invocation: Invocation =
         json(&f[8], "invocation")?.ok_or_else(|| corrupt("missing invocation"))?;
-    let entrypoint = f[18]
+    let entrypoint = f[16]
         .clone()
         .unwrap_or_else(|| invocation.entrypoint.clone());
-    let lease = match &f[10] {
-        Some(holder) => Some(Lease {
+    let held = f[10].as_deref().map(lease).transpose()?;
+    let run_deadline_ms = held.as_ref().and_then(|held| held.run_deadline_ms);
+    let lease = match held {
+        Some(held) => Some(Lease {
             task_id: id.to_owned(),
             task_owner: owner.clone(),
             entrypoint,
-            holder: holder.clone(),
+            holder: held.holder,
             epoch: num(&f[11], "epoch")?,
-            expires_at_ms: num(&f[12], "lease_expires")?,
+            expires_at_ms: held.expires_at_ms,
         }),
         None => None,
     };
@@ -145,18 +145,50 @@ pub fn stored_task(id: &str, f: &[Option<String>]) -> Result<Option<StoredTask>,
         invocation,
         admission_expires_at_ms: opt_num(&f[9], "admission_expires")?,
         lease,
-        attempt: u32::try_from(num(&f[13], "attempt")?).unwrap_or(u32::MAX),
-        max_attempts: u32::try_from(num(&f[14], "max_attempts")?).unwrap_or(u32::MAX),
-        run_deadline_ms: opt_num(&f[15], "run_deadline")?,
-        handed_off: f[16].as_deref() == Some("1"),
-        seq: num(&f[17], "seq")?,
-        receipt: f[19].clone(),
-        input_request: json::<serde_json::Value>(&f[20], "input_request")?,
-        turns: json::<Vec<serde_json::Value>>(&f[21], "turns")?.unwrap_or_default(),
-        settlement_held: f[22].as_deref() == Some("1"),
-        retries: u32::try_from(num(&f[23], "retries")?).unwrap_or(u32::MAX),
-        last_error: json::<TaskError>(&f[24], "last_error")?.map(Box::new),
+        attempt: u32::try_from(num(&f[12], "attempt")?).unwrap_or(u32::MAX),
+        max_attempts: u32::try_from(num(&f[13], "max_attempts")?).unwrap_or(u32::MAX),
+        run_deadline_ms,
+        handed_off: f[14].as_deref() == Some("1"),
+        seq: num(&f[15], "seq")?,
+        receipt: f[17].clone(),
+        input_request: json::<serde_json::Value>(&f[18], "input_request")?,
+        turns: json::<Vec<serde_json::Value>>(&f[19], "turns")?.unwrap_or_default(),
+        settlement_held: f[20].as_deref() == Some("1"),
+        retries: u32::try_from(num(&f[21], "retries")?).unwrap_or(u32::MAX),
+        last_error: json::<TaskError>(&f[22], "last_error")?.map(Box::new),
     }))
+}
+
+/// A task's lease as its record holds it ([`fields::LEASE`]).
+#[derive(Debug, PartialEq, Eq)]
+pub struct HeldLease {
+    pub expires_at_ms: u64,
+    /// The deadline of the run, once the claim is active.
+    pub run_deadline_ms: Option<u64>,
+    pub holder: String,
+}
+
+/// Reads [`fields::LEASE`]: `<lease deadline>:<run deadline>:<run limit>:<holder id>`, the
+/// run's two empty while the claim is prepared (`lua/includes/lease_field.lua` writes it).
+pub fn lease(text: &str) -> Result<HeldLease, StoreError> {
+    let mut parts = text.splitn(4, ':');
+    let (Some(expires), Some(run_deadline), Some(_run_ms), Some(holder)) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(corrupt("malformed lease field"));
+    };
+    let number = |text: &str, name: &str| {
+        text.parse::<u64>()
+            .map_err(|_| corrupt(format!("lease field: {name} is not a number")))
+    };
+    Ok(HeldLease {
+        expires_at_ms: number(expires, "deadline")?,
+        run_deadline_ms: match run_deadline {
+            "" => None,
+            text => Some(number(text, "run deadline")?),
+        },
+        holder: holder.to_owned(),
+    })
 }
 
 /// A claim from 9 reply values: id, epoch, lease_expires, owner, invocation, attempt,
@@ -217,4 +249,39 @@ pub fn event(entry: &str) -> Result<StoredEvent, StoreError> {
         event: name.to_owned(),
         data: serde_json::from_str(data).map_err(|err| corrupt(format!("event data: {err}")))?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_field_reads_back_with_any_holder_id() {
+        assert_eq!(
+            lease("1700000000123:1700000900123:900000:worker:7:a|b").ok(),
+            Some(HeldLease {
+                expires_at_ms: 1_700_000_000_123,
+                run_deadline_ms: Some(1_700_000_900_123),
+                holder: "worker:7:a|b".to_owned(),
+            })
+        );
+        assert_eq!(
+            lease("42:::h").ok(),
+            Some(HeldLease {
+                expires_at_ms: 42,
+                run_deadline_ms: None,
+                holder: "h".to_owned(),
+            })
+        );
+    }
+
+    #[test]
+    fn a_malformed_lease_field_is_corrupt_not_a_panic() {
+        for text in ["", "42", "42:1:2", "x:::h", "42:y::h", "-1:::h"] {
+            assert!(
+                matches!(lease(text), Err(StoreError::Corrupt(_))),
+                "{text:?}"
+            );
+        }
+    }
 }

@@ -7,19 +7,20 @@
 //! because it was written under other names: an operator drains the namespace with the version
 //! that wrote it, or starts the new version on a new `REDIS_NAMESPACE`.
 //!
-//! The stamp also records the shard count ([`super::shards`]): `2` for one shard (the layout
-//! before sharding existed, which it extends unchanged), `2:shards=S` for S > 1. Every process
+//! The stamp also records the shard count ([`super::shards`]): `3` for one shard (as the
+//! layout before sharding existed wrote it), `3:shards=S` for S > 1. Every process
 //! of a namespace must agree on S, since S decides where each task lives: a process started
 //! with another S is refused at connect, never left to look for tasks in the wrong shards.
-//! Builds from before sharding read `2:shards=S` as an unknown layout and refuse it too.
+//! Builds from before sharding read `<layout>:shards=S` as an unknown layout and refuse it too.
 
 use super::RedisStore;
 use super::scripts::layout::{self, LayoutReply};
 use crate::StoreError;
 
 /// The layout this code reads and writes: 2 = two-letter task fields (`fields.rs`), creation
-/// and terminal events rebuilt from the record instead of logged.
-pub const LAYOUT: &str = "2";
+/// and terminal events rebuilt from the record instead of logged; 3 = the lease in one field
+/// (`fields::LEASE`) instead of four.
+pub const LAYOUT: &str = "3";
 
 impl RedisStore {
     /// Stamps an empty namespace with [`LAYOUT`] and this store's shard count, or checks that
@@ -92,7 +93,8 @@ mod tests {
             assert_eq!(stored_shards(&stamp(shards)), Some(shards));
         }
         assert_eq!(stored_shards("1"), None);
-        assert_eq!(stored_shards("3:shards=2"), None);
+        assert_eq!(stored_shards("2:shards=2"), None);
+        assert_eq!(stored_shards("2"), None);
         assert_eq!(stored_shards("unstamped"), None);
     }
 }
