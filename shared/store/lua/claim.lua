@@ -36,8 +36,8 @@ if f[2] == 'reserved' and f[4] and tonumber(f[4]) <= now then return {0, 'EXPIRE
 local epoch = tonumber(f[11] or '0') + 1
 local expires = now + tonumber(ARGV[3])
 local expires_s = num_str(expires)
-redis.call('HSET', task, 'ph', 'prepared', 'ec', num_str(epoch),
-  'ls', lease_pack(expires_s, '', '', claimer))
+redis.call('HSET', task, 'ph', 'prepared', 'ec', num_str(epoch), 'lo', claimer,
+  'ls', lease_pack(expires_s, '', ''))
 if f[4] then
   redis.call('HDEL', task, 'ax')
   redis.call('ZREM', admissions, id)

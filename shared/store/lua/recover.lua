@@ -49,7 +49,7 @@ for i = 4, #ARGV do
   local f = redis.call('HMGET', k.task, 'st', 'ph', 'ls', 'ax',
     'ho', 'at', 'ma', 'ow', 'sq', 'sh', 'nc', 'ry')
   local status, phase = f[1], f[2]
-  local lease_expires, _, run_deadline, run_ms = lease_unpack(f[3])
+  local lease_expires, run_deadline, run_ms = lease_unpack(f[3])
   local lease_due = lease_expires and lease_expires <= now
   local admission_due = f[4] and tonumber(f[4]) <= now
   local channel = prefix .. (f[8] or '') .. ':' .. id

@@ -23,7 +23,7 @@ local due = now + tonumber(ARGV[5])
 redis.call('HINCRBY', task, 'ry', 1)
 local due_s = num_str(due)
 redis.call('HSET', task, 'ph', 'backoff', 'le', ARGV[4], 'up', num_str(now), 'ax', due_s)
-redis.call('HDEL', task, 'ls')
+redis.call('HDEL', task, 'lo', 'ls')
 redis.call('ZREM', leases, ARGV[1])
 redis.call('ZADD', admissions, due_s, ARGV[1])
 return due

@@ -377,3 +377,52 @@ async fn the_lease_index_is_a_skiplist_and_its_pin_is_no_lease() -> TestResult {
     assert_eq!(report, store::RecoveryReport::default());
     Ok(())
 }
+
+/// A task's record stays one listpack while a worker with a long id runs it, and once it is
+/// retained: a value over `hash-max-listpack-value` (64 bytes) would turn the record into a
+/// hash table for good, several times its memory. The lease's deadlines share one field
+/// (`lease_field.lua`) and the holder keeps its own, so a worker id as long as a Kubernetes pod
+/// name and a process suffix leaves the record as small as a short one does. The record also
+/// reads back whole: the holder, the epoch and both deadlines.
+#[tokio::test]
+async fn a_record_stays_a_listpack_under_a_long_holder_id() -> TestResult {
+    let server = RedisServer::start()?;
+    let mut config = RedisStoreConfig::new(server.url());
+    config.namespace = "long".into();
+    let store = RedisStore::connect(config).await?;
+    let keys = Keys::new("long");
+    let mut conn = server.client().await?;
+    let holder = "taskcluster-worker-7d9c8b5f4-x2x9k-1234567-0a1b2c3d";
+    assert!(holder.len() > 48);
+    let record = keys.task("long");
+
+    store.create(new_task("long", Admission::Queued)).await?;
+    let claims = store
+        .take_next(&["echo".into()], holder, LEASE, 1, Duration::from_secs(5))
+        .await?;
+    let claim = claims.first().ok_or("nothing to take")?;
+    let run = store
+        .activate_execution(&claim.lease, LEASE, Duration::from_secs(60))
+        .await?
+        .ok_or("activation refused")?;
+    assert_eq!(encoding(&mut conn, &record).await?, "listpack");
+    let stored = store.get("long").await?.ok_or("no task")?;
+    let lease = stored.lease.ok_or("no lease read back")?;
+    assert_eq!(lease.holder, holder);
+    assert_eq!(lease.epoch, run.lease.epoch);
+    assert_eq!(lease.expires_at_ms, run.lease.expires_at_ms);
+    assert_eq!(stored.run_deadline_ms, Some(run.run_deadline_ms));
+
+    complete(&store, "long", &run.lease).await?;
+    assert_eq!(encoding(&mut conn, &record).await?, "listpack");
+    Ok(())
+}
+
+/// `OBJECT ENCODING` of `key`.
+async fn encoding(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> TestResult<String> {
+    Ok(redis::cmd("OBJECT")
+        .arg("ENCODING")
+        .arg(key)
+        .query_async(conn)
+        .await?)
+}

@@ -5,7 +5,7 @@
 -- runs).
 local function enqueue(task_key, queue_key, wake_key, leases_key, id, now)
   redis.call('HSET', task_key, 'ph', 'queued', 'ho', '1')
-  redis.call('HDEL', task_key, 'ls', 'sh')
+  redis.call('HDEL', task_key, 'lo', 'ls', 'sh')
   redis.call('ZREM', leases_key, id)
   redis.call('ZADD', queue_key, num_str(now), id)
   ring_doorbell(wake_key)

@@ -40,10 +40,13 @@ pub const SEQ: &str = "sq";
 /// Admission deadline of a reserved task, the waiting deadline of a `waiting` one, the due
 /// time of a `backoff` one, ms.
 pub const ADMISSION_EXPIRES: &str = "ax";
-/// The lease, while the task holds one: `<lease deadline>:<run deadline>:<run limit>:<holder
-/// id>`, deadlines in ms, the run's two empty while the claim is only `prepared`
-/// (`lua/includes/lease_field.lua`; [`super::replies::lease`] reads it). One field, not four
-/// as in layout 2: each field name a script names on a listpack record costs a scan of it.
+/// The lease holder's id.
+pub const LEASE_OWNER: &str = "lo";
+/// The lease's deadlines, while the task holds one: `<lease deadline>:<run deadline>:<run
+/// limit>`, ms, the run's two empty while the claim is only `prepared`
+/// (`lua/includes/lease_field.lua`; [`super::replies::lease`] reads it). One field, not three
+/// as in layout 2 (`lx`, `rd`, `rm`): each field name a script names on a listpack record
+/// costs a scan of it.
 pub const LEASE: &str = "ls";
 /// The result (JSON) of a completed task.
 pub const RESULT: &str = "rs";

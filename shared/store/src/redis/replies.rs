@@ -10,7 +10,7 @@ use protocol::{Task, TaskError, TaskResult, TaskStatus, Timestamp};
 use super::fields;
 
 /// Fields read for a full [`StoredTask`], in this order.
-pub const TASK_FIELDS: [&str; 23] = [
+pub const TASK_FIELDS: [&str; 24] = [
     fields::STATUS,
     fields::PHASE,
     fields::OWNER,
@@ -21,8 +21,9 @@ pub const TASK_FIELDS: [&str; 23] = [
     fields::ERROR,
     fields::INVOCATION,
     fields::ADMISSION_EXPIRES,
-    fields::LEASE,
+    fields::LEASE_OWNER,
     fields::EPOCH,
+    fields::LEASE,
     fields::ATTEMPT,
     fields::MAX_ATTEMPTS,
     fields::HANDED_OFF,
@@ -122,19 +123,20 @@ pub fn stored_task(id: &str, f: &[Option<String>]) -> Result<Option<StoredTask>,
     };
     let invocation: Invocation =
         json(&f[8], "invocation")?.ok_or_else(|| corrupt("missing invocation"))?;
-    let entrypoint = f[16]
+    let entrypoint = f[17]
         .clone()
         .unwrap_or_else(|| invocation.entrypoint.clone());
-    let held = f[10].as_deref().map(lease).transpose()?;
-    let run_deadline_ms = held.as_ref().and_then(|held| held.run_deadline_ms);
-    let lease = match held {
-        Some(held) => Some(Lease {
+    let deadlines = f[12].as_deref().map(lease).transpose()?;
+    let run_deadline_ms = deadlines.as_ref().and_then(|held| held.run_deadline_ms);
+    // The scripts write and drop the holder and the deadlines together.
+    let lease = match &f[10] {
+        Some(holder) => Some(Lease {
             task_id: id.to_owned(),
             task_owner: owner.clone(),
             entrypoint,
-            holder: held.holder,
+            holder: holder.clone(),
             epoch: num(&f[11], "epoch")?,
-            expires_at_ms: held.expires_at_ms,
+            expires_at_ms: deadlines.map_or(0, |deadlines| deadlines.expires_at_ms),
         }),
         None => None,
     };
@@ -145,34 +147,33 @@ pub fn stored_task(id: &str, f: &[Option<String>]) -> Result<Option<StoredTask>,
         invocation,
         admission_expires_at_ms: opt_num(&f[9], "admission_expires")?,
         lease,
-        attempt: u32::try_from(num(&f[12], "attempt")?).unwrap_or(u32::MAX),
-        max_attempts: u32::try_from(num(&f[13], "max_attempts")?).unwrap_or(u32::MAX),
+        attempt: u32::try_from(num(&f[13], "attempt")?).unwrap_or(u32::MAX),
+        max_attempts: u32::try_from(num(&f[14], "max_attempts")?).unwrap_or(u32::MAX),
         run_deadline_ms,
-        handed_off: f[14].as_deref() == Some("1"),
-        seq: num(&f[15], "seq")?,
-        receipt: f[17].clone(),
-        input_request: json::<serde_json::Value>(&f[18], "input_request")?,
-        turns: json::<Vec<serde_json::Value>>(&f[19], "turns")?.unwrap_or_default(),
-        settlement_held: f[20].as_deref() == Some("1"),
-        retries: u32::try_from(num(&f[21], "retries")?).unwrap_or(u32::MAX),
-        last_error: json::<TaskError>(&f[22], "last_error")?.map(Box::new),
+        handed_off: f[15].as_deref() == Some("1"),
+        seq: num(&f[16], "seq")?,
+        receipt: f[18].clone(),
+        input_request: json::<serde_json::Value>(&f[19], "input_request")?,
+        turns: json::<Vec<serde_json::Value>>(&f[20], "turns")?.unwrap_or_default(),
+        settlement_held: f[21].as_deref() == Some("1"),
+        retries: u32::try_from(num(&f[22], "retries")?).unwrap_or(u32::MAX),
+        last_error: json::<TaskError>(&f[23], "last_error")?.map(Box::new),
     }))
 }
 
-/// A task's lease as its record holds it ([`fields::LEASE`]).
+/// A task's lease deadlines as its record holds them ([`fields::LEASE`]).
 #[derive(Debug, PartialEq, Eq)]
-pub struct HeldLease {
+pub struct LeaseDeadlines {
     pub expires_at_ms: u64,
     /// The deadline of the run, once the claim is active.
     pub run_deadline_ms: Option<u64>,
-    pub holder: String,
 }
 
-/// Reads [`fields::LEASE`]: `<lease deadline>:<run deadline>:<run limit>:<holder id>`, the
-/// run's two empty while the claim is prepared (`lua/includes/lease_field.lua` writes it).
-pub fn lease(text: &str) -> Result<HeldLease, StoreError> {
-    let mut parts = text.splitn(4, ':');
-    let (Some(expires), Some(run_deadline), Some(_run_ms), Some(holder)) =
+/// Reads [`fields::LEASE`]: `<lease deadline>:<run deadline>:<run limit>`, the run's two empty
+/// while the claim is prepared (`lua/includes/lease_field.lua` writes it).
+pub fn lease(text: &str) -> Result<LeaseDeadlines, StoreError> {
+    let mut parts = text.split(':');
+    let (Some(expires), Some(run_deadline), Some(run_ms), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
     else {
         return Err(corrupt("malformed lease field"));
@@ -181,13 +182,15 @@ pub fn lease(text: &str) -> Result<HeldLease, StoreError> {
         text.parse::<u64>()
             .map_err(|_| corrupt(format!("lease field: {name} is not a number")))
     };
-    Ok(HeldLease {
+    if !run_ms.is_empty() {
+        number(run_ms, "run limit")?;
+    }
+    Ok(LeaseDeadlines {
         expires_at_ms: number(expires, "deadline")?,
         run_deadline_ms: match run_deadline {
             "" => None,
             text => Some(number(text, "run deadline")?),
         },
-        holder: holder.to_owned(),
     })
 }
 
@@ -256,28 +259,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_lease_field_reads_back_with_any_holder_id() {
+    fn a_lease_field_reads_back_prepared_or_active() {
         assert_eq!(
-            lease("1700000000123:1700000900123:900000:worker:7:a|b").ok(),
-            Some(HeldLease {
+            lease("1700000000123:1700000900123:900000").ok(),
+            Some(LeaseDeadlines {
                 expires_at_ms: 1_700_000_000_123,
                 run_deadline_ms: Some(1_700_000_900_123),
-                holder: "worker:7:a|b".to_owned(),
             })
         );
         assert_eq!(
-            lease("42:::h").ok(),
-            Some(HeldLease {
+            lease("42::").ok(),
+            Some(LeaseDeadlines {
                 expires_at_ms: 42,
                 run_deadline_ms: None,
-                holder: "h".to_owned(),
             })
         );
     }
 
     #[test]
     fn a_malformed_lease_field_is_corrupt_not_a_panic() {
-        for text in ["", "42", "42:1:2", "x:::h", "42:y::h", "-1:::h"] {
+        for text in [
+            "", "42", "42:1", "42:1:2:h", "x::", "42:y:", "42::z", "-1::",
+        ] {
             assert!(
                 matches!(lease(text), Err(StoreError::Corrupt(_))),
                 "{text:?}"
