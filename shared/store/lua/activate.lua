@@ -18,16 +18,16 @@ for i = 2, #KEYS do
   local task = KEYS[i]
   local b = (i - 2) * 5
   local id, holder, epoch = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
-  local f = redis.call('HMGET', task, 'st', 'lo', 'ec', 'ls', 'ph', 'at', 'sh')
-  local lease_expires = lease_unpack(f[4])
-  if f[1] == 'running' and f[2] == holder and f[3] == epoch and lease_expires
-      and lease_expires > now and f[5] == 'prepared' and f[7] ~= '1' then
-    local attempt = tonumber(f[6] or '0') + 1
+  local f = redis.call('HMGET', task, 'st', 'lo', 'ls', 'ph', 'at', 'sh')
+  local lease_expires, _, _, held_epoch = lease_unpack(f[3])
+  if f[1] == 'running' and f[2] == holder and held_epoch == epoch and lease_expires
+      and lease_expires > now and f[4] == 'prepared' and f[6] ~= '1' then
+    local attempt = tonumber(f[5] or '0') + 1
     local expires = now + tonumber(ARGV[b + 4])
     local deadline = now + tonumber(ARGV[b + 5])
     local expires_s = num_str(expires)
     redis.call('HSET', task, 'ph', 'active', 'at', num_str(attempt),
-      'ls', lease_pack(expires_s, num_str(deadline), ARGV[b + 5]))
+      'ls', lease_pack(expires_s, num_str(deadline), ARGV[b + 5], epoch))
     redis.call('ZADD', leases, expires_s, id)
     out[#out + 1] = {attempt, expires, deadline}
   else

@@ -24,8 +24,9 @@ if redis.call('HGET', task, 'ph') ~= 'active' then return false end
 local seq = redis.call('HINCRBY', task, 'sq', 1)
 local deadline = now + tonumber(ARGV[8])
 local deadline_s = num_str(deadline)
-redis.call('HSET', task, 'ph', 'waiting', 'iq', ARGV[4], 'up', num_str(now), 'ax', deadline_s)
-redis.call('HDEL', task, 'lo', 'ls')
+redis.call('HSET', task, 'ph', 'waiting', 'iq', ARGV[4], 'up', num_str(now), 'ax', deadline_s,
+  'ls', lease_dropped(ARGV[3]))
+redis.call('HDEL', task, 'lo')
 redis.call('ZREM', leases, ARGV[1])
 redis.call('ZADD', admissions, deadline_s, ARGV[1])
 return log_event(events, ARGV[6], seq, 'inputRequired', ARGV[5], ARGV[7],

@@ -19,12 +19,12 @@ local task, leases, admissions, queue = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id, claimer = ARGV[1], ARGV[2]
 
 local f = redis.call('HMGET', task, 'st', 'ph', 'ls', 'ax',
-  'ow', 'iv', 'at', 'ma', 'en', 'cr', 'ec', 'sh')
+  'ow', 'iv', 'at', 'ma', 'en', 'cr', 'sh')
 if not f[1] then return {0, 'MISSING'} end
 if f[1] ~= 'running' then return {0, 'NOT_RUNNING'} end
-if f[12] == '1' then return {0, 'LEASED'} end
+if f[11] == '1' then return {0, 'LEASED'} end
 local now = now_ms()
-local lease_expires = lease_unpack(f[3])
+local lease_expires, _, _, held_epoch = lease_unpack(f[3])
 if lease_expires and lease_expires > now then return {0, 'LEASED'} end
 if f[2] == 'active' then return {0, 'LEASED'} end
 -- A waiting task runs again only when its owner resumes it.
@@ -33,11 +33,11 @@ if f[2] == 'waiting' then return {0, 'NOT_RUNNING'} end
 if f[2] == 'backoff' then return {0, 'LEASED'} end
 if f[2] == 'reserved' and f[4] and tonumber(f[4]) <= now then return {0, 'EXPIRED'} end
 
-local epoch = tonumber(f[11] or '0') + 1
+local epoch = tonumber(held_epoch or '0') + 1
 local expires = now + tonumber(ARGV[3])
 local expires_s = num_str(expires)
-redis.call('HSET', task, 'ph', 'prepared', 'ec', num_str(epoch), 'lo', claimer,
-  'ls', lease_pack(expires_s, '', ''))
+redis.call('HSET', task, 'ph', 'prepared', 'lo', claimer,
+  'ls', lease_pack(expires_s, '', '', num_str(epoch)))
 if f[4] then
   redis.call('HDEL', task, 'ax')
   redis.call('ZREM', admissions, id)

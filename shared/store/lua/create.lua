@@ -163,7 +163,7 @@ for i = 0, (#KEYS - 7) / 6 - 1 do
     -- One HSET: the record, its optional fields and seq 1 (the event below).
     local set = {'st', 'running', 'ph', phase, 'ho', handed_off, 'ow', owner,
       'cr', now_s, 'up', now_s, 'iv', invocation, 'en', entrypoint,
-      'ec', '0', 'at', '0', 'ma', ARGV[ab + 7], 'sq', '1'}
+      'ls', ':::0', 'at', '0', 'ma', ARGV[ab + 7], 'sq', '1'}
     if context ~= '' then
       set[#set + 1] = 'cx'
       set[#set + 1] = context

@@ -20,13 +20,13 @@ local task, leases, queue, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 if redis.call('EXISTS', task) == 0 then return 0 end
 redis.call('HSET', task, 'rc', ARGV[4])
 local now = now_ms()
-local f = redis.call('HMGET', task, 'st', 'ph', 'lo', 'ec', 'ls', 'sh', 'ho')
-local lease_expires = lease_unpack(f[5])
+local f = redis.call('HMGET', task, 'st', 'ph', 'lo', 'ls', 'sh', 'ho')
+local lease_expires, _, _, held_epoch = lease_unpack(f[4])
 local current = f[1] == 'running' and f[2] == 'prepared' and f[3] == ARGV[2]
-  and f[4] == ARGV[3]
-if current and (f[6] == '1' or (lease_expires and lease_expires > now)) then
+  and held_epoch == ARGV[3]
+if current and (f[5] == '1' or (lease_expires and lease_expires > now)) then
   enqueue(task, queue, wake, leases, ARGV[1], now)
   return 2
 end
-if f[1] == 'running' and f[7] == '1' then return 2 end
+if f[1] == 'running' and f[6] == '1' then return 2 end
 return 1

@@ -26,16 +26,16 @@ for i = 2, #KEYS do
   local base = 3 + (i - 2) * 3
   local id, holder, epoch = ARGV[base], ARGV[base + 1], ARGV[base + 2]
   -- lease_is_live (includes/lease_is_live.lua), with the phase and hold in the same read.
-  local f = redis.call('HMGET', task, 'st', 'lo', 'ec', 'ls', 'ph', 'sh')
-  local lease_expires = lease_unpack(f[4])
-  local ok = f[1] == 'running' and f[2] == holder and f[3] == epoch
+  local f = redis.call('HMGET', task, 'st', 'lo', 'ls', 'ph', 'sh')
+  local lease_expires, _, _, held_epoch = lease_unpack(f[3])
+  local ok = f[1] == 'running' and f[2] == holder and held_epoch == epoch
     and lease_expires and lease_expires > now
   if ok and only_prepared then
-    ok = f[5] == 'prepared'
+    ok = f[4] == 'prepared'
   end
   if ok then
-    redis.call('HSET', task, 'ls', lease_renewed(f[4], expires_s))
-    if f[6] ~= '1' then
+    redis.call('HSET', task, 'ls', lease_renewed(f[3], expires_s))
+    if f[5] ~= '1' then
       indexed[#indexed + 1] = expires_s
       indexed[#indexed + 1] = id
     end

@@ -22,8 +22,9 @@ if redis.call('HGET', task, 'ph') ~= 'active' then return false end
 local due = now + tonumber(ARGV[5])
 redis.call('HINCRBY', task, 'ry', 1)
 local due_s = num_str(due)
-redis.call('HSET', task, 'ph', 'backoff', 'le', ARGV[4], 'up', num_str(now), 'ax', due_s)
-redis.call('HDEL', task, 'lo', 'ls')
+redis.call('HSET', task, 'ph', 'backoff', 'le', ARGV[4], 'up', num_str(now), 'ax', due_s,
+  'ls', lease_dropped(ARGV[3]))
+redis.call('HDEL', task, 'lo')
 redis.call('ZREM', leases, ARGV[1])
 redis.call('ZADD', admissions, due_s, ARGV[1])
 return due

@@ -86,27 +86,30 @@ async fn num_str_keeps_a_fraction_as_redis_would() -> TestResult {
 /// `lease_field.lua`, as `build.rs` pastes it.
 const LEASE_FIELD: &str = include_str!("../../../shared/store/lua/includes/lease_field.lua");
 
-/// The lease field round-trips through `lease_pack`, `lease_unpack` and `lease_renewed` on a
-/// real Redis, prepared (no run yet) and active; an absent or unreadable field is no lease.
-/// (The store's Rust reader of the same text, `replies::lease`, has its unit tests beside it.)
+/// The lease field round-trips through `lease_pack`, `lease_unpack`, `lease_renewed` and
+/// `lease_dropped` on a real Redis, active, prepared (no run yet) and without a lease, the
+/// epoch kept throughout; an absent or unreadable field is no lease. (The store's Rust reader
+/// of the same text, `replies::lease`, has its unit tests beside it.)
 #[tokio::test]
-async fn the_lease_field_round_trips_prepared_and_active() -> TestResult {
+async fn the_lease_field_round_trips_and_keeps_its_epoch() -> TestResult {
     let server = RedisServer::start()?;
     let mut connection = server.client().await?;
     let body = format!(
         "{LEASE_FIELD}\n\
          local out = {{}}\n\
          for _, run in ipairs({{{{'1765000900000', '900000'}}, {{'', ''}}}}) do\n\
-           redis.call('HSET', KEYS[1], 'ls', lease_pack('1765000000000', run[1], run[2]))\n\
+           redis.call('HSET', KEYS[1], 'ls', lease_pack('1765000000000', run[1], run[2], '12'))\n\
            local stored = redis.call('HGET', KEYS[1], 'ls')\n\
-           local expires, run_deadline, run_ms = lease_unpack(stored)\n\
+           local expires, run_deadline, run_ms, epoch = lease_unpack(stored)\n\
            out[#out + 1] = stored\n\
-           out[#out + 1] = tostring(expires)\n\
-           out[#out + 1] = run_deadline .. '/' .. run_ms\n\
-           local later, same_deadline, same_ms = lease_unpack(lease_renewed(stored, '1765000030000'))\n\
-           out[#out + 1] = tostring(later) .. '|' .. same_deadline .. '/' .. same_ms\n\
+           out[#out + 1] = tostring(expires) .. '|' .. run_deadline .. '/' .. run_ms .. '|' .. epoch\n\
+           local later, same_deadline, same_ms, same_epoch =\n\
+             lease_unpack(lease_renewed(stored, '1765000030000'))\n\
+           out[#out + 1] = tostring(later) .. '|' .. same_deadline .. '/' .. same_ms .. '|' .. same_epoch\n\
+           local none, no_deadline, no_ms, kept = lease_unpack(lease_dropped(epoch))\n\
+           out[#out + 1] = tostring(none) .. '|' .. no_deadline .. '/' .. no_ms .. '|' .. kept\n\
          end\n\
-         for _, bad in ipairs({{'soon::', '1:2', '1:2:3:4', '1:x:'}}) do\n\
+         for _, bad in ipairs({{'soon:::1', '1:2:3', '1:2:3:', '1:x::1', '1:::e'}}) do\n\
            out[#out + 1] = tostring(lease_unpack(bad))\n\
          end\n\
          out[#out + 1] = tostring(lease_unpack(false))\n\
@@ -119,14 +122,15 @@ async fn the_lease_field_round_trips_prepared_and_active() -> TestResult {
         .query_async(&mut connection)
         .await?;
     let expected = [
-        "1765000000000:1765000900000:900000",
-        "1765000000000",
-        "1765000900000/900000",
-        "1765000030000|1765000900000/900000",
-        "1765000000000::",
-        "1765000000000",
-        "/",
-        "1765000030000|/",
+        "1765000000000:1765000900000:900000:12",
+        "1765000000000|1765000900000/900000|12",
+        "1765000030000|1765000900000/900000|12",
+        "nil|/|12",
+        "1765000000000:::12",
+        "1765000000000|/|12",
+        "1765000030000|/|12",
+        "nil|/|12",
+        "nil",
         "nil",
         "nil",
         "nil",

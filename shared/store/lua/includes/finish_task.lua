@@ -138,11 +138,11 @@ local function finish_task(k, id, phase, retention_ms, now, known, acc)
     -- dropped the admission, hold and input-request fields), and the caller read whether it
     -- has a retention and a notify channel: naming a field the record lacks costs a scan of
     -- the whole record (docs/performance.md, "What a command costs inside a script").
-    dropped = {'ph', 'lo', 'ls', 'ec', 'ho', 'en'}
+    dropped = {'ph', 'lo', 'ls', 'ho', 'en'}
     if known.retention then dropped[#dropped + 1] = 'rt' end
     if known.notify then dropped[#dropped + 1] = 'nc' end
   else
-    dropped = {'ph', 'lo', 'ls', 'ax', 'ec', 'ho', 'sh', 'en', 'iq', 'rt', 'nc'}
+    dropped = {'ph', 'lo', 'ls', 'ax', 'ho', 'sh', 'en', 'iq', 'rt', 'nc'}
   end
   local has_push = redis.call('EXISTS', k.push.configs) == 1
   if not has_push then dropped[#dropped + 1] = 'pa' end

@@ -43,9 +43,9 @@ local function take_queued(leases, queues, claimer, ttl, max, run_ms, now)
   local run_deadline, lease
   if run_ms then
     run_deadline = now + run_ms
-    lease = lease_pack(expires_s, num_str(run_deadline), num_str(run_ms))
+    lease = lease_pack(expires_s, num_str(run_deadline), num_str(run_ms), '')
   else
-    lease = lease_pack(expires_s, '', '')
+    lease = lease_pack(expires_s, '', '', '')
   end
   while claimed < max do
     -- Up to the number still wanted, from the first queue in `pop`'s order that holds any; an
@@ -62,16 +62,16 @@ local function take_queued(leases, queues, claimer, ttl, max, run_ms, now)
     end
     for _, id in ipairs(popped) do
       local task = prefix .. id
-      local f = redis.call('HMGET', task, 'st', 'ph', 'ow', 'iv', 'at', 'ma', 'en', 'cr', 'ec')
+      local f = redis.call('HMGET', task, 'st', 'ph', 'ow', 'iv', 'at', 'ma', 'en', 'cr', 'ls')
       if f[1] == 'running' and f[2] == 'queued' then
-        local epoch = tonumber(f[9] or '0') + 1
+        local _, _, _, held_epoch = lease_unpack(f[9])
+        local epoch = tonumber(held_epoch or '0') + 1
         local before = tonumber(f[5] or '0')
         if run_ms then
-          redis.call('HSET', task, 'ph', 'active', 'ec', num_str(epoch), 'lo', claimer,
-            'ls', lease, 'at', num_str(before + 1))
+          redis.call('HSET', task, 'ph', 'active', 'lo', claimer,
+            'ls', lease .. num_str(epoch), 'at', num_str(before + 1))
         else
-          redis.call('HSET', task, 'ph', 'prepared', 'ec', num_str(epoch), 'lo', claimer,
-            'ls', lease)
+          redis.call('HSET', task, 'ph', 'prepared', 'lo', claimer, 'ls', lease .. num_str(epoch))
         end
         deadlines[#deadlines + 1] = expires_s
         deadlines[#deadlines + 1] = id

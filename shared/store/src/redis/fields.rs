@@ -24,8 +24,6 @@ pub const UPDATED: &str = "up";
 pub const INVOCATION: &str = "iv";
 /// The entrypoint, until the task is terminal (then the invocation names it).
 pub const ENTRYPOINT: &str = "en";
-/// The fence epoch, bumped by every claim; until the task is terminal.
-pub const EPOCH: &str = "ec";
 /// Activations so far.
 pub const ATTEMPT: &str = "at";
 /// Runs allowed before an abandoned task fails (retries a handler asked for not counted).
@@ -42,11 +40,12 @@ pub const SEQ: &str = "sq";
 pub const ADMISSION_EXPIRES: &str = "ax";
 /// The lease holder's id.
 pub const LEASE_OWNER: &str = "lo";
-/// The lease's deadlines, while the task holds one: `<lease deadline>:<run deadline>:<run
-/// limit>`, ms, the run's two empty while the claim is only `prepared`
-/// (`lua/includes/lease_field.lua`; [`super::replies::lease`] reads it). One field, not three
-/// as in layout 2 (`lx`, `rd`, `rm`): each field name a script names on a listpack record
-/// costs a scan of it.
+/// The fence epoch and the lease's deadlines: `<lease deadline>:<run deadline>:<run
+/// limit>:<epoch>`, ms, the run's two empty while the claim is only `prepared` and all three
+/// while the task holds no lease; the epoch starts at 0 and every claim raises it. Until the
+/// task is terminal (`lua/includes/lease_field.lua`; [`super::replies::lease`] reads it). One
+/// field, not four as in layout 2 (`lx`, `rd`, `rm`, `ec`): each field name a script names on a
+/// listpack record costs a scan of it.
 pub const LEASE: &str = "ls";
 /// The result (JSON) of a completed task.
 pub const RESULT: &str = "rs";

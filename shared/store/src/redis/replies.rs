@@ -10,7 +10,7 @@ use protocol::{Task, TaskError, TaskResult, TaskStatus, Timestamp};
 use super::fields;
 
 /// Fields read for a full [`StoredTask`], in this order.
-pub const TASK_FIELDS: [&str; 24] = [
+pub const TASK_FIELDS: [&str; 23] = [
     fields::STATUS,
     fields::PHASE,
     fields::OWNER,
@@ -22,7 +22,6 @@ pub const TASK_FIELDS: [&str; 24] = [
     fields::INVOCATION,
     fields::ADMISSION_EXPIRES,
     fields::LEASE_OWNER,
-    fields::EPOCH,
     fields::LEASE,
     fields::ATTEMPT,
     fields::MAX_ATTEMPTS,
@@ -123,22 +122,22 @@ pub fn stored_task(id: &str, f: &[Option<String>]) -> Result<Option<StoredTask>,
     };
     let invocation: Invocation =
         json(&f[8], "invocation")?.ok_or_else(|| corrupt("missing invocation"))?;
-    let entrypoint = f[17]
+    let entrypoint = f[16]
         .clone()
         .unwrap_or_else(|| invocation.entrypoint.clone());
-    let deadlines = f[12].as_deref().map(lease).transpose()?;
-    let run_deadline_ms = deadlines.as_ref().and_then(|held| held.run_deadline_ms);
+    let field = f[11].as_deref().map(lease).transpose()?;
+    let run_deadline_ms = field.as_ref().and_then(|field| field.run_deadline_ms);
     // The scripts write and drop the holder and the deadlines together.
-    let lease = match &f[10] {
-        Some(holder) => Some(Lease {
+    let lease = match (&f[10], field) {
+        (Some(holder), Some(field)) => Some(Lease {
             task_id: id.to_owned(),
             task_owner: owner.clone(),
             entrypoint,
             holder: holder.clone(),
-            epoch: num(&f[11], "epoch")?,
-            expires_at_ms: deadlines.map_or(0, |deadlines| deadlines.expires_at_ms),
+            epoch: field.epoch,
+            expires_at_ms: field.expires_at_ms.unwrap_or(0),
         }),
-        None => None,
+        _ => None,
     };
     Ok(Some(StoredTask {
         task,
@@ -147,50 +146,57 @@ pub fn stored_task(id: &str, f: &[Option<String>]) -> Result<Option<StoredTask>,
         invocation,
         admission_expires_at_ms: opt_num(&f[9], "admission_expires")?,
         lease,
-        attempt: u32::try_from(num(&f[13], "attempt")?).unwrap_or(u32::MAX),
-        max_attempts: u32::try_from(num(&f[14], "max_attempts")?).unwrap_or(u32::MAX),
+        attempt: u32::try_from(num(&f[12], "attempt")?).unwrap_or(u32::MAX),
+        max_attempts: u32::try_from(num(&f[13], "max_attempts")?).unwrap_or(u32::MAX),
         run_deadline_ms,
-        handed_off: f[15].as_deref() == Some("1"),
-        seq: num(&f[16], "seq")?,
-        receipt: f[18].clone(),
-        input_request: json::<serde_json::Value>(&f[19], "input_request")?,
-        turns: json::<Vec<serde_json::Value>>(&f[20], "turns")?.unwrap_or_default(),
-        settlement_held: f[21].as_deref() == Some("1"),
-        retries: u32::try_from(num(&f[22], "retries")?).unwrap_or(u32::MAX),
-        last_error: json::<TaskError>(&f[23], "last_error")?.map(Box::new),
+        handed_off: f[14].as_deref() == Some("1"),
+        seq: num(&f[15], "seq")?,
+        receipt: f[17].clone(),
+        input_request: json::<serde_json::Value>(&f[18], "input_request")?,
+        turns: json::<Vec<serde_json::Value>>(&f[19], "turns")?.unwrap_or_default(),
+        settlement_held: f[20].as_deref() == Some("1"),
+        retries: u32::try_from(num(&f[21], "retries")?).unwrap_or(u32::MAX),
+        last_error: json::<TaskError>(&f[22], "last_error")?.map(Box::new),
     }))
 }
 
-/// A task's lease deadlines as its record holds them ([`fields::LEASE`]).
+/// A task's epoch and lease deadlines as its record holds them ([`fields::LEASE`]).
 #[derive(Debug, PartialEq, Eq)]
-pub struct LeaseDeadlines {
-    pub expires_at_ms: u64,
+pub struct LeaseField {
+    /// The lease's deadline, while the task holds one.
+    pub expires_at_ms: Option<u64>,
     /// The deadline of the run, once the claim is active.
     pub run_deadline_ms: Option<u64>,
+    pub epoch: u64,
 }
 
-/// Reads [`fields::LEASE`]: `<lease deadline>:<run deadline>:<run limit>`, the run's two empty
-/// while the claim is prepared (`lua/includes/lease_field.lua` writes it).
-pub fn lease(text: &str) -> Result<LeaseDeadlines, StoreError> {
+/// Reads [`fields::LEASE`]: `<lease deadline>:<run deadline>:<run limit>:<epoch>`, the run's
+/// two empty while the claim is prepared and all three without a lease
+/// (`lua/includes/lease_field.lua` writes it).
+pub fn lease(text: &str) -> Result<LeaseField, StoreError> {
     let mut parts = text.split(':');
-    let (Some(expires), Some(run_deadline), Some(run_ms), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
+    let (Some(expires), Some(run_deadline), Some(run_ms), Some(epoch), None) = (
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+    ) else {
         return Err(corrupt("malformed lease field"));
     };
     let number = |text: &str, name: &str| {
         text.parse::<u64>()
             .map_err(|_| corrupt(format!("lease field: {name} is not a number")))
     };
-    if !run_ms.is_empty() {
-        number(run_ms, "run limit")?;
-    }
-    Ok(LeaseDeadlines {
-        expires_at_ms: number(expires, "deadline")?,
-        run_deadline_ms: match run_deadline {
-            "" => None,
-            text => Some(number(text, "run deadline")?),
-        },
+    let optional = |text: &str, name: &str| match text {
+        "" => Ok(None),
+        text => number(text, name).map(Some),
+    };
+    optional(run_ms, "run limit")?;
+    Ok(LeaseField {
+        expires_at_ms: optional(expires, "deadline")?,
+        run_deadline_ms: optional(run_deadline, "run deadline")?,
+        epoch: number(epoch, "epoch")?,
     })
 }
 
@@ -259,19 +265,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_lease_field_reads_back_prepared_or_active() {
+    fn a_lease_field_reads_back_active_prepared_or_without_a_lease() {
         assert_eq!(
-            lease("1700000000123:1700000900123:900000").ok(),
-            Some(LeaseDeadlines {
-                expires_at_ms: 1_700_000_000_123,
+            lease("1700000000123:1700000900123:900000:7").ok(),
+            Some(LeaseField {
+                expires_at_ms: Some(1_700_000_000_123),
                 run_deadline_ms: Some(1_700_000_900_123),
+                epoch: 7,
             })
         );
         assert_eq!(
-            lease("42::").ok(),
-            Some(LeaseDeadlines {
-                expires_at_ms: 42,
+            lease("42:::1").ok(),
+            Some(LeaseField {
+                expires_at_ms: Some(42),
                 run_deadline_ms: None,
+                epoch: 1,
+            })
+        );
+        assert_eq!(
+            lease(":::0").ok(),
+            Some(LeaseField {
+                expires_at_ms: None,
+                run_deadline_ms: None,
+                epoch: 0,
             })
         );
     }
@@ -279,7 +295,16 @@ mod tests {
     #[test]
     fn a_malformed_lease_field_is_corrupt_not_a_panic() {
         for text in [
-            "", "42", "42:1", "42:1:2:h", "x::", "42:y:", "42::z", "-1::",
+            "",
+            "42",
+            "42:1:2",
+            "42:1:2:",
+            "42:1:2:3:4",
+            "x:::1",
+            "42:y::1",
+            "42::z:1",
+            "-1:::1",
+            "42:::h",
         ] {
             assert!(
                 matches!(lease(text), Err(StoreError::Corrupt(_))),
