@@ -7,7 +7,7 @@
 -- so that a claim's epoch is never given twice). The holder keeps its own field, `lo`.
 -- Why one field and not four (as layout 2 had them: `lx`, `rd`, `rm`, `ec`): a small record is
 -- one listpack, and each field name a script reads, writes or deletes costs a scan of it; a
--- drained task named these 10 times (the take's read and write, the fenced finish's read and
+-- drained task named these 11 times (the take's read and write, the fenced finish's read and
 -- its delete), now 4 (docs/performance.md, "The lease in one field"). Why the holder is not in
 -- it too: a value over hash-max-listpack-value (64 bytes) turns the whole record into a hash
 -- table for good, several times its memory once retained; the four numbers take at most about
