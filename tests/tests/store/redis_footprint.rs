@@ -239,8 +239,13 @@ fn new_task(id: &str, admission: Admission) -> NewTask {
 
 /// Takes and activates the one queued `echo` task.
 async fn take_one(store: &RedisStore) -> TestResult<store::Activation> {
+    take_as(store, "w1").await
+}
+
+/// Takes and activates the one queued `echo` task as worker `holder`.
+async fn take_as(store: &RedisStore, holder: &str) -> TestResult<store::Activation> {
     let claims = store
-        .take_next(&["echo".into()], "w1", LEASE, 1, Duration::from_secs(5))
+        .take_next(&["echo".into()], holder, LEASE, 1, Duration::from_secs(5))
         .await?;
     let claim = claims.first().ok_or("nothing to take")?;
     let activation = store
@@ -363,12 +368,7 @@ async fn the_lease_index_is_a_skiplist_and_its_pin_is_no_lease() -> TestResult {
 
     store.create(new_task("one", Admission::Queued)).await?;
     let run = take_one(&store).await?;
-    let encoding: String = redis::cmd("OBJECT")
-        .arg("ENCODING")
-        .arg(keys.leases())
-        .query_async(&mut conn)
-        .await?;
-    assert_eq!(encoding, "skiplist");
+    assert_eq!(encoding(&mut conn, &keys.leases()).await?, "skiplist");
     assert_eq!(store.lease_count().await?, 1);
 
     complete(&store, "one", &run.lease).await?;
@@ -397,14 +397,7 @@ async fn a_record_stays_a_listpack_under_a_long_holder_id() -> TestResult {
     let record = keys.task("long");
 
     store.create(new_task("long", Admission::Queued)).await?;
-    let claims = store
-        .take_next(&["echo".into()], holder, LEASE, 1, Duration::from_secs(5))
-        .await?;
-    let claim = claims.first().ok_or("nothing to take")?;
-    let run = store
-        .activate_execution(&claim.lease, LEASE, Duration::from_secs(60))
-        .await?
-        .ok_or("activation refused")?;
+    let run = take_as(&store, holder).await?;
     assert_eq!(encoding(&mut conn, &record).await?, "listpack");
     let stored = store.get("long").await?.ok_or("no task")?;
     let lease = stored.lease.ok_or("no lease read back")?;
