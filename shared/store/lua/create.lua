@@ -68,6 +68,29 @@ local out = {}
 
 prune_expired(retained, prefix, now, 16)
 
+-- The shard's retained count and bytes are read once per call, not once per task: only an
+-- eviction changes them within the call (a script runs alone), and each eviction forgets them
+-- (evict_and_forget), so the next bound check reads them again. Evictions are rare (a store at
+-- its bounds), so a batch of creations pays one ZCARD and one GET.
+local terminal_count, terminal_bytes_known = nil, nil
+local function retained_count()
+  if not terminal_count then terminal_count = redis.call('ZCARD', terminal) end
+  return terminal_count
+end
+local function retained_bytes_now()
+  if not terminal_bytes_known then terminal_bytes_known = retained_bytes(retained) end
+  return terminal_bytes_known
+end
+local function evict_and_forget(member)
+  evict(retained, prefix, member)
+  terminal_count, terminal_bytes_known = nil, nil
+end
+
+-- Doorbell rings, per doorbell list in order of first use, rung once at the end of the call
+-- with one ring per queued task (ring_doorbell): a batch of creations for one entrypoint costs
+-- one LPUSH, and wakes as many blocked workers as tasks it queued.
+local rings, ring_order = {}, {}
+
 -- Evicts the owner's oldest terminal task (a missing record counts: it expired); false when
 -- every indexed task of the owner is live.
 local function evict_owner_oldest(owner_index, owner)
@@ -78,7 +101,7 @@ local function evict_owner_oldest(owner_index, owner)
     for _, id in ipairs(ids) do
       local status = redis.call('HGET', prefix .. ':task:' .. id, 'st')
       if status ~= 'running' then
-        evict(retained, prefix, owner .. ':' .. id)
+        evict_and_forget(owner .. ':' .. id)
         -- Not in `terminal` (never finished: an expired record of an older layout).
         redis.call('ZREM', owner_index, id)
         return true
@@ -138,20 +161,20 @@ for i = 0, (#KEYS - 7) / 6 - 1 do
     end
   end
   if not refused and max_retained > 0 then
-    while live_count + redis.call('ZCARD', terminal) >= max_retained do
+    while live_count + retained_count() >= max_retained do
       local oldest = redis.call('ZRANGE', terminal, 0, 0)
       if #oldest == 0 then
         refused = {0, 'CAPACITY', due_count()}
         break
       end
-      evict(retained, prefix, oldest[1])
+      evict_and_forget(oldest[1])
     end
   end
   if not refused and max_retained_bytes > 0 then
-    while retained_bytes(retained) > max_retained_bytes do
+    while retained_bytes_now() > max_retained_bytes do
       local oldest = redis.call('ZRANGE', terminal, 0, 0)
       if #oldest == 0 then break end
-      evict(retained, prefix, oldest[1])
+      evict_and_forget(oldest[1])
     end
   end
 
@@ -160,10 +183,12 @@ for i = 0, (#KEYS - 7) / 6 - 1 do
   else
     local phase, handed_off = 'queued', '1'
     if mode == 'reserved' then phase, handed_off = 'reserved', '0' end
-    -- One HSET: the record, its optional fields and seq 1 (the event below).
-    local set = {'st', 'running', 'ph', phase, 'ho', handed_off, 'ow', owner,
-      'cr', now_s, 'up', now_s, 'iv', invocation, 'en', entrypoint,
-      'ls', ':::0', 'at', '0', 'ma', ARGV[ab + 7], 'sq', '1'}
+    -- One HSET: the record, its optional fields and seq 1 (the event below). The fields every
+    -- take and finish names come first: a listpack record is scanned from its start for each
+    -- field a command names, and the invocation, the largest, is never read after the take.
+    local set = {'st', 'running', 'ph', phase, 'ls', ':::0', 'ow', owner, 'sq', '1',
+      'at', '0', 'up', now_s, 'cr', now_s, 'ma', ARGV[ab + 7], 'en', entrypoint,
+      'ho', handed_off, 'iv', invocation}
     if context ~= '' then
       set[#set + 1] = 'cx'
       set[#set + 1] = context
@@ -201,9 +226,14 @@ for i = 0, (#KEYS - 7) / 6 - 1 do
       redis.call('ZADD', admissions, num_str(expires), id)
     else
       redis.call('ZADD', queue, now_s, id)
-      ring_doorbell(wake)
+      if not rings[wake] then
+        rings[wake] = 0
+        ring_order[#ring_order + 1] = wake
+      end
+      rings[wake] = rings[wake] + 1
     end
     out[#out + 1] = {1, now}
   end
 end
+for _, wake in ipairs(ring_order) do ring_doorbell(wake, rings[wake]) end
 return out

@@ -82,9 +82,12 @@ local function finish_flush(acc)
       redis.call('DEL', key)
       -- The store's retention, never a task's shorter one, while older tasks of the owner
       -- may still be kept that long; an index of these tasks alone (a direct run's owner)
-      -- goes with them.
+      -- goes with them. (Only a shorter retention than the store's asks the index's size:
+      -- otherwise both give the same expiry.)
       local index_ttl = math.max(acc.retention_ms, o.ttl)
-      if redis.call('ZCARD', o.index) <= o.n then index_ttl = o.ttl end
+      if o.ttl < acc.retention_ms and redis.call('ZCARD', o.index) <= o.n then
+        index_ttl = o.ttl
+      end
       redis.call('PEXPIRE', o.index, num_str(index_ttl))
     end
   end
