@@ -8,16 +8,16 @@
 -- keeps the expiry it got when it was created (BLPOP deletes a list it empties), so most rings
 -- cost one command.
 local DOORBELL_CAP = 64
-local doorbell_rings = {}
 local function ring_doorbell(wake_key, rings)
   rings = math.min(rings or 1, DOORBELL_CAP)
-  local push = doorbell_rings[rings]
-  if not push then
-    push = {}
+  local length
+  if rings == 1 then
+    length = redis.call('LPUSH', wake_key, '1')
+  else
+    local push = {}
     for i = 1, rings do push[i] = '1' end
-    doorbell_rings[rings] = push
+    length = redis.call('LPUSH', wake_key, unpack(push))
   end
-  local length = redis.call('LPUSH', wake_key, unpack(push))
   if length == rings then
     redis.call('PEXPIRE', wake_key, '60000')
   elseif length > DOORBELL_CAP then
