@@ -1,5 +1,5 @@
 //! Store-level fixtures of the Redis suites: a queued task, ids placed in a given shard, a
-//! cluster store's settings and a running lease; and, for the suites that watch a task through
+//! store's settings without bounds, a cluster store's settings and a running lease; and, for the suites that watch a task through
 //! the store, the next event of a subscription.
 
 use std::time::Duration;
@@ -83,6 +83,18 @@ pub fn ids_in_shard(prefix: &str, shard: usize, shards: usize, count: usize) -> 
         .filter(|id| shard_index(id, shards) == shard)
         .take(count)
         .collect()
+}
+
+/// The settings of a store on the Redis server at `url` with room for 1,000 live tasks and
+/// every retained and per-owner bound off, so that a test turns on only the bound it checks.
+pub fn unbounded_store_config(url: String) -> RedisStoreConfig {
+    let mut config = RedisStoreConfig::new(url);
+    config.max_tasks = 1_000;
+    config.max_retained = 0;
+    config.max_retained_per_owner = 0;
+    config.max_live_per_owner = 0;
+    config.max_retained_bytes = 0;
+    config
 }
 
 /// The settings of a store on the Redis Cluster seeded by `urls`, split into `shards`, whose

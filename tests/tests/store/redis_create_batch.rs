@@ -6,20 +6,15 @@
 use futures::future::try_join_all;
 use harness::TestResult;
 use harness::redis_server::RedisServer;
-use harness::store_fixtures::queued_task;
+use harness::store_fixtures::{queued_task, unbounded_store_config};
 use protocol::TaskStatus;
 use protocol::token::AccessToken;
 use store::redis::Keys;
 use store::{CasOutcome, RedisStore, RedisStoreConfig, TaskStore, Transition};
 
 fn config(server: &RedisServer) -> RedisStoreConfig {
-    let mut config = RedisStoreConfig::new(server.url());
+    let mut config = unbounded_store_config(server.url());
     config.namespace = "cb".into();
-    config.max_tasks = 1_000;
-    config.max_retained = 0;
-    config.max_retained_per_owner = 0;
-    config.max_live_per_owner = 0;
-    config.max_retained_bytes = 0;
     config
 }
 

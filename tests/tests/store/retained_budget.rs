@@ -10,7 +10,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use harness::TestResult;
 use harness::redis_server::RedisServer;
-use harness::store_fixtures::{ids_in_shard, queued_task};
+use harness::store_fixtures::{ids_in_shard, queued_task, unbounded_store_config};
 use protocol::TaskStatus;
 use protocol::token::{AccessToken, OwnerHash};
 use store::{
@@ -24,13 +24,8 @@ fn owner() -> OwnerHash {
 }
 
 fn config(server: &RedisServer, shards: u16) -> RedisStoreConfig {
-    let mut config = RedisStoreConfig::new(server.url());
+    let mut config = unbounded_store_config(server.url());
     config.shards = shards;
-    config.max_tasks = 1_000;
-    config.max_retained = 0;
-    config.max_retained_per_owner = 0;
-    config.max_live_per_owner = 0;
-    config.max_retained_bytes = 0;
     config
 }
 
