@@ -82,6 +82,27 @@ pub struct RedisFlags {
         default_value = "detect"
     )]
     pub durability: DurabilitySetting,
+
+    /// How the task store calls its Lua scripts: `auto` loads them as one Redis Functions
+    /// library (`FUNCTION LOAD`, called by `FCALL`: cheaper per call) where the server allows
+    /// it (Redis 7 and an ACL with `FUNCTION`), else `EVALSHA`; `off` always uses `EVALSHA`.
+    #[arg(
+        long = "redis-functions",
+        value_name = "REDIS_FUNCTIONS",
+        env = "REDIS_FUNCTIONS",
+        default_value = "auto"
+    )]
+    pub functions: FunctionsSetting,
+}
+
+/// `--redis-functions`: whether the task store may load its scripts as a Redis Functions
+/// library.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FunctionsSetting {
+    /// Functions where the server allows them, else EVALSHA.
+    Auto,
+    /// Always EVALSHA.
+    Off,
 }
 
 impl RedisFlags {
@@ -109,6 +130,7 @@ impl RedisFlags {
         config.shards = self.shards;
         config.wait_replicas = self.wait_replicas;
         config.durability = self.durability;
+        config.functions = self.functions == FunctionsSetting::Auto;
         config
     }
 }

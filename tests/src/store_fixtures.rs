@@ -6,10 +6,12 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use protocol::token::OwnerHash;
+use protocol::{TaskResult, TaskStatus};
 use serde_json::{Value, json};
 use store::redis::shard_index;
 use store::{
     Admission, Invocation, Lease, NewTask, RedisStoreConfig, StoredEvent, Subscription, TaskStore,
+    Transition,
 };
 
 use crate::TestResult;
@@ -124,6 +126,30 @@ pub async fn start_running(
         .await?
         .ok_or("activation refused")?;
     Ok(started.lease)
+}
+
+/// Takes, starts and completes (with its input as its output) the oldest queued task of
+/// `echo`, as a worker would; returns its id.
+pub async fn run_one_echo(store: &impl TaskStore) -> crate::TestResult<String> {
+    const LEASE: Duration = Duration::from_secs(10);
+    let claims = store
+        .take_next(&["echo".into()], "w1", LEASE, 1, Duration::from_secs(5))
+        .await?;
+    let claim = claims.first().ok_or("nothing to take")?;
+    let activation = store
+        .activate_execution(&claim.lease, LEASE, Duration::from_secs(60))
+        .await?
+        .ok_or("activation refused")?;
+    let outcome = store
+        .compare_and_set(
+            &claim.lease.task_id,
+            &[TaskStatus::Running],
+            Transition::completed(TaskResult::output(claim.invocation.input.clone())),
+            Some(&activation.lease),
+        )
+        .await?;
+    outcome.applied().ok_or("completion refused")?;
+    Ok(claim.lease.task_id.clone())
 }
 
 /// Waits until task `id`'s run is active (its handler started), reading the store every

@@ -753,7 +753,9 @@ fn throughput_row(processes: usize, concurrency: usize, runs: Vec<ThroughputRun>
         worker_cpu_pct: s(&|r| r.worker_cpu_s / r.total_s * 100.0),
         server_cmds_per_task: s(&|r| r.per_task(r.server_cmds() as f64)),
         client_round_trips_per_task: s(&|r| r.per_task(r.client_round_trips() as f64)),
-        evalsha_per_task: s(&|r| r.per_task((r.command("evalsha") + r.command("eval")) as f64)),
+        evalsha_per_task: s(&|r| {
+            r.per_task((r.command("evalsha") + r.command("eval") + r.command("fcall")) as f64)
+        }),
         zrange_per_task: s(&|r| r.per_task(r.command("zrange") as f64)),
         blpop_per_task: s(&|r| r.per_task(r.command("blpop") as f64)),
         total_commands_processed_per_task: s(&|r| r.per_task(r.total_commands_processed as f64)),

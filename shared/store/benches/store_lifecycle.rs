@@ -81,6 +81,9 @@ const CLIENT_COMMANDS: &[&str] = &[
     "eval",
     "evalsha_ro",
     "eval_ro",
+    "fcall",
+    "fcall_ro",
+    "function|load",
     "zrange",
     "blpop",
     "script|load",
@@ -676,7 +679,7 @@ impl RunResult {
     /// EVALSHA calls that ran `take.lua`: all script calls minus creates, activates and
     /// terminal writes (each exactly one script call).
     fn take_script_calls(&self) -> u64 {
-        let scripts = self.command("evalsha") + self.command("eval");
+        let scripts = self.command("evalsha") + self.command("eval") + self.command("fcall");
         scripts.saturating_sub(self.calls.creates + self.calls.activates + self.calls.completes)
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! The cluster client resends a command whose connection dropped before its reply came. Here a
 //! real one-master cluster announces a proxy ([`CutProxy`]) as its address, so every store
-//! connection goes through it; the proxy lets one script call (an `EVALSHA` naming the test's
+//! connection goes through it; the proxy lets one script call (an `FCALL` naming the test's
 //! task or worker, after a warm-up has loaded the script) reach Redis, which runs it, and
 //! then cuts the connection instead of passing the reply on. The store's client resends the
 //! call on a new connection, and the store must answer as if the call had run once: a create
@@ -102,7 +102,7 @@ async fn a_resent_create_answers_created() -> TestResult {
     // Loads the script first: a reply cut is only a test of a call that ran, not of a NOSCRIPT.
     store.create(queued_task("warm", &owner, "echo")).await?;
 
-    proxy.cut_reply_to(&[b"EVALSHA", b"resent-create"]);
+    proxy.cut_reply_to(&[b"FCALL", b"resent-create"]);
     let task = store
         .create(queued_task("resent-create", &owner, "echo"))
         .await?;
@@ -128,7 +128,7 @@ async fn a_resent_take_holds_the_task_it_took() -> TestResult {
         .create(queued_task("taken-once", &owner, "echo"))
         .await?;
 
-    proxy.cut_reply_to(&[b"EVALSHA", b"resent-taker"]);
+    proxy.cut_reply_to(&[b"FCALL", b"resent-taker"]);
     let claims = store
         .take_next(
             &["echo".to_owned()],
@@ -181,7 +181,7 @@ async fn a_resent_cancel_answers_cancelled() -> TestResult {
         .await?;
     assert!(matches!(warm, CasOutcome::Applied(_)));
 
-    proxy.cut_reply_to(&[b"EVALSHA", b"cancelled-once"]);
+    proxy.cut_reply_to(&[b"FCALL", b"cancelled-once"]);
     let outcome = store
         .compare_and_set("cancelled-once", &[TaskStatus::Running], cancel(), None)
         .await?;

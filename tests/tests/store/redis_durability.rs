@@ -1,5 +1,5 @@
 //! RedisStore against a real redis-server going away: scripts flushed or forgotten by a
-//! restart are reloaded (NOSCRIPT), acknowledged tasks survive a crash with AOF
+//! restart are reloaded (NOSCRIPT; the library's functions: `redis_functions.rs`), acknowledged tasks survive a crash with AOF
 //! (`appendfsync always`), and subscribers miss nothing across a restart.
 
 use std::time::Duration;
@@ -7,16 +7,19 @@ use std::time::Duration;
 use futures::StreamExt;
 use harness::TestResult;
 use harness::redis_server::{RedisOptions, RedisServer};
-use harness::store_fixtures::queued_task;
+use harness::store_fixtures::{queued_task, run_one_echo};
+use protocol::TaskStatus;
 use protocol::token::AccessToken;
-use protocol::{TaskResult, TaskStatus};
-use store::{RedisStore, RedisStoreConfig, StoreError, TaskStore, Transition};
-
-const LEASE: Duration = Duration::from_secs(10);
-const RUN: Duration = Duration::from_secs(60);
+use store::{RedisStore, RedisStoreConfig, StoreError, TaskStore};
 
 async fn store(server: &RedisServer) -> Result<RedisStore, StoreError> {
+    store_calling(server, true).await
+}
+
+/// A store whose scripts are called as the library's functions (`functions`), or by EVALSHA.
+async fn store_calling(server: &RedisServer, functions: bool) -> Result<RedisStore, StoreError> {
     let mut config = RedisStoreConfig::new(server.url());
+    config.functions = functions;
     // Hundreds of tasks of one owner: the per-owner bounds are not what this suite checks.
     config.max_live_per_owner = 0;
     config.max_retained_per_owner = 0;
@@ -40,32 +43,11 @@ where
     Err(last.unwrap_or_else(|| StoreError::Unavailable("no attempt".into())))
 }
 
-/// Takes, activates and completes one task of `echo`; returns its id.
-async fn run_one(store: &RedisStore) -> TestResult<String> {
-    let claims = store
-        .take_next(&["echo".into()], "w1", LEASE, 1, Duration::from_secs(5))
-        .await?;
-    let claim = claims.first().ok_or("nothing to take")?;
-    let activation = store
-        .activate_execution(&claim.lease, LEASE, RUN)
-        .await?
-        .ok_or("activation refused")?;
-    let outcome = store
-        .compare_and_set(
-            &claim.lease.task_id,
-            &[TaskStatus::Running],
-            Transition::completed(TaskResult::output(claim.invocation.input.clone())),
-            Some(&activation.lease),
-        )
-        .await?;
-    outcome.applied().ok_or("completion refused")?;
-    Ok(claim.lease.task_id.clone())
-}
-
 #[tokio::test]
 async fn scripts_survive_script_flush() -> TestResult {
     let server = RedisServer::start()?;
-    let store = store(&server).await?;
+    // Called by EVALSHA, as on a server without functions: SCRIPT FLUSH answers NOSCRIPT.
+    let store = store_calling(&server, false).await?;
     let owner = AccessToken::generate().owner_hash();
     store.create(queued_task("a", &owner, "echo")).await?;
 
@@ -76,8 +58,8 @@ async fn scripts_survive_script_flush() -> TestResult {
         .await?;
 
     store.create(queued_task("b", &owner, "echo")).await?;
-    run_one(&store).await?;
-    run_one(&store).await?;
+    run_one_echo(&store).await?;
+    run_one_echo(&store).await?;
     assert_eq!(store.live_count().await?, 0);
     Ok(())
 }
@@ -101,9 +83,9 @@ async fn acknowledged_tasks_survive_a_redis_crash_with_aof() -> TestResult {
         let task = store.get(id).await?.ok_or("acknowledged task lost")?;
         assert_eq!(task.task.status, TaskStatus::Running);
     }
-    // The restarted server has no scripts: EVALSHA gets NOSCRIPT and the store reloads them.
+    // The restarted server has the library again from its AOF (FUNCTION LOAD is logged).
     for _ in 0..200 {
-        run_one(&store).await?;
+        run_one_echo(&store).await?;
     }
     assert_eq!(store.live_count().await?, 0);
     let page = store.list(&owner, &Default::default()).await?;
@@ -129,7 +111,7 @@ async fn a_subscriber_misses_nothing_across_a_redis_restart() -> TestResult {
     server.restart()?;
 
     until_reconnected(|| store.live_count()).await?;
-    let id = run_one(&store).await?;
+    let id = run_one_echo(&store).await?;
     assert_eq!(id, "watched");
     let event = tokio::time::timeout(Duration::from_secs(10), subscription.events.next())
         .await?

@@ -58,6 +58,10 @@ pub struct RedisStoreConfig {
     /// a Redis Cluster. `None`: one when the operator declares the cluster `durable` (so that a
     /// failover, which promotes a replica, keeps every acknowledged write), none otherwise.
     pub wait_replicas: Option<usize>,
+    /// Whether the store may load its task scripts as a Redis Functions library and call them
+    /// by `FCALL` (`functions.rs`); it still uses `EVALSHA` where the server cannot. `false`:
+    /// `EVALSHA` always.
+    pub functions: bool,
 }
 
 impl RedisStoreConfig {
@@ -80,6 +84,7 @@ impl RedisStoreConfig {
             timeout: Duration::from_secs(2),
             durability: DurabilitySetting::Detect,
             wait_replicas: None,
+            functions: true,
         }
     }
 }

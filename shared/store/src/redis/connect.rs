@@ -14,6 +14,7 @@ use tracing::Instrument;
 
 use super::batch::Batcher;
 use super::doorbell::Blocking;
+use super::functions::{self, Library};
 use super::pool::{self, Connections};
 use super::scripts::{self, PubSub, Scripts};
 use super::shards::{self, MAX_SHARDS, Shard};
@@ -156,7 +157,7 @@ impl Core {
         &self,
         script: &'static str,
         keys: &Keys,
-        invocation: &mut redis::ScriptInvocation<'_>,
+        invocation: &mut super::invocation::ScriptCall<'_>,
     ) -> Result<T, StoreError> {
         let replicated = (self.wait_replicas > 0).then(|| pool::Replicated {
             route_key: keys.tag(),
@@ -178,7 +179,7 @@ impl Core {
         &self,
         script: &'static str,
         keys: &Keys,
-        invocation: &mut redis::ScriptInvocation<'_>,
+        invocation: &mut super::invocation::ScriptCall<'_>,
     ) -> Result<T, StoreError> {
         self.connections
             .eval(invocation, keys.tag(), None)
@@ -199,7 +200,7 @@ pub(super) fn batched(
     shard: usize,
     lanes: usize,
     script: &'static str,
-    pick: fn(&Scripts) -> &redis::Script,
+    pick: fn(&Scripts) -> &super::invocation::StoreScript,
     shared_keys: Vec<String>,
     shared_args: Vec<String>,
 ) -> Batcher<ScriptItem, Value> {
@@ -296,11 +297,13 @@ impl RedisStore {
                     0
                 })
         };
+        // Boxed: connect's own future stays the size it was (callers hold it on their stack).
+        let library = Box::pin(load_library(&connections, pubsub, config.functions)).await?;
         let core = Arc::new(Core {
             wait_replicas,
             keys: keys.clone(),
             shards,
-            scripts: Scripts::load(pubsub),
+            scripts: Scripts::load(pubsub, library.as_ref()),
             finish_turns: AtomicUsize::new(0),
             take_turns: AtomicUsize::new(0),
             peer: Peer::from_url(&first_url),
@@ -397,7 +400,7 @@ impl RedisStore {
     pub(crate) async fn eval<T: redis::FromRedisValue>(
         &self,
         script: &'static str,
-        invocation: &mut redis::ScriptInvocation<'_>,
+        invocation: &mut super::invocation::ScriptCall<'_>,
     ) -> Result<T, StoreError> {
         let core = &self.inner.core;
         core.eval(script, &core.keys, invocation).await
@@ -414,12 +417,46 @@ impl RedisStore {
         &self,
         keys: &Keys,
         script: &'static str,
-        invocation: &mut redis::ScriptInvocation<'_>,
+        invocation: &mut super::invocation::ScriptCall<'_>,
     ) -> Result<T, StoreError> {
         self.inner
             .core
             .eval_unreplicated(script, keys, invocation)
             .await
+    }
+}
+
+/// The store's Redis Functions library, loaded (`functions.rs`); `None` where the store calls
+/// its scripts by `EVALSHA`: functions turned off, or a server that cannot run them. Also the
+/// first round trip: an unreachable Redis fails here.
+async fn load_library(
+    connections: &Connections,
+    pubsub: PubSub,
+    enabled: bool,
+) -> Result<Option<Arc<Library>>, StoreError> {
+    if !enabled {
+        tracing::info!("Redis Functions turned off: scripts run by EVALSHA");
+        return Ok(None);
+    }
+    let library = Library::build(&Scripts::bodies(), pubsub);
+    match connections
+        .query_answer::<String>(&library.load_command())
+        .await?
+    {
+        Ok(_) => {
+            tracing::debug!(library = library.name(), "Redis Functions library loaded");
+            Ok(Some(Arc::new(library)))
+        }
+        Err(err) if functions::unsupported(&err) => {
+            tracing::info!(
+                reason = %err,
+                "this Redis cannot load the store's functions: scripts run by EVALSHA"
+            );
+            Ok(None)
+        }
+        Err(err) => Err(StoreError::Unavailable(format!(
+            "the store's Redis Functions library was refused: {err}"
+        ))),
     }
 }
 

@@ -137,6 +137,27 @@ impl Connections {
         }
     }
 
+    /// [`Self::query`], with Redis's own error kept whole for a caller that tells refusals
+    /// apart; the outer error: no connection could be had.
+    pub async fn query_answer<T: redis::FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+    ) -> Result<redis::RedisResult<T>, StoreError> {
+        match self {
+            Connections::Single(pool) => {
+                let mut conn = get(pool).await?;
+                let result = cmd.query_async(&mut *conn).await;
+                if let Err(err) = &result {
+                    discard_if_broken(pool, conn, err);
+                }
+                Ok(result)
+            }
+            Connections::Cluster { connection, .. } => {
+                Ok(cmd.query_async(&mut connection.clone()).await)
+            }
+        }
+    }
+
     pub async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, StoreError> {
         match self {
             Connections::Single(pool) => {
@@ -156,7 +177,7 @@ impl Connections {
     /// the cluster client's resends of the call run it once.
     pub async fn eval<T: redis::FromRedisValue>(
         &self,
-        invocation: &mut redis::ScriptInvocation<'_>,
+        invocation: &mut super::invocation::ScriptCall<'_>,
         tag: &str,
         replicated: Option<Replicated<'_>>,
     ) -> Result<T, StoreError> {

@@ -27,6 +27,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use super::invocation::ScriptCall;
+
 /// How long the store waits for one script call on a cluster, resends included, before it
 /// reports the store unavailable: long enough to ride out a failover (a few seconds past
 /// `cluster-node-timeout`, 15 s by default).
@@ -68,6 +70,40 @@ return reply
     )
 }
 
+/// The guard as a Lua helper of the store's Redis Functions library (`functions.rs`):
+/// `guarded(body)` returns the function a library registers, which takes the guard's keys and
+/// argument off, as [`wrap`] does, then calls `body(KEYS, ARGV)`. `reset` runs first on every
+/// call: the library's per-call state (`num_str`'s cache), which a script's text makes anew on
+/// every call and a library's helpers would otherwise keep from one call to the next.
+pub fn library_guard(reset: &str) -> String {
+    format!(
+        "-- replay guard (shared/store/src/redis/replay.rs)
+local function guarded(body)
+  return function(KEYS, ARGV)
+    {reset}
+    local replay_key = table.remove(KEYS)
+    local forget = tonumber(table.remove(ARGV))
+    for _ = 1, forget do
+      redis.call('DEL', table.remove(KEYS))
+    end
+    if replay_key ~= '' then
+      local stored = redis.call('GET', replay_key)
+      if stored then
+        return cmsgpack.unpack(stored)[1]
+      end
+    end
+    local reply = body(KEYS, ARGV)
+    if replay_key ~= '' then
+      redis.call('SET', replay_key, cmsgpack.pack({{reply}}), 'PX', {ttl})
+    end
+    return reply
+  end
+end
+",
+        ttl = REPLAY_TTL.as_millis()
+    )
+}
+
 /// The reply key of one call on a cluster, to hand back to [`Replays::done`] once its reply is
 /// in.
 #[derive(Debug)]
@@ -78,7 +114,7 @@ pub struct ReplayKey {
 
 /// Ends `invocation` with the guard's keys and argument for a call on one server: no reply key,
 /// nothing to delete.
-pub fn attach_none(invocation: &mut redis::ScriptInvocation<'_>) {
+pub fn attach_none(invocation: &mut ScriptCall<'_>) {
     invocation.key("").arg(0);
 }
 
@@ -93,11 +129,7 @@ impl Replays {
     /// Ends `invocation` with the guard's keys and argument for a call in the slot of `tag`
     /// on a cluster. The returned key goes to [`Self::done`] when the call has its reply, or,
     /// with the keys the call was to delete, to [`Self::failed`] when it has not.
-    pub fn attach(
-        &self,
-        invocation: &mut redis::ScriptInvocation<'_>,
-        tag: &str,
-    ) -> (ReplayKey, Vec<String>) {
+    pub fn attach(&self, invocation: &mut ScriptCall<'_>, tag: &str) -> (ReplayKey, Vec<String>) {
         let forget = self.take_answered(tag);
         for key in &forget {
             invocation.key(key);
@@ -159,7 +191,7 @@ mod tests {
                 key: format!("{{t}}:rp:{n}"),
             });
         }
-        let script = redis::Script::new("return 1");
+        let script = crate::redis::StoreScript::eval("return 1");
         let mut invocation = script.prepare_invoke();
         let (_, first) = replays.attach(&mut invocation, "{t}");
         assert_eq!(first.len(), FORGET_PER_CALL);

@@ -8,7 +8,8 @@
 //! (`COMMAND GETKEYSANDFLAGS`: no table of key positions here to fall out of date); a
 //! channel (`SPUBLISH`'s, flagged `not_key`) is not a key. A script is named by the header
 //! line of its file (`-- take: ...`), found in the text the client loaded (EVAL or SCRIPT
-//! LOAD) and tied to EVALSHA calls by its SHA1.
+//! LOAD) and tied to EVALSHA calls by its SHA1; a function of the store's library (FCALL) by
+//! its name, which ends with its script's.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -91,7 +92,7 @@ pub struct Report {
 fn is_call(line: &Line) -> bool {
     matches!(
         line.name().as_str(),
-        "EVAL" | "EVALSHA" | "EVAL_RO" | "EVALSHA_RO"
+        "EVAL" | "EVALSHA" | "EVAL_RO" | "EVALSHA_RO" | "FCALL" | "FCALL_RO"
     )
 }
 
@@ -120,7 +121,7 @@ pub fn runs(lines: &[Line], order: Order, known: &BTreeSet<String>) -> Result<Ve
         }
         open = is_call(line);
         if open {
-            let mut run = call(line, &names)?;
+            let mut run = call(line, &names, known)?;
             run.commands = std::mem::take(&mut pending);
             out.push(run);
         } else if !pending.is_empty() {
@@ -159,14 +160,33 @@ fn script_name(text: &str, known: &BTreeSet<String>) -> Option<String> {
     })
 }
 
+/// The store script a library function runs: its name is `taskcluster_<16 hex>_<script>`
+/// (`shared/store/src/redis/functions.rs`).
+fn function_script(function: &str, known: &BTreeSet<String>) -> Option<String> {
+    let rest = function.strip_prefix("taskcluster_")?;
+    let (digest, script) = rest.split_at_checked(16)?;
+    let script = script.strip_prefix('_')?;
+    (digest.bytes().all(|b| b.is_ascii_hexdigit()) && known.contains(script))
+        .then(|| script.to_owned())
+}
+
 /// A call line as a run with no commands yet: its script and its declared keys.
-fn call(line: &Line, names: &HashMap<String, Option<String>>) -> Result<Run, BoxError> {
+fn call(
+    line: &Line,
+    names: &HashMap<String, Option<String>>,
+    known: &BTreeSet<String>,
+) -> Result<Run, BoxError> {
     let name = line.name();
     let script = match name.as_str() {
         "EVALSHA" | "EVALSHA_RO" => {
             let sha = String::from_utf8_lossy(line.args.get(1).ok_or("EVALSHA without a sha")?)
                 .to_ascii_lowercase();
             names.get(&sha).cloned().flatten()
+        }
+        "FCALL" | "FCALL_RO" => {
+            let function =
+                String::from_utf8_lossy(line.args.get(1).ok_or("FCALL without a function")?);
+            function_script(&function, known)
         }
         _ => {
             let text = loaded_text(line).ok_or("EVAL without a script")?;

@@ -12,16 +12,22 @@
 //! - holds the call itself where one call is one script run, so that `tasks.rs` only maps
 //!   typed replies to the [`crate::TaskStore`] contract.
 //!
-//! [`Scripts`] is the loaded set, built from the modules' sources. `redis::Script::invoke_async`
-//! sends EVALSHA and reloads on NOSCRIPT, so a Redis restart or SCRIPT FLUSH costs one extra
-//! round trip, never an error. Every script runs inside the replay guard (`replay.rs`).
+//! [`Scripts`] is the loaded set, built from the modules' sources: each script a function of the
+//! store's Redis Functions library (`functions.rs`, called by `FCALL`), or, on a server without
+//! functions, its text (`EVALSHA`). Either reloads what the server lost (`NOSCRIPT`, `Function
+//! not found`), so a Redis restart, SCRIPT FLUSH or FUNCTION FLUSH costs one extra round trip,
+//! never an error (`invocation.rs`). Every script runs inside the replay guard (`replay.rs`).
 //!
 //! The push outbox's scripts (`push_*.rs`) are task-store scripts too: their keys are the
 //! task's shard's. The namespace-wide scripts (credentials, nonces, idempotency, registry, rate
 //! limits) live with their own stores and load themselves through [`guarded`].
 
-use redis::{Script, Value};
+use std::sync::Arc;
 
+use redis::Value;
+
+use super::functions::Library;
+use super::invocation::{ScriptCall, StoreScript};
 use super::{Core, Keys};
 use crate::StoreError;
 
@@ -56,14 +62,21 @@ macro_rules! loaded_scripts {
     ($($module:ident),* $(,)?) => {
         /// Every task-store script, loaded for one pub/sub flavour.
         pub struct Scripts {
-            $(pub $module: Script,)*
+            $(pub $module: StoreScript,)*
         }
 
         impl Scripts {
-            pub fn load(pubsub: PubSub) -> Self {
+            /// The scripts for `pubsub`, each called as its function in `library` when
+            /// given (`Library::build(&Scripts::bodies(), pubsub)`), else by `EVALSHA`.
+            pub fn load(pubsub: PubSub, library: Option<&Arc<Library>>) -> Self {
                 Scripts {
-                    $($module: script($module::SOURCE, pubsub),)*
+                    $($module: script($module::SOURCE, $module::NAME, pubsub, library),)*
                 }
+            }
+
+            /// Every script's name and body (its text without includes), for the library.
+            pub fn bodies() -> Vec<(&'static str, &'static str)> {
+                vec![$(($module::NAME, $module::BODY),)*]
             }
         }
     };
@@ -108,18 +121,22 @@ pub enum PubSub {
 
 /// One Lua source serves both flavours: the sharded variant only swaps the publish command,
 /// so the scripts cannot drift apart (a Lua script cannot tell by itself whether it runs on
-/// a cluster).
-fn script(text: &str, pubsub: PubSub) -> Script {
-    match pubsub {
-        PubSub::Classic => guarded(text),
-        PubSub::Sharded => guarded(&text.replace("redis.call('PUBLISH'", "redis.call('SPUBLISH'")),
-    }
+/// a cluster). The library (`Library::build`) swaps it the same way.
+fn script(text: &str, name: &str, pubsub: PubSub, library: Option<&Arc<Library>>) -> StoreScript {
+    let text = match pubsub {
+        PubSub::Classic => super::replay::wrap(text),
+        PubSub::Sharded => {
+            super::replay::wrap(&text.replace("redis.call('PUBLISH'", "redis.call('SPUBLISH'"))
+        }
+    };
+    StoreScript::function(&text, name, library)
 }
 
 /// A script inside the replay guard ([`super::replay`]), as every script the store runs must
-/// be: the store ends each call's keys and arguments with the guard's.
-pub(crate) fn guarded(text: &str) -> Script {
-    Script::new(&super::replay::wrap(text))
+/// be: the store ends each call's keys and arguments with the guard's. Called by `EVALSHA`:
+/// the namespace-wide scripts are not in the library.
+pub(crate) fn guarded(text: &str) -> StoreScript {
+    StoreScript::eval(&super::replay::wrap(text))
 }
 
 /// A script reply (or one item's) read as `R`; a reply that does not fit is
@@ -134,7 +151,7 @@ pub(crate) async fn run<R: redis::FromRedisValue>(
     core: &Core,
     name: &'static str,
     keys: &Keys,
-    invocation: &mut redis::ScriptInvocation<'_>,
+    invocation: &mut ScriptCall<'_>,
 ) -> Result<R, StoreError> {
     parse(core.eval::<Value>(name, keys, invocation).await?)
 }
@@ -145,7 +162,7 @@ pub(crate) async fn run_unreplicated<R: redis::FromRedisValue>(
     core: &Core,
     name: &'static str,
     keys: &Keys,
-    invocation: &mut redis::ScriptInvocation<'_>,
+    invocation: &mut ScriptCall<'_>,
 ) -> Result<R, StoreError> {
     parse(
         core.eval_unreplicated::<Value>(name, keys, invocation)
@@ -206,9 +223,12 @@ mod tests {
                 "{name} keeps a classic publish"
             );
             assert_ne!(
-                script(text, PubSub::Classic).get_hash(),
-                script(text, PubSub::Sharded).get_hash()
+                script(text, name, PubSub::Classic, None).hash(),
+                script(text, name, PubSub::Sharded, None).hash()
             );
         }
+        let sharded = Library::build(&Scripts::bodies(), PubSub::Sharded);
+        assert!(!sharded.code().contains("'PUBLISH'"));
+        assert!(sharded.code().contains("redis.call('SPUBLISH'"));
     }
 }
