@@ -428,7 +428,8 @@ impl RedisStore {
 
 /// The store's Redis Functions library, loaded (`functions.rs`); `None` where the store calls
 /// its scripts by `EVALSHA`: functions turned off, or a server that cannot run them. Also the
-/// first round trip: an unreachable Redis fails here.
+/// first round trip: a pool that cannot connect fails here (an unreachable Redis otherwise
+/// fails at the next one).
 async fn load_library(
     connections: &Connections,
     pubsub: PubSub,
@@ -454,9 +455,12 @@ async fn load_library(
             );
             Ok(None)
         }
-        Err(err) => Err(StoreError::Unavailable(format!(
-            "the store's Redis Functions library was refused: {err}"
-        ))),
+        // A cluster master down or failing over at this moment: the library stays in use, and
+        // the first call on each master that lacks it loads it there.
+        Err(err) => {
+            tracing::warn!(reason = %err, "the Redis Functions library is not loaded yet");
+            Ok(Some(Arc::new(library)))
+        }
     }
 }
 
