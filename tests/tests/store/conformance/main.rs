@@ -76,9 +76,12 @@ conformance_tests!(memory, MemoryHarness);
 /// The Redis store on a private `redis-server` owned by the harness (one per test); each
 /// `store()` call gets a namespace of its own, so stores of one test share nothing. `shards`
 /// splits each namespace (one server does not check slots: the cluster suite below does).
+/// `functions`: the store calls its scripts as its Redis Functions library (`FCALL`), as it
+/// does by default, or by `EVALSHA`, as on a server without functions.
 struct RedisHarness {
     server: harness::redis_server::RedisServer,
     shards: u16,
+    functions: bool,
     /// Namespace of the latest store, for the leak check.
     namespace: std::sync::Mutex<String>,
 }
@@ -89,10 +92,19 @@ impl RedisHarness {
     }
 
     fn sharded(shards: u16) -> Self {
+        Self::with(shards, true)
+    }
+
+    fn evalsha() -> Self {
+        Self::with(1, false)
+    }
+
+    fn with(shards: u16, functions: bool) -> Self {
         match harness::redis_server::RedisServer::start() {
             Ok(server) => RedisHarness {
                 server,
                 shards,
+                functions,
                 namespace: Default::default(),
             },
             Err(err) => panic!("cannot start redis-server for the suite: {err}"),
@@ -109,6 +121,7 @@ impl Harness for RedisHarness {
         let mut config = store::RedisStoreConfig::new(self.server.url());
         config.namespace = format!("t{}", protocol::token::AccessToken::generate().expose());
         config.shards = self.shards;
+        config.functions = self.functions;
         if let Ok(mut latest) = self.namespace.lock() {
             latest.clone_from(&config.namespace);
         }
@@ -205,6 +218,8 @@ async fn no_leaks(tag: &str, conn: &mut impl ::redis::aio::ConnectionLike) -> Re
 conformance_tests!(redis, RedisHarness::new());
 
 conformance_tests!(redis_sharded, RedisHarness::sharded(3));
+
+conformance_tests!(redis_evalsha, RedisHarness::evalsha());
 
 /// The Redis store on a real local Redis Cluster (three masters, no replicas: the conformance
 /// suite checks the store, the chaos run and the failover tests check the cluster) owned by the
