@@ -1,8 +1,9 @@
 //! The task store's scripts as one Redis Functions library (`shared/store/src/redis/functions.rs`)
 //! on a real redis-server: the store calls them by `FCALL`; a library the server lost
 //! (`FUNCTION FLUSH`, a restart without persistence) is loaded again by the first call that
-//! misses it; another build's library on the same server is left alone; and a store told not
-//! to, or one whose ACL user may not load functions, calls the same scripts by `EVALSHA`.
+//! misses it; a library already there is kept, not compiled again; another build's library on
+//! the same server is left alone; and a store told not to, or one whose ACL user may not load
+//! functions, calls the same scripts by `EVALSHA`.
 
 use std::collections::HashMap;
 
@@ -137,6 +138,40 @@ async fn a_library_the_server_lost_is_loaded_again() -> TestResult {
     assert!(created, "the store answers after the restart");
     run_one_echo(&store).await?;
     assert_eq!(store.live_count().await?, 0);
+    assert_eq!(store_library(&server, "").await?.0, name);
+    Ok(())
+}
+
+/// The `INFO commandstats` line of `FUNCTION LOAD`.
+async fn function_load_stats(server: &RedisServer) -> TestResult<String> {
+    let mut conn = server.client().await?;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await?;
+    let line = info
+        .lines()
+        .find(|line| line.starts_with("cmdstat_function|load:"))
+        .ok_or("no FUNCTION LOAD was sent")?;
+    Ok(line.trim_end().to_owned())
+}
+
+#[tokio::test]
+async fn a_library_already_loaded_is_kept_not_compiled_again() -> TestResult {
+    let server = RedisServer::start()?;
+    let first = store(server.url(), true).await?;
+    let (name, _) = store_library(&server, "").await?;
+    server.reset_commandstats().await?;
+    // A second process of the same build: its load is refused as already there (before the
+    // server compiles anything), and both call the one library.
+    let second = store(server.url(), true).await?;
+    create_and_run(&second, "second", 2).await?;
+    create_and_run(&first, "first", 2).await?;
+    let stats = function_load_stats(&server).await?;
+    assert!(
+        stats.contains(":calls=1,") && stats.contains("failed_calls=1"),
+        "{stats}"
+    );
     assert_eq!(store_library(&server, "").await?.0, name);
     Ok(())
 }

@@ -448,6 +448,13 @@ async fn load_library(
             tracing::debug!(library = library.name(), "Redis Functions library loaded");
             Ok(Some(Arc::new(library)))
         }
+        Err(err) if functions::already_loaded(&err) => {
+            tracing::debug!(
+                library = library.name(),
+                "Redis Functions library already loaded"
+            );
+            Ok(Some(Arc::new(library)))
+        }
         Err(err) if functions::unsupported(&err) => {
             tracing::info!(
                 reason = %err,

@@ -122,7 +122,11 @@ impl ScriptCall<'_> {
         };
         match call.query_async(con).await {
             Err(err) if missing(&err) => {
-                reload.exec_async(con).await?;
+                match reload.exec_async(con).await {
+                    // Another caller loaded it in between.
+                    Err(err) if !super::functions::already_loaded(&err) => return Err(err),
+                    _ => {}
+                }
                 call.query_async(con).await
             }
             other => other,
