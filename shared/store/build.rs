@@ -52,10 +52,7 @@ fn write(path: &Path, text: &str) {
 
 /// A script without its include lines.
 fn body(path: &Path) -> String {
-    let text = match fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(err) => panic!("cannot read {}: {err}", path.display()),
-    };
+    let text = read(path);
     let mut out = String::with_capacity(text.len());
     for line in text.lines() {
         if !line.trim().starts_with("-- @include \"") {
@@ -97,11 +94,14 @@ fn resolve(
     included: &mut HashSet<String>,
     stack: &mut Vec<String>,
 ) -> String {
-    let text = match fs::read_to_string(path) {
+    resolve_text(&read(path), includes, included, stack)
+}
+
+fn read(path: &Path) -> String {
+    match fs::read_to_string(path) {
         Ok(text) => text,
         Err(err) => panic!("cannot read {}: {err}", path.display()),
-    };
-    resolve_text(&text, includes, included, stack)
+    }
 }
 
 fn resolve_text(

@@ -10,8 +10,8 @@ use protocol::{TaskResult, TaskStatus};
 use serde_json::{Value, json};
 use store::redis::shard_index;
 use store::{
-    Admission, Invocation, Lease, NewTask, RedisStoreConfig, StoredEvent, Subscription, TaskStore,
-    Transition,
+    Activation, Admission, Claim, Invocation, Lease, NewTask, RedisStoreConfig, StoredEvent,
+    Subscription, TaskStore, Transition,
 };
 
 use crate::TestResult;
@@ -128,18 +128,30 @@ pub async fn start_running(
     Ok(started.lease)
 }
 
-/// Takes, starts and completes (with its input as its output) the oldest queued task of
-/// `echo`, as a worker would; returns its id.
-pub async fn run_one_echo(store: &impl TaskStore) -> crate::TestResult<String> {
+/// Takes and activates the oldest queued task of `echo` as worker `holder`, with a 10 s lease
+/// and a minute's run: its claim and its activation.
+pub async fn start_next_echo(
+    store: &impl TaskStore,
+    holder: &str,
+) -> crate::TestResult<(Claim, Activation)> {
     const LEASE: Duration = Duration::from_secs(10);
-    let claims = store
-        .take_next(&["echo".into()], "w1", LEASE, 1, Duration::from_secs(5))
-        .await?;
-    let claim = claims.first().ok_or("nothing to take")?;
+    let claim = store
+        .take_next(&["echo".into()], holder, LEASE, 1, Duration::from_secs(5))
+        .await?
+        .into_iter()
+        .next()
+        .ok_or("nothing to take")?;
     let activation = store
         .activate_execution(&claim.lease, LEASE, Duration::from_secs(60))
         .await?
         .ok_or("activation refused")?;
+    Ok((claim, activation))
+}
+
+/// Takes, starts and completes (with its input as its output) the oldest queued task of
+/// `echo`, as a worker would; returns its id.
+pub async fn run_one_echo(store: &impl TaskStore) -> crate::TestResult<String> {
+    let (claim, activation) = start_next_echo(store, "w1").await?;
     let outcome = store
         .compare_and_set(
             &claim.lease.task_id,

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use harness::TestResult;
 use harness::redis_server::RedisServer;
+use harness::store_fixtures::start_next_echo;
 use protocol::token::AccessToken;
 use protocol::{TaskResult, TaskStatus};
 use serde_json::json;
@@ -244,15 +245,7 @@ async fn take_one(store: &RedisStore) -> TestResult<store::Activation> {
 
 /// Takes and activates the one queued `echo` task as worker `holder`.
 async fn take_as(store: &RedisStore, holder: &str) -> TestResult<store::Activation> {
-    let claims = store
-        .take_next(&["echo".into()], holder, LEASE, 1, Duration::from_secs(5))
-        .await?;
-    let claim = claims.first().ok_or("nothing to take")?;
-    let activation = store
-        .activate_execution(&claim.lease, LEASE, Duration::from_secs(60))
-        .await?
-        .ok_or("activation refused")?;
-    Ok(activation)
+    Ok(start_next_echo(store, holder).await?.1)
 }
 
 /// A worker's finish of an active task names only the fields an active record can hold

@@ -84,32 +84,32 @@ impl Library {
         cmd
     }
 
-    /// The library's text, for tests that load it themselves.
-    pub fn code(&self) -> &str {
+    /// The library's text.
+    #[cfg(test)]
+    pub(crate) fn code(&self) -> &str {
         &self.code
     }
+}
+
+/// Whether Redis refused a command with `ERR` and a message holding `text`.
+pub fn refused_with(err: &redis::RedisError, text: &str) -> bool {
+    err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError)
+        && err.detail().is_some_and(|detail| detail.contains(text))
 }
 
 /// Whether a refused `FUNCTION LOAD` says that the library is loaded already (on a Redis
 /// Cluster: on at least one master, the others having loaded it now).
 pub fn already_loaded(err: &redis::RedisError) -> bool {
-    err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError)
-        && err
-            .detail()
-            .is_some_and(|detail| detail.contains("already exists"))
+    refused_with(err, "already exists")
 }
 
 /// Whether a refused `FUNCTION LOAD` means that this server cannot run the library (no
 /// functions before Redis 7, or an ACL without them), so that the store calls its scripts by
-/// `EVALSHA` instead; any other refusal (the library does not compile) is a fault to report.
+/// `EVALSHA` instead; any other refusal (a master failing over) leaves the library to load on
+/// first call.
 pub fn unsupported(err: &redis::RedisError) -> bool {
-    match err.kind() {
-        redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm) => true,
-        redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError) => err
-            .detail()
-            .is_some_and(|detail| detail.starts_with("unknown command")),
-        _ => false,
-    }
+    err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm)
+        || refused_with(err, "unknown command")
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use redis::{Cmd, FromRedisValue, RedisError, RedisResult, ToRedisArgs};
 
-use super::functions::Library;
+use super::functions::{self, Library};
 
 /// A script the store calls: its text (for `EVALSHA`), and, for a task-store script in a
 /// library the server holds, its function's name.
@@ -21,7 +21,7 @@ pub struct StoreScript {
     /// The text, for `SCRIPT LOAD` after `NOSCRIPT`.
     code: String,
     /// Its SHA1, for `EVALSHA`.
-    text: redis::Script,
+    hash: String,
     function: Option<Function>,
 }
 
@@ -34,19 +34,16 @@ struct Function {
 impl StoreScript {
     /// A script called by `EVALSHA` of `text`.
     pub fn eval(text: &str) -> Self {
-        StoreScript {
-            code: text.to_owned(),
-            text: redis::Script::new(text),
-            function: None,
-        }
+        Self::function(text, "", None)
     }
 
-    /// A script called by `FCALL` of its function in `library` (`EVALSHA` of `text` when
-    /// `library` is `None`: the server has no functions, or the store was told not to use them).
+    /// A script called by `FCALL` of its function `script` in `library` (`EVALSHA` of `text`
+    /// when `library` is `None`: the server has no functions, or the store was told not to use
+    /// them).
     pub fn function(text: &str, script: &str, library: Option<&Arc<Library>>) -> Self {
         StoreScript {
             code: text.to_owned(),
-            text: redis::Script::new(text),
+            hash: redis::Script::new(text).get_hash().to_owned(),
             function: library.map(|library| Function {
                 name: library.function_name(script),
                 library: library.clone(),
@@ -56,7 +53,20 @@ impl StoreScript {
 
     /// The SHA1 its text is called by with `EVALSHA`.
     pub fn hash(&self) -> &str {
-        self.text.get_hash()
+        &self.hash
+    }
+
+    /// What loads it again on a server that lost it: its library, or its text. Built only
+    /// then: it copies the whole text (the library's is about 95 KB).
+    fn reload_command(&self) -> Cmd {
+        match &self.function {
+            Some(function) => function.library.load_command(),
+            None => {
+                let mut load = redis::cmd("SCRIPT");
+                load.arg("LOAD").arg(&self.code);
+                load
+            }
+        }
     }
 
     /// An invocation without keys or arguments yet.
@@ -106,25 +116,15 @@ impl ScriptCall<'_> {
         &self,
         con: &mut impl redis::aio::ConnectionLike,
     ) -> RedisResult<T> {
-        let (call, reload) = match &self.script.function {
-            Some(function) => (
-                self.command("FCALL", function.name.as_bytes()),
-                function.library.load_command(),
-            ),
-            None => {
-                let mut load = redis::cmd("SCRIPT");
-                load.arg("LOAD").arg(&self.script.code);
-                (
-                    self.command("EVALSHA", self.script.text.get_hash().as_bytes()),
-                    load,
-                )
-            }
+        let call = match &self.script.function {
+            Some(function) => self.command("FCALL", function.name.as_bytes()),
+            None => self.command("EVALSHA", self.script.hash.as_bytes()),
         };
         match call.query_async(con).await {
             Err(err) if missing(&err) => {
-                match reload.exec_async(con).await {
+                match self.script.reload_command().exec_async(con).await {
                     // Another caller loaded it in between.
-                    Err(err) if !super::functions::already_loaded(&err) => return Err(err),
+                    Err(err) if !functions::already_loaded(&err) => return Err(err),
                     _ => {}
                 }
                 call.query_async(con).await
@@ -156,11 +156,6 @@ impl ScriptCall<'_> {
 /// Whether Redis answered that it does not hold what was called: the script (`NOSCRIPT`) or
 /// the function (`ERR Function not found`).
 fn missing(err: &RedisError) -> bool {
-    match err.kind() {
-        redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => true,
-        redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError) => err
-            .detail()
-            .is_some_and(|detail| detail.starts_with("Function not found")),
-        _ => false,
-    }
+    err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+        || functions::refused_with(err, "Function not found")
 }

@@ -45,7 +45,7 @@ mod failed;
 mod feed;
 pub mod fields;
 mod finish;
-pub mod functions;
+mod functions;
 mod invocation;
 mod keys;
 mod listing;

@@ -159,16 +159,7 @@ impl Connections {
     }
 
     pub async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, StoreError> {
-        match self {
-            Connections::Single(pool) => {
-                let mut conn = get(pool).await?;
-                let result = cmd.query_async(&mut *conn).await;
-                settle(pool, conn, result)
-            }
-            Connections::Cluster { connection, .. } => {
-                Ok(cmd.query_async(&mut connection.clone()).await?)
-            }
-        }
+        Ok(self.query_answer(cmd).await??)
     }
 
     /// EVALSHA, reloading the script on NOSCRIPT; on a cluster with `replicated`, then WAIT

@@ -43,38 +43,22 @@ const FORGET_PER_CALL: usize = 64;
 
 /// Wraps a script's text in the guard. Calls then end their keys with the guard's keys (reply
 /// keys to delete, then the call's own reply key or `''`) and their arguments with the count
-/// of keys to delete; the guard takes them off before the script sees `KEYS` and `ARGV`.
+/// of keys to delete; the guard takes them off before the script sees `KEYS` and `ARGV`. The
+/// guard is the one the library's functions run in ([`library_guard`]), with no per-call
+/// state to reset: a script's text makes its helpers anew on every call.
 pub fn wrap(body: &str) -> String {
     format!(
-        "-- replay guard (shared/store/src/redis/replay.rs)
-local replay_key = table.remove(KEYS)
-local forget = tonumber(table.remove(ARGV))
-for _ = 1, forget do
-  redis.call('DEL', table.remove(KEYS))
-end
-if replay_key ~= '' then
-  local stored = redis.call('GET', replay_key)
-  if stored then
-    return cmsgpack.unpack(stored)[1]
-  end
-end
-local reply = (function()
-{body}
-end)()
-if replay_key ~= '' then
-  redis.call('SET', replay_key, cmsgpack.pack({{reply}}), 'PX', {ttl})
-end
-return reply
-",
-        ttl = REPLAY_TTL.as_millis()
+        "{guard}return guarded(function(KEYS, ARGV)\n{body}\nend)(KEYS, ARGV)\n",
+        guard = library_guard("")
     )
 }
 
-/// The guard as a Lua helper of the store's Redis Functions library (`functions.rs`):
-/// `guarded(body)` returns the function a library registers, which takes the guard's keys and
-/// argument off, as [`wrap`] does, then calls `body(KEYS, ARGV)`. `reset` runs first on every
-/// call: the library's per-call state (`num_str`'s cache), which a script's text makes anew on
-/// every call and a library's helpers would otherwise keep from one call to the next.
+/// The guard as a Lua helper: `guarded(body)` returns a function of `KEYS` and `ARGV` that
+/// takes the guard's keys and argument off, answers a resent call from its reply key or runs
+/// `body(KEYS, ARGV)` and stores its reply there. The store's Redis Functions library
+/// (`functions.rs`) registers each script as such a function; [`wrap`] calls one at once.
+/// `reset` runs first on every call: the library's per-call state (`num_str`'s cache), which
+/// a library's helpers would otherwise keep from one call to the next.
 pub fn library_guard(reset: &str) -> String {
     format!(
         "-- replay guard (shared/store/src/redis/replay.rs)
