@@ -768,6 +768,7 @@ fn new_task(task_id: String, owner: &protocol::token::OwnerHash) -> NewTask {
         max_attempts: 3,
         retention: None,
         source: None,
+        private_owner: false,
     }
 }
 

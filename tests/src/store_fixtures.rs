@@ -45,6 +45,7 @@ pub fn queued_task_with(
         max_attempts,
         retention: None,
         source: None,
+        private_owner: false,
     }
 }
 

@@ -263,6 +263,7 @@ fn new_task(
         max_attempts: 3,
         retention: None,
         source: None,
+        private_owner: false,
     }
 }
 

@@ -197,6 +197,7 @@ fn new_task(task_id: String, owner: &OwnerHash, input: Value) -> NewTask {
         max_attempts: 3,
         retention: None,
         source: None,
+        private_owner: false,
     }
 }
 

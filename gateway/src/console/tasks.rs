@@ -323,6 +323,7 @@ pub(super) async fn rerun_one(
             max_attempts: original.max_attempts.max(1),
             retention: None,
             source: None,
+            private_owner: false,
         },
     )
     .await?;

@@ -33,6 +33,9 @@ pub struct Admit<'a> {
     /// The client address key the request came from ([`crate::http::client_address::Source`]):
     /// what `MAX_LIVE_PER_ADDRESS` counts under; `None` has no address bound.
     pub source: Option<String>,
+    /// `owner` is a fresh internal token minted for this task alone, never given to a caller
+    /// (a direct run): see `NewTask::private_owner`.
+    pub private_owner: bool,
 }
 
 /// Creates task `task_id`, queued or reserved (a paid admission), unless the store is near its
@@ -107,6 +110,7 @@ where
         max_attempts: admit.max_attempts,
         retention: admit.retention,
         source: admit.source,
+        private_owner: admit.private_owner,
     })
     .instrument(span.clone())
     .await;

@@ -173,6 +173,7 @@ async fn create(
             max_attempts: state.config.max_attempts,
             retention: None,
             source,
+            private_owner: false,
         },
     )
     .await?;
@@ -210,6 +211,7 @@ async fn create_paid(
             max_attempts: state.config.max_attempts,
             retention: None,
             source,
+            private_owner: false,
         },
     )
     .await;

@@ -475,6 +475,7 @@ async fn producer(store: RedisStore, ctx: Arc<Ctx>) -> Res<()> {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             retention: None,
             source: None,
+            private_owner: false,
         };
         store.create(new).await?;
         ctx.counters.creates.fetch_add(1, Ordering::Relaxed);

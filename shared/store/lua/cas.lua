@@ -27,8 +27,10 @@ local now = now_ms()
 local out = {}
 -- The terminal writes' shard-wide bookkeeping goes out once for all items (finish_task.lua).
 local acc = finish_batch()
+local items = (#KEYS - SHARD_KEYS) / ITEM_KEYS
+acc.no_push = no_push_configs(KEYS, SHARD_KEYS + 1, items)
 
-for i = 0, (#KEYS - SHARD_KEYS) / ITEM_KEYS - 1 do
+for i = 0, items - 1 do
   local k, a = swap_item(KEYS, ARGV, SHARD_KEYS + 1 + i * ITEM_KEYS, 4 + i * 11, shard)
   out[#out + 1] = swap_task(k, a, now, retention, log_len, worker_prefix, acc)
 end

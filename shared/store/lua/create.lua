@@ -30,10 +30,13 @@
 -- ARGV[4] max live per owner  ARGV[5] max live per address  ARGV[6] max retained bytes (0: no
 --   cap)  ARGV[7] key prefix (the shard's hash tag: the keys of an evicted task are named
 --   from it and its `terminal` entry, in this slot)
--- ARGV[8 ..] per task, 11 values: id, owner hash, context id ('' for none), invocation json,
+-- ARGV[8 ..] per task, 12 values: id, owner hash, context id ('' for none), invocation json,
 --   entrypoint, 'queued' | 'reserved', admission ttl ms, max attempts, retention ms ('' for
 --   the store's), source ('' for none: no address bound), notify channel ('' for none: the
---   creating process's channel when it follows the task, kept as `nc` for publish_event)
+--   creating process's channel when it follows the task, kept as `nc` for publish_event),
+--   private owner ('1': the owner is a fresh token of this task alone, which no caller holds,
+--   as a direct run's is (`NewTask::private_owner`): no owner index is written and no owner
+--   bound asked, both of which would answer as for an owner without tasks; '' otherwise)
 -- Returns per task: {1, created_ms} | {0, 'DUPLICATE'} | {0, 'CAPACITY', due_count}
 --   | {0, 'OWNER_LIVE'} | {0, 'ADDRESS_LIVE'} | {0, 'OWNER_RETAINED'}
 -- While the address bound is on, a task with a source enters src_live (scored by creation);
@@ -133,26 +136,27 @@ end
 local live_count = redis.call('SCARD', live)
 
 for i = 0, (#KEYS - 7) / 6 - 1 do
-  local kb, ab = 8 + i * 6, 8 + i * 11
+  local kb, ab = 8 + i * 6, 8 + i * 12
   local task, owner_index = KEYS[kb], KEYS[kb + 1]
   local owner_live, queue, wake = KEYS[kb + 2], KEYS[kb + 3], KEYS[kb + 4]
   local src_live = KEYS[kb + 5]
   local id, owner, context, invocation = ARGV[ab], ARGV[ab + 1], ARGV[ab + 2], ARGV[ab + 3]
   local entrypoint, mode, retention = ARGV[ab + 4], ARGV[ab + 5], ARGV[ab + 8]
   local counted = max_address_live > 0 and ARGV[ab + 9] ~= ''
+  local private = ARGV[ab + 11] == '1'
 
   local refused = nil
   if redis.call('EXISTS', task) == 1 then
     refused = {0, 'DUPLICATE'}
   elseif live_count >= max_tasks then
     refused = {0, 'CAPACITY', due_count()}
-  elseif max_owner_live > 0
+  elseif max_owner_live > 0 and not private
       and tonumber(redis.call('GET', owner_live) or '0') >= max_owner_live then
     refused = {0, 'OWNER_LIVE'}
   elseif counted and not address_has_room(src_live) then
     refused = {0, 'ADDRESS_LIVE'}
   end
-  if not refused and max_owner_retained > 0 then
+  if not refused and max_owner_retained > 0 and not private then
     while redis.call('ZCARD', owner_index) >= max_owner_retained do
       if not evict_owner_oldest(owner_index, owner) then
         refused = {0, 'OWNER_RETAINED'}
@@ -213,8 +217,9 @@ for i = 0, (#KEYS - 7) / 6 - 1 do
     end
     redis.call('HSET', task, unpack(set))
     live_count = live_count + redis.call('SADD', live, id)
-    redis.call('ZADD', owner_index, now_s, id)
-    if redis.call('INCR', owner_live) == 1 then
+    -- A private owner's index would hold this task alone, and nobody could read it.
+    if not private then redis.call('ZADD', owner_index, now_s, id) end
+    if redis.call('INCR', owner_live) == 1 and not private then
       -- The owner's first live task: its index must outlive every task from now on.
       redis.call('PERSIST', owner_index)
     end

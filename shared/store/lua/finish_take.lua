@@ -28,6 +28,7 @@ local now = now_ms()
 local finishes = {}
 -- The terminal writes' shard-wide bookkeeping goes out once for all items (finish_task.lua).
 local acc = finish_batch()
+acc.no_push = no_push_configs(KEYS, SHARD_KEYS + 1 + q, items)
 for i = 0, items - 1 do
   local k, a = swap_item(KEYS, ARGV, SHARD_KEYS + 1 + q + i * ITEM_KEYS, 10 + i * 11, shard)
   finishes[#finishes + 1] = swap_task(k, a, now, retention, log_len, worker_prefix, acc)

@@ -78,6 +78,13 @@ pub struct NewTask {
     /// gateway's `client_address`), whose live tasks `max_live_per_address` bounds; `None`
     /// for internal callers and embedded mode (no bound).
     pub source: Option<String>,
+    /// The owner is a fresh internal token minted for this task alone, which no caller holds
+    /// (a direct run: invoke, stream): nobody can list or select its tasks, and it will never
+    /// own another. The store then keeps no owner index for it and checks no owner bound
+    /// (both would answer as for an owner without tasks), which spares a direct run the
+    /// owner index's writes (docs/store.md, Redis layout). It still counts among its owner's
+    /// live tasks, so that every finish finds the count it decrements.
+    pub private_owner: bool,
 }
 
 /// Where a `running` task is inside the store.

@@ -53,6 +53,7 @@ fn new_task(i: usize, owner: &OwnerHash) -> NewTask {
         max_attempts: 1,
         retention: None,
         source: None,
+        private_owner: false,
     }
 }
 

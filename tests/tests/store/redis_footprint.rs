@@ -38,6 +38,7 @@ async fn finish_one(store: &RedisStore, id: &str, progress: u64) -> TestResult {
             max_attempts: 3,
             retention: None,
             source: None,
+            private_owner: false,
         })
         .await?;
     let activation = take_one(store).await?;
@@ -235,6 +236,7 @@ fn new_task(id: &str, admission: Admission) -> NewTask {
         max_attempts: 3,
         retention: Some(Duration::from_secs(600)),
         source: None,
+        private_owner: false,
     }
 }
 

@@ -90,6 +90,7 @@ pub(crate) mod test_support {
                     max_attempts: 3,
                     retention: None,
                     source: None,
+                    private_owner: false,
                 })
                 .await?;
             let claims = store

@@ -254,6 +254,7 @@ pub(super) async fn pay(
         max_attempts: state.config.max_attempts,
         retention: None,
         source: caller.source.clone(),
+        private_owner: false,
     };
     match admit_new(caller, Some(payment), admit, task_id.clone(), inline).await {
         Ok(mut started) => {

@@ -194,6 +194,7 @@ async fn start(caller: &Caller<'_>, request: SendMessageRequest) -> Result<Begun
         max_attempts: state.config.max_attempts,
         retention: None,
         source: caller.source.clone(),
+        private_owner: false,
     };
     let payment = gate(caller, &entrypoint).await?;
     let task_id = uuid::Uuid::new_v4().to_string();

@@ -193,7 +193,8 @@ async fn start_run(
     Ok(Run::new(state, task, &entrypoint.key, watch))
 }
 
-/// The task of a direct run for `owner` (a fresh internal token): one run's attempts, the
+/// The task of a direct run for `owner` (a fresh internal token its caller minted for this run
+/// alone and gives to nobody, hence a private owner: no owner index): one run's attempts, the
 /// direct retention.
 fn direct_admit<'a>(
     state: &AppState,
@@ -211,6 +212,7 @@ fn direct_admit<'a>(
         max_attempts: admit::run_attempts(state, entrypoint),
         retention: admit::direct_retention(state),
         source,
+        private_owner: true,
     }
 }
 

@@ -81,14 +81,17 @@ local function finish_flush(acc)
     if left <= 0 then
       redis.call('DEL', key)
       -- The store's retention, never a task's shorter one, while older tasks of the owner
-      -- may still be kept that long; an index of these tasks alone (a direct run's owner)
-      -- goes with them. (Only a shorter retention than the store's asks the index's size:
-      -- otherwise both give the same expiry.)
+      -- may still be kept that long; an index of these tasks alone goes with them. (Only a
+      -- shorter retention than the store's asks the index's size: otherwise both give the
+      -- same expiry.) An owner without an index (a private owner's: create.lua) has nothing
+      -- to expire.
       local index_ttl = math.max(acc.retention_ms, o.ttl)
-      if o.ttl < acc.retention_ms and redis.call('ZCARD', o.index) <= o.n then
-        index_ttl = o.ttl
+      local indexed = nil
+      if o.ttl < acc.retention_ms then
+        indexed = redis.call('ZCARD', o.index)
+        if indexed <= o.n then index_ttl = o.ttl end
       end
-      redis.call('PEXPIRE', o.index, num_str(index_ttl))
+      if indexed ~= 0 then redis.call('PEXPIRE', o.index, num_str(index_ttl)) end
     end
   end
   local scored, sized, bytes, ttl_max = {}, {}, 0, 0
@@ -147,7 +150,10 @@ local function finish_task(k, id, phase, retention_ms, now, known, acc)
   else
     dropped = {'ph', 'lo', 'ls', 'ax', 'ho', 'sh', 'en', 'iq', 'rt', 'nc'}
   end
-  local has_push = redis.call('EXISTS', k.push.configs) == 1
+  -- The caller may know that none of its items has push configs (acc.no_push:
+  -- no_push_configs in swap_item.lua).
+  local has_push = false
+  if not acc.no_push then has_push = redis.call('EXISTS', k.push.configs) == 1 end
   if not has_push then dropped[#dropped + 1] = 'pa' end
   redis.call('HDEL', k.task, unpack(dropped))
   if phase ~= 'queued' and phase ~= 'reserved' then

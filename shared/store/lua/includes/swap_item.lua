@@ -29,3 +29,16 @@ local function swap_item(keys, argv, kb, ab, shard)
   }
   return k, a
 end
+
+-- no_push_configs(keys, kb, items): whether none of `items` compare-and-set items, their keys
+-- from keys[kb] (ITEM_KEYS each), has push notification configs: one EXISTS of all their
+-- configs keys instead of one per terminal write (finish_task.lua asks each only when this
+-- says some have). Each EXISTS a script sends costs a whole `redis.call` (arguments in, reply
+-- back), several times what the key look-up costs (docs/performance.md). Nothing in these
+-- scripts creates configs, so the answer holds for the whole call.
+local function no_push_configs(keys, kb, items)
+  if items == 0 then return true end
+  local configs = {}
+  for i = 0, items - 1 do configs[i + 1] = keys[kb + i * ITEM_KEYS + 5] end
+  return redis.call('EXISTS', unpack(configs)) == 0
+end

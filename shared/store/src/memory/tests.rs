@@ -57,6 +57,7 @@ fn new_task(id: &str, owner: &OwnerHash, admission: Admission) -> NewTask {
         max_attempts: 3,
         retention: None,
         source: None,
+        private_owner: false,
     }
 }
 

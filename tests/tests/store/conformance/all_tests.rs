@@ -78,6 +78,7 @@ macro_rules! conformance_list {
                 pages_with_total_and_has_more,
                 the_default_page_holds_fifty,
                 selects_by_small_fields_newest_update_first,
+                a_private_owners_task_runs_and_is_never_listed,
             }
             property {
                 live_count_matches_the_tasks,

@@ -2,10 +2,11 @@
 
 use std::time::Duration;
 
-use protocol::TaskStatus;
-use store::{Admission, ListQuery, MAX_LIST_LIMIT, TaskPage};
+use protocol::{TaskResult, TaskStatus};
+use serde_json::json;
+use store::{Admission, ListQuery, MAX_LIST_LIMIT, TaskPage, Transition};
 
-use crate::support::{BoxError, Fx, Harness, TestResult, other_owner};
+use crate::support::{BoxError, Fx, Harness, LONG, TestResult, other_owner};
 
 /// Creates queued tasks `names` in order, each in a later millisecond than the one before (so
 /// "newest first" does not depend on how a store breaks ties); returns their ids.
@@ -240,5 +241,48 @@ pub async fn selects_by_small_fields_newest_update_first(h: &impl Harness) -> Te
         none.ids.iter().all(|id| !created.contains(id)),
         "another owner selects none of the owner's tasks"
     );
+    Ok(())
+}
+
+/// A task whose owner is private (`NewTask::private_owner`: a direct run's fresh internal
+/// token, which owns nothing else) is listed under no owner, before or after its run, and
+/// otherwise runs, finishes and is read as any other; with a retention shorter than the
+/// store's, as a direct run has, its finish leaves no owner key behind (the Redis stores' leak
+/// check). Another owner's tasks are listed as ever beside it.
+pub async fn a_private_owners_task_runs_and_is_never_listed(h: &impl Harness) -> TestResult {
+    // One shard: the take finds the private task first (FIFO).
+    let fx = Fx::ordered(h).await?;
+    let private = other_owner();
+    let mut new = fx.new_task("direct", Admission::Queued);
+    new.owner = private.clone();
+    new.private_owner = true;
+    new.retention = Some(LONG);
+    let id = fx.store.create(new).await?.task_id;
+    let listed = fx.store.list(&private, &ListQuery::default()).await?;
+    assert_eq!((ids(&listed), listed.total), (vec![], 0));
+    let public = fx.queued("listed").await?;
+
+    let started = fx.start("w1", LONG).await?;
+    assert_eq!(started.claim.lease.task_id, id);
+    let finished = fx
+        .store
+        .finish_and_take(
+            &started.activation.lease,
+            Transition::completed(TaskResult::output(json!("done"))),
+            None,
+        )
+        .await?;
+    let applied = finished.outcome.applied().ok_or("the finish was refused")?;
+    assert_eq!(applied.status, TaskStatus::Completed);
+    let stored = fx.stored(&id).await?;
+    assert_eq!(stored.task.status, TaskStatus::Completed);
+    assert_eq!(stored.owner, private);
+    let listed = fx.store.list(&private, &ListQuery::default()).await?;
+    assert_eq!((ids(&listed), listed.total), (vec![], 0));
+    let listed = fx.store.list(&fx.owner, &ListQuery::default()).await?;
+    assert_eq!(ids(&listed), vec![public.clone()]);
+
+    assert!(fx.cancel(&public).await?.applied().is_some());
+    h.check_no_leaks().await?;
     Ok(())
 }

@@ -200,6 +200,7 @@ impl Fx {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             retention: None,
             source: None,
+            private_owner: false,
         }
     }
 

@@ -18,7 +18,11 @@ impl State {
         if self.tasks.contains_key(&new.task_id) {
             return Err(StoreError::Duplicate(new.task_id));
         }
-        self.ensure_owner_capacity(&new.owner)?;
+        // A private owner has no other task and nobody can list it: no bound to ask, no
+        // listing to keep (as create.lua).
+        if !new.private_owner {
+            self.ensure_owner_capacity(&new.owner)?;
+        }
         self.ensure_address_capacity(new.source.as_deref())?;
         self.ensure_capacity()?;
 
@@ -73,12 +77,14 @@ impl State {
             Rebuilt::Created,
             self.limits.event_log_len,
         );
-        match self.by_owner.entry(new.owner) {
-            std::collections::hash_map::Entry::Occupied(mut ids) => {
-                ids.get_mut().insert((now, order), new.task_id.clone());
-            }
-            std::collections::hash_map::Entry::Vacant(slot) => {
-                slot.insert(OwnerIndex::new((now, order), new.task_id.clone()));
+        if !new.private_owner {
+            match self.by_owner.entry(new.owner) {
+                std::collections::hash_map::Entry::Occupied(mut ids) => {
+                    ids.get_mut().insert((now, order), new.task_id.clone());
+                }
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    slot.insert(OwnerIndex::new((now, order), new.task_id.clone()));
+                }
             }
         }
         self.tasks.insert(new.task_id.clone(), Box::new(entry));

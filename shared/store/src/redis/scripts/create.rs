@@ -130,6 +130,7 @@ pub(crate) fn item(keys: &Keys, new: &NewTask, notify: &str) -> Result<ScriptIte
                 .unwrap_or_default(),
             new.source.clone().unwrap_or_default(),
             notify.to_owned(),
+            if new.private_owner { "1" } else { "" }.to_owned(),
         ],
     })
 }
