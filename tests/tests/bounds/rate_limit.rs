@@ -49,7 +49,8 @@ async fn gcra_script_admits_the_burst_then_denies_with_retry_after() -> TestResu
         }
         Verdict::Admitted => return Err("the request past the burst was admitted".into()),
     }
-    // The key is under the namespace's hash tag and expires (PEXPIRE) when the quota is whole.
+    // The key is under the namespace's hash tag and expires (its SET carries PX) when the
+    // quota is whole.
     let key = limiter.key("addr:192.0.2.1");
     assert_eq!(key, "{rate-test}:rate:addr:192.0.2.1");
     let mut conn = server.client().await?;
