@@ -182,29 +182,25 @@ async fn start_run(
     input: Value,
     source: Option<String>,
 ) -> Result<Run, ApiError> {
-    let owner = AccessToken::generate().owner_hash();
-    let (task, subscription) = admit::create_watched(
-        state,
-        direct_admit(state, entrypoint, &owner, input, source),
-    )
-    .await?;
+    let admit = direct_admit(state, entrypoint, input, source);
+    let owner = admit.owner.clone();
+    let (task, subscription) = admit::create_watched(state, admit).await?;
     let watch =
         crate::core::watch::Watch::with(state.store.clone(), &task.task_id, &owner, subscription);
     Ok(Run::new(state, task, &entrypoint.key, watch))
 }
 
-/// The task of a direct run for `owner` (a fresh internal token its caller minted for this run
-/// alone and gives to nobody, hence a private owner: no owner index): one run's attempts, the
-/// direct retention.
+/// The task of a direct run: one run's attempts, the direct retention, and as its owner a
+/// fresh internal token minted here for this run alone and given to nobody (the caller follows
+/// the run by the returned `owner`), hence a private owner: no owner index.
 fn direct_admit<'a>(
     state: &AppState,
     entrypoint: &'a EntrypointInfo,
-    owner: &protocol::token::OwnerHash,
     input: Value,
     source: Option<String>,
 ) -> Admit<'a> {
     Admit {
-        owner: owner.clone(),
+        owner: AccessToken::generate().owner_hash(),
         entrypoint: entrypoint.key.as_str(),
         input,
         context_id: None,
@@ -225,13 +221,9 @@ async fn start_paid_run(
     source: Option<String>,
     payment: pay::Payment<'_>,
 ) -> Result<(Run, pay::receipt::Receipt), Response> {
-    let owner = AccessToken::generate().owner_hash();
-    let admitted = pay::admission::admit_paid(
-        state.pay_context(),
-        payment,
-        direct_admit(state, entrypoint, &owner, input, source),
-    )
-    .await;
+    let admit = direct_admit(state, entrypoint, input, source);
+    let owner = admit.owner.clone();
+    let admitted = pay::admission::admit_paid(state.pay_context(), payment, admit).await;
     let entrypoint = entrypoint.key.as_str();
     let paid = match admitted {
         Ok(paid) => paid,
@@ -270,13 +262,10 @@ async fn start_reserved_run<'a>(
     source: Option<String>,
     payment: pay::Payment<'a>,
 ) -> Result<(Run, pay::admission::reserve::Reservation<'a>), Response> {
-    let owner = AccessToken::generate().owner_hash();
-    let admitted = pay::admission::reserve::admit_reserved(
-        state.pay_context(),
-        payment,
-        direct_admit(state, entrypoint, &owner, input, source),
-    )
-    .await;
+    let admit = direct_admit(state, entrypoint, input, source);
+    let owner = admit.owner.clone();
+    let admitted =
+        pay::admission::reserve::admit_reserved(state.pay_context(), payment, admit).await;
     let entrypoint = entrypoint.key.as_str();
     let reserved = match admitted {
         Ok(reserved) => reserved,
